@@ -1,0 +1,76 @@
+# sharc build. `make` builds the library, the sharc command and the test
+# runner; `make test` and `make run` first install missing Debian packages.
+CC      ?= gcc
+BUILD   ?= build
+OPT     ?= -O2
+SAN     ?=
+MULTIARCH := $(shell $(CC) -print-multiarch 2>/dev/null || echo x86_64-linux-gnu)
+
+WARN    := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wno-unused-parameter
+CFLAGS  := -std=c11 -D_GNU_SOURCE -g $(OPT) $(WARN) -fopenmp -fno-math-errno -fPIC \
+           -Iinclude -DSHARC_MULTIARCH='"$(MULTIARCH)"' $(SAN) $(EXTRA_CFLAGS)
+LDLIBS  := -fopenmp -lyaml -ljson-c -lz -ldl -lmvec -lm -lpthread $(SAN)
+
+LIB_SRC := $(wildcard src/core/*.c src/model/*.c src/fsdp/*.c src/optim/*.c src/data/*.c \
+                      src/io/*.c src/config/*.c src/train/*.c src/comm/*.c)
+LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o)
+CLI_OBJ := $(BUILD)/src/cli/main.o
+TEST_SRC := $(wildcard tests/*.c)
+TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/%.o)
+BENCH_SRC := $(wildcard bench/*.c)
+
+.PHONY: all deps test run asan clean fixtures bench fmt
+all: $(BUILD)/libsharc.a $(BUILD)/libsharc.so $(BUILD)/sharc $(BUILD)/sharc_tests \
+     $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
+
+$(BUILD)/%.o: %.c $(wildcard include/sharc/*.h) $(wildcard src/*/*.h) tests/test.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c $< -o $@
+
+$(BUILD)/libsharc.a: $(LIB_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BUILD)/libsharc.so: $(LIB_OBJ)
+	$(CC) -shared -o $@ $^ $(LDLIBS)
+
+$(BUILD)/sharc: $(CLI_OBJ) $(BUILD)/libsharc.a
+	$(CC) -o $@ $^ $(LDLIBS)
+
+$(BUILD)/sharc_tests: $(TEST_OBJ) $(BUILD)/libsharc.a
+	$(CC) -o $@ $^ $(LDLIBS)
+
+$(BUILD)/bench/%: bench/%.c $(BUILD)/libsharc.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
+
+deps:
+	@scripts/deps.sh test
+
+# The whole suite: unit tests in their own processes, then tests/cli/*.sh.
+test: deps
+	@$(MAKE) --no-print-directory all
+	$(BUILD)/sharc_tests --scripts tests/cli --bin $(BUILD)
+
+# The main job: train a small byte-level GPT on the King James Bible, save, sample.
+run: deps
+	@$(MAKE) --no-print-directory all
+	scripts/run.sh $(BUILD)
+
+# The same suite under AddressSanitizer + UndefinedBehaviorSanitizer.
+asan: deps
+	@$(MAKE) --no-print-directory all BUILD=build-asan OPT=-O1 \
+	    SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined"
+	ASAN_OPTIONS=detect_leaks=1 build-asan/sharc_tests --scripts tests/cli --bin build-asan \
+	    --timeout-scale 4
+
+# Regenerate the PyTorch fixtures under tests/fixtures (needs python3-torch).
+fixtures:
+	@scripts/deps.sh dev
+	/usr/bin/python3 tools/gen_fixtures.py tests/fixtures
+
+bench: all
+	bench/run.sh $(BUILD)
+
+clean:
+	rm -rf build build-asan

@@ -1,0 +1,47 @@
+/* sharc/blas.h: the matrix multiply every kernel uses, and the thread count.
+ *
+ * sharc loads OpenBLAS (the OpenMP build, Debian's libopenblas0-openmp) at
+ * run time with dlopen, after choosing the kernel set from this CPU's
+ * features, so the fast path does not depend on what the environment says;
+ * see "BLAS" in README.md and note [blas-coretype] in docs/ARCHITECTURE.md.
+ * Environment: SHARC_BLAS_CORETYPE forces an OpenBLAS core name (or "auto"
+ * to let OpenBLAS detect), SHARC_BLAS_LIB names the library file to load. */
+#ifndef SHARC_BLAS_H
+#define SHARC_BLAS_H
+
+#include <stdbool.h>
+#include "sharc/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct {
+    char library[512];   /* the file that was loaded */
+    char coretype[32];   /* what sharc asked for ("" = left to OpenBLAS) */
+    char corename[32];   /* what OpenBLAS reports it runs */
+    char overridden[32]; /* a different OPENBLAS_CORETYPE found in the environment, if any */
+    int threads;
+    bool openmp;         /* OpenBLAS shares the OpenMP thread pool with sharc's kernels */
+} sharc_blas_info;
+
+/* Load the library (once) and set the thread count; threads <= 0 keeps the
+ * current count (default: the CPUs this process may run on). */
+sharc_status sharc_blas_init(int threads);
+const sharc_blas_info *sharc_blas_get_info(void);
+
+/* Threads used by BLAS and by sharc's own OpenMP kernels. */
+void sharc_threads_set(int n);
+int sharc_threads_get(void);
+/* CPUs this process may run on (sched_getaffinity). */
+int sharc_cpus_available(void);
+
+/* Row-major C(M,N) = alpha * op(A)(M,K) @ op(B)(K,N) + beta * C. Safe to call
+ * from inside an OpenMP parallel region (it then runs on the calling thread). */
+void sharc_sgemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float *A,
+                 int lda, const float *B, int ldb, float beta, float *C, int ldc);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

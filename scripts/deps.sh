@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# deps.sh: install the Debian packages sharc needs, if any are missing.
+# Usage: scripts/deps.sh [build|run|test|dev]   (dev adds PyTorch for fixtures and bench)
+set -euo pipefail
+what=${1:-test}
+
+# Why each package is here: README.md, "Dependencies".
+pkgs=(gcc make libc6-dev pkg-config
+      libopenblas0-openmp   # sgemm (the OpenMP build, loaded at run time)
+      libyaml-dev           # YAML config files
+      libjson-c-dev         # JSON: safetensors headers, metrics lines
+      zlib1g-dev            # crc32 checksums of checkpoint files
+)
+case "$what" in
+  run|test|dev) pkgs+=(bible-kjv) ;;  # the built-in training text for make run
+esac
+case "$what" in
+  dev) pkgs+=(python3-torch) ;;
+esac
+
+missing=()
+for p in "${pkgs[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+echo "sharc: installing missing Debian packages: ${missing[*]}"
+if [ "$(id -u)" -ne 0 ]; then
+  if command -v sudo >/dev/null 2>&1; then SUDO=sudo; else
+    echo "sharc: not root; run: apt-get install -y ${missing[*]}" >&2; exit 1; fi
+else
+  SUDO=
+fi
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"

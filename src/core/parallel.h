@@ -1,0 +1,38 @@
+/* parallel.h (internal): how sharc's own kernels use the cores.
+ *
+ * SHARC_VEC marks a function that GCC compiles three times (AVX-512, AVX2,
+ * baseline x86-64) and picks at load time, so one binary runs anywhere and
+ * uses the widest vectors the CPU has. OpenMP outlines the body of a
+ * parallel region into a separate function that does not inherit the clones,
+ * so the pattern is: a plain function opens the parallel loop over chunks of
+ * rows and calls a SHARC_VEC function on each chunk. */
+#ifndef SHARC_PARALLEL_H
+#define SHARC_PARALLEL_H
+
+#include <stdint.h>
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(SHARC_NO_CLONES)
+#define SHARC_VEC __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define SHARC_VEC
+#endif
+
+/* Below this many elements of work a kernel runs on the calling thread. */
+#define SHARC_PAR_MIN 16384
+
+/* Number of row chunks for N rows of `width` elements: enough chunks to
+ * balance the threads, none smaller than a row. */
+static inline int64_t sharc_par_chunks(int64_t N, int64_t width, int threads) {
+    if (N <= 0) return 0;
+    if (N * width < SHARC_PAR_MIN || threads <= 1) return 1;
+    int64_t c = (int64_t)threads * 4;
+    return c < N ? c : N;
+}
+
+/* Start of element chunk c of nc over n elements, on a 16-float (cache line)
+ * boundary; chunk nc starts at n. */
+static inline int64_t sharc_chunk_lo(int64_t c, int64_t nc, int64_t n) {
+    return c >= nc ? n : (c * n / nc) & ~(int64_t)15;
+}
+
+#endif

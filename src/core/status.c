@@ -1,0 +1,76 @@
+/* status.c: owns the per-thread error message, log prefixes and the fatal path. */
+#include "sharc/status.h"
+#include "sharc/log.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static _Thread_local char error_message[1024];
+static int log_rank = 0;
+static int log_world = 1;
+static sharc_log_level log_level = SHARC_LOG_INFO;
+
+sharc_status sharc_verror(sharc_status code, const char *fmt, va_list ap) {
+    vsnprintf(error_message, sizeof error_message, fmt, ap);
+    return code;
+}
+
+sharc_status sharc_error(sharc_status code, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    sharc_verror(code, fmt, ap);
+    va_end(ap);
+    return code;
+}
+
+const char *sharc_last_error(void) { return error_message; }
+
+const char *sharc_status_str(sharc_status code) {
+    switch (code) {
+    case SHARC_OK: return "ok";
+    case SHARC_ERR_INVALID: return "invalid input";
+    case SHARC_ERR_IO: return "I/O error";
+    case SHARC_ERR_FORMAT: return "malformed file";
+    case SHARC_ERR_NOMEM: return "out of memory";
+    case SHARC_ERR_COMM: return "communication error";
+    case SHARC_ERR_UNSUPPORTED: return "not supported";
+    case SHARC_ERR_INTERNAL: return "internal error";
+    }
+    return "unknown status";
+}
+
+void sharc_log_set_rank(int rank, int world_size) {
+    log_rank = rank;
+    log_world = world_size;
+}
+
+int sharc_log_rank(void) { return log_rank; }
+
+void sharc_log_set_level(sharc_log_level level) { log_level = level; }
+
+void sharc_log(sharc_log_level level, const char *fmt, ...) {
+    if (level < log_level) return;
+    char line[2048];
+    int n = 0;
+    if (log_world > 1) n = snprintf(line, sizeof line, "[rank %d] ", log_rank);
+    if (level == SHARC_LOG_WARN) n += snprintf(line + n, sizeof line - (size_t)n, "warning: ");
+    if (level == SHARC_LOG_ERROR) n += snprintf(line + n, sizeof line - (size_t)n, "error: ");
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line + n, sizeof line - (size_t)n, fmt, ap);
+    va_end(ap);
+    /* one write per line so lines from many ranks do not interleave mid-line */
+    fprintf(stderr, "%s\n", line);
+}
+
+void sharc_fatal(const char *file, int line, const char *fmt, ...) {
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "[rank %d] sharc: fatal: %s (%s:%d)\n", log_rank, msg, file, line);
+    fflush(stderr);
+    abort();
+}

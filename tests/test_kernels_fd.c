@@ -1,0 +1,297 @@
+/* test_kernels_fd.c: every kernel's backward against central finite
+ * differences of its forward, at odd sizes. The loss is sum(out * R) for a
+ * fixed random R, so dL/dout = R. */
+#include "grad_check.h"
+#include "sharc/alloc.h"
+#include "sharc/blas.h"
+#include "sharc/kernels.h"
+
+#include <string.h>
+
+#define EPS 1e-2f
+#define RTOL 2e-2
+#define ATOL 2e-3
+
+/* ---------------- matmul ---------------- */
+typedef struct {
+    float *x, *w, *b, *y, *R;
+    int N, IC, OC;
+} mm_ctx;
+
+static double mm_loss(void *p) {
+    mm_ctx *c = p;
+    sharc_matmul_forward(c->y, c->x, c->w, c->b, c->N, c->IC, c->OC);
+    return dot_d(c->y, c->R, (int64_t)c->N * c->OC);
+}
+
+TEST(matmul_finite_difference) {
+    mm_ctx c = {.N = 13, .IC = 7, .OC = 5};
+    c.x = randn(c.N * c.IC, 1, 1.0f);
+    c.w = randn(c.OC * c.IC, 2, 0.5f);
+    c.b = randn(c.OC, 3, 0.5f);
+    c.y = zeros(c.N * c.OC);
+    c.R = randn(c.N * c.OC, 4, 1.0f);
+    float *dx = zeros(c.N * c.IC), *dw = zeros(c.OC * c.IC), *db = zeros(c.OC);
+    sharc_matmul_backward(dx, dw, db, c.R, c.x, c.w, c.N, c.IC, c.OC);
+    fd_check(mm_loss, &c, c.x, dx, c.N * c.IC, EPS, RTOL, ATOL, "x");
+    fd_check(mm_loss, &c, c.w, dw, c.OC * c.IC, EPS, RTOL, ATOL, "w");
+    fd_check(mm_loss, &c, c.b, db, c.OC, EPS, RTOL, ATOL, "b");
+    /* parameter gradients accumulate: a second backward doubles them */
+    float *dw2 = malloc(sizeof(float) * (size_t)(c.OC * c.IC));
+    memcpy(dw2, dw, sizeof(float) * (size_t)(c.OC * c.IC));
+    sharc_matmul_backward(NULL, dw, db, c.R, c.x, c.w, c.N, c.IC, c.OC);
+    for (int i = 0; i < c.OC * c.IC; i++) ASSERT_NEAR(dw[i], 2.0f * dw2[i], 1e-6, 1e-6);
+}
+
+/* ---------------- layernorm / rmsnorm ---------------- */
+typedef struct {
+    float *x, *w, *b, *y, *R, *mean, *rstd;
+    int N, C;
+    int rms;
+} norm_ctx;
+
+static double norm_loss(void *p) {
+    norm_ctx *c = p;
+    if (c->rms) sharc_rmsnorm_forward(c->y, c->rstd, c->x, c->w, c->N, c->C, 1e-5f);
+    else sharc_layernorm_forward(c->y, c->mean, c->rstd, c->x, c->w, c->b, c->N, c->C, 1e-5f);
+    return dot_d(c->y, c->R, (int64_t)c->N * c->C);
+}
+
+static void norm_case(int rms, int N, int C) {
+    norm_ctx c = {.N = N, .C = C, .rms = rms};
+    c.x = randn(N * C, 10, 1.0f);
+    for (int i = 0; i < N * C; i++) c.x[i] += 0.3f; /* a non-zero mean */
+    c.w = randn(C, 11, 1.0f);
+    c.b = randn(C, 12, 1.0f);
+    c.y = zeros(N * C);
+    c.R = randn(N * C, 13, 1.0f);
+    c.mean = zeros(N);
+    c.rstd = zeros(N);
+    float *dres = randn(N * C, 14, 1.0f);
+    float *dx = zeros(N * C), *dw = zeros(C), *db = zeros(C);
+    norm_loss(&c);
+    if (rms) sharc_rmsnorm_backward(dx, dw, c.R, NULL, c.x, c.w, c.rstd, N, C);
+    else sharc_layernorm_backward(dx, dw, db, c.R, NULL, c.x, c.w, c.mean, c.rstd, N, C);
+    fd_check(norm_loss, &c, c.x, dx, N * C, EPS, RTOL, ATOL, "x");
+    fd_check(norm_loss, &c, c.w, dw, C, EPS, RTOL, ATOL, "w");
+    if (!rms) fd_check(norm_loss, &c, c.b, db, C, EPS, RTOL, ATOL, "b");
+    /* the residual input is added: dx2 = dres + dx */
+    float *dx2 = zeros(N * C);
+    if (rms) sharc_rmsnorm_backward(dx2, dw, c.R, dres, c.x, c.w, c.rstd, N, C);
+    else sharc_layernorm_backward(dx2, dw, db, c.R, dres, c.x, c.w, c.mean, c.rstd, N, C);
+    for (int i = 0; i < N * C; i++) ASSERT_NEAR(dx2[i], dx[i] + dres[i], 1e-5, 1e-5);
+}
+
+TEST(layernorm_finite_difference) { norm_case(0, 13, 37); }
+TEST(rmsnorm_finite_difference) { norm_case(1, 13, 37); }
+/* large enough to take the multi-threaded path with partial weight gradients */
+TEST(layernorm_parallel_matches_fd) { norm_case(0, 301, 96); }
+TEST(rmsnorm_parallel_matches_fd) { norm_case(1, 301, 96); }
+
+/* ---------------- gelu / swiglu ---------------- */
+typedef struct {
+    float *x, *y, *R;
+    int64_t n, N;
+    int I, swiglu;
+} act_ctx;
+
+static double act_loss(void *p) {
+    act_ctx *c = p;
+    if (c->swiglu) sharc_swiglu_forward(c->y, c->x, c->N, c->I);
+    else sharc_gelu_forward(c->y, c->x, c->n);
+    return dot_d(c->y, c->R, c->swiglu ? c->N * c->I : c->n);
+}
+
+TEST(gelu_finite_difference) {
+    act_ctx c = {.n = 1001};
+    c.x = randn(c.n, 20, 2.0f);
+    c.y = zeros(c.n);
+    c.R = randn(c.n, 21, 1.0f);
+    float *dx = zeros(c.n);
+    sharc_gelu_backward(dx, c.R, c.x, c.n);
+    fd_check(act_loss, &c, c.x, dx, c.n, 1e-3f, RTOL, ATOL, "x");
+    /* spot values of the tanh form */
+    float xs[3] = {-1.0f, 0.5f, 3.0f}, ys[3];
+    sharc_gelu_forward(ys, xs, 3);
+    ASSERT_NEAR(ys[0], -0.158808f, 1e-5, 1e-6);
+    ASSERT_NEAR(ys[1], 0.345714f, 1e-5, 1e-6);
+    ASSERT_NEAR(ys[2], 2.996363f, 1e-5, 1e-6);
+}
+
+TEST(gelu_large_parallel_matches_scalar) {
+    int64_t n = 200003;
+    float *x = randn(n, 22, 3.0f), *y = zeros(n), *dy = randn(n, 23, 1.0f), *dx = zeros(n);
+    sharc_gelu_forward(y, x, n);
+    sharc_gelu_backward(dx, dy, x, n);
+    for (int64_t i = 0; i < n; i += 997) {
+        double v = x[i];
+        double t = tanh(0.7978845608028654 * (v + 0.044715 * v * v * v));
+        ASSERT_NEAR(y[i], 0.5 * v * (1.0 + t), 1e-5, 1e-6);
+    }
+    ASSERT_TRUE(isfinite(dx[n - 1]));
+}
+
+TEST(swiglu_finite_difference) {
+    act_ctx c = {.N = 11, .I = 9, .swiglu = 1};
+    c.x = randn(c.N * 2 * c.I, 24, 1.5f);
+    c.y = zeros(c.N * c.I);
+    c.R = randn(c.N * c.I, 25, 1.0f);
+    float *dx = zeros(c.N * 2 * c.I);
+    sharc_swiglu_backward(dx, c.R, c.x, c.N, c.I);
+    fd_check(act_loss, &c, c.x, dx, c.N * 2 * c.I, 1e-3f, RTOL, ATOL, "x");
+}
+
+/* ---------------- embedding ---------------- */
+typedef struct {
+    float *wte, *wpe, *x, *R;
+    int32_t *tok;
+    int B, T, C;
+} emb_ctx;
+
+static double emb_loss(void *p) {
+    emb_ctx *c = p;
+    sharc_embedding_forward(c->x, c->tok, c->wte, c->wpe, c->B, c->T, c->C);
+    return dot_d(c->x, c->R, (int64_t)c->B * c->T * c->C);
+}
+
+TEST(embedding_finite_difference) {
+    int V = 11;
+    emb_ctx c = {.B = 3, .T = 5, .C = 7};
+    c.wte = randn(V * c.C, 30, 1.0f);
+    c.wpe = randn(c.T * c.C, 31, 1.0f);
+    c.x = zeros(c.B * c.T * c.C);
+    c.R = randn(c.B * c.T * c.C, 32, 1.0f);
+    c.tok = malloc(sizeof(int32_t) * (size_t)(c.B * c.T));
+    for (int i = 0; i < c.B * c.T; i++) c.tok[i] = (i * 7) % 5; /* repeated tokens */
+    float *dwte = zeros(V * c.C), *dwpe = zeros(c.T * c.C);
+    sharc_embedding_backward(dwte, dwpe, c.R, c.tok, c.B, c.T, c.C);
+    fd_check(emb_loss, &c, c.wte, dwte, V * c.C, EPS, RTOL, ATOL, "wte");
+    fd_check(emb_loss, &c, c.wpe, dwpe, c.T * c.C, EPS, RTOL, ATOL, "wpe");
+    /* without positions (Llama) */
+    c.wpe = NULL;
+    memset(dwte, 0, sizeof(float) * (size_t)(V * c.C));
+    sharc_embedding_backward(dwte, NULL, c.R, c.tok, c.B, c.T, c.C);
+    fd_check(emb_loss, &c, c.wte, dwte, V * c.C, EPS, RTOL, ATOL, "wte (no wpe)");
+}
+
+/* ---------------- rope ---------------- */
+typedef struct {
+    float *in, *qkv, *R, *cs, *sn;
+    int B, T, NH, NKV, hd;
+} rope_ctx;
+
+static double rope_loss(void *p) {
+    rope_ctx *c = p;
+    int64_t n = (int64_t)c->B * c->T * (c->NH + 2 * c->NKV) * c->hd;
+    memcpy(c->qkv, c->in, sizeof(float) * (size_t)n);
+    sharc_rope_forward(c->qkv, c->cs, c->sn, c->B, c->T, c->NH, c->NKV, c->hd);
+    return dot_d(c->qkv, c->R, n);
+}
+
+TEST(rope_finite_difference) {
+    rope_ctx c = {.B = 2, .T = 7, .NH = 3, .NKV = 1, .hd = 6};
+    int64_t n = (int64_t)c.B * c.T * (c.NH + 2 * c.NKV) * c.hd;
+    c.in = randn(n, 40, 1.0f);
+    c.qkv = zeros(n);
+    c.R = randn(n, 41, 1.0f);
+    c.cs = zeros(c.T * c.hd / 2);
+    c.sn = zeros(c.T * c.hd / 2);
+    sharc_rope_table(c.cs, c.sn, c.T, c.hd, 10000.0f);
+    float *d = malloc(sizeof(float) * (size_t)n);
+    memcpy(d, c.R, sizeof(float) * (size_t)n);
+    sharc_rope_backward(d, c.cs, c.sn, c.B, c.T, c.NH, c.NKV, c.hd);
+    fd_check(rope_loss, &c, c.in, d, n, EPS, RTOL, ATOL, "qkv");
+    /* values are not rotated; position 0 is the identity */
+    rope_loss(&c);
+    int S = (c.NH + 2 * c.NKV) * c.hd;
+    for (int i = 0; i < S; i++) ASSERT_NEAR(c.qkv[i], c.in[i], 1e-6, 1e-7);
+    for (int i = (c.NH + c.NKV) * c.hd; i < S; i++)
+        ASSERT_NEAR(c.qkv[3 * S + i], c.in[3 * S + i], 0, 0);
+}
+
+/* ---------------- attention ---------------- */
+typedef struct {
+    float *qkv, *out, *lse, *R, *ws;
+    int B, T, NH, NKV, hd;
+} att_ctx;
+
+static double att_loss(void *p) {
+    att_ctx *c = p;
+    sharc_attention_forward(c->out, c->lse, c->qkv, c->B, c->T, c->NH, c->NKV, c->hd, c->ws);
+    return dot_d(c->out, c->R, (int64_t)c->B * c->T * c->NH * c->hd);
+}
+
+static void attention_fd_case(int B, int T, int NH, int NKV, int hd) {
+    att_ctx c = {.B = B, .T = T, .NH = NH, .NKV = NKV, .hd = hd};
+    int64_t nqkv = (int64_t)B * T * (NH + 2 * NKV) * hd, nout = (int64_t)B * T * NH * hd;
+    c.qkv = randn(nqkv, 50, 1.0f);
+    c.out = zeros(nout);
+    c.lse = zeros(B * NH * T);
+    c.R = randn(nout, 51, 1.0f);
+    c.ws = zeros(sharc_attention_workspace(T));
+    float *dqkv = randn(nqkv, 52, 9.0f); /* garbage: backward must overwrite all of it */
+    att_loss(&c);
+    sharc_attention_backward(dqkv, c.R, c.qkv, c.out, c.lse, B, T, NH, NKV, hd, c.ws);
+    fd_check(att_loss, &c, c.qkv, dqkv, nqkv, EPS, RTOL, ATOL, "qkv");
+}
+
+TEST(attention_finite_difference_mha) { attention_fd_case(2, 13, 3, 3, 4); }
+TEST(attention_finite_difference_gqa) { attention_fd_case(2, 13, 4, 2, 6); }
+TEST(attention_finite_difference_mqa) { attention_fd_case(1, 13, 3, 1, 4); }
+/* more than one query block (BQ = 64) */
+TEST(attention_finite_difference_blocks) { attention_fd_case(1, 150, 2, 1, 4); }
+
+/* ---------------- cross-entropy ---------------- */
+typedef struct {
+    float *logits, *work;
+    int32_t *tgt;
+    int N, V;
+} xe_ctx;
+
+static double xe_loss(void *p) {
+    xe_ctx *c = p;
+    memcpy(c->work, c->logits, sizeof(float) * (size_t)(c->N * c->V));
+    return sharc_xent_forward_backward(c->work, NULL, c->tgt, c->N, c->V, 1.0f, false);
+}
+
+TEST(xent_finite_difference_with_mask) {
+    xe_ctx c = {.N = 13, .V = 37};
+    c.logits = randn(c.N * c.V, 60, 2.0f);
+    c.work = zeros(c.N * c.V);
+    c.tgt = malloc(sizeof(int32_t) * (size_t)c.N);
+    for (int i = 0; i < c.N; i++) c.tgt[i] = (i * 11) % c.V;
+    c.tgt[4] = -1; /* masked */
+    float *g = malloc(sizeof(float) * (size_t)(c.N * c.V));
+    memcpy(g, c.logits, sizeof(float) * (size_t)(c.N * c.V));
+    float losses[13];
+    double total = sharc_xent_forward_backward(g, losses, c.tgt, c.N, c.V, 1.0f, true);
+    ASSERT_EQ(losses[4], 0);
+    for (int j = 0; j < c.V; j++) ASSERT_EQ(g[4 * c.V + j], 0);
+    double s = 0;
+    for (int i = 0; i < c.N; i++) s += losses[i];
+    ASSERT_NEAR(total, s, 1e-6, 1e-6);
+    fd_check(xe_loss, &c, c.logits, g, c.N * c.V, 1e-2f, RTOL, ATOL, "logits");
+}
+
+TEST(lmhead_fused_matches_unfused) {
+    int N = 29, C = 11, V = 37;
+    float *x = randn(N * C, 70, 1.0f), *w = randn(V * C, 71, 0.5f);
+    int32_t tgt[29];
+    for (int i = 0; i < N; i++) tgt[i] = (i * 5) % V;
+    tgt[3] = -1;
+    float scale = 1.0f / 28.0f;
+    /* unfused reference: full logits, xent, two matmul backwards */
+    float *logits = zeros(N * V), *dx_ref = zeros(N * C), *dw_ref = zeros(V * C);
+    sharc_matmul_forward(logits, x, w, NULL, N, C, V);
+    double ref = sharc_xent_forward_backward(logits, NULL, tgt, N, V, scale, true);
+    sharc_matmul_backward(dx_ref, dw_ref, NULL, logits, x, w, N, C, V);
+    /* fused with a chunk that does not divide N */
+    float *ws = zeros(8 * V), *dx = zeros(N * C), *dw = zeros(V * C);
+    double got = sharc_lmhead_xent(dx, dw, x, w, tgt, scale, N, C, V, ws, 8);
+    ASSERT_NEAR(got, ref, 1e-6, 1e-6);
+    ASSERT_ALLCLOSE(dx, dx_ref, N * C, 1e-5, 1e-7);
+    ASSERT_ALLCLOSE(dw, dw_ref, V * C, 1e-5, 1e-7);
+    /* loss only */
+    double only = sharc_lmhead_xent(NULL, NULL, x, w, tgt, scale, N, C, V, ws, 8);
+    ASSERT_NEAR(only, ref, 1e-6, 1e-6);
+}
