@@ -1,0 +1,100 @@
+/* sharc/fsdp.h: the engine that owns every parameter, gradient and shard.
+ *
+ * The model's layer loop is the schedule (GUIDE: "no autograd, no hooks"):
+ *
+ *   forward   w = sharc_fsdp_gather(e, u); ...compute...; sharc_fsdp_forward_done(e, u);
+ *   backward  w = sharc_fsdp_gather(e, u); g = sharc_fsdp_grad(e, u);
+ *             ...compute, g += ...; sharc_fsdp_backward_done(e, u);
+ *
+ * A unit whose backward needs no parameters (the embedding) may skip the
+ * backward gather. For forward-only passes (evaluation, generation) each
+ * unit ends with sharc_fsdp_release instead.
+ *
+ * gather returns the unit's full fp32 parameters (a flat buffer laid out as
+ * the unit spec says); grad returns a full-size gradient buffer that the
+ * model accumulates into (+=). backward_done hands the gradient to the
+ * engine, which reduces it into this rank's shard. On one process every
+ * call is a pass-through to the shard itself.
+ *
+ * The optimizer and checkpoints see only shards: sharc_fsdp_shard_* and the
+ * segment list that maps a shard back to parameter names and element ranges. */
+#ifndef SHARC_FSDP_H
+#define SHARC_FSDP_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "sharc/status.h"
+#include "sharc/units.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct sharc_fsdp sharc_fsdp;
+
+typedef enum {
+    SHARC_FULL_SHARD = 0, /* ZeRO-3: parameters, gradients, optimizer state sharded */
+    SHARC_SHARD_GRAD_OP,  /* ZeRO-2: parameters stay gathered from forward to backward */
+    SHARC_NO_SHARD,       /* DDP: everything replicated, gradients all-reduced */
+    SHARC_HYBRID_SHARD    /* shard inside groups of fsdp_size, replicate across them */
+} sharc_sharding;
+
+typedef struct {
+    sharc_sharding strategy;
+    int reshard_after_forward; /* -1: as the strategy says; 0 or 1 to force */
+    int fsdp_size;             /* HYBRID_SHARD shard-group size */
+} sharc_fsdp_config;
+
+void sharc_fsdp_config_default(sharc_fsdp_config *c);
+
+/* The engine for `nunits` units (copied). One process: comm is NULL. */
+sharc_status sharc_fsdp_init(sharc_fsdp **out, const sharc_unit_spec *units, int nunits,
+                             const sharc_fsdp_config *cfg);
+void sharc_fsdp_free(sharc_fsdp *e);
+
+/* Initialise this rank's shard from (seed, parameter name, element index). */
+void sharc_fsdp_init_params(sharc_fsdp *e, uint64_t seed);
+
+/* ---- the schedule ---- */
+const float *sharc_fsdp_gather(sharc_fsdp *e, int unit);
+void sharc_fsdp_forward_done(sharc_fsdp *e, int unit);
+float *sharc_fsdp_grad(sharc_fsdp *e, int unit);
+void sharc_fsdp_backward_done(sharc_fsdp *e, int unit);
+/* Forward-only use is over (evaluation): drop the gathered copy, no gradient. */
+void sharc_fsdp_release(sharc_fsdp *e, int unit);
+/* Zero the sharded gradients (start of an optimizer step). */
+void sharc_fsdp_zero_grad(sharc_fsdp *e);
+
+/* ---- shards ---- */
+typedef struct {
+    int param;          /* index in the unit spec */
+    int64_t shard_off;  /* first element in the shard */
+    int64_t param_off;  /* first element in the parameter */
+    int64_t len;
+} sharc_segment;
+
+int sharc_fsdp_num_units(const sharc_fsdp *e);
+const sharc_unit_spec *sharc_fsdp_unit_spec(const sharc_fsdp *e, int unit);
+int64_t sharc_fsdp_shard_numel(const sharc_fsdp *e, int unit); /* padded */
+float *sharc_fsdp_shard_params(sharc_fsdp *e, int unit);
+float *sharc_fsdp_shard_grads(sharc_fsdp *e, int unit);
+/* The pieces of parameters this rank's shard of `unit` holds (padding excluded). */
+int sharc_fsdp_shard_segments(const sharc_fsdp *e, int unit, const sharc_segment **out);
+
+/* Sum of squares of this rank's shard gradients (padding excluded). */
+double sharc_fsdp_grad_sumsq_local(const sharc_fsdp *e);
+
+/* Copy a whole parameter (numel floats, by global name) into / out of the
+ * part this rank holds. read_local fills only the elements this rank holds. */
+sharc_status sharc_fsdp_param_write_local(sharc_fsdp *e, const char *name, const float *src,
+                                          int64_t numel);
+sharc_status sharc_fsdp_param_read_local(const sharc_fsdp *e, const char *name, float *dst,
+                                         int64_t numel);
+/* Locate a parameter by name: unit and index, or an error naming it. */
+sharc_status sharc_fsdp_find_param(const sharc_fsdp *e, const char *name, int *unit, int *param);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,85 @@
+/* sharc/model.h: GPT-2 and Llama decoder models built as lists of units.
+ *
+ * Units: 0 "embed" (token [+ position] embedding), 1..L "block.i", L+1 "head"
+ * (final norm [+ LM head weight unless tied]). The model owns activations
+ * only; parameters live in the engine (sharc/fsdp.h) and are reached through
+ * sharc_fsdp_gather / sharc_fsdp_grad during forward and backward.
+ *
+ * Parameter names follow Hugging Face without the "transformer." prefix for
+ * GPT-2 ("wte.weight", "h.0.attn.c_attn.weight", ...) and with "model." for
+ * Llama ("model.layers.0.self_attn.q_proj.weight", ...). All linear weights
+ * are stored (out_features, in_features) as nn.Linear does; GPT-2's Conv1D
+ * files hold the transpose and are converted at import. */
+#ifndef SHARC_MODEL_H
+#define SHARC_MODEL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "sharc/fsdp.h"
+#include "sharc/status.h"
+#include "sharc/units.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum { SHARC_FAMILY_GPT2 = 0, SHARC_FAMILY_LLAMA } sharc_family;
+
+typedef struct {
+    sharc_family family;
+    int num_layers;
+    int embed_dim;     /* C */
+    int num_heads;     /* NH */
+    int num_kv_heads;  /* NKV, divides NH (GPT-2: = NH) */
+    int ff_hidden_dim; /* MLP width: GPT-2 4C; Llama the SwiGLU intermediate size */
+    int vocab_size;
+    int max_seq_len;   /* GPT-2: rows of the position table */
+    float norm_eps;
+    float rope_theta;
+    float init_std;
+    bool tie_embeddings;
+} sharc_model_config;
+
+/* Family defaults (GPT-2 124M shape, or a Llama of the same width). */
+void sharc_model_config_default(sharc_model_config *c, sharc_family family);
+/* Fill derived defaults (0 fields) and check the arithmetic; errors name the key. */
+sharc_status sharc_model_config_validate(sharc_model_config *c);
+const char *sharc_family_name(sharc_family f);
+/* Parameters, and the matmul parameters that MFU counts (PaLM's N). */
+int64_t sharc_model_num_params(const sharc_model_config *c);
+/* Training FLOPs per token: 6 * N_matmul + 12 * L * C * T (PaLM, appendix B). */
+double sharc_model_flops_per_token(const sharc_model_config *c, int T);
+
+typedef struct sharc_model sharc_model;
+
+/* Build the unit list for a config (no activations yet). */
+sharc_status sharc_model_init(sharc_model **out, const sharc_model_config *cfg);
+void sharc_model_free(sharc_model *m);
+const sharc_model_config *sharc_model_get_config(const sharc_model *m);
+int sharc_model_num_units(const sharc_model *m);
+const sharc_unit_spec *sharc_model_units(const sharc_model *m);
+
+/* Plan activation memory for micro-batches of B sequences of T tokens.
+ * With activation_checkpointing only each block's input is kept and the
+ * block is recomputed in backward. */
+sharc_status sharc_model_plan(sharc_model *m, int B, int T, bool activation_checkpointing);
+
+/* One micro-batch forward + backward: inputs, targets (B*T; target < 0 is
+ * masked). Gradients are accumulated (+=) through the engine with each
+ * token's loss weighted by loss_scale (1 / valid tokens of the global batch).
+ * Returns the sum of the unmasked tokens' losses. */
+double sharc_model_forward_backward(sharc_model *m, sharc_fsdp *e, const int32_t *inputs,
+                                    const int32_t *targets, float loss_scale);
+/* Forward only, for evaluation: the loss sum over unmasked targets. */
+double sharc_model_forward_loss(sharc_model *m, sharc_fsdp *e, const int32_t *inputs,
+                                const int32_t *targets);
+/* Forward only, logits (V) of the last position of sequence 0 of a plan of
+ * B = 1 and T = len: inputs has len tokens (len <= the planned T). */
+void sharc_model_logits_last(sharc_model *m, sharc_fsdp *e, const int32_t *inputs, int len,
+                             float *logits);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

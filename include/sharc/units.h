@@ -1,0 +1,53 @@
+/* sharc/units.h: the contract between a model and the engine that holds its
+ * parameters. A model is an ordered list of units (the embedding, one unit
+ * per transformer block, the final norm and head); a unit is an ordered list
+ * of parameters laid out back to back in one flat buffer. The model declares
+ * the units; the engine (sharc/fsdp.h) owns the memory, shards it, gathers a
+ * unit before it runs and reduce-scatters its gradient after. */
+#ifndef SHARC_UNITS_H
+#define SHARC_UNITS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define SHARC_MAX_UNIT_PARAMS 16
+#define SHARC_NAME_MAX 96
+
+typedef enum { SHARC_INIT_ZEROS = 0, SHARC_INIT_ONES, SHARC_INIT_NORMAL } sharc_init_kind;
+
+typedef struct {
+    char name[SHARC_NAME_MAX]; /* global name, e.g. "h.3.attn.c_attn.weight" */
+    int ndim;
+    int64_t shape[4];
+    int64_t numel;
+    int64_t offset;            /* first element in the unit's flat buffer */
+    sharc_init_kind init;
+    float std;                 /* for SHARC_INIT_NORMAL */
+    bool decay;                /* AdamW weight decay applies (matrices, not norms/biases) */
+} sharc_param_spec;
+
+typedef struct {
+    char name[32];             /* "embed", "block.3", "head" */
+    int nparams;
+    sharc_param_spec params[SHARC_MAX_UNIT_PARAMS];
+    int64_t numel;             /* sum of the parameters' numel (no padding) */
+    /* Note [root-unit]: a root unit stays gathered from its forward until its
+     * backward is done, and its gradient buffer collects contributions from
+     * other units (the embedding tied to the LM head). */
+    bool root;
+} sharc_unit_spec;
+
+/* Append a parameter to a unit (offsets are assigned in order). */
+void sharc_unit_add_param(sharc_unit_spec *u, const char *name, int ndim, const int64_t *shape,
+                          sharc_init_kind init, float std, bool decay);
+/* Index of the parameter called `name` in the unit, or -1. */
+int sharc_unit_find_param(const sharc_unit_spec *u, const char *name);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,18 @@
+/* layout.c: the shard arithmetic, note [flat-layout] in layout.h. */
+#include "layout.h"
+
+int64_t sharc_layout_numel_shard(int64_t numel, int group) {
+    int64_t s = (numel + group - 1) / group;
+    return (s + SHARC_SHARD_ALIGN - 1) / SHARC_SHARD_ALIGN * SHARC_SHARD_ALIGN;
+}
+
+int sharc_layout_segments(const sharc_unit_spec *u, int64_t lo, int64_t hi, sharc_segment *out) {
+    int n = 0;
+    for (int p = 0; p < u->nparams; p++) {
+        int64_t a = u->params[p].offset, b = a + u->params[p].numel;
+        int64_t s = a > lo ? a : lo, t = b < hi ? b : hi;
+        if (s >= t) continue;
+        out[n++] = (sharc_segment){.param = p, .shard_off = s - lo, .param_off = s - a, .len = t - s};
+    }
+    return n;
+}

@@ -1,0 +1,530 @@
+/* model.c: sharc_model_*, the GPT-2 and Llama decoders as one generic
+ * pre-norm transformer whose family decides the norm (LayerNorm / RMSNorm),
+ * positions (learned / RoPE), MLP (GELU / SwiGLU), biases and tying.
+ *
+ * The model owns activations, never parameters: every weight pointer comes
+ * from sharc_fsdp_gather and every weight gradient goes into the buffer from
+ * sharc_fsdp_grad, one unit at a time, in the order of note [unit-schedule]:
+ *
+ *   forward:  embed, block 0 .. block L-1, then the head, whose forward and
+ *             backward run together (note [fused-head] in xent.c);
+ *   backward: block L-1 .. block 0, embed.
+ *
+ * Tied embeddings (GPT-2, optional for Llama): the head borrows "wte" from the
+ * embed unit, which is therefore a root unit (note [root-unit] in units.h):
+ * gathered from its forward to its backward, its gradient buffer receiving
+ * the head's contribution first and the embedding's last. */
+#include "sharc/model.h"
+#include "sharc/alloc.h"
+#include "sharc/blas.h"
+#include "sharc/kernels.h"
+#include "sharc/log.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Rows of logits alive at once in the fused head: about 32 MB of them. */
+#define HEAD_CHUNK_BYTES (32ll << 20)
+
+/* The activations of one block (note [block-activations]). With
+ * activation checkpointing there is one set, reused by every block. */
+typedef struct {
+    float *ln1, *ln1_mean, *ln1_rstd; /* (N,C), (N), (N) */
+    float *qkv;                       /* (N, QKV) after RoPE */
+    float *att, *lse;                 /* (N,C), (B,NH,T) */
+    float *xmid;                      /* (N,C) residual after attention */
+    float *ln2, *ln2_mean, *ln2_rstd; /* (N,C), (N), (N) */
+    float *fc;                        /* (N, F) MLP pre-activation */
+    float *fca;                       /* (N, Fa) MLP activation */
+} block_acts;
+
+struct sharc_model {
+    sharc_model_config cfg;
+    int nunits;
+    sharc_unit_spec *units;
+    /* derived sizes */
+    int L, C, NH, NKV, hd, QKV, F, Fa, V;
+    /* plan */
+    int B, T;
+    bool ac;
+    int nsets;
+    float *x;          /* (L+1, N, C) residual stream: x[l] is block l's input */
+    block_acts *sets;  /* nsets */
+    float *lnf, *lnf_mean, *lnf_rstd;
+    float *tmp, *dres, *dxmid, *dtmp, *dqkv, *dfc, *dfca;
+    float *att_ws, *head_ws;
+    int64_t head_chunk;
+    float *rope_cos, *rope_sin; /* (T, hd/2) */
+    int32_t *masked;            /* (N) all -1: targets for a loss-free forward */
+};
+
+/* ---------------------------------------------------------------- config */
+
+const char *sharc_family_name(sharc_family f) { return f == SHARC_FAMILY_LLAMA ? "llama" : "gpt2"; }
+
+void sharc_model_config_default(sharc_model_config *c, sharc_family family) {
+    memset(c, 0, sizeof *c);
+    c->family = family;
+    c->num_layers = 12;
+    c->embed_dim = 768;
+    c->num_heads = 12;
+    c->vocab_size = 50257;
+    c->max_seq_len = 1024;
+    c->norm_eps = 1e-5f;
+    c->rope_theta = 10000.0f;
+    c->init_std = 0.02f;
+    c->tie_embeddings = family == SHARC_FAMILY_GPT2;
+    /* num_kv_heads and ff_hidden_dim: 0 = derived in validate */
+}
+
+sharc_status sharc_model_config_validate(sharc_model_config *c) {
+    if (c->num_layers < 1) return sharc_error(SHARC_ERR_INVALID, "model.num_layers: %d, expected >= 1", c->num_layers);
+    if (c->embed_dim < 1) return sharc_error(SHARC_ERR_INVALID, "model.embed_dim: %d, expected >= 1", c->embed_dim);
+    if (c->num_heads < 1 || c->embed_dim % c->num_heads != 0)
+        return sharc_error(SHARC_ERR_INVALID,
+                           "model.num_heads: %d does not divide model.embed_dim %d", c->num_heads,
+                           c->embed_dim);
+    if (c->num_kv_heads == 0) c->num_kv_heads = c->num_heads;
+    if (c->num_kv_heads < 1 || c->num_heads % c->num_kv_heads != 0)
+        return sharc_error(SHARC_ERR_INVALID,
+                           "model.num_kv_heads: %d does not divide model.num_heads %d",
+                           c->num_kv_heads, c->num_heads);
+    if (c->family == SHARC_FAMILY_GPT2 && c->num_kv_heads != c->num_heads)
+        return sharc_error(SHARC_ERR_INVALID,
+                           "model.num_kv_heads: %d, gpt2 has num_kv_heads = num_heads (%d)",
+                           c->num_kv_heads, c->num_heads);
+    int hd = c->embed_dim / c->num_heads;
+    if (c->family == SHARC_FAMILY_LLAMA && hd % 2 != 0)
+        return sharc_error(SHARC_ERR_INVALID,
+                           "model: head dim embed_dim/num_heads = %d must be even for RoPE", hd);
+    if (c->ff_hidden_dim == 0) {
+        if (c->family == SHARC_FAMILY_GPT2) c->ff_hidden_dim = 4 * c->embed_dim;
+        else c->ff_hidden_dim = (8 * c->embed_dim / 3 + 15) / 16 * 16; /* Llama: 2/3 of 4C, to 16 */
+    }
+    if (c->ff_hidden_dim < 1) return sharc_error(SHARC_ERR_INVALID, "model.ff_hidden_dim: %d, expected >= 1", c->ff_hidden_dim);
+    if (c->vocab_size < 2) return sharc_error(SHARC_ERR_INVALID, "model.vocab_size: %d, expected >= 2", c->vocab_size);
+    if (c->max_seq_len < 1) return sharc_error(SHARC_ERR_INVALID, "model.max_seq_len: %d, expected >= 1", c->max_seq_len);
+    if (!(c->norm_eps > 0.0f)) return sharc_error(SHARC_ERR_INVALID, "model.norm_eps: %g, expected > 0", (double)c->norm_eps);
+    if (!(c->rope_theta > 0.0f)) return sharc_error(SHARC_ERR_INVALID, "model.rope_theta: %g, expected > 0", (double)c->rope_theta);
+    if (!(c->init_std >= 0.0f)) return sharc_error(SHARC_ERR_INVALID, "model.init_std: %g, expected >= 0", (double)c->init_std);
+    return SHARC_OK;
+}
+
+static int64_t block_matmul_params(const sharc_model_config *c) {
+    int64_t C = c->embed_dim, hd = C / c->num_heads;
+    int64_t qkv = (c->num_heads + 2 * c->num_kv_heads) * hd;
+    int64_t F = c->family == SHARC_FAMILY_LLAMA ? 2 * c->ff_hidden_dim : c->ff_hidden_dim;
+    return qkv * C + c->num_heads * hd * C + F * C + c->ff_hidden_dim * C;
+}
+
+int64_t sharc_model_num_params(const sharc_model_config *cfg) {
+    sharc_model_config full = *cfg, *c = &full;
+    if (sharc_model_config_validate(c) != SHARC_OK) return 0;
+    int64_t C = c->embed_dim, V = c->vocab_size, L = c->num_layers;
+    int64_t n = V * C + L * block_matmul_params(c);
+    int64_t hd = C / c->num_heads, qkv = (c->num_heads + 2 * c->num_kv_heads) * hd;
+    if (c->family == SHARC_FAMILY_GPT2)
+        n += (int64_t)c->max_seq_len * C + L * (4 * C + qkv + C + c->ff_hidden_dim + C) + 2 * C;
+    else
+        n += L * 2 * C + C + (c->tie_embeddings ? 0 : V * C);
+    return n;
+}
+
+double sharc_model_flops_per_token(const sharc_model_config *cfg, int T) {
+    sharc_model_config full = *cfg, *c = &full;
+    if (sharc_model_config_validate(c) != SHARC_OK) return 0.0;
+    double n_matmul = (double)c->num_layers * (double)block_matmul_params(c) +
+                      (double)c->vocab_size * c->embed_dim;
+    return 6.0 * n_matmul + 12.0 * c->num_layers * (double)c->embed_dim * T;
+}
+
+/* ----------------------------------------------------------------- units */
+
+static void add(sharc_unit_spec *u, const char *name, int64_t d0, int64_t d1, sharc_init_kind init,
+                float std) {
+    int64_t shape[2] = {d0, d1};
+    sharc_unit_add_param(u, name, d1 > 0 ? 2 : 1, shape, init, std, d1 > 0);
+}
+
+static void build_units(sharc_model *m) {
+    const sharc_model_config *c = &m->cfg;
+    bool gpt2 = c->family == SHARC_FAMILY_GPT2;
+    float std = c->init_std, std_res = c->init_std / sqrtf(2.0f * (float)c->num_layers);
+    char n[SHARC_NAME_MAX];
+    m->nunits = m->L + 2;
+    m->units = calloc((size_t)m->nunits, sizeof(sharc_unit_spec));
+    SHARC_CHECK(m->units != NULL);
+
+    sharc_unit_spec *e = &m->units[0];
+    snprintf(e->name, sizeof e->name, "embed");
+    if (gpt2) {
+        add(e, "wte.weight", m->V, m->C, SHARC_INIT_NORMAL, std);
+        add(e, "wpe.weight", c->max_seq_len, m->C, SHARC_INIT_NORMAL, std);
+    } else {
+        add(e, "model.embed_tokens.weight", m->V, m->C, SHARC_INIT_NORMAL, std);
+    }
+    e->root = c->tie_embeddings;
+
+    for (int l = 0; l < m->L; l++) {
+        sharc_unit_spec *u = &m->units[1 + l];
+        snprintf(u->name, sizeof u->name, "block.%d", l);
+#define P(fmt) (snprintf(n, sizeof n, fmt, l), n)
+        if (gpt2) {
+            add(u, P("h.%d.ln_1.weight"), m->C, 0, SHARC_INIT_ONES, 0);
+            add(u, P("h.%d.ln_1.bias"), m->C, 0, SHARC_INIT_ZEROS, 0);
+            add(u, P("h.%d.attn.c_attn.weight"), m->QKV, m->C, SHARC_INIT_NORMAL, std);
+            add(u, P("h.%d.attn.c_attn.bias"), m->QKV, 0, SHARC_INIT_ZEROS, 0);
+            add(u, P("h.%d.attn.c_proj.weight"), m->C, m->C, SHARC_INIT_NORMAL, std_res);
+            add(u, P("h.%d.attn.c_proj.bias"), m->C, 0, SHARC_INIT_ZEROS, 0);
+            add(u, P("h.%d.ln_2.weight"), m->C, 0, SHARC_INIT_ONES, 0);
+            add(u, P("h.%d.ln_2.bias"), m->C, 0, SHARC_INIT_ZEROS, 0);
+            add(u, P("h.%d.mlp.c_fc.weight"), m->F, m->C, SHARC_INIT_NORMAL, std);
+            add(u, P("h.%d.mlp.c_fc.bias"), m->F, 0, SHARC_INIT_ZEROS, 0);
+            add(u, P("h.%d.mlp.c_proj.weight"), m->C, m->Fa, SHARC_INIT_NORMAL, std_res);
+            add(u, P("h.%d.mlp.c_proj.bias"), m->C, 0, SHARC_INIT_ZEROS, 0);
+        } else {
+            /* q, k, v (and gate, up) are adjacent so one sgemm computes them together */
+            add(u, P("model.layers.%d.input_layernorm.weight"), m->C, 0, SHARC_INIT_ONES, 0);
+            add(u, P("model.layers.%d.self_attn.q_proj.weight"), (int64_t)m->NH * m->hd, m->C, SHARC_INIT_NORMAL, std);
+            add(u, P("model.layers.%d.self_attn.k_proj.weight"), (int64_t)m->NKV * m->hd, m->C, SHARC_INIT_NORMAL, std);
+            add(u, P("model.layers.%d.self_attn.v_proj.weight"), (int64_t)m->NKV * m->hd, m->C, SHARC_INIT_NORMAL, std);
+            add(u, P("model.layers.%d.self_attn.o_proj.weight"), m->C, (int64_t)m->NH * m->hd, SHARC_INIT_NORMAL, std_res);
+            add(u, P("model.layers.%d.post_attention_layernorm.weight"), m->C, 0, SHARC_INIT_ONES, 0);
+            add(u, P("model.layers.%d.mlp.gate_proj.weight"), m->Fa, m->C, SHARC_INIT_NORMAL, std);
+            add(u, P("model.layers.%d.mlp.up_proj.weight"), m->Fa, m->C, SHARC_INIT_NORMAL, std);
+            add(u, P("model.layers.%d.mlp.down_proj.weight"), m->C, m->Fa, SHARC_INIT_NORMAL, std_res);
+        }
+#undef P
+    }
+
+    sharc_unit_spec *h = &m->units[m->L + 1];
+    snprintf(h->name, sizeof h->name, "head");
+    if (gpt2) {
+        add(h, "ln_f.weight", m->C, 0, SHARC_INIT_ONES, 0);
+        add(h, "ln_f.bias", m->C, 0, SHARC_INIT_ZEROS, 0);
+    } else {
+        add(h, "model.norm.weight", m->C, 0, SHARC_INIT_ONES, 0);
+    }
+    if (!c->tie_embeddings) add(h, "lm_head.weight", m->V, m->C, SHARC_INIT_NORMAL, std);
+}
+
+sharc_status sharc_model_init(sharc_model **out, const sharc_model_config *cfg) {
+    *out = NULL;
+    sharc_model_config c = *cfg;
+    SHARC_TRY(sharc_model_config_validate(&c));
+    sharc_model *m = calloc(1, sizeof *m);
+    if (!m) return sharc_error(SHARC_ERR_NOMEM, "model: out of memory");
+    m->cfg = c;
+    m->L = c.num_layers;
+    m->C = c.embed_dim;
+    m->NH = c.num_heads;
+    m->NKV = c.num_kv_heads;
+    m->hd = c.embed_dim / c.num_heads;
+    m->QKV = (m->NH + 2 * m->NKV) * m->hd;
+    m->Fa = c.ff_hidden_dim;
+    m->F = c.family == SHARC_FAMILY_LLAMA ? 2 * c.ff_hidden_dim : c.ff_hidden_dim;
+    m->V = c.vocab_size;
+    build_units(m);
+    *out = m;
+    return SHARC_OK;
+}
+
+static void free_plan(sharc_model *m) {
+    sharc_free(m->x);
+    for (int s = 0; s < m->nsets; s++) {
+        block_acts *a = &m->sets[s];
+        float *bufs[] = {a->ln1, a->ln1_mean, a->ln1_rstd, a->qkv, a->att, a->lse,
+                         a->xmid, a->ln2, a->ln2_mean, a->ln2_rstd, a->fc, a->fca};
+        for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) sharc_free(bufs[i]);
+    }
+    free(m->sets);
+    m->sets = NULL;
+    m->nsets = 0;
+    float *bufs[] = {m->lnf, m->lnf_mean, m->lnf_rstd, m->tmp, m->dres, m->dxmid, m->dtmp,
+                     m->dqkv, m->dfc, m->dfca, m->att_ws, m->head_ws, m->rope_cos, m->rope_sin};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) sharc_free(bufs[i]);
+    sharc_free(m->masked);
+    m->x = NULL;
+    m->lnf = m->lnf_mean = m->lnf_rstd = m->tmp = m->dres = m->dxmid = m->dtmp = NULL;
+    m->dqkv = m->dfc = m->dfca = m->att_ws = m->head_ws = m->rope_cos = m->rope_sin = NULL;
+    m->masked = NULL;
+}
+
+void sharc_model_free(sharc_model *m) {
+    if (!m) return;
+    free_plan(m);
+    free(m->units);
+    free(m);
+}
+
+const sharc_model_config *sharc_model_get_config(const sharc_model *m) { return &m->cfg; }
+int sharc_model_num_units(const sharc_model *m) { return m->nunits; }
+const sharc_unit_spec *sharc_model_units(const sharc_model *m) { return m->units; }
+
+/* ------------------------------------------------------------------ plan */
+
+static float *act(int64_t n, bool *ok) {
+    float *p = sharc_alloc((size_t)n * sizeof(float), SHARC_MEM_ACTIVATIONS);
+    if (!p) *ok = false;
+    return p;
+}
+
+sharc_status sharc_model_plan(sharc_model *m, int B, int T, bool activation_checkpointing) {
+    if (B < 1 || T < 1) return sharc_error(SHARC_ERR_INVALID, "model: batch %d x %d tokens, expected >= 1", B, T);
+    if (m->cfg.family == SHARC_FAMILY_GPT2 && T > m->cfg.max_seq_len)
+        return sharc_error(SHARC_ERR_INVALID,
+                           "train.seq_len: %d exceeds model.max_seq_len %d (the position table)",
+                           T, m->cfg.max_seq_len);
+    free_plan(m);
+    m->B = B;
+    m->T = T;
+    m->ac = activation_checkpointing;
+    int64_t N = (int64_t)B * T, C = m->C;
+    bool ok = true;
+    m->x = act((int64_t)(m->L + 1) * N * C, &ok);
+    m->nsets = activation_checkpointing ? 1 : m->L;
+    m->sets = calloc((size_t)m->nsets, sizeof(block_acts));
+    if (!m->sets) return sharc_error(SHARC_ERR_NOMEM, "model: out of memory");
+    for (int s = 0; s < m->nsets; s++) {
+        block_acts *a = &m->sets[s];
+        a->ln1 = act(N * C, &ok);
+        a->ln1_mean = act(N, &ok);
+        a->ln1_rstd = act(N, &ok);
+        a->qkv = act(N * m->QKV, &ok);
+        a->att = act(N * C, &ok);
+        a->lse = act((int64_t)B * m->NH * T, &ok);
+        a->xmid = act(N * C, &ok);
+        a->ln2 = act(N * C, &ok);
+        a->ln2_mean = act(N, &ok);
+        a->ln2_rstd = act(N, &ok);
+        a->fc = act(N * m->F, &ok);
+        a->fca = act(N * m->Fa, &ok);
+    }
+    m->lnf = act(N * C, &ok);
+    m->lnf_mean = act(N, &ok);
+    m->lnf_rstd = act(N, &ok);
+    m->tmp = act(N * C, &ok);
+    m->dres = act(N * C, &ok);
+    m->dxmid = act(N * C, &ok);
+    m->dtmp = act(N * C, &ok);
+    m->dqkv = act(N * m->QKV, &ok);
+    m->dfc = act(N * m->F, &ok);
+    m->dfca = act(N * m->Fa, &ok);
+    m->att_ws = act(sharc_attention_workspace(T), &ok);
+    int64_t chunk = HEAD_CHUNK_BYTES / ((int64_t)m->V * (int64_t)sizeof(float));
+    if (chunk < 16) chunk = 16;
+    if (chunk > N) chunk = N;
+    m->head_chunk = chunk;
+    m->head_ws = act(chunk * m->V, &ok);
+    m->rope_cos = act((int64_t)T * (m->hd / 2 > 0 ? m->hd / 2 : 1), &ok);
+    m->rope_sin = act((int64_t)T * (m->hd / 2 > 0 ? m->hd / 2 : 1), &ok);
+    m->masked = sharc_alloc((size_t)N * sizeof(int32_t), SHARC_MEM_ACTIVATIONS);
+    if (!ok || !m->masked) {
+        free_plan(m);
+        return sharc_error(SHARC_ERR_NOMEM,
+                           "model: cannot allocate activations for batch %d x %d tokens; lower "
+                           "train.batch_size or set fsdp.activation_checkpointing: true",
+                           B, T);
+    }
+    for (int64_t i = 0; i < N; i++) m->masked[i] = -1;
+    if (m->cfg.family == SHARC_FAMILY_LLAMA)
+        sharc_rope_table(m->rope_cos, m->rope_sin, T, m->hd, m->cfg.rope_theta);
+    return SHARC_OK;
+}
+
+/* ---------------------------------------------------------------- blocks */
+
+/* Pointers to one block's weights (or gradients) inside a unit buffer. */
+typedef struct {
+    float *ln1w, *ln1b, *wqkv, *bqkv, *wo, *bo, *ln2w, *ln2b, *wfc, *bfc, *wproj, *bproj;
+} block_ptrs;
+
+static block_ptrs block_view(const sharc_model *m, int l, float *base) {
+    const sharc_param_spec *p = m->units[1 + l].params;
+    block_ptrs b = {0};
+    if (m->cfg.family == SHARC_FAMILY_GPT2) {
+        b.ln1w = base + p[0].offset;
+        b.ln1b = base + p[1].offset;
+        b.wqkv = base + p[2].offset;
+        b.bqkv = base + p[3].offset;
+        b.wo = base + p[4].offset;
+        b.bo = base + p[5].offset;
+        b.ln2w = base + p[6].offset;
+        b.ln2b = base + p[7].offset;
+        b.wfc = base + p[8].offset;
+        b.bfc = base + p[9].offset;
+        b.wproj = base + p[10].offset;
+        b.bproj = base + p[11].offset;
+    } else {
+        b.ln1w = base + p[0].offset;
+        b.wqkv = base + p[1].offset; /* q, k, v adjacent: one (QKV, C) matrix */
+        b.wo = base + p[4].offset;
+        b.ln2w = base + p[5].offset;
+        b.wfc = base + p[6].offset; /* gate, up adjacent: one (2I, C) matrix */
+        b.wproj = base + p[8].offset;
+    }
+    return b;
+}
+
+static void norm_fwd(const sharc_model *m, float *y, float *mean, float *rstd, const float *x,
+                     const float *w, const float *b, int64_t N) {
+    if (m->cfg.family == SHARC_FAMILY_GPT2)
+        sharc_layernorm_forward(y, mean, rstd, x, w, b, N, m->C, m->cfg.norm_eps);
+    else
+        sharc_rmsnorm_forward(y, rstd, x, w, N, m->C, m->cfg.norm_eps);
+}
+
+static void norm_bwd(const sharc_model *m, float *dx, float *dw, float *db, const float *dy,
+                     const float *dres, const float *x, const float *w, const float *mean,
+                     const float *rstd, int64_t N) {
+    if (m->cfg.family == SHARC_FAMILY_GPT2)
+        sharc_layernorm_backward(dx, dw, db, dy, dres, x, w, mean, rstd, N, m->C);
+    else
+        sharc_rmsnorm_backward(dx, dw, dy, dres, x, w, rstd, N, m->C);
+}
+
+static void block_forward(sharc_model *m, const block_ptrs *w, block_acts *a, const float *x,
+                          float *y, int B, int T) {
+    int64_t N = (int64_t)B * T;
+    bool llama = m->cfg.family == SHARC_FAMILY_LLAMA;
+    norm_fwd(m, a->ln1, a->ln1_mean, a->ln1_rstd, x, w->ln1w, w->ln1b, N);
+    sharc_matmul_forward(a->qkv, a->ln1, w->wqkv, w->bqkv, N, m->C, m->QKV);
+    if (llama) sharc_rope_forward(a->qkv, m->rope_cos, m->rope_sin, B, T, m->NH, m->NKV, m->hd);
+    sharc_attention_forward(a->att, a->lse, a->qkv, B, T, m->NH, m->NKV, m->hd, m->att_ws);
+    sharc_matmul_forward(m->tmp, a->att, w->wo, w->bo, N, m->C, m->C);
+    sharc_add(a->xmid, x, m->tmp, N * m->C);
+    norm_fwd(m, a->ln2, a->ln2_mean, a->ln2_rstd, a->xmid, w->ln2w, w->ln2b, N);
+    sharc_matmul_forward(a->fc, a->ln2, w->wfc, w->bfc, N, m->C, m->F);
+    if (llama) sharc_swiglu_forward(a->fca, a->fc, N, m->Fa);
+    else sharc_gelu_forward(a->fca, a->fc, N * m->Fa);
+    if (!y) return; /* recomputing for backward: the block output is not needed */
+    sharc_matmul_forward(m->tmp, a->fca, w->wproj, w->bproj, N, m->Fa, m->C);
+    sharc_add(y, a->xmid, m->tmp, N * m->C);
+}
+
+/* dres: in, d loss / d y; out, d loss / d x (the block input). */
+static void block_backward(sharc_model *m, const block_ptrs *w, const block_ptrs *g,
+                           const block_acts *a, const float *x, float *dres) {
+    int B = m->B, T = m->T;
+    int64_t N = (int64_t)B * T;
+    bool llama = m->cfg.family == SHARC_FAMILY_LLAMA;
+    sharc_matmul_backward(m->dfca, g->wproj, g->bproj, dres, a->fca, w->wproj, N, m->Fa, m->C);
+    if (llama) sharc_swiglu_backward(m->dfc, m->dfca, a->fc, N, m->Fa);
+    else sharc_gelu_backward(m->dfc, m->dfca, a->fc, N * m->Fa);
+    sharc_matmul_backward(m->dtmp, g->wfc, g->bfc, m->dfc, a->ln2, w->wfc, N, m->C, m->F);
+    norm_bwd(m, m->dxmid, g->ln2w, g->ln2b, m->dtmp, dres, a->xmid, w->ln2w, a->ln2_mean,
+             a->ln2_rstd, N);
+    sharc_matmul_backward(m->dtmp, g->wo, g->bo, m->dxmid, a->att, w->wo, N, m->C, m->C);
+    sharc_attention_backward(m->dqkv, m->dtmp, a->qkv, a->att, a->lse, B, T, m->NH, m->NKV,
+                             m->hd, m->att_ws);
+    if (llama) sharc_rope_backward(m->dqkv, m->rope_cos, m->rope_sin, B, T, m->NH, m->NKV, m->hd);
+    sharc_matmul_backward(m->dtmp, g->wqkv, g->bqkv, m->dqkv, a->ln1, w->wqkv, N, m->C, m->QKV);
+    norm_bwd(m, dres, g->ln1w, g->ln1b, m->dtmp, m->dxmid, x, w->ln1w, a->ln1_mean, a->ln1_rstd, N);
+}
+
+/* -------------------------------------------------------------- schedule */
+
+static float *xl(const sharc_model *m, int l) { return m->x + (int64_t)l * m->B * m->T * m->C; }
+
+static void check_tokens(const sharc_model *m, const int32_t *tok, int64_t N) {
+    for (int64_t i = 0; i < N; i++)
+        if (tok[i] < 0 || tok[i] >= m->V)
+            sharc_fatal(__FILE__, __LINE__, "model: token %d at %lld outside vocabulary [0, %d)",
+                        tok[i], (long long)i, m->V);
+}
+
+/* The head weight (V, C) and, for training, its gradient buffer. */
+static const float *head_weight(sharc_model *m, sharc_fsdp *e, const float *hp) {
+    if (m->cfg.tie_embeddings) return sharc_fsdp_gather(e, 0) + m->units[0].params[0].offset;
+    return hp + m->units[m->L + 1].params[sharc_unit_find_param(&m->units[m->L + 1], "lm_head.weight")].offset;
+}
+
+/* Embedding and blocks; with `store` false every block reuses set 0. */
+static void forward_body(sharc_model *m, sharc_fsdp *e, const int32_t *inputs, int B, int T,
+                         bool store) {
+    int64_t N = (int64_t)B * T;
+    check_tokens(m, inputs, N);
+    const float *ep = sharc_fsdp_gather(e, 0);
+    const float *wpe = m->cfg.family == SHARC_FAMILY_GPT2 ? ep + m->units[0].params[1].offset : NULL;
+    sharc_embedding_forward(xl(m, 0), inputs, ep, wpe, B, T, m->C);
+    sharc_fsdp_forward_done(e, 0);
+    for (int l = 0; l < m->L; l++) {
+        block_ptrs w = block_view(m, l, (float *)sharc_fsdp_gather(e, 1 + l));
+        block_acts *a = &m->sets[store && !m->ac ? l : 0];
+        block_forward(m, &w, a, xl(m, l), xl(m, l + 1), B, T);
+        sharc_fsdp_forward_done(e, 1 + l);
+    }
+}
+
+double sharc_model_forward_backward(sharc_model *m, sharc_fsdp *e, const int32_t *inputs,
+                                    const int32_t *targets, float loss_scale) {
+    const int B = m->B, T = m->T, L = m->L, H = L + 1;
+    const int64_t N = (int64_t)B * T;
+    forward_body(m, e, inputs, B, T, true);
+
+    /* head: final norm, fused LM head + loss + backward */
+    const sharc_unit_spec *hs = &m->units[H];
+    const float *hp = sharc_fsdp_gather(e, H);
+    float *hg = sharc_fsdp_grad(e, H);
+    const float *nw = hp + hs->params[0].offset, *nb = m->cfg.family == SHARC_FAMILY_GPT2 ? hp + hs->params[1].offset : NULL;
+    norm_fwd(m, m->lnf, m->lnf_mean, m->lnf_rstd, xl(m, L), nw, nb, N);
+    const float *wh = head_weight(m, e, hp);
+    float *gh = m->cfg.tie_embeddings ? sharc_fsdp_grad(e, 0) + m->units[0].params[0].offset
+                                      : hg + hs->params[sharc_unit_find_param(hs, "lm_head.weight")].offset;
+    double loss = sharc_lmhead_xent(m->dtmp, gh, m->lnf, wh, targets, loss_scale, N, m->C, m->V,
+                                    m->head_ws, m->head_chunk);
+    norm_bwd(m, m->dres, hg + hs->params[0].offset,
+             nb ? hg + hs->params[1].offset : NULL, m->dtmp, NULL, xl(m, L), nw, m->lnf_mean,
+             m->lnf_rstd, N);
+    sharc_fsdp_backward_done(e, H);
+
+    for (int l = L - 1; l >= 0; l--) {
+        float *wp = (float *)sharc_fsdp_gather(e, 1 + l);
+        block_ptrs w = block_view(m, l, wp);
+        block_ptrs g = block_view(m, l, sharc_fsdp_grad(e, 1 + l));
+        block_acts *a = &m->sets[m->ac ? 0 : l];
+        if (m->ac) block_forward(m, &w, a, xl(m, l), NULL, B, T); /* recompute */
+        block_backward(m, &w, &g, a, xl(m, l), m->dres);
+        sharc_fsdp_backward_done(e, 1 + l);
+    }
+
+    /* the embedding's backward needs no parameters, only its gradient buffer */
+    float *eg = sharc_fsdp_grad(e, 0);
+    float *gwpe = m->cfg.family == SHARC_FAMILY_GPT2 ? eg + m->units[0].params[1].offset : NULL;
+    sharc_embedding_backward(eg + m->units[0].params[0].offset, gwpe, m->dres, inputs, B, T, m->C);
+    sharc_fsdp_backward_done(e, 0);
+    return loss;
+}
+
+double sharc_model_forward_loss(sharc_model *m, sharc_fsdp *e, const int32_t *inputs,
+                                const int32_t *targets) {
+    const int B = m->B, T = m->T, L = m->L, H = L + 1;
+    const int64_t N = (int64_t)B * T;
+    forward_body(m, e, inputs, B, T, false);
+    const sharc_unit_spec *hs = &m->units[H];
+    const float *hp = sharc_fsdp_gather(e, H);
+    const float *nw = hp + hs->params[0].offset, *nb = m->cfg.family == SHARC_FAMILY_GPT2 ? hp + hs->params[1].offset : NULL;
+    norm_fwd(m, m->lnf, m->lnf_mean, m->lnf_rstd, xl(m, L), nw, nb, N);
+    double loss = sharc_lmhead_xent(NULL, NULL, m->lnf, head_weight(m, e, hp), targets, 1.0f, N,
+                                    m->C, m->V, m->head_ws, m->head_chunk);
+    sharc_fsdp_release(e, H);
+    sharc_fsdp_release(e, 0); /* a root unit stays gathered until released */
+    return loss;
+}
+
+void sharc_model_logits_last(sharc_model *m, sharc_fsdp *e, const int32_t *inputs, int len,
+                             float *logits) {
+    SHARC_CHECK(len >= 1 && len <= m->T);
+    const int L = m->L, H = L + 1;
+    forward_body(m, e, inputs, 1, len, false);
+    const sharc_unit_spec *hs = &m->units[H];
+    const float *hp = sharc_fsdp_gather(e, H);
+    const float *nw = hp + hs->params[0].offset, *nb = m->cfg.family == SHARC_FAMILY_GPT2 ? hp + hs->params[1].offset : NULL;
+    const float *last = xl(m, L) + (int64_t)(len - 1) * m->C;
+    norm_fwd(m, m->lnf, m->lnf_mean, m->lnf_rstd, last, nw, nb, 1);
+    sharc_matmul_forward(logits, m->lnf, head_weight(m, e, hp), NULL, 1, m->C, m->V);
+    sharc_fsdp_release(e, H);
+    sharc_fsdp_release(e, 0);
+}

@@ -1,0 +1,129 @@
+/* adamw.c: sharc_adamw_*, sharc_lr_at and sharc_clip_coef: the optimizer
+ * over this rank's shards only. Note [padding-excluded]: the update runs on
+ * the shard's parameter segments, so padding is never touched. */
+#include "sharc/optim.h"
+#include "sharc/alloc.h"
+#include "../core/parallel.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+void sharc_optim_config_default(sharc_optim_config *c) {
+    memset(c, 0, sizeof *c);
+    c->lr = 3e-4f;
+    c->min_lr_ratio = 0.1f;
+    c->warmup_steps = 0;
+    c->decay = SHARC_LR_COSINE;
+    c->beta1 = 0.9f;
+    c->beta2 = 0.95f;
+    c->eps = 1e-8f;
+    c->weight_decay = 0.1f;
+    c->max_grad_norm = 1.0f;
+}
+
+float sharc_lr_at(const sharc_optim_config *c, int64_t step, int64_t max_steps) {
+    if (step < c->warmup_steps) return c->lr * (float)(step + 1) / (float)c->warmup_steps;
+    if (c->decay == SHARC_LR_CONSTANT) return c->lr;
+    int64_t span = c->decay_steps > 0 ? c->decay_steps : max_steps - c->warmup_steps;
+    double progress = span > 0 ? (double)(step - c->warmup_steps) / (double)span : 1.0;
+    if (progress > 1.0) progress = 1.0;
+    double floor_lr = (double)c->lr * c->min_lr_ratio;
+    double k = c->decay == SHARC_LR_COSINE ? 0.5 * (1.0 + cos(M_PI * progress)) : 1.0 - progress;
+    return (float)(floor_lr + ((double)c->lr - floor_lr) * k);
+}
+
+float sharc_clip_coef(const sharc_optim_config *c, double grad_norm) {
+    if (c->max_grad_norm <= 0.0f) return 1.0f;
+    double coef = (double)c->max_grad_norm / (grad_norm + 1e-6);
+    return coef < 1.0 ? (float)coef : 1.0f;
+}
+
+struct sharc_adamw {
+    sharc_optim_config cfg;
+    int nunits;
+    float **m, **v;
+    int64_t t;
+};
+
+sharc_status sharc_adamw_init(sharc_adamw **out, sharc_fsdp *e, const sharc_optim_config *c) {
+    *out = NULL;
+    sharc_adamw *a = calloc(1, sizeof *a);
+    if (!a) return sharc_error(SHARC_ERR_NOMEM, "adamw: out of memory");
+    a->cfg = *c;
+    a->nunits = sharc_fsdp_num_units(e);
+    a->m = calloc((size_t)a->nunits, sizeof(float *));
+    a->v = calloc((size_t)a->nunits, sizeof(float *));
+    if (!a->m || !a->v) {
+        sharc_adamw_free(a);
+        return sharc_error(SHARC_ERR_NOMEM, "adamw: out of memory");
+    }
+    for (int u = 0; u < a->nunits; u++) {
+        size_t bytes = (size_t)sharc_fsdp_shard_numel(e, u) * sizeof(float);
+        a->m[u] = sharc_alloc(bytes, SHARC_MEM_OPTIM);
+        a->v[u] = sharc_alloc(bytes, SHARC_MEM_OPTIM);
+        if (!a->m[u] || !a->v[u]) {
+            sharc_adamw_free(a);
+            return sharc_error(SHARC_ERR_NOMEM, "adamw: cannot allocate moments (%zu bytes)", bytes);
+        }
+    }
+    *out = a;
+    return SHARC_OK;
+}
+
+void sharc_adamw_free(sharc_adamw *a) {
+    if (!a) return;
+    for (int u = 0; u < a->nunits; u++) {
+        if (a->m) sharc_free(a->m[u]);
+        if (a->v) sharc_free(a->v[u]);
+    }
+    free(a->m);
+    free(a->v);
+    free(a);
+}
+
+SHARC_VEC static void adamw_range(float *p, const float *g, float *m, float *v, int64_t n,
+                                  float decay_mul, float b1, float b2, float step_size,
+                                  float sqrt_bc2, float eps, float gscale) {
+    for (int64_t i = 0; i < n; i++) {
+        float gi = g[i] * gscale;
+        float pi = p[i] * decay_mul;
+        float mi = b1 * m[i] + (1.0f - b1) * gi;
+        float vi = b2 * v[i] + (1.0f - b2) * gi * gi;
+        m[i] = mi;
+        v[i] = vi;
+        p[i] = pi - step_size * mi / (sqrtf(vi) / sqrt_bc2 + eps);
+    }
+}
+
+void sharc_adamw_step(sharc_adamw *a, sharc_fsdp *e, float lr, float grad_scale) {
+    a->t++;
+    const sharc_optim_config *c = &a->cfg;
+    /* scalars in double, as PyTorch computes them in Python */
+    double bc1 = 1.0 - pow((double)c->beta1, (double)a->t);
+    double bc2 = 1.0 - pow((double)c->beta2, (double)a->t);
+    float step_size = (float)((double)lr / bc1), sqrt_bc2 = (float)sqrt(bc2);
+    for (int u = 0; u < a->nunits; u++) {
+        float *p = sharc_fsdp_shard_params(e, u), *g = sharc_fsdp_shard_grads(e, u);
+        const sharc_unit_spec *spec = sharc_fsdp_unit_spec(e, u);
+        const sharc_segment *segs;
+        int nseg = sharc_fsdp_shard_segments(e, u, &segs);
+        for (int s = 0; s < nseg; s++) {
+            int64_t off = segs[s].shard_off, n = segs[s].len;
+            float decay_mul = spec->params[segs[s].param].decay ? (float)(1.0 - (double)lr * c->weight_decay) : 1.0f;
+            int64_t nc = (n + 65535) / 65536;
+#pragma omp parallel for schedule(static) if (nc > 1)
+            for (int64_t k = 0; k < nc; k++) {
+                int64_t lo = sharc_chunk_lo(k, nc, n), hi = sharc_chunk_lo(k + 1, nc, n);
+                adamw_range(p + off + lo, g + off + lo, a->m[u] + off + lo, a->v[u] + off + lo,
+                            hi - lo, decay_mul, c->beta1, c->beta2, step_size, sqrt_bc2,
+                            c->eps, grad_scale);
+            }
+        }
+    }
+}
+
+int64_t sharc_adamw_steps(const sharc_adamw *a) { return a->t; }
+void sharc_adamw_set_steps(sharc_adamw *a, int64_t t) { a->t = t; }
+float *sharc_adamw_m(sharc_adamw *a, int u) { return a->m[u]; }
+float *sharc_adamw_v(sharc_adamw *a, int u) { return a->v[u]; }

@@ -1,0 +1,184 @@
+/* test_model.c: whole-model gradients of both families at odd sizes against
+ * finite differences; activation checkpointing gives identical gradients;
+ * micro-batch accumulation equals one big batch; the unit list. */
+#include "grad_check.h"
+#include "sharc/alloc.h"
+#include "sharc/fsdp.h"
+#include "sharc/model.h"
+
+#include <string.h>
+
+typedef struct {
+    sharc_model *m;
+    sharc_fsdp *e;
+    int32_t *in, *tgt;
+} model_ctx;
+
+static void small_config(sharc_model_config *c, sharc_family f) {
+    sharc_model_config_default(c, f);
+    c->num_layers = 2;
+    c->embed_dim = 48;
+    c->num_heads = 3;
+    c->num_kv_heads = f == SHARC_FAMILY_LLAMA ? 1 : 3;
+    c->ff_hidden_dim = f == SHARC_FAMILY_LLAMA ? 70 : 0;
+    c->vocab_size = 37;
+    c->max_seq_len = 16;
+    c->init_std = 0.2f;
+}
+
+static void setup(model_ctx *x, sharc_family f, int B, int T, bool ac, bool tie) {
+    sharc_model_config c;
+    small_config(&c, f);
+    c.tie_embeddings = tie;
+    ASSERT_OK(sharc_model_init(&x->m, &c));
+    ASSERT_OK(sharc_model_plan(x->m, B, T, ac));
+    sharc_fsdp_config fc;
+    sharc_fsdp_config_default(&fc);
+    ASSERT_OK(sharc_fsdp_init(&x->e, sharc_model_units(x->m), sharc_model_num_units(x->m), &fc));
+    sharc_fsdp_init_params(x->e, 42);
+    /* make norms and biases non-trivial so their gradients are exercised */
+    for (int u = 0; u < sharc_fsdp_num_units(x->e); u++) {
+        const sharc_unit_spec *s = sharc_fsdp_unit_spec(x->e, u);
+        float *p = sharc_fsdp_shard_params(x->e, u);
+        for (int i = 0; i < s->nparams; i++)
+            if (s->params[i].ndim == 1)
+                for (int64_t k = 0; k < s->params[i].numel; k++)
+                    p[s->params[i].offset + k] += 0.1f * sharc_rng_normal(7, (uint64_t)i, (uint64_t)k);
+    }
+    x->in = malloc(sizeof(int32_t) * (size_t)(B * T));
+    x->tgt = malloc(sizeof(int32_t) * (size_t)(B * T));
+    for (int i = 0; i < B * T; i++) {
+        x->in[i] = (int32_t)(sharc_rng_u64(5, 1, (uint64_t)i) % 37);
+        x->tgt[i] = (int32_t)(sharc_rng_u64(5, 2, (uint64_t)i) % 37);
+    }
+    x->tgt[3] = -1; /* one masked target */
+}
+
+static void teardown(model_ctx *x) {
+    sharc_fsdp_free(x->e);
+    sharc_model_free(x->m);
+    free(x->in);
+    free(x->tgt);
+}
+
+static double model_loss(void *p) {
+    model_ctx *x = p;
+    return sharc_model_forward_loss(x->m, x->e, x->in, x->tgt);
+}
+
+static void model_fd(sharc_family f, bool tie) {
+    model_ctx x;
+    setup(&x, f, 2, 13, false, tie);
+    sharc_fsdp_zero_grad(x.e);
+    double loss = sharc_model_forward_backward(x.m, x.e, x.in, x.tgt, 1.0f);
+    ASSERT_NEAR(loss, model_loss(&x), 1e-6, 0);
+    for (int u = 0; u < sharc_fsdp_num_units(x.e); u++) {
+        const sharc_unit_spec *s = sharc_fsdp_unit_spec(x.e, u);
+        float *p = sharc_fsdp_shard_params(x.e, u), *g = sharc_fsdp_shard_grads(x.e, u);
+        for (int i = 0; i < s->nparams; i++) {
+            const sharc_param_spec *ps = &s->params[i];
+            fd_check(model_loss, &x, p + ps->offset, g + ps->offset, ps->numel > 300 ? 300 : ps->numel,
+                     1e-2f, 3e-2, 2e-3, ps->name);
+        }
+    }
+    teardown(&x);
+}
+
+TEST(model_gpt2_finite_difference) { model_fd(SHARC_FAMILY_GPT2, true); }
+TEST(model_llama_finite_difference) { model_fd(SHARC_FAMILY_LLAMA, false); }
+TEST(model_llama_tied_finite_difference) { model_fd(SHARC_FAMILY_LLAMA, true); }
+
+/* Activation checkpointing recomputes the same kernels on the same inputs:
+ * the loss and every gradient are bit-identical. */
+static void ac_identical(sharc_family f) {
+    model_ctx a, b;
+    setup(&a, f, 2, 13, false, f == SHARC_FAMILY_GPT2);
+    setup(&b, f, 2, 13, true, f == SHARC_FAMILY_GPT2);
+    sharc_fsdp_zero_grad(a.e);
+    sharc_fsdp_zero_grad(b.e);
+    double la = sharc_model_forward_backward(a.m, a.e, a.in, a.tgt, 0.04f);
+    double lb = sharc_model_forward_backward(b.m, b.e, b.in, b.tgt, 0.04f);
+    ASSERT_TRUE(la == lb);
+    for (int u = 0; u < sharc_fsdp_num_units(a.e); u++) {
+        int64_t n = sharc_fsdp_shard_numel(a.e, u);
+        ASSERT_TRUE(memcmp(sharc_fsdp_shard_grads(a.e, u), sharc_fsdp_shard_grads(b.e, u),
+                           (size_t)n * sizeof(float)) == 0);
+    }
+    teardown(&a);
+    teardown(&b);
+}
+
+TEST(model_gpt2_activation_checkpointing_identical) { ac_identical(SHARC_FAMILY_GPT2); }
+TEST(model_llama_activation_checkpointing_identical) { ac_identical(SHARC_FAMILY_LLAMA); }
+
+/* Activation memory: checkpointing keeps one block's set instead of L. */
+TEST(model_activation_checkpointing_saves_memory) {
+    sharc_model_config c;
+    small_config(&c, SHARC_FAMILY_GPT2);
+    c.num_layers = 6;
+    sharc_model *m;
+    ASSERT_OK(sharc_model_init(&m, &c));
+    sharc_mem_stats s0, s1, s2;
+    sharc_mem_get(&s0);
+    ASSERT_OK(sharc_model_plan(m, 2, 16, false));
+    sharc_mem_get(&s1);
+    ASSERT_OK(sharc_model_plan(m, 2, 16, true));
+    sharc_mem_get(&s2);
+    int64_t full = s1.current[SHARC_MEM_ACTIVATIONS] - s0.current[SHARC_MEM_ACTIVATIONS];
+    int64_t ckpt = s2.current[SHARC_MEM_ACTIVATIONS] - s0.current[SHARC_MEM_ACTIVATIONS];
+    /* per block and token: 16 C floats stored without, C with checkpointing */
+    int64_t per_set = ((int64_t)2 * 16 * (48 * 15 + 4) + 2 * 3 * 16) * 4;
+    ASSERT_EQ(full - ckpt, 5 * per_set);
+    sharc_model_free(m);
+}
+
+/* Two micro-batches of one sequence, each scaled by 1/total, accumulate to
+ * the gradient of one batch of two sequences. */
+TEST(model_micro_batches_accumulate) {
+    model_ctx a, b;
+    setup(&a, SHARC_FAMILY_LLAMA, 2, 13, false, false);
+    setup(&b, SHARC_FAMILY_LLAMA, 1, 13, false, false);
+    float scale = 1.0f / 25.0f; /* 26 targets, one masked */
+    sharc_fsdp_zero_grad(a.e);
+    sharc_fsdp_zero_grad(b.e);
+    double la = sharc_model_forward_backward(a.m, a.e, a.in, a.tgt, scale);
+    double lb = sharc_model_forward_backward(b.m, b.e, a.in, a.tgt, scale);
+    lb += sharc_model_forward_backward(b.m, b.e, a.in + 13, a.tgt + 13, scale);
+    ASSERT_NEAR(lb, la, 1e-6, 0);
+    for (int u = 0; u < sharc_fsdp_num_units(a.e); u++)
+        ASSERT_ALLCLOSE(sharc_fsdp_shard_grads(b.e, u), sharc_fsdp_shard_grads(a.e, u),
+                        sharc_fsdp_shard_numel(a.e, u), 1e-4, 2e-6);
+    teardown(&a);
+    teardown(&b);
+}
+
+TEST(model_units_and_names) {
+    sharc_model_config c;
+    small_config(&c, SHARC_FAMILY_GPT2);
+    sharc_model *m;
+    ASSERT_OK(sharc_model_init(&m, &c));
+    ASSERT_EQ(sharc_model_num_units(m), 4);
+    const sharc_unit_spec *u = sharc_model_units(m);
+    ASSERT_TRUE(u[0].root); /* tied wte */
+    ASSERT_TRUE(strcmp(u[1].params[2].name, "h.0.attn.c_attn.weight") == 0);
+    ASSERT_EQ(u[1].params[2].shape[0], 144);
+    ASSERT_TRUE(u[1].params[2].decay && !u[1].params[0].decay);
+    int64_t total = 0;
+    for (int i = 0; i < 4; i++) total += u[i].numel;
+    ASSERT_EQ(total, sharc_model_num_params(&c));
+    sharc_model_free(m);
+
+    small_config(&c, SHARC_FAMILY_LLAMA);
+    ASSERT_OK(sharc_model_init(&m, &c));
+    u = sharc_model_units(m);
+    ASSERT_TRUE(!u[0].root);
+    ASSERT_TRUE(strcmp(u[3].params[1].name, "lm_head.weight") == 0);
+    total = 0;
+    for (int i = 0; i < 4; i++) total += u[i].numel;
+    ASSERT_EQ(total, sharc_model_num_params(&c));
+    sharc_model_free(m);
+
+    c.num_kv_heads = 2; /* does not divide 3 heads */
+    ASSERT_TRUE(sharc_model_init(&m, &c) == SHARC_ERR_INVALID);
+    ASSERT_TRUE(strstr(sharc_last_error(), "model.num_kv_heads") != NULL);
+}
