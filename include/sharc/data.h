@@ -1,0 +1,96 @@
+/* sharc/data.h: token datasets and the deterministic batch sampler.
+ *
+ * Formats (data.format):
+ *   u16   raw little-endian uint16 tokens, no header (nanoGPT's train.bin)
+ *   u32   raw little-endian uint32 tokens, no header
+ *   llmc  llm.c shards: 256 x int32 header (magic 20240520 version 1 -> uint16
+ *         tokens; magic 20240801 version 7 -> uint32 tokens), header[2] = token
+ *         count, the file size must be exactly 1024 + count x token size
+ *   text  raw UTF-8 text through the byte-level tokenizer: token = byte (vocab 256)
+ *   auto  llmc if the file starts with an llm.c magic, else by extension:
+ *         .txt/.text -> text, .bin/.u16 -> u16, .u32 -> u32; anything else is an
+ *         error asking for data.format.
+ * Every token is checked against the model's vocabulary when the file is
+ * opened; a bad one is reported with its position.
+ *
+ * Note [sampler-rule]: the exact batch of every step, the rule that makes an
+ * N-process run comparable with a 1-process run.
+ *   - Window k holds tokens [k*T, k*T + T + 1): inputs are its first T tokens,
+ *     targets its last T. Windows overlap by one token; W = (ntokens - 1) / T.
+ *   - A step consumes G = batch_size x grad_accum x dp_size sequences: sample
+ *     g = step x G + j for j in [0, G). Epoch e = g / W, position p = g % W.
+ *     The window is p without shuffling, perm_e[p] with shuffling, where perm_e
+ *     is a Fisher-Yates permutation of [0, W) drawn from Philox(seed, stream e).
+ *   - Data-parallel rank r of R, micro-batch m of A, row i of B takes
+ *     j = m x R x B + r x B + i.
+ * So the global batch of a step is the same set of windows whatever R is,
+ * and with R = 1, A = k it equals R = k, A = 1. */
+#ifndef SHARC_DATA_H
+#define SHARC_DATA_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "sharc/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum {
+    SHARC_TOKENS_AUTO = 0,
+    SHARC_TOKENS_U16,
+    SHARC_TOKENS_U32,
+    SHARC_TOKENS_LLMC,
+    SHARC_TOKENS_TEXT
+} sharc_token_format;
+
+/* "auto", "u16", "u32", "llmc", "text" -> format; -1 if unknown. */
+int sharc_token_format_parse(const char *s);
+const char *sharc_token_format_name(sharc_token_format f);
+
+typedef struct sharc_dataset sharc_dataset;
+
+/* Open (memory-map) a token file and validate it against vocab_size. */
+sharc_status sharc_dataset_open(sharc_dataset **out, const char *path, sharc_token_format fmt,
+                                int vocab_size);
+void sharc_dataset_free(sharc_dataset *d);
+int64_t sharc_dataset_num_tokens(const sharc_dataset *d);
+sharc_token_format sharc_dataset_format(const sharc_dataset *d);
+/* Copy tokens [start, start + n) as int32 (start + n <= num_tokens). */
+void sharc_dataset_read(const sharc_dataset *d, int64_t start, int64_t n, int32_t *dst);
+
+typedef struct {
+    int seq_len;     /* T */
+    int batch_size;  /* B: sequences per micro-batch per data-parallel rank */
+    int grad_accum;  /* A: micro-batches per step */
+    int dp_size;     /* R: data-parallel ranks sharing a step */
+    bool shuffle;
+    uint64_t seed;
+} sharc_sampler_config;
+
+typedef struct sharc_sampler sharc_sampler;
+
+/* Errors (naming train.seq_len / the file) if the dataset has fewer than
+ * one window. */
+sharc_status sharc_sampler_init(sharc_sampler **out, const sharc_dataset *d,
+                                const sharc_sampler_config *c);
+void sharc_sampler_free(sharc_sampler *s);
+/* Windows per epoch (W). */
+int64_t sharc_sampler_windows(const sharc_sampler *s);
+/* The window of global sample g (note [sampler-rule]). */
+int64_t sharc_sampler_window_of(sharc_sampler *s, int64_t g);
+/* inputs, targets (B x T) of micro-batch `micro` of data-parallel rank
+ * `dp_rank` at step `step`. */
+void sharc_sampler_batch(sharc_sampler *s, int64_t step, int micro, int dp_rank, int32_t *inputs,
+                         int32_t *targets);
+
+/* Byte-level tokenizer (vocab 256): encode is the identity on bytes. */
+int64_t sharc_byte_encode(const char *text, int64_t len, int32_t *tokens);
+/* Decode tokens < 256 to bytes; returns the number of bytes written. */
+int64_t sharc_byte_decode(const int32_t *tokens, int64_t n, char *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

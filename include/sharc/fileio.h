@@ -1,0 +1,40 @@
+/* sharc/fileio.h: whole-buffer reads and writes that report the path, and
+ * atomic publication of a file (temporary name, fsync, rename, fsync of the
+ * directory) so a crash never leaves a half-written file under its name. */
+#ifndef SHARC_FILEIO_H
+#define SHARC_FILEIO_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "sharc/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+sharc_status sharc_write_all(int fd, const void *buf, size_t n, const char *path);
+sharc_status sharc_pread_all(int fd, void *buf, size_t n, uint64_t off, const char *path);
+sharc_status sharc_fsync_dir(const char *path_in_dir);
+/* Read a whole (small) file into a NUL-terminated malloc'd buffer. */
+sharc_status sharc_read_file(const char *path, char **out, size_t *len);
+/* mkdir -p */
+sharc_status sharc_mkdirs(const char *dir);
+
+typedef struct {
+    int fd;
+    char final_path[4096];
+    char tmp_path[4200];
+} sharc_afile;
+
+sharc_status sharc_afile_open(sharc_afile *a, const char *final_path);
+sharc_status sharc_afile_write(sharc_afile *a, const void *buf, size_t n);
+/* fsync, close, rename to the final name, fsync the directory. */
+sharc_status sharc_afile_commit(sharc_afile *a);
+/* Close and remove the temporary file (after an error). */
+void sharc_afile_abort(sharc_afile *a);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
