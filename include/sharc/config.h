@@ -1,0 +1,81 @@
+/* sharc/config.h: the run configuration, read from YAML (or JSON, which
+ * libyaml also reads) with dotted command-line overrides.
+ *
+ * One table (src/config/config.c, `keys`) lists every key with its type,
+ * default, allowed range and help line; loading, overriding, validating and
+ * printing all go through it, so a key exists in exactly one place.
+ * Unknown keys, wrong types and out-of-range values are errors naming the
+ * file, line, key, value and what is allowed. */
+#ifndef SHARC_CONFIG_H
+#define SHARC_CONFIG_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "sharc/data.h"
+#include "sharc/fsdp.h"
+#include "sharc/model.h"
+#include "sharc/optim.h"
+#include "sharc/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define SHARC_PATH_MAX 1024
+
+typedef struct {
+    char path[SHARC_PATH_MAX];
+    char val_path[SHARC_PATH_MAX];
+    sharc_token_format format;
+    bool shuffle;
+    uint64_t seed;
+} sharc_data_config;
+
+typedef struct {
+    int batch_size;   /* sequences per micro-batch per data-parallel rank */
+    int grad_accum;   /* micro-batches per optimizer step */
+    int seq_len;      /* T */
+    int64_t max_steps;
+    uint64_t seed;    /* parameter initialisation */
+    int log_every;
+    int threads;      /* 0: the CPUs this process may use */
+    char out_dir[SHARC_PATH_MAX];
+    char metrics_path[SHARC_PATH_MAX]; /* "" = out_dir/metrics.jsonl */
+} sharc_train_config;
+
+typedef struct {
+    bool activation_checkpointing;
+} sharc_fsdp_options;
+
+typedef struct {
+    sharc_model_config model;
+    sharc_data_config data;
+    sharc_optim_config optim;
+    sharc_train_config train;
+    sharc_fsdp_options fsdp;
+} sharc_config;
+
+/* The built-in defaults (the job `make run` trains). */
+void sharc_config_default(sharc_config *c);
+/* Apply a YAML/JSON file on top of *c. */
+sharc_status sharc_config_load_file(sharc_config *c, const char *path);
+/* Apply YAML text (origin names it in errors). */
+sharc_status sharc_config_load_string(sharc_config *c, const char *text, const char *origin);
+/* Apply one "section.key" = "value" (from the command line). */
+sharc_status sharc_config_set(sharc_config *c, const char *key, const char *value,
+                              const char *origin);
+/* Cross-key checks and derived defaults (model arithmetic, ...). */
+sharc_status sharc_config_validate(sharc_config *c);
+/* The resolved configuration as YAML (every key). */
+void sharc_config_write_yaml(const sharc_config *c, FILE *f);
+/* Same, into a malloc'd string. */
+char *sharc_config_to_yaml(const sharc_config *c);
+/* Print every key with its type and help line. */
+void sharc_config_print_keys(FILE *f);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# run.sh BUILD_DIR: the main job behind `make run`. Trains the built-in
+# default model (a small byte-level GPT) on the King James Bible from
+# Debian's bible-kjv package, saves the final weights, then samples text.
+set -euo pipefail
+build=${1:-build}
+mkdir -p data
+if [ ! -s data/kjv.txt ]; then
+  echo "sharc: writing data/kjv.txt from the bible-kjv package"
+  bible -f 'Gen1:1-Rev22:21' > data/kjv.txt.tmp
+  mv data/kjv.txt.tmp data/kjv.txt
+fi
+"$build/sharc" train "${@:2}"
+echo "--- sample from runs/kjv/model.safetensors ---"
+"$build/sharc" generate --checkpoint runs/kjv --prompt "And God said" --tokens 300

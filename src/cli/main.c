@@ -1,0 +1,232 @@
+/* main.c: the sharc command. The only place that prints a failure's message
+ * and decides the exit status. */
+#include "sharc/blas.h"
+#include "sharc/config.h"
+#include "sharc/data.h"
+#include "sharc/fsdp.h"
+#include "sharc/log.h"
+#include "sharc/model.h"
+#include "sharc/rng.h"
+#include "sharc/train.h"
+#include "sharc/weights.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#define SHARC_VERSION "0.1.0"
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "sharc " SHARC_VERSION ": fully sharded data-parallel training of GPT-2 and Llama models\n"
+            "\n"
+            "usage:\n"
+            "  sharc train [--config FILE.yaml] [--section.key=value ...]\n"
+            "  sharc generate --checkpoint DIR|FILE [--prompt TEXT] [--tokens N]\n"
+            "                 [--temperature T] [--top-k K] [--seed S] [--threads K]\n"
+            "  sharc config [--config FILE.yaml] [--section.key=value ...]   print the resolved config\n"
+            "  sharc config --keys                                          list every config key\n"
+            "  sharc version\n");
+}
+
+static int fail(sharc_status st) {
+    sharc_log(SHARC_LOG_ERROR, "%s", sharc_last_error());
+    return st == SHARC_ERR_INVALID ? 2 : 1;
+}
+
+/* --config FILE and --section.key=value / --section.key value, in order. */
+static sharc_status parse_config_args(int argc, char **argv, sharc_config *c) {
+    sharc_config_default(c);
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        if (strncmp(a, "--", 2) != 0)
+            return sharc_error(SHARC_ERR_INVALID, "command line: unexpected argument '%s'", a);
+        a += 2;
+        const char *eq = strchr(a, '=');
+        char key[256];
+        const char *value;
+        if (eq) {
+            snprintf(key, sizeof key, "%.*s", (int)(eq - a), a);
+            value = eq + 1;
+        } else {
+            if (i + 1 >= argc)
+                return sharc_error(SHARC_ERR_INVALID, "command line: --%s needs a value", a);
+            snprintf(key, sizeof key, "%s", a);
+            value = argv[++i];
+        }
+        if (strcmp(key, "config") == 0) {
+            SHARC_TRY(sharc_config_load_file(c, value));
+        } else {
+            char origin[300];
+            snprintf(origin, sizeof origin, "command line --%s", key);
+            SHARC_TRY(sharc_config_set(c, key, value, origin));
+        }
+    }
+    return sharc_config_validate(c);
+}
+
+static int cmd_train(int argc, char **argv) {
+    sharc_config c;
+    sharc_status st = parse_config_args(argc, argv, &c);
+    if (st != SHARC_OK) return fail(st);
+    st = sharc_train_run(&c);
+    return st == SHARC_OK ? 0 : fail(st);
+}
+
+static int cmd_config(int argc, char **argv) {
+    if (argc == 1 && strcmp(argv[0], "--keys") == 0) {
+        sharc_config_print_keys(stdout);
+        return 0;
+    }
+    sharc_config c;
+    sharc_status st = parse_config_args(argc, argv, &c);
+    if (st != SHARC_OK) return fail(st);
+    sharc_config_write_yaml(&c, stdout);
+    return 0;
+}
+
+/* Sample a token from logits with temperature and top-k (0 = all). */
+static int sample(float *logits, int V, float temperature, int top_k, sharc_rng *rng) {
+    int best = 0;
+    for (int i = 1; i < V; i++)
+        if (logits[i] > logits[best]) best = i;
+    if (temperature <= 0.0f) return best;
+    float cutoff = -INFINITY;
+    if (top_k > 0 && top_k < V) {
+        /* the k-th largest logit, by partial selection on a copy */
+        float *tmp = malloc(sizeof(float) * (size_t)V);
+        memcpy(tmp, logits, sizeof(float) * (size_t)V);
+        for (int k = 0; k < top_k; k++) {
+            int m = k;
+            for (int i = k + 1; i < V; i++)
+                if (tmp[i] > tmp[m]) m = i;
+            float x = tmp[k];
+            tmp[k] = tmp[m];
+            tmp[m] = x;
+        }
+        cutoff = tmp[top_k - 1];
+        free(tmp);
+    }
+    double sum = 0.0;
+    for (int i = 0; i < V; i++) {
+        double p = logits[i] >= cutoff ? exp((double)(logits[i] - logits[best]) / temperature) : 0.0;
+        logits[i] = (float)p;
+        sum += p;
+    }
+    double r = (double)sharc_rng_next_uniform(rng) * sum, acc = 0.0;
+    for (int i = 0; i < V; i++) {
+        acc += logits[i];
+        if (r < acc) return i;
+    }
+    return best;
+}
+
+static int cmd_generate(int argc, char **argv) {
+    const char *ckpt = NULL, *prompt = "\n";
+    int ntok = 200, top_k = 40, threads = 0;
+    float temperature = 0.8f;
+    unsigned long long seed = 1;
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!v) {
+            sharc_error(SHARC_ERR_INVALID, "generate: %s needs a value", a);
+            return fail(SHARC_ERR_INVALID);
+        }
+        if (!strcmp(a, "--checkpoint")) ckpt = v;
+        else if (!strcmp(a, "--prompt")) prompt = v;
+        else if (!strcmp(a, "--tokens")) ntok = atoi(v);
+        else if (!strcmp(a, "--temperature")) temperature = (float)atof(v);
+        else if (!strcmp(a, "--top-k")) top_k = atoi(v);
+        else if (!strcmp(a, "--seed")) seed = strtoull(v, NULL, 10);
+        else if (!strcmp(a, "--threads")) threads = atoi(v);
+        else {
+            sharc_error(SHARC_ERR_INVALID, "generate: unknown option '%s'", a);
+            return fail(SHARC_ERR_INVALID);
+        }
+        i++;
+    }
+    if (!ckpt) {
+        sharc_error(SHARC_ERR_INVALID, "generate: --checkpoint DIR|FILE is required");
+        return fail(SHARC_ERR_INVALID);
+    }
+    if (ntok < 0 || top_k < 0 || !(temperature >= 0.0f)) {
+        sharc_error(SHARC_ERR_INVALID, "generate: --tokens, --top-k and --temperature must be >= 0");
+        return fail(SHARC_ERR_INVALID);
+    }
+    char path[4096];
+    struct stat sb;
+    if (stat(ckpt, &sb) == 0 && S_ISDIR(sb.st_mode)) snprintf(path, sizeof path, "%s/model.safetensors", ckpt);
+    else snprintf(path, sizeof path, "%s", ckpt);
+
+    sharc_config c;
+    sharc_config_default(&c);
+    sharc_status st = sharc_weights_read_config(path, &c);
+    if (st != SHARC_OK) return fail(st);
+    if (c.model.vocab_size != 256) {
+        sharc_error(SHARC_ERR_UNSUPPORTED, "generate: '%s' has model.vocab_size %d; generate decodes byte-level models (256) only",
+                    path, c.model.vocab_size);
+        return fail(SHARC_ERR_UNSUPPORTED);
+    }
+    if ((st = sharc_blas_init(threads)) != SHARC_OK) return fail(st);
+    sharc_model *m = NULL;
+    sharc_fsdp *e = NULL;
+    sharc_fsdp_config fc;
+    sharc_fsdp_config_default(&fc);
+    int T = c.model.family == SHARC_FAMILY_GPT2 ? c.model.max_seq_len : c.train.seq_len;
+    if ((st = sharc_model_init(&m, &c.model)) != SHARC_OK || (st = sharc_model_plan(m, 1, T, false)) != SHARC_OK ||
+        (st = sharc_fsdp_init(&e, sharc_model_units(m), sharc_model_num_units(m), &fc)) != SHARC_OK ||
+        (st = sharc_weights_load(e, path)) != SHARC_OK) {
+        int rc = fail(st);
+        sharc_fsdp_free(e);
+        sharc_model_free(m);
+        return rc;
+    }
+    int64_t plen = (int64_t)strlen(prompt);
+    int64_t cap = plen + ntok + 1;
+    int32_t *tokens = malloc(sizeof(int32_t) * (size_t)cap);
+    float *logits = malloc(sizeof(float) * 256);
+    int64_t n = sharc_byte_encode(prompt, plen, tokens);
+    if (n == 0) tokens[n++] = '\n';
+    fwrite(prompt, 1, (size_t)plen, stdout);
+    sharc_rng rng;
+    sharc_rng_init(&rng, seed, 0x67656eull);
+    for (int i = 0; i < ntok; i++) {
+        int64_t start = n > T ? n - T : 0;
+        sharc_model_logits_last(m, e, tokens + start, (int)(n - start), logits);
+        int next = sample(logits, 256, temperature, top_k, &rng);
+        tokens[n++] = next;
+        char ch = (char)next;
+        fwrite(&ch, 1, 1, stdout);
+        fflush(stdout);
+    }
+    printf("\n");
+    free(tokens);
+    free(logits);
+    sharc_fsdp_free(e);
+    sharc_model_free(m);
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    const char *cmd = argv[1];
+    if (!strcmp(cmd, "train")) return cmd_train(argc - 2, argv + 2);
+    if (!strcmp(cmd, "generate")) return cmd_generate(argc - 2, argv + 2);
+    if (!strcmp(cmd, "config")) return cmd_config(argc - 2, argv + 2);
+    if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
+        printf("sharc %s\n", SHARC_VERSION);
+        return 0;
+    }
+    if (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h")) {
+        usage(stdout);
+        return 0;
+    }
+    sharc_error(SHARC_ERR_INVALID, "unknown command '%s' (sharc help lists them)", cmd);
+    return fail(SHARC_ERR_INVALID);
+}
