@@ -182,3 +182,29 @@ TEST(model_units_and_names) {
     ASSERT_TRUE(sharc_model_init(&m, &c) == SHARC_ERR_INVALID);
     ASSERT_TRUE(strstr(sharc_last_error(), "model.num_kv_heads") != NULL);
 }
+
+/* Inverting the CDF at evenly spaced draws reproduces softmax(logits / temp)
+ * restricted to the top k. */
+TEST(model_sampling_matches_softmax_top_k) {
+    const float logits[5] = {1.0f, 3.0f, 2.0f, -1.0f, 2.5f};
+    for (int top_k = 0; top_k <= 3; top_k += 3) {
+        const float temp = 0.7f;
+        double want[5], z = 0.0;
+        for (int i = 0; i < 5; i++) {
+            bool kept = top_k == 0 || logits[i] >= 2.0f; /* the top 3 are 3, 2.5, 2 */
+            want[i] = kept ? exp(logits[i] / temp) : 0.0;
+            z += want[i];
+        }
+        int count[5] = {0};
+        const int n = 100000;
+        for (int k = 0; k < n; k++) {
+            float l[5];
+            memcpy(l, logits, sizeof l);
+            count[sharc_sample_logits(l, 5, temp, top_k, ((float)k + 0.5f) / (float)n)]++;
+        }
+        for (int i = 0; i < 5; i++) ASSERT_NEAR((double)count[i] / n, want[i] / z, 0, 2e-4);
+    }
+    float l[5];
+    memcpy(l, logits, sizeof l);
+    ASSERT_EQ(sharc_sample_logits(l, 5, 0.0f, 0, 0.99f), 1); /* greedy */
+}

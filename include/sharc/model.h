@@ -79,6 +79,11 @@ double sharc_model_forward_loss(sharc_model *m, sharc_fsdp *e, const int32_t *in
 void sharc_model_logits_last(sharc_model *m, sharc_fsdp *e, const int32_t *inputs, int len,
                              float *logits);
 
+/* Pick a token from logits (V, modified in place): greedy if temperature is 0,
+ * else softmax(logits / temperature) restricted to the top_k largest (0 = all),
+ * inverted at the uniform draw u in [0, 1). */
+int sharc_sample_logits(float *logits, int V, float temperature, int top_k, float u);
+
 #ifdef __cplusplus
 }
 #endif

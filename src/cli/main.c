@@ -87,42 +87,6 @@ static int cmd_config(int argc, char **argv) {
     return 0;
 }
 
-/* Sample a token from logits with temperature and top-k (0 = all). */
-static int sample(float *logits, int V, float temperature, int top_k, sharc_rng *rng) {
-    int best = 0;
-    for (int i = 1; i < V; i++)
-        if (logits[i] > logits[best]) best = i;
-    if (temperature <= 0.0f) return best;
-    float cutoff = -INFINITY;
-    if (top_k > 0 && top_k < V) {
-        /* the k-th largest logit, by partial selection on a copy */
-        float *tmp = malloc(sizeof(float) * (size_t)V);
-        memcpy(tmp, logits, sizeof(float) * (size_t)V);
-        for (int k = 0; k < top_k; k++) {
-            int m = k;
-            for (int i = k + 1; i < V; i++)
-                if (tmp[i] > tmp[m]) m = i;
-            float x = tmp[k];
-            tmp[k] = tmp[m];
-            tmp[m] = x;
-        }
-        cutoff = tmp[top_k - 1];
-        free(tmp);
-    }
-    double sum = 0.0;
-    for (int i = 0; i < V; i++) {
-        double p = logits[i] >= cutoff ? exp((double)(logits[i] - logits[best]) / temperature) : 0.0;
-        logits[i] = (float)p;
-        sum += p;
-    }
-    double r = (double)sharc_rng_next_uniform(rng) * sum, acc = 0.0;
-    for (int i = 0; i < V; i++) {
-        acc += logits[i];
-        if (r < acc) return i;
-    }
-    return best;
-}
-
 static int cmd_generate(int argc, char **argv) {
     const char *ckpt = NULL, *prompt = "\n";
     int ntok = 200, top_k = 40, threads = 0;
@@ -196,7 +160,7 @@ static int cmd_generate(int argc, char **argv) {
     for (int i = 0; i < ntok; i++) {
         int64_t start = n > T ? n - T : 0;
         sharc_model_logits_last(m, e, tokens + start, (int)(n - start), logits);
-        int next = sample(logits, 256, temperature, top_k, &rng);
+        int next = sharc_sample_logits(logits, 256, temperature, top_k, sharc_rng_next_uniform(&rng));
         tokens[n++] = next;
         char ch = (char)next;
         fwrite(&ch, 1, 1, stdout);

@@ -23,9 +23,11 @@ expect_fail "cannot open '/nonexistent.yaml'" "$S" train --config /nonexistent.y
 printf 'model:\n  num_layers: x\n' > bad.yaml
 expect_fail "config 'bad.yaml' line 2: model.num_layers = 'x': expected an integer" "$S" train --config bad.yaml
 expect_fail "'missing.txt'" "$S" train --data.path=missing.txt --train.out_dir=out1
-expect_fail "outside the vocabulary" "$S" train --data.path=t.txt --model.vocab_size=100 --train.out_dir=out2
+expect_fail "needs model.vocab_size >= 256 (it is 100)" "$S" train --data.path=t.txt --model.vocab_size=100 --train.out_dir=out2
+printf "\x01\x00\xff\x00" > big.bin
+expect_fail "'big.bin': token 255 at position 1 is outside the vocabulary [0, 100)" "$S" train --data.path=big.bin --model.vocab_size=100 --train.out_dir=out3
 expect_fail "train.seq_len: 4096 exceeds model.max_seq_len 128" "$S" train --train.seq_len=4096
 expect_fail "unknown command 'trian'" "$S" trian
 expect_fail "safetensors 't.txt'" "$S" generate --checkpoint t.txt
-test ! -e out1 && test ! -e out2 || { echo "a failed run left files behind"; exit 1; }
+test ! -e out1 && test ! -e out2 && test ! -e out3 || { echo "a failed run left files behind"; exit 1; }
 echo ok
