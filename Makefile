@@ -2,7 +2,7 @@
 # runner; `make test` and `make run` first install missing Debian packages.
 CC      ?= gcc
 BUILD   ?= build
-OPT     ?= -O2
+OPT     ?= -O3
 SAN     ?=
 MULTIARCH := $(shell $(CC) -print-multiarch 2>/dev/null || echo x86_64-linux-gnu)
 

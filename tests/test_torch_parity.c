@@ -5,9 +5,15 @@
  *
  * The reference trains in float64; sharc in fp32. Tolerances: gradients at
  * step 0, 1e-4 relative + 1e-6 absolute (fp32 sums of a few hundred terms);
- * losses, the issue's 1e-4 relative; final weights, 1e-4 absolute (weights are
- * O(0.02-1) and Adam's normalised steps of lr <= 1e-2 let the fp32 rounding of
- * 20 updates reach a few 1e-6; 1e-4 still fails on any wrong convention). */
+ * losses, the issue's 1e-4 relative (observed: 1e-6 and below); final
+ * weights, 1e-5 absolute (observed: up to 4e-6).
+ *
+ * AdamW eps is 1e-6 here, not the usual 1e-8: some gradients are zero in
+ * exact arithmetic (GPT-2's key bias: softmax ignores a constant added to a
+ * row of scores) or nearly so by cancellation, and hold only rounding noise
+ * (1e-9 in fp32, 1e-17 in fp64). With eps = 1e-8 Adam normalises that noise
+ * into steps of about lr in random directions, which no fp32 implementation
+ * can reproduce (torch fp32 vs torch fp64 differ by 2e-4 there). */
 #include "sharc/fsdp.h"
 #include "sharc/model.h"
 #include "sharc/optim.h"
@@ -62,7 +68,7 @@ static void parity(sharc_family family) {
     oc.decay = SHARC_LR_COSINE;
     oc.beta1 = 0.9f;
     oc.beta2 = 0.95f;
-    oc.eps = 1e-8f;
+    oc.eps = 1e-6f;
     oc.weight_decay = 0.1f;
     oc.max_grad_norm = 1.0f;
     sharc_adamw *opt;
@@ -113,13 +119,9 @@ static void parity(sharc_family family) {
             snprintf(name, sizeof name, "final.%s", s->params[p].name);
             float *ref = malloc(sizeof(float) * (size_t)s->params[p].numel);
             ASSERT_OK(sharc_st_load_f32(f, name, ref, s->params[p].numel));
-            /* The key bias's gradient is zero in exact arithmetic (softmax ignores
-             * a constant added to a row of scores), so both sides hold rounding
-             * noise there, which Adam normalises into +-lr steps: not compared. */
-            if (strstr(name, "attn.c_attn.bias")) {
-                for (int i = 0; i < 48; i++) ref[48 + i] = w[s->params[p].offset + 48 + i];
-            }
-            ASSERT_ALLCLOSE(w + s->params[p].offset, ref, s->params[p].numel, 0, 1e-4);
+            if (sharc_test_allclose(w + s->params[p].offset, ref, s->params[p].numel, 0, 1e-5) >= 0)
+                fprintf(stderr, "final weights differ in %s\n", name);
+            ASSERT_ALLCLOSE(w + s->params[p].offset, ref, s->params[p].numel, 0, 1e-5);
             free(ref);
         }
     }

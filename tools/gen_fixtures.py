@@ -314,7 +314,7 @@ def train_fixture(family):
     decay = [t for t in p.values() if t.dim() >= 2]
     no_decay = [t for t in p.values() if t.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
-                            lr=1e-2, betas=(0.9, 0.95), eps=1e-8)
+                            lr=1e-2, betas=(0.9, 0.95), eps=1e-6)
     losses = []
     for s in range(S):
         for g in opt.param_groups:

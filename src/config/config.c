@@ -299,7 +299,16 @@ static sharc_status parse_mapping(yaml_ctx *y, const char *prefix, int depth) {
             return st;
         }
         char key[512];
-        snprintf(key, sizeof key, "%s%s%s", prefix, prefix[0] ? "." : "", (const char *)kev.data.scalar.value);
+        const char *leaf = (const char *)kev.data.scalar.value;
+        if (strlen(prefix) + strlen(leaf) + 2 > sizeof key) {
+            sharc_status st = yaml_error(y, &kev.start_mark, "key too long");
+            yaml_event_delete(&kev);
+            return st;
+        }
+        size_t pl = strlen(prefix);
+        memcpy(key, prefix, pl);
+        if (pl) key[pl++] = '.';
+        memcpy(key + pl, leaf, strlen(leaf) + 1);
         yaml_mark_t at = kev.start_mark;
         yaml_event_delete(&kev);
         yaml_event_t vev;

@@ -17,6 +17,17 @@
 #define SHARC_VEC
 #endif
 
+/* glibc's vector math library (libmvec) has AVX-512/AVX2/SSE versions of
+ * expf, logf and tanhf, but math.h announces them to the vectoriser only
+ * under -ffast-math, which sharc does not use (it must keep inf/NaN
+ * semantics and the order of its sums). Declaring them here with GCC's simd
+ * attribute lets loops that call them vectorise under plain -O3. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__FAST_MATH__)
+__attribute__((simd("notinbranch"))) float expf(float);
+__attribute__((simd("notinbranch"))) float logf(float);
+__attribute__((simd("notinbranch"))) float tanhf(float);
+#endif
+
 /* Below this many elements of work a kernel runs on the calling thread. */
 #define SHARC_PAR_MIN 16384
 
