@@ -11,6 +11,7 @@
 #include "sharc/fsdp.h"
 #include "sharc/model.h"
 #include "sharc/optim.h"
+#include "sharc/prof.h"
 #include "sharc/rng.h"
 
 #include <math.h>
@@ -124,13 +125,15 @@ int main(int argc, char **argv) {
             in[i] = (int32_t)(sharc_rng_u64(7, (uint64_t)s, (uint64_t)i) % (uint64_t)c.vocab_size);
             tg[i] = (int32_t)(sharc_rng_u64(8, (uint64_t)s, (uint64_t)i) % (uint64_t)c.vocab_size);
         }
+        if (s == 1 && getenv("SHARC_PROFILE")) sharc_prof_enable(true); /* after the warm-up step */
         double t0 = now();
-        sharc_fsdp_zero_grad(e);
+        SHARC_PROF("zero_grad", sharc_fsdp_zero_grad(e));
         double t1 = now();
         sharc_model_forward_backward(m, e, in, tg, 1.0f / (float)(B * T));
         double t2 = now();
-        double norm = sqrt(sharc_fsdp_grad_sumsq_local(e));
-        sharc_adamw_step(opt, e, 1e-4f, sharc_clip_coef(&oc, norm));
+        double norm;
+        SHARC_PROF("grad_norm", norm = sqrt(sharc_fsdp_grad_sumsq_local(e)));
+        SHARC_PROF("adamw", sharc_adamw_step(opt, e, 1e-4f, sharc_clip_coef(&oc, norm)));
         double t3 = now();
         times[s] = t3 - t0;
         if (s > 0) {
@@ -139,6 +142,7 @@ int main(int argc, char **argv) {
             phase[2] += t3 - t2;
         }
     }
+    if (sharc_prof_enabled()) sharc_prof_report(stderr, steps);
     qsort(times + 1, (size_t)steps, sizeof(double), cmp_double);
     double med = times[1 + steps / 2];
     double tps = (double)B * T / med;

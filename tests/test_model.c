@@ -5,6 +5,7 @@
 #include "sharc/alloc.h"
 #include "sharc/fsdp.h"
 #include "sharc/model.h"
+#include "sharc/optim.h"
 
 #include <string.h>
 
@@ -207,4 +208,31 @@ TEST(model_sampling_matches_softmax_top_k) {
     float l[5];
     memcpy(l, logits, sizeof l);
     ASSERT_EQ(sharc_sample_logits(l, 5, 0.0f, 0, 0.99f), 1); /* greedy */
+}
+
+/* The schedule: linear warmup, cosine/linear decay to the floor, constant;
+ * clipping as torch.nn.utils.clip_grad_norm_. */
+TEST(optim_lr_schedule_and_clip) {
+    sharc_optim_config c;
+    sharc_optim_config_default(&c);
+    c.lr = 1.0f;
+    c.min_lr_ratio = 0.1f;
+    c.warmup_steps = 4;
+    c.decay = SHARC_LR_COSINE;
+    ASSERT_NEAR(sharc_lr_at(&c, 0, 14), 0.25, 1e-7, 0);
+    ASSERT_NEAR(sharc_lr_at(&c, 3, 14), 1.0, 1e-7, 0);
+    ASSERT_NEAR(sharc_lr_at(&c, 4, 14), 1.0, 1e-7, 0);
+    ASSERT_NEAR(sharc_lr_at(&c, 9, 14), 0.55, 1e-6, 0); /* halfway: floor + (1 - floor) / 2 */
+    ASSERT_NEAR(sharc_lr_at(&c, 14, 14), 0.1, 1e-6, 0);
+    ASSERT_NEAR(sharc_lr_at(&c, 100, 14), 0.1, 1e-6, 0);
+    c.decay = SHARC_LR_LINEAR;
+    ASSERT_NEAR(sharc_lr_at(&c, 9, 14), 0.55, 1e-6, 0);
+    ASSERT_NEAR(sharc_lr_at(&c, 6, 14), 1.0 - 0.9 * 0.2, 1e-6, 0);
+    c.decay = SHARC_LR_CONSTANT;
+    ASSERT_NEAR(sharc_lr_at(&c, 13, 14), 1.0, 0, 0);
+    c.max_grad_norm = 1.0f;
+    ASSERT_NEAR(sharc_clip_coef(&c, 4.0), 1.0 / (4.0 + 1e-6), 1e-7, 0);
+    ASSERT_NEAR(sharc_clip_coef(&c, 0.5), 1.0, 0, 0);
+    c.max_grad_norm = 0.0f;
+    ASSERT_NEAR(sharc_clip_coef(&c, 400.0), 1.0, 0, 0);
 }

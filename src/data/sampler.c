@@ -1,35 +1,55 @@
-/* sampler.c: sharc_sampler_*, note [sampler-rule] in sharc/data.h.
+/* sampler.c: sharc_sampler_*, the deterministic batch rule of note
+ * [sampler-rule] in sharc/data.h. The sampler borrows its dataset and owns
+ * the permutation of one epoch (SHARC_MEM_OTHER).
  *
- * Shuffling: the permutation of epoch e starts as the identity on [0, W);
- * for i = W-1 down to 1, draw number c = W-1-i (the c-th draw of the epoch)
- * u = sharc_rng_u64(seed, e, c) and swap entries i and u % (i + 1). The
- * permutation of the current epoch is cached. */
+ * Note [epoch-permutation]: with shuffling, perm_e of epoch e is drawn as
+ *     perm = identity on [0, W); c = 0
+ *     for i = W-1 down to 1:
+ *         j = sharc_rng_u64(seed, e, c) % (i + 1); c = c + 1
+ *         swap perm[i] and perm[j]
+ * i.e. draw c of epoch e is Philox counter c of stream e; draw c swaps
+ * position W-1-c. (The modulo bias is below (i+1)/2^64: negligible.) Being
+ * a pure function of (seed, e, W), the same windows come out whatever the
+ * number of ranks, after a restart, and in any order of requests. The
+ * permutation of the last epoch asked for is cached, built lazily on the
+ * first request for that epoch and rebuilt when another epoch is asked for
+ * (O(W) work once per epoch for sequential access). */
 #include "sharc/alloc.h"
 #include "sharc/data.h"
 #include "sharc/rng.h"
 
-#include <stdlib.h>
+/* dataset.c: the file name, for messages */
+const char *sharc_dataset_path(const sharc_dataset *d);
 
 struct sharc_sampler {
     sharc_sampler_config cfg;
-    const sharc_dataset *data;
-    int64_t windows;
-    int64_t *perm;     /* (windows) permutation of perm_epoch, or NULL */
-    int64_t perm_epoch;
+    const sharc_dataset *data; /* borrowed: outlives the sampler */
+    int64_t windows;           /* W */
+    int64_t *perm;             /* (W) owned, perm_e of epoch perm_epoch; NULL without shuffle */
+    int64_t perm_epoch;        /* -1: none built yet */
 };
 
-sharc_status sharc_sampler_init(sharc_sampler **out, const sharc_dataset *d, const sharc_sampler_config *c) {
+static sharc_status check_positive(const char *key, int v) {
+    if (v >= 1) return SHARC_OK;
+    return sharc_error(SHARC_ERR_INVALID, "data: sampler: %s is %d; expected at least 1", key, v);
+}
+
+sharc_status sharc_sampler_init(sharc_sampler **out, const sharc_dataset *d,
+                                const sharc_sampler_config *c) {
     *out = NULL;
-    if (c->seq_len < 1 || c->batch_size < 1 || c->grad_accum < 1 || c->dp_size < 1)
-        return sharc_error(SHARC_ERR_INVALID, "data: sampler needs seq_len, batch_size, grad_accum, dp_size >= 1");
-    int64_t W = (sharc_dataset_num_tokens(d) - 1) / c->seq_len;
+    SHARC_TRY(check_positive("train.seq_len", c->seq_len));
+    SHARC_TRY(check_positive("train.batch_size", c->batch_size));
+    SHARC_TRY(check_positive("train.grad_accum", c->grad_accum));
+    SHARC_TRY(check_positive("the data-parallel size", c->dp_size));
+    const int64_t ntokens = sharc_dataset_num_tokens(d);
+    const int64_t W = (ntokens - 1) / c->seq_len;
     if (W < 1)
         return sharc_error(SHARC_ERR_INVALID,
-                           "data: %lld tokens hold no window of train.seq_len + 1 = %d tokens; use a shorter "
-                           "train.seq_len or more data",
-                           (long long)sharc_dataset_num_tokens(d), c->seq_len + 1);
-    sharc_sampler *s = calloc(1, sizeof *s);
-    if (!s) return sharc_error(SHARC_ERR_NOMEM, "data: out of memory");
+                           "data: '%s' holds %lld tokens, fewer than one window of train.seq_len "
+                           "+ 1 = %lld tokens; lower train.seq_len or use more data",
+                           sharc_dataset_path(d), (long long)ntokens, (long long)c->seq_len + 1);
+    sharc_sampler *s = sharc_alloc(sizeof *s, SHARC_MEM_OTHER);
+    if (!s) return sharc_error(SHARC_ERR_NOMEM, "data: sampler: out of memory");
     s->cfg = *c;
     s->data = d;
     s->windows = W;
@@ -37,8 +57,12 @@ sharc_status sharc_sampler_init(sharc_sampler **out, const sharc_dataset *d, con
     if (c->shuffle) {
         s->perm = sharc_alloc((size_t)W * sizeof(int64_t), SHARC_MEM_OTHER);
         if (!s->perm) {
-            free(s);
-            return sharc_error(SHARC_ERR_NOMEM, "data: cannot allocate the permutation of %lld windows", (long long)W);
+            sharc_free(s);
+            return sharc_error(SHARC_ERR_NOMEM,
+                               "data: '%s': cannot allocate the permutation of %lld windows (%lld "
+                               "bytes)",
+                               sharc_dataset_path(d), (long long)W,
+                               (long long)W * (long long)sizeof(int64_t));
         }
     }
     *out = s;
@@ -48,26 +72,29 @@ sharc_status sharc_sampler_init(sharc_sampler **out, const sharc_dataset *d, con
 void sharc_sampler_free(sharc_sampler *s) {
     if (!s) return;
     sharc_free(s->perm);
-    free(s);
+    sharc_free(s);
 }
 
 int64_t sharc_sampler_windows(const sharc_sampler *s) { return s->windows; }
 
+/* Note [epoch-permutation]. */
 static void build_perm(sharc_sampler *s, int64_t epoch) {
     const int64_t W = s->windows;
-    for (int64_t i = 0; i < W; i++) s->perm[i] = i;
-    uint64_t draw = 0;
+    int64_t *perm = s->perm;
+    for (int64_t i = 0; i < W; i++) perm[i] = i;
+    uint64_t c = 0;
     for (int64_t i = W - 1; i >= 1; i--) {
-        uint64_t j = sharc_rng_u64(s->cfg.seed, (uint64_t)epoch, draw++) % (uint64_t)(i + 1);
-        int64_t t = s->perm[i];
-        s->perm[i] = s->perm[j];
-        s->perm[j] = t;
+        int64_t j = (int64_t)(sharc_rng_u64(s->cfg.seed, (uint64_t)epoch, c++) % (uint64_t)(i + 1));
+        int64_t t = perm[i];
+        perm[i] = perm[j];
+        perm[j] = t;
     }
     s->perm_epoch = epoch;
 }
 
 int64_t sharc_sampler_window_of(sharc_sampler *s, int64_t g) {
-    int64_t epoch = g / s->windows, pos = g % s->windows;
+    SHARC_CHECK(g >= 0);
+    const int64_t epoch = g / s->windows, pos = g % s->windows;
     if (!s->cfg.shuffle) return pos;
     if (s->perm_epoch != epoch) build_perm(s, epoch);
     return s->perm[pos];
@@ -76,12 +103,15 @@ int64_t sharc_sampler_window_of(sharc_sampler *s, int64_t g) {
 void sharc_sampler_batch(sharc_sampler *s, int64_t step, int micro, int dp_rank, int32_t *inputs,
                          int32_t *targets) {
     const sharc_sampler_config *c = &s->cfg;
-    const int T = c->seq_len, B = c->batch_size;
-    const int64_t G = (int64_t)B * c->grad_accum * c->dp_size;
-    for (int i = 0; i < B; i++) {
-        int64_t j = (int64_t)micro * c->dp_size * B + (int64_t)dp_rank * B + i;
-        int64_t w = sharc_sampler_window_of(s, step * G + j);
-        sharc_dataset_read(s->data, w * T, T, inputs + (int64_t)i * T);
-        sharc_dataset_read(s->data, w * T + 1, T, targets + (int64_t)i * T);
+    SHARC_CHECK(step >= 0 && micro >= 0 && micro < c->grad_accum && dp_rank >= 0 &&
+                dp_rank < c->dp_size);
+    const int64_t T = c->seq_len, B = c->batch_size, R = c->dp_size;
+    const int64_t G = B * c->grad_accum * R; /* sequences per step */
+    for (int64_t i = 0; i < B; i++) {
+        const int64_t j = micro * R * B + dp_rank * B + i;
+        const int64_t w = sharc_sampler_window_of(s, step * G + j);
+        /* window w = tokens [w T, w T + T + 1) */
+        sharc_dataset_read(s->data, w * T, T, inputs + i * T);
+        sharc_dataset_read(s->data, w * T + 1, T, targets + i * T);
     }
 }

@@ -19,14 +19,17 @@
 #include "sharc/blas.h"
 #include "sharc/kernels.h"
 #include "sharc/log.h"
+#include "sharc/prof.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-/* Rows of logits alive at once in the fused head: about 32 MB of them. */
-#define HEAD_CHUNK_BYTES (32ll << 20)
+/* Rows of logits alive at once in the fused head: about 128 MB of them (GPT-2
+ * at 1024 tokens: 2 chunks instead of one 206 MB buffer; 8 chunks of 32 MB
+ * cost 20% more head time, the shorter sgemms being less efficient). */
+#define HEAD_CHUNK_BYTES (128ll << 20)
 
 /* The activations of one block (note [block-activations]). With
  * activation checkpointing there is one set, reused by every block. */
@@ -389,19 +392,19 @@ static void block_forward(sharc_model *m, const block_ptrs *w, block_acts *a, co
                           float *y, int B, int T) {
     int64_t N = (int64_t)B * T;
     bool llama = m->cfg.family == SHARC_FAMILY_LLAMA;
-    norm_fwd(m, a->ln1, a->ln1_mean, a->ln1_rstd, x, w->ln1w, w->ln1b, N);
-    sharc_matmul_forward(a->qkv, a->ln1, w->wqkv, w->bqkv, N, m->C, m->QKV);
-    if (llama) sharc_rope_forward(a->qkv, m->rope_cos, m->rope_sin, B, T, m->NH, m->NKV, m->hd);
-    sharc_attention_forward(a->att, a->lse, a->qkv, B, T, m->NH, m->NKV, m->hd, m->att_ws);
-    sharc_matmul_forward(m->tmp, a->att, w->wo, w->bo, N, m->C, m->C);
-    sharc_add(a->xmid, x, m->tmp, N * m->C);
-    norm_fwd(m, a->ln2, a->ln2_mean, a->ln2_rstd, a->xmid, w->ln2w, w->ln2b, N);
-    sharc_matmul_forward(a->fc, a->ln2, w->wfc, w->bfc, N, m->C, m->F);
-    if (llama) sharc_swiglu_forward(a->fca, a->fc, N, m->Fa);
-    else sharc_gelu_forward(a->fca, a->fc, N * m->Fa);
+    SHARC_PROF("fwd.norm", norm_fwd(m, a->ln1, a->ln1_mean, a->ln1_rstd, x, w->ln1w, w->ln1b, N));
+    SHARC_PROF("fwd.matmul.qkv", sharc_matmul_forward(a->qkv, a->ln1, w->wqkv, w->bqkv, N, m->C, m->QKV));
+    if (llama) SHARC_PROF("fwd.rope", sharc_rope_forward(a->qkv, m->rope_cos, m->rope_sin, B, T, m->NH, m->NKV, m->hd));
+    SHARC_PROF("fwd.attention", sharc_attention_forward(a->att, a->lse, a->qkv, B, T, m->NH, m->NKV, m->hd, m->att_ws));
+    SHARC_PROF("fwd.matmul.attproj", sharc_matmul_forward(m->tmp, a->att, w->wo, w->bo, N, m->C, m->C));
+    SHARC_PROF("fwd.residual", sharc_add(a->xmid, x, m->tmp, N * m->C));
+    SHARC_PROF("fwd.norm", norm_fwd(m, a->ln2, a->ln2_mean, a->ln2_rstd, a->xmid, w->ln2w, w->ln2b, N));
+    SHARC_PROF("fwd.matmul.fc", sharc_matmul_forward(a->fc, a->ln2, w->wfc, w->bfc, N, m->C, m->F));
+    if (llama) SHARC_PROF("fwd.act", sharc_swiglu_forward(a->fca, a->fc, N, m->Fa));
+    else SHARC_PROF("fwd.act", sharc_gelu_forward(a->fca, a->fc, N * m->Fa));
     if (!y) return; /* recomputing for backward: the block output is not needed */
-    sharc_matmul_forward(m->tmp, a->fca, w->wproj, w->bproj, N, m->Fa, m->C);
-    sharc_add(y, a->xmid, m->tmp, N * m->C);
+    SHARC_PROF("fwd.matmul.fcproj", sharc_matmul_forward(m->tmp, a->fca, w->wproj, w->bproj, N, m->Fa, m->C));
+    SHARC_PROF("fwd.residual", sharc_add(y, a->xmid, m->tmp, N * m->C));
 }
 
 /* dres: in, d loss / d y; out, d loss / d x (the block input). */
@@ -410,18 +413,18 @@ static void block_backward(sharc_model *m, const block_ptrs *w, const block_ptrs
     int B = m->B, T = m->T;
     int64_t N = (int64_t)B * T;
     bool llama = m->cfg.family == SHARC_FAMILY_LLAMA;
-    sharc_matmul_backward(m->dfca, g->wproj, g->bproj, dres, a->fca, w->wproj, N, m->Fa, m->C);
-    if (llama) sharc_swiglu_backward(m->dfc, m->dfca, a->fc, N, m->Fa);
-    else sharc_gelu_backward(m->dfc, m->dfca, a->fc, N * m->Fa);
-    sharc_matmul_backward(m->dtmp, g->wfc, g->bfc, m->dfc, a->ln2, w->wfc, N, m->C, m->F);
-    norm_bwd(m, m->dxmid, g->ln2w, g->ln2b, m->dtmp, dres, a->xmid, w->ln2w, a->ln2_mean,
-             a->ln2_rstd, N);
-    sharc_matmul_backward(m->dtmp, g->wo, g->bo, m->dxmid, a->att, w->wo, N, m->C, m->C);
-    sharc_attention_backward(m->dqkv, m->dtmp, a->qkv, a->att, a->lse, B, T, m->NH, m->NKV,
-                             m->hd, m->att_ws);
-    if (llama) sharc_rope_backward(m->dqkv, m->rope_cos, m->rope_sin, B, T, m->NH, m->NKV, m->hd);
-    sharc_matmul_backward(m->dtmp, g->wqkv, g->bqkv, m->dqkv, a->ln1, w->wqkv, N, m->C, m->QKV);
-    norm_bwd(m, dres, g->ln1w, g->ln1b, m->dtmp, m->dxmid, x, w->ln1w, a->ln1_mean, a->ln1_rstd, N);
+    SHARC_PROF("bwd.matmul.fcproj", sharc_matmul_backward(m->dfca, g->wproj, g->bproj, dres, a->fca, w->wproj, N, m->Fa, m->C));
+    if (llama) SHARC_PROF("bwd.act", sharc_swiglu_backward(m->dfc, m->dfca, a->fc, N, m->Fa));
+    else SHARC_PROF("bwd.act", sharc_gelu_backward(m->dfc, m->dfca, a->fc, N * m->Fa));
+    SHARC_PROF("bwd.matmul.fc", sharc_matmul_backward(m->dtmp, g->wfc, g->bfc, m->dfc, a->ln2, w->wfc, N, m->C, m->F));
+    SHARC_PROF("bwd.norm", norm_bwd(m, m->dxmid, g->ln2w, g->ln2b, m->dtmp, dres, a->xmid, w->ln2w, a->ln2_mean,
+             a->ln2_rstd, N));
+    SHARC_PROF("bwd.matmul.attproj", sharc_matmul_backward(m->dtmp, g->wo, g->bo, m->dxmid, a->att, w->wo, N, m->C, m->C));
+    SHARC_PROF("bwd.attention", sharc_attention_backward(m->dqkv, m->dtmp, a->qkv, a->att, a->lse, B, T, m->NH, m->NKV,
+                             m->hd, m->att_ws));
+    if (llama) SHARC_PROF("bwd.rope", sharc_rope_backward(m->dqkv, m->rope_cos, m->rope_sin, B, T, m->NH, m->NKV, m->hd));
+    SHARC_PROF("bwd.matmul.qkv", sharc_matmul_backward(m->dtmp, g->wqkv, g->bqkv, m->dqkv, a->ln1, w->wqkv, N, m->C, m->QKV));
+    SHARC_PROF("bwd.norm", norm_bwd(m, dres, g->ln1w, g->ln1b, m->dtmp, m->dxmid, x, w->ln1w, a->ln1_mean, a->ln1_rstd, N));
 }
 
 /* -------------------------------------------------------------- schedule */
@@ -448,7 +451,7 @@ static void forward_body(sharc_model *m, sharc_fsdp *e, const int32_t *inputs, i
     check_tokens(m, inputs, N);
     const float *ep = sharc_fsdp_gather(e, 0);
     const float *wpe = m->cfg.family == SHARC_FAMILY_GPT2 ? ep + m->units[0].params[1].offset : NULL;
-    sharc_embedding_forward(xl(m, 0), inputs, ep, wpe, B, T, m->C);
+    SHARC_PROF("fwd.embedding", sharc_embedding_forward(xl(m, 0), inputs, ep, wpe, B, T, m->C));
     sharc_fsdp_forward_done(e, 0);
     for (int l = 0; l < m->L; l++) {
         block_ptrs w = block_view(m, l, (float *)sharc_fsdp_gather(e, 1 + l));
@@ -473,8 +476,9 @@ double sharc_model_forward_backward(sharc_model *m, sharc_fsdp *e, const int32_t
     const float *wh = head_weight(m, e, hp);
     float *gh = m->cfg.tie_embeddings ? sharc_fsdp_grad(e, 0) + m->units[0].params[0].offset
                                       : hg + hs->params[sharc_unit_find_param(hs, "lm_head.weight")].offset;
-    double loss = sharc_lmhead_xent(m->dtmp, gh, m->lnf, wh, targets, loss_scale, N, m->C, m->V,
-                                    m->head_ws, m->head_chunk);
+    double loss;
+    SHARC_PROF("head.lm_xent", loss = sharc_lmhead_xent(m->dtmp, gh, m->lnf, wh, targets, loss_scale, N,
+                                                      m->C, m->V, m->head_ws, m->head_chunk));
     norm_bwd(m, m->dres, hg + hs->params[0].offset,
              nb ? hg + hs->params[1].offset : NULL, m->dtmp, NULL, xl(m, L), nw, m->lnf_mean,
              m->lnf_rstd, N);
@@ -493,7 +497,7 @@ double sharc_model_forward_backward(sharc_model *m, sharc_fsdp *e, const int32_t
     /* the embedding's backward needs no parameters, only its gradient buffer */
     float *eg = sharc_fsdp_grad(e, 0);
     float *gwpe = m->cfg.family == SHARC_FAMILY_GPT2 ? eg + m->units[0].params[1].offset : NULL;
-    sharc_embedding_backward(eg + m->units[0].params[0].offset, gwpe, m->dres, inputs, B, T, m->C);
+    SHARC_PROF("bwd.embedding", sharc_embedding_backward(eg + m->units[0].params[0].offset, gwpe, m->dres, inputs, B, T, m->C));
     sharc_fsdp_backward_done(e, 0);
     return loss;
 }

@@ -10,6 +10,7 @@
  * head's backward into its forward possible. */
 #include "sharc/blas.h"
 #include "sharc/kernels.h"
+#include "sharc/prof.h"
 #include "../core/parallel.h"
 
 #include <math.h>
@@ -67,11 +68,11 @@ double sharc_lmhead_xent(float *dx, float *dw, const float *x, const float *w,
     double total = 0.0;
     for (int64_t r0 = 0; r0 < N; r0 += chunk) {
         int64_t m = N - r0 < chunk ? N - r0 : chunk;
-        sharc_sgemm(false, true, (int)m, V, C, 1.0f, x + r0 * C, C, w, C, 0.0f, ws, V);
-        total += sharc_xent_forward_backward(ws, NULL, targets + r0, m, V, scale, dx != NULL);
+        SHARC_PROF("head.logits", sharc_sgemm(false, true, (int)m, V, C, 1.0f, x + r0 * C, C, w, C, 0.0f, ws, V));
+        SHARC_PROF("head.xent", total += sharc_xent_forward_backward(ws, NULL, targets + r0, m, V, scale, dx != NULL));
         if (dx) {
-            sharc_sgemm(false, false, (int)m, C, V, 1.0f, ws, V, w, C, 0.0f, dx + r0 * C, C);
-            sharc_sgemm(true, false, V, C, (int)m, 1.0f, ws, V, x + r0 * C, C, 1.0f, dw, C);
+            SHARC_PROF("head.dx", sharc_sgemm(false, false, (int)m, C, V, 1.0f, ws, V, w, C, 0.0f, dx + r0 * C, C));
+            SHARC_PROF("head.dw", sharc_sgemm(true, false, V, C, (int)m, 1.0f, ws, V, x + r0 * C, C, 1.0f, dw, C));
         }
     }
     return total;

@@ -7,6 +7,7 @@
 #include "sharc/fileio.h"
 #include "sharc/log.h"
 #include "sharc/optim.h"
+#include "sharc/prof.h"
 #include "sharc/weights.h"
 
 #include <errno.h>
@@ -165,6 +166,7 @@ sharc_status sharc_train_run(const sharc_config *cfg) {
     sharc_info("sharc: data %s: %lld tokens, %lld windows of %d", c->data.path,
                (long long)sharc_dataset_num_tokens(t->data), (long long)sharc_sampler_windows(t->sampler),
                c->train.seq_len + 1);
+    if (getenv("SHARC_PROFILE")) sharc_prof_enable(true);
     double tok_sum = 0.0, time_sum = 0.0;
     for (int64_t i = 0; i < c->train.max_steps && st == SHARC_OK; i++) {
         sharc_step_stats s;
@@ -187,6 +189,7 @@ sharc_status sharc_train_run(const sharc_config *cfg) {
         fflush(stdout);
     }
     fclose(metrics);
+    if (sharc_prof_enabled()) sharc_prof_report(stderr, (int)(c->train.max_steps > 0 ? c->train.max_steps : 1));
     if (st == SHARC_OK) {
         snprintf(path, sizeof path, "%s/model.safetensors", c->train.out_dir);
         st = sharc_weights_save(t->engine, c, path);
