@@ -57,6 +57,8 @@ sharc_status sharc_dataset_open(sharc_dataset **out, const char *path, sharc_tok
 void sharc_dataset_free(sharc_dataset *d);
 int64_t sharc_dataset_num_tokens(const sharc_dataset *d);
 sharc_token_format sharc_dataset_format(const sharc_dataset *d);
+/* The file the dataset was opened from. */
+const char *sharc_dataset_path(const sharc_dataset *d);
 /* Copy tokens [start, start + n) as int32 (start + n <= num_tokens). */
 void sharc_dataset_read(const sharc_dataset *d, int64_t start, int64_t n, int32_t *dst);
 

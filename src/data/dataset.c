@@ -41,9 +41,6 @@ struct sharc_dataset {
     sharc_token_format format;   /* as resolved: never AUTO */
 };
 
-/* The dataset's path, for messages of the sampler (sampler.c declares it
- * too: data.h has no accessor for it). */
-const char *sharc_dataset_path(const sharc_dataset *d);
 const char *sharc_dataset_path(const sharc_dataset *d) { return d->path; }
 
 /* ---------------- format names ---------------- */

@@ -18,9 +18,6 @@
 #include "sharc/data.h"
 #include "sharc/rng.h"
 
-/* dataset.c: the file name, for messages */
-const char *sharc_dataset_path(const sharc_dataset *d);
-
 struct sharc_sampler {
     sharc_sampler_config cfg;
     const sharc_dataset *data; /* borrowed: outlives the sampler */
