@@ -26,11 +26,14 @@ typedef struct {
 } sharc_blas_info;
 
 /* Load the library (once) and set the thread count; threads <= 0 keeps the
- * current count (default: the CPUs this process may run on). */
+ * current count (default: OMP_NUM_THREADS if set, else the CPUs this process
+ * may run on). */
 sharc_status sharc_blas_init(int threads);
 const sharc_blas_info *sharc_blas_get_info(void);
 
-/* Threads used by BLAS and by sharc's own OpenMP kernels. */
+/* Threads used by BLAS and by sharc's own OpenMP kernels. Workspaces are
+ * sized for the count at the time they are planned (sharc_model_plan): set
+ * it before planning, never raise it after. */
 void sharc_threads_set(int n);
 int sharc_threads_get(void);
 /* CPUs this process may run on (sched_getaffinity). */

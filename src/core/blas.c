@@ -96,8 +96,10 @@ static void load_library(void) {
     }
     snprintf(info.corename, sizeof info.corename, "%s", corename ? corename() : "unknown");
     info.openmp = parallel && parallel() == 2; /* OpenBLAS: 0 serial, 1 pthreads, 2 OpenMP */
-    info.threads = sharc_cpus_available();
-    sharc_threads_set(info.threads);
+    /* default: OMP_NUM_THREADS if the user set it, else every CPU we may use */
+    const char *omp = getenv("OMP_NUM_THREADS");
+    int n = omp ? atoi(omp) : 0;
+    sharc_threads_set(n > 0 ? n : sharc_cpus_available());
 }
 
 sharc_status sharc_blas_init(int threads) {
@@ -119,7 +121,12 @@ void sharc_threads_set(int n) {
     if (set_threads_ptr) set_threads_ptr(n);
 }
 
-int sharc_threads_get(void) { return info.threads > 0 ? info.threads : omp_get_max_threads(); }
+int sharc_threads_get(void) {
+    /* loading the library sets the default count: answer only after it, so a
+     * workspace sized now matches the threads the kernels will use */
+    pthread_once(&load_once, load_library);
+    return info.threads > 0 ? info.threads : 1;
+}
 
 void sharc_sgemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float *A,
                  int lda, const float *B, int ldb, float beta, float *C, int ldc) {

@@ -51,6 +51,7 @@ struct sharc_model {
     int L, C, NH, NKV, hd, QKV, F, Fa, V;
     /* plan */
     int B, T;
+    int plan_threads; /* the thread count the workspaces were sized for */
     bool ac;
     int nsets;
     float *x;          /* (L+1, N, C) residual stream: x[l] is block l's input */
@@ -284,6 +285,7 @@ sharc_status sharc_model_plan(sharc_model *m, int B, int T, bool activation_chec
     m->B = B;
     m->T = T;
     m->ac = activation_checkpointing;
+    m->plan_threads = sharc_threads_get();
     int64_t N = (int64_t)B * T, C = m->C;
     bool ok = true;
     m->x = act((int64_t)(m->L + 1) * N * C, &ok);
@@ -432,6 +434,9 @@ static void block_backward(sharc_model *m, const block_ptrs *w, const block_ptrs
 static float *xl(const sharc_model *m, int l) { return m->x + (int64_t)l * m->B * m->T * m->C; }
 
 static void check_tokens(const sharc_model *m, const int32_t *tok, int64_t N) {
+    if (sharc_threads_get() > m->plan_threads)
+        sharc_fatal(__FILE__, __LINE__, "model: %d threads but workspaces were planned for %d; set the thread count before sharc_model_plan",
+                    sharc_threads_get(), m->plan_threads);
     for (int64_t i = 0; i < N; i++)
         if (tok[i] < 0 || tok[i] >= m->V)
             sharc_fatal(__FILE__, __LINE__, "model: token %d at %lld outside vocabulary [0, %d)",
