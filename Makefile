@@ -9,7 +9,11 @@ MULTIARCH := $(shell $(CC) -print-multiarch 2>/dev/null || echo x86_64-linux-gnu
 WARN    := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wno-unused-parameter
 CFLAGS  := -std=c11 -D_GNU_SOURCE -g $(OPT) $(WARN) -fopenmp -fno-math-errno -fPIC \
            -Iinclude -DSHARC_MULTIARCH='"$(MULTIARCH)"' $(SAN) $(EXTRA_CFLAGS)
-LDLIBS  := -fopenmp -lyaml -ljson-c -lz -ldl -lmvec -lm -lpthread $(SAN)
+# MPI (Open MPI or MPICH, whichever Debian's mpi-c alternative names); only
+# src/comm/comm_mpi.c sees its headers.
+MPI_CFLAGS := $(shell pkg-config --cflags mpi-c 2>/dev/null)
+MPI_LIBS   := $(shell pkg-config --libs mpi-c 2>/dev/null)
+LDLIBS  := -fopenmp $(MPI_LIBS) -lyaml -ljson-c -lz -ldl -lmvec -lm -lpthread $(SAN)
 
 LIB_SRC := $(wildcard src/core/*.c src/model/*.c src/fsdp/*.c src/optim/*.c src/data/*.c \
                       src/io/*.c src/config/*.c src/train/*.c src/comm/*.c)
@@ -26,6 +30,10 @@ all: $(BUILD)/libsharc.a $(BUILD)/libsharc.so $(BUILD)/sharc $(BUILD)/sharc_test
 $(BUILD)/%.o: %.c $(wildcard include/sharc/*.h) $(wildcard src/*/*.h) tests/test.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
+
+$(BUILD)/src/comm/comm_mpi.o: src/comm/comm_mpi.c $(wildcard include/sharc/*.h) $(wildcard src/*/*.h)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(MPI_CFLAGS) -c $< -o $@
 
 $(BUILD)/libsharc.a: $(LIB_OBJ)
 	@rm -f $@

@@ -10,6 +10,7 @@ pkgs=(gcc make libc6-dev pkg-config
       libyaml-dev           # YAML config files
       libjson-c-dev         # JSON: safetensors headers, metrics lines
       zlib1g-dev            # crc32 checksums of checkpoint files
+      libopenmpi-dev openmpi-bin  # MPI: the multi-process engine and mpirun
 )
 case "$what" in
   run|test|dev) pkgs+=(bible-kjv) ;;  # the built-in training text for make run

@@ -35,7 +35,7 @@ static void setup(model_ctx *x, sharc_family f, int B, int T, bool ac, bool tie)
     ASSERT_OK(sharc_model_plan(x->m, B, T, ac));
     sharc_fsdp_config fc;
     sharc_fsdp_config_default(&fc);
-    ASSERT_OK(sharc_fsdp_init(&x->e, sharc_model_units(x->m), sharc_model_num_units(x->m), &fc));
+    ASSERT_OK(sharc_fsdp_init(&x->e, sharc_model_units(x->m), sharc_model_num_units(x->m), &fc, NULL));
     sharc_fsdp_init_params(x->e, 42);
     /* make norms and biases non-trivial so their gradients are exercised */
     for (int u = 0; u < sharc_fsdp_num_units(x->e); u++) {

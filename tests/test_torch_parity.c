@@ -211,7 +211,7 @@ static void parity(sharc_family family) {
     sharc_fsdp_config fc;
     sharc_fsdp_config_default(&fc);
     sharc_fsdp *e;
-    ASSERT_OK(sharc_fsdp_init(&e, sharc_model_units(m), sharc_model_num_units(m), &fc));
+    ASSERT_OK(sharc_fsdp_init(&e, sharc_model_units(m), sharc_model_num_units(m), &fc, NULL));
 
     /* every parameter from the fixture; and the fixture has no parameter
      * sharc lacks: init + grad. + final. per parameter, plus 5 run tensors */

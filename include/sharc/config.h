@@ -46,6 +46,7 @@ typedef struct {
 } sharc_train_config;
 
 typedef struct {
+    sharc_fsdp_config engine; /* sharding_strategy, fsdp_size, dtypes, prefetch, ... */
     bool activation_checkpointing;
 } sharc_fsdp_options;
 

@@ -24,6 +24,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "sharc/dtype.h"
 #include "sharc/status.h"
 #include "sharc/units.h"
 
@@ -40,17 +41,30 @@ typedef enum {
     SHARC_HYBRID_SHARD    /* shard inside groups of fsdp_size, replicate across them */
 } sharc_sharding;
 
+typedef enum { SHARC_PREFETCH_NONE = 0, SHARC_BACKWARD_PRE, SHARC_BACKWARD_POST } sharc_backward_prefetch;
+
 typedef struct {
     sharc_sharding strategy;
-    int reshard_after_forward; /* -1: as the strategy says; 0 or 1 to force */
-    int fsdp_size;             /* HYBRID_SHARD shard-group size */
+    int reshard_after_forward;  /* -1: as the strategy says; 0 or 1 to force */
+    int fsdp_size;              /* HYBRID_SHARD shard-group size */
+    sharc_dtype param_dtype;    /* F32, BF16 or F16: parameters are gathered and computed rounded to it */
+    sharc_dtype reduce_dtype;   /* F32 or BF16: gradients are reduced in it, accumulated in fp32 */
+    bool forward_prefetch;      /* gather unit u+1 while u runs forward */
+    sharc_backward_prefetch backward_prefetch;
+    int limit_all_gathers;      /* at most this many gathered non-root units alive (0: no limit) */
+    bool no_sync;               /* keep unsharded gradients across micro-batches, reduce once per step */
 } sharc_fsdp_config;
 
 void sharc_fsdp_config_default(sharc_fsdp_config *c);
+const char *sharc_sharding_name(sharc_sharding s);
 
-/* The engine for `nunits` units (copied). One process: comm is NULL. */
+struct sharc_mesh;
+
+/* The engine for `nunits` units (copied), sharded over mesh->shard and
+ * replicated over mesh->replicate; mesh NULL is one process. Collective:
+ * every rank of the mesh calls it. */
 sharc_status sharc_fsdp_init(sharc_fsdp **out, const sharc_unit_spec *units, int nunits,
-                             const sharc_fsdp_config *cfg);
+                             const sharc_fsdp_config *cfg, struct sharc_mesh *mesh);
 void sharc_fsdp_free(sharc_fsdp *e);
 
 /* Initialise this rank's shard from (seed, parameter name, element index). */
@@ -65,6 +79,11 @@ void sharc_fsdp_backward_done(sharc_fsdp *e, int unit);
 void sharc_fsdp_release(sharc_fsdp *e, int unit);
 /* Zero the sharded gradients (start of an optimizer step). */
 void sharc_fsdp_zero_grad(sharc_fsdp *e);
+/* Before each micro-batch: with fsdp.no_sync only the last one reduces. */
+void sharc_fsdp_begin_microbatch(sharc_fsdp *e, bool last);
+/* After the last micro-batch: finish the reductions (the replicate
+ * all-reduce of HYBRID_SHARD and NO_SHARD). Collective. */
+sharc_status sharc_fsdp_finish_grads(sharc_fsdp *e);
 
 /* ---- shards ---- */
 typedef struct {
@@ -84,6 +103,24 @@ int sharc_fsdp_shard_segments(const sharc_fsdp *e, int unit, const sharc_segment
 
 /* Sum of squares of this rank's shard gradients (padding excluded). */
 double sharc_fsdp_grad_sumsq_local(const sharc_fsdp *e);
+/* The global gradient norm over every shard, padding excluded: one
+ * all-reduce over the world of [sumsq / dp_replicate, extra] (replicas hold
+ * the same shard); `extra` (may be NULL) is summed over the world in the same
+ * call (the trainer passes its loss sum). Collective. */
+sharc_status sharc_fsdp_grad_norm(sharc_fsdp *e, double *norm, double *extra);
+
+/* Engine telemetry: time the compute thread waited on communication. */
+typedef struct {
+    double wait_s;            /* inside gathers and reductions the model waited for */
+    int64_t gathers, reduces; /* unit-level operations */
+    int64_t gathered_peak;    /* most gathered units alive at once */
+} sharc_fsdp_stats;
+void sharc_fsdp_stats_get(const sharc_fsdp *e, sharc_fsdp_stats *out);
+void sharc_fsdp_stats_reset(sharc_fsdp *e);
+/* Bytes of one gathered unit buffer (the largest unit, padded, fp32) and how
+ * many may be alive at once: the documented bound on gathered memory. */
+int64_t sharc_fsdp_gathered_unit_bytes(const sharc_fsdp *e);
+int sharc_fsdp_gathered_limit(const sharc_fsdp *e);
 
 /* Copy a whole parameter (numel floats, by global name) into / out of the
  * part this rank holds. read_local fills only the elements this rank holds. */
@@ -91,6 +128,10 @@ sharc_status sharc_fsdp_param_write_local(sharc_fsdp *e, const char *name, const
                                           int64_t numel);
 sharc_status sharc_fsdp_param_read_local(const sharc_fsdp *e, const char *name, float *dst,
                                          int64_t numel);
+/* All-gather unit `unit`'s fp32 master parameters (not rounded to
+ * param_dtype) into dst (numel_padded floats, at most
+ * sharc_fsdp_gathered_unit_bytes). Collective over the shard group. */
+sharc_status sharc_fsdp_gather_master(sharc_fsdp *e, int unit, float *dst);
 /* Locate a parameter by name: unit and index, or an error naming it. */
 sharc_status sharc_fsdp_find_param(const sharc_fsdp *e, const char *name, int *unit, int *param);
 

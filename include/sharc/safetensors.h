@@ -68,6 +68,22 @@ sharc_status sharc_st_write(const char *path, const sharc_st_entry *entries, int
                             const char *const *meta_keys, const char *const *meta_values,
                             int nmeta);
 
+/* Streaming: the header is written from the entries' names, dtypes and
+ * shapes (data ignored); then each tensor's bytes are appended in the
+ * order sharc_st_stream_order gives (larger element types first, otherwise
+ * the caller's order), so no tensor needs to be in memory with another. */
+typedef struct sharc_st_stream sharc_st_stream;
+sharc_status sharc_st_stream_open(sharc_st_stream **out, const char *path, const sharc_st_entry *entries, int n,
+                                  const char *const *meta_keys, const char *const *meta_values, int nmeta);
+/* Index (into entries) of the k-th tensor to append. */
+int sharc_st_stream_order(const sharc_st_stream *s, int k);
+/* Append bytes of the current tensor (may be called several times per tensor). */
+sharc_status sharc_st_stream_append(sharc_st_stream *s, const void *data, size_t bytes);
+/* Check every byte arrived, fsync and publish. */
+sharc_status sharc_st_stream_close(sharc_st_stream *s);
+/* Remove the temporary file (after an error). */
+void sharc_st_stream_abort(sharc_st_stream *s);
+
 #ifdef __cplusplus
 }
 #endif

@@ -9,6 +9,8 @@
 
 #include <stdint.h>
 
+#include "sharc/alloc.h"
+#include "sharc/comm.h"
 #include "sharc/config.h"
 #include "sharc/fsdp.h"
 #include "sharc/model.h"
@@ -28,23 +30,33 @@ typedef struct {
     double step_s;
     double tokens_per_s;
     double tflops;        /* achieved model TFLOP/s (sharc_model_flops_per_token) */
+    double forward_backward_s, optimizer_s;
+    double comm_wait_s;   /* time the step waited inside the engine's collectives */
+    sharc_comm_stats comm; /* this rank's collectives during the step, all groups */
+    sharc_mem_stats mem;  /* this rank's memory: current and peak of the step */
+    int64_t gathered_peak;
 } sharc_step_stats;
 
 typedef struct sharc_trainer sharc_trainer;
 
-/* Build model, engine, optimizer and data from a validated config; the
- * parameters are initialised from train.seed (or loaded by the caller). */
-sharc_status sharc_trainer_init(sharc_trainer **out, const sharc_config *cfg);
+/* Build model, engine, optimizer and data from a validated config over the
+ * ranks of `world` (NULL: one process); the parameters are initialised from
+ * train.seed. Collective; a failure on any rank fails every rank (note
+ * [agreement] in trainer.c). */
+sharc_status sharc_trainer_init(sharc_trainer **out, const sharc_config *cfg, sharc_comm *world);
 void sharc_trainer_free(sharc_trainer *t);
 sharc_status sharc_trainer_step(sharc_trainer *t, sharc_step_stats *stats);
 sharc_model *sharc_trainer_model(sharc_trainer *t);
 sharc_fsdp *sharc_trainer_engine(sharc_trainer *t);
+struct sharc_adamw *sharc_trainer_optimizer(sharc_trainer *t);
 const sharc_config *sharc_trainer_config(const sharc_trainer *t);
+sharc_comm *sharc_trainer_world(sharc_trainer *t);
+const struct sharc_mesh *sharc_trainer_mesh(const sharc_trainer *t);
 
 /* The whole run: steps with a line every train.log_every steps and a JSON
  * line per step in the metrics file, the resolved config in out_dir, final
  * weights in out_dir/model.safetensors. */
-sharc_status sharc_train_run(const sharc_config *cfg);
+sharc_status sharc_train_run(const sharc_config *cfg, sharc_comm *world);
 
 #ifdef __cplusplus
 }

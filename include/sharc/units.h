@@ -39,6 +39,9 @@ typedef struct {
      * backward is done, and its gradient buffer collects contributions from
      * other units (the embedding tied to the LM head). */
     bool root;
+    /* The unit's backward reads only its gradient buffer, not its parameters
+     * (the embedding): no gather, no prefetch in backward. */
+    bool backward_without_params;
 } sharc_unit_spec;
 
 /* Append a parameter to a unit (offsets are assigned in order). */

@@ -6,6 +6,7 @@
 #ifndef SHARC_WEIGHTS_H
 #define SHARC_WEIGHTS_H
 
+#include "sharc/comm.h"
 #include "sharc/config.h"
 #include "sharc/fsdp.h"
 #include "sharc/status.h"
@@ -14,8 +15,11 @@
 extern "C" {
 #endif
 
-/* Write every parameter (fp32) and `config` to `path` atomically. One process. */
-sharc_status sharc_weights_save(sharc_fsdp *e, const sharc_config *config, const char *path);
+/* Write every parameter (fp32 master values) and `config` to `path`
+ * atomically. Collective over `world` (NULL: one process): unit by unit the
+ * shards are gathered and rank 0 appends them to the file, so no rank holds
+ * more than one unit beyond its shards. Every rank returns the same status. */
+sharc_status sharc_weights_save(sharc_fsdp *e, sharc_comm *world, const sharc_config *config, const char *path);
 /* Fill this rank's shards from `path`; every parameter must be present with
  * its shape, and every tensor in the file must be a parameter. */
 sharc_status sharc_weights_load(sharc_fsdp *e, const char *path);

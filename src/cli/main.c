@@ -1,6 +1,7 @@
 /* main.c: the sharc command. The only place that prints a failure's message
  * and decides the exit status. */
 #include "sharc/blas.h"
+#include "sharc/comm.h"
 #include "sharc/config.h"
 #include "sharc/data.h"
 #include "sharc/fsdp.h"
@@ -67,11 +68,11 @@ static sharc_status parse_config_args(int argc, char **argv, sharc_config *c) {
     return sharc_config_validate(c);
 }
 
-static int cmd_train(int argc, char **argv) {
+static int cmd_train(int argc, char **argv, sharc_comm *world) {
     sharc_config c;
     sharc_status st = parse_config_args(argc, argv, &c);
     if (st != SHARC_OK) return fail(st);
-    st = sharc_train_run(&c);
+    st = sharc_train_run(&c, world);
     return st == SHARC_OK ? 0 : fail(st);
 }
 
@@ -141,7 +142,7 @@ static int cmd_generate(int argc, char **argv) {
     sharc_fsdp_config_default(&fc);
     int T = c.model.family == SHARC_FAMILY_GPT2 ? c.model.max_seq_len : c.train.seq_len;
     if ((st = sharc_model_init(&m, &c.model)) != SHARC_OK || (st = sharc_model_plan(m, 1, T, false)) != SHARC_OK ||
-        (st = sharc_fsdp_init(&e, sharc_model_units(m), sharc_model_num_units(m), &fc)) != SHARC_OK ||
+        (st = sharc_fsdp_init(&e, sharc_model_units(m), sharc_model_num_units(m), &fc, NULL)) != SHARC_OK ||
         (st = sharc_weights_load(e, path)) != SHARC_OK) {
         int rc = fail(st);
         sharc_fsdp_free(e);
@@ -180,7 +181,15 @@ int main(int argc, char **argv) {
         return 2;
     }
     const char *cmd = argv[1];
-    if (!strcmp(cmd, "train")) return cmd_train(argc - 2, argv + 2);
+    if (!strcmp(cmd, "train")) {
+        /* the only command that runs on many ranks */
+        sharc_comm *world;
+        sharc_status st = sharc_comm_world_init(&argc, &argv, &world);
+        if (st != SHARC_OK) return fail(st);
+        int rc = cmd_train(argc - 2, argv + 2, world);
+        sharc_comm_world_finalize(world);
+        return rc;
+    }
     if (!strcmp(cmd, "generate")) return cmd_generate(argc - 2, argv + 2);
     if (!strcmp(cmd, "config")) return cmd_config(argc - 2, argv + 2);
     if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {

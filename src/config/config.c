@@ -13,7 +13,7 @@
 #include <strings.h>
 #include <yaml.h>
 
-typedef enum { K_INT, K_INT64, K_U64, K_FLOAT, K_BOOL, K_STR, K_ENUM, K_FLOAT2 } key_type;
+typedef enum { K_INT, K_INT64, K_U64, K_FLOAT, K_BOOL, K_STR, K_ENUM, K_FLOAT2, K_DTYPE, K_TRI, K_LIMIT } key_type;
 
 typedef struct {
     const char *name;
@@ -27,6 +27,8 @@ typedef struct {
 static const char *const families[] = {"gpt2", "llama", NULL};
 static const char *const lr_decays[] = {"cosine", "linear", "constant", NULL};
 static const char *const token_formats[] = {"auto", "u16", "u32", "llmc", "text", NULL};
+static const char *const strategies[] = {"FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD", NULL};
+static const char *const prefetches[] = {"NONE", "BACKWARD_PRE", "BACKWARD_POST", NULL};
 
 #define OFF(f) offsetof(sharc_config, f)
 #define BIG 1e18
@@ -73,6 +75,15 @@ static const key_def keys[] = {
     {"train.out_dir", K_STR, OFF(train.out_dir), 0, 0, NULL, "run directory: metrics, config, final weights"},
     {"train.metrics_path", K_STR, OFF(train.metrics_path), 0, 0, NULL, "JSON-lines metrics file (default out_dir/metrics.jsonl)"},
 
+    {"fsdp.sharding_strategy", K_ENUM, OFF(fsdp.engine.strategy), 0, 0, strategies, "FULL_SHARD, SHARD_GRAD_OP, NO_SHARD or HYBRID_SHARD"},
+    {"fsdp.fsdp_size", K_INT, OFF(fsdp.engine.fsdp_size), 0, 1 << 24, NULL, "HYBRID_SHARD shard-group size (>= world or <= 1: plain FSDP)"},
+    {"fsdp.reshard_after_forward", K_TRI, OFF(fsdp.engine.reshard_after_forward), 0, 0, NULL, "free gathered parameters after forward (auto: per strategy)"},
+    {"fsdp.param_dtype", K_DTYPE, OFF(fsdp.engine.param_dtype), 0, 0, NULL, "gather and compute parameters in fp32, bf16 or fp16"},
+    {"fsdp.reduce_dtype", K_DTYPE, OFF(fsdp.engine.reduce_dtype), 0, 0, NULL, "reduce gradients in fp32 or bf16"},
+    {"fsdp.forward_prefetch", K_BOOL, OFF(fsdp.engine.forward_prefetch), 0, 0, NULL, "gather the next unit during forward"},
+    {"fsdp.backward_prefetch", K_ENUM, OFF(fsdp.engine.backward_prefetch), 0, 0, prefetches, "BACKWARD_PRE, BACKWARD_POST or NONE"},
+    {"fsdp.limit_all_gathers", K_LIMIT, OFF(fsdp.engine.limit_all_gathers), 0, 1 << 20, NULL, "max gathered non-root units (true = 2, false = no limit)"},
+    {"fsdp.no_sync", K_BOOL, OFF(fsdp.engine.no_sync), 0, 0, NULL, "reduce gradients once per step, not every micro-batch"},
     {"fsdp.activation_checkpointing", K_BOOL, OFF(fsdp.activation_checkpointing), 0, 0, NULL, "recompute each block in backward"},
 };
 #define NKEYS ((int)(sizeof keys / sizeof keys[0]))
@@ -100,6 +111,7 @@ void sharc_config_default(sharc_config *c) {
     c->train.seed = 1;
     c->train.log_every = 10;
     snprintf(c->train.out_dir, sizeof c->train.out_dir, "runs/kjv");
+    sharc_fsdp_config_default(&c->fsdp.engine);
 }
 
 /* ------------------------------------------------------------- setting */
@@ -209,6 +221,33 @@ static sharc_status set_key(sharc_config *c, const key_def *k, const char *value
         }
         return bad_value(k, value, origin, allowed);
     }
+    case K_DTYPE: {
+        static const struct {
+            const char *name;
+            sharc_dtype dt;
+        } names[] = {{"fp32", SHARC_DT_F32}, {"float32", SHARC_DT_F32}, {"bf16", SHARC_DT_BF16},
+                     {"bfloat16", SHARC_DT_BF16}, {"fp16", SHARC_DT_F16}, {"float16", SHARC_DT_F16}};
+        for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+            if (!strcasecmp(value, names[i].name)) {
+                *(sharc_dtype *)dst = names[i].dt;
+                return SHARC_OK;
+            }
+        return bad_value(k, value, origin, "fp32, bf16 or fp16");
+    }
+    case K_TRI:
+        if (!strcasecmp(value, "auto")) *(int *)dst = -1;
+        else if (!strcasecmp(value, "true") || !strcasecmp(value, "yes")) *(int *)dst = 1;
+        else if (!strcasecmp(value, "false") || !strcasecmp(value, "no")) *(int *)dst = 0;
+        else return bad_value(k, value, origin, "true, false or auto");
+        return SHARC_OK;
+    case K_LIMIT:
+        if (!strcasecmp(value, "true") || !strcasecmp(value, "yes")) *(int *)dst = 2;
+        else if (!strcasecmp(value, "false") || !strcasecmp(value, "no")) *(int *)dst = 0;
+        else {
+            SHARC_TRY(parse_number(k, value, origin, &v, true));
+            *(int *)dst = (int)v;
+        }
+        return SHARC_OK;
     case K_FLOAT2: {
         /* "[a, b]" or "a,b" */
         char buf[128];
@@ -374,9 +413,8 @@ sharc_status sharc_config_validate(sharc_config *c) {
     if (c->model.family == SHARC_FAMILY_GPT2 && c->train.seq_len > c->model.max_seq_len)
         return sharc_error(SHARC_ERR_INVALID, "train.seq_len: %d exceeds model.max_seq_len %d (gpt2's position table)",
                            c->train.seq_len, c->model.max_seq_len);
-    if (c->optim.warmup_steps > 0 && c->train.max_steps > 0 && c->optim.warmup_steps > c->train.max_steps)
-        return sharc_error(SHARC_ERR_INVALID, "optim.warmup_steps: %d exceeds train.max_steps %lld",
-                           c->optim.warmup_steps, (long long)c->train.max_steps);
+    if (c->fsdp.engine.reduce_dtype != SHARC_DT_F32 && c->fsdp.engine.reduce_dtype != SHARC_DT_BF16)
+        return sharc_error(SHARC_ERR_INVALID, "fsdp.reduce_dtype: fp16, expected fp32 or bf16");
     if (c->optim.beta1 >= 1.0f || c->optim.beta2 >= 1.0f)
         return sharc_error(SHARC_ERR_INVALID, "optim.betas: [%g, %g], each must be in [0, 1)",
                            (double)c->optim.beta1, (double)c->optim.beta2);
@@ -396,6 +434,17 @@ static void format_value(const sharc_config *c, const key_def *k, char *out, siz
     case K_STR: snprintf(out, n, "\"%s\"", src); break;
     case K_ENUM: snprintf(out, n, "%s", k->choices[*(const int *)src]); break;
     case K_FLOAT2: snprintf(out, n, "[%.9g, %.9g]", (double)((const float *)src)[0], (double)((const float *)src)[1]); break;
+    case K_DTYPE: {
+        sharc_dtype dt = *(const sharc_dtype *)src;
+        snprintf(out, n, "%s", dt == SHARC_DT_BF16 ? "bf16" : dt == SHARC_DT_F16 ? "fp16" : "fp32");
+        break;
+    }
+    case K_TRI: {
+        int v = *(const int *)src;
+        snprintf(out, n, "%s", v < 0 ? "auto" : v ? "true" : "false");
+        break;
+    }
+    case K_LIMIT: snprintf(out, n, "%d", *(const int *)src); break;
     }
 }
 
@@ -427,7 +476,8 @@ char *sharc_config_to_yaml(const sharc_config *c) {
 }
 
 void sharc_config_print_keys(FILE *f) {
-    static const char *type_names[] = {"int", "int", "uint", "float", "bool", "string", "enum", "[float, float]"};
+    static const char *type_names[] = {"int", "int", "uint", "float", "bool", "string", "enum", "[float, float]",
+                                       "dtype", "bool|auto", "bool|int"};
     for (int i = 0; i < NKEYS; i++)
         fprintf(f, "  %-32s %-8s %s\n", keys[i].name, type_names[keys[i].type], keys[i].help);
 }

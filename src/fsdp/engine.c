@@ -1,80 +1,258 @@
-/* engine.c: sharc_fsdp_*, owner of every parameter, gradient and shard.
- * This is the one-process engine: the shard is the whole unit, so gather
- * returns the shard and the gradient buffer is the sharded gradient.
- * The unit life cycle it enforces is the one the multi-process engine keeps:
- * SHARDED -> gather -> GATHERED -> forward_done / backward_done -> SHARDED. */
-#include "sharc/alloc.h"
+/* engine.c: sharc_fsdp_*, owner of every parameter, gradient and shard, and
+ * of the unit life cycle (docs/ARCHITECTURE.md, "Life of a unit"):
+ *
+ *   SHARDED --gather--> GATHERED --forward_done--> SHARDED (FULL_SHARD)
+ *                                 \-> stays GATHERED (SHARD_GRAD_OP, root units)
+ *   GATHERED --backward_done--> SHARDED, its gradient reduced into the shard
+ *
+ * Note [engine-buffers]. Memory is planned at init: the fp32 shards
+ * (params, grads), a pool of gathered-parameter slots and a pool of
+ * full-gradient slots, each slot the size of the largest padded unit, and
+ * communication staging. The step allocates nothing. With a shard group of
+ * one rank (one process, NO_SHARD) and fp32 parameters, gather returns the
+ * shard itself and gradients accumulate straight into the grad shard.
+ *
+ * Note [reduction-order]. A unit's gradient is reduce-scattered over the
+ * shard group when its backward is done (every micro-batch, or only the last
+ * with fsdp.no_sync); the replicate group (HYBRID_SHARD, NO_SHARD) all-reduces
+ * the accumulated shard gradients once per step, in sharc_fsdp_finish_grads,
+ * which is the same sum as reducing every micro-batch and moves
+ * grad_accum times fewer bytes. */
 #include "sharc/fsdp.h"
+#include "sharc/alloc.h"
+#include "sharc/comm.h"
+#include "sharc/log.h"
+#include "sharc/mesh.h"
 #include "sharc/rng.h"
-#include "layout.h"
 #include "../core/parallel.h"
+#include "layout.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 typedef enum { UNIT_SHARDED = 0, UNIT_GATHERED } unit_state;
 
 typedef struct {
     sharc_unit_spec spec;
     int64_t numel_shard;  /* padded shard size */
+    int64_t numel_padded; /* numel_shard x shard group size */
     int64_t shard_lo;     /* first element of this rank's shard in the flat buffer */
     float *param_shard;   /* (numel_shard) fp32 master parameters, SHARC_MEM_PARAMS */
     float *grad_shard;    /* (numel_shard) gradients, SHARC_MEM_GRADS */
     sharc_segment segs[SHARC_MAX_UNIT_PARAMS];
     int nseg;
     unit_state state;
+    float *gathered;      /* (numel_padded) while GATHERED: a pool slot, or param_shard */
+    float *full_grad;     /* (numel_padded) while the backward accumulates: a pool slot, or grad_shard */
+    sharc_comm_request *pending; /* a prefetch gather in flight */
 } unit_t;
+
+typedef struct {
+    int n;
+    int64_t numel;
+    float **buf;
+    int *owner; /* unit holding the slot, -1 if free */
+} pool_t;
 
 struct sharc_fsdp {
     sharc_fsdp_config cfg;
     int nunits;
     unit_t *units;
+    sharc_comm *shard, *replicate, *world; /* NULL on one process */
+    int S, R;                /* shard and replicate group sizes */
+    int shard_rank;
+    bool reshard_after_forward;
+    bool direct_params;      /* S == 1 and fp32: gather returns the shard */
+    bool direct_grads;       /* S == 1: gradients accumulate into the shard */
+    bool reduce_now;         /* this micro-batch reduces (false under no_sync before the last) */
+    pool_t gathered, grads;
+    int gathered_alive, gathered_peak;
+    /* communication staging (SHARC_MEM_COMM) */
+    uint16_t *stage16_shard; /* (max numel_shard) 16-bit send/recv */
+    uint16_t *stage16_full;  /* (max numel_padded) 16-bit full unit */
+    float *stage_shard;      /* (max numel_shard) fp32 reduce-scatter result */
+    sharc_fsdp_stats stats;
 };
+
+static double now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static void comm_fatal(void) { sharc_fatal(__FILE__, __LINE__, "fsdp: %s", sharc_last_error()); }
 
 void sharc_fsdp_config_default(sharc_fsdp_config *c) {
     memset(c, 0, sizeof *c);
     c->strategy = SHARC_FULL_SHARD;
     c->reshard_after_forward = -1;
     c->fsdp_size = 0;
+    c->param_dtype = SHARC_DT_F32;
+    c->reduce_dtype = SHARC_DT_F32;
+    c->forward_prefetch = false;
+    c->backward_prefetch = SHARC_BACKWARD_PRE;
+    c->limit_all_gathers = 0;
+    c->no_sync = false;
+}
+
+const char *sharc_sharding_name(sharc_sharding s) {
+    static const char *n[] = {"FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD"};
+    return (s >= 0 && s <= SHARC_HYBRID_SHARD) ? n[s] : "?";
+}
+
+/* ----------------------------------------------------------------- pools */
+
+static sharc_status pool_init(pool_t *p, int n, int64_t numel) {
+    p->n = n;
+    p->numel = numel;
+    p->buf = calloc((size_t)(n > 0 ? n : 1), sizeof(float *));
+    p->owner = calloc((size_t)(n > 0 ? n : 1), sizeof(int));
+    if (!p->buf || !p->owner) return sharc_error(SHARC_ERR_NOMEM, "fsdp: out of memory");
+    for (int i = 0; i < n; i++) {
+        p->owner[i] = -1;
+        p->buf[i] = sharc_alloc((size_t)numel * sizeof(float), SHARC_MEM_GATHERED);
+        if (!p->buf[i])
+            return sharc_error(SHARC_ERR_NOMEM, "fsdp: cannot allocate %d gathered buffers of %lld floats", n,
+                               (long long)numel);
+    }
+    return SHARC_OK;
+}
+
+static void pool_free(pool_t *p) {
+    for (int i = 0; i < p->n && p->buf; i++) sharc_free(p->buf[i]);
+    free(p->buf);
+    free(p->owner);
+    memset(p, 0, sizeof *p);
+}
+
+static float *pool_get(pool_t *p, int unit, bool must) {
+    for (int i = 0; i < p->n; i++)
+        if (p->owner[i] < 0) {
+            p->owner[i] = unit;
+            return p->buf[i];
+        }
+    if (must)
+        sharc_fatal(__FILE__, __LINE__, "fsdp: all %d buffers in use when unit %d needs one (a schedule bug)", p->n,
+                    unit);
+    return NULL;
+}
+
+static void pool_put(pool_t *p, const float *buf) {
+    for (int i = 0; i < p->n; i++)
+        if (p->buf[i] == buf) {
+            p->owner[i] = -1;
+            return;
+        }
+    SHARC_CHECK(!"pool_put: not a pool buffer");
+}
+
+/* ------------------------------------------------------------------ init */
+
+static int count_roots(const sharc_unit_spec *units, int n) {
+    int r = 0;
+    for (int i = 0; i < n; i++) r += units[i].root;
+    return r;
 }
 
 sharc_status sharc_fsdp_init(sharc_fsdp **out, const sharc_unit_spec *units, int nunits,
-                             const sharc_fsdp_config *cfg) {
+                             const sharc_fsdp_config *cfg, struct sharc_mesh *mesh) {
     *out = NULL;
+    if (cfg->param_dtype != SHARC_DT_F32 && cfg->param_dtype != SHARC_DT_BF16 && cfg->param_dtype != SHARC_DT_F16)
+        return sharc_error(SHARC_ERR_INVALID, "fsdp.param_dtype: %s, expected fp32, bf16 or fp16",
+                           sharc_dtype_st_name(cfg->param_dtype));
+    if (cfg->reduce_dtype != SHARC_DT_F32 && cfg->reduce_dtype != SHARC_DT_BF16)
+        return sharc_error(SHARC_ERR_INVALID, "fsdp.reduce_dtype: %s, expected fp32 or bf16",
+                           sharc_dtype_st_name(cfg->reduce_dtype));
     sharc_fsdp *e = calloc(1, sizeof *e);
     if (!e) return sharc_error(SHARC_ERR_NOMEM, "fsdp: out of memory");
     e->cfg = *cfg;
     e->nunits = nunits;
+    e->S = mesh ? mesh->dp_shard : 1;
+    e->R = mesh ? mesh->dp_replicate : 1;
+    e->shard_rank = mesh ? mesh->shard_rank : 0;
+    e->shard = mesh ? mesh->shard : NULL;
+    e->replicate = mesh ? mesh->replicate : NULL;
+    e->world = mesh ? mesh->world : NULL;
+    e->reshard_after_forward = cfg->reshard_after_forward >= 0 ? cfg->reshard_after_forward != 0
+                                                               : cfg->strategy != SHARC_SHARD_GRAD_OP;
+    e->direct_params = e->S == 1 && cfg->param_dtype == SHARC_DT_F32;
+    e->direct_grads = e->S == 1;
+    e->reduce_now = true;
     e->units = calloc((size_t)nunits, sizeof(unit_t));
+    sharc_status st = SHARC_OK;
     if (!e->units) {
-        free(e);
-        return sharc_error(SHARC_ERR_NOMEM, "fsdp: out of memory");
+        st = sharc_error(SHARC_ERR_NOMEM, "fsdp: out of memory");
+        goto fail;
     }
+    int64_t max_padded = 0, max_shard = 0;
     for (int u = 0; u < nunits; u++) {
         unit_t *t = &e->units[u];
         t->spec = units[u];
-        t->numel_shard = sharc_layout_numel_shard(t->spec.numel, 1);
-        t->shard_lo = 0;
+        t->numel_shard = sharc_layout_numel_shard(t->spec.numel, e->S);
+        t->numel_padded = t->numel_shard * e->S;
+        t->shard_lo = t->numel_shard * e->shard_rank;
         t->param_shard = sharc_alloc((size_t)t->numel_shard * sizeof(float), SHARC_MEM_PARAMS);
         t->grad_shard = sharc_alloc((size_t)t->numel_shard * sizeof(float), SHARC_MEM_GRADS);
         if (!t->param_shard || !t->grad_shard) {
-            sharc_status st = sharc_error(SHARC_ERR_NOMEM, "fsdp: cannot allocate unit '%s' (%lld floats)",
-                                          t->spec.name, (long long)t->numel_shard);
-            sharc_fsdp_free(e);
-            return st;
+            st = sharc_error(SHARC_ERR_NOMEM, "fsdp: cannot allocate unit '%s' (%lld floats)", t->spec.name,
+                             (long long)t->numel_shard);
+            goto fail;
         }
         t->nseg = sharc_layout_segments(&t->spec, t->shard_lo, t->shard_lo + t->numel_shard, t->segs);
+        max_padded = t->numel_padded > max_padded ? t->numel_padded : max_padded;
+        max_shard = t->numel_shard > max_shard ? t->numel_shard : max_shard;
+    }
+    /* Note [gathered-bound]: gathered-parameter slots. FULL_SHARD keeps the
+     * running unit, one prefetched unit if prefetch is on, and the root
+     * units; fsdp.limit_all_gathers caps the non-root ones (>= 1). With
+     * reshard_after_forward false (SHARD_GRAD_OP) every unit stays gathered
+     * from its forward to its backward. */
+    int roots = count_roots(units, nunits);
+    int n_gather = 0;
+    if (!e->direct_params) {
+        if (e->reshard_after_forward) {
+            int prefetch = (cfg->forward_prefetch || cfg->backward_prefetch != SHARC_PREFETCH_NONE) ? 1 : 0;
+            int live = 1 + prefetch;
+            if (cfg->limit_all_gathers > 0 && live > cfg->limit_all_gathers) live = cfg->limit_all_gathers;
+            n_gather = live + roots;
+        } else {
+            n_gather = nunits;
+        }
+        if (n_gather > nunits) n_gather = nunits;
+    }
+    if ((st = pool_init(&e->gathered, n_gather, max_padded)) != SHARC_OK) goto fail;
+    int n_grad = e->direct_grads ? 0 : (cfg->no_sync ? nunits : 1 + roots);
+    if ((st = pool_init(&e->grads, n_grad, max_padded)) != SHARC_OK) goto fail;
+    if (e->S > 1 || cfg->param_dtype != SHARC_DT_F32 || cfg->reduce_dtype != SHARC_DT_F32) {
+        e->stage16_shard = sharc_alloc((size_t)max_shard * 2, SHARC_MEM_COMM);
+        e->stage16_full = sharc_alloc((size_t)max_padded * 2, SHARC_MEM_COMM);
+        e->stage_shard = sharc_alloc((size_t)max_shard * sizeof(float), SHARC_MEM_COMM);
+        if (!e->stage16_shard || !e->stage16_full || !e->stage_shard) {
+            st = sharc_error(SHARC_ERR_NOMEM, "fsdp: cannot allocate communication buffers");
+            goto fail;
+        }
     }
     *out = e;
     return SHARC_OK;
+fail:
+    sharc_fsdp_free(e);
+    return st;
 }
 
 void sharc_fsdp_free(sharc_fsdp *e) {
     if (!e) return;
-    for (int u = 0; u < e->nunits; u++) {
+    for (int u = 0; u < e->nunits && e->units; u++) {
+        if (e->units[u].pending) sharc_comm_wait(e->units[u].pending);
         sharc_free(e->units[u].param_shard);
         sharc_free(e->units[u].grad_shard);
     }
+    pool_free(&e->gathered);
+    pool_free(&e->grads);
+    sharc_free(e->stage16_shard);
+    sharc_free(e->stage16_full);
+    sharc_free(e->stage_shard);
     free(e->units);
     free(e);
 }
@@ -107,31 +285,173 @@ static unit_t *unit_at(const sharc_fsdp *e, int u) {
     return &e->units[u];
 }
 
+/* --------------------------------------------------------------- gather */
+
+/* Round n floats to the parameter dtype (bf16/fp16), as a gather in that
+ * dtype followed by the upcast for compute would. */
+static void round_to(float *dst, const float *src, int64_t n, sharc_dtype dt) {
+    if (dt == SHARC_DT_BF16)
+        for (int64_t i = 0; i < n; i++) dst[i] = sharc_bf16_to_f32(sharc_f32_to_bf16(src[i]));
+    else if (dt == SHARC_DT_F16)
+        for (int64_t i = 0; i < n; i++) dst[i] = sharc_f16_to_f32(sharc_f32_to_f16(src[i]));
+    else if (dst != src)
+        memcpy(dst, src, (size_t)n * sizeof(float));
+}
+
+/* Post (or do) the gather of unit t into a slot it already holds. */
+static void start_gather(sharc_fsdp *e, unit_t *t, bool blocking) {
+    sharc_status st;
+    if (e->S == 1) {
+        round_to(t->gathered, t->param_shard, t->numel_shard, e->cfg.param_dtype);
+        return;
+    }
+    if (e->cfg.param_dtype == SHARC_DT_F32) {
+        if (blocking) st = sharc_comm_allgather(e->shard, t->param_shard, t->gathered, (size_t)t->numel_shard, SHARC_DT_F32);
+        else st = sharc_comm_iallgather(e->shard, t->param_shard, t->gathered, (size_t)t->numel_shard, SHARC_DT_F32,
+                                        &t->pending);
+        if (st != SHARC_OK) comm_fatal();
+        return;
+    }
+    /* 16-bit: the shard is rounded, gathered as 16-bit, widened on completion
+     * (blocking: the staging buffers are shared by all units) */
+    sharc_from_f32(e->stage16_shard, t->param_shard, e->cfg.param_dtype, t->numel_shard);
+    st = sharc_comm_allgather(e->shard, e->stage16_shard, e->stage16_full, (size_t)t->numel_shard, e->cfg.param_dtype);
+    if (st != SHARC_OK) comm_fatal();
+    sharc_to_f32(t->gathered, e->stage16_full, e->cfg.param_dtype, t->numel_padded);
+}
+
+static void wait_pending(sharc_fsdp *e, unit_t *t) {
+    if (!t->pending) return;
+    double t0 = now();
+    if (sharc_comm_wait(t->pending) != SHARC_OK) comm_fatal();
+    t->pending = NULL;
+    e->stats.wait_s += now() - t0;
+}
+
+/* Gather unit u ahead of time if a slot is free (prefetch). */
+static void prefetch(sharc_fsdp *e, int u) {
+    if (u < 0 || u >= e->nunits || e->direct_params) return;
+    unit_t *t = &e->units[u];
+    if (t->state == UNIT_GATHERED) return;
+    float *slot = pool_get(&e->gathered, u, false);
+    if (!slot) return; /* limit_all_gathers reached: gather on demand instead */
+    t->gathered = slot;
+    t->state = UNIT_GATHERED;
+    e->gathered_alive++;
+    e->gathered_peak = e->gathered_alive > e->gathered_peak ? e->gathered_alive : e->gathered_peak;
+    e->stats.gathers++;
+    start_gather(e, t, false);
+}
+
+static bool in_backward_needs_params(const sharc_fsdp *e, int u) {
+    return u >= 0 && !e->units[u].spec.backward_without_params;
+}
+
 const float *sharc_fsdp_gather(sharc_fsdp *e, int u) {
     unit_t *t = unit_at(e, u);
-    t->state = UNIT_GATHERED;
-    return t->param_shard;
+    if (t->state != UNIT_GATHERED) {
+        if (e->direct_params) {
+            t->gathered = t->param_shard;
+        } else {
+            t->gathered = pool_get(&e->gathered, u, true);
+            e->gathered_alive++;
+            e->gathered_peak = e->gathered_alive > e->gathered_peak ? e->gathered_alive : e->gathered_peak;
+            e->stats.gathers++;
+            double t0 = now();
+            start_gather(e, t, true);
+            e->stats.wait_s += now() - t0;
+        }
+        t->state = UNIT_GATHERED;
+    } else {
+        wait_pending(e, t);
+    }
+    return t->gathered;
+}
+
+static void release(sharc_fsdp *e, unit_t *t) {
+    if (t->state != UNIT_GATHERED) return;
+    wait_pending(e, t);
+    if (!e->direct_params) {
+        pool_put(&e->gathered, t->gathered);
+        e->gathered_alive--;
+    }
+    t->gathered = NULL;
+    t->state = UNIT_SHARDED;
 }
 
 void sharc_fsdp_forward_done(sharc_fsdp *e, int u) {
     unit_t *t = unit_at(e, u);
     SHARC_CHECK(t->state == UNIT_GATHERED);
-    if (!t->spec.root) t->state = UNIT_SHARDED;
+    if (e->reshard_after_forward && !t->spec.root) release(e, t);
+    if (e->cfg.forward_prefetch) prefetch(e, u + 1);
 }
+
+void sharc_fsdp_release(sharc_fsdp *e, int u) { release(e, unit_at(e, u)); }
+
+/* ------------------------------------------------------------- gradients */
 
 float *sharc_fsdp_grad(sharc_fsdp *e, int u) {
     unit_t *t = unit_at(e, u);
-    return t->grad_shard;
+    if (!t->full_grad) {
+        if (e->direct_grads) {
+            t->full_grad = t->grad_shard;
+        } else {
+            t->full_grad = pool_get(&e->grads, u, true);
+            memset(t->full_grad, 0, (size_t)t->numel_padded * sizeof(float));
+        }
+    }
+    /* BACKWARD_PRE: the next unit's parameters are requested now, while this
+     * unit's backward runs (the first call to grad(u) opens its backward). */
+    if (e->cfg.backward_prefetch == SHARC_BACKWARD_PRE) {
+        for (int v = u - 1; v >= 0; v--)
+            if (in_backward_needs_params(e, v)) {
+                prefetch(e, v);
+                break;
+            }
+    }
+    return t->full_grad;
+}
+
+/* grad_shard += reduce-scatter(full_grad) over the shard group. */
+static void reduce_unit(sharc_fsdp *e, unit_t *t) {
+    double t0 = now();
+    sharc_status st;
+    if (e->cfg.reduce_dtype == SHARC_DT_F32) {
+        st = sharc_comm_reduce_scatter(e->shard, t->full_grad, e->stage_shard, (size_t)t->numel_shard, SHARC_DT_F32,
+                                       SHARC_OP_SUM);
+        if (st != SHARC_OK) comm_fatal();
+    } else {
+        sharc_from_f32(e->stage16_full, t->full_grad, e->cfg.reduce_dtype, t->numel_padded);
+        st = sharc_comm_reduce_scatter(e->shard, e->stage16_full, e->stage16_shard, (size_t)t->numel_shard,
+                                       e->cfg.reduce_dtype, SHARC_OP_SUM);
+        if (st != SHARC_OK) comm_fatal();
+        sharc_to_f32(e->stage_shard, e->stage16_shard, e->cfg.reduce_dtype, t->numel_shard);
+    }
+    float *g = t->grad_shard;
+    const float *r = e->stage_shard;
+#pragma omp parallel for schedule(static) if (t->numel_shard > 65536)
+    for (int64_t i = 0; i < t->numel_shard; i++) g[i] += r[i];
+    e->stats.reduces++;
+    e->stats.wait_s += now() - t0;
 }
 
 void sharc_fsdp_backward_done(sharc_fsdp *e, int u) {
     unit_t *t = unit_at(e, u);
-    t->state = UNIT_SHARDED;
-}
-
-void sharc_fsdp_release(sharc_fsdp *e, int u) {
-    unit_t *t = unit_at(e, u);
-    t->state = UNIT_SHARDED;
+    if (t->full_grad && !e->direct_grads && e->reduce_now) {
+        reduce_unit(e, t);
+        pool_put(&e->grads, t->full_grad);
+        t->full_grad = NULL;
+    } else if (e->direct_grads) {
+        t->full_grad = NULL;
+    }
+    release(e, t);
+    if (e->cfg.backward_prefetch == SHARC_BACKWARD_POST) {
+        for (int v = u - 1; v >= 0; v--)
+            if (in_backward_needs_params(e, v)) {
+                prefetch(e, v);
+                break;
+            }
+    }
 }
 
 void sharc_fsdp_zero_grad(sharc_fsdp *e) {
@@ -139,20 +459,47 @@ void sharc_fsdp_zero_grad(sharc_fsdp *e) {
         memset(e->units[u].grad_shard, 0, (size_t)e->units[u].numel_shard * sizeof(float));
 }
 
-int sharc_fsdp_num_units(const sharc_fsdp *e) { return e->nunits; }
-const sharc_unit_spec *sharc_fsdp_unit_spec(const sharc_fsdp *e, int u) { return &unit_at(e, u)->spec; }
-int64_t sharc_fsdp_shard_numel(const sharc_fsdp *e, int u) { return unit_at(e, u)->numel_shard; }
-float *sharc_fsdp_shard_params(sharc_fsdp *e, int u) { return unit_at(e, u)->param_shard; }
-float *sharc_fsdp_shard_grads(sharc_fsdp *e, int u) { return unit_at(e, u)->grad_shard; }
+void sharc_fsdp_begin_microbatch(sharc_fsdp *e, bool last) { e->reduce_now = !e->cfg.no_sync || last; }
 
-int sharc_fsdp_shard_segments(const sharc_fsdp *e, int u, const sharc_segment **out) {
-    const unit_t *t = unit_at(e, u);
-    *out = t->segs;
-    return t->nseg;
+sharc_status sharc_fsdp_finish_grads(sharc_fsdp *e) {
+    for (int u = 0; u < e->nunits; u++) {
+        unit_t *t = &e->units[u];
+        SHARC_CHECK(t->state == UNIT_SHARDED || t->spec.root);
+        if (t->full_grad && !e->direct_grads) {
+            /* no_sync leftovers (cannot happen when the last micro-batch reduced) */
+            reduce_unit(e, t);
+            pool_put(&e->grads, t->full_grad);
+            t->full_grad = NULL;
+        }
+    }
+    if (e->R > 1) {
+        double t0 = now();
+        for (int u = 0; u < e->nunits; u++) {
+            unit_t *t = &e->units[u];
+            sharc_status st;
+            if (e->cfg.reduce_dtype == SHARC_DT_F32) {
+                st = sharc_comm_allreduce(e->replicate, t->grad_shard, t->grad_shard, (size_t)t->numel_shard,
+                                          SHARC_DT_F32, SHARC_OP_SUM);
+            } else {
+                /* 16-bit on the wire, summed in fp32 by the backend */
+                int64_t n = t->numel_shard;
+                sharc_from_f32(e->stage16_shard, t->grad_shard, e->cfg.reduce_dtype, n);
+                st = sharc_comm_allreduce(e->replicate, e->stage16_shard, e->stage16_shard, (size_t)n,
+                                          e->cfg.reduce_dtype, SHARC_OP_SUM);
+                if (st == SHARC_OK) sharc_to_f32(t->grad_shard, e->stage16_shard, e->cfg.reduce_dtype, n);
+            }
+            if (st != SHARC_OK) return st;
+        }
+        e->stats.wait_s += now() - t0;
+    }
+    e->reduce_now = true;
+    return SHARC_OK;
 }
 
+/* ------------------------------------------------------------------ norm */
+
 /* Sum of squares of n floats: fp32 sums over blocks of 4096 (vectorised),
- * added in double. Deterministic: the blocking does not depend on threads. */
+ * added in double. */
 SHARC_VEC static double sumsq_block(const float *g, int64_t n) {
     float acc = 0.0f;
 #pragma omp simd reduction(+ : acc)
@@ -179,6 +526,54 @@ double sharc_fsdp_grad_sumsq_local(const sharc_fsdp *e) {
     return total;
 }
 
+sharc_status sharc_fsdp_grad_norm(sharc_fsdp *e, double *norm, double *extra) {
+    double v[2] = {sharc_fsdp_grad_sumsq_local(e) / e->R, extra ? *extra : 0.0};
+    if (e->world) SHARC_TRY(sharc_comm_allreduce(e->world, v, v, 2, SHARC_DT_F64, SHARC_OP_SUM));
+    *norm = sqrt(v[0]);
+    if (extra) *extra = v[1];
+    return SHARC_OK;
+}
+
+/* ------------------------------------------------------------ accessors */
+
+int sharc_fsdp_num_units(const sharc_fsdp *e) { return e->nunits; }
+const sharc_unit_spec *sharc_fsdp_unit_spec(const sharc_fsdp *e, int u) { return &unit_at(e, u)->spec; }
+int64_t sharc_fsdp_shard_numel(const sharc_fsdp *e, int u) { return unit_at(e, u)->numel_shard; }
+float *sharc_fsdp_shard_params(sharc_fsdp *e, int u) { return unit_at(e, u)->param_shard; }
+float *sharc_fsdp_shard_grads(sharc_fsdp *e, int u) { return unit_at(e, u)->grad_shard; }
+
+int sharc_fsdp_shard_segments(const sharc_fsdp *e, int u, const sharc_segment **out) {
+    const unit_t *t = unit_at(e, u);
+    *out = t->segs;
+    return t->nseg;
+}
+
+void sharc_fsdp_stats_get(const sharc_fsdp *e, sharc_fsdp_stats *out) {
+    *out = e->stats;
+    out->gathered_peak = e->gathered_peak;
+}
+
+void sharc_fsdp_stats_reset(sharc_fsdp *e) {
+    memset(&e->stats, 0, sizeof e->stats);
+    e->gathered_peak = e->gathered_alive;
+}
+
+int64_t sharc_fsdp_gathered_unit_bytes(const sharc_fsdp *e) {
+    int64_t mx = 0;
+    for (int u = 0; u < e->nunits; u++) mx = e->units[u].numel_padded > mx ? e->units[u].numel_padded : mx;
+    return mx * (int64_t)sizeof(float);
+}
+
+sharc_status sharc_fsdp_gather_master(sharc_fsdp *e, int u, float *dst) {
+    unit_t *t = unit_at(e, u);
+    if (e->S == 1) {
+        memcpy(dst, t->param_shard, (size_t)t->numel_shard * sizeof(float));
+        return SHARC_OK;
+    }
+    return sharc_comm_allgather(e->shard, t->param_shard, dst, (size_t)t->numel_shard, SHARC_DT_F32);
+}
+int sharc_fsdp_gathered_limit(const sharc_fsdp *e) { return e->gathered.n; }
+
 sharc_status sharc_fsdp_find_param(const sharc_fsdp *e, const char *name, int *unit, int *param) {
     for (int u = 0; u < e->nunits; u++) {
         int p = sharc_unit_find_param(&e->units[u].spec, name);
@@ -191,14 +586,13 @@ sharc_status sharc_fsdp_find_param(const sharc_fsdp *e, const char *name, int *u
     return sharc_error(SHARC_ERR_INVALID, "fsdp: no parameter named '%s' in this model", name);
 }
 
-sharc_status sharc_fsdp_param_write_local(sharc_fsdp *e, const char *name, const float *src,
-                                          int64_t numel) {
+sharc_status sharc_fsdp_param_write_local(sharc_fsdp *e, const char *name, const float *src, int64_t numel) {
     int u, p;
     SHARC_TRY(sharc_fsdp_find_param(e, name, &u, &p));
     unit_t *t = &e->units[u];
     if (numel != t->spec.params[p].numel)
-        return sharc_error(SHARC_ERR_INVALID, "fsdp: parameter '%s' has %lld elements, got %lld",
-                           name, (long long)t->spec.params[p].numel, (long long)numel);
+        return sharc_error(SHARC_ERR_INVALID, "fsdp: parameter '%s' has %lld elements, got %lld", name,
+                           (long long)t->spec.params[p].numel, (long long)numel);
     for (int s = 0; s < t->nseg; s++)
         if (t->segs[s].param == p)
             memcpy(t->param_shard + t->segs[s].shard_off, src + t->segs[s].param_off,
@@ -206,14 +600,13 @@ sharc_status sharc_fsdp_param_write_local(sharc_fsdp *e, const char *name, const
     return SHARC_OK;
 }
 
-sharc_status sharc_fsdp_param_read_local(const sharc_fsdp *e, const char *name, float *dst,
-                                         int64_t numel) {
+sharc_status sharc_fsdp_param_read_local(const sharc_fsdp *e, const char *name, float *dst, int64_t numel) {
     int u, p;
     SHARC_TRY(sharc_fsdp_find_param(e, name, &u, &p));
     const unit_t *t = &e->units[u];
     if (numel != t->spec.params[p].numel)
-        return sharc_error(SHARC_ERR_INVALID, "fsdp: parameter '%s' has %lld elements, got %lld",
-                           name, (long long)t->spec.params[p].numel, (long long)numel);
+        return sharc_error(SHARC_ERR_INVALID, "fsdp: parameter '%s' has %lld elements, got %lld", name,
+                           (long long)t->spec.params[p].numel, (long long)numel);
     for (int s = 0; s < t->nseg; s++)
         if (t->segs[s].param == p)
             memcpy(dst + t->segs[s].param_off, t->param_shard + t->segs[s].shard_off,

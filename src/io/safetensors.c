@@ -308,70 +308,135 @@ sharc_status sharc_st_load_i32(const sharc_st_file *f, const char *name, int32_t
 
 /* ------------------------------------------------------------------ write */
 
-static int cmp_entry_size(const void *a, const void *b) {
-    const sharc_st_entry *const *x = a, *const *y = b;
-    size_t sx = sharc_dtype_size((*x)->dtype), sy = sharc_dtype_size((*y)->dtype);
+struct sharc_st_stream {
+    sharc_afile af;
+    int n;
+    int *order;           /* tensors in file order */
+    uint64_t total, written;
+};
+
+static int cmp_entry_size(const void *a, const void *b, void *arg) {
+    const sharc_st_entry *base = arg;
+    int x = *(const int *)a, y = *(const int *)b;
+    size_t sx = sharc_dtype_size(base[x].dtype), sy = sharc_dtype_size(base[y].dtype);
     if (sx != sy) return sx > sy ? -1 : 1;
-    return *x < *y ? -1 : 1; /* stable: keep the caller's order */
+    return x < y ? -1 : 1; /* stable: keep the caller's order */
 }
 
-sharc_status sharc_st_write(const char *path, const sharc_st_entry *entries, int n,
-                            const char *const *meta_keys, const char *const *meta_values,
-                            int nmeta) {
+sharc_status sharc_st_stream_open(sharc_st_stream **out, const char *path, const sharc_st_entry *entries, int n,
+                                  const char *const *meta_keys, const char *const *meta_values, int nmeta) {
+    *out = NULL;
+    sharc_st_stream *s = calloc(1, sizeof *s);
+    int *order = malloc(sizeof(int) * (size_t)(n > 0 ? n : 1));
+    if (!s || !order) {
+        free(s);
+        free(order);
+        return sharc_error(SHARC_ERR_NOMEM, "out of memory");
+    }
     /* larger element types first: every tensor starts at a multiple of its element size */
-    const sharc_st_entry **order = malloc(sizeof(*order) * (size_t)(n > 0 ? n : 1));
-    if (!order) return sharc_error(SHARC_ERR_NOMEM, "out of memory");
-    for (int i = 0; i < n; i++) order[i] = &entries[i];
-    qsort(order, (size_t)n, sizeof *order, cmp_entry_size);
+    for (int i = 0; i < n; i++) order[i] = i;
+    qsort_r(order, (size_t)n, sizeof *order, cmp_entry_size, (void *)entries);
+    s->order = order;
+    s->n = n;
 
     json_object *root = json_object_new_object();
     json_object *meta = json_object_new_object();
     json_object_object_add(meta, "format", json_object_new_string("pt"));
-    for (int i = 0; i < nmeta; i++)
-        json_object_object_add(meta, meta_keys[i], json_object_new_string(meta_values[i]));
+    for (int i = 0; i < nmeta; i++) json_object_object_add(meta, meta_keys[i], json_object_new_string(meta_values[i]));
     json_object_object_add(root, "__metadata__", meta);
     uint64_t pos = 0;
-    uint64_t *sizes = malloc(sizeof(uint64_t) * (size_t)(n > 0 ? n : 1));
-    for (int i = 0; i < n; i++) {
-        const sharc_st_entry *e = order[i];
+    for (int k = 0; k < n; k++) {
+        const sharc_st_entry *e = &entries[order[k]];
         uint64_t numel = 1;
         json_object *shape = json_object_new_array();
         for (int d = 0; d < e->ndim; d++) {
             numel *= (uint64_t)e->shape[d];
             json_object_array_add(shape, json_object_new_int64(e->shape[d]));
         }
-        sizes[i] = numel * sharc_dtype_size(e->dtype);
+        uint64_t bytes = numel * sharc_dtype_size(e->dtype);
         json_object *t = json_object_new_object();
         json_object_object_add(t, "dtype", json_object_new_string(sharc_dtype_st_name(e->dtype)));
         json_object_object_add(t, "shape", shape);
         json_object *offs = json_object_new_array();
         json_object_array_add(offs, json_object_new_int64((int64_t)pos));
-        json_object_array_add(offs, json_object_new_int64((int64_t)(pos + sizes[i])));
+        json_object_array_add(offs, json_object_new_int64((int64_t)(pos + bytes)));
         json_object_object_add(t, "data_offsets", offs);
         json_object_object_add(root, e->name, t);
-        pos += sizes[i];
+        pos += bytes;
     }
+    s->total = pos;
     const char *js = json_object_to_json_string_ext(root, JSON_C_TO_STRING_PLAIN);
     size_t jlen = strlen(js), padded = (jlen + 7) / 8 * 8;
     char *header = malloc(8 + padded);
     sharc_status st = SHARC_OK;
-    if (!header || !sizes) {
+    if (!header) {
         st = sharc_error(SHARC_ERR_NOMEM, "out of memory");
-        goto done;
+    } else {
+        for (int i = 0; i < 8; i++) header[i] = (char)((padded >> (8 * i)) & 0xff);
+        memcpy(header + 8, js, jlen);
+        memset(header + 8 + jlen, ' ', padded - jlen);
+        st = sharc_afile_open(&s->af, path);
+        if (st == SHARC_OK) {
+            st = sharc_afile_write(&s->af, header, 8 + padded);
+            if (st != SHARC_OK) sharc_afile_abort(&s->af);
+        }
     }
-    for (int i = 0; i < 8; i++) header[i] = (char)((padded >> (8 * i)) & 0xff);
-    memcpy(header + 8, js, jlen);
-    memset(header + 8 + jlen, ' ', padded - jlen);
-    sharc_afile af;
-    if ((st = sharc_afile_open(&af, path)) != SHARC_OK) goto done;
-    st = sharc_afile_write(&af, header, 8 + padded);
-    for (int i = 0; i < n && st == SHARC_OK; i++) st = sharc_afile_write(&af, order[i]->data, sizes[i]);
-    if (st == SHARC_OK) st = sharc_afile_commit(&af);
-    else sharc_afile_abort(&af);
-done:
     free(header);
-    free(sizes);
-    free(order);
     json_object_put(root);
+    if (st != SHARC_OK) {
+        free(s->order);
+        free(s);
+        return st;
+    }
+    *out = s;
+    return SHARC_OK;
+}
+
+int sharc_st_stream_order(const sharc_st_stream *s, int k) { return s->order[k]; }
+
+sharc_status sharc_st_stream_append(sharc_st_stream *s, const void *data, size_t bytes) {
+    if (s->written + bytes > s->total)
+        return sharc_error(SHARC_ERR_INTERNAL, "safetensors '%s': more data than the header announces",
+                           s->af.final_path);
+    SHARC_TRY(sharc_afile_write(&s->af, data, bytes));
+    s->written += bytes;
+    return SHARC_OK;
+}
+
+sharc_status sharc_st_stream_close(sharc_st_stream *s) {
+    sharc_status st;
+    if (s->written != s->total) {
+        st = sharc_error(SHARC_ERR_INTERNAL, "safetensors '%s': %llu of %llu data bytes written", s->af.final_path,
+                         (unsigned long long)s->written, (unsigned long long)s->total);
+        sharc_afile_abort(&s->af);
+    } else {
+        st = sharc_afile_commit(&s->af);
+    }
+    free(s->order);
+    free(s);
     return st;
+}
+
+void sharc_st_stream_abort(sharc_st_stream *s) {
+    if (!s) return;
+    sharc_afile_abort(&s->af);
+    free(s->order);
+    free(s);
+}
+
+sharc_status sharc_st_write(const char *path, const sharc_st_entry *entries, int n,
+                            const char *const *meta_keys, const char *const *meta_values, int nmeta) {
+    sharc_st_stream *s;
+    SHARC_TRY(sharc_st_stream_open(&s, path, entries, n, meta_keys, meta_values, nmeta));
+    for (int k = 0; k < n; k++) {
+        const sharc_st_entry *e = &entries[sharc_st_stream_order(s, k)];
+        uint64_t numel = 1;
+        for (int d = 0; d < e->ndim; d++) numel *= (uint64_t)e->shape[d];
+        sharc_status st = sharc_st_stream_append(s, e->data, numel * sharc_dtype_size(e->dtype));
+        if (st != SHARC_OK) {
+            sharc_st_stream_abort(s);
+            return st;
+        }
+    }
+    return sharc_st_stream_close(s);
 }

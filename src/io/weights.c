@@ -1,43 +1,61 @@
 /* weights.c: sharc_weights_*, a model's parameters as one safetensors file. */
 #include "sharc/weights.h"
+#include "sharc/alloc.h"
 #include "sharc/safetensors.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-sharc_status sharc_weights_save(sharc_fsdp *e, const sharc_config *config, const char *path) {
+sharc_status sharc_weights_save(sharc_fsdp *e, sharc_comm *world, const sharc_config *config, const char *path) {
+    bool writer = !world || sharc_comm_rank(world) == 0;
     int total = 0;
     for (int u = 0; u < sharc_fsdp_num_units(e); u++) total += sharc_fsdp_unit_spec(e, u)->nparams;
     sharc_st_entry *entries = calloc((size_t)total, sizeof *entries);
-    if (!entries) return sharc_error(SHARC_ERR_NOMEM, "weights: out of memory");
+    float *full = sharc_alloc((size_t)sharc_fsdp_gathered_unit_bytes(e), SHARC_MEM_OTHER);
+    sharc_status st = (!entries || !full) ? sharc_error(SHARC_ERR_NOMEM, "weights: out of memory") : SHARC_OK;
     int n = 0;
+    for (int u = 0; u < sharc_fsdp_num_units(e) && entries; u++) {
+        const sharc_unit_spec *s = sharc_fsdp_unit_spec(e, u);
+        for (int p = 0; p < s->nparams; p++)
+            entries[n++] = (sharc_st_entry){.name = s->params[p].name, .dtype = SHARC_DT_F32,
+                                            .ndim = s->params[p].ndim, .shape = s->params[p].shape};
+    }
+    sharc_st_stream *out = NULL;
+    if (writer && st == SHARC_OK) {
+        char *yaml = sharc_config_to_yaml(config);
+        const char *mk[2] = {"sharc.config", "sharc.version"};
+        const char *mv[2] = {yaml ? yaml : "", "1"};
+        st = sharc_st_stream_open(&out, path, entries, n, mk, mv, 2);
+        free(yaml);
+    }
+    /* every rank takes part in every gather, whatever happened on rank 0:
+     * a failure is agreed at the end, never a hang */
+    bool ok = st == SHARC_OK;
     for (int u = 0; u < sharc_fsdp_num_units(e); u++) {
         const sharc_unit_spec *s = sharc_fsdp_unit_spec(e, u);
-        const sharc_segment *segs;
-        int nseg = sharc_fsdp_shard_segments(e, u, &segs);
-        const float *shard = sharc_fsdp_shard_params(e, u);
-        for (int p = 0; p < s->nparams; p++) {
-            /* one process: each parameter is a single segment of the shard */
-            const sharc_segment *g = NULL;
-            for (int k = 0; k < nseg; k++)
-                if (segs[k].param == p) g = &segs[k];
-            if (!g || g->len != s->params[p].numel) {
-                free(entries);
-                return sharc_error(SHARC_ERR_UNSUPPORTED,
-                                   "weights: '%s' is not held whole by this process; save a sharded checkpoint instead",
-                                   s->params[p].name);
-            }
-            entries[n++] = (sharc_st_entry){.name = s->params[p].name, .dtype = SHARC_DT_F32,
-                                            .ndim = s->params[p].ndim, .shape = s->params[p].shape,
-                                            .data = shard + g->shard_off};
+        sharc_status g = full ? sharc_fsdp_gather_master(e, u, full) : SHARC_ERR_NOMEM;
+        if (g != SHARC_OK && ok) {
+            st = g;
+            ok = false;
+        }
+        for (int p = 0; p < s->nparams && writer && ok; p++) {
+            st = sharc_st_stream_append(out, full + s->params[p].offset, (size_t)s->params[p].numel * sizeof(float));
+            ok = st == SHARC_OK;
         }
     }
-    char *yaml = sharc_config_to_yaml(config);
-    const char *mk[2] = {"sharc.config", "sharc.version"};
-    const char *mv[2] = {yaml ? yaml : "", "1"};
-    sharc_status st = sharc_st_write(path, entries, n, mk, mv, 2);
-    free(yaml);
+    if (out) {
+        if (ok) st = sharc_st_stream_close(out);
+        else sharc_st_stream_abort(out);
+    }
+    sharc_free(full);
     free(entries);
+    if (world) {
+        int32_t bad = st != SHARC_OK, any = 0;
+        sharc_status c = sharc_comm_allreduce(world, &bad, &any, 1, SHARC_DT_I32, SHARC_OP_MAX);
+        if (c != SHARC_OK) return c;
+        if (any && st == SHARC_OK)
+            st = sharc_error(SHARC_ERR_IO, "weights: saving '%s' failed on another rank (see its message)", path);
+    }
     return st;
 }
 

@@ -170,6 +170,7 @@ static void build_units(sharc_model *m) {
         add(e, "model.embed_tokens.weight", m->V, m->C, SHARC_INIT_NORMAL, std);
     }
     e->root = c->tie_embeddings;
+    e->backward_without_params = true;
 
     for (int l = 0; l < m->L; l++) {
         sharc_unit_spec *u = &m->units[1 + l];

@@ -1,11 +1,20 @@
-/* trainer.c: sharc_trainer_* and sharc_train_run: the training loop, its
- * log lines and metrics file. */
+/* trainer.c: sharc_trainer_* and sharc_train_run: the training loop over a
+ * world of ranks, its agreement checks, log lines and metrics file.
+ *
+ * Note [agreement]. Starting is split in two: everything that can fail on
+ * one rank alone (config, data file, allocations) runs first without any
+ * collective; then all ranks all-reduce their status, so a rank that failed
+ * makes every rank stop with a message instead of leaving them blocked in a
+ * collective it never reaches. Then a fingerprint of every value that must
+ * match (model shape, sharding, batch, seeds) is all-gathered and compared;
+ * a difference is one message naming the key and two ranks' values. */
 #include "sharc/train.h"
 #include "sharc/alloc.h"
 #include "sharc/blas.h"
 #include "sharc/data.h"
 #include "sharc/fileio.h"
 #include "sharc/log.h"
+#include "sharc/mesh.h"
 #include "sharc/optim.h"
 #include "sharc/prof.h"
 #include "sharc/weights.h"
@@ -19,6 +28,10 @@
 
 struct sharc_trainer {
     sharc_config cfg;
+    sharc_comm *world;  /* borrowed, or owned self */
+    bool owns_world;
+    sharc_mesh mesh;
+    bool mesh_ok;
     sharc_model *model;
     sharc_fsdp *engine;
     sharc_adamw *opt;
@@ -35,39 +48,160 @@ static double now_s(void) {
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-sharc_status sharc_trainer_init(sharc_trainer **out, const sharc_config *cfg) {
+/* ---------------------------------------------------------- fingerprint */
+
+typedef struct {
+    const char *key;
+    int64_t value;
+} fp_item;
+
+static int64_t bits(float f) {
+    int32_t i;
+    memcpy(&i, &f, 4);
+    return i;
+}
+
+#define FP_MAX 40
+
+static int fingerprint(const sharc_config *c, fp_item *it) {
+    int n = 0;
+#define ITEM(k, v) (it[n++] = (fp_item){k, (int64_t)(v)})
+    ITEM("model.family", c->model.family);
+    ITEM("model.num_layers", c->model.num_layers);
+    ITEM("model.embed_dim", c->model.embed_dim);
+    ITEM("model.num_heads", c->model.num_heads);
+    ITEM("model.num_kv_heads", c->model.num_kv_heads);
+    ITEM("model.ff_hidden_dim", c->model.ff_hidden_dim);
+    ITEM("model.vocab_size", c->model.vocab_size);
+    ITEM("model.max_seq_len", c->model.max_seq_len);
+    ITEM("model.tie_embeddings", c->model.tie_embeddings);
+    ITEM("model.norm_eps", bits(c->model.norm_eps));
+    ITEM("model.rope_theta", bits(c->model.rope_theta));
+    ITEM("model.init_std", bits(c->model.init_std));
+    ITEM("train.batch_size", c->train.batch_size);
+    ITEM("train.grad_accum", c->train.grad_accum);
+    ITEM("train.seq_len", c->train.seq_len);
+    ITEM("train.max_steps", c->train.max_steps);
+    ITEM("train.seed", c->train.seed);
+    ITEM("data.shuffle", c->data.shuffle);
+    ITEM("data.seed", c->data.seed);
+    ITEM("optim.lr", bits(c->optim.lr));
+    ITEM("optim.weight_decay", bits(c->optim.weight_decay));
+    ITEM("optim.max_grad_norm", bits(c->optim.max_grad_norm));
+    ITEM("optim.warmup_steps", c->optim.warmup_steps);
+    ITEM("fsdp.sharding_strategy", c->fsdp.engine.strategy);
+    ITEM("fsdp.fsdp_size", c->fsdp.engine.fsdp_size);
+    ITEM("fsdp.reshard_after_forward", c->fsdp.engine.reshard_after_forward);
+    ITEM("fsdp.param_dtype", c->fsdp.engine.param_dtype);
+    ITEM("fsdp.reduce_dtype", c->fsdp.engine.reduce_dtype);
+    ITEM("fsdp.forward_prefetch", c->fsdp.engine.forward_prefetch);
+    ITEM("fsdp.backward_prefetch", c->fsdp.engine.backward_prefetch);
+    ITEM("fsdp.limit_all_gathers", c->fsdp.engine.limit_all_gathers);
+    ITEM("fsdp.no_sync", c->fsdp.engine.no_sync);
+    ITEM("fsdp.activation_checkpointing", c->fsdp.activation_checkpointing);
+#undef ITEM
+    return n;
+}
+
+/* All ranks compare their fingerprints; every rank returns the same verdict. */
+static sharc_status check_agreement(sharc_comm *world, const sharc_config *c, int64_t ntokens) {
+    fp_item it[FP_MAX];
+    int n = fingerprint(c, it);
+    it[n++] = (fp_item){"data.path (token count)", ntokens};
+    int size = sharc_comm_size(world);
+    int64_t *mine = malloc(sizeof(int64_t) * (size_t)n), *all = malloc(sizeof(int64_t) * (size_t)n * (size_t)size);
+    if (!mine || !all) {
+        free(mine);
+        free(all);
+        return sharc_error(SHARC_ERR_NOMEM, "train: out of memory");
+    }
+    for (int i = 0; i < n; i++) mine[i] = it[i].value;
+    sharc_status st = sharc_comm_allgather(world, mine, all, (size_t)n, SHARC_DT_I64);
+    for (int r = 1; r < size && st == SHARC_OK; r++)
+        for (int i = 0; i < n; i++)
+            if (all[(size_t)r * n + i] != all[i]) {
+                st = sharc_error(SHARC_ERR_COMM,
+                                 "train: ranks disagree on %s: rank 0 has %lld, rank %d has %lld; every rank must "
+                                 "run the same configuration",
+                                 it[i].key, (long long)all[i], r, (long long)all[(size_t)r * n + i]);
+                break;
+            }
+    free(mine);
+    free(all);
+    return st;
+}
+
+/* Note [agreement]: the first failing rank's number, or -1 if none failed. */
+static sharc_status agree(sharc_comm *world, sharc_status local) {
+    int32_t v = local != SHARC_OK ? sharc_comm_rank(world) : INT32_MAX, first = INT32_MAX;
+    sharc_status st = sharc_comm_allreduce(world, &v, &first, 1, SHARC_DT_I32, SHARC_OP_MIN);
+    if (st != SHARC_OK) return st;
+    if (first == INT32_MAX) return SHARC_OK;
+    if (local != SHARC_OK) return local; /* keep this rank's own message */
+    return sharc_error(SHARC_ERR_COMM, "train: rank %d failed to start (see its message)", first);
+}
+
+/* ------------------------------------------------------------------ init */
+
+sharc_status sharc_trainer_init(sharc_trainer **out, const sharc_config *cfg, sharc_comm *world) {
     *out = NULL;
     sharc_trainer *t = calloc(1, sizeof *t);
     if (!t) return sharc_error(SHARC_ERR_NOMEM, "train: out of memory");
     t->cfg = *cfg;
-    sharc_status st;
-    const sharc_train_config *tc = &t->cfg.train;
-    if ((st = sharc_blas_init(tc->threads)) != SHARC_OK) goto fail;
-    if ((st = sharc_model_init(&t->model, &t->cfg.model)) != SHARC_OK) goto fail;
-    t->cfg.model = *sharc_model_get_config(t->model); /* with derived defaults */
-    if ((st = sharc_model_plan(t->model, tc->batch_size, tc->seq_len,
-                               t->cfg.fsdp.activation_checkpointing)) != SHARC_OK)
-        goto fail;
-    sharc_fsdp_config fc;
-    sharc_fsdp_config_default(&fc);
-    if ((st = sharc_fsdp_init(&t->engine, sharc_model_units(t->model), sharc_model_num_units(t->model), &fc)) != SHARC_OK)
-        goto fail;
-    sharc_fsdp_init_params(t->engine, tc->seed);
-    if ((st = sharc_adamw_init(&t->opt, t->engine, &t->cfg.optim)) != SHARC_OK) goto fail;
-    if ((st = sharc_dataset_open(&t->data, t->cfg.data.path, t->cfg.data.format, t->cfg.model.vocab_size)) != SHARC_OK)
-        goto fail;
-    sharc_sampler_config sc = {.seq_len = tc->seq_len, .batch_size = tc->batch_size,
-                               .grad_accum = tc->grad_accum, .dp_size = 1,
-                               .shuffle = t->cfg.data.shuffle, .seed = t->cfg.data.seed};
-    if ((st = sharc_sampler_init(&t->sampler, t->data, &sc)) != SHARC_OK) goto fail;
-    size_t n = (size_t)tc->grad_accum * (size_t)tc->batch_size * (size_t)tc->seq_len;
-    t->inputs = sharc_alloc(n * sizeof(int32_t), SHARC_MEM_OTHER);
-    t->targets = sharc_alloc(n * sizeof(int32_t), SHARC_MEM_OTHER);
-    if (!t->inputs || !t->targets) {
-        st = sharc_error(SHARC_ERR_NOMEM, "train: cannot allocate the batch");
-        goto fail;
+    sharc_status st = SHARC_OK;
+    if (world) {
+        t->world = world;
+    } else {
+        st = sharc_comm_self(&t->world);
+        t->owns_world = true;
+        if (st != SHARC_OK) {
+            free(t);
+            return st;
+        }
     }
+    const int R = sharc_comm_size(t->world), rank = sharc_comm_rank(t->world);
+    const sharc_train_config *tc = &t->cfg.train;
+
+    /* local part: nothing here may call a collective */
+    int dp_shard = 1;
+    st = sharc_mesh_shard_size(&t->cfg.fsdp.engine, R, &dp_shard);
+    if (st == SHARC_OK) st = sharc_blas_init(tc->threads);
+    if (st == SHARC_OK) st = sharc_model_init(&t->model, &t->cfg.model);
+    if (st == SHARC_OK) {
+        t->cfg.model = *sharc_model_get_config(t->model); /* with derived defaults */
+        st = sharc_model_plan(t->model, tc->batch_size, tc->seq_len, t->cfg.fsdp.activation_checkpointing);
+    }
+    if (st == SHARC_OK)
+        st = sharc_dataset_open(&t->data, t->cfg.data.path, t->cfg.data.format, t->cfg.model.vocab_size);
+    if (st == SHARC_OK) {
+        sharc_sampler_config sc = {.seq_len = tc->seq_len, .batch_size = tc->batch_size,
+                                   .grad_accum = tc->grad_accum, .dp_size = R,
+                                   .shuffle = t->cfg.data.shuffle, .seed = t->cfg.data.seed};
+        st = sharc_sampler_init(&t->sampler, t->data, &sc);
+    }
+    if (st == SHARC_OK) {
+        size_t n = (size_t)tc->grad_accum * (size_t)tc->batch_size * (size_t)tc->seq_len;
+        t->inputs = sharc_alloc(n * sizeof(int32_t), SHARC_MEM_OTHER);
+        t->targets = sharc_alloc(n * sizeof(int32_t), SHARC_MEM_OTHER);
+        if (!t->inputs || !t->targets) st = sharc_error(SHARC_ERR_NOMEM, "train: cannot allocate the batch");
+    }
+    /* collective part */
+    sharc_status agreed = agree(t->world, st);
+    if (agreed != SHARC_OK) {
+        sharc_trainer_free(t);
+        return agreed;
+    }
+    if ((st = check_agreement(t->world, &t->cfg, sharc_dataset_num_tokens(t->data))) != SHARC_OK) goto fail;
+    if ((st = sharc_mesh_init(&t->mesh, t->world, dp_shard)) != SHARC_OK) goto fail;
+    t->mesh_ok = true;
+    st = sharc_fsdp_init(&t->engine, sharc_model_units(t->model), sharc_model_num_units(t->model),
+                         &t->cfg.fsdp.engine, &t->mesh);
+    if ((st = agree(t->world, st)) != SHARC_OK) goto fail;
+    sharc_fsdp_init_params(t->engine, tc->seed);
+    st = sharc_adamw_init(&t->opt, t->engine, &t->cfg.optim);
+    if ((st = agree(t->world, st)) != SHARC_OK) goto fail;
     t->flops_per_token = sharc_model_flops_per_token(&t->cfg.model, tc->seq_len);
+    (void)rank;
     *out = t;
     return SHARC_OK;
 fail:
@@ -84,46 +218,87 @@ void sharc_trainer_free(sharc_trainer *t) {
     sharc_adamw_free(t->opt);
     sharc_fsdp_free(t->engine);
     sharc_model_free(t->model);
+    if (t->mesh_ok) sharc_mesh_free(&t->mesh);
+    if (t->owns_world) sharc_comm_free(t->world);
     free(t);
 }
 
 sharc_model *sharc_trainer_model(sharc_trainer *t) { return t->model; }
 sharc_fsdp *sharc_trainer_engine(sharc_trainer *t) { return t->engine; }
+sharc_adamw *sharc_trainer_optimizer(sharc_trainer *t) { return t->opt; }
 const sharc_config *sharc_trainer_config(const sharc_trainer *t) { return &t->cfg; }
+sharc_comm *sharc_trainer_world(sharc_trainer *t) { return t->world; }
+const sharc_mesh *sharc_trainer_mesh(const sharc_trainer *t) { return &t->mesh; }
+
+/* ------------------------------------------------------------------ step */
+
+static void comm_totals(sharc_trainer *t, sharc_comm_stats *sum) {
+    memset(sum, 0, sizeof *sum);
+    sharc_comm *groups[3] = {t->world, t->mesh.shard, t->mesh.replicate};
+    for (int g = 0; g < 3; g++) {
+        if (!groups[g]) continue;
+        sharc_comm_stats s;
+        sharc_comm_stats_get(groups[g], &s);
+        for (int k = 0; k < SHARC_COLL_NKINDS; k++) {
+            sum->calls[k] += s.calls[k];
+            sum->bytes[k] += s.bytes[k];
+            sum->seconds[k] += s.seconds[k];
+        }
+        sharc_comm_stats_reset(groups[g]);
+    }
+}
 
 sharc_status sharc_trainer_step(sharc_trainer *t, sharc_step_stats *s) {
     const sharc_train_config *tc = &t->cfg.train;
     const int A = tc->grad_accum, B = tc->batch_size, T = tc->seq_len;
     const int64_t mb = (int64_t)B * T;
+    const int rank = sharc_comm_rank(t->world), R = sharc_comm_size(t->world);
     double t0 = now_s();
-    /* the whole step's batch first: the loss scale needs its valid-target count */
+    sharc_fsdp_stats_reset(t->engine);
+    sharc_mem_reset_peak();
+    /* the whole step's batch first: the loss scale needs the global valid-target count */
     int64_t valid = 0;
     for (int m = 0; m < A; m++) {
-        sharc_sampler_batch(t->sampler, t->step, m, 0, t->inputs + m * mb, t->targets + m * mb);
+        sharc_sampler_batch(t->sampler, t->step, m, rank, t->inputs + m * mb, t->targets + m * mb);
         for (int64_t i = 0; i < mb; i++) valid += t->targets[m * mb + i] >= 0;
     }
+    SHARC_TRY(sharc_comm_allreduce(t->world, &valid, &valid, 1, SHARC_DT_I64, SHARC_OP_SUM));
     float scale = valid > 0 ? 1.0f / (float)valid : 0.0f;
     sharc_fsdp_zero_grad(t->engine);
-    double loss_sum = 0.0;
-    for (int m = 0; m < A; m++)
-        loss_sum += sharc_model_forward_backward(t->model, t->engine, t->inputs + m * mb,
-                                                 t->targets + m * mb, scale);
-    double norm = sqrt(sharc_fsdp_grad_sumsq_local(t->engine));
+    double loss_sum = 0.0, t1 = now_s();
+    for (int m = 0; m < A; m++) {
+        sharc_fsdp_begin_microbatch(t->engine, m == A - 1);
+        loss_sum += sharc_model_forward_backward(t->model, t->engine, t->inputs + m * mb, t->targets + m * mb, scale);
+    }
+    SHARC_TRY(sharc_fsdp_finish_grads(t->engine));
+    double t2 = now_s(), norm;
+    SHARC_TRY(sharc_fsdp_grad_norm(t->engine, &norm, &loss_sum));
     float lr = sharc_lr_at(&t->cfg.optim, t->step, tc->max_steps);
     sharc_adamw_step(t->opt, t->engine, lr, sharc_clip_coef(&t->cfg.optim, norm));
     t->step++;
-    double dt = now_s() - t0;
+    double t3 = now_s(), dt = t3 - t0;
+    memset(s, 0, sizeof *s);
     s->step = t->step;
     s->loss = valid > 0 ? loss_sum / (double)valid : 0.0;
     s->lr = lr;
     s->grad_norm = norm;
-    s->tokens = (int64_t)A * mb;
+    s->tokens = (int64_t)A * mb * R;
     s->valid_tokens = valid;
     s->step_s = dt;
     s->tokens_per_s = (double)s->tokens / dt;
     s->tflops = t->flops_per_token * s->tokens_per_s * 1e-12;
+    s->forward_backward_s = t2 - t1;
+    s->optimizer_s = t3 - t2;
+    comm_totals(t, &s->comm);
+    sharc_fsdp_stats fs;
+    sharc_fsdp_stats_get(t->engine, &fs);
+    s->comm_wait_s = fs.wait_s;
+    s->gathered_peak = fs.gathered_peak;
+    sharc_mem_get(&s->mem);
     return SHARC_OK;
 }
+
+/* ------------------------------------------------------------------- run */
 
 static sharc_status write_text(const char *path, const char *text) {
     sharc_afile af;
@@ -136,36 +311,67 @@ static sharc_status write_text(const char *path, const char *text) {
     return sharc_afile_commit(&af);
 }
 
-sharc_status sharc_train_run(const sharc_config *cfg) {
+static void write_metrics(FILE *f, const sharc_step_stats *s, int world) {
+    const double gib = (double)(1ll << 30);
+    fprintf(f,
+            "{\"step\": %lld, \"loss_metrics/global_avg_loss\": %.6f, \"lr\": %.6g, \"grad_norm\": %.6f, "
+            "\"throughput(tps)\": %.1f, \"throughput/global(tps)\": %.1f, \"tflops\": %.4f, "
+            "\"time_metrics/end_to_end(s)\": %.4f, \"time_metrics/forward_backward(s)\": %.4f, "
+            "\"time_metrics/optimizer(s)\": %.4f, \"time_metrics/comm_wait(s)\": %.4f, \"tokens\": %lld",
+            (long long)s->step, s->loss, (double)s->lr, s->grad_norm, s->tokens_per_s / world, s->tokens_per_s,
+            s->tflops, s->step_s, s->forward_backward_s, s->optimizer_s, s->comm_wait_s, (long long)s->tokens);
+    for (int k = 0; k < SHARC_COLL_NKINDS; k++) {
+        if (k == SHARC_COLL_BROADCAST) continue;
+        fprintf(f, ", \"comm/%s_bytes\": %lld, \"comm/%s(s)\": %.4f", sharc_coll_kind_name(k),
+                (long long)s->comm.bytes[k], sharc_coll_kind_name(k), s->comm.seconds[k]);
+    }
+    for (int c = 0; c < SHARC_MEM_NCAT; c++)
+        fprintf(f, ", \"memory/%s(GiB)\": %.4f, \"memory/%s_peak(GiB)\": %.4f", sharc_mem_cat_name(c),
+                (double)s->mem.current[c] / gib, sharc_mem_cat_name(c), (double)s->mem.peak[c] / gib);
+    fprintf(f, ", \"memory/max_active(GiB)\": %.4f, \"fsdp/gathered_units_peak\": %lld}\n", (double)s->mem.peak_total / gib,
+            (long long)s->gathered_peak);
+}
+
+sharc_status sharc_train_run(const sharc_config *cfg, sharc_comm *world) {
     sharc_trainer *t;
-    SHARC_TRY(sharc_trainer_init(&t, cfg));
+    SHARC_TRY(sharc_trainer_init(&t, cfg, world));
     const sharc_config *c = &t->cfg;
+    const int rank = sharc_comm_rank(t->world), R = sharc_comm_size(t->world);
+    const bool lead = rank == 0;
     char path[SHARC_PATH_MAX + 64];
-    sharc_status st = sharc_mkdirs(c->train.out_dir);
-    char *yaml = sharc_config_to_yaml(c);
-    if (st == SHARC_OK) {
-        snprintf(path, sizeof path, "%s/config.yaml", c->train.out_dir);
-        st = write_text(path, yaml ? yaml : "");
-    }
-    free(yaml);
+    sharc_status st = SHARC_OK;
     FILE *metrics = NULL;
-    if (st == SHARC_OK) {
-        if (c->train.metrics_path[0]) snprintf(path, sizeof path, "%s", c->train.metrics_path);
-        else snprintf(path, sizeof path, "%s/metrics.jsonl", c->train.out_dir);
-        metrics = fopen(path, "w");
-        if (!metrics) st = sharc_error(SHARC_ERR_IO, "train: cannot create metrics file '%s': %s", path, strerror(errno));
+    if (lead) {
+        st = sharc_mkdirs(c->train.out_dir);
+        char *yaml = sharc_config_to_yaml(c);
+        if (st == SHARC_OK) {
+            snprintf(path, sizeof path, "%s/config.yaml", c->train.out_dir);
+            st = write_text(path, yaml ? yaml : "");
+        }
+        free(yaml);
+        if (st == SHARC_OK) {
+            if (c->train.metrics_path[0]) snprintf(path, sizeof path, "%s", c->train.metrics_path);
+            else snprintf(path, sizeof path, "%s/metrics.jsonl", c->train.out_dir);
+            metrics = fopen(path, "w");
+            if (!metrics) st = sharc_error(SHARC_ERR_IO, "train: cannot create metrics file '%s': %s", path, strerror(errno));
+        }
     }
-    if (st != SHARC_OK) {
+    if ((st = agree(t->world, st)) != SHARC_OK) {
+        if (metrics) fclose(metrics);
         sharc_trainer_free(t);
         return st;
     }
-    const sharc_blas_info *bi = sharc_blas_get_info();
-    sharc_info("sharc: %s, %lld parameters, %d threads, BLAS %s (%s)%s%s", sharc_family_name(c->model.family),
-               (long long)sharc_model_num_params(&c->model), sharc_threads_get(), bi->corename, bi->library,
-               bi->overridden[0] ? ", OPENBLAS_CORETYPE overridden from " : "", bi->overridden);
-    sharc_info("sharc: data %s: %lld tokens, %lld windows of %d", c->data.path,
-               (long long)sharc_dataset_num_tokens(t->data), (long long)sharc_sampler_windows(t->sampler),
-               c->train.seq_len + 1);
+    if (lead) {
+        const sharc_blas_info *bi = sharc_blas_get_info();
+        const sharc_mesh *m = &t->mesh;
+        sharc_info("sharc: %s, %lld parameters, %d rank%s (%s: %d shard x %d replicate), %d threads each, BLAS %s%s%s",
+                   sharc_family_name(c->model.family), (long long)sharc_model_num_params(&c->model), R, R > 1 ? "s" : "",
+                   sharc_sharding_name(c->fsdp.engine.strategy), m->dp_shard, m->dp_replicate, sharc_threads_get(),
+                   bi->corename, bi->overridden[0] ? ", OPENBLAS_CORETYPE overridden from " : "", bi->overridden);
+        sharc_info("sharc: data %s: %lld tokens, %lld windows of %d; %d sequences per step", c->data.path,
+                   (long long)sharc_dataset_num_tokens(t->data), (long long)sharc_sampler_windows(t->sampler),
+                   c->train.seq_len + 1, c->train.batch_size * c->train.grad_accum * R);
+    }
     if (getenv("SHARC_PROFILE")) sharc_prof_enable(true);
     double tok_sum = 0.0, time_sum = 0.0;
     for (int64_t i = 0; i < c->train.max_steps && st == SHARC_OK; i++) {
@@ -174,26 +380,20 @@ sharc_status sharc_train_run(const sharc_config *cfg) {
         if (st != SHARC_OK) break;
         tok_sum += (double)s.tokens;
         time_sum += s.step_s;
-        sharc_mem_stats mem;
-        sharc_mem_get(&mem);
-        fprintf(metrics,
-                "{\"step\": %lld, \"loss_metrics/global_avg_loss\": %.6f, \"lr\": %.6g, \"grad_norm\": %.6f, "
-                "\"throughput(tps)\": %.1f, \"tflops\": %.4f, \"time_metrics/end_to_end(s)\": %.4f, "
-                "\"tokens\": %lld, \"memory/max_active(GiB)\": %.4f}\n",
-                (long long)s.step, s.loss, (double)s.lr, s.grad_norm, s.tokens_per_s, s.tflops, s.step_s,
-                (long long)s.tokens, (double)mem.peak_total / (double)(1ll << 30));
+        if (!lead) continue;
+        write_metrics(metrics, &s, R);
         fflush(metrics);
         if (s.step % c->train.log_every == 0 || s.step == 1 || s.step == c->train.max_steps)
             printf("step %5lld/%lld | loss %.4f | lr %.3e | grad norm %.4f | %.0f tok/s\n", (long long)s.step,
                    (long long)c->train.max_steps, s.loss, (double)s.lr, s.grad_norm, s.tokens_per_s);
         fflush(stdout);
     }
-    fclose(metrics);
-    if (sharc_prof_enabled()) sharc_prof_report(stderr, (int)(c->train.max_steps > 0 ? c->train.max_steps : 1));
+    if (metrics) fclose(metrics);
+    if (sharc_prof_enabled() && lead) sharc_prof_report(stderr, (int)(c->train.max_steps > 0 ? c->train.max_steps : 1));
     if (st == SHARC_OK) {
         snprintf(path, sizeof path, "%s/model.safetensors", c->train.out_dir);
-        st = sharc_weights_save(t->engine, c, path);
-        if (st == SHARC_OK)
+        st = sharc_weights_save(t->engine, t->world, c, path);
+        if (st == SHARC_OK && lead)
             sharc_info("sharc: %.0f tok/s over the run; weights saved to %s", time_sum > 0 ? tok_sum / time_sum : 0.0, path);
     }
     sharc_trainer_free(t);

@@ -1,0 +1,121 @@
+/* sharc/comm.h: backend-neutral collectives over a group of ranks.
+ *
+ * One dispatcher (src/comm/comm.c) checks arguments once, times every call
+ * and counts its bytes, then calls the backend through a small table of
+ * function pointers (ggml-backend style). Backends: "self" (one rank) and
+ * "mpi" (Open MPI or MPICH); a NCCL backend is one more file. No MPI type
+ * appears outside src/comm/comm_mpi.c.
+ *
+ * Conventions (NCCL's): counts are elements, all-gather and reduce-scatter
+ * counts are per rank; collectives are out-of-place (send and recv must not
+ * overlap), except all-reduce, which accepts send == recv. Every rank makes
+ * the same calls in the same order. */
+#ifndef SHARC_COMM_H
+#define SHARC_COMM_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "sharc/dtype.h"
+#include "sharc/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct sharc_comm sharc_comm;
+typedef struct sharc_comm_request sharc_comm_request;
+
+typedef enum { SHARC_OP_SUM = 0, SHARC_OP_MAX, SHARC_OP_MIN } sharc_reduce_op;
+
+typedef enum {
+    SHARC_COLL_ALLGATHER = 0,
+    SHARC_COLL_REDUCE_SCATTER,
+    SHARC_COLL_ALLREDUCE,
+    SHARC_COLL_BROADCAST,
+    SHARC_COLL_BARRIER,
+    SHARC_COLL_NKINDS
+} sharc_coll_kind;
+
+/* Bytes this rank sent into each kind of collective and the seconds it spent
+ * inside them (including waits on non-blocking ones). */
+typedef struct {
+    int64_t calls[SHARC_COLL_NKINDS];
+    int64_t bytes[SHARC_COLL_NKINDS];
+    double seconds[SHARC_COLL_NKINDS];
+} sharc_comm_stats;
+
+const char *sharc_coll_kind_name(sharc_coll_kind k);
+
+/* ---- creating groups ---- */
+
+/* The job's world. Under an MPI launcher (mpirun, mpiexec, srun: detected
+ * from their environment variables) this initialises MPI (MPI_THREAD_FUNNELED)
+ * and returns MPI_COMM_WORLD; otherwise a one-rank "self" group, without MPI.
+ * SHARC_COMM=self|mpi forces the choice. Call once, from the program's main. */
+sharc_status sharc_comm_world_init(int *argc, char ***argv, sharc_comm **world);
+/* Free the world and finalise MPI if it was initialised. */
+void sharc_comm_world_finalize(sharc_comm *world);
+/* A one-rank group. */
+sharc_status sharc_comm_self(sharc_comm **out);
+/* Ranks with the same colour form a group, ordered by key (MPI_Comm_split). */
+sharc_status sharc_comm_split(sharc_comm *c, int color, int key, sharc_comm **out);
+/* The ranks of c on this node (MPI_COMM_TYPE_SHARED); self for one rank. */
+sharc_status sharc_comm_split_node(sharc_comm *c, sharc_comm **out);
+void sharc_comm_free(sharc_comm *c);
+
+int sharc_comm_rank(const sharc_comm *c);
+int sharc_comm_size(const sharc_comm *c);
+const char *sharc_comm_backend(const sharc_comm *c);
+/* Leave the whole job now (MPI_Abort where there is one), after a fatal error. */
+void sharc_comm_abort(sharc_comm *c, int code);
+
+/* ---- blocking collectives ---- */
+sharc_status sharc_comm_allgather(sharc_comm *c, const void *send, void *recv, size_t count,
+                                  sharc_dtype dt);
+sharc_status sharc_comm_reduce_scatter(sharc_comm *c, const void *send, void *recv, size_t count,
+                                       sharc_dtype dt, sharc_reduce_op op);
+sharc_status sharc_comm_allreduce(sharc_comm *c, const void *send, void *recv, size_t count,
+                                  sharc_dtype dt, sharc_reduce_op op);
+sharc_status sharc_comm_broadcast(sharc_comm *c, void *buf, size_t count, sharc_dtype dt, int root);
+sharc_status sharc_comm_barrier(sharc_comm *c);
+
+/* ---- non-blocking: a request is completed (and freed) by wait, or by a test that reports done ---- */
+sharc_status sharc_comm_iallgather(sharc_comm *c, const void *send, void *recv, size_t count,
+                                   sharc_dtype dt, sharc_comm_request **req);
+sharc_status sharc_comm_ireduce_scatter(sharc_comm *c, const void *send, void *recv, size_t count,
+                                        sharc_dtype dt, sharc_reduce_op op, sharc_comm_request **req);
+sharc_status sharc_comm_iallreduce(sharc_comm *c, const void *send, void *recv, size_t count,
+                                   sharc_dtype dt, sharc_reduce_op op, sharc_comm_request **req);
+sharc_status sharc_comm_wait(sharc_comm_request *req);
+sharc_status sharc_comm_test(sharc_comm_request *req, bool *done);
+
+/* ---- shared memory (optional: backends without it return SHARC_ERR_UNSUPPORTED) ----
+ * Every rank of a node-local group allocates `bytes` of one shared segment;
+ * base[r] is rank r's part, readable and writable by every rank of the group.
+ * Used for the zero-copy exchanges of note [shm-collectives]. */
+typedef struct {
+    sharc_comm *comm; /* the group; free the segment before the group */
+    int size;
+    size_t bytes;     /* per rank */
+    char **base;      /* (size) */
+    void *impl;
+} sharc_comm_shared;
+
+sharc_status sharc_comm_shared_alloc(sharc_comm *c, size_t bytes, sharc_comm_shared **out);
+void sharc_comm_shared_free(sharc_comm_shared *s);
+/* Make this rank's stores to shared memory visible and wait for every rank
+ * of the group (memory barrier + barrier). */
+sharc_status sharc_comm_shared_sync(sharc_comm *c, sharc_comm_shared *s);
+
+/* ---- statistics ---- */
+void sharc_comm_stats_get(const sharc_comm *c, sharc_comm_stats *out);
+void sharc_comm_stats_reset(sharc_comm *c);
+/* Count work done outside the backend (e.g. the shared-memory paths) as a collective. */
+void sharc_comm_stats_add(sharc_comm *c, sharc_coll_kind k, int64_t bytes, double seconds);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,246 @@
+/* comm.c: the collective dispatcher (sharc/comm.h): argument checks,
+ * statistics, requests, and the choice of backend for the world. */
+#include "comm_impl.h"
+#include "sharc/log.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static double now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+const char *sharc_coll_kind_name(sharc_coll_kind k) {
+    static const char *n[SHARC_COLL_NKINDS] = {"all_gather", "reduce_scatter", "all_reduce", "broadcast",
+                                               "barrier"};
+    return (k >= 0 && k < SHARC_COLL_NKINDS) ? n[k] : "?";
+}
+
+sharc_comm *sharc_comm_new(const sharc_comm_vtable *vt, int rank, int size, void *impl) {
+    sharc_comm *c = calloc(1, sizeof *c);
+    if (!c) return NULL;
+    c->vt = vt;
+    c->rank = rank;
+    c->size = size;
+    c->impl = impl;
+    return c;
+}
+
+int sharc_comm_rank(const sharc_comm *c) { return c->rank; }
+int sharc_comm_size(const sharc_comm *c) { return c->size; }
+const char *sharc_comm_backend(const sharc_comm *c) { return c->vt->name; }
+
+void sharc_comm_free(sharc_comm *c) {
+    if (!c) return;
+    c->vt->free(c);
+}
+
+void sharc_comm_abort(sharc_comm *c, int code) {
+    if (c && c->vt->abort) c->vt->abort(c, code);
+    exit(code);
+}
+
+static sharc_status check_buffers(const char *what, const void *send, const void *recv, size_t count,
+                                  sharc_dtype dt) {
+    if (count > 0 && (!send || !recv))
+        return sharc_error(SHARC_ERR_INVALID, "comm: %s of %zu elements with a NULL buffer", what, count);
+    if (sharc_dtype_size(dt) == 0) return sharc_error(SHARC_ERR_INVALID, "comm: %s: unknown dtype %d", what, (int)dt);
+    return SHARC_OK;
+}
+
+static bool overlap(const void *a, size_t an, const void *b, size_t bn) {
+    const char *x = a, *y = b;
+    return an && bn && x < y + bn && y < x + an;
+}
+
+static void account(sharc_comm *c, sharc_coll_kind k, int64_t bytes, double seconds) {
+    c->stats.calls[k]++;
+    c->stats.bytes[k] += bytes;
+    c->stats.seconds[k] += seconds;
+}
+
+void sharc_comm_stats_add(sharc_comm *c, sharc_coll_kind k, int64_t bytes, double seconds) {
+    account(c, k, bytes, seconds);
+}
+
+void sharc_comm_stats_get(const sharc_comm *c, sharc_comm_stats *out) { *out = c->stats; }
+void sharc_comm_stats_reset(sharc_comm *c) { memset(&c->stats, 0, sizeof c->stats); }
+
+/* Run a backend call blocking or non-blocking, with accounting. */
+static sharc_status finish(sharc_comm *c, sharc_coll_kind k, int64_t bytes, double t0, sharc_status st,
+                           void *handle, sharc_comm_request **req) {
+    if (st != SHARC_OK) return st;
+    if (!req) {
+        account(c, k, bytes, now() - t0);
+        return SHARC_OK;
+    }
+    sharc_comm_request *r = calloc(1, sizeof *r);
+    if (!r) return sharc_error(SHARC_ERR_NOMEM, "comm: out of memory");
+    r->comm = c;
+    r->kind = k;
+    r->impl = handle;
+    r->t_start = t0;
+    c->stats.calls[k]++;
+    c->stats.bytes[k] += bytes;
+    c->stats.seconds[k] += now() - t0; /* the time to post it; waits add the rest */
+    *req = r;
+    return SHARC_OK;
+}
+
+static sharc_status do_allgather(sharc_comm *c, const void *send, void *recv, size_t count, sharc_dtype dt,
+                                 sharc_comm_request **req) {
+    SHARC_TRY(check_buffers("all-gather", send, recv, count, dt));
+    size_t es = sharc_dtype_size(dt);
+    if (overlap(send, count * es, recv, count * es * (size_t)c->size))
+        return sharc_error(SHARC_ERR_INVALID, "comm: all-gather buffers overlap (collectives are out of place)");
+    double t0 = now();
+    void *h = NULL;
+    sharc_status st = c->vt->allgather(c, send, recv, count, dt, req ? &h : NULL);
+    return finish(c, SHARC_COLL_ALLGATHER, (int64_t)(count * es), t0, st, h, req);
+}
+
+static sharc_status do_reduce_scatter(sharc_comm *c, const void *send, void *recv, size_t count, sharc_dtype dt,
+                                      sharc_reduce_op op, sharc_comm_request **req) {
+    SHARC_TRY(check_buffers("reduce-scatter", send, recv, count, dt));
+    size_t es = sharc_dtype_size(dt);
+    if (overlap(send, count * es * (size_t)c->size, recv, count * es))
+        return sharc_error(SHARC_ERR_INVALID, "comm: reduce-scatter buffers overlap (collectives are out of place)");
+    double t0 = now();
+    void *h = NULL;
+    sharc_status st = c->vt->reduce_scatter(c, send, recv, count, dt, op, req ? &h : NULL);
+    return finish(c, SHARC_COLL_REDUCE_SCATTER, (int64_t)(count * es * (size_t)c->size), t0, st, h, req);
+}
+
+static sharc_status do_allreduce(sharc_comm *c, const void *send, void *recv, size_t count, sharc_dtype dt,
+                                 sharc_reduce_op op, sharc_comm_request **req) {
+    SHARC_TRY(check_buffers("all-reduce", send, recv, count, dt));
+    size_t es = sharc_dtype_size(dt);
+    if (send != recv && overlap(send, count * es, recv, count * es))
+        return sharc_error(SHARC_ERR_INVALID, "comm: all-reduce buffers partly overlap");
+    double t0 = now();
+    void *h = NULL;
+    sharc_status st = c->vt->allreduce(c, send, recv, count, dt, op, req ? &h : NULL);
+    return finish(c, SHARC_COLL_ALLREDUCE, (int64_t)(count * es), t0, st, h, req);
+}
+
+sharc_status sharc_comm_allgather(sharc_comm *c, const void *send, void *recv, size_t count, sharc_dtype dt) {
+    return do_allgather(c, send, recv, count, dt, NULL);
+}
+sharc_status sharc_comm_reduce_scatter(sharc_comm *c, const void *send, void *recv, size_t count, sharc_dtype dt,
+                                       sharc_reduce_op op) {
+    return do_reduce_scatter(c, send, recv, count, dt, op, NULL);
+}
+sharc_status sharc_comm_allreduce(sharc_comm *c, const void *send, void *recv, size_t count, sharc_dtype dt,
+                                  sharc_reduce_op op) {
+    return do_allreduce(c, send, recv, count, dt, op, NULL);
+}
+sharc_status sharc_comm_iallgather(sharc_comm *c, const void *send, void *recv, size_t count, sharc_dtype dt,
+                                   sharc_comm_request **req) {
+    *req = NULL;
+    return do_allgather(c, send, recv, count, dt, req);
+}
+sharc_status sharc_comm_ireduce_scatter(sharc_comm *c, const void *send, void *recv, size_t count,
+                                        sharc_dtype dt, sharc_reduce_op op, sharc_comm_request **req) {
+    *req = NULL;
+    return do_reduce_scatter(c, send, recv, count, dt, op, req);
+}
+sharc_status sharc_comm_iallreduce(sharc_comm *c, const void *send, void *recv, size_t count, sharc_dtype dt,
+                                   sharc_reduce_op op, sharc_comm_request **req) {
+    *req = NULL;
+    return do_allreduce(c, send, recv, count, dt, op, req);
+}
+
+sharc_status sharc_comm_broadcast(sharc_comm *c, void *buf, size_t count, sharc_dtype dt, int root) {
+    SHARC_TRY(check_buffers("broadcast", buf, buf, count, dt));
+    if (root < 0 || root >= c->size)
+        return sharc_error(SHARC_ERR_INVALID, "comm: broadcast root %d outside [0, %d)", root, c->size);
+    double t0 = now();
+    SHARC_TRY(c->vt->broadcast(c, buf, count, dt, root));
+    account(c, SHARC_COLL_BROADCAST, (int64_t)(count * sharc_dtype_size(dt)), now() - t0);
+    return SHARC_OK;
+}
+
+sharc_status sharc_comm_barrier(sharc_comm *c) {
+    double t0 = now();
+    SHARC_TRY(c->vt->barrier(c));
+    account(c, SHARC_COLL_BARRIER, 0, now() - t0);
+    return SHARC_OK;
+}
+
+sharc_status sharc_comm_wait(sharc_comm_request *r) {
+    if (!r) return SHARC_OK;
+    double t0 = now();
+    sharc_status st = r->impl ? r->comm->vt->wait(r->comm, r->impl) : SHARC_OK;
+    r->comm->stats.seconds[r->kind] += now() - t0;
+    free(r);
+    return st;
+}
+
+sharc_status sharc_comm_test(sharc_comm_request *r, bool *done) {
+    *done = true;
+    if (!r) return SHARC_OK;
+    sharc_status st = SHARC_OK;
+    if (r->impl) {
+        double t0 = now();
+        st = r->comm->vt->test(r->comm, r->impl, done);
+        r->comm->stats.seconds[r->kind] += now() - t0;
+    }
+    if (*done || st != SHARC_OK) free(r);
+    return st;
+}
+
+sharc_status sharc_comm_split(sharc_comm *c, int color, int key, sharc_comm **out) {
+    *out = NULL;
+    if (color < 0) return sharc_error(SHARC_ERR_INVALID, "comm: split colour %d must be >= 0", color);
+    return c->vt->split(c, color, key, out);
+}
+
+sharc_status sharc_comm_split_node(sharc_comm *c, sharc_comm **out) {
+    *out = NULL;
+    return c->vt->split_node(c, out);
+}
+
+sharc_status sharc_comm_shared_alloc(sharc_comm *c, size_t bytes, sharc_comm_shared **out) {
+    *out = NULL;
+    if (!c->vt->shared_alloc)
+        return sharc_error(SHARC_ERR_UNSUPPORTED, "comm: the %s backend has no shared memory", c->vt->name);
+    return c->vt->shared_alloc(c, bytes, out);
+}
+
+void sharc_comm_shared_free(sharc_comm_shared *s) {
+    if (!s) return;
+    s->comm->vt->shared_free(s);
+}
+
+sharc_status sharc_comm_shared_sync(sharc_comm *c, sharc_comm_shared *s) {
+    double t0 = now();
+    SHARC_TRY(c->vt->shared_sync(c, s));
+    account(c, SHARC_COLL_BARRIER, 0, now() - t0);
+    return SHARC_OK;
+}
+
+/* ------------------------------------------------------------- the world */
+
+static bool mpi_world;
+
+sharc_status sharc_comm_world_init(int *argc, char ***argv, sharc_comm **world) {
+    *world = NULL;
+    const char *force = getenv("SHARC_COMM");
+    bool want_mpi = force ? strcmp(force, "mpi") == 0 : sharc_comm_mpi_launched();
+    if (force && strcmp(force, "mpi") != 0 && strcmp(force, "self") != 0)
+        return sharc_error(SHARC_ERR_INVALID, "SHARC_COMM='%s': expected mpi or self", force);
+    if (!want_mpi) return sharc_comm_self(world);
+    SHARC_TRY(sharc_comm_mpi_world_init(argc, argv, world));
+    mpi_world = true;
+    sharc_log_set_rank((*world)->rank, (*world)->size);
+    return SHARC_OK;
+}
+
+void sharc_comm_world_finalize(sharc_comm *world) {
+    sharc_comm_free(world);
+    if (mpi_world) sharc_comm_mpi_finalize();
+    mpi_world = false;
+}

@@ -1,0 +1,95 @@
+/* comm_self.c: the one-rank backend. Every collective is a copy (or
+ * nothing); shared memory is plain memory, so the engine's shared-memory
+ * paths run, and are tested, at one rank too. */
+#include "comm_impl.h"
+#include "sharc/alloc.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static sharc_status self_copy(const void *send, void *recv, size_t count, sharc_dtype dt) {
+    if (send != recv) memcpy(recv, send, count * sharc_dtype_size(dt));
+    return SHARC_OK;
+}
+
+static sharc_status self_allgather(sharc_comm *c, const void *send, void *recv, size_t count, sharc_dtype dt,
+                                   void **req) {
+    if (req) *req = NULL;
+    return self_copy(send, recv, count, dt);
+}
+
+static sharc_status self_reduce_scatter(sharc_comm *c, const void *send, void *recv, size_t count,
+                                        sharc_dtype dt, sharc_reduce_op op, void **req) {
+    if (req) *req = NULL;
+    return self_copy(send, recv, count, dt);
+}
+
+static sharc_status self_allreduce(sharc_comm *c, const void *send, void *recv, size_t count, sharc_dtype dt,
+                                   sharc_reduce_op op, void **req) {
+    if (req) *req = NULL;
+    return self_copy(send, recv, count, dt);
+}
+
+static sharc_status self_broadcast(sharc_comm *c, void *buf, size_t count, sharc_dtype dt, int root) {
+    return SHARC_OK;
+}
+
+static sharc_status self_barrier(sharc_comm *c) { return SHARC_OK; }
+
+static sharc_status self_split(sharc_comm *c, int color, int key, sharc_comm **out) { return sharc_comm_self(out); }
+static sharc_status self_split_node(sharc_comm *c, sharc_comm **out) { return sharc_comm_self(out); }
+static sharc_status self_wait(sharc_comm *c, void *req) { return SHARC_OK; }
+
+static sharc_status self_test(sharc_comm *c, void *req, bool *done) {
+    *done = true;
+    return SHARC_OK;
+}
+
+static sharc_status self_shared_alloc(sharc_comm *c, size_t bytes, sharc_comm_shared **out) {
+    sharc_comm_shared *s = calloc(1, sizeof *s);
+    char **base = calloc(1, sizeof(char *));
+    char *mem = sharc_alloc(bytes ? bytes : 1, SHARC_MEM_COMM);
+    if (!s || !base || !mem) {
+        free(s);
+        free(base);
+        sharc_free(mem);
+        return sharc_error(SHARC_ERR_NOMEM, "comm: cannot allocate %zu bytes of shared memory", bytes);
+    }
+    base[0] = mem;
+    *s = (sharc_comm_shared){.comm = c, .size = 1, .bytes = bytes, .base = base, .impl = mem};
+    *out = s;
+    return SHARC_OK;
+}
+
+static void self_shared_free(sharc_comm_shared *s) {
+    sharc_free(s->impl);
+    free(s->base);
+    free(s);
+}
+
+static sharc_status self_shared_sync(sharc_comm *c, sharc_comm_shared *s) { return SHARC_OK; }
+static void self_abort(sharc_comm *c, int code) {}
+static void self_free(sharc_comm *c) { free(c); }
+
+const sharc_comm_vtable sharc_comm_self_vtable = {
+    .name = "self",
+    .allgather = self_allgather,
+    .reduce_scatter = self_reduce_scatter,
+    .allreduce = self_allreduce,
+    .broadcast = self_broadcast,
+    .barrier = self_barrier,
+    .split = self_split,
+    .split_node = self_split_node,
+    .wait = self_wait,
+    .test = self_test,
+    .shared_alloc = self_shared_alloc,
+    .shared_free = self_shared_free,
+    .shared_sync = self_shared_sync,
+    .abort = self_abort,
+    .free = self_free,
+};
+
+sharc_status sharc_comm_self(sharc_comm **out) {
+    *out = sharc_comm_new(&sharc_comm_self_vtable, 0, 1, NULL);
+    return *out ? SHARC_OK : sharc_error(SHARC_ERR_NOMEM, "comm: out of memory");
+}
