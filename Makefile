@@ -24,7 +24,7 @@ TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/%.o)
 BENCH_SRC := $(wildcard bench/*.c)
 
 .PHONY: all deps test run asan clean fixtures bench fmt
-all: $(BUILD)/libsharc.a $(BUILD)/libsharc.so $(BUILD)/sharc $(BUILD)/sharc_tests \
+all: $(BUILD)/libsharc.a $(BUILD)/libsharc.so $(BUILD)/sharc $(BUILD)/sharc_tests $(BUILD)/mpi_tests \
      $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
 
 $(BUILD)/%.o: %.c $(wildcard include/sharc/*.h) $(wildcard src/*/*.h) tests/test.h
@@ -46,6 +46,9 @@ $(BUILD)/sharc: $(CLI_OBJ) $(BUILD)/libsharc.a
 	$(CC) -o $@ $^ $(LDLIBS)
 
 $(BUILD)/sharc_tests: $(TEST_OBJ) $(BUILD)/libsharc.a
+	$(CC) -o $@ $^ $(LDLIBS)
+
+$(BUILD)/mpi_tests: $(BUILD)/tests/mpi/mpi_tests.o $(BUILD)/libsharc.a
 	$(CC) -o $@ $^ $(LDLIBS)
 
 $(BUILD)/bench/%: bench/%.c $(BUILD)/libsharc.a

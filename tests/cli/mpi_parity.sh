@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# timeout: 600
+# N ranks against one process on the same global batch: every step's loss and
+# the final parameters (note [parity-tolerance] in tests/mpi/mpi_tests.c), for
+# FULL_SHARD, SHARD_GRAD_OP, NO_SHARD and HYBRID_SHARD 2x2, both model families,
+# with and without gradient accumulation and activation checkpointing.
+set -euo pipefail
+source "$SHARC_ROOT/tests/cli/mpi_lib.inc"
+cd "$TMPDIR"
+make_text text.txt
+runs=0
+check() { # N args...
+  local n=$1; shift
+  local out
+  if ! out=$(mpi $n "$SHARC_BIN/mpi_tests" parity text.txt "$@" 2>&1); then
+    echo "FAILED at $n ranks: $*"; echo "$out" | grep -v '^ok' | head -20; exit 1
+  fi
+  grep '^parity at' <<< "$out" | sed "s|\$| [$*]|"
+  runs=$((runs + 1))
+}
+for fam in gpt2 llama; do
+  if [ $fam = llama ]; then m="model.family=llama model.num_kv_heads=1 model.tie_embeddings=false model.ff_hidden_dim=70"
+  else m="model.family=gpt2"; fi
+  for n in 1 2 3 4; do
+    for s in FULL_SHARD SHARD_GRAD_OP NO_SHARD; do
+      for v in "train.grad_accum=1" "train.grad_accum=2" "fsdp.activation_checkpointing=true" \
+               "train.grad_accum=2 fsdp.activation_checkpointing=true"; do
+        check $n $m fsdp.sharding_strategy=$s $v
+      done
+    done
+  done
+  for v in "train.grad_accum=1" "train.grad_accum=2" "fsdp.activation_checkpointing=true" \
+           "train.grad_accum=2 fsdp.activation_checkpointing=true"; do
+    check 4 $m fsdp.sharding_strategy=HYBRID_SHARD fsdp.fsdp_size=2 $v
+  done
+  # engine options that change the schedule, not the result
+  check 3 $m fsdp.no_sync=true train.grad_accum=3
+  check 3 $m fsdp.forward_prefetch=true fsdp.backward_prefetch=BACKWARD_POST
+  check 3 $m fsdp.backward_prefetch=NONE fsdp.limit_all_gathers=1
+  check 2 $m fsdp.reshard_after_forward=false
+  # bf16 parameters match a one-process run that rounds the same way
+  check 3 $m fsdp.param_dtype=bf16 tol.loss=1e-4 tol.norm=1e-3 tol.param=2e-3
+  check 4 $m fsdp.param_dtype=bf16 fsdp.sharding_strategy=HYBRID_SHARD fsdp.fsdp_size=2 tol.loss=1e-4 tol.norm=1e-3 tol.param=2e-3
+  # bf16 reduction rounds what one process never rounds
+  check 3 $m fsdp.reduce_dtype=bf16 optim.lr=1e-3 tol.loss=1e-3 tol.norm=1e-2 tol.param=1
+  check 4 $m fsdp.reduce_dtype=bf16 fsdp.sharding_strategy=NO_SHARD optim.lr=1e-3 tol.loss=1e-3 tol.norm=1e-2 tol.param=1
+done
+echo "$runs parity runs passed"

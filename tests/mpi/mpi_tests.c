@@ -1,0 +1,369 @@
+/* mpi_tests.c: tests that need several ranks, run under mpirun by
+ * tests/cli/mpi_*.sh at 1, 2, 3 and 4 ranks:
+ *
+ *   mpi_tests comm                      collectives against values computed here
+ *   mpi_tests parity KEY=VALUE ...      N ranks against a one-process run (made on
+ *                                       every rank, in the same process) of the same
+ *                                       global batch: every step's loss and the
+ *                                       final parameters
+ *   mpi_tests memory DATA               FULL_SHARD model state at N ranks vs one process
+ *   mpi_tests mismatch DATA             rank 1 has another model: every rank fails fast
+ *
+ * Every rank prints "ok" on success; any failure exits non-zero. */
+#include "sharc/alloc.h"
+#include "sharc/comm.h"
+#include "sharc/config.h"
+#include "sharc/fsdp.h"
+#include "sharc/log.h"
+#include "sharc/mesh.h"
+#include "sharc/train.h"
+#include "../test.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* test.h's registry is not used here; the runner's helpers are stubs */
+void sharc_test_register(const char *name, sharc_test_fn fn, const char *file) {}
+const char *sharc_test_fixture_dir(void) { return "tests/fixtures"; }
+const char *sharc_test_bin_dir(void) { return "build"; }
+const char *sharc_test_tmpdir(void) { return getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp"; }
+long long sharc_test_allclose(const float *a, const float *b, long long n, double rtol, double atol) {
+    for (long long i = 0; i < n; i++)
+        if (!(fabs((double)a[i] - b[i]) <= atol + rtol * fabs((double)b[i]))) return i;
+    return -1;
+}
+
+static sharc_comm *world;
+
+/* ---------------------------------------------------------------- comm */
+
+static float val(int rank, size_t i) { return (float)(rank + 1) * 0.5f + (float)(i % 97) * 0.25f; }
+
+static void test_comm(void) {
+    int R = sharc_comm_size(world), r = sharc_comm_rank(world);
+    const size_t n = 1003; /* odd */
+    float *send = malloc(sizeof(float) * n * R), *recv = malloc(sizeof(float) * n * R);
+    for (size_t i = 0; i < n; i++) send[i] = val(r, i);
+    ASSERT_OK(sharc_comm_allgather(world, send, recv, n, SHARC_DT_F32));
+    for (int q = 0; q < R; q++)
+        for (size_t i = 0; i < n; i++) ASSERT_TRUE(recv[(size_t)q * n + i] == val(q, i));
+
+    /* reduce-scatter: rank q sends val(q, j) at position j of the R x n buffer */
+    for (size_t j = 0; j < n * R; j++) send[j] = val(r, j);
+    ASSERT_OK(sharc_comm_reduce_scatter(world, send, recv, n, SHARC_DT_F32, SHARC_OP_SUM));
+    for (size_t i = 0; i < n; i++) {
+        double want = 0;
+        for (int q = 0; q < R; q++) want += val(q, (size_t)r * n + i);
+        ASSERT_NEAR(recv[i], want, 1e-6, 1e-6);
+    }
+    /* bf16 reduce-scatter: inputs exactly representable, sums accumulated in fp32 then rounded */
+    uint16_t *s16 = malloc(2 * n * R), *r16 = malloc(2 * n * R);
+    for (size_t j = 0; j < n * R; j++) s16[j] = sharc_f32_to_bf16(val(r, j));
+    ASSERT_OK(sharc_comm_reduce_scatter(world, s16, r16, n, SHARC_DT_BF16, SHARC_OP_SUM));
+    for (size_t i = 0; i < n; i++) {
+        float want = 0;
+        for (int q = 0; q < R; q++) want += sharc_bf16_to_f32(sharc_f32_to_bf16(val(q, (size_t)r * n + i)));
+        ASSERT_TRUE(r16[i] == sharc_f32_to_bf16(want));
+    }
+    /* all-reduce, in place and out of place, fp32 / f64 / i64 / bf16, max */
+    for (size_t i = 0; i < n; i++) send[i] = val(r, i);
+    ASSERT_OK(sharc_comm_allreduce(world, send, recv, n, SHARC_DT_F32, SHARC_OP_SUM));
+    ASSERT_OK(sharc_comm_allreduce(world, send, send, n, SHARC_DT_F32, SHARC_OP_MAX));
+    for (size_t i = 0; i < n; i++) {
+        double want = 0;
+        for (int q = 0; q < R; q++) want += val(q, i);
+        ASSERT_NEAR(recv[i], want, 1e-6, 1e-6);
+        ASSERT_TRUE(send[i] == val(R - 1, i));
+    }
+    for (size_t i = 0; i < n; i++) s16[i] = sharc_f32_to_bf16(val(r, i));
+    ASSERT_OK(sharc_comm_allreduce(world, s16, s16, n, SHARC_DT_BF16, SHARC_OP_SUM));
+    for (size_t i = 0; i < n; i++) {
+        float want = 0;
+        for (int q = 0; q < R; q++) want += sharc_bf16_to_f32(sharc_f32_to_bf16(val(q, i)));
+        ASSERT_TRUE(s16[i] == sharc_f32_to_bf16(want));
+    }
+    int64_t big = (int64_t)1 << 40 | r, total;
+    ASSERT_OK(sharc_comm_allreduce(world, &big, &total, 1, SHARC_DT_I64, SHARC_OP_SUM));
+    ASSERT_EQ(total, ((int64_t)1 << 40) * R + (int64_t)R * (R - 1) / 2);
+    /* broadcast from the last rank */
+    double b = r == R - 1 ? 3.25 : -1.0;
+    ASSERT_OK(sharc_comm_broadcast(world, &b, 1, SHARC_DT_F64, R - 1));
+    ASSERT_TRUE(b == 3.25);
+    /* non-blocking, completed by wait and by test */
+    sharc_comm_request *req;
+    for (size_t i = 0; i < n; i++) send[i] = val(r, i);
+    ASSERT_OK(sharc_comm_iallgather(world, send, recv, n, SHARC_DT_F32, &req));
+    ASSERT_OK(sharc_comm_wait(req));
+    for (int q = 0; q < R; q++) ASSERT_TRUE(recv[(size_t)q * n + 5] == val(q, 5));
+    for (size_t j = 0; j < n * R; j++) send[j] = val(r, j);
+    ASSERT_OK(sharc_comm_ireduce_scatter(world, send, recv, n, SHARC_DT_F32, SHARC_OP_SUM, &req));
+    bool done = false;
+    while (!done) ASSERT_OK(sharc_comm_test(req, &done));
+    double want = 0;
+    for (int q = 0; q < R; q++) want += val(q, (size_t)r * n + 7);
+    ASSERT_NEAR(recv[7], want, 1e-6, 1e-6);
+    /* sub-groups: evens and odds */
+    sharc_comm *half;
+    ASSERT_OK(sharc_comm_split(world, r % 2, r, &half));
+    ASSERT_EQ(sharc_comm_size(half), (R - r % 2 + 1) / 2);
+    ASSERT_EQ(sharc_comm_rank(half), r / 2);
+    int32_t one = 1, cnt = 0;
+    ASSERT_OK(sharc_comm_allreduce(half, &one, &cnt, 1, SHARC_DT_I32, SHARC_OP_SUM));
+    ASSERT_EQ(cnt, sharc_comm_size(half));
+    sharc_comm_free(half);
+    /* shared memory: each rank writes its segment, every rank reads all */
+    sharc_comm_shared *sh;
+    sharc_status st = sharc_comm_shared_alloc(world, 4096, &sh);
+    if (st == SHARC_OK) {
+        memset(sh->base[r], r + 1, 4096);
+        ASSERT_OK(sharc_comm_shared_sync(world, sh));
+        for (int q = 0; q < R; q++) ASSERT_EQ((unsigned char)sh->base[q][4095], q + 1);
+        ASSERT_OK(sharc_comm_shared_sync(world, sh));
+        sharc_comm_shared_free(sh);
+    } else {
+        ASSERT_TRUE(st == SHARC_ERR_UNSUPPORTED);
+    }
+    /* statistics: bytes are counted per call */
+    sharc_comm_stats s;
+    sharc_comm_stats_get(world, &s);
+    ASSERT_EQ(s.calls[SHARC_COLL_ALLGATHER], 2);
+    ASSERT_EQ(s.bytes[SHARC_COLL_ALLGATHER], 2 * (int64_t)n * 4);
+    /* out-of-place rule */
+    ASSERT_TRUE(sharc_comm_allgather(world, recv, recv, n, SHARC_DT_F32) == SHARC_ERR_INVALID);
+    free(send);
+    free(recv);
+    free(s16);
+    free(r16);
+}
+
+/* -------------------------------------------------------------- parity */
+
+static void base_config(sharc_config *c, const char *data) {
+    sharc_config_default(c);
+    ASSERT_OK(sharc_config_set(c, "data.path", data, "test"));
+    c->model.num_layers = 2;
+    c->model.embed_dim = 48;
+    c->model.num_heads = 3;
+    c->model.max_seq_len = 16;
+    c->train.seq_len = 13;
+    c->train.batch_size = 2;
+    c->train.grad_accum = 1;
+    c->train.max_steps = 6;
+    c->train.threads = 1;
+    c->optim.lr = 1e-2f;
+    c->optim.warmup_steps = 2;
+    c->data.shuffle = true;
+}
+
+/* Tolerances (note [parity-tolerance]); "tol.loss=", "tol.norm=", "tol.param=" override. */
+static double tol_loss = 1e-6, tol_norm = 1e-5, tol_param = 5e-4;
+
+static void apply_args(sharc_config *c, int argc, char **argv) {
+    for (int i = 0; i < argc; i++) {
+        char key[128];
+        const char *eq = strchr(argv[i], '=');
+        ASSERT_TRUE(eq != NULL);
+        snprintf(key, sizeof key, "%.*s", (int)(eq - argv[i]), argv[i]);
+        if (!strcmp(key, "tol.loss")) tol_loss = atof(eq + 1);
+        else if (!strcmp(key, "tol.norm")) tol_norm = atof(eq + 1);
+        else if (!strcmp(key, "tol.param")) tol_param = atof(eq + 1);
+        else ASSERT_OK(sharc_config_set(c, key, eq + 1, "test arguments"));
+    }
+    ASSERT_OK(sharc_config_validate(c));
+}
+
+/* Note [parity-tolerance]. N ranks add the same per-micro-batch gradients
+ * in another order than one process (a reduce-scatter sums ranks, then
+ * micro-batches), so gradients differ in their last bits. Losses and the
+ * gradient norm are compared at 1e-6 and 1e-5 relative. Parameters are not
+ * comparable at 1e-6 relative after a few Adam steps: Adam's update is
+ * m / sqrt(v), about +-lr per element whatever the gradient's size, so where
+ * a gradient is small (a sum with cancellation) its last-bit differences
+ * become differences of a few 1e-5 of the step; with lr = 1e-2 on weights of
+ * 0.02 that is about 1e-5 of the weight. The bound used is
+ *     |a - b| <= 1e-6 |b| + 5e-4 x (sum of the learning rates applied),
+ * i.e. within 0.05% of the distance Adam can move a weight (observed: up to
+ * 1.5e-4, with gradient accumulation). That is the size of fp32 reordering
+ * itself: ONE process trained on the same global batch split into 9
+ * micro-batches of 2 instead of 1 of 18 differs from itself by 4e-4 of the
+ * lr sum (REF_SPLIT below). A real error (a lost micro-batch, a wrong scale
+ * or shard offset) moves weights by a whole step, ~1 of the lr sum, and the
+ * losses, compared at 1e-6, move with it.
+ * bf16 parameters: a last-bit difference of a master weight can flip its
+ * bf16 rounding (a 2^-8 relative step) and every gradient that weight
+ * touches, so the bounds there are 1e-4 on the loss, 1e-3 on the norm and
+ * 2e-3 of the lr sum (observed: 1e-5 on the loss); bf16
+ * reduction rounds every rank's gradient contribution to 8 bits of
+ * mantissa, which one process never does; at lr = 1e-2 this tiny model's
+ * training is chaotic enough to turn that into 2% differences of the
+ * gradient norm within 5 steps, so it is checked at lr = 1e-3 on the loss
+ * (1e-3) and norm (1e-2) only: where a gradient is a small sum of larger
+ * per-rank parts, their rounding can flip its sign and Adam then moves that
+ * weight a full step the other way, so single weights are not comparable.
+ * GPT-2's key bias is skipped: its gradient is zero in exact arithmetic
+ * (softmax ignores a constant added to a row of scores), so both runs hold
+ * rounding noise there, which Adam turns into full steps. Returns the worst
+ * |a - b| / allowed (must be <= 1). */
+static double compare_params(sharc_fsdp *got, sharc_fsdp *ref, double lr_sum, int C, double *abs_worst) {
+    double worst = 0.0;
+    *abs_worst = 0.0;
+    for (int u = 0; u < sharc_fsdp_num_units(got); u++) {
+        const sharc_unit_spec *s = sharc_fsdp_unit_spec(got, u);
+        const sharc_segment *segs;
+        int nseg = sharc_fsdp_shard_segments(got, u, &segs);
+        const float *shard = sharc_fsdp_shard_params(got, u);
+        for (int k = 0; k < nseg; k++) {
+            const sharc_param_spec *p = &s->params[segs[k].param];
+            bool key_bias = strstr(p->name, "attn.c_attn.bias") != NULL;
+            float *full = malloc(sizeof(float) * (size_t)p->numel);
+            ASSERT_OK(sharc_fsdp_param_read_local(ref, p->name, full, p->numel));
+            for (int64_t i = 0; i < segs[k].len; i++) {
+                int64_t j = segs[k].param_off + i;
+                if (key_bias && j >= C && j < 2 * C) continue;
+                double a = shard[segs[k].shard_off + i], b = full[j];
+                double d = fabs(a - b), allowed = 1e-6 * fabs(b) + tol_param * lr_sum;
+                if (d / allowed > worst && getenv("SHARC_PARITY_DEBUG"))
+                    fprintf(stderr, "  %s[%lld]: %.9g vs %.9g\n", p->name, (long long)j, a, b);
+                worst = d / allowed > worst ? d / allowed : worst;
+                *abs_worst = d > *abs_worst ? d : *abs_worst;
+            }
+            free(full);
+        }
+    }
+    return worst;
+}
+
+static void test_parity(int argc, char **argv) {
+    ASSERT_TRUE(argc >= 1);
+    int R = sharc_comm_size(world);
+    sharc_config c, cref;
+    base_config(&c, argv[0]);
+    apply_args(&c, argc - 1, argv + 1);
+    /* the reference: one process, the same global batch (grad_accum x ranks micro-batches) */
+    cref = c;
+    cref.train.grad_accum = c.train.grad_accum * R;
+    /* REF_SPLIT=B: the reference takes the same global batch as micro-batches of
+     * B sequences (to measure how much the order of sums alone moves results) */
+    if (getenv("REF_SPLIT")) {
+        int b = atoi(getenv("REF_SPLIT"));
+        int global = c.train.batch_size * c.train.grad_accum * R;
+        cref.train.batch_size = b;
+        cref.train.grad_accum = global / b;
+        ASSERT_EQ(cref.train.grad_accum * b, global);
+    }
+    sharc_trainer *t, *ref;
+    ASSERT_OK(sharc_trainer_init(&t, &c, world));
+    ASSERT_OK(sharc_trainer_init(&ref, &cref, NULL));
+    double worst_loss = 0.0, lr_sum = 0.0;
+    for (int64_t s = 0; s < c.train.max_steps; s++) {
+        sharc_step_stats a, b;
+        ASSERT_OK(sharc_trainer_step(t, &a));
+        ASSERT_OK(sharc_trainer_step(ref, &b));
+        lr_sum += b.lr;
+        double rel = fabs(a.loss - b.loss) / fabs(b.loss);
+        worst_loss = rel > worst_loss ? rel : worst_loss;
+        if (rel > tol_loss) TEST_FAIL_AT("step %lld: loss %.9f at %d ranks vs %.9f at one (rel %.2e)", (long long)s, a.loss, R, b.loss, rel);
+        ASSERT_NEAR(a.grad_norm, b.grad_norm, tol_norm, 0);
+        ASSERT_EQ(a.valid_tokens, b.valid_tokens);
+    }
+    double abs_worst;
+    double worst_param = compare_params(sharc_trainer_engine(t), sharc_trainer_engine(ref), lr_sum,
+                                        c.model.embed_dim, &abs_worst);
+    if (worst_param > 1.0)
+        TEST_FAIL_AT("final parameters differ by %.3g, %.2f x the bound of note [parity-tolerance]", abs_worst, worst_param);
+    double all[2] = {worst_loss, abs_worst};
+    ASSERT_OK(sharc_comm_allreduce(world, all, all, 2, SHARC_DT_F64, SHARC_OP_MAX));
+    if (sharc_comm_rank(world) == 0)
+        printf("parity at %d ranks: worst loss %.2e relative, worst parameter %.2e absolute (%.1e of the lr sum)\n", R,
+               all[0], all[1], all[1] / lr_sum);
+    sharc_trainer_free(t);
+    sharc_trainer_free(ref);
+}
+
+/* -------------------------------------------------------------- memory */
+
+static int64_t model_state(void) {
+    sharc_mem_stats m;
+    sharc_mem_get(&m);
+    return m.current[SHARC_MEM_PARAMS] + m.current[SHARC_MEM_GRADS] + m.current[SHARC_MEM_OPTIM];
+}
+
+static void test_memory(int argc, char **argv) {
+    ASSERT_TRUE(argc >= 1);
+    int R = sharc_comm_size(world);
+    sharc_config c;
+    base_config(&c, argv[0]);
+    c.model.num_layers = 4;
+    c.model.embed_dim = 96;
+    apply_args(&c, argc - 1, argv + 1);
+    int64_t before = model_state();
+    sharc_trainer *one;
+    ASSERT_OK(sharc_trainer_init(&one, &c, NULL));
+    int64_t one_bytes = model_state() - before;
+    sharc_trainer_free(one);
+    before = model_state();
+    sharc_mem_stats m0;
+    sharc_mem_get(&m0);
+    sharc_trainer *t;
+    ASSERT_OK(sharc_trainer_init(&t, &c, world));
+    int64_t mine = model_state() - before;
+    sharc_step_stats s;
+    ASSERT_OK(sharc_trainer_step(t, &s));
+    /* Note [memory-bound]: model state (params + grads + both moments) per rank
+     * is 1/N of one process's plus padding to 16 floats per unit and rank;
+     * gathered memory is at most limit x the largest padded unit. */
+    sharc_fsdp *e = sharc_trainer_engine(t);
+    int64_t padding = (int64_t)sharc_fsdp_num_units(e) * 16 * 4 * 4;
+    if (mine > one_bytes / R + padding)
+        TEST_FAIL_AT("model state %lld bytes at %d ranks, one process %lld (bound %lld)", (long long)mine, R,
+                     (long long)one_bytes, (long long)(one_bytes / R + padding));
+    int64_t gathered_bound = (int64_t)sharc_fsdp_gathered_limit(e) * sharc_fsdp_gathered_unit_bytes(e) * 2;
+    int64_t gathered_peak = s.mem.peak[SHARC_MEM_GATHERED];
+    if (R > 1 && gathered_peak > gathered_bound)
+        TEST_FAIL_AT("gathered peak %lld above bound %lld", (long long)gathered_peak, (long long)gathered_bound);
+    if (s.gathered_peak > sharc_fsdp_gathered_limit(e))
+        TEST_FAIL_AT("%lld gathered units alive, limit %d", (long long)s.gathered_peak, sharc_fsdp_gathered_limit(e));
+    if (sharc_comm_rank(world) == 0)
+        printf("model state per rank: %lld bytes at %d ranks, %lld at one (ratio %.3f); gathered peak %lld "
+               "(limit %d units of %lld bytes)\n",
+               (long long)mine, R, (long long)one_bytes, (double)mine / (double)one_bytes, (long long)gathered_peak,
+               sharc_fsdp_gathered_limit(e), (long long)sharc_fsdp_gathered_unit_bytes(e));
+    sharc_trainer_free(t);
+}
+
+/* ------------------------------------------------------------ mismatch */
+
+static void test_mismatch(int argc, char **argv) {
+    ASSERT_TRUE(argc >= 1);
+    sharc_config c;
+    base_config(&c, argv[0]);
+    if (sharc_comm_rank(world) == 1) c.model.num_layers = 3;
+    sharc_trainer *t = NULL;
+    sharc_status st = sharc_trainer_init(&t, &c, world);
+    if (st == SHARC_OK) TEST_FAIL_AT("ranks with different models started");
+    sharc_log(SHARC_LOG_ERROR, "%s", sharc_last_error());
+    if (!strstr(sharc_last_error(), "model.num_layers")) TEST_FAIL_AT("message does not name the key");
+    ASSERT_TRUE(t == NULL);
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        fprintf(stderr, "usage: mpi_tests comm|parity|memory|mismatch ...\n");
+        return 2;
+    }
+    ASSERT_OK(sharc_comm_world_init(&argc, &argv, &world));
+    const char *what = argv[1];
+    if (!strcmp(what, "comm")) test_comm();
+    else if (!strcmp(what, "parity")) test_parity(argc - 2, argv + 2);
+    else if (!strcmp(what, "memory")) test_memory(argc - 2, argv + 2);
+    else if (!strcmp(what, "mismatch")) test_mismatch(argc - 2, argv + 2);
+    else {
+        fprintf(stderr, "unknown test %s\n", what);
+        return 2;
+    }
+    printf("ok %s (rank %d of %d)\n", what, sharc_comm_rank(world), sharc_comm_size(world));
+    sharc_comm_world_finalize(world);
+    return 0;
+}
