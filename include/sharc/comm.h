@@ -109,6 +109,11 @@ void sharc_comm_shared_free(sharc_comm_shared *s);
  * of the group (memory barrier + barrier). */
 sharc_status sharc_comm_shared_sync(sharc_comm *c, sharc_comm_shared *s);
 
+/* Allow (default) or forbid the shared-memory paths of note [shm-collectives]
+ * for this group's all-gather, reduce-scatter and all-reduce; every rank of
+ * the group must make the same choice. SHARC_COMM_SHM=0 forbids them everywhere. */
+void sharc_comm_use_shared_memory(sharc_comm *c, bool on);
+
 /* ---- statistics ---- */
 void sharc_comm_stats_get(const sharc_comm *c, sharc_comm_stats *out);
 void sharc_comm_stats_reset(sharc_comm *c);

@@ -121,6 +121,9 @@ void sharc_fsdp_stats_reset(sharc_fsdp *e);
  * many may be alive at once: the documented bound on gathered memory. */
 int64_t sharc_fsdp_gathered_unit_bytes(const sharc_fsdp *e);
 int sharc_fsdp_gathered_limit(const sharc_fsdp *e);
+/* Bytes of every gathered-parameter and full-gradient buffer the engine
+ * holds: the bound of note [gathered-bound] in engine.c. */
+int64_t sharc_fsdp_gathered_capacity_bytes(const sharc_fsdp *e);
 
 /* Copy a whole parameter (numel floats, by global name) into / out of the
  * part this rank holds. read_local fills only the elements this rank holds. */

@@ -215,6 +215,10 @@ void sharc_comm_shared_free(sharc_comm_shared *s) {
     s->comm->vt->shared_free(s);
 }
 
+void sharc_comm_use_shared_memory(sharc_comm *c, bool on) {
+    if (c->vt->use_shared_memory) c->vt->use_shared_memory(c, on);
+}
+
 sharc_status sharc_comm_shared_sync(sharc_comm *c, sharc_comm_shared *s) {
     double t0 = now();
     SHARC_TRY(c->vt->shared_sync(c, s));

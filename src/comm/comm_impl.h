@@ -25,6 +25,7 @@ typedef struct sharc_comm_vtable {
     sharc_status (*shared_alloc)(sharc_comm *c, size_t bytes, sharc_comm_shared **out); /* optional */
     void (*shared_free)(sharc_comm_shared *s);
     sharc_status (*shared_sync)(sharc_comm *c, sharc_comm_shared *s);
+    void (*use_shared_memory)(sharc_comm *c, bool on); /* optional */
     void (*abort)(sharc_comm *c, int code);
     void (*free)(sharc_comm *c);
 } sharc_comm_vtable;

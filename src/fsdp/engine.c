@@ -51,9 +51,10 @@ typedef struct {
 
 typedef struct {
     int n;
-    int64_t numel;
+    int64_t *numel; /* (n) capacity of each slot */
+    int *reserved;  /* (n) the only unit that may use the slot, or -1 */
     float **buf;
-    int *owner; /* unit holding the slot, -1 if free */
+    int *owner;     /* unit holding the slot, -1 if free */
 } pool_t;
 
 struct sharc_fsdp {
@@ -104,18 +105,22 @@ const char *sharc_sharding_name(sharc_sharding s) {
 
 /* ----------------------------------------------------------------- pools */
 
-static sharc_status pool_init(pool_t *p, int n, int64_t numel) {
+/* n slots with the given capacities (floats), reserved[i] >= 0 dedicates slot i to one unit. */
+static sharc_status pool_init(pool_t *p, int n, const int64_t *numel, const int *reserved) {
     p->n = n;
-    p->numel = numel;
+    p->numel = calloc((size_t)(n > 0 ? n : 1), sizeof(int64_t));
+    p->reserved = calloc((size_t)(n > 0 ? n : 1), sizeof(int));
     p->buf = calloc((size_t)(n > 0 ? n : 1), sizeof(float *));
     p->owner = calloc((size_t)(n > 0 ? n : 1), sizeof(int));
-    if (!p->buf || !p->owner) return sharc_error(SHARC_ERR_NOMEM, "fsdp: out of memory");
+    if (!p->buf || !p->owner || !p->numel || !p->reserved) return sharc_error(SHARC_ERR_NOMEM, "fsdp: out of memory");
     for (int i = 0; i < n; i++) {
         p->owner[i] = -1;
-        p->buf[i] = sharc_alloc((size_t)numel * sizeof(float), SHARC_MEM_GATHERED);
+        p->numel[i] = numel[i];
+        p->reserved[i] = reserved[i];
+        p->buf[i] = sharc_alloc((size_t)numel[i] * sizeof(float), SHARC_MEM_GATHERED);
         if (!p->buf[i])
-            return sharc_error(SHARC_ERR_NOMEM, "fsdp: cannot allocate %d gathered buffers of %lld floats", n,
-                               (long long)numel);
+            return sharc_error(SHARC_ERR_NOMEM, "fsdp: cannot allocate a gathered buffer of %lld floats",
+                               (long long)numel[i]);
     }
     return SHARC_OK;
 }
@@ -124,18 +129,33 @@ static void pool_free(pool_t *p) {
     for (int i = 0; i < p->n && p->buf; i++) sharc_free(p->buf[i]);
     free(p->buf);
     free(p->owner);
+    free(p->numel);
+    free(p->reserved);
     memset(p, 0, sizeof *p);
 }
 
-static float *pool_get(pool_t *p, int unit, bool must) {
-    for (int i = 0; i < p->n; i++)
-        if (p->owner[i] < 0) {
-            p->owner[i] = unit;
-            return p->buf[i];
-        }
-    if (must)
-        sharc_fatal(__FILE__, __LINE__, "fsdp: all %d buffers in use when unit %d needs one (a schedule bug)", p->n,
-                    unit);
+/* The unit's reserved slot, else the smallest free unreserved slot that holds
+ * `numel` floats. */
+static float *pool_get(pool_t *p, int unit, int64_t numel, bool must) {
+    int best = -1;
+    for (int i = 0; i < p->n && best < 0; i++)
+        if (p->reserved[i] == unit && p->owner[i] < 0) best = i;
+    if (best < 0)
+        for (int i = 0; i < p->n; i++)
+            if (p->owner[i] < 0 && p->reserved[i] < 0 && p->numel[i] >= numel &&
+                (best < 0 || p->numel[i] < p->numel[best]))
+                best = i;
+    if (best >= 0) {
+        p->owner[best] = unit;
+        return p->buf[best];
+    }
+    if (must) {
+        for (int i = 0; i < p->n; i++)
+            sharc_log(SHARC_LOG_ERROR, "fsdp: buffer %d: %lld floats, held by unit %d", i, (long long)p->numel[i],
+                      p->owner[i]);
+        sharc_fatal(__FILE__, __LINE__, "fsdp: no free buffer of %lld floats when unit %d needs one (a schedule bug)",
+                    (long long)numel, unit);
+    }
     return NULL;
 }
 
@@ -149,12 +169,6 @@ static void pool_put(pool_t *p, const float *buf) {
 }
 
 /* ------------------------------------------------------------------ init */
-
-static int count_roots(const sharc_unit_spec *units, int n) {
-    int r = 0;
-    for (int i = 0; i < n; i++) r += units[i].root;
-    return r;
-}
 
 sharc_status sharc_fsdp_init(sharc_fsdp **out, const sharc_unit_spec *units, int nunits,
                              const sharc_fsdp_config *cfg, struct sharc_mesh *mesh) {
@@ -205,26 +219,73 @@ sharc_status sharc_fsdp_init(sharc_fsdp **out, const sharc_unit_spec *units, int
         max_shard = t->numel_shard > max_shard ? t->numel_shard : max_shard;
     }
     /* Note [gathered-bound]: gathered-parameter slots. FULL_SHARD keeps the
-     * running unit, one prefetched unit if prefetch is on, and the root
-     * units; fsdp.limit_all_gathers caps the non-root ones (>= 1). With
-     * reshard_after_forward false (SHARD_GRAD_OP) every unit stays gathered
-     * from its forward to its backward. */
-    int roots = count_roots(units, nunits);
+     * running unit, one prefetched unit if prefetch is on (capped by
+     * fsdp.limit_all_gathers, >= 1), each sized for the largest non-root unit,
+     * and one exact-size slot per root unit. With reshard_after_forward false
+     * (SHARD_GRAD_OP) every unit keeps an exact-size slot from its forward to
+     * its backward. Gradient slots: one for the unit in backward plus one per
+     * root unit, or one per unit with fsdp.no_sync. So the gathered memory is
+     *   FULL_SHARD:    (1 + prefetch) x max non-root unit + sum of root units
+     *   SHARD_GRAD_OP: sum of all units
+     * for parameters, and max non-root unit + sum of root units for gradients
+     * (every unit with no_sync), all padded, fp32. */
+    int64_t max_plain = 0;
+    int roots = 0;
+    for (int u = 0; u < nunits; u++) {
+        if (units[u].root) roots++;
+        else if (e->units[u].numel_padded > max_plain) max_plain = e->units[u].numel_padded;
+    }
+    int64_t *sizes = calloc((size_t)nunits + 2, sizeof(int64_t));
+    int *owners = malloc(sizeof(int) * ((size_t)nunits + 2));
+    for (int i = 0; owners && i < nunits + 2; i++) owners[i] = -1;
+    if (!sizes || !owners) {
+        free(sizes);
+        free(owners);
+        st = sharc_error(SHARC_ERR_NOMEM, "fsdp: out of memory");
+        goto fail;
+    }
     int n_gather = 0;
     if (!e->direct_params) {
         if (e->reshard_after_forward) {
             int prefetch = (cfg->forward_prefetch || cfg->backward_prefetch != SHARC_PREFETCH_NONE) ? 1 : 0;
             int live = 1 + prefetch;
             if (cfg->limit_all_gathers > 0 && live > cfg->limit_all_gathers) live = cfg->limit_all_gathers;
-            n_gather = live + roots;
+            if (max_plain > 0)
+                for (int i = 0; i < live; i++) sizes[n_gather++] = max_plain;
+            for (int u = 0; u < nunits; u++)
+                if (units[u].root) {
+                    owners[n_gather] = u;
+                    sizes[n_gather++] = e->units[u].numel_padded;
+                }
         } else {
-            n_gather = nunits;
+            for (int u = 0; u < nunits; u++) {
+                owners[n_gather] = u;
+                sizes[n_gather++] = e->units[u].numel_padded;
+            }
         }
-        if (n_gather > nunits) n_gather = nunits;
     }
-    if ((st = pool_init(&e->gathered, n_gather, max_padded)) != SHARC_OK) goto fail;
-    int n_grad = e->direct_grads ? 0 : (cfg->no_sync ? nunits : 1 + roots);
-    if ((st = pool_init(&e->grads, n_grad, max_padded)) != SHARC_OK) goto fail;
+    st = pool_init(&e->gathered, n_gather, sizes, owners);
+    for (int i = 0; i < nunits + 2; i++) owners[i] = -1;
+    int n_grad = 0;
+    if (st == SHARC_OK && !e->direct_grads) {
+        if (cfg->no_sync) {
+            for (int u = 0; u < nunits; u++) {
+                owners[n_grad] = u;
+                sizes[n_grad++] = e->units[u].numel_padded;
+            }
+        } else {
+            if (max_plain > 0) sizes[n_grad++] = max_plain;
+            for (int u = 0; u < nunits; u++)
+                if (units[u].root) {
+                    owners[n_grad] = u;
+                    sizes[n_grad++] = e->units[u].numel_padded;
+                }
+        }
+    }
+    if (st == SHARC_OK) st = pool_init(&e->grads, n_grad, sizes, owners);
+    free(sizes);
+    free(owners);
+    if (st != SHARC_OK) goto fail;
     if (e->S > 1 || cfg->param_dtype != SHARC_DT_F32 || cfg->reduce_dtype != SHARC_DT_F32) {
         e->stage16_shard = sharc_alloc((size_t)max_shard * 2, SHARC_MEM_COMM);
         e->stage16_full = sharc_alloc((size_t)max_padded * 2, SHARC_MEM_COMM);
@@ -333,7 +394,7 @@ static void prefetch(sharc_fsdp *e, int u) {
     if (u < 0 || u >= e->nunits || e->direct_params) return;
     unit_t *t = &e->units[u];
     if (t->state == UNIT_GATHERED) return;
-    float *slot = pool_get(&e->gathered, u, false);
+    float *slot = pool_get(&e->gathered, u, t->numel_padded, false);
     if (!slot) return; /* limit_all_gathers reached: gather on demand instead */
     t->gathered = slot;
     t->state = UNIT_GATHERED;
@@ -353,7 +414,7 @@ const float *sharc_fsdp_gather(sharc_fsdp *e, int u) {
         if (e->direct_params) {
             t->gathered = t->param_shard;
         } else {
-            t->gathered = pool_get(&e->gathered, u, true);
+            t->gathered = pool_get(&e->gathered, u, t->numel_padded, true);
             e->gathered_alive++;
             e->gathered_peak = e->gathered_alive > e->gathered_peak ? e->gathered_alive : e->gathered_peak;
             e->stats.gathers++;
@@ -396,7 +457,7 @@ float *sharc_fsdp_grad(sharc_fsdp *e, int u) {
         if (e->direct_grads) {
             t->full_grad = t->grad_shard;
         } else {
-            t->full_grad = pool_get(&e->grads, u, true);
+            t->full_grad = pool_get(&e->grads, u, t->numel_padded, true);
             memset(t->full_grad, 0, (size_t)t->numel_padded * sizeof(float));
         }
     }
@@ -573,6 +634,13 @@ sharc_status sharc_fsdp_gather_master(sharc_fsdp *e, int u, float *dst) {
     return sharc_comm_allgather(e->shard, t->param_shard, dst, (size_t)t->numel_shard, SHARC_DT_F32);
 }
 int sharc_fsdp_gathered_limit(const sharc_fsdp *e) { return e->gathered.n; }
+
+int64_t sharc_fsdp_gathered_capacity_bytes(const sharc_fsdp *e) {
+    int64_t total = 0;
+    for (int i = 0; i < e->gathered.n; i++) total += e->gathered.numel[i];
+    for (int i = 0; i < e->grads.n; i++) total += e->grads.numel[i];
+    return total * (int64_t)sizeof(float);
+}
 
 sharc_status sharc_fsdp_find_param(const sharc_fsdp *e, const char *name, int *unit, int *param) {
     for (int u = 0; u < e->nunits; u++) {

@@ -16,6 +16,7 @@
 #include "sharc/fsdp.h"
 #include "sharc/log.h"
 #include "sharc/mesh.h"
+#include "sharc/rng.h"
 #include "sharc/train.h"
 #include "../test.h"
 
@@ -136,6 +137,55 @@ static void test_comm(void) {
     free(recv);
     free(s16);
     free(r16);
+}
+
+/* The shared-memory paths (note [shm-collectives]) give bit-identical results
+ * to the plain MPI collectives, on buffers larger than one staging piece. */
+static void test_comm_shm_vs_mpi(void) {
+    int R = sharc_comm_size(world), r = sharc_comm_rank(world);
+    sharc_comm *shm, *plain;
+    ASSERT_OK(sharc_comm_split(world, 0, r, &shm));
+    ASSERT_OK(sharc_comm_split(world, 0, r, &plain));
+    sharc_comm_use_shared_memory(plain, false);
+    const size_t n = (3u << 20) + 7; /* 12 MB per rank: several pieces */
+    float *send = malloc(sizeof(float) * n * R), *a = malloc(sizeof(float) * n * R), *b = malloc(sizeof(float) * n * R);
+    for (size_t j = 0; j < n * R; j++) send[j] = sharc_rng_normal(5, (uint64_t)r, j);
+    ASSERT_OK(sharc_comm_allgather(shm, send, a, n, SHARC_DT_F32));
+    ASSERT_OK(sharc_comm_allgather(plain, send, b, n, SHARC_DT_F32));
+    ASSERT_TRUE(memcmp(a, b, sizeof(float) * n * R) == 0);
+    ASSERT_OK(sharc_comm_reduce_scatter(shm, send, a, n, SHARC_DT_F32, SHARC_OP_SUM));
+    ASSERT_OK(sharc_comm_reduce_scatter(plain, send, b, n, SHARC_DT_F32, SHARC_OP_SUM));
+    ASSERT_TRUE(memcmp(a, b, sizeof(float) * n) == 0);
+    ASSERT_OK(sharc_comm_allreduce(shm, send, a, n, SHARC_DT_F32, SHARC_OP_SUM));
+    ASSERT_OK(sharc_comm_allreduce(plain, send, b, n, SHARC_DT_F32, SHARC_OP_SUM));
+    for (size_t i = 0; i < n; i += 4099) { /* MPI's all-reduce sums in its own order */
+        double want = 0.0;
+        for (int q = 0; q < R; q++) want += sharc_rng_normal(5, (uint64_t)q, i);
+        ASSERT_NEAR(a[i], want, 1e-5, 1e-5);
+        ASSERT_NEAR(b[i], want, 1e-5, 1e-5);
+    }
+    uint16_t *s16 = malloc(2 * n * R), *a16 = malloc(2 * n * R), *b16 = malloc(2 * n * R);
+    for (size_t j = 0; j < n * R; j++) s16[j] = sharc_f32_to_bf16(send[j]);
+    ASSERT_OK(sharc_comm_reduce_scatter(shm, s16, a16, n, SHARC_DT_BF16, SHARC_OP_SUM));
+    ASSERT_OK(sharc_comm_reduce_scatter(plain, s16, b16, n, SHARC_DT_BF16, SHARC_OP_SUM));
+    ASSERT_TRUE(memcmp(a16, b16, 2 * n) == 0);
+    ASSERT_OK(sharc_comm_allreduce(shm, s16, a16, n, SHARC_DT_BF16, SHARC_OP_SUM));
+    ASSERT_OK(sharc_comm_allreduce(plain, s16, b16, n, SHARC_DT_BF16, SHARC_OP_SUM));
+    ASSERT_TRUE(memcmp(a16, b16, 2 * n) == 0);
+    /* many small collectives in a row reuse the two halves safely */
+    for (int k = 0; k < 50; k++) {
+        float x[3] = {(float)(r + k), 1.0f, (float)k}, y[3];
+        ASSERT_OK(sharc_comm_allreduce(shm, x, y, 3, SHARC_DT_F32, SHARC_OP_SUM));
+        ASSERT_TRUE(y[0] == (float)(R * (R - 1) / 2 + R * k) && y[1] == (float)R && y[2] == (float)(R * k));
+    }
+    free(send);
+    free(a);
+    free(b);
+    free(s16);
+    free(a16);
+    free(b16);
+    sharc_comm_free(shm);
+    sharc_comm_free(plain);
 }
 
 /* -------------------------------------------------------------- parity */
@@ -319,9 +369,20 @@ static void test_memory(int argc, char **argv) {
     if (mine > one_bytes / R + padding)
         TEST_FAIL_AT("model state %lld bytes at %d ranks, one process %lld (bound %lld)", (long long)mine, R,
                      (long long)one_bytes, (long long)(one_bytes / R + padding));
-    int64_t gathered_bound = (int64_t)sharc_fsdp_gathered_limit(e) * sharc_fsdp_gathered_unit_bytes(e) * 2;
+    int64_t gathered_bound = sharc_fsdp_gathered_capacity_bytes(e);
     int64_t gathered_peak = s.mem.peak[SHARC_MEM_GATHERED];
-    if (R > 1 && gathered_peak > gathered_bound)
+    /* the documented formula, evaluated from the unit sizes */
+    int64_t max_plain = 0, roots = 0, units = sharc_fsdp_num_units(e);
+    for (int u = 0; u < units; u++) {
+        int64_t padded = sharc_fsdp_shard_numel(e, u) * R * 4;
+        if (sharc_fsdp_unit_spec(e, u)->root) roots += padded;
+        else max_plain = padded > max_plain ? padded : max_plain;
+    }
+    int prefetch = c.fsdp.engine.forward_prefetch || c.fsdp.engine.backward_prefetch != SHARC_PREFETCH_NONE;
+    int64_t formula = R > 1 ? (1 + prefetch) * max_plain + roots + max_plain + roots : 0;
+    if (gathered_bound != formula)
+        TEST_FAIL_AT("gathered capacity %lld bytes, formula %lld", (long long)gathered_bound, (long long)formula);
+    if (gathered_peak > gathered_bound)
         TEST_FAIL_AT("gathered peak %lld above bound %lld", (long long)gathered_peak, (long long)gathered_bound);
     if (s.gathered_peak > sharc_fsdp_gathered_limit(e))
         TEST_FAIL_AT("%lld gathered units alive, limit %d", (long long)s.gathered_peak, sharc_fsdp_gathered_limit(e));
@@ -355,7 +416,10 @@ int main(int argc, char **argv) {
     }
     ASSERT_OK(sharc_comm_world_init(&argc, &argv, &world));
     const char *what = argv[1];
-    if (!strcmp(what, "comm")) test_comm();
+    if (!strcmp(what, "comm")) {
+        test_comm();
+        test_comm_shm_vs_mpi();
+    }
     else if (!strcmp(what, "parity")) test_parity(argc - 2, argv + 2);
     else if (!strcmp(what, "memory")) test_memory(argc - 2, argv + 2);
     else if (!strcmp(what, "mismatch")) test_mismatch(argc - 2, argv + 2);
