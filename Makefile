@@ -53,7 +53,7 @@ $(BUILD)/mpi_tests: $(BUILD)/tests/mpi/mpi_tests.o $(BUILD)/libsharc.a
 
 $(BUILD)/bench/%: bench/%.c $(BUILD)/libsharc.a
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
+	$(CC) $(CFLAGS) $(MPI_CFLAGS) -o $@ $^ $(LDLIBS)
 
 deps:
 	@scripts/deps.sh test
