@@ -43,6 +43,8 @@ float sharc_f16_to_f32(uint16_t h);
 void sharc_to_f32(float *dst, const void *src, sharc_dtype t, int64_t n);
 /* Convert n fp32 elements to dst of type F32, F16 or BF16. */
 void sharc_from_f32(void *dst, const float *src, sharc_dtype t, int64_t n);
+/* dst = src rounded to t (BF16, F16) and widened back; a copy for F32. */
+void sharc_round_f32(float *dst, const float *src, sharc_dtype t, int64_t n);
 
 #ifdef __cplusplus
 }

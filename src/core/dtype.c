@@ -1,6 +1,7 @@
 /* dtype.c: element type table and float conversions. */
 #include "sharc/dtype.h"
 #include "sharc/status.h"
+#include "parallel.h"
 
 #include <math.h>
 #include <string.h>
@@ -82,15 +83,80 @@ float sharc_f16_to_f32(uint16_t h) {
     return f;
 }
 
+/* Array conversions: branch-free loops compiled for AVX-512 / AVX2 / baseline
+ * (SHARC_VEC), split over threads for large arrays. fp16 goes through GCC's
+ * _Float16, which the AVX2/AVX-512 clones turn into F16C instructions. */
+SHARC_VEC static void bf16_from_f32_range(uint16_t *dst, const float *src, int64_t n) {
+    for (int64_t i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, &src[i], 4);
+        uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+        uint32_t nan = (u >> 16) | 0x40u;
+        dst[i] = (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? nan : r);
+    }
+}
+
+SHARC_VEC static void f32_from_bf16_range(float *dst, const uint16_t *src, int64_t n) {
+    for (int64_t i = 0; i < n; i++) {
+        uint32_t u = (uint32_t)src[i] << 16;
+        memcpy(&dst[i], &u, 4);
+    }
+}
+
+SHARC_VEC static void round_bf16_range(float *dst, const float *src, int64_t n) {
+    for (int64_t i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, &src[i], 4);
+        uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+        uint32_t nan = u | 0x00400000u;
+        r = (u & 0x7fffffffu) > 0x7f800000u ? nan : r;
+        memcpy(&dst[i], &r, 4);
+    }
+}
+
+#if defined(__FLT16_MAX__)
+SHARC_VEC static void f16_from_f32_range(uint16_t *dst, const float *src, int64_t n) {
+    for (int64_t i = 0; i < n; i++) {
+        _Float16 h = (_Float16)src[i];
+        memcpy(&dst[i], &h, 2);
+    }
+}
+SHARC_VEC static void f32_from_f16_range(float *dst, const uint16_t *src, int64_t n) {
+    for (int64_t i = 0; i < n; i++) {
+        _Float16 h;
+        memcpy(&h, &src[i], 2);
+        dst[i] = (float)h;
+    }
+}
+SHARC_VEC static void round_f16_range(float *dst, const float *src, int64_t n) {
+    for (int64_t i = 0; i < n; i++) dst[i] = (float)(_Float16)src[i];
+}
+#else
+static void f16_from_f32_range(uint16_t *dst, const float *src, int64_t n) {
+    for (int64_t i = 0; i < n; i++) dst[i] = sharc_f32_to_f16(src[i]);
+}
+static void f32_from_f16_range(float *dst, const uint16_t *src, int64_t n) {
+    for (int64_t i = 0; i < n; i++) dst[i] = sharc_f16_to_f32(src[i]);
+}
+static void round_f16_range(float *dst, const float *src, int64_t n) {
+    for (int64_t i = 0; i < n; i++) dst[i] = sharc_f16_to_f32(sharc_f32_to_f16(src[i]));
+}
+#endif
+
+#define PAR_CONVERT(n, call)                                                             \
+    do {                                                                                  \
+        int64_t nc_ = ((n) + 65535) / 65536;                                              \
+        _Pragma("omp parallel for schedule(static) if (nc_ > 1)") for (int64_t k_ = 0; k_ < nc_; k_++) { \
+            int64_t lo = sharc_chunk_lo(k_, nc_, (n)), len = sharc_chunk_lo(k_ + 1, nc_, (n)) - lo; \
+            call;                                                                         \
+        }                                                                                 \
+    } while (0)
+
 void sharc_to_f32(float *dst, const void *src, sharc_dtype t, int64_t n) {
     switch (t) {
     case SHARC_DT_F32: memmove(dst, src, (size_t)n * 4); break;
-    case SHARC_DT_BF16:
-        for (int64_t i = 0; i < n; i++) dst[i] = sharc_bf16_to_f32(((const uint16_t *)src)[i]);
-        break;
-    case SHARC_DT_F16:
-        for (int64_t i = 0; i < n; i++) dst[i] = sharc_f16_to_f32(((const uint16_t *)src)[i]);
-        break;
+    case SHARC_DT_BF16: PAR_CONVERT(n, f32_from_bf16_range(dst + lo, (const uint16_t *)src + lo, len)); break;
+    case SHARC_DT_F16: PAR_CONVERT(n, f32_from_f16_range(dst + lo, (const uint16_t *)src + lo, len)); break;
     default: SHARC_CHECK(!"sharc_to_f32: not a float type");
     }
 }
@@ -98,12 +164,17 @@ void sharc_to_f32(float *dst, const void *src, sharc_dtype t, int64_t n) {
 void sharc_from_f32(void *dst, const float *src, sharc_dtype t, int64_t n) {
     switch (t) {
     case SHARC_DT_F32: memmove(dst, src, (size_t)n * 4); break;
-    case SHARC_DT_BF16:
-        for (int64_t i = 0; i < n; i++) ((uint16_t *)dst)[i] = sharc_f32_to_bf16(src[i]);
-        break;
-    case SHARC_DT_F16:
-        for (int64_t i = 0; i < n; i++) ((uint16_t *)dst)[i] = sharc_f32_to_f16(src[i]);
-        break;
+    case SHARC_DT_BF16: PAR_CONVERT(n, bf16_from_f32_range((uint16_t *)dst + lo, src + lo, len)); break;
+    case SHARC_DT_F16: PAR_CONVERT(n, f16_from_f32_range((uint16_t *)dst + lo, src + lo, len)); break;
     default: SHARC_CHECK(!"sharc_from_f32: not a float type");
+    }
+}
+
+void sharc_round_f32(float *dst, const float *src, sharc_dtype t, int64_t n) {
+    switch (t) {
+    case SHARC_DT_BF16: PAR_CONVERT(n, round_bf16_range(dst + lo, src + lo, len)); break;
+    case SHARC_DT_F16: PAR_CONVERT(n, round_f16_range(dst + lo, src + lo, len)); break;
+    default:
+        if (dst != src) memmove(dst, src, (size_t)n * 4);
     }
 }

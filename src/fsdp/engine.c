@@ -348,22 +348,11 @@ static unit_t *unit_at(const sharc_fsdp *e, int u) {
 
 /* --------------------------------------------------------------- gather */
 
-/* Round n floats to the parameter dtype (bf16/fp16), as a gather in that
- * dtype followed by the upcast for compute would. */
-static void round_to(float *dst, const float *src, int64_t n, sharc_dtype dt) {
-    if (dt == SHARC_DT_BF16)
-        for (int64_t i = 0; i < n; i++) dst[i] = sharc_bf16_to_f32(sharc_f32_to_bf16(src[i]));
-    else if (dt == SHARC_DT_F16)
-        for (int64_t i = 0; i < n; i++) dst[i] = sharc_f16_to_f32(sharc_f32_to_f16(src[i]));
-    else if (dst != src)
-        memcpy(dst, src, (size_t)n * sizeof(float));
-}
-
 /* Post (or do) the gather of unit t into a slot it already holds. */
 static void start_gather(sharc_fsdp *e, unit_t *t, bool blocking) {
     sharc_status st;
     if (e->S == 1) {
-        round_to(t->gathered, t->param_shard, t->numel_shard, e->cfg.param_dtype);
+        sharc_round_f32(t->gathered, t->param_shard, t->numel_shard, e->cfg.param_dtype);
         return;
     }
     if (e->cfg.param_dtype == SHARC_DT_F32) {
