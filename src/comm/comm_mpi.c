@@ -132,8 +132,10 @@ SHARC_VEC static void sum_f32(float *dst, const float *src, int size, size_t cou
 SHARC_VEC static void sum_16(float *tmp, const uint16_t *src, int size, size_t count, size_t lo, size_t hi,
                              bool bf16) {
     for (size_t i = lo; i < hi; i++) {
-        float s = 0.0f;
-        for (int r = 0; r < size; r++) {
+        /* the first term is taken as is (not 0 + x), like the shared-memory path */
+        uint16_t h0 = src[i];
+        float s = bf16 ? sharc_bf16_to_f32(h0) : sharc_f16_to_f32(h0);
+        for (int r = 1; r < size; r++) {
             uint16_t h = src[(size_t)r * count + i];
             s += bf16 ? sharc_bf16_to_f32(h) : sharc_f16_to_f32(h);
         }
@@ -498,21 +500,45 @@ SHARC_VEC static void sum_f32_ptrs(float *dst, const float *const *src, int S, s
     }
 }
 
+/* bf16 sums: widen (a shift), add in fp32 in rank order, round once. */
+SHARC_VEC static void sum_bf16_ptrs(uint16_t *dst, const uint16_t *const *src, int S, size_t lo, size_t hi) {
+    for (size_t i = lo; i < hi; i++) {
+        float acc = 0.0f;
+        for (int q = 0; q < S; q++) {
+            uint32_t u = (uint32_t)src[q][i] << 16;
+            float f;
+            memcpy(&f, &u, 4);
+            acc = q ? acc + f : f;
+        }
+        uint32_t u;
+        memcpy(&u, &acc, 4);
+        uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+        dst[i] = (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? ((u >> 16) | 0x40u) : r);
+    }
+}
+
 static void sum_pieces(void *dst, const void *const *src, int S, size_t n, sharc_dtype dt) {
+    int64_t nc = (int64_t)((n + 32767) / 32768);
     if (dt == SHARC_DT_F32) {
-        int64_t nc = (int64_t)((n + 32767) / 32768);
 #pragma omp parallel for schedule(static) if (nc > 1)
         for (int64_t k = 0; k < nc; k++)
             sum_f32_ptrs(dst, (const float *const *)src, S, (size_t)sharc_chunk_lo(k, nc, (int64_t)n),
                          (size_t)sharc_chunk_lo(k + 1, nc, (int64_t)n));
         return;
     }
-    float tmp[1024];
+    if (dt == SHARC_DT_BF16) {
+#pragma omp parallel for schedule(static) if (nc > 1)
+        for (int64_t k = 0; k < nc; k++)
+            sum_bf16_ptrs(dst, (const uint16_t *const *)src, S, (size_t)sharc_chunk_lo(k, nc, (int64_t)n),
+                          (size_t)sharc_chunk_lo(k + 1, nc, (int64_t)n));
+        return;
+    }
+    /* fp16: through fp32 in blocks */
+    float tmp[1024], part[1024];
     for (size_t lo = 0; lo < n; lo += 1024) {
         size_t len = n - lo < 1024 ? n - lo : 1024;
         sharc_to_f32(tmp, (const uint16_t *)src[0] + lo, dt, (int64_t)len);
         for (int q = 1; q < S; q++) {
-            float part[1024];
             sharc_to_f32(part, (const uint16_t *)src[q] + lo, dt, (int64_t)len);
             for (size_t i = 0; i < len; i++) tmp[i] += part[i];
         }
