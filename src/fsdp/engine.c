@@ -352,7 +352,7 @@ static unit_t *unit_at(const sharc_fsdp *e, int u) {
 static void start_gather(sharc_fsdp *e, unit_t *t, bool blocking) {
     sharc_status st;
     if (e->S == 1) {
-        sharc_round_f32(t->gathered, t->param_shard, t->numel_shard, e->cfg.param_dtype);
+        sharc_round_f32(t->gathered, t->param_shard, e->cfg.param_dtype, t->numel_shard);
         return;
     }
     if (e->cfg.param_dtype == SHARC_DT_F32) {

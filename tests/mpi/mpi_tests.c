@@ -394,6 +394,34 @@ static void test_memory(int argc, char **argv) {
     sharc_trainer_free(t);
 }
 
+/* ---------------------------------------------------------------- gather */
+
+/* Every unit's gathered parameters equal the fp32 master values rounded to
+ * param_dtype, whatever the number of ranks. */
+static void test_gather(int argc, char **argv) {
+    sharc_config c;
+    base_config(&c, argv[0]);
+    apply_args(&c, argc - 1, argv + 1);
+    sharc_trainer *t;
+    ASSERT_OK(sharc_trainer_init(&t, &c, world));
+    sharc_fsdp *e = sharc_trainer_engine(t);
+    float *master = malloc((size_t)sharc_fsdp_gathered_unit_bytes(e)), *want = malloc((size_t)sharc_fsdp_gathered_unit_bytes(e));
+    for (int u = 0; u < sharc_fsdp_num_units(e); u++) {
+        const sharc_unit_spec *s = sharc_fsdp_unit_spec(e, u);
+        ASSERT_OK(sharc_fsdp_gather_master(e, u, master));
+        sharc_round_f32(want, master, c.fsdp.engine.param_dtype, s->numel);
+        const float *got = sharc_fsdp_gather(e, u);
+        for (int64_t i = 0; i < s->numel; i++)
+            if (memcmp(&got[i], &want[i], 4) != 0)
+                TEST_FAIL_AT("unit %d element %lld: gathered %.9g, master %.9g rounds to %.9g", u, (long long)i, got[i],
+                             master[i], want[i]);
+        sharc_fsdp_release(e, u);
+    }
+    free(master);
+    free(want);
+    sharc_trainer_free(t);
+}
+
 /* ------------------------------------------------------------ mismatch */
 
 static void test_mismatch(int argc, char **argv) {
@@ -422,6 +450,7 @@ int main(int argc, char **argv) {
     }
     else if (!strcmp(what, "parity")) test_parity(argc - 2, argv + 2);
     else if (!strcmp(what, "memory")) test_memory(argc - 2, argv + 2);
+    else if (!strcmp(what, "gather")) test_gather(argc - 2, argv + 2);
     else if (!strcmp(what, "mismatch")) test_mismatch(argc - 2, argv + 2);
     else {
         fprintf(stderr, "unknown test %s\n", what);

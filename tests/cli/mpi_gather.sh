@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# timeout: 120
+# Gathered parameters equal the fp32 masters rounded to fsdp.param_dtype, at
+# 1-4 ranks and every strategy.
+set -euo pipefail
+source "$SHARC_ROOT/tests/cli/mpi_lib.inc"
+cd "$TMPDIR"
+make_text text.txt
+for n in 1 2 3 4; do
+  for dt in fp32 bf16 fp16; do
+    for s in FULL_SHARD SHARD_GRAD_OP NO_SHARD; do
+      out=$(mpi $n "$SHARC_BIN/mpi_tests" gather text.txt fsdp.param_dtype=$dt fsdp.sharding_strategy=$s 2>&1) \
+        || { echo "$n ranks, $dt, $s:"; echo "$out"; exit 1; }
+    done
+  done
+done
+echo ok
