@@ -126,9 +126,9 @@ static int sgemm_ceiling(double min_time) {
         free(dw);
     }
     const sharc_blas_info *bi = sharc_blas_get_info();
-    printf("], \"sgemm_gflops\": %.1f, \"best_shape\": \"%s\", \"threads\": %d, \"blas_core\": \"%s\", "
-           "\"blas_library\": \"%s\"}\n",
-           best, best_what, sharc_threads_get(), bi->corename, bi->library);
+    printf("], \"sgemm_gflops\": %.1f, \"best_shape\": \"%s\", \"threads\": %d, \"gemm\": \"%s\", "
+           "\"blas_core\": \"%s\", \"blas_library\": \"%s\"}\n",
+           best, best_what, sharc_threads_get(), bi->gemm, bi->corename, bi->library);
     return 0;
 }
 
@@ -271,12 +271,12 @@ int main(int argc, char **argv) {
     sharc_mem_get(&mem);
     printf("{\"system\": \"sharc\", \"family\": \"%s\", \"params\": %lld, \"layers\": %d, \"dim\": %d, \"heads\": %d, "
            "\"kv_heads\": %d, \"ffn\": %d, \"vocab\": %d, \"batch\": %d, \"seq\": %d, \"ac\": %s, \"steps\": %d, "
-           "\"threads\": %d, \"blas_core\": \"%s\", \"step_ms\": %.1f, \"step_ms_min\": %.1f, \"step_ms_mean\": %.1f, "
+           "\"threads\": %d, \"gemm\": \"%s\", \"blas_core\": \"%s\", \"step_ms\": %.1f, \"step_ms_min\": %.1f, \"step_ms_mean\": %.1f, "
            "\"tokens_per_s\": %.1f, \"flops_per_token\": %.4g, \"gflops_per_s\": %.1f, "
            "\"zero_grad_ms\": %.2f, \"fwd_bwd_ms\": %.1f, \"clip_ms\": %.2f, \"optim_ms\": %.2f",
            sharc_family_name(c.family), (long long)sharc_model_num_params(&c), c.num_layers, c.embed_dim,
            c.num_heads, c.num_kv_heads, c.ff_hidden_dim, c.vocab_size, B, T, ac ? "true" : "false", steps,
-           sharc_threads_get(), sharc_blas_get_info()->corename, med * 1e3, mn * 1e3, mean * 1e3, tps, fpt,
+           sharc_threads_get(), sharc_blas_get_info()->gemm, sharc_blas_get_info()->corename, med * 1e3, mn * 1e3, mean * 1e3, tps, fpt,
            fpt * tps * 1e-9, median(ph[1], steps) * 1e3, median(ph[2], steps) * 1e3, median(ph[3], steps) * 1e3,
            median(ph[4], steps) * 1e3);
     if (fwd_steps > 0) printf(", \"forward_only_ms\": %.1f", fwd_ms);

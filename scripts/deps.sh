@@ -7,6 +7,7 @@ what=${1:-test}
 # Why each package is here: README.md, "Dependencies".
 pkgs=(gcc make libc6-dev pkg-config
       libopenblas0-openmp   # sgemm (the OpenMP build, loaded at run time)
+      libdnnl2              # oneDNN's sgemm for the large products (loaded at run time if present)
       libyaml-dev           # YAML config files
       libjson-c-dev         # JSON: safetensors headers, metrics lines
       zlib1g-dev            # crc32 checksums of checkpoint files

@@ -21,6 +21,7 @@ typedef struct {
     char coretype[32];   /* what sharc asked for ("" = left to OpenBLAS) */
     char corename[32];   /* what OpenBLAS reports it runs */
     char overridden[32]; /* a different OPENBLAS_CORETYPE found in the environment, if any */
+    char gemm[16];       /* the library large products run on: "oneDNN" or "OpenBLAS" */
     int threads;
     bool openmp;         /* OpenBLAS shares the OpenMP thread pool with sharc's kernels */
 } sharc_blas_info;

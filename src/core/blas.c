@@ -16,6 +16,10 @@
 #define SHARC_MULTIARCH "x86_64-linux-gnu"
 #endif
 
+/* Products smaller than this (M*N*K) stay on OpenBLAS (attention's blocks,
+ * called from inside parallel regions): note [gemm-library]. */
+#define SHARC_ONEDNN_MIN_WORK (1ll << 24)
+
 enum { ROW_MAJOR = 101, NO_TRANS = 111, TRANS = 112 };
 
 typedef void (*sgemm_fn)(int, int, int, int, int, int, float, const float *, int, const float *,
@@ -23,8 +27,12 @@ typedef void (*sgemm_fn)(int, int, int, int, int, int, float, const float *, int
 typedef void (*set_threads_fn)(int);
 typedef char *(*corename_fn)(void);
 typedef int (*parallel_fn)(void);
+/* oneDNN's row-major sgemm (dnnl_sgemm; dnnl_dim_t is int64_t, status 0 = success) */
+typedef int (*dnnl_sgemm_fn)(char, char, int64_t, int64_t, int64_t, float, const float *, int64_t,
+                             const float *, int64_t, float, float *, int64_t);
 
 static sgemm_fn cblas_sgemm_ptr;
+static dnnl_sgemm_fn dnnl_sgemm_ptr;
 static set_threads_fn set_threads_ptr;
 static sharc_blas_info info;
 static pthread_once_t load_once = PTHREAD_ONCE_INIT;
@@ -53,7 +61,24 @@ static const char *pick_coretype(void) {
     return "";
 }
 
+/* Note [gemm-library]: large products go to oneDNN's sgemm when Debian's
+ * libdnnl2 is installed (it picks its kernels from the CPU itself and shares
+ * the OpenMP pool); SHARC_GEMM=openblas keeps everything on OpenBLAS. */
+static void load_onednn(void) {
+    const char *want = getenv("SHARC_GEMM");
+    if (want && strcmp(want, "openblas") == 0) return;
+    void *h = dlopen("libdnnl.so.2", RTLD_NOW | RTLD_GLOBAL);
+    if (!h) {
+        if (want && strcmp(want, "onednn") == 0)
+            sharc_log(SHARC_LOG_WARN, "blas: SHARC_GEMM=onednn but libdnnl.so.2 cannot be loaded (%s)", dlerror());
+        return;
+    }
+    dnnl_sgemm_ptr = (dnnl_sgemm_fn)dlsym(h, "dnnl_sgemm");
+    if (dnnl_sgemm_ptr) snprintf(info.gemm, sizeof info.gemm, "oneDNN");
+}
+
 static void load_library(void) {
+    snprintf(info.gemm, sizeof info.gemm, "OpenBLAS");
     const char *forced = getenv("SHARC_BLAS_CORETYPE");
     const char *want = forced ? (strcmp(forced, "auto") == 0 ? "" : forced) : pick_coretype();
     snprintf(info.coretype, sizeof info.coretype, "%s", want);
@@ -96,6 +121,7 @@ static void load_library(void) {
     }
     snprintf(info.corename, sizeof info.corename, "%s", corename ? corename() : "unknown");
     info.openmp = parallel && parallel() == 2; /* OpenBLAS: 0 serial, 1 pthreads, 2 OpenMP */
+    load_onednn();
     /* default: OMP_NUM_THREADS if the user set it, else every CPU we may use */
     const char *omp = getenv("OMP_NUM_THREADS");
     int n = omp ? atoi(omp) : 0;
@@ -134,6 +160,9 @@ void sharc_sgemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, c
         if (sharc_blas_init(0) != SHARC_OK) sharc_fatal(__FILE__, __LINE__, "%s", load_error);
     }
     if (M == 0 || N == 0) return;
+    if (dnnl_sgemm_ptr && (int64_t)M * N * K >= SHARC_ONEDNN_MIN_WORK &&
+        dnnl_sgemm_ptr(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', M, N, K, alpha, A, lda, B, ldb, beta, C, ldc) == 0)
+        return;
     cblas_sgemm_ptr(ROW_MAJOR, trans_a ? TRANS : NO_TRANS, trans_b ? TRANS : NO_TRANS, M, N, K,
                     alpha, A, lda, B, ldb, beta, C, ldc);
 }

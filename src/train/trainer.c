@@ -364,10 +364,10 @@ sharc_status sharc_train_run(const sharc_config *cfg, sharc_comm *world) {
     if (lead) {
         const sharc_blas_info *bi = sharc_blas_get_info();
         const sharc_mesh *m = &t->mesh;
-        sharc_info("sharc: %s, %lld parameters, %d rank%s (%s: %d shard x %d replicate), %d threads each, BLAS %s%s%s",
+        sharc_info("sharc: %s, %lld parameters, %d rank%s (%s: %d shard x %d replicate), %d threads each, GEMM %s, BLAS %s%s%s",
                    sharc_family_name(c->model.family), (long long)sharc_model_num_params(&c->model), R, R > 1 ? "s" : "",
                    sharc_sharding_name(c->fsdp.engine.strategy), m->dp_shard, m->dp_replicate, sharc_threads_get(),
-                   bi->corename, bi->overridden[0] ? ", OPENBLAS_CORETYPE overridden from " : "", bi->overridden);
+                   bi->gemm, bi->corename, bi->overridden[0] ? ", OPENBLAS_CORETYPE overridden from " : "", bi->overridden);
         sharc_info("sharc: data %s: %lld tokens, %lld windows of %d; %d sequences per step", c->data.path,
                    (long long)sharc_dataset_num_tokens(t->data), (long long)sharc_sampler_windows(t->sampler),
                    c->train.seq_len + 1, c->train.batch_size * c->train.grad_accum * R);
