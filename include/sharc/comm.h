@@ -113,6 +113,8 @@ sharc_status sharc_comm_shared_sync(sharc_comm *c, sharc_comm_shared *s);
  * for this group's all-gather, reduce-scatter and all-reduce; every rank of
  * the group must make the same choice. SHARC_COMM_SHM=0 forbids them everywhere. */
 void sharc_comm_use_shared_memory(sharc_comm *c, bool on);
+/* Whether this group may use shared memory (false on backends without it). */
+bool sharc_comm_shared_memory_allowed(const sharc_comm *c);
 
 /* ---- statistics ---- */
 void sharc_comm_stats_get(const sharc_comm *c, sharc_comm_stats *out);

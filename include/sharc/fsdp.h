@@ -85,6 +85,15 @@ void sharc_fsdp_begin_microbatch(sharc_fsdp *e, bool last);
  * all-reduce of HYBRID_SHARD and NO_SHARD). Collective. */
 sharc_status sharc_fsdp_finish_grads(sharc_fsdp *e);
 
+/* Tell the engine this rank's parameter shards were written (the optimizer,
+ * loading weights or a checkpoint): with shared parameters (note
+ * [shared-params]) the next gather first waits until every rank of the shard
+ * group has finished writing. Every rank of the group calls it alike. */
+void sharc_fsdp_params_updated(sharc_fsdp *e);
+/* True when the shard group reads each other's parameter shards in place
+ * from one shared-memory window, so gathers copy nothing (note [shared-params]). */
+bool sharc_fsdp_params_shared(const sharc_fsdp *e);
+
 /* ---- shards ---- */
 typedef struct {
     int param;          /* index in the unit spec */

@@ -215,6 +215,10 @@ void sharc_comm_shared_free(sharc_comm_shared *s) {
     s->comm->vt->shared_free(s);
 }
 
+bool sharc_comm_shared_memory_allowed(const sharc_comm *c) {
+    return c->vt->shared_memory_allowed && c->vt->shared_memory_allowed(c);
+}
+
 void sharc_comm_use_shared_memory(sharc_comm *c, bool on) {
     if (c->vt->use_shared_memory) c->vt->use_shared_memory(c, on);
 }

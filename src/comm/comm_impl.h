@@ -26,6 +26,7 @@ typedef struct sharc_comm_vtable {
     void (*shared_free)(sharc_comm_shared *s);
     sharc_status (*shared_sync)(sharc_comm *c, sharc_comm_shared *s);
     void (*use_shared_memory)(sharc_comm *c, bool on); /* optional */
+    bool (*shared_memory_allowed)(const sharc_comm *c); /* optional: false if absent */
     void (*abort)(sharc_comm *c, int code);
     void (*free)(sharc_comm *c);
 } sharc_comm_vtable;

@@ -601,6 +601,8 @@ static void mpi_use_shared_memory(sharc_comm *c, bool on) {
     m->shm_on = on && !(getenv("SHARC_COMM_SHM") && strcmp(getenv("SHARC_COMM_SHM"), "0") == 0);
 }
 
+static bool mpi_shared_memory_allowed(const sharc_comm *c) { return ((const mpi_impl *)c->impl)->shm_on; }
+
 static void mpi_abort(sharc_comm *c, int code) { MPI_Abort(comm_of(c), code); }
 
 static void mpi_free(sharc_comm *c) {
@@ -627,6 +629,7 @@ static const sharc_comm_vtable mpi_vtable = {
     .shared_free = mpi_shared_free,
     .shared_sync = mpi_shared_sync,
     .use_shared_memory = mpi_use_shared_memory,
+    .shared_memory_allowed = mpi_shared_memory_allowed,
     .abort = mpi_abort,
     .free = mpi_free,
 };

@@ -64,6 +64,13 @@ void sharc_free(void *ptr) {
     free(h);
 }
 
+void sharc_mem_account(sharc_mem_cat cat, int64_t bytes) {
+    int64_t c = atomic_fetch_add(&cur[cat], bytes) + bytes;
+    raise_peak(&peak[cat], c);
+    int64_t t = atomic_fetch_add(&cur_total, bytes) + bytes;
+    raise_peak(&peak_total, t);
+}
+
 size_t sharc_alloc_size(const void *ptr) {
     if (!ptr) return 0;
     const block_header *h = (const block_header *)((const char *)ptr - HEADER);

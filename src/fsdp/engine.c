@@ -12,6 +12,20 @@
  * one rank (one process, NO_SHARD) and fp32 parameters, gather returns the
  * shard itself and gradients accumulate straight into the grad shard.
  *
+ * Note [shared-params]. When a shard group lives on one node, may use shared
+ * memory, and gathers fp32, the parameter shards of all its ranks are one
+ * MPI shared-memory window laid out unit after unit, each unit's padded
+ * buffer contiguous: rank r's shard of unit u is the slice it owns, written
+ * only by r (optimizer, loading), and gather(u) returns the unit's whole
+ * buffer in place: an all-gather with no copy and no gathered-memory slot.
+ * The node still holds one copy of the parameters, 1/N per rank. A write to a
+ * shard marks the parameters dirty (sharc_fsdp_params_updated); the next
+ * gather first synchronises the group (memory barrier + barrier), so nobody
+ * reads a shard before its owner finished the step. No rank writes while a
+ * peer may read: the optimizer runs after the gradient-norm all-reduce, which
+ * every rank reaches only after its backward. Groups spanning nodes, 16-bit
+ * param_dtype and SHARC_COMM_SHM=0 use the all-gather path.
+ *
  * Note [reduction-order]. A unit's gradient is reduce-scattered over the
  * shard group when its backward is done (every micro-batch, or only the last
  * with fsdp.no_sync); the replicate group (HYBRID_SHARD, NO_SHARD) all-reduces
@@ -44,7 +58,8 @@ typedef struct {
     sharc_segment segs[SHARC_MAX_UNIT_PARAMS];
     int nseg;
     unit_state state;
-    float *gathered;      /* (numel_padded) while GATHERED: a pool slot, or param_shard */
+    int64_t global_off;   /* first element of the unit in the shared parameter window */
+    float *gathered;      /* (numel_padded) while GATHERED: a pool slot, param_shard, or the shared window */
     float *full_grad;     /* (numel_padded) while the backward accumulates: a pool slot, or grad_shard */
     sharc_comm_request *pending; /* a prefetch gather in flight */
 } unit_t;
@@ -65,7 +80,11 @@ struct sharc_fsdp {
     int S, R;                /* shard and replicate group sizes */
     int shard_rank;
     bool reshard_after_forward;
-    bool direct_params;      /* S == 1 and fp32: gather returns the shard */
+    bool direct_params;      /* S == 1 and fp32, or shared params: gather needs no slot and no copy */
+    sharc_comm_shared *pshm; /* note [shared-params]: every unit's padded parameters, or NULL */
+    float *pglobal;          /* (sum of numel_padded) the window's base, borrowed from pshm */
+    int64_t pshared_bytes;   /* this rank's part of the window, counted as SHARC_MEM_PARAMS */
+    bool params_dirty;       /* shards written since the group last synchronised */
     bool direct_grads;       /* S == 1: gradients accumulate into the shard */
     bool reduce_now;         /* this micro-batch reduces (false under no_sync before the last) */
     pool_t gathered, grads;
@@ -170,6 +189,33 @@ static void pool_put(pool_t *p, const float *buf) {
 
 /* ------------------------------------------------------------------ init */
 
+/* Note [shared-params]: one window of `total` floats over the shard group,
+ * `total / S` per rank, used only if the ranks' parts lie back to back (MPI's
+ * default contiguous layout) on every rank; otherwise, or on a group spanning
+ * nodes, the engine keeps private shards and all-gathers. Collective. */
+static sharc_status share_params(sharc_fsdp *e, int64_t total) {
+    size_t per_rank = (size_t)(total / e->S) * sizeof(float);
+    sharc_comm_shared *s = NULL;
+    sharc_status st = sharc_comm_shared_alloc(e->shard, per_rank, &s);
+    if (st == SHARC_ERR_UNSUPPORTED) return SHARC_OK; /* same answer on every rank */
+    if (st != SHARC_OK) return st;
+    int32_t ok = 1, all = 0;
+    for (int r = 1; r < s->size; r++)
+        if (s->base[r] != s->base[0] + (size_t)r * per_rank) ok = 0;
+    st = sharc_comm_allreduce(e->shard, &ok, &all, 1, SHARC_DT_I32, SHARC_OP_MIN);
+    if (st != SHARC_OK || !all) {
+        sharc_comm_shared_free(s);
+        return st;
+    }
+    e->pshm = s;
+    e->pglobal = (float *)s->base[0];
+    e->pshared_bytes = (int64_t)per_rank;
+    e->direct_params = true;
+    e->params_dirty = true;
+    sharc_mem_account(SHARC_MEM_PARAMS, e->pshared_bytes);
+    return SHARC_OK;
+}
+
 sharc_status sharc_fsdp_init(sharc_fsdp **out, const sharc_unit_spec *units, int nunits,
                              const sharc_fsdp_config *cfg, struct sharc_mesh *mesh) {
     *out = NULL;
@@ -191,7 +237,7 @@ sharc_status sharc_fsdp_init(sharc_fsdp **out, const sharc_unit_spec *units, int
     e->world = mesh ? mesh->world : NULL;
     e->reshard_after_forward = cfg->reshard_after_forward >= 0 ? cfg->reshard_after_forward != 0
                                                                : cfg->strategy != SHARC_SHARD_GRAD_OP;
-    e->direct_params = e->S == 1 && cfg->param_dtype == SHARC_DT_F32;
+    e->direct_params = e->S == 1 && cfg->param_dtype == SHARC_DT_F32; /* or shared: below */
     e->direct_grads = e->S == 1;
     e->reduce_now = true;
     e->units = calloc((size_t)nunits, sizeof(unit_t));
@@ -200,14 +246,23 @@ sharc_status sharc_fsdp_init(sharc_fsdp **out, const sharc_unit_spec *units, int
         st = sharc_error(SHARC_ERR_NOMEM, "fsdp: out of memory");
         goto fail;
     }
-    int64_t max_padded = 0, max_shard = 0;
+    /* collective first (every rank of the group reaches it), local allocations after */
+    if (e->S > 1 && cfg->param_dtype == SHARC_DT_F32 && e->shard && sharc_comm_shared_memory_allowed(e->shard)) {
+        int64_t total = 0;
+        for (int u = 0; u < nunits; u++) total += sharc_layout_numel_shard(units[u].numel, e->S) * e->S;
+        if ((st = share_params(e, total)) != SHARC_OK) goto fail;
+    }
+    int64_t max_padded = 0, max_shard = 0, global_off = 0;
     for (int u = 0; u < nunits; u++) {
         unit_t *t = &e->units[u];
         t->spec = units[u];
         t->numel_shard = sharc_layout_numel_shard(t->spec.numel, e->S);
         t->numel_padded = t->numel_shard * e->S;
         t->shard_lo = t->numel_shard * e->shard_rank;
-        t->param_shard = sharc_alloc((size_t)t->numel_shard * sizeof(float), SHARC_MEM_PARAMS);
+        t->global_off = global_off;
+        global_off += t->numel_padded;
+        t->param_shard = e->pglobal ? e->pglobal + t->global_off + t->shard_lo
+                                    : sharc_alloc((size_t)t->numel_shard * sizeof(float), SHARC_MEM_PARAMS);
         t->grad_shard = sharc_alloc((size_t)t->numel_shard * sizeof(float), SHARC_MEM_GRADS);
         if (!t->param_shard || !t->grad_shard) {
             st = sharc_error(SHARC_ERR_NOMEM, "fsdp: cannot allocate unit '%s' (%lld floats)", t->spec.name,
@@ -306,8 +361,12 @@ void sharc_fsdp_free(sharc_fsdp *e) {
     if (!e) return;
     for (int u = 0; u < e->nunits && e->units; u++) {
         if (e->units[u].pending) sharc_comm_wait(e->units[u].pending);
-        sharc_free(e->units[u].param_shard);
+        if (!e->pglobal) sharc_free(e->units[u].param_shard);
         sharc_free(e->units[u].grad_shard);
+    }
+    if (e->pshm) {
+        sharc_comm_shared_free(e->pshm); /* collective, like every engine teardown */
+        sharc_mem_account(SHARC_MEM_PARAMS, -e->pshared_bytes);
     }
     pool_free(&e->gathered);
     pool_free(&e->grads);
@@ -339,6 +398,19 @@ void sharc_fsdp_init_params(sharc_fsdp *e, uint64_t seed) {
             for (int64_t i = 0; i < g->len; i++) dst[i] = init_value(p, seed, stream, g->param_off + i);
         }
     }
+    sharc_fsdp_params_updated(e);
+}
+
+void sharc_fsdp_params_updated(sharc_fsdp *e) { e->params_dirty = true; }
+bool sharc_fsdp_params_shared(const sharc_fsdp *e) { return e->pglobal != NULL; }
+
+/* Shared parameters: wait until every rank finished writing its shards. */
+static void sync_params(sharc_fsdp *e) {
+    if (!e->pglobal || !e->params_dirty) return;
+    double t0 = now();
+    if (sharc_comm_shared_sync(e->shard, e->pshm) != SHARC_OK) comm_fatal();
+    e->params_dirty = false;
+    e->stats.wait_s += now() - t0;
 }
 
 static unit_t *unit_at(const sharc_fsdp *e, int u) {
@@ -401,7 +473,9 @@ const float *sharc_fsdp_gather(sharc_fsdp *e, int u) {
     unit_t *t = unit_at(e, u);
     if (t->state != UNIT_GATHERED) {
         if (e->direct_params) {
-            t->gathered = t->param_shard;
+            sync_params(e);
+            t->gathered = e->pglobal ? e->pglobal + t->global_off : t->param_shard;
+            if (e->pglobal) e->stats.gathers++;
         } else {
             t->gathered = pool_get(&e->gathered, u, t->numel_padded, true);
             e->gathered_alive++;
@@ -616,8 +690,9 @@ int64_t sharc_fsdp_gathered_unit_bytes(const sharc_fsdp *e) {
 
 sharc_status sharc_fsdp_gather_master(sharc_fsdp *e, int u, float *dst) {
     unit_t *t = unit_at(e, u);
-    if (e->S == 1) {
-        memcpy(dst, t->param_shard, (size_t)t->numel_shard * sizeof(float));
+    if (e->S == 1 || e->pglobal) {
+        sync_params(e);
+        memcpy(dst, e->pglobal ? e->pglobal + t->global_off : t->param_shard, (size_t)t->numel_padded * sizeof(float));
         return SHARC_OK;
     }
     return sharc_comm_allgather(e->shard, t->param_shard, dst, (size_t)t->numel_shard, SHARC_DT_F32);
@@ -654,6 +729,7 @@ sharc_status sharc_fsdp_param_write_local(sharc_fsdp *e, const char *name, const
         if (t->segs[s].param == p)
             memcpy(t->param_shard + t->segs[s].shard_off, src + t->segs[s].param_off,
                    (size_t)t->segs[s].len * sizeof(float));
+    e->params_dirty = true;
     return SHARC_OK;
 }
 

@@ -110,6 +110,7 @@ sharc_status sharc_weights_load(sharc_fsdp *e, const char *path) {
             st = sharc_st_read_f32(f, t, segs[k].param_off, segs[k].len, shard + segs[k].shard_off);
         }
     }
+    sharc_fsdp_params_updated(e);
     sharc_st_close(f);
     return st;
 }

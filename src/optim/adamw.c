@@ -121,6 +121,7 @@ void sharc_adamw_step(sharc_adamw *a, sharc_fsdp *e, float lr, float grad_scale)
             }
         }
     }
+    sharc_fsdp_params_updated(e);
 }
 
 int64_t sharc_adamw_steps(const sharc_adamw *a) { return a->t; }

@@ -38,6 +38,11 @@ for fam in gpt2 llama; do
   check 3 $m fsdp.forward_prefetch=true fsdp.backward_prefetch=BACKWARD_POST
   check 3 $m fsdp.backward_prefetch=NONE fsdp.limit_all_gathers=1
   check 2 $m fsdp.reshard_after_forward=false
+  # private shards and MPI all-gathers instead of parameters shared in place
+  # (note [shared-params] in src/fsdp/engine.c; SHARC_COMM_SHM=0 also turns off
+  # the shared-memory reduce-scatter)
+  SHARC_COMM_SHM=0 check 3 $m fsdp.sharding_strategy=FULL_SHARD train.grad_accum=2
+  SHARC_COMM_SHM=0 check 4 $m fsdp.sharding_strategy=HYBRID_SHARD fsdp.fsdp_size=2 fsdp.activation_checkpointing=true
   # bf16 parameters match a one-process run that rounds the same way
   check 3 $m fsdp.param_dtype=bf16 tol.loss=1e-4 tol.norm=1e-3 tol.param=2e-3
   check 4 $m fsdp.param_dtype=bf16 fsdp.sharding_strategy=HYBRID_SHARD fsdp.fsdp_size=2 tol.loss=1e-4 tol.norm=1e-3 tol.param=2e-3
