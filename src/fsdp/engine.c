@@ -43,6 +43,8 @@
 
 #include <math.h>
 #include <stdlib.h>
+
+#define SHARC_MAX_UNITS_PLAN 4096
 #include <string.h>
 #include <time.h>
 
@@ -66,6 +68,7 @@ typedef struct {
 
 typedef struct {
     int n;
+    bool borrowed;  /* the slots are carved from a shared window, not sharc_alloc'd */
     int64_t *numel; /* (n) capacity of each slot */
     int *reserved;  /* (n) the only unit that may use the slot, or -1 */
     float **buf;
@@ -85,6 +88,9 @@ struct sharc_fsdp {
     float *pglobal;          /* (sum of numel_padded) the window's base, borrowed from pshm */
     int64_t pshared_bytes;   /* this rank's part of the window, counted as SHARC_MEM_PARAMS */
     bool params_dirty;       /* shards written since the group last synchronised */
+    sharc_comm_shared *gshm; /* this group's gradient slots, each rank's in its own part, or NULL */
+    float *gglobal_mine;     /* this rank's part of gshm, borrowed */
+    int64_t gshared_bytes;
     bool direct_grads;       /* S == 1: gradients accumulate into the shard */
     bool reduce_now;         /* this micro-batch reduces (false under no_sync before the last) */
     pool_t gathered, grads;
@@ -124,8 +130,10 @@ const char *sharc_sharding_name(sharc_sharding s) {
 
 /* ----------------------------------------------------------------- pools */
 
-/* n slots with the given capacities (floats), reserved[i] >= 0 dedicates slot i to one unit. */
-static sharc_status pool_init(pool_t *p, int n, const int64_t *numel, const int *reserved) {
+/* n slots with the given capacities (floats), reserved[i] >= 0 dedicates slot
+ * i to one unit; carved back to back from `arena` if it is not NULL. */
+static sharc_status pool_init(pool_t *p, int n, const int64_t *numel, const int *reserved, float *arena) {
+    p->borrowed = arena != NULL;
     p->n = n;
     p->numel = calloc((size_t)(n > 0 ? n : 1), sizeof(int64_t));
     p->reserved = calloc((size_t)(n > 0 ? n : 1), sizeof(int));
@@ -136,7 +144,8 @@ static sharc_status pool_init(pool_t *p, int n, const int64_t *numel, const int 
         p->owner[i] = -1;
         p->numel[i] = numel[i];
         p->reserved[i] = reserved[i];
-        p->buf[i] = sharc_alloc((size_t)numel[i] * sizeof(float), SHARC_MEM_GATHERED);
+        p->buf[i] = arena ? arena : sharc_alloc((size_t)numel[i] * sizeof(float), SHARC_MEM_GATHERED);
+        if (arena) arena += numel[i];
         if (!p->buf[i])
             return sharc_error(SHARC_ERR_NOMEM, "fsdp: cannot allocate a gathered buffer of %lld floats",
                                (long long)numel[i]);
@@ -145,7 +154,7 @@ static sharc_status pool_init(pool_t *p, int n, const int64_t *numel, const int 
 }
 
 static void pool_free(pool_t *p) {
-    for (int i = 0; i < p->n && p->buf; i++) sharc_free(p->buf[i]);
+    for (int i = 0; i < p->n && p->buf && !p->borrowed; i++) sharc_free(p->buf[i]);
     free(p->buf);
     free(p->owner);
     free(p->numel);
@@ -188,6 +197,49 @@ static void pool_put(pool_t *p, const float *buf) {
 }
 
 /* ------------------------------------------------------------------ init */
+
+/* Gradient slots (note [gathered-bound]): one for the unit in backward plus
+ * one per root unit, or one per unit with fsdp.no_sync; sizes (floats, padded)
+ * and owners (the unit a slot is reserved for, or -1), nunits + 2 entries at
+ * most. Returns the number of slots. */
+static int plan_grad_slots(const sharc_unit_spec *units, int nunits, int S, bool no_sync, int64_t *sizes,
+                           int *owners) {
+    int n = 0;
+    int64_t max_plain = 0;
+    for (int u = 0; u < nunits; u++) {
+        int64_t padded = sharc_layout_numel_shard(units[u].numel, S) * S;
+        if (no_sync || units[u].root) {
+            owners[n] = u;
+            sizes[n++] = padded;
+        } else if (padded > max_plain) {
+            max_plain = padded;
+        }
+    }
+    if (!no_sync && max_plain > 0) {
+        owners[n] = -1;
+        sizes[n++] = max_plain;
+    }
+    return n;
+}
+
+/* Note [shared-params], gradients: this rank's gradient slots live in its
+ * part of a shared window, so the reduce-scatter reads every rank's slot in
+ * place. Collective. */
+static sharc_status share_grad_slots(sharc_fsdp *e, const sharc_unit_spec *units, int nunits) {
+    int64_t sizes[SHARC_MAX_UNITS_PLAN], total = 0;
+    int owners[SHARC_MAX_UNITS_PLAN];
+    if (nunits + 2 > SHARC_MAX_UNITS_PLAN) return SHARC_OK; /* very deep model: the MPI path */
+    int n = plan_grad_slots(units, nunits, e->S, e->cfg.no_sync, sizes, owners);
+    for (int i = 0; i < n; i++) total += sizes[i];
+    size_t per_rank = (size_t)total * sizeof(float);
+    sharc_status st = sharc_comm_shared_alloc(e->shard, per_rank, &e->gshm);
+    if (st == SHARC_ERR_UNSUPPORTED) return SHARC_OK;
+    if (st != SHARC_OK) return st;
+    e->gglobal_mine = (float *)e->gshm->base[e->shard_rank];
+    e->gshared_bytes = (int64_t)per_rank;
+    sharc_mem_account(SHARC_MEM_GATHERED, e->gshared_bytes);
+    return SHARC_OK;
+}
 
 /* Note [shared-params]: one window of `total` floats over the shard group,
  * `total / S` per rank, used only if the ranks' parts lie back to back (MPI's
@@ -251,6 +303,8 @@ sharc_status sharc_fsdp_init(sharc_fsdp **out, const sharc_unit_spec *units, int
         int64_t total = 0;
         for (int u = 0; u < nunits; u++) total += sharc_layout_numel_shard(units[u].numel, e->S) * e->S;
         if ((st = share_params(e, total)) != SHARC_OK) goto fail;
+        if (e->pglobal && cfg->reduce_dtype == SHARC_DT_F32 && (st = share_grad_slots(e, units, nunits)) != SHARC_OK)
+            goto fail;
     }
     int64_t max_padded = 0, max_shard = 0, global_off = 0;
     for (int u = 0; u < nunits; u++) {
@@ -319,25 +373,9 @@ sharc_status sharc_fsdp_init(sharc_fsdp **out, const sharc_unit_spec *units, int
             }
         }
     }
-    st = pool_init(&e->gathered, n_gather, sizes, owners);
-    for (int i = 0; i < nunits + 2; i++) owners[i] = -1;
-    int n_grad = 0;
-    if (st == SHARC_OK && !e->direct_grads) {
-        if (cfg->no_sync) {
-            for (int u = 0; u < nunits; u++) {
-                owners[n_grad] = u;
-                sizes[n_grad++] = e->units[u].numel_padded;
-            }
-        } else {
-            if (max_plain > 0) sizes[n_grad++] = max_plain;
-            for (int u = 0; u < nunits; u++)
-                if (units[u].root) {
-                    owners[n_grad] = u;
-                    sizes[n_grad++] = e->units[u].numel_padded;
-                }
-        }
-    }
-    if (st == SHARC_OK) st = pool_init(&e->grads, n_grad, sizes, owners);
+    st = pool_init(&e->gathered, n_gather, sizes, owners, NULL);
+    int n_grad = e->direct_grads ? 0 : plan_grad_slots(units, nunits, e->S, cfg->no_sync, sizes, owners);
+    if (st == SHARC_OK) st = pool_init(&e->grads, n_grad, sizes, owners, e->gglobal_mine);
     free(sizes);
     free(owners);
     if (st != SHARC_OK) goto fail;
@@ -364,12 +402,16 @@ void sharc_fsdp_free(sharc_fsdp *e) {
         if (!e->pglobal) sharc_free(e->units[u].param_shard);
         sharc_free(e->units[u].grad_shard);
     }
-    if (e->pshm) {
-        sharc_comm_shared_free(e->pshm); /* collective, like every engine teardown */
-        sharc_mem_account(SHARC_MEM_PARAMS, -e->pshared_bytes);
-    }
     pool_free(&e->gathered);
     pool_free(&e->grads);
+    if (e->gshm) { /* collective, like every engine teardown */
+        sharc_comm_shared_free(e->gshm);
+        sharc_mem_account(SHARC_MEM_GATHERED, -e->gshared_bytes);
+    }
+    if (e->pshm) {
+        sharc_comm_shared_free(e->pshm);
+        sharc_mem_account(SHARC_MEM_PARAMS, -e->pshared_bytes);
+    }
     sharc_free(e->stage16_shard);
     sharc_free(e->stage16_full);
     sharc_free(e->stage_shard);
@@ -536,10 +578,42 @@ float *sharc_fsdp_grad(sharc_fsdp *e, int u) {
     return t->full_grad;
 }
 
+/* Note [shared-params]: every rank's full gradient of the unit sits in its
+ * slot of the shared window at the same offset; each rank sums its shard's
+ * slice of all of them in rank order (the first term as is, like the
+ * all-to-all path, so results are bit-identical) into its grad shard. One
+ * sync before (every slot complete), one after (nobody reuses a slot a peer
+ * still reads). */
+static void reduce_unit_shared(sharc_fsdp *e, unit_t *t) {
+    if (sharc_comm_shared_sync(e->shard, e->gshm) != SHARC_OK) comm_fatal();
+    size_t off = (size_t)((char *)t->full_grad - e->gshm->base[e->shard_rank]) + (size_t)t->shard_lo * sizeof(float);
+    const float *src[64];
+    SHARC_CHECK(e->S <= 64);
+    for (int r = 0; r < e->S; r++) src[r] = (const float *)(e->gshm->base[r] + off);
+    float *g = t->grad_shard;
+    const int S = e->S;
+    const int64_t n = t->numel_shard;
+#pragma omp parallel for schedule(static) if (n > 65536)
+    for (int64_t i = 0; i < n; i++) {
+        float acc = src[0][i];
+        for (int r = 1; r < S; r++) acc += src[r][i];
+        g[i] += acc;
+    }
+    if (sharc_comm_shared_sync(e->shard, e->gshm) != SHARC_OK) comm_fatal();
+}
+
 /* grad_shard += reduce-scatter(full_grad) over the shard group. */
 static void reduce_unit(sharc_fsdp *e, unit_t *t) {
     double t0 = now();
     sharc_status st;
+    if (e->gshm) {
+        reduce_unit_shared(e, t);
+        sharc_comm_stats_add(e->shard, SHARC_COLL_REDUCE_SCATTER, t->numel_padded * (int64_t)sizeof(float),
+                             now() - t0);
+        e->stats.reduces++;
+        e->stats.wait_s += now() - t0;
+        return;
+    }
     if (e->cfg.reduce_dtype == SHARC_DT_F32) {
         st = sharc_comm_reduce_scatter(e->shard, t->full_grad, e->stage_shard, (size_t)t->numel_shard, SHARC_DT_F32,
                                        SHARC_OP_SUM);
