@@ -9,7 +9,10 @@
 # bytes on the wire, and the theory: DDP's ring all-reduce moves
 # 2(N-1)/N x P per rank, ZeRO-3 two all-gathers and a reduce-scatter,
 # 3(N-1)/N x P = 1.5x DDP), time in collectives, time compute waited, and
-# peak memory per rank. Writes bench/results/fsdp.json.
+# peak memory per rank. Every strategy runs twice: with the node-local
+# shared-memory paths (the default) and with MPI collectives only
+# (SHARC_COMM_SHM=0, "_mpi"), where the bytes can be checked against theory.
+# Writes bench/results/fsdp.json.
 set -euo pipefail
 build=${1:-build}
 ranks=${RANKS:-2}
@@ -31,10 +34,10 @@ with open(sys.argv[1], "wb") as f:
     f.write(struct.pack("<%dH" % n, *[random.randrange(50257) for _ in range(n)]))
 EOF
 
-run_sharc() { # name strategy extra...
+run_sharc() { # name strategy extra...   (SHM=0 in the environment: MPI collectives only)
   local name=$1 strategy=$2; shift 2
   echo "sharc $name..." >&2
-  timeout 900 mpirun --oversubscribe --bind-to core -n "$ranks" "$root/$build/sharc" train \
+  SHARC_COMM_SHM=${SHM:-1} timeout 900 mpirun --oversubscribe --bind-to core -n "$ranks" "$root/$build/sharc" train \
     --config "$root/configs/gpt2-124m.yaml" --data.path="$work/tokens.bin" --train.batch_size=2 \
     --train.grad_accum=1 --train.seq_len=256 --train.max_steps="$steps" --optim.warmup_steps=1 \
     --train.threads=1 --train.log_every=1000 --fsdp.sharding_strategy="$strategy" "$@" \
@@ -47,6 +50,8 @@ run_sharc() { # name strategy extra...
   run_sharc FULL_SHARD FULL_SHARD
   run_sharc SHARD_GRAD_OP SHARD_GRAD_OP
   run_sharc FULL_SHARD_bf16 FULL_SHARD --fsdp.param_dtype=bf16 --fsdp.reduce_dtype=bf16
+  SHM=0 run_sharc NO_SHARD_mpi NO_SHARD
+  SHM=0 run_sharc FULL_SHARD_mpi FULL_SHARD
 } > "$work/runs.txt"
 
 echo "PyTorch DDP (gloo)..." >&2
@@ -71,12 +76,14 @@ for name, path in runs:
     wire = ((N - 1) * avg("comm/all_gather_bytes") + (N - 1) / N * avg("comm/reduce_scatter_bytes")
             + 2 * (N - 1) / N * avg("comm/all_reduce_bytes"))
     rows.append({"run": name, "tokens_per_s": avg("throughput/global(tps)"), "wire_bytes": wire,
-                 "comm_s": avg("comm/all_gather(s)") + avg("comm/reduce_scatter(s)") + avg("comm/all_reduce(s)"),
+                 "comm_s": avg("comm/all_gather(s)") + avg("comm/reduce_scatter(s)") + avg("comm/all_reduce(s)")
+                 + avg("comm/barrier(s)"),
                  "wait_s": avg("time_metrics/comm_wait(s)"), "step_s": avg("time_metrics/end_to_end(s)"),
                  "peak_gib": max(r["memory/max_active(GiB)"] for r in m),
                  "state_gib": (m[-1]["memory/params(GiB)"] + m[-1]["memory/grads(GiB)"] + m[-1]["memory/optim(GiB)"])})
 base = next(r for r in rows if r["run"] == "NO_SHARD")
 theory = {"NO_SHARD": 2 * (N - 1) / N * P, "FULL_SHARD": 3 * (N - 1) / N * P,
+          "NO_SHARD_mpi": 2 * (N - 1) / N * P, "FULL_SHARD_mpi": 3 * (N - 1) / N * P,
           "SHARD_GRAD_OP": 2 * (N - 1) / N * P, "FULL_SHARD_bf16": 2 * (N - 1) / N * P / 2 + (N - 1) / N * P / 2}
 print(f"GPT-2 124M, {N} ranks x 1 thread, 4 x 256 tokens per step")
 print(f"{'run':<18}{'tok/s':>8}{'vs NO_SHARD':>12}{'wire MB/step':>14}{'theory MB':>11}{'comm s':>8}{'wait s':>8}"
@@ -88,8 +95,14 @@ for r in rows:
 print(f"{'PyTorch DDP gloo':<18}{ddp['tokens_per_s']:>8.1f}{ddp['tokens_per_s'] / base['tokens_per_s']:>11.2f}x"
       f"{'':>14}{2 * (N - 1) / N * P / 1e6:>11.0f}{'':>8}{'':>8}{'':>10}{ddp['peak_rss_mib_per_rank'] / 1024:>10.3f} (RSS)")
 fs = next(r for r in rows if r["run"] == "FULL_SHARD")
+fm = next(r for r in rows if r["run"] == "FULL_SHARD_mpi")
+bm = next(r for r in rows if r["run"] == "NO_SHARD_mpi")
+print("Runs without _mpi read parameters in place and reduce gradients in shared memory (note [shared-params]):")
+print("their all-gathers move no bytes. _mpi runs use MPI collectives only (SHARC_COMM_SHM=0).")
 print(f"FULL_SHARD / NO_SHARD = {fs['tokens_per_s'] / base['tokens_per_s']:.2f}, "
       f"FULL_SHARD / PyTorch DDP = {fs['tokens_per_s'] / ddp['tokens_per_s']:.2f}, "
-      f"bytes FULL_SHARD / NO_SHARD = {fs['wire_bytes'] / base['wire_bytes']:.2f} (theory 1.5)")
+      f"MPI path: FULL_SHARD / NO_SHARD = {fm['tokens_per_s'] / bm['tokens_per_s']:.2f}, "
+      f"FULL_SHARD / PyTorch DDP = {fm['tokens_per_s'] / ddp['tokens_per_s']:.2f}, "
+      f"bytes FULL_SHARD / NO_SHARD = {fm['wire_bytes'] / bm['wire_bytes']:.2f} (theory 1.5)")
 json.dump({"ranks": N, "runs": rows, "pytorch_ddp": ddp}, open(sys.argv[4], "w"), indent=1)
 EOF
