@@ -493,7 +493,7 @@ struct sharc_ckpt {
     int64_t file_bytes;
     /* in flight (note [ckpt-async]) */
     bool pending, thread_running;
-    int64_t pending_step;
+    int64_t pending_step, pending_adam_step; /* captured when the save starts */
     pthread_t thread;
     shard_job job;
     int64_t done_step; /* last step published or loaded, -1 */
@@ -687,7 +687,7 @@ static char *manifest_build(sharc_ckpt *c, int64_t step, const int64_t *hdr, con
     json_object *tr = json_object_new_object();
     int64_t G = (int64_t)cfg->train.batch_size * cfg->train.grad_accum * R;
     json_add_i64(tr, "step", step);
-    json_add_i64(tr, "adam_step", sharc_adamw_steps(sharc_trainer_optimizer(c->t)));
+    json_add_i64(tr, "adam_step", c->pending_adam_step);
     json_object_object_add(tr, "next_lr", json_object_new_double((double)sharc_lr_at(&cfg->optim, step, cfg->train.max_steps)));
     json_add_i64(tr, "max_steps", cfg->train.max_steps);
     json_add_i64(tr, "sequences_per_step", G);
@@ -931,6 +931,7 @@ sharc_status sharc_ckpt_save(sharc_ckpt *c) {
     job_clear(j);
     c->pending = true;
     c->pending_step = step;
+    c->pending_adam_step = sharc_adamw_steps(sharc_trainer_optimizer(c->t));
     if (c->writer) {
         j->st = job_prepare(c, tmp, c->async);
         if (j->st != SHARC_OK) {
