@@ -48,6 +48,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -56,6 +57,12 @@
 #define PATHLEN (SHARC_CKPT_PATH_MAX + 128)
 
 /* ------------------------------------------------------------ helpers */
+
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
 
 /* Test hook: SHARC_CKPT_KILL_AT=<stage> (and optionally SHARC_CKPT_KILL_STEP=<step>)
  * ends the process at that point of a save, as a crash would. */
@@ -471,7 +478,6 @@ typedef struct {
     char path[PATHLEN + 64];
     piece *pieces; /* (npieces) */
     int npieces;
-    float *staged; /* ckpt.async: the copy the pieces point into (SHARC_MEM_OTHER) */
     int64_t bytes, nchunks;
     uint32_t crc;
     uint32_t *chunk_crc; /* (nchunks) */
@@ -494,8 +500,10 @@ struct sharc_ckpt {
     /* in flight (note [ckpt-async]) */
     bool pending, thread_running;
     int64_t pending_step, pending_adam_step; /* captured when the save starts */
+    double t_start, t_staged;                /* when the save started, when its state was staged */
     pthread_t thread;
     shard_job job;
+    float *stage; /* ckpt.async: (file_bytes / 4) the staged copy, kept from one save to the next (SHARC_MEM_OTHER) */
     int64_t done_step; /* last step published or loaded, -1 */
     char last[PATHLEN];
 };
@@ -552,7 +560,6 @@ sharc_status sharc_ckpt_init(sharc_ckpt **out, sharc_trainer *t) {
 }
 
 static void job_clear(shard_job *j) {
-    sharc_free(j->staged);
     free(j->pieces);
     free(j->chunk_crc);
     memset(j, 0, sizeof *j);
@@ -562,6 +569,7 @@ void sharc_ckpt_free(sharc_ckpt *c) {
     if (!c) return;
     if (c->thread_running) pthread_join(c->thread, NULL);
     job_clear(&c->job);
+    sharc_free(c->stage);
     free(c->gp_unit);
     free(c->gp_param);
     free(c->recs);
@@ -626,7 +634,8 @@ static sharc_status job_prepare(sharc_ckpt *c, const char *tmp_dir, bool stage) 
     if (!j->pieces || !j->chunk_crc) return sharc_error(SHARC_ERR_NOMEM, "ckpt: out of memory");
     float *dst = NULL;
     if (stage && j->bytes > 0) {
-        j->staged = dst = sharc_alloc((size_t)j->bytes, SHARC_MEM_OTHER);
+        if (!c->stage) c->stage = sharc_alloc((size_t)j->bytes, SHARC_MEM_OTHER);
+        dst = c->stage;
         if (!dst)
             return sharc_error(SHARC_ERR_NOMEM, "ckpt: cannot stage %lld bytes for ckpt.async (turn it off to save "
                                "without a copy)", (long long)j->bytes);
@@ -889,6 +898,8 @@ static sharc_status finish(sharc_ckpt *c) {
         if (st == SHARC_OK) st = sharc_comm_allgather(c->world, mychunk, allchunk, (size_t)maxchunk, SHARC_DT_I64);
     }
     sharc_status pub = SHARC_OK;
+    int64_t total = 0;
+    for (int r = 0; r < R && st == SHARC_OK; r++) total += hdr[6 * r + 4];
     if (st == SHARC_OK && rank == 0) {
         char *text = manifest_build(c, step, hdr, allrec, maxrec, allchunk, maxchunk);
         pub = text ? publish(c, step, text) : sharc_error(SHARC_ERR_NOMEM, "ckpt: cannot build the manifest");
@@ -906,7 +917,15 @@ static sharc_status finish(sharc_ckpt *c) {
     if (st == SHARC_OK) {
         c->done_step = step;
         step_path(c->last, sizeof c->last, c->dir, step, "");
-        if (rank == 0) sharc_info("ckpt: saved step %lld to %s", (long long)step, c->last);
+        if (rank == 0) {
+            if (c->async)
+                sharc_info("ckpt: saved step %lld to %s (%.1f MB; training paused %.3f s to stage it, published %.3f s "
+                           "after the start)", (long long)step, c->last, (double)total / 1e6, c->t_staged - c->t_start,
+                           now_s() - c->t_start);
+            else
+                sharc_info("ckpt: saved step %lld to %s (%.1f MB in %.3f s)", (long long)step, c->last,
+                           (double)total / 1e6, now_s() - c->t_start);
+        }
     }
     return st;
 }
@@ -920,6 +939,7 @@ sharc_status sharc_ckpt_save(sharc_ckpt *c) {
     char tmp[PATHLEN];
     step_path(tmp, sizeof tmp, c->dir, step, ".tmp");
     sharc_status st = SHARC_OK;
+    c->t_start = now_s();
     if (sharc_comm_rank(c->world) == 0) {
         st = sharc_mkdirs(c->dir);
         if (st == SHARC_OK) st = remove_tree(tmp);
@@ -943,6 +963,7 @@ sharc_status sharc_ckpt_save(sharc_ckpt *c) {
             job_run(j);
         }
     }
+    c->t_staged = now_s();
     return c->async ? SHARC_OK : finish(c);
 }
 
@@ -1031,6 +1052,7 @@ static sharc_status load_local(sharc_ckpt *c, const char *step_dir, manifest *m)
  * failure as a warning (auto resume falls back). */
 static sharc_status load_dir(sharc_ckpt *c, const char *step_dir, bool warn) {
     manifest m;
+    double t0 = now_s();
     sharc_status st = load_local(c, step_dir, &m);
     if (st != SHARC_OK && warn) sharc_warn("%s", sharc_last_error());
     sharc_status agreed = agree(c->world, st);
@@ -1042,8 +1064,8 @@ static sharc_status load_dir(sharc_ckpt *c, const char *step_dir, bool warn) {
         const sharc_config *cfg = sharc_trainer_config(c->t);
         int64_t G = (int64_t)cfg->train.batch_size * cfg->train.grad_accum * sharc_comm_size(c->world), v = 0;
         if (sharc_comm_rank(c->world) == 0) {
-            sharc_info("ckpt: resumed from %s at step %lld (written by %lld ranks, %s)", step_dir, (long long)m.step,
-                       (long long)m.world_size, m.strategy);
+            sharc_info("ckpt: resumed from %s at step %lld (written by %lld ranks, %s; loaded in %.3f s)", step_dir,
+                       (long long)m.step, (long long)m.world_size, m.strategy, now_s() - t0);
             if (get_i64(&m, m.train, "sequences_per_step", &v) == SHARC_OK && v != G)
                 sharc_warn("ckpt: the checkpoint ran %lld sequences per step, this run %lld: the data order differs "
                            "from an uninterrupted run", (long long)v, (long long)G);
