@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # timeout: 300
 # Checkpoints across ranks (docs/ARCHITECTURE.md, "Checkpoints"):
-#  - saved at 4 ranks FULL_SHARD (sync and ckpt.async: the same files), loaded
+#  - saved at 4 ranks FULL_SHARD (sync and ckpt.async: the same files; also
+#    HYBRID_SHARD 2x2 and 2-rank NO_SHARD, where only replicate group 0 writes), loaded
 #    at 1, 2, 3 and 4 ranks under FULL_SHARD, NO_SHARD, SHARD_GRAD_OP and
 #    HYBRID_SHARD 2x2: every parameter and moment exactly as saved (against
 #    a gather made by the saving run), then 3 more steps against a one-process
@@ -36,6 +37,13 @@ for fam in gpt2 llama; do
 done
 run 2 ckpt_load s4 ref.st text.txt $m train.batch_size=1 train.grad_accum=6 fsdp.sharding_strategy=HYBRID_SHARD fsdp.fsdp_size=2
 run 4 ckpt_load s4 ref.st text.txt $m train.batch_size=1 train.grad_accum=3 fsdp.sharding_strategy=SHARD_GRAD_OP
+# saved by replicated strategies (only replicate group 0 writes)
+rm -rf h4 n2
+run 4 ckpt_save h4 ref_h.st text.txt train.batch_size=1 train.grad_accum=3 fsdp.sharding_strategy=HYBRID_SHARD fsdp.fsdp_size=2
+run 3 ckpt_load h4 ref_h.st text.txt train.batch_size=1 train.grad_accum=4
+run 2 ckpt_save n2 ref_n.st text.txt train.batch_size=1 train.grad_accum=6 fsdp.sharding_strategy=NO_SHARD
+run 3 ckpt_load n2 ref_n.st text.txt train.batch_size=1 train.grad_accum=4 fsdp.sharding_strategy=FULL_SHARD
+ls h4/step-00000003/shard-00001-of-00002.bin n2/step-00000003/shard-00000-of-00001.bin >/dev/null
 
 # sharc train at 2 ranks: killed in the save of step 4, resumed: the same step-6 files
 M="--data.path=text.txt --model.num_layers=2 --model.embed_dim=48 --model.num_heads=3 --model.max_seq_len=16
@@ -49,7 +57,7 @@ set -e
 [ $rc -ne 0 ] && [ $rc -ne 124 ] || { echo "the killed run exited $rc"; exit 1; }
 [ -d k/checkpoints/step-00000004.tmp ] && [ -d k/checkpoints/step-00000002 ] || { ls k/checkpoints; exit 1; }
 out=$(mpi 2 "$SHARC_BIN/sharc" train $M --train.out_dir=k --ckpt.resume=auto 2>&1)
-grep -q "resumed from k/checkpoints/step-00000002 at step 2 (written by 2 ranks, FULL_SHARD)" <<< "$out" || { echo "$out"; exit 1; }
+grep -q "resumed from k/checkpoints/step-00000002 at step 2 (written by 2 ranks, FULL_SHARD;" <<< "$out" || { echo "$out"; exit 1; }
 for f in ref/checkpoints/step-00000006/*.bin; do cmp "$f" "k/checkpoints/step-00000006/$(basename $f)"; done
 echo "2 ranks: killed and resumed bit-exact"
 
