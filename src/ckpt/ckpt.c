@@ -264,8 +264,10 @@ static sharc_status manifest_read(manifest *m, const char *step_dir) {
     size_t len;
     sharc_status st = sharc_read_file(m->path, &text, &len);
     if (st != SHARC_OK) {
-        return sharc_error(st, "ckpt '%s': cannot read the manifest: %s", step_dir, exists(step_dir) ?
-                           "no manifest.json (an incomplete or foreign directory)" : "no such checkpoint");
+        return sharc_error(st, "ckpt '%s': cannot read the manifest: %s", step_dir,
+                           is_dir(step_dir) ? "no manifest.json (an incomplete or foreign directory)"
+                           : exists(step_dir) ? "not a directory (a checkpoint is a step-N directory)"
+                           : "no such checkpoint");
     }
     json_tokener *tok = json_tokener_new();
     m->root = tok ? json_tokener_parse_ex(tok, text, (int)len) : NULL;
