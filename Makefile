@@ -16,7 +16,8 @@ MPI_LIBS   := $(shell pkg-config --libs mpi-c 2>/dev/null)
 LDLIBS  := -fopenmp $(MPI_LIBS) -lyaml -ljson-c -lz -ldl -lmvec -lm -lpthread $(SAN)
 
 LIB_SRC := $(wildcard src/core/*.c src/model/*.c src/fsdp/*.c src/optim/*.c src/data/*.c \
-                      src/io/*.c src/config/*.c src/train/*.c src/comm/*.c)
+                      src/io/*.c src/config/*.c src/train/*.c src/comm/*.c \
+                      src/ckpt/*.c)
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o)
 CLI_OBJ := $(BUILD)/src/cli/main.o
 TEST_SRC := $(wildcard tests/*.c)

@@ -13,6 +13,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "sharc/ckpt.h"
 #include "sharc/data.h"
 #include "sharc/fsdp.h"
 #include "sharc/model.h"
@@ -56,6 +57,7 @@ typedef struct {
     sharc_optim_config optim;
     sharc_train_config train;
     sharc_fsdp_options fsdp;
+    sharc_ckpt_config ckpt;
 } sharc_config;
 
 /* The built-in defaults (the job `make run` trains). */

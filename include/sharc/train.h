@@ -52,6 +52,9 @@ struct sharc_adamw *sharc_trainer_optimizer(sharc_trainer *t);
 const sharc_config *sharc_trainer_config(const sharc_trainer *t);
 sharc_comm *sharc_trainer_world(sharc_trainer *t);
 const struct sharc_mesh *sharc_trainer_mesh(const sharc_trainer *t);
+/* Optimizer steps completed; set by a checkpoint load (sharc/ckpt.h). */
+int64_t sharc_trainer_steps_done(const sharc_trainer *t);
+void sharc_trainer_set_steps_done(sharc_trainer *t, int64_t step);
 
 /* The whole run: steps with a line every train.log_every steps and a JSON
  * line per step in the metrics file, the resolved config in out_dir, final

@@ -1,6 +1,7 @@
 /* main.c: the sharc command. The only place that prints a failure's message
  * and decides the exit status. */
 #include "sharc/blas.h"
+#include "sharc/ckpt.h"
 #include "sharc/comm.h"
 #include "sharc/config.h"
 #include "sharc/data.h"
@@ -29,6 +30,7 @@ static void usage(FILE *f) {
             "                 [--temperature T] [--top-k K] [--seed S] [--threads K]\n"
             "  sharc config [--config FILE.yaml] [--section.key=value ...]   print the resolved config\n"
             "  sharc config --keys                                          list every config key\n"
+            "  sharc ckpt inspect DIR                                       describe and verify a checkpoint\n"
             "  sharc version\n");
 }
 
@@ -175,6 +177,15 @@ static int cmd_generate(int argc, char **argv) {
     return 0;
 }
 
+static int cmd_ckpt(int argc, char **argv) {
+    if (argc != 2 || strcmp(argv[0], "inspect") != 0) {
+        sharc_error(SHARC_ERR_INVALID, "ckpt: usage: sharc ckpt inspect DIR");
+        return fail(SHARC_ERR_INVALID);
+    }
+    sharc_status st = sharc_ckpt_inspect(argv[1], stdout);
+    return st == SHARC_OK ? 0 : fail(st);
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
         usage(stderr);
@@ -192,6 +203,7 @@ int main(int argc, char **argv) {
     }
     if (!strcmp(cmd, "generate")) return cmd_generate(argc - 2, argv + 2);
     if (!strcmp(cmd, "config")) return cmd_config(argc - 2, argv + 2);
+    if (!strcmp(cmd, "ckpt")) return cmd_ckpt(argc - 2, argv + 2);
     if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
         printf("sharc %s\n", SHARC_VERSION);
         return 0;

@@ -85,6 +85,12 @@ static const key_def keys[] = {
     {"fsdp.limit_all_gathers", K_LIMIT, OFF(fsdp.engine.limit_all_gathers), 0, 1 << 20, NULL, "max gathered non-root units (true = 2, false = no limit)"},
     {"fsdp.no_sync", K_BOOL, OFF(fsdp.engine.no_sync), 0, 0, NULL, "reduce gradients once per step, not every micro-batch"},
     {"fsdp.activation_checkpointing", K_BOOL, OFF(fsdp.activation_checkpointing), 0, 0, NULL, "recompute each block in backward"},
+
+    {"ckpt.dir", K_STR, OFF(ckpt.dir), 0, 0, NULL, "checkpoint directory (default out_dir/checkpoints)"},
+    {"ckpt.every", K_INT, OFF(ckpt.every), 0, INT_MAX, NULL, "steps between checkpoints (0: only at the end)"},
+    {"ckpt.keep", K_INT, OFF(ckpt.keep), 1, INT_MAX, NULL, "newest checkpoints kept"},
+    {"ckpt.async", K_BOOL, OFF(ckpt.async), 0, 0, NULL, "write checkpoints in the background from a copy in memory"},
+    {"ckpt.resume", K_STR, OFF(ckpt.resume), 0, 0, NULL, "none, auto (newest valid checkpoint) or a checkpoint path"},
 };
 #define NKEYS ((int)(sizeof keys / sizeof keys[0]))
 
@@ -112,6 +118,8 @@ void sharc_config_default(sharc_config *c) {
     c->train.log_every = 10;
     snprintf(c->train.out_dir, sizeof c->train.out_dir, "runs/kjv");
     sharc_fsdp_config_default(&c->fsdp.engine);
+    c->ckpt.keep = 2;
+    snprintf(c->ckpt.resume, sizeof c->ckpt.resume, "none");
 }
 
 /* ------------------------------------------------------------- setting */

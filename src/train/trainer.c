@@ -11,6 +11,7 @@
 #include "sharc/train.h"
 #include "sharc/alloc.h"
 #include "sharc/blas.h"
+#include "sharc/ckpt.h"
 #include "sharc/data.h"
 #include "sharc/fileio.h"
 #include "sharc/log.h"
@@ -229,6 +230,8 @@ sharc_adamw *sharc_trainer_optimizer(sharc_trainer *t) { return t->opt; }
 const sharc_config *sharc_trainer_config(const sharc_trainer *t) { return &t->cfg; }
 sharc_comm *sharc_trainer_world(sharc_trainer *t) { return t->world; }
 const sharc_mesh *sharc_trainer_mesh(const sharc_trainer *t) { return &t->mesh; }
+int64_t sharc_trainer_steps_done(const sharc_trainer *t) { return t->step; }
+void sharc_trainer_set_steps_done(sharc_trainer *t, int64_t step) { t->step = step; }
 
 /* ------------------------------------------------------------------ step */
 
@@ -335,6 +338,15 @@ static void write_metrics(FILE *f, const sharc_step_stats *s, int world) {
 sharc_status sharc_train_run(const sharc_config *cfg, sharc_comm *world) {
     sharc_trainer *t;
     SHARC_TRY(sharc_trainer_init(&t, cfg, world));
+    /* checkpoints (sharc/ckpt.h): resume before anything is written */
+    sharc_ckpt *ck = NULL;
+    sharc_status cst = sharc_ckpt_init(&ck, t);
+    if (cst == SHARC_OK) cst = sharc_ckpt_resume(ck, t->cfg.ckpt.resume, NULL);
+    if (cst != SHARC_OK) {
+        sharc_ckpt_free(ck);
+        sharc_trainer_free(t);
+        return cst;
+    }
     const sharc_config *c = &t->cfg;
     const int rank = sharc_comm_rank(t->world), R = sharc_comm_size(t->world);
     const bool lead = rank == 0;
@@ -358,6 +370,7 @@ sharc_status sharc_train_run(const sharc_config *cfg, sharc_comm *world) {
     }
     if ((st = agree(t->world, st)) != SHARC_OK) {
         if (metrics) fclose(metrics);
+        sharc_ckpt_free(ck);
         sharc_trainer_free(t);
         return st;
     }
@@ -374,10 +387,11 @@ sharc_status sharc_train_run(const sharc_config *cfg, sharc_comm *world) {
     }
     if (getenv("SHARC_PROFILE")) sharc_prof_enable(true);
     double tok_sum = 0.0, time_sum = 0.0;
-    for (int64_t i = 0; i < c->train.max_steps && st == SHARC_OK; i++) {
+    for (int64_t i = t->step; i < c->train.max_steps && st == SHARC_OK; i++) {
         sharc_step_stats s;
         st = sharc_trainer_step(t, &s);
         if (st != SHARC_OK) break;
+        if (c->ckpt.every > 0 && s.step % c->ckpt.every == 0 && s.step < c->train.max_steps) st = sharc_ckpt_save(ck);
         tok_sum += (double)s.tokens;
         time_sum += s.step_s;
         if (!lead) continue;
@@ -390,6 +404,9 @@ sharc_status sharc_train_run(const sharc_config *cfg, sharc_comm *world) {
     }
     if (metrics) fclose(metrics);
     if (sharc_prof_enabled() && lead) sharc_prof_report(stderr, (int)(c->train.max_steps > 0 ? c->train.max_steps : 1));
+    if (st == SHARC_OK) st = sharc_ckpt_save(ck); /* the last step; waits for an async one */
+    if (st == SHARC_OK) st = sharc_ckpt_wait(ck);
+    sharc_ckpt_free(ck);
     if (st == SHARC_OK) {
         snprintf(path, sizeof path, "%s/model.safetensors", c->train.out_dir);
         st = sharc_weights_save(t->engine, t->world, c, path);

@@ -8,15 +8,24 @@
  *                                       final parameters
  *   mpi_tests memory DATA               FULL_SHARD model state at N ranks vs one process
  *   mpi_tests mismatch DATA             rank 1 has another model: every rank fails fast
+ *   mpi_tests ckpt_save DIR REF DATA KEY=VALUE ...
+ *                                       3 steps, a checkpoint in DIR, and REF: every
+ *                                       parameter and both moments, gathered (safetensors)
+ *   mpi_tests ckpt_load DIR REF DATA KEY=VALUE ...
+ *                                       resume from DIR at any world size / strategy:
+ *                                       exactly REF's values, then 3 more steps against
+ *                                       a one-process run of all 6 (note [parity-tolerance])
  *
  * Every rank prints "ok" on success; any failure exits non-zero. */
 #include "sharc/alloc.h"
+#include "sharc/ckpt.h"
 #include "sharc/comm.h"
 #include "sharc/config.h"
 #include "sharc/fsdp.h"
 #include "sharc/log.h"
 #include "sharc/mesh.h"
 #include "sharc/rng.h"
+#include "sharc/safetensors.h"
 #include "sharc/train.h"
 #include "../test.h"
 
@@ -440,6 +449,131 @@ static void test_mismatch(int argc, char **argv) {
     ASSERT_TRUE(t == NULL);
 }
 
+/* ---------------------------------------------------------- checkpoints */
+
+static void test_ckpt_save(int argc, char **argv) {
+    ASSERT_TRUE(argc >= 3);
+    sharc_config c;
+    base_config(&c, argv[2]);
+    apply_args(&c, argc - 3, argv + 3);
+    snprintf(c.ckpt.dir, sizeof c.ckpt.dir, "%s", argv[0]);
+    sharc_trainer *t;
+    sharc_ckpt *ck;
+    ASSERT_OK(sharc_trainer_init(&t, &c, world));
+    ASSERT_OK(sharc_ckpt_init(&ck, t));
+    for (int s = 0; s < 3; s++) {
+        sharc_step_stats st;
+        ASSERT_OK(sharc_trainer_step(t, &st));
+    }
+    ASSERT_OK(sharc_ckpt_save(ck));
+    ASSERT_OK(sharc_ckpt_wait(ck));
+    /* the reference: full tensors gathered through the engine and the shard group */
+    sharc_fsdp *e = sharc_trainer_engine(t);
+    const sharc_mesh *mesh = sharc_trainer_mesh(t);
+    int nu = sharc_fsdp_num_units(e), n = 0;
+    for (int u = 0; u < nu; u++) n += 3 * sharc_fsdp_unit_spec(e, u)->nparams;
+    sharc_st_entry *ent = calloc((size_t)n, sizeof *ent);
+    char (*names)[SHARC_NAME_MAX + 4] = calloc((size_t)n, sizeof *names);
+    float **bufs = calloc((size_t)nu * 3, sizeof *bufs);
+    n = 0;
+    for (int u = 0; u < nu; u++) {
+        const sharc_unit_spec *s = sharc_fsdp_unit_spec(e, u);
+        int64_t ns = sharc_fsdp_shard_numel(e, u);
+        for (int k = 0; k < 3; k++) bufs[3 * u + k] = malloc(sizeof(float) * (size_t)(ns * mesh->dp_shard));
+        ASSERT_OK(sharc_fsdp_gather_master(e, u, bufs[3 * u]));
+        ASSERT_OK(sharc_comm_allgather(mesh->shard, sharc_adamw_m(sharc_trainer_optimizer(t), u), bufs[3 * u + 1],
+                                       (size_t)ns, SHARC_DT_F32));
+        ASSERT_OK(sharc_comm_allgather(mesh->shard, sharc_adamw_v(sharc_trainer_optimizer(t), u), bufs[3 * u + 2],
+                                       (size_t)ns, SHARC_DT_F32));
+        for (int p = 0; p < s->nparams; p++)
+            for (int k = 0; k < 3; k++) {
+                snprintf(names[n], sizeof names[n], "%c.%s", "pmv"[k], s->params[p].name);
+                ent[n] = (sharc_st_entry){names[n], SHARC_DT_F32, s->params[p].ndim, s->params[p].shape,
+                                          bufs[3 * u + k] + s->params[p].offset};
+                n++;
+            }
+    }
+    if (sharc_comm_rank(world) == 0) ASSERT_OK(sharc_st_write(argv[1], ent, n, NULL, NULL, 0));
+    ASSERT_OK(sharc_comm_barrier(world));
+    for (int i = 0; i < nu * 3; i++) free(bufs[i]);
+    free(bufs);
+    free(names);
+    free(ent);
+    sharc_ckpt_free(ck);
+    sharc_trainer_free(t);
+}
+
+static void test_ckpt_load(int argc, char **argv) {
+    ASSERT_TRUE(argc >= 3);
+    int R = sharc_comm_size(world);
+    sharc_config c;
+    base_config(&c, argv[2]);
+    apply_args(&c, argc - 3, argv + 3);
+    sharc_trainer *t;
+    sharc_ckpt *ck;
+    ASSERT_OK(sharc_trainer_init(&t, &c, world));
+    ASSERT_OK(sharc_ckpt_init(&ck, t));
+    int64_t from = -1;
+    ASSERT_OK(sharc_ckpt_resume(ck, argv[0], &from));
+    ASSERT_EQ(from, 3);
+    ASSERT_EQ(sharc_trainer_steps_done(t), 3);
+    ASSERT_EQ(sharc_adamw_steps(sharc_trainer_optimizer(t)), 3);
+    /* loading moves values without arithmetic: exactly the saved ones */
+    sharc_st_file *ref;
+    ASSERT_OK(sharc_st_open(&ref, argv[1]));
+    sharc_fsdp *e = sharc_trainer_engine(t);
+    int64_t checked = 0;
+    for (int u = 0; u < sharc_fsdp_num_units(e); u++) {
+        const sharc_unit_spec *s = sharc_fsdp_unit_spec(e, u);
+        const sharc_segment *segs;
+        int ns = sharc_fsdp_shard_segments(e, u, &segs);
+        const float *have[3] = {sharc_fsdp_shard_params(e, u), sharc_adamw_m(sharc_trainer_optimizer(t), u),
+                                sharc_adamw_v(sharc_trainer_optimizer(t), u)};
+        for (int k = 0; k < ns; k++)
+            for (int kind = 0; kind < 3; kind++) {
+                char name[SHARC_NAME_MAX + 4];
+                snprintf(name, sizeof name, "%c.%s", "pmv"[kind], s->params[segs[k].param].name);
+                const sharc_st_tensor *rt = sharc_st_find(ref, name);
+                ASSERT_TRUE(rt != NULL);
+                float *want = malloc(sizeof(float) * (size_t)segs[k].len);
+                ASSERT_OK(sharc_st_read_f32(ref, rt, segs[k].param_off, segs[k].len, want));
+                if (memcmp(want, have[kind] + segs[k].shard_off, sizeof(float) * (size_t)segs[k].len) != 0)
+                    TEST_FAIL_AT("%s [%lld, %lld) differs from the saved values", name, (long long)segs[k].param_off,
+                                 (long long)(segs[k].param_off + segs[k].len));
+                checked += segs[k].len;
+                free(want);
+            }
+    }
+    sharc_st_close(ref);
+    /* 3 more steps against one process that ran all 6 on the same global batch */
+    sharc_config cref = c;
+    cref.train.grad_accum = c.train.grad_accum * R;
+    cref.ckpt.resume[0] = 0;
+    sharc_trainer *one;
+    ASSERT_OK(sharc_trainer_init(&one, &cref, NULL));
+    double lr_sum = 0.0, worst_loss = 0.0;
+    for (int s = 0; s < 6; s++) {
+        sharc_step_stats a, b;
+        ASSERT_OK(sharc_trainer_step(one, &b));
+        lr_sum += b.lr;
+        if (s < 3) continue;
+        ASSERT_OK(sharc_trainer_step(t, &a));
+        double rel = fabs(a.loss - b.loss) / fabs(b.loss);
+        worst_loss = rel > worst_loss ? rel : worst_loss;
+        if (rel > tol_loss) TEST_FAIL_AT("step %d: loss %.9f resumed at %d ranks vs %.9f straight (rel %.2e)", s + 1, a.loss, R, b.loss, rel);
+    }
+    double abs_worst, worst = compare_params(e, sharc_trainer_engine(one), lr_sum, c.model.embed_dim, &abs_worst);
+    if (worst > 1.0) TEST_FAIL_AT("resumed parameters differ by %.3g, %.2f x the bound of note [parity-tolerance]", abs_worst, worst);
+    double all[3] = {worst_loss, abs_worst, (double)checked};
+    ASSERT_OK(sharc_comm_allreduce(world, all, all, 3, SHARC_DT_F64, SHARC_OP_MAX));
+    if (sharc_comm_rank(world) == 0)
+        printf("resumed at %d ranks %s: saved values exact; then worst loss %.2e relative, worst parameter %.2e\n", R,
+               sharc_sharding_name(c.fsdp.engine.strategy), all[0], all[1]);
+    sharc_trainer_free(one);
+    sharc_ckpt_free(ck);
+    sharc_trainer_free(t);
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
         fprintf(stderr, "usage: mpi_tests comm|parity|memory|mismatch ...\n");
@@ -455,6 +589,8 @@ int main(int argc, char **argv) {
     else if (!strcmp(what, "memory")) test_memory(argc - 2, argv + 2);
     else if (!strcmp(what, "gather")) test_gather(argc - 2, argv + 2);
     else if (!strcmp(what, "mismatch")) test_mismatch(argc - 2, argv + 2);
+    else if (!strcmp(what, "ckpt_save")) test_ckpt_save(argc - 2, argv + 2);
+    else if (!strcmp(what, "ckpt_load")) test_ckpt_load(argc - 2, argv + 2);
     else {
         fprintf(stderr, "unknown test %s\n", what);
         return 2;

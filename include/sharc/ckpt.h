@@ -1,0 +1,75 @@
+/* sharc/ckpt.h: sharded training checkpoints that survive crashes and are
+ * resharded on load (docs/ARCHITECTURE.md, "Checkpoints").
+ *
+ * A checkpoint is a directory DIR/step-NNNNNNNN holding one data file per
+ * shard of the mesh (written by every rank of replicate group 0, in
+ * parallel) and a manifest.json that maps every parameter's global element
+ * ranges to byte ranges of those files: a topology-free index, so any world
+ * size and sharding strategy reads back exactly the elements it holds.
+ * Each range stores the parameter, AdamW's exp_avg and exp_avg_sq (fp32),
+ * back to back. The step, the AdamW step count and the data position (the
+ * sampler is a pure function of (data.seed, step), note [sampler-rule]) are
+ * the whole training state; there is no other RNG state.
+ *
+ * Every call below is collective over the trainer's world and agrees on
+ * failure (note [agreement] in trainer.c): every rank returns the same
+ * verdict, never a hang. */
+#ifndef SHARC_CKPT_H
+#define SHARC_CKPT_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "sharc/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define SHARC_CKPT_PATH_MAX 1024 /* = SHARC_PATH_MAX: the config table writes strings of this size */
+#define SHARC_CKPT_FORMAT_VERSION 1
+#define SHARC_CKPT_CHUNK_BYTES (1 << 20) /* each file's crc32 is also kept per chunk of this size */
+
+typedef struct {
+    char dir[SHARC_CKPT_PATH_MAX];    /* "" = train.out_dir/checkpoints */
+    int every;                        /* steps between saves; 0 = only at the end */
+    int keep;                         /* newest checkpoints kept (>= 1) */
+    bool async;                       /* write in a background thread from a staged copy */
+    char resume[SHARC_CKPT_PATH_MAX]; /* "none", "auto" or a checkpoint path */
+} sharc_ckpt_config;
+
+struct sharc_trainer;
+typedef struct sharc_ckpt sharc_ckpt;
+
+/* A checkpointer for a trainer (borrowed; must outlive it), with the
+ * directory resolved from the trainer's config. Collective. */
+sharc_status sharc_ckpt_init(sharc_ckpt **out, struct sharc_trainer *t);
+/* Joins a background write if one is running, without publishing it. */
+void sharc_ckpt_free(sharc_ckpt *c);
+
+/* "none" (or ""): nothing. "auto": the newest checkpoint in the directory
+ * that loads (a newer one that fails its checks is reported and skipped);
+ * none there is not an error. Anything else: a step directory, or a
+ * checkpoint directory whose newest checkpoint is taken; failure is an
+ * error. *loaded_step (may be NULL) is the step resumed from, or -1. */
+sharc_status sharc_ckpt_resume(sharc_ckpt *c, const char *what, int64_t *loaded_step);
+/* Load one step directory into the trainer (parameters, moments, step). */
+sharc_status sharc_ckpt_load(sharc_ckpt *c, const char *step_dir);
+/* Save the trainer's current step: finishes an in-flight save first; with
+ * ckpt.async returns once the state is staged and the files are being
+ * written. A step already saved or loaded is not written again. */
+sharc_status sharc_ckpt_save(sharc_ckpt *c);
+/* Wait for an in-flight save and publish it (call before exit). */
+sharc_status sharc_ckpt_wait(sharc_ckpt *c);
+/* The path of the last published checkpoint ("" if none). */
+const char *sharc_ckpt_last_path(const sharc_ckpt *c);
+
+/* Describe a checkpoint (a step directory or a checkpoint directory) and
+ * verify every file's checksums. One process, no trainer. */
+sharc_status sharc_ckpt_inspect(const char *path, FILE *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
