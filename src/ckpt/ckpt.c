@@ -1058,6 +1058,9 @@ static sharc_status load_dir(sharc_ckpt *c, const char *step_dir, bool warn) {
     sharc_status st = load_local(c, step_dir, &m);
     if (st != SHARC_OK && warn) sharc_warn("%s", sharc_last_error());
     sharc_status agreed = agree(c->world, st);
+    /* on every rank, whatever happened: the shards may have been written
+     * (note [shared-params] in src/fsdp/engine.c) */
+    sharc_fsdp_params_updated(sharc_trainer_engine(c->t));
     if (agreed == SHARC_OK) {
         sharc_trainer_set_steps_done(c->t, m.step);
         sharc_adamw_set_steps(sharc_trainer_optimizer(c->t), m.adam_step);

@@ -60,6 +60,9 @@ sharc_status sharc_weights_save(sharc_fsdp *e, sharc_comm *world, const sharc_co
 }
 
 sharc_status sharc_weights_load(sharc_fsdp *e, const char *path) {
+    /* first, on every rank whatever happens next: the shards may be written
+     * (note [shared-params] in src/fsdp/engine.c) */
+    sharc_fsdp_params_updated(e);
     sharc_st_file *f;
     SHARC_TRY(sharc_st_open(&f, path));
     sharc_status st = SHARC_OK;
@@ -110,7 +113,6 @@ sharc_status sharc_weights_load(sharc_fsdp *e, const char *path) {
             st = sharc_st_read_f32(f, t, segs[k].param_off, segs[k].len, shard + segs[k].shard_off);
         }
     }
-    sharc_fsdp_params_updated(e);
     sharc_st_close(f);
     return st;
 }
