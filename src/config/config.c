@@ -181,8 +181,8 @@ static sharc_status parse_number(const key_def *k, const char *value, const char
     }
     if (k->type != K_U64 && (v < k->min || v > k->max)) {
         char what[160];
-        if (k->max >= BIG) snprintf(what, sizeof what, "a value >= %g", k->min);
-        else snprintf(what, sizeof what, "a value in [%g, %g]", k->min, k->max);
+        if (k->max >= BIG) snprintf(what, sizeof what, "a value >= %.15g", k->min);
+        else snprintf(what, sizeof what, "a value in [%.15g, %.15g]", k->min, k->max);
         return bad_value(k, value, origin, what);
     }
     *out = v;
