@@ -261,6 +261,11 @@ sharc_status sharc_trainer_init(sharc_trainer **out, const sharc_config *cfg, sh
     /* model.init_from: a sharc weights file over the initialised parameters
      * (each rank reads its shards' ranges; the outcome is agreed) */
     st = t->cfg.init_from[0] ? sharc_weights_load(t->engine, t->cfg.init_from) : SHARC_OK;
+    if (st != SHARC_OK) {
+        char msg[1024];
+        snprintf(msg, sizeof msg, "%s", sharc_last_error());
+        st = sharc_error(st, "model.init_from: %s", msg);
+    }
     if ((st = agree(t->world, st)) != SHARC_OK) goto fail;
     st = sharc_adamw_init(&t->opt, t->engine, &t->cfg.optim);
     if ((st = agree(t->world, st)) != SHARC_OK) goto fail;
