@@ -396,3 +396,29 @@ TEST(config_errors_for_new_keys_and_aliases) {
                          cases[i].message);
     }
 }
+
+TEST(config_stage_keys_override_the_whole_file) {
+    const char *y = "training_stages:\n"
+                    "  a:\n    fsdp: {backward_prefetch: BACKWARD_POST}\n    preset: large_scale\n"
+                    "  b:\n    optim: {lr: 0.5}\n"
+                    "fsdp:\n  backward_prefetch: NONE\n  forward_prefetch: false\n"
+                    "optim:\n  lr: 0.25\n";
+    sharc_config c;
+    sharc_config_default(&c);
+    ASSERT_OK(sharc_config_load_string(&c, y, "s.yaml"));
+    ASSERT_EQ(c.fsdp.engine.backward_prefetch, SHARC_PREFETCH_NONE);
+    ASSERT_TRUE(c.optim.lr == 0.25f);
+    sharc_config_default(&c);
+    snprintf(c.stage, sizeof c.stage, "a");
+    ASSERT_OK(sharc_config_load_string(&c, y, "s.yaml"));
+    /* the preset inside the stage is applied after the stage's own key */
+    ASSERT_EQ(c.fsdp.engine.backward_prefetch, SHARC_BACKWARD_PRE);
+    ASSERT_TRUE(c.fsdp.engine.forward_prefetch);
+    ASSERT_TRUE(c.optim.lr == 0.25f);
+    sharc_config_default(&c);
+    snprintf(c.stage, sizeof c.stage, "b");
+    ASSERT_OK(sharc_config_load_string(&c, y, "s.yaml"));
+    ASSERT_TRUE(c.optim.lr == 0.5f);
+    ASSERT_EQ(c.fsdp.engine.backward_prefetch, SHARC_PREFETCH_NONE);
+    ASSERT_EQ(c.num_stages, 2);
+}

@@ -69,6 +69,7 @@ typedef struct {
      * `stage` selects the stage whose keys are applied ("" = none: they are
      * only checked); every stage name seen is listed in file order. */
     char stage[48];
+    int stage_pass;   /* loader: 0 all keys; 1 all but the selected stage's; 2 only the selected stage's */
     int num_stages;
     char stages[SHARC_MAX_STAGES][48];
     /* Accepted keys that have no effect here, one "key = value: why" per line

@@ -478,7 +478,15 @@ static sharc_status set_stage_key(sharc_config *c, const char *key, const char *
             return sharc_error(SHARC_ERR_INVALID, "%s: more than %d training stages", origin, SHARC_MAX_STAGES);
         snprintf(c->stages[c->num_stages++], sizeof c->stages[0], "%s", sname);
     }
-    if (strcmp(c->stage, sname) == 0) return sharc_config_set(c, dot + 1, value, origin);
+    if (strcmp(c->stage, sname) == 0) {
+        if (c->stage_pass == 1) return SHARC_OK; /* applied in pass 2, over the whole file */
+        int pass = c->stage_pass;
+        c->stage_pass = 0;
+        sharc_status st = sharc_config_set(c, dot + 1, value, origin);
+        c->stage_pass = pass;
+        return st;
+    }
+    if (c->stage_pass == 2) return SHARC_OK; /* checked in pass 1 */
     sharc_config *scratch = malloc(sizeof *scratch);
     if (!scratch) return sharc_error(SHARC_ERR_NOMEM, "config: out of memory");
     sharc_config_default(scratch);
@@ -488,6 +496,7 @@ static sharc_status set_stage_key(sharc_config *c, const char *key, const char *
 }
 
 sharc_status sharc_config_set(sharc_config *c, const char *key, const char *value, const char *origin) {
+    if (c->stage_pass == 2 && strncmp(key, "training_stages.", 16) != 0) return SHARC_OK;
     const key_def *k = find_key(key);
     if (k) return set_key(c, k, value, origin);
     if (!strcmp(key, "preset")) return sharc_config_apply_preset(c, value, origin);
@@ -629,7 +638,21 @@ static sharc_status parse_mapping(yaml_ctx *y, const char *prefix, int depth) {
     }
 }
 
+static sharc_status load_pass(sharc_config *c, const char *text, const char *origin);
+
+/* With a stage selected the text is read twice: the stage's keys override
+ * the rest of the file wherever they are written. */
 sharc_status sharc_config_load_string(sharc_config *c, const char *text, const char *origin) {
+    if (!c->stage[0] || c->stage_pass != 0) return load_pass(c, text, origin);
+    c->stage_pass = 1;
+    sharc_status st = load_pass(c, text, origin);
+    c->stage_pass = 2;
+    if (st == SHARC_OK) st = load_pass(c, text, origin);
+    c->stage_pass = 0;
+    return st;
+}
+
+static sharc_status load_pass(sharc_config *c, const char *text, const char *origin) {
     yaml_ctx y = {.c = c, .name = origin};
     if (!yaml_parser_initialize(&y.p)) return sharc_error(SHARC_ERR_NOMEM, "config: out of memory");
     yaml_parser_set_input_string(&y.p, (const unsigned char *)text, strlen(text));
