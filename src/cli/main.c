@@ -228,9 +228,12 @@ static int cmd_config(int argc, char **argv) {
     if (st == SHARC_OK) st = check_stage(&c);
     if (st != SHARC_OK) return fail(st);
     sharc_config_write_yaml(&c, stdout);
-    for (int i = 0; i < c.num_stages; i++)
-        fprintf(stdout, "%s training_stages.%s%s\n", i ? "" : "# stages (sharc config --stage NAME shows one):", c.stages[i],
-                strcmp(c.stages[i], c.stage) ? "" : " (shown)");
+    if (c.num_stages > 0) {
+        printf("# training_stages:");
+        for (int i = 0; i < c.num_stages; i++)
+            printf(" %s%s", c.stages[i], strcmp(c.stages[i], c.stage) ? "" : " (shown)");
+        printf("%s\n", c.stage[0] ? "" : " (sharc config --stage NAME shows one)");
+    }
     sharc_config_warnings(&c, print_warning, NULL);
     return 0;
 }
