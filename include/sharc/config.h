@@ -5,7 +5,13 @@
  * default, allowed range and help line; loading, overriding, validating and
  * printing all go through it, so a key exists in exactly one place.
  * Unknown keys, wrong types and out-of-range values are errors naming the
- * file, line, key, value and what is allowed. */
+ * file, line, key, value and what is allowed.
+ *
+ * Beside it, the alias tables of note [aliases] read the names users paste
+ * from FSDP1/FSDP2/Lightning/ROLL configs; `preset: NAME` applies a named
+ * set of keys; `training_stages.NAME.*` holds per-stage keys (applied when
+ * `stage` selects NAME). Accepted options that are not implemented are
+ * listed by sharc_config_warnings, never ignored silently. */
 #ifndef SHARC_CONFIG_H
 #define SHARC_CONFIG_H
 

@@ -139,12 +139,15 @@ static int cmd_train(int argc, char **argv, sharc_comm *world) {
             return fail(SHARC_ERR_INVALID);
         }
         snprintf(s.train.out_dir, sizeof s.train.out_dir, "%s", dir);
-        if (prev[0]) snprintf(s.init_from, sizeof s.init_from, "%s", prev);
+        if (prev[0]) memcpy(s.init_from, prev, sizeof s.init_from); /* prev fits: dir + "/model.safetensors" was checked */
         if (sharc_comm_rank(world) == 0)
             sharc_info("sharc: stage %d/%d '%s' in %s%s%s", k + 1, c.num_stages, c.stages[k], dir,
                        s.init_from[0] ? ", from " : "", s.init_from);
         if ((st = sharc_train_run(&s, world)) != SHARC_OK) return fail(st);
-        snprintf(prev, sizeof prev, "%s/model.safetensors", dir);
+        if (snprintf(prev, sizeof prev, "%s/model.safetensors", dir) >= (int)sizeof s.init_from) {
+            sharc_error(SHARC_ERR_INVALID, "train.out_dir: too long for stage '%s''s weights path", c.stages[k]);
+            return fail(SHARC_ERR_INVALID);
+        }
     }
     return 0;
 }
@@ -193,12 +196,14 @@ static int cmd_launch(int argc, char **argv) {
         }
         setenv("OMPI_MCA_btl_base_warn_component_unused", "0", 0);
     }
-    /* a sharc command word (train, ...) runs this same binary */
-    if (!strcmp(argv[i], "train") || !strcmp(argv[i], "config")) {
+    /* a sharc command word (train, config) or the bare name "sharc" runs this same binary */
+    bool word = !strcmp(argv[i], "train") || !strcmp(argv[i], "config");
+    if (word || !strcmp(argv[i], "sharc")) {
         ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
         if (len > 0) {
             self[len] = 0;
             av[k++] = self;
+            if (!word) i++;
         }
     }
     for (; i < argc; i++) av[k++] = argv[i];
