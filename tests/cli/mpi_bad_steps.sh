@@ -17,6 +17,13 @@ out=$(mpi 2 "$SHARC_BIN/sharc" train $common --train.out_dir=one 2>&1) || { echo
 grep -q "step 2: loss .*, grad norm nan: not finite; step skipped, no update (1 in a row, train.max_bad_steps = 3)" <<< "$out" ||
   { echo "$out"; exit 1; }
 grep -q "1 step skipped for a non-finite loss or grad norm" <<< "$out" && test -s one/model.safetensors || { echo "$out"; exit 1; }
+# train.threads = 0 on 2 unbound ranks of one node: the node's CPUs / 2 each (at least 1)
+if [ -z "${OMP_NUM_THREADS:-}" ]; then
+  avail=$(nproc); online=$(getconf _NPROCESSORS_ONLN)
+  if [ "$avail" -ge "$online" ]; then want=$(( avail / 2 )); else want=$avail; fi
+  [ "$want" -ge 1 ] || want=1
+  grep -q "2 ranks (FULL_SHARD: 2 shard x 1 replicate), $want threads each" <<< "$out" || { echo "expected $want threads: $out"; exit 1; }
+fi
 export SHARC_TEST_NAN=1:2,3
 out=$(mpi 2 "$SHARC_BIN/sharc" train $common --train.max_bad_steps=2 --train.out_dir=two 2>&1); rc=$?
 unset SHARC_TEST_NAN
