@@ -61,6 +61,10 @@ static const struct {
     {"no-limit-all-gathers", "fsdp.limit_all_gathers", "false"},
     {"use-orig-params", "fsdp.use_orig_params", "true"},
     {"no-use-orig-params", "fsdp.use_orig_params", "false"},
+    /* OpenRLHF's FSDP2 flags */
+    {"gradient_checkpointing", "fsdp.activation_checkpointing", "true"},
+    {"param_dtype", "fsdp.param_dtype", NULL},
+    {"micro_train_batch_size", "train.batch_size", NULL},
 };
 
 /* --config FILE, --section.key=value / --section.key value and the shorthand

@@ -307,7 +307,7 @@ static const struct {
     {"runtime", "train"}, {"model_args", "model"},
 };
 
-typedef enum { A_KEY, A_NOT, A_PRECISION, A_WRAP, A_NOTE } alias_kind;
+typedef enum { A_KEY, A_NOT, A_PRECISION, A_WRAP, A_NOTE, A_COUNT } alias_kind;
 
 typedef struct {
     const char *name;   /* after container rewriting */
@@ -332,6 +332,10 @@ static const alias_def aliases[] = {
     {"fsdp.apply_tiled_mlp", A_NOTE, NULL, "false", "not implemented: no tiled MLP"},
     {"fsdp.tiled_num_shards", A_NOTE, NULL, "!", "not implemented: no tiled MLP"},
     {"fsdp.strategy_name", A_NOTE, NULL, NULL, "sharc always trains with FSDP"},
+    /* MindSpeed-MM's fsdp2 config: how many units to prefetch (0 = off; sharc prefetches one) */
+    {"fsdp.num_to_forward_prefetch", A_COUNT, "fsdp.forward_prefetch", NULL, NULL},
+    {"fsdp.num_to_backward_prefetch", A_COUNT, "fsdp.backward_prefetch", NULL, NULL},
+    {"fsdp.sharding_size", A_KEY, "fsdp.fsdp_size", NULL, NULL},
     {"fsdp.enabled", A_NOTE, NULL, "true", "not implemented: sharc always shards (use fsdp.sharding_strategy: NO_SHARD for DDP)"},
     /* Lightning `distributed:` block: the launcher decides ranks */
     {"distributed.strategy", A_NOTE, NULL, "fsdp", "sharc always trains with FSDP; fsdp.sharding_strategy picks the variant"},
@@ -523,6 +527,16 @@ sharc_status sharc_config_set(sharc_config *c, const char *key, const char *valu
         return set_key(c, find_key(a->target), b ? "false" : "true", origin);
     }
     case A_PRECISION: return sharc_config_set_precision(c, value, origin);
+    case A_COUNT: {
+        /* a count of units to prefetch: 0 = none, 1 = sharc's one unit ahead, more warns */
+        char *end;
+        long n = strtol(value, &end, 10);
+        if (end == value || *end || n < 0)
+            return sharc_error(SHARC_ERR_INVALID, "%s: %s = '%s': expected a count >= 0", origin, key, value);
+        bool fwd = strcmp(a->target, "fsdp.forward_prefetch") == 0;
+        if (n > 1) add_note(c, key, value, "not implemented: sharc prefetches one unit ahead");
+        return set_key(c, find_key(a->target), n == 0 ? (fwd ? "false" : "NONE") : (fwd ? "true" : "BACKWARD_PRE"), origin);
+    }
     case A_WRAP: {
         static const struct {
             const char *from, *to;
@@ -776,6 +790,7 @@ void sharc_config_print_keys(FILE *f) {
         const alias_def *a = &aliases[i];
         if (a->kind == A_NOTE) fprintf(f, "  %-40s accepted: %s\n", a->name, a->why);
         else if (a->kind == A_PRECISION) fprintf(f, "  %-40s -> fsdp.param_dtype + fsdp.reduce_dtype (a precision name)\n", a->name);
+        else if (a->kind == A_COUNT) fprintf(f, "  %-40s -> %s (0: off, 1: one unit ahead; more warns)\n", a->name, a->target);
         else fprintf(f, "  %-40s -> %s%s\n", a->name, a->target, a->kind == A_NOT ? " (inverted)" : "");
     }
     fprintf(f, "\nPresets (preset: NAME or --preset NAME):\n");

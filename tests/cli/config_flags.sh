@@ -17,6 +17,14 @@ for want in "batch_size: 3" "grad_accum: 2" "param_dtype: bf16" "reduce_dtype: f
 done
 out=$("$S" config --activation-checkpoint --no-limit-all-gathers --precision 16-mixed 2>&1) || fail "$out"
 has "activation_checkpointing: true" "$out"; has "limit_all_gathers: 0" "$out"; has "param_dtype: fp16" "$out"
+# OpenRLHF's flags and MindSpeed-MM's fsdp2 prefetch counts
+out=$("$S" config --gradient_checkpointing --param_dtype bf16 --micro_train_batch_size 2 \
+      --fsdp_config.num_to_forward_prefetch=2 --fsdp_config.num_to_backward_prefetch=0 --fsdp_config.sharding_size=4 2>&1) || fail "$out"
+for want in "activation_checkpointing: true" "param_dtype: bf16" "batch_size: 2" "forward_prefetch: true" \
+            "backward_prefetch: NONE" "fsdp_size: 4" \
+            "warning: fsdp_config.num_to_forward_prefetch = '2': not implemented: sharc prefetches one unit ahead"; do
+  has "$want" "$out"
+done
 # presets: on the command line and in a file, keys after them win
 out=$("$S" config --preset large_scale --fsdp.forward_prefetch=false 2>&1) || fail "$out"
 has "backward_prefetch: BACKWARD_PRE" "$out"; has "forward_prefetch: false" "$out"; has "activation_checkpointing: true" "$out"
@@ -58,6 +66,7 @@ expect_fail "command line: --activation-checkpoint takes no value" "$S" config -
 expect_fail "command line --batch-size: train.batch_size = '0': expected a value in [1, 1048576]" "$S" config --batch-size 0
 expect_fail "preset = 'tiny': expected one of single_node, multi_node, large_scale" "$S" config --preset tiny
 expect_fail "command line --sharding: fsdp.sharding_strategy = 'ZERO3'" "$S" config --sharding ZERO3
+expect_fail "fsdp_config.num_to_backward_prefetch = 'x': expected a count >= 0" "$S" config --fsdp_config.num_to_backward_prefetch=x
 expect_fail "command line --stage: no stage 'stage9' in training_stages (0 defined)" "$S" config --stage stage9
 expect_fail "model.init_from" "$S" train $tiny --model.init_from=missing.safetensors --train.out_dir=nope
 test ! -e nope || fail "a failed run left files behind"
