@@ -10,6 +10,14 @@ if [ ! -s data/kjv.txt ]; then
   bible -f 'Gen1:1-Rev22:21' > data/kjv.txt.tmp
   mv data/kjv.txt.tmp data/kjv.txt
 fi
-"$build/sharc" train "${@:2}"
+# two ranks (one per core of the reference machine) through `sharc launch`,
+# which adds the mpirun flags this machine needs; 8 sequences per rank keep
+# the global batch of the one-process default (16). RANKS=1 for one process.
+ranks=${RANKS:-2}
+if [ "$ranks" -gt 1 ]; then
+  "$build/sharc" launch -n "$ranks" "$build/sharc" train --train.batch_size=$((16 / ranks)) "${@:2}"
+else
+  "$build/sharc" train "${@:2}"
+fi
 echo "--- sample from runs/kjv/model.safetensors ---"
 "$build/sharc" generate --checkpoint runs/kjv --prompt "And God said" --tokens 300

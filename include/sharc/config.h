@@ -5,7 +5,13 @@
  * default, allowed range and help line; loading, overriding, validating and
  * printing all go through it, so a key exists in exactly one place.
  * Unknown keys, wrong types and out-of-range values are errors naming the
- * file, line, key, value and what is allowed. */
+ * file, line, key, value and what is allowed.
+ *
+ * Beside it, the alias tables of note [aliases] read the names users paste
+ * from FSDP1/FSDP2/Lightning/ROLL configs; `preset: NAME` applies a named
+ * set of keys; `training_stages.NAME.*` holds per-stage keys (applied when
+ * `stage` selects NAME). Accepted options that are not implemented are
+ * listed by sharc_config_warnings, never ignored silently. */
 #ifndef SHARC_CONFIG_H
 #define SHARC_CONFIG_H
 
@@ -44,12 +50,20 @@ typedef struct {
     int threads;      /* 0: the CPUs this process may use */
     char out_dir[SHARC_PATH_MAX];
     char metrics_path[SHARC_PATH_MAX]; /* "" = out_dir/metrics.jsonl */
+    float epochs;      /* > 0: max_steps = ceil(epochs * windows / sequences per step) (trainer) */
+    int timeout;       /* step watchdog: seconds without progress before every rank reports and exits (0: off) */
+    int max_bad_steps; /* stop after this many non-finite steps in a row */
 } sharc_train_config;
 
 typedef struct {
     sharc_fsdp_config engine; /* sharding_strategy, fsdp_size, dtypes, prefetch, ... */
     bool activation_checkpointing;
+    bool cpu_offload;     /* accepted, not implemented: a warning at start (sharc_config_warnings) */
+    bool use_orig_params; /* accepted from FSDP1 configs; no meaning here */
+    int wrap_policy;      /* 0 transformer_block (the only one implemented), 1 size, 2 none */
 } sharc_fsdp_options;
+
+#define SHARC_MAX_STAGES 16
 
 typedef struct {
     sharc_model_config model;
@@ -58,6 +72,17 @@ typedef struct {
     sharc_train_config train;
     sharc_fsdp_options fsdp;
     sharc_ckpt_config ckpt;
+    char init_from[SHARC_PATH_MAX]; /* model.init_from: sharc weights loaded after initialisation ("" = none) */
+    /* Loader state (not keys). Multi-stage files (training_stages.NAME.*):
+     * `stage` selects the stage whose keys are applied ("" = none: they are
+     * only checked); every stage name seen is listed in file order. */
+    char stage[48];
+    int stage_pass;   /* loader: 0 all keys; 1 all but the selected stage's; 2 only the selected stage's */
+    int num_stages;
+    char stages[SHARC_MAX_STAGES][48];
+    /* Accepted keys that have no effect here, one "key = value: why" per line
+     * (printed by sharc_config_warnings). */
+    char notes[2048];
 } sharc_config;
 
 /* The built-in defaults (the job `make run` trains). */
@@ -75,8 +100,19 @@ sharc_status sharc_config_validate(sharc_config *c);
 void sharc_config_write_yaml(const sharc_config *c, FILE *f);
 /* Same, into a malloc'd string. */
 char *sharc_config_to_yaml(const sharc_config *c);
-/* Print every key with its type and help line. */
+/* Print every key with its type and help line (and the aliases and presets). */
 void sharc_config_print_keys(FILE *f);
+
+/* Every accepted option that is not implemented or has no effect (cpu_offload,
+ * offload_policy, a wrap policy other than one unit per block, launcher keys,
+ * ...), one line each naming the key, through `emit`; returns the count. The
+ * trainer prints them once on rank 0 at start. */
+int sharc_config_warnings(const sharc_config *c, void (*emit)(const char *line, void *ctx), void *ctx);
+/* Map a precision name (fp32, bf16, bf16-mixed, bf16-true, 16-mixed, fp16,
+ * ...) to fsdp.param_dtype / fsdp.reduce_dtype. */
+sharc_status sharc_config_set_precision(sharc_config *c, const char *value, const char *origin);
+/* Apply a named preset (single_node, multi_node, large_scale). */
+sharc_status sharc_config_apply_preset(sharc_config *c, const char *name, const char *origin);
 
 #ifdef __cplusplus
 }

@@ -7,6 +7,7 @@
 #ifndef SHARC_TRAIN_H
 #define SHARC_TRAIN_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "sharc/alloc.h"
@@ -35,6 +36,7 @@ typedef struct {
     sharc_comm_stats comm; /* this rank's collectives during the step, all groups */
     sharc_mem_stats mem;  /* this rank's memory: current and peak of the step */
     int64_t gathered_peak;
+    bool skipped;         /* non-finite loss or grad norm (agreed): no update (note [bad-steps] in trainer.c) */
 } sharc_step_stats;
 
 typedef struct sharc_trainer sharc_trainer;

@@ -16,7 +16,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <errno.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #define SHARC_VERSION "0.1.0"
 
@@ -25,7 +27,11 @@ static void usage(FILE *f) {
             "sharc " SHARC_VERSION ": fully sharded data-parallel training of GPT-2 and Llama models\n"
             "\n"
             "usage:\n"
-            "  sharc train [--config FILE.yaml] [--section.key=value ...]\n"
+            "  sharc train [--config FILE.yaml|.json] [--preset NAME] [--section.key=value ...]\n"
+            "              [--batch-size N] [--grad-accum N] [--precision P] [--sharding S] [--epochs E]\n"
+            "              [--[no-]activation-checkpoint] [--[no-]limit-all-gathers] [--resume] [--ckpt-dir D]\n"
+            "              [--stage NAME]   (multi-stage files: run only that stage)\n"
+            "  sharc launch -n N [--] sharc train ...   run N ranks under mpirun with the right flags\n"
             "  sharc generate --checkpoint DIR|FILE [--prompt TEXT] [--tokens N]\n"
             "                 [--temperature T] [--top-k K] [--seed S] [--threads K]\n"
             "  sharc config [--config FILE.yaml] [--section.key=value ...]   print the resolved config\n"
@@ -39,9 +45,38 @@ static int fail(sharc_status st) {
     return st == SHARC_ERR_INVALID ? 2 : 1;
 }
 
-/* --config FILE and --section.key=value / --section.key value, in order. */
-static sharc_status parse_config_args(int argc, char **argv, sharc_config *c) {
+/* The seeds' shorthand flags (README "Shorthand flags"): flag -> key. A
+ * NULL value means a switch (no value). */
+static const struct {
+    const char *flag, *key, *value;
+} shorthands[] = {
+    {"batch-size", "train.batch_size", NULL},       {"grad-accum", "train.grad_accum", NULL},
+    {"precision", "train.precision", NULL},         {"sharding", "fsdp.sharding_strategy", NULL},
+    {"epochs", "train.epochs", NULL},               {"max-steps", "train.max_steps", NULL},
+    {"lr", "optim.lr", NULL},                       {"out-dir", "train.out_dir", NULL},
+    {"resume", "ckpt.resume", NULL},                {"ckpt-dir", "ckpt.dir", NULL},
+    {"auto-wrap", "fsdp.auto_wrap_policy", NULL},   {"preset", "preset", NULL},
+    {"fsdp-config", "preset", NULL},                {"init-from", "model.init_from", NULL},
+    {"activation-checkpoint", "fsdp.activation_checkpointing", "true"},
+    {"no-activation-checkpoint", "fsdp.activation_checkpointing", "false"},
+    {"limit-all-gathers", "fsdp.limit_all_gathers", "true"},
+    {"no-limit-all-gathers", "fsdp.limit_all_gathers", "false"},
+    {"use-orig-params", "fsdp.use_orig_params", "true"},
+    {"no-use-orig-params", "fsdp.use_orig_params", "false"},
+    /* OpenRLHF's FSDP2 flags */
+    {"gradient_checkpointing", "fsdp.activation_checkpointing", "true"},
+    {"param_dtype", "fsdp.param_dtype", NULL},
+    {"micro_train_batch_size", "train.batch_size", NULL},
+};
+
+/* --config FILE, --section.key=value / --section.key value and the shorthand
+ * flags, in order; `stage` selects training_stages.STAGE ("" = none). */
+static sharc_status parse_config_args(int argc, char **argv, sharc_config *c, const char *stage) {
     sharc_config_default(c);
+    snprintf(c->stage, sizeof c->stage, "%s", stage ? stage : "");
+    for (int i = 0; i < argc; i++) /* --stage applies to the whole file, wherever it is written */
+        if (!strcmp(argv[i], "--stage") && i + 1 < argc) snprintf(c->stage, sizeof c->stage, "%s", argv[i + 1]);
+        else if (!strncmp(argv[i], "--stage=", 8)) snprintf(c->stage, sizeof c->stage, "%s", argv[i] + 8);
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         if (strncmp(a, "--", 2) != 0)
@@ -49,33 +84,149 @@ static sharc_status parse_config_args(int argc, char **argv, sharc_config *c) {
         a += 2;
         const char *eq = strchr(a, '=');
         char key[256];
-        const char *value;
-        if (eq) {
-            snprintf(key, sizeof key, "%.*s", (int)(eq - a), a);
+        const char *value = NULL;
+        snprintf(key, sizeof key, "%.*s", eq ? (int)(eq - a) : (int)strlen(a), a);
+        int sh = -1;
+        for (int j = 0; j < (int)(sizeof shorthands / sizeof shorthands[0]); j++)
+            if (strcmp(key, shorthands[j].flag) == 0) sh = j;
+        if (sh >= 0 && shorthands[sh].value) {
+            if (eq) return sharc_error(SHARC_ERR_INVALID, "command line: --%s takes no value", key);
+            value = shorthands[sh].value;
+        } else if (eq) {
             value = eq + 1;
+        } else if (sh >= 0 && !strcmp(key, "resume") && (i + 1 >= argc || !strncmp(argv[i + 1], "--", 2))) {
+            value = "true"; /* a bare --resume */
         } else {
             if (i + 1 >= argc)
                 return sharc_error(SHARC_ERR_INVALID, "command line: --%s needs a value", a);
-            snprintf(key, sizeof key, "%s", a);
             value = argv[++i];
         }
+        char origin[300];
+        snprintf(origin, sizeof origin, "command line --%s", key);
         if (strcmp(key, "config") == 0) {
             SHARC_TRY(sharc_config_load_file(c, value));
+        } else if (strcmp(key, "stage") == 0) {
+            /* read above */
         } else {
-            char origin[300];
-            snprintf(origin, sizeof origin, "command line --%s", key);
-            SHARC_TRY(sharc_config_set(c, key, value, origin));
+            SHARC_TRY(sharc_config_set(c, sh >= 0 ? shorthands[sh].key : key, value, origin));
         }
     }
     return sharc_config_validate(c);
 }
 
+/* A stage NAME given with --stage must be one the file defines. */
+static sharc_status check_stage(const sharc_config *c) {
+    if (!c->stage[0]) return SHARC_OK;
+    for (int i = 0; i < c->num_stages; i++)
+        if (!strcmp(c->stages[i], c->stage)) return SHARC_OK;
+    return sharc_error(SHARC_ERR_INVALID, "command line --stage: no stage '%s' in training_stages (%d defined)",
+                       c->stage, c->num_stages);
+}
+
+/* Multi-stage configs (training_stages.NAME.*): the stages run in file
+ * order, stage k in out_dir/NAME, each after the first starting from the
+ * previous stage's final weights (model.init_from). */
 static int cmd_train(int argc, char **argv, sharc_comm *world) {
     sharc_config c;
-    sharc_status st = parse_config_args(argc, argv, &c);
+    sharc_status st = parse_config_args(argc, argv, &c, NULL);
+    if (st == SHARC_OK) st = check_stage(&c);
     if (st != SHARC_OK) return fail(st);
-    st = sharc_train_run(&c, world);
-    return st == SHARC_OK ? 0 : fail(st);
+    if (c.num_stages == 0 || c.stage[0]) {
+        st = sharc_train_run(&c, world);
+        return st == SHARC_OK ? 0 : fail(st);
+    }
+    char prev[SHARC_PATH_MAX + 64] = "";
+    for (int k = 0; k < c.num_stages; k++) {
+        sharc_config s;
+        if ((st = parse_config_args(argc, argv, &s, c.stages[k])) != SHARC_OK) return fail(st);
+        char dir[SHARC_PATH_MAX];
+        if (snprintf(dir, sizeof dir, "%s/%s", s.train.out_dir, c.stages[k]) >= (int)sizeof dir) {
+            sharc_error(SHARC_ERR_INVALID, "train.out_dir: too long with stage '%s'", c.stages[k]);
+            return fail(SHARC_ERR_INVALID);
+        }
+        snprintf(s.train.out_dir, sizeof s.train.out_dir, "%s", dir);
+        if (prev[0]) memcpy(s.init_from, prev, sizeof s.init_from); /* prev fits: dir + "/model.safetensors" was checked */
+        if (sharc_comm_rank(world) == 0)
+            sharc_info("sharc: stage %d/%d '%s' in %s%s%s", k + 1, c.num_stages, c.stages[k], dir,
+                       s.init_from[0] ? ", from " : "", s.init_from);
+        if ((st = sharc_train_run(&s, world)) != SHARC_OK) return fail(st);
+        if (snprintf(prev, sizeof prev, "%s/model.safetensors", dir) >= (int)sizeof s.init_from) {
+            sharc_error(SHARC_ERR_INVALID, "train.out_dir: too long for stage '%s''s weights path", c.stages[k]);
+            return fail(SHARC_ERR_INVALID);
+        }
+    }
+    return 0;
+}
+
+/* sharc launch -n N CMD...: mpirun with the flags this machine needs. */
+static int cmd_launch(int argc, char **argv) {
+    int n = 0, i = 0;
+    for (; i < argc; i++) {
+        if ((!strcmp(argv[i], "-n") || !strcmp(argv[i], "-np")) && i + 1 < argc) n = atoi(argv[++i]);
+        else if (!strncmp(argv[i], "-n=", 3)) n = atoi(argv[i] + 3);
+        else if (!strcmp(argv[i], "--")) { i++; break; }
+        else break;
+    }
+    if (n < 1 || i >= argc) {
+        sharc_error(SHARC_ERR_INVALID, "launch: usage: sharc launch -n N [--] COMMAND [ARGS...] (N >= 1)");
+        return fail(SHARC_ERR_INVALID);
+    }
+    int cores = sharc_cpus_available();
+    bool openmpi = false;
+    FILE *p = popen("mpirun --version 2>&1", "r");
+    if (p) {
+        char line[256];
+        while (fgets(line, sizeof line, p)) openmpi |= strstr(line, "Open MPI") != NULL || strstr(line, "OpenRTE") != NULL;
+        pclose(p);
+    }
+    char **av = calloc((size_t)(argc + 16), sizeof(char *));
+    char nbuf[16], pe[64], self[4096];
+    int k = 0;
+    av[k++] = "mpirun";
+    snprintf(nbuf, sizeof nbuf, "%d", n);
+    av[k++] = "-n";
+    av[k++] = nbuf;
+    if (openmpi) {
+        if (geteuid() == 0) av[k++] = "--allow-run-as-root";
+        if (n > cores) {
+            av[k++] = "--oversubscribe";
+            av[k++] = "--bind-to";
+            av[k++] = "none";
+        } else {
+            /* each rank gets cores/n whole cores; its threads default to them (train.threads = 0) */
+            snprintf(pe, sizeof pe, "slot:PE=%d", cores / n);
+            av[k++] = "--map-by";
+            av[k++] = pe;
+            av[k++] = "--bind-to";
+            av[k++] = "core";
+        }
+        setenv("OMPI_MCA_btl_base_warn_component_unused", "0", 0);
+    }
+    /* a sharc command word (train, config) or the bare name "sharc" runs this same binary */
+    bool word = !strcmp(argv[i], "train") || !strcmp(argv[i], "config");
+    if (word || !strcmp(argv[i], "sharc")) {
+        ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
+        if (len > 0) {
+            self[len] = 0;
+            av[k++] = self;
+            if (!word) i++;
+        }
+    }
+    for (; i < argc; i++) av[k++] = argv[i];
+    av[k] = NULL;
+    fprintf(stderr, "sharc launch:");
+    for (int j = 0; j < k; j++) fprintf(stderr, " %s", av[j]);
+    fprintf(stderr, "\n");
+    fflush(stderr);
+    execvp("mpirun", av);
+    sharc_error(SHARC_ERR_UNSUPPORTED, "launch: cannot run mpirun: %s; install Open MPI (make deps does)", strerror(errno));
+    free(av);
+    return fail(SHARC_ERR_UNSUPPORTED);
+}
+
+static void print_warning(const char *line, void *ctx) {
+    (void)ctx;
+    sharc_warn("%s", line);
 }
 
 static int cmd_config(int argc, char **argv) {
@@ -84,9 +235,17 @@ static int cmd_config(int argc, char **argv) {
         return 0;
     }
     sharc_config c;
-    sharc_status st = parse_config_args(argc, argv, &c);
+    sharc_status st = parse_config_args(argc, argv, &c, NULL);
+    if (st == SHARC_OK) st = check_stage(&c);
     if (st != SHARC_OK) return fail(st);
     sharc_config_write_yaml(&c, stdout);
+    if (c.num_stages > 0) {
+        printf("# training_stages:");
+        for (int i = 0; i < c.num_stages; i++)
+            printf(" %s%s", c.stages[i], strcmp(c.stages[i], c.stage) ? "" : " (shown)");
+        printf("%s\n", c.stage[0] ? "" : " (sharc config --stage NAME shows one)");
+    }
+    sharc_config_warnings(&c, print_warning, NULL);
     return 0;
 }
 
@@ -201,6 +360,7 @@ int main(int argc, char **argv) {
         sharc_comm_world_finalize(world);
         return rc;
     }
+    if (!strcmp(cmd, "launch")) return cmd_launch(argc - 2, argv + 2);
     if (!strcmp(cmd, "generate")) return cmd_generate(argc - 2, argv + 2);
     if (!strcmp(cmd, "config")) return cmd_config(argc - 2, argv + 2);
     if (!strcmp(cmd, "ckpt")) return cmd_ckpt(argc - 2, argv + 2);

@@ -1,6 +1,7 @@
 /* comm.c: the collective dispatcher (sharc/comm.h): argument checks,
  * statistics, requests, and the choice of backend for the world. */
 #include "comm_impl.h"
+#include "sharc/activity.h"
 #include "sharc/log.h"
 
 #include <stdlib.h>
@@ -98,7 +99,9 @@ static sharc_status do_allgather(sharc_comm *c, const void *send, void *recv, si
         return sharc_error(SHARC_ERR_INVALID, "comm: all-gather buffers overlap (collectives are out of place)");
     double t0 = now();
     void *h = NULL;
+    sharc_activity_coll_begin(sharc_coll_kind_name(SHARC_COLL_ALLGATHER), c->size);
     sharc_status st = c->vt->allgather(c, send, recv, count, dt, req ? &h : NULL);
+    sharc_activity_coll_end();
     return finish(c, SHARC_COLL_ALLGATHER, (int64_t)(count * es), t0, st, h, req);
 }
 
@@ -110,7 +113,9 @@ static sharc_status do_reduce_scatter(sharc_comm *c, const void *send, void *rec
         return sharc_error(SHARC_ERR_INVALID, "comm: reduce-scatter buffers overlap (collectives are out of place)");
     double t0 = now();
     void *h = NULL;
+    sharc_activity_coll_begin(sharc_coll_kind_name(SHARC_COLL_REDUCE_SCATTER), c->size);
     sharc_status st = c->vt->reduce_scatter(c, send, recv, count, dt, op, req ? &h : NULL);
+    sharc_activity_coll_end();
     return finish(c, SHARC_COLL_REDUCE_SCATTER, (int64_t)(count * es * (size_t)c->size), t0, st, h, req);
 }
 
@@ -122,7 +127,9 @@ static sharc_status do_allreduce(sharc_comm *c, const void *send, void *recv, si
         return sharc_error(SHARC_ERR_INVALID, "comm: all-reduce buffers partly overlap");
     double t0 = now();
     void *h = NULL;
+    sharc_activity_coll_begin(sharc_coll_kind_name(SHARC_COLL_ALLREDUCE), c->size);
     sharc_status st = c->vt->allreduce(c, send, recv, count, dt, op, req ? &h : NULL);
+    sharc_activity_coll_end();
     return finish(c, SHARC_COLL_ALLREDUCE, (int64_t)(count * es), t0, st, h, req);
 }
 
@@ -158,14 +165,20 @@ sharc_status sharc_comm_broadcast(sharc_comm *c, void *buf, size_t count, sharc_
     if (root < 0 || root >= c->size)
         return sharc_error(SHARC_ERR_INVALID, "comm: broadcast root %d outside [0, %d)", root, c->size);
     double t0 = now();
-    SHARC_TRY(c->vt->broadcast(c, buf, count, dt, root));
+    sharc_activity_coll_begin("broadcast", c->size);
+    sharc_status st = c->vt->broadcast(c, buf, count, dt, root);
+    sharc_activity_coll_end();
+    SHARC_TRY(st);
     account(c, SHARC_COLL_BROADCAST, (int64_t)(count * sharc_dtype_size(dt)), now() - t0);
     return SHARC_OK;
 }
 
 sharc_status sharc_comm_barrier(sharc_comm *c) {
     double t0 = now();
-    SHARC_TRY(c->vt->barrier(c));
+    sharc_activity_coll_begin("barrier", c->size);
+    sharc_status st = c->vt->barrier(c);
+    sharc_activity_coll_end();
+    SHARC_TRY(st);
     account(c, SHARC_COLL_BARRIER, 0, now() - t0);
     return SHARC_OK;
 }
@@ -173,7 +186,9 @@ sharc_status sharc_comm_barrier(sharc_comm *c) {
 sharc_status sharc_comm_wait(sharc_comm_request *r) {
     if (!r) return SHARC_OK;
     double t0 = now();
+    sharc_activity_coll_begin(sharc_coll_kind_name(r->kind), r->comm->size);
     sharc_status st = r->impl ? r->comm->vt->wait(r->comm, r->impl) : SHARC_OK;
+    sharc_activity_coll_end();
     r->comm->stats.seconds[r->kind] += now() - t0;
     free(r);
     return st;
@@ -225,7 +240,10 @@ void sharc_comm_use_shared_memory(sharc_comm *c, bool on) {
 
 sharc_status sharc_comm_shared_sync(sharc_comm *c, sharc_comm_shared *s) {
     double t0 = now();
-    SHARC_TRY(c->vt->shared_sync(c, s));
+    sharc_activity_coll_begin("shared-memory barrier", c->size);
+    sharc_status st = c->vt->shared_sync(c, s);
+    sharc_activity_coll_end();
+    SHARC_TRY(st);
     account(c, SHARC_COLL_BARRIER, 0, now() - t0);
     return SHARC_OK;
 }

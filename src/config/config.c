@@ -29,6 +29,7 @@ static const char *const lr_decays[] = {"cosine", "linear", "constant", NULL};
 static const char *const token_formats[] = {"auto", "u16", "u32", "llmc", "text", NULL};
 static const char *const strategies[] = {"FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD", NULL};
 static const char *const prefetches[] = {"NONE", "BACKWARD_PRE", "BACKWARD_POST", NULL};
+static const char *const wrap_policies[] = {"transformer_block", "size", "none", NULL};
 
 #define OFF(f) offsetof(sharc_config, f)
 #define BIG 1e18
@@ -46,6 +47,7 @@ static const key_def keys[] = {
     {"model.rope_theta", K_FLOAT, OFF(model.rope_theta), 0, BIG, NULL, "RoPE base (llama)"},
     {"model.init_std", K_FLOAT, OFF(model.init_std), 0, 10, NULL, "std of normal weight init (residual outputs / sqrt(2L))"},
     {"model.tie_embeddings", K_BOOL, OFF(model.tie_embeddings), 0, 0, NULL, "LM head shares the token embedding"},
+    {"model.init_from", K_STR, OFF(init_from), 0, 0, NULL, "sharc weights file (model.safetensors) loaded after initialisation"},
 
     {"data.path", K_STR, OFF(data.path), 0, 0, NULL, "training token file or UTF-8 text"},
     {"data.val_path", K_STR, OFF(data.val_path), 0, 0, NULL, "validation token file (optional)"},
@@ -74,6 +76,9 @@ static const key_def keys[] = {
     {"train.threads", K_INT, OFF(train.threads), 0, 4096, NULL, "threads per process (0: its CPUs)"},
     {"train.out_dir", K_STR, OFF(train.out_dir), 0, 0, NULL, "run directory: metrics, config, final weights"},
     {"train.metrics_path", K_STR, OFF(train.metrics_path), 0, 0, NULL, "JSON-lines metrics file (default out_dir/metrics.jsonl)"},
+    {"train.epochs", K_FLOAT, OFF(train.epochs), 0, 1e9, NULL, "passes over the data (> 0: sets max_steps = ceil(epochs * windows / sequences per step))"},
+    {"train.timeout", K_INT, OFF(train.timeout), 0, INT_MAX, NULL, "step watchdog: seconds without progress before every rank reports and exits (0: off)"},
+    {"train.max_bad_steps", K_INT, OFF(train.max_bad_steps), 1, INT_MAX, NULL, "stop after this many non-finite (skipped) steps in a row"},
 
     {"fsdp.sharding_strategy", K_ENUM, OFF(fsdp.engine.strategy), 0, 0, strategies, "FULL_SHARD, SHARD_GRAD_OP, NO_SHARD or HYBRID_SHARD"},
     {"fsdp.fsdp_size", K_INT, OFF(fsdp.engine.fsdp_size), 0, 1 << 24, NULL, "HYBRID_SHARD shard-group size (>= world or <= 1: plain FSDP)"},
@@ -91,6 +96,9 @@ static const key_def keys[] = {
     {"ckpt.keep", K_INT, OFF(ckpt.keep), 1, INT_MAX, NULL, "newest checkpoints kept"},
     {"ckpt.async", K_BOOL, OFF(ckpt.async), 0, 0, NULL, "write checkpoints in the background from a copy in memory"},
     {"ckpt.resume", K_STR, OFF(ckpt.resume), 0, 0, NULL, "none, auto (newest valid checkpoint) or a checkpoint path"},
+    {"fsdp.cpu_offload", K_BOOL, OFF(fsdp.cpu_offload), 0, 0, NULL, "accepted, not implemented (warns): state already lives in host memory"},
+    {"fsdp.use_orig_params", K_BOOL, OFF(fsdp.use_orig_params), 0, 0, NULL, "accepted for FSDP1 configs; no effect (parameters keep their names and shapes)"},
+    {"fsdp.wrap_policy", K_ENUM, OFF(fsdp.wrap_policy), 0, 0, wrap_policies, "transformer_block (one unit per block; others warn)"},
 };
 #define NKEYS ((int)(sizeof keys / sizeof keys[0]))
 
@@ -117,6 +125,8 @@ void sharc_config_default(sharc_config *c) {
     c->train.seed = 1;
     c->train.log_every = 10;
     snprintf(c->train.out_dir, sizeof c->train.out_dir, "runs/kjv");
+    c->train.timeout = 600;
+    c->train.max_bad_steps = 3;
     sharc_fsdp_config_default(&c->fsdp.engine);
     c->ckpt.keep = 2;
     snprintf(c->ckpt.resume, sizeof c->ckpt.resume, "none");
@@ -145,6 +155,8 @@ static const key_def *find_key(const char *name) {
     return NULL;
 }
 
+static const char *closest_alias(const char *name, int *bd);
+
 static sharc_status unknown_key(const char *name, const char *origin) {
     const char *best = NULL;
     int bd = 4;
@@ -155,6 +167,8 @@ static sharc_status unknown_key(const char *name, const char *origin) {
             best = keys[i].name;
         }
     }
+    const char *alias = closest_alias(name, &bd);
+    if (alias) best = alias;
     if (best)
         return sharc_error(SHARC_ERR_INVALID, "%s: unknown key '%s'; did you mean '%s'? (sharc config --keys lists them)",
                            origin, name, best);
@@ -175,8 +189,8 @@ static sharc_status parse_number(const key_def *k, const char *value, const char
     }
     if (k->type != K_U64 && (v < k->min || v > k->max)) {
         char what[160];
-        if (k->max >= BIG) snprintf(what, sizeof what, "a value >= %g", k->min);
-        else snprintf(what, sizeof what, "a value in [%g, %g]", k->min, k->max);
+        if (k->max >= BIG) snprintf(what, sizeof what, "a value >= %.15g", k->min);
+        else snprintf(what, sizeof what, "a value in [%.15g, %.15g]", k->min, k->max);
         return bad_value(k, value, origin, what);
     }
     *out = v;
@@ -278,10 +292,284 @@ static sharc_status set_key(sharc_config *c, const key_def *k, const char *value
     return SHARC_ERR_INTERNAL;
 }
 
+/* ------------------------------------------------------------ aliases
+ *
+ * Note [aliases]. Users paste their FSDP1 / FSDP2 / Lightning / ROLL knobs.
+ * A key that is not in `keys` is resolved in two steps:
+ *  1. containers: a known wrapper anywhere in the dotted name is replaced by
+ *     the sharc section it means, dropping everything before it
+ *     ("actor_train.strategy_args.strategy_config.fsdp_size" -> "fsdp.fsdp_size",
+ *     "training_stages.stage1.distributed.fsdp.cpu_offload" after the stage
+ *     prefix -> "fsdp.cpu_offload");
+ *  2. the result is looked up in `keys`, then in `aliases`: a rename, an
+ *     inverted bool, a precision name, a wrap-policy name, or a key accepted
+ *     without effect (recorded in c->notes with why, and printed as a warning
+ *     at start unless its value is the harmless one). */
+
+static const struct {
+    const char *from, *to;
+} containers[] = {
+    /* longest first */
+    {"strategy_args.strategy_config", "fsdp"}, {"distributed.fsdp", "fsdp"}, {"strategy_config", "fsdp"},
+    {"strategy_args", "fsdp"}, {"fsdp_config", "fsdp"}, {"training_args", "train"}, {"training", "train"},
+    {"runtime", "train"}, {"model_args", "model"},
+};
+
+typedef enum { A_KEY, A_NOT, A_PRECISION, A_WRAP, A_NOTE, A_COUNT } alias_kind;
+
+typedef struct {
+    const char *name;   /* after container rewriting */
+    alias_kind kind;
+    const char *target; /* A_KEY/A_NOT/A_WRAP: the key set */
+    const char *quiet;  /* A_NOTE: the value that needs no warning (NULL: any value is quiet; "!": never quiet) */
+    const char *why;    /* A_NOTE: the reason printed */
+} alias_def;
+
+static const alias_def aliases[] = {
+    /* FSDP2 / ROLL strategy_config */
+    {"fsdp.offload_policy", A_KEY, "fsdp.cpu_offload", NULL, NULL},
+    {"fsdp.auto_wrap_policy", A_WRAP, "fsdp.wrap_policy", NULL, NULL},
+    {"fsdp.mixed_precision", A_PRECISION, NULL, NULL, NULL},
+    {"fsdp.precision", A_PRECISION, NULL, NULL, NULL},
+    {"fsdp.sharding", A_KEY, "fsdp.sharding_strategy", NULL, NULL},
+    {"fsdp.wrap_policy.transformer_layer_cls_to_wrap", A_NOTE, NULL, NULL, "sharc always makes one unit per transformer block"},
+    {"fsdp.wrap_policy.wrap_embeddings", A_NOTE, NULL, "true", "not implemented: sharc always gives the embeddings their own unit"},
+    {"fsdp.wrap_policy.wrap_lm_output", A_NOTE, NULL, "true", "not implemented: sharc always gives the final norm and LM head their own unit"},
+    {"fsdp.wrap_policy.moe_experts", A_NOTE, NULL, "!", "not implemented: sharc's models have no MoE experts"},
+    {"fsdp.apply_expert_patch", A_NOTE, NULL, "false", "not implemented: sharc's models have no MoE experts"},
+    {"fsdp.apply_tiled_mlp", A_NOTE, NULL, "false", "not implemented: no tiled MLP"},
+    {"fsdp.tiled_num_shards", A_NOTE, NULL, "!", "not implemented: no tiled MLP"},
+    {"fsdp.strategy_name", A_NOTE, NULL, NULL, "sharc always trains with FSDP"},
+    /* MindSpeed-MM's fsdp2 config: how many units to prefetch (0 = off; sharc prefetches one) */
+    {"fsdp.num_to_forward_prefetch", A_COUNT, "fsdp.forward_prefetch", NULL, NULL},
+    {"fsdp.num_to_backward_prefetch", A_COUNT, "fsdp.backward_prefetch", NULL, NULL},
+    {"fsdp.sharding_size", A_KEY, "fsdp.fsdp_size", NULL, NULL},
+    {"fsdp.enabled", A_NOTE, NULL, "true", "not implemented: sharc always shards (use fsdp.sharding_strategy: NO_SHARD for DDP)"},
+    /* Lightning `distributed:` block: the launcher decides ranks */
+    {"distributed.strategy", A_NOTE, NULL, "fsdp", "sharc always trains with FSDP; fsdp.sharding_strategy picks the variant"},
+    {"distributed.num_nodes", A_NOTE, NULL, "!", "no effect: ranks and nodes come from the launcher (sharc launch -n N, mpirun, srun)"},
+    {"distributed.devices", A_NOTE, NULL, "!", "no effect: ranks and nodes come from the launcher (sharc launch -n N, mpirun, srun)"},
+    {"distributed.sync_batchnorm", A_NOTE, NULL, "false", "not implemented: sharc's models have no batch norm"},
+    /* trainer arguments (training:, training_args:, runtime:, model_args:) */
+    {"train.gradient_accumulation_steps", A_KEY, "train.grad_accum", NULL, NULL},
+    {"train.per_device_train_batch_size", A_KEY, "train.batch_size", NULL, NULL},
+    {"train.micro_train_batch_size", A_KEY, "train.batch_size", NULL, NULL},
+    {"train.num_train_epochs", A_KEY, "train.epochs", NULL, NULL},
+    {"train.learning_rate", A_KEY, "optim.lr", NULL, NULL},
+    {"train.weight_decay", A_KEY, "optim.weight_decay", NULL, NULL},
+    {"train.warmup_steps", A_KEY, "optim.warmup_steps", NULL, NULL},
+    {"train.max_grad_norm", A_KEY, "optim.max_grad_norm", NULL, NULL},
+    {"train.mixed_precision", A_PRECISION, NULL, NULL, NULL},
+    {"train.precision", A_PRECISION, NULL, NULL, NULL},
+    {"train.gradient_checkpointing", A_KEY, "fsdp.activation_checkpointing", NULL, NULL},
+    {"train.devices", A_NOTE, NULL, "!", "no effect: ranks come from the launcher (sharc launch -n N, mpirun, srun)"},
+    {"model.dtype", A_PRECISION, NULL, NULL, NULL},
+    {"model.disable_gradient_checkpointing", A_NOT, "fsdp.activation_checkpointing", NULL, NULL},
+    {"epochs", A_KEY, "train.epochs", NULL, NULL},
+};
+#define NALIASES ((int)(sizeof aliases / sizeof aliases[0]))
+
+static const char *closest_alias(const char *name, int *bd) {
+    const char *best = NULL;
+    for (int i = 0; i < NALIASES; i++) {
+        int d = edit_distance(name, aliases[i].name);
+        if (d < *bd) {
+            *bd = d;
+            best = aliases[i].name;
+        }
+    }
+    return best;
+}
+
+/* Step 1 of note [aliases]: the key with its container replaced (or copied). */
+static void rewrite_containers(const char *key, char *out, size_t n) {
+    for (size_t i = 0; i < sizeof containers / sizeof containers[0]; i++) {
+        size_t fl = strlen(containers[i].from);
+        for (const char *p = key; (p = strstr(p, containers[i].from)) != NULL; p++) {
+            if ((p == key || p[-1] == '.') && p[fl] == '.') {
+                snprintf(out, n, "%s%s", containers[i].to, p + fl);
+                return;
+            }
+        }
+    }
+    snprintf(out, n, "%s", key);
+}
+
+static const alias_def *find_alias(const char *name) {
+    for (int i = 0; i < NALIASES; i++)
+        if (strcmp(aliases[i].name, name) == 0) return &aliases[i];
+    return NULL;
+}
+
+static bool parse_bool(const char *v, bool *out) {
+    if (!strcasecmp(v, "true") || !strcasecmp(v, "yes") || !strcasecmp(v, "on") || !strcmp(v, "1")) *out = true;
+    else if (!strcasecmp(v, "false") || !strcasecmp(v, "no") || !strcasecmp(v, "off") || !strcmp(v, "0")) *out = false;
+    else return false;
+    return true;
+}
+
+static void add_note(sharc_config *c, const char *key, const char *value, const char *why) {
+    char line[400];
+    snprintf(line, sizeof line, "%s = '%.60s': %s\n", key, value, why);
+    if (strstr(c->notes, line)) return; /* once per key and value */
+    if (strlen(c->notes) + strlen(line) < sizeof c->notes) strcat(c->notes, line);
+}
+
+sharc_status sharc_config_set_precision(sharc_config *c, const char *value, const char *origin) {
+    static const struct {
+        const char *name;
+        sharc_dtype param, reduce;
+    } names[] = {
+        {"fp32", SHARC_DT_F32, SHARC_DT_F32},       {"32", SHARC_DT_F32, SHARC_DT_F32},
+        {"32-true", SHARC_DT_F32, SHARC_DT_F32},    {"float32", SHARC_DT_F32, SHARC_DT_F32},
+        {"full", SHARC_DT_F32, SHARC_DT_F32},       {"bf16", SHARC_DT_BF16, SHARC_DT_F32},
+        {"bfloat16", SHARC_DT_BF16, SHARC_DT_F32},  {"bf16-mixed", SHARC_DT_BF16, SHARC_DT_F32},
+        {"bf16-true", SHARC_DT_BF16, SHARC_DT_BF16}, {"fp16", SHARC_DT_F16, SHARC_DT_F32},
+        {"16", SHARC_DT_F16, SHARC_DT_F32},         {"16-mixed", SHARC_DT_F16, SHARC_DT_F32},
+        {"float16", SHARC_DT_F16, SHARC_DT_F32},    {"fp16-mixed", SHARC_DT_F16, SHARC_DT_F32},
+    };
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        char alt[32]; /* bf16_mixed == bf16-mixed */
+        snprintf(alt, sizeof alt, "%s", names[i].name);
+        for (char *q = alt; *q; q++)
+            if (*q == '-') *q = '_';
+        if (!strcasecmp(value, names[i].name) || !strcasecmp(value, alt)) {
+            c->fsdp.engine.param_dtype = names[i].param;
+            c->fsdp.engine.reduce_dtype = names[i].reduce;
+            return SHARC_OK;
+        }
+    }
+    return sharc_error(SHARC_ERR_INVALID,
+                       "%s: precision '%s': expected fp32, 32-true, bf16, bf16-mixed, bf16-true, fp16, 16-mixed "
+                       "(sets fsdp.param_dtype and fsdp.reduce_dtype)",
+                       origin, value);
+}
+
+static const struct {
+    const char *name, *yaml;
+} presets[] = {
+    /* From the Lightning FSDP seed's distributed_examples (single_node_fsdp,
+     * multi_node_fsdp, large_scale_fsdp), without cpu_offload (parameters
+     * already live in host memory here) and the launcher's num_nodes/devices. */
+    {"single_node", "fsdp:\n  sharding_strategy: FULL_SHARD\n  activation_checkpointing: true\n"},
+    {"multi_node", "fsdp:\n  sharding_strategy: FULL_SHARD\n  activation_checkpointing: true\n"
+                   "  backward_prefetch: BACKWARD_PRE\n  limit_all_gathers: true\n"},
+    {"large_scale", "fsdp:\n  sharding_strategy: FULL_SHARD\n  activation_checkpointing: true\n"
+                    "  backward_prefetch: BACKWARD_PRE\n  forward_prefetch: true\n  limit_all_gathers: true\n"
+                    "  use_orig_params: false\n"},
+};
+
+sharc_status sharc_config_apply_preset(sharc_config *c, const char *name, const char *origin) {
+    char base[64];
+    snprintf(base, sizeof base, "%s", name);
+    size_t bl = strlen(base);
+    if (bl > 5 && strcmp(base + bl - 5, "_fsdp") == 0) base[bl - 5] = 0; /* the seed's single_node_fsdp */
+    for (size_t i = 0; i < sizeof presets / sizeof presets[0]; i++)
+        if (!strcasecmp(base, presets[i].name)) {
+            char o[400];
+            snprintf(o, sizeof o, "preset %s", presets[i].name);
+            return sharc_config_load_string(c, presets[i].yaml, o);
+        }
+    return sharc_error(SHARC_ERR_INVALID, "%s: preset = '%s': expected one of single_node, multi_node, large_scale",
+                       origin, name);
+}
+
+/* training_stages.NAME.rest: applied when NAME is the selected stage, else
+ * checked on a scratch copy (so a typo in any stage fails at once). */
+static sharc_status set_stage_key(sharc_config *c, const char *key, const char *value, const char *origin) {
+    const char *name = key + strlen("training_stages.");
+    const char *dot = strchr(name, '.');
+    if (!dot || dot == name || (size_t)(dot - name) >= sizeof c->stage)
+        return sharc_error(SHARC_ERR_INVALID, "%s: '%s': expected training_stages.STAGE.section.key", origin, key);
+    char sname[48];
+    snprintf(sname, sizeof sname, "%.*s", (int)(dot - name), name);
+    bool seen = false;
+    for (int i = 0; i < c->num_stages; i++) seen |= strcmp(c->stages[i], sname) == 0;
+    if (!seen) {
+        if (c->num_stages >= SHARC_MAX_STAGES)
+            return sharc_error(SHARC_ERR_INVALID, "%s: more than %d training stages", origin, SHARC_MAX_STAGES);
+        snprintf(c->stages[c->num_stages++], sizeof c->stages[0], "%s", sname);
+    }
+    if (strcmp(c->stage, sname) == 0) {
+        if (c->stage_pass == 1) return SHARC_OK; /* applied in pass 2, over the whole file */
+        int pass = c->stage_pass;
+        c->stage_pass = 0;
+        sharc_status st = sharc_config_set(c, dot + 1, value, origin);
+        c->stage_pass = pass;
+        return st;
+    }
+    if (c->stage_pass == 2) return SHARC_OK; /* checked in pass 1 */
+    sharc_config *scratch = malloc(sizeof *scratch);
+    if (!scratch) return sharc_error(SHARC_ERR_NOMEM, "config: out of memory");
+    sharc_config_default(scratch);
+    sharc_status st = sharc_config_set(scratch, dot + 1, value, origin);
+    free(scratch);
+    return st;
+}
+
 sharc_status sharc_config_set(sharc_config *c, const char *key, const char *value, const char *origin) {
+    if (c->stage_pass == 2 && strncmp(key, "training_stages.", 16) != 0) return SHARC_OK;
     const key_def *k = find_key(key);
-    if (!k) return unknown_key(key, origin);
-    return set_key(c, k, value, origin);
+    if (k) return set_key(c, k, value, origin);
+    if (!strcmp(key, "preset")) return sharc_config_apply_preset(c, value, origin);
+    if (!strncmp(key, "training_stages.", 16)) return set_stage_key(c, key, value, origin);
+    char canon[512];
+    rewrite_containers(key, canon, sizeof canon);
+    if ((k = find_key(canon)) != NULL) return set_key(c, k, value, origin);
+    const alias_def *a = find_alias(canon);
+    if (!a) {
+        if (strcmp(canon, key) != 0) {
+            sharc_status st = unknown_key(canon, origin);
+            char msg[1024];
+            snprintf(msg, sizeof msg, "%s (written '%s')", sharc_last_error(), key);
+            return sharc_error(st, "%s", msg);
+        }
+        return unknown_key(key, origin);
+    }
+    switch (a->kind) {
+    case A_KEY: return set_key(c, find_key(a->target), value, origin);
+    case A_NOT: {
+        bool b;
+        if (!parse_bool(value, &b))
+            return sharc_error(SHARC_ERR_INVALID, "%s: %s = '%s': expected true or false", origin, key, value);
+        return set_key(c, find_key(a->target), b ? "false" : "true", origin);
+    }
+    case A_PRECISION: return sharc_config_set_precision(c, value, origin);
+    case A_COUNT: {
+        /* a count of units to prefetch: 0 = none, 1 = sharc's one unit ahead, more warns */
+        char *end;
+        long n = strtol(value, &end, 10);
+        if (end == value || *end || n < 0)
+            return sharc_error(SHARC_ERR_INVALID, "%s: %s = '%s': expected a count >= 0", origin, key, value);
+        bool fwd = strcmp(a->target, "fsdp.forward_prefetch") == 0;
+        if (n > 1) add_note(c, key, value, "not implemented: sharc prefetches one unit ahead");
+        return set_key(c, find_key(a->target), n == 0 ? (fwd ? "false" : "NONE") : (fwd ? "true" : "BACKWARD_PRE"), origin);
+    }
+    case A_WRAP: {
+        static const struct {
+            const char *from, *to;
+        } w[] = {{"transformer", "transformer_block"}, {"transformer_based_wrap", "transformer_block"},
+                 {"transformer_auto_wrap_policy", "transformer_block"}, {"size_based_wrap", "size"},
+                 {"size_based_auto_wrap_policy", "size"}, {"no_wrap", "none"}};
+        for (size_t i = 0; i < sizeof w / sizeof w[0]; i++)
+            if (!strcasecmp(value, w[i].from)) return set_key(c, find_key(a->target), w[i].to, origin);
+        return set_key(c, find_key(a->target), value, origin);
+    }
+    case A_NOTE: {
+        bool b, q;
+        if (a->quiet && (!strcmp(a->quiet, "true") || !strcmp(a->quiet, "false"))) {
+            if (!parse_bool(value, &b))
+                return sharc_error(SHARC_ERR_INVALID, "%s: %s = '%s': expected true or false", origin, key, value);
+            parse_bool(a->quiet, &q);
+            if (b == q) return SHARC_OK;
+        } else if (!a->quiet || (strcmp(a->quiet, "!") != 0 && !strcasecmp(value, a->quiet))) {
+            return SHARC_OK;
+        }
+        add_note(c, key, value, a->why);
+        return SHARC_OK;
+    }
+    }
+    return SHARC_ERR_INTERNAL;
 }
 
 /* ---------------------------------------------------------------- YAML */
@@ -372,7 +660,21 @@ static sharc_status parse_mapping(yaml_ctx *y, const char *prefix, int depth) {
     }
 }
 
+static sharc_status load_pass(sharc_config *c, const char *text, const char *origin);
+
+/* With a stage selected the text is read twice: the stage's keys override
+ * the rest of the file wherever they are written. */
 sharc_status sharc_config_load_string(sharc_config *c, const char *text, const char *origin) {
+    if (!c->stage[0] || c->stage_pass != 0) return load_pass(c, text, origin);
+    c->stage_pass = 1;
+    sharc_status st = load_pass(c, text, origin);
+    c->stage_pass = 2;
+    if (st == SHARC_OK) st = load_pass(c, text, origin);
+    c->stage_pass = 0;
+    return st;
+}
+
+static sharc_status load_pass(sharc_config *c, const char *text, const char *origin) {
     yaml_ctx y = {.c = c, .name = origin};
     if (!yaml_parser_initialize(&y.p)) return sharc_error(SHARC_ERR_NOMEM, "config: out of memory");
     yaml_parser_set_input_string(&y.p, (const unsigned char *)text, strlen(text));
@@ -488,4 +790,50 @@ void sharc_config_print_keys(FILE *f) {
                                        "dtype", "bool|auto", "bool|int"};
     for (int i = 0; i < NKEYS; i++)
         fprintf(f, "  %-32s %-8s %s\n", keys[i].name, type_names[keys[i].type], keys[i].help);
+    fprintf(f, "\nAliases (note [aliases] in src/config/config.c); these wrappers are read as a section:\n ");
+    for (size_t i = 0; i < sizeof containers / sizeof containers[0]; i++)
+        fprintf(f, " %s. -> %s.", containers[i].from, containers[i].to);
+    fprintf(f, "\n");
+    for (int i = 0; i < NALIASES; i++) {
+        const alias_def *a = &aliases[i];
+        if (a->kind == A_NOTE) fprintf(f, "  %-40s accepted: %s\n", a->name, a->why);
+        else if (a->kind == A_PRECISION) fprintf(f, "  %-40s -> fsdp.param_dtype + fsdp.reduce_dtype (a precision name)\n", a->name);
+        else if (a->kind == A_COUNT) fprintf(f, "  %-40s -> %s (0: off, 1: one unit ahead; more warns)\n", a->name, a->target);
+        else fprintf(f, "  %-40s -> %s%s\n", a->name, a->target, a->kind == A_NOT ? " (inverted)" : "");
+    }
+    fprintf(f, "\nPresets (preset: NAME or --preset NAME):\n");
+    for (size_t i = 0; i < sizeof presets / sizeof presets[0]; i++) {
+        fprintf(f, "  %s:\n", presets[i].name);
+        for (const char *p = presets[i].yaml; *p;) {
+            const char *e = strchr(p, '\n');
+            fprintf(f, "    %.*s\n", (int)(e - p), p);
+            p = e + 1;
+        }
+    }
+}
+
+int sharc_config_warnings(const sharc_config *c, void (*emit)(const char *line, void *ctx), void *ctx) {
+    int n = 0;
+    char line[512];
+    if (c->fsdp.cpu_offload) {
+        emit("fsdp.cpu_offload (or offload_policy) = true is accepted but not implemented: sharc runs on CPUs and "
+             "keeps parameters, gradients and optimizer state in host memory; nothing is offloaded", ctx);
+        n++;
+    }
+    if (c->fsdp.wrap_policy != 0) {
+        snprintf(line, sizeof line,
+                 "fsdp.wrap_policy = %s is accepted but not implemented: sharc always makes one unit per transformer "
+                 "block (plus the embedding and head units)", wrap_policies[c->fsdp.wrap_policy]);
+        emit(line, ctx);
+        n++;
+    }
+    for (const char *p = c->notes; *p;) {
+        const char *e = strchr(p, '\n');
+        size_t len = e ? (size_t)(e - p) : strlen(p);
+        snprintf(line, sizeof line, "%.*s", (int)len, p);
+        emit(line, ctx);
+        n++;
+        p += len + (e ? 1 : 0);
+    }
+    return n;
 }

@@ -32,6 +32,7 @@
  * the accumulated shard gradients once per step, in sharc_fsdp_finish_grads,
  * which is the same sum as reducing every micro-batch and moves
  * grad_accum times fewer bytes. */
+#include "sharc/activity.h"
 #include "sharc/fsdp.h"
 #include "sharc/alloc.h"
 #include "sharc/comm.h"
@@ -93,6 +94,7 @@ struct sharc_fsdp {
     int64_t gshared_bytes;
     bool direct_grads;       /* S == 1: gradients accumulate into the shard */
     bool reduce_now;         /* this micro-batch reduces (false under no_sync before the last) */
+    bool in_backward;        /* for the activity record (note [watchdog]) */
     pool_t gathered, grads;
     int gathered_alive, gathered_peak;
     /* communication staging (SHARC_MEM_COMM) */
@@ -513,6 +515,7 @@ static bool in_backward_needs_params(const sharc_fsdp *e, int u) {
 
 const float *sharc_fsdp_gather(sharc_fsdp *e, int u) {
     unit_t *t = unit_at(e, u);
+    sharc_activity_phase(e->in_backward ? "backward" : "forward", u, t->spec.name);
     if (t->state != UNIT_GATHERED) {
         if (e->direct_params) {
             sync_params(e);
@@ -558,6 +561,8 @@ void sharc_fsdp_release(sharc_fsdp *e, int u) { release(e, unit_at(e, u)); }
 
 float *sharc_fsdp_grad(sharc_fsdp *e, int u) {
     unit_t *t = unit_at(e, u);
+    e->in_backward = true;
+    sharc_activity_phase("backward", u, t->spec.name);
     if (!t->full_grad) {
         if (e->direct_grads) {
             t->full_grad = t->grad_shard;
@@ -635,6 +640,7 @@ static void reduce_unit(sharc_fsdp *e, unit_t *t) {
 
 void sharc_fsdp_backward_done(sharc_fsdp *e, int u) {
     unit_t *t = unit_at(e, u);
+    sharc_activity_phase("backward, reducing gradients", u, t->spec.name);
     if (t->full_grad && !e->direct_grads && e->reduce_now) {
         reduce_unit(e, t);
         pool_put(&e->grads, t->full_grad);
@@ -657,9 +663,14 @@ void sharc_fsdp_zero_grad(sharc_fsdp *e) {
         memset(e->units[u].grad_shard, 0, (size_t)e->units[u].numel_shard * sizeof(float));
 }
 
-void sharc_fsdp_begin_microbatch(sharc_fsdp *e, bool last) { e->reduce_now = !e->cfg.no_sync || last; }
+void sharc_fsdp_begin_microbatch(sharc_fsdp *e, bool last) {
+    e->reduce_now = !e->cfg.no_sync || last;
+    e->in_backward = false;
+}
 
 sharc_status sharc_fsdp_finish_grads(sharc_fsdp *e) {
+    sharc_activity_phase("finishing gradients", -1, NULL);
+    e->in_backward = false;
     for (int u = 0; u < e->nunits; u++) {
         unit_t *t = &e->units[u];
         SHARC_CHECK(t->state == UNIT_SHARDED || t->spec.root);

@@ -7,8 +7,19 @@
  * makes every rank stop with a message instead of leaving them blocked in a
  * collective it never reaches. Then a fingerprint of every value that must
  * match (model shape, sharding, batch, seeds) is all-gathered and compared;
- * a difference is one message naming the key and two ranks' values. */
+ * a difference is one message naming the key and two ranks' values.
+ *
+ * Note [bad-steps]. The loss and the gradient norm are all-reduced values,
+ * so every rank sees the same ones: when either is not finite, every rank
+ * skips the step alike (no AdamW update, AdamW's step counter not advanced;
+ * the data and the learning-rate schedule move on) and counts it. After
+ * train.max_bad_steps such steps in a row the run stops with a message and
+ * a non-zero exit. Test hooks (tests/cli/bad_steps.sh, watchdog.sh):
+ * SHARC_TEST_NAN=RANK:STEP[,STEP...] makes that rank's gradient NaN at those
+ * steps (1-based); SHARC_TEST_HANG=RANK:STEP makes that rank stop forever at
+ * the start of that step (note [watchdog] in src/core/watchdog.c). */
 #include "sharc/train.h"
+#include "sharc/activity.h"
 #include "sharc/alloc.h"
 #include "sharc/blas.h"
 #include "sharc/ckpt.h"
@@ -26,6 +37,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 struct sharc_trainer {
     sharc_config cfg;
@@ -41,7 +53,44 @@ struct sharc_trainer {
     int32_t *inputs, *targets; /* (grad_accum, B, T) */
     int64_t step;
     double flops_per_token;
+    /* test hooks of note [bad-steps] */
+    int nan_rank, hang_rank;
+    int64_t nan_steps[16], hang_step;
+    int n_nan_steps;
 };
+
+/* SHARC_TEST_NAN / SHARC_TEST_HANG: "RANK:STEP[,STEP...]". */
+static int parse_hook(const char *env, int *rank, int64_t *steps, int max) {
+    const char *v = getenv(env);
+    *rank = -1;
+    if (!v || !*v) return 0;
+    char *end;
+    *rank = (int)strtol(v, &end, 10);
+    if (*end != ':') return 0;
+    int n = 0;
+    for (const char *p = end + 1; *p && n < max;) {
+        steps[n++] = strtoll(p, &end, 10);
+        if (end == p) break;
+        p = *end == ',' ? end + 1 : end;
+    }
+    return n;
+}
+
+/* train.threads = 0: the CPUs this rank may use; when that is the whole node
+ * (no binding), the node's CPUs divided by the ranks on it. Collective. */
+static int default_threads(sharc_comm *world) {
+    if (getenv("OMP_NUM_THREADS")) return 0; /* the user's choice, as sharc_blas_init reads it */
+    int local = 1;
+    sharc_comm *node = NULL;
+    if (sharc_comm_split_node(world, &node) == SHARC_OK && node) {
+        local = sharc_comm_size(node);
+        sharc_comm_free(node);
+    }
+    int cpus = sharc_cpus_available();
+    long online = sysconf(_SC_NPROCESSORS_ONLN);
+    if (local > 1 && online > 0 && cpus >= online) cpus /= local;
+    return cpus > 1 ? cpus : 1;
+}
 
 static double now_s(void) {
     struct timespec t;
@@ -100,6 +149,7 @@ static int fingerprint(const sharc_config *c, fp_item *it) {
     ITEM("fsdp.limit_all_gathers", c->fsdp.engine.limit_all_gathers);
     ITEM("fsdp.no_sync", c->fsdp.engine.no_sync);
     ITEM("fsdp.activation_checkpointing", c->fsdp.activation_checkpointing);
+    ITEM("train.max_bad_steps", c->train.max_bad_steps);
 #undef ITEM
     return n;
 }
@@ -162,11 +212,15 @@ sharc_status sharc_trainer_init(sharc_trainer **out, const sharc_config *cfg, sh
     }
     const int R = sharc_comm_size(t->world), rank = sharc_comm_rank(t->world);
     const sharc_train_config *tc = &t->cfg.train;
+    t->n_nan_steps = parse_hook("SHARC_TEST_NAN", &t->nan_rank, t->nan_steps, 16);
+    if (parse_hook("SHARC_TEST_HANG", &t->hang_rank, &t->hang_step, 1) == 0) t->hang_rank = -1;
+    /* every rank, before anything can fail alone: a split, no other collective */
+    int threads = tc->threads > 0 ? tc->threads : default_threads(t->world);
 
     /* local part: nothing here may call a collective */
     int dp_shard = 1;
     st = sharc_mesh_shard_size(&t->cfg.fsdp.engine, R, &dp_shard);
-    if (st == SHARC_OK) st = sharc_blas_init(tc->threads);
+    if (st == SHARC_OK) st = sharc_blas_init(threads);
     if (st == SHARC_OK) st = sharc_model_init(&t->model, &t->cfg.model);
     if (st == SHARC_OK) {
         t->cfg.model = *sharc_model_get_config(t->model); /* with derived defaults */
@@ -179,6 +233,12 @@ sharc_status sharc_trainer_init(sharc_trainer **out, const sharc_config *cfg, sh
                                    .grad_accum = tc->grad_accum, .dp_size = R,
                                    .shuffle = t->cfg.data.shuffle, .seed = t->cfg.data.seed};
         st = sharc_sampler_init(&t->sampler, t->data, &sc);
+    }
+    if (st == SHARC_OK && tc->epochs > 0.0f) {
+        /* train.epochs: passes over the windows, in whole steps */
+        double per_step = (double)tc->batch_size * tc->grad_accum * R;
+        double steps = ceil((double)tc->epochs * (double)sharc_sampler_windows(t->sampler) / per_step);
+        t->cfg.train.max_steps = steps > 1.0 ? (int64_t)steps : 1;
     }
     if (st == SHARC_OK) {
         size_t n = (size_t)tc->grad_accum * (size_t)tc->batch_size * (size_t)tc->seq_len;
@@ -199,6 +259,15 @@ sharc_status sharc_trainer_init(sharc_trainer **out, const sharc_config *cfg, sh
                          &t->cfg.fsdp.engine, &t->mesh);
     if ((st = agree(t->world, st)) != SHARC_OK) goto fail;
     sharc_fsdp_init_params(t->engine, tc->seed);
+    /* model.init_from: a sharc weights file over the initialised parameters
+     * (each rank reads its shards' ranges; the outcome is agreed) */
+    st = t->cfg.init_from[0] ? sharc_weights_load(t->engine, t->cfg.init_from) : SHARC_OK;
+    if (st != SHARC_OK) {
+        char msg[1024];
+        snprintf(msg, sizeof msg, "%s", sharc_last_error());
+        st = sharc_error(st, "model.init_from: %s", msg);
+    }
+    if ((st = agree(t->world, st)) != SHARC_OK) goto fail;
     st = sharc_adamw_init(&t->opt, t->engine, &t->cfg.optim);
     if ((st = agree(t->world, st)) != SHARC_OK) goto fail;
     t->flops_per_token = sharc_model_flops_per_token(&t->cfg.model, tc->seq_len);
@@ -257,6 +326,11 @@ sharc_status sharc_trainer_step(sharc_trainer *t, sharc_step_stats *s) {
     const int64_t mb = (int64_t)B * T;
     const int rank = sharc_comm_rank(t->world), R = sharc_comm_size(t->world);
     double t0 = now_s();
+    sharc_activity_step(t->step + 1);
+    if (rank == t->hang_rank && t->step + 1 == t->hang_step) {
+        sharc_activity_phase("stopped by the test hook SHARC_TEST_HANG", -1, NULL);
+        for (;;) pause();
+    }
     sharc_fsdp_stats_reset(t->engine);
     sharc_mem_reset_peak();
     /* the whole step's batch first: the loss scale needs the global valid-target count */
@@ -265,6 +339,7 @@ sharc_status sharc_trainer_step(sharc_trainer *t, sharc_step_stats *s) {
         sharc_sampler_batch(t->sampler, t->step, m, rank, t->inputs + m * mb, t->targets + m * mb);
         for (int64_t i = 0; i < mb; i++) valid += t->targets[m * mb + i] >= 0;
     }
+    sharc_activity_phase("counting the batch's targets", -1, NULL);
     SHARC_TRY(sharc_comm_allreduce(t->world, &valid, &valid, 1, SHARC_DT_I64, SHARC_OP_SUM));
     float scale = valid > 0 ? 1.0f / (float)valid : 0.0f;
     sharc_fsdp_zero_grad(t->engine);
@@ -274,10 +349,22 @@ sharc_status sharc_trainer_step(sharc_trainer *t, sharc_step_stats *s) {
         loss_sum += sharc_model_forward_backward(t->model, t->engine, t->inputs + m * mb, t->targets + m * mb, scale);
     }
     SHARC_TRY(sharc_fsdp_finish_grads(t->engine));
+    if (rank == t->nan_rank)
+        for (int i = 0; i < t->n_nan_steps; i++)
+            if (t->nan_steps[i] == t->step + 1)
+                for (int u = 0; u < sharc_fsdp_num_units(t->engine); u++)
+                    if (sharc_fsdp_shard_numel(t->engine, u) > 0) {
+                        sharc_fsdp_shard_grads(t->engine, u)[0] = NAN;
+                        break;
+                    }
     double t2 = now_s(), norm;
+    sharc_activity_phase("gradient norm", -1, NULL);
     SHARC_TRY(sharc_fsdp_grad_norm(t->engine, &norm, &loss_sum));
     float lr = sharc_lr_at(&t->cfg.optim, t->step, tc->max_steps);
-    sharc_adamw_step(t->opt, t->engine, lr, sharc_clip_coef(&t->cfg.optim, norm));
+    /* note [bad-steps]: norm and loss_sum are all-reduced, so every rank decides alike */
+    bool bad = !isfinite(norm) || !isfinite(loss_sum);
+    sharc_activity_phase("optimizer", -1, NULL);
+    if (!bad) sharc_adamw_step(t->opt, t->engine, lr, sharc_clip_coef(&t->cfg.optim, norm));
     t->step++;
     double t3 = now_s(), dt = t3 - t0;
     memset(s, 0, sizeof *s);
@@ -297,6 +384,7 @@ sharc_status sharc_trainer_step(sharc_trainer *t, sharc_step_stats *s) {
     sharc_fsdp_stats_get(t->engine, &fs);
     s->comm_wait_s = fs.wait_s;
     s->gathered_peak = fs.gathered_peak;
+    s->skipped = bad;
     sharc_mem_get(&s->mem);
     return SHARC_OK;
 }
@@ -335,9 +423,22 @@ static void write_metrics(FILE *f, const sharc_step_stats *s, int world) {
             (long long)s->gathered_peak);
 }
 
+static void warn_line(const char *line, void *ctx) {
+    (void)ctx;
+    sharc_warn("%s", line);
+}
+
 sharc_status sharc_train_run(const sharc_config *cfg, sharc_comm *world) {
     sharc_trainer *t;
-    SHARC_TRY(sharc_trainer_init(&t, cfg, world));
+    /* note [watchdog]: from here to the end, start-up collectives included */
+    SHARC_TRY(sharc_watchdog_start(cfg->train.timeout, world ? sharc_comm_rank(world) : 0));
+    sharc_activity_step(0);
+    sharc_activity_phase("start-up", -1, NULL);
+    sharc_status ist = sharc_trainer_init(&t, cfg, world);
+    if (ist != SHARC_OK) {
+        sharc_watchdog_stop();
+        return ist;
+    }
     /* checkpoints (sharc/ckpt.h): resume before anything is written */
     sharc_ckpt *ck = NULL;
     sharc_status cst = sharc_ckpt_init(&ck, t);
@@ -345,6 +446,7 @@ sharc_status sharc_train_run(const sharc_config *cfg, sharc_comm *world) {
     if (cst != SHARC_OK) {
         sharc_ckpt_free(ck);
         sharc_trainer_free(t);
+        sharc_watchdog_stop();
         return cst;
     }
     const sharc_config *c = &t->cfg;
@@ -372,9 +474,16 @@ sharc_status sharc_train_run(const sharc_config *cfg, sharc_comm *world) {
         if (metrics) fclose(metrics);
         sharc_ckpt_free(ck);
         sharc_trainer_free(t);
+        sharc_watchdog_stop();
         return st;
     }
     if (lead) {
+        /* the resolved configuration, then every accepted-but-ignored option, loudly */
+        printf("--- resolved config (saved as %s/config.yaml) ---\n", c->train.out_dir);
+        sharc_config_write_yaml(c, stdout);
+        printf("---\n");
+        fflush(stdout);
+        sharc_config_warnings(c, warn_line, NULL);
         const sharc_blas_info *bi = sharc_blas_get_info();
         const sharc_mesh *m = &t->mesh;
         sharc_info("sharc: %s, %lld parameters, %d rank%s (%s: %d shard x %d replicate), %d threads each, GEMM %s, BLAS %s%s%s",
@@ -387,10 +496,27 @@ sharc_status sharc_train_run(const sharc_config *cfg, sharc_comm *world) {
     }
     if (getenv("SHARC_PROFILE")) sharc_prof_enable(true);
     double tok_sum = 0.0, time_sum = 0.0;
+    int bad_run = 0, bad_total = 0;
     for (int64_t i = t->step; i < c->train.max_steps && st == SHARC_OK; i++) {
         sharc_step_stats s;
         st = sharc_trainer_step(t, &s);
         if (st != SHARC_OK) break;
+        /* note [bad-steps]: the same verdict on every rank */
+        bad_run = s.skipped ? bad_run + 1 : 0;
+        bad_total += s.skipped;
+        if (s.skipped && lead)
+            sharc_warn("step %lld: loss %g, grad norm %g: not finite; step skipped, no update (%d in a row, "
+                       "train.max_bad_steps = %d)", (long long)s.step, s.loss, s.grad_norm, bad_run,
+                       c->train.max_bad_steps);
+        if (bad_run >= c->train.max_bad_steps) {
+            st = sharc_error(SHARC_ERR_INVALID,
+                             "train: %d non-finite steps in a row (steps %lld-%lld; loss %g, grad norm %g): stopping "
+                             "at train.max_bad_steps = %d, final weights not saved; lower optim.lr, raise "
+                             "optim.warmup_steps or use fsdp.param_dtype fp32",
+                             bad_run, (long long)(s.step - bad_run + 1), (long long)s.step, s.loss, s.grad_norm,
+                             c->train.max_bad_steps);
+            break;
+        }
         if (c->ckpt.every > 0 && s.step % c->ckpt.every == 0 && s.step < c->train.max_steps) st = sharc_ckpt_save(ck);
         tok_sum += (double)s.tokens;
         time_sum += s.step_s;
@@ -412,7 +538,10 @@ sharc_status sharc_train_run(const sharc_config *cfg, sharc_comm *world) {
         st = sharc_weights_save(t->engine, t->world, c, path);
         if (st == SHARC_OK && lead)
             sharc_info("sharc: %.0f tok/s over the run; weights saved to %s", time_sum > 0 ? tok_sum / time_sum : 0.0, path);
+        if (st == SHARC_OK && lead && bad_total)
+            sharc_warn("%d step%s skipped for a non-finite loss or grad norm", bad_total, bad_total > 1 ? "s" : "");
     }
     sharc_trainer_free(t);
+    sharc_watchdog_stop();
     return st;
 }

@@ -15,6 +15,9 @@
  *                                       resume from DIR at any world size / strategy:
  *                                       exactly REF's values, then 3 more steps against
  *                                       a one-process run of all 6 (note [parity-tolerance])
+ *   mpi_tests badstep DATA              the last rank's gradient is NaN at step 2 (SHARC_TEST_NAN):
+ *                                       every rank skips it, its shards and AdamW's step
+ *                                       count unchanged; step 3 updates again
  *
  * Every rank prints "ok" on success; any failure exits non-zero. */
 #include "sharc/alloc.h"
@@ -24,6 +27,7 @@
 #include "sharc/fsdp.h"
 #include "sharc/log.h"
 #include "sharc/mesh.h"
+#include "sharc/optim.h"
 #include "sharc/rng.h"
 #include "sharc/safetensors.h"
 #include "sharc/train.h"
@@ -574,6 +578,59 @@ static void test_ckpt_load(int argc, char **argv) {
     sharc_trainer_free(t);
 }
 
+/* ------------------------------------------------------------- badstep */
+
+static void snapshot(sharc_fsdp *e, float **out) {
+    for (int u = 0; u < sharc_fsdp_num_units(e); u++) {
+        size_t n = (size_t)sharc_fsdp_shard_numel(e, u);
+        out[u] = malloc(sizeof(float) * (n ? n : 1));
+        memcpy(out[u], sharc_fsdp_shard_params(e, u), sizeof(float) * n);
+    }
+}
+
+static bool same_as(sharc_fsdp *e, float **ref) {
+    for (int u = 0; u < sharc_fsdp_num_units(e); u++)
+        if (memcmp(ref[u], sharc_fsdp_shard_params(e, u), sizeof(float) * (size_t)sharc_fsdp_shard_numel(e, u)))
+            return false;
+    return true;
+}
+
+static void test_badstep(int argc, char **argv) {
+    ASSERT_TRUE(argc >= 1);
+    const int R = sharc_comm_size(world);
+    char hook[32];
+    snprintf(hook, sizeof hook, "%d:2", R - 1); /* the last rank's gradient, step 2 only */
+    setenv("SHARC_TEST_NAN", hook, 1);
+    sharc_config c;
+    base_config(&c, argv[0]);
+    sharc_trainer *t = NULL;
+    ASSERT_OK(sharc_trainer_init(&t, &c, world));
+    sharc_fsdp *e = sharc_trainer_engine(t);
+    int nu = sharc_fsdp_num_units(e);
+    float **before = calloc((size_t)nu, sizeof(float *));
+    sharc_step_stats s;
+    ASSERT_OK(sharc_trainer_step(t, &s));
+    ASSERT_TRUE(!s.skipped && isfinite(s.grad_norm));
+    ASSERT_EQ(sharc_adamw_steps(sharc_trainer_optimizer(t)), 1);
+    snapshot(e, before);
+    ASSERT_OK(sharc_trainer_step(t, &s)); /* poisoned on one rank: skipped on all */
+    ASSERT_TRUE(s.skipped && !isfinite(s.grad_norm));
+    ASSERT_EQ(s.step, 2);
+    ASSERT_EQ(sharc_adamw_steps(sharc_trainer_optimizer(t)), 1);
+    if (!same_as(e, before)) TEST_FAIL_AT("a skipped step changed this rank's parameters");
+    ASSERT_OK(sharc_trainer_step(t, &s));
+    ASSERT_TRUE(!s.skipped && isfinite(s.grad_norm));
+    ASSERT_EQ(sharc_adamw_steps(sharc_trainer_optimizer(t)), 2);
+    /* the shards that hold elements move again (a rank may hold only padding) */
+    int64_t held = 0;
+    for (int u = 0; u < nu; u++) held += sharc_fsdp_shard_numel(e, u);
+    if (held > 0 && same_as(e, before)) TEST_FAIL_AT("the step after a skipped one changed nothing");
+    for (int u = 0; u < nu; u++) free(before[u]);
+    free(before);
+    sharc_trainer_free(t);
+    unsetenv("SHARC_TEST_NAN");
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
         fprintf(stderr, "usage: mpi_tests comm|parity|memory|mismatch ...\n");
@@ -591,6 +648,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(what, "mismatch")) test_mismatch(argc - 2, argv + 2);
     else if (!strcmp(what, "ckpt_save")) test_ckpt_save(argc - 2, argv + 2);
     else if (!strcmp(what, "ckpt_load")) test_ckpt_load(argc - 2, argv + 2);
+    else if (!strcmp(what, "badstep")) test_badstep(argc - 2, argv + 2);
     else {
         fprintf(stderr, "unknown test %s\n", what);
         return 2;

@@ -1,0 +1,45 @@
+/* sharc/activity.h: what this process is doing right now, and the step
+ * watchdog that reads it (note [watchdog] in src/core/watchdog.c).
+ *
+ * The record is one set of relaxed atomics updated by the trainer (step,
+ * phase), the engine (which unit it gathers, computes or reduces) and the
+ * collective dispatcher (which collective it is inside, over how many ranks).
+ * Every update bumps a sequence number; the watchdog thread only reads. An
+ * update is a handful of stores: cheap enough for every collective. */
+#ifndef SHARC_ACTIVITY_H
+#define SHARC_ACTIVITY_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "sharc/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The optimizer step being run (1-based; 0 before the first). */
+void sharc_activity_step(int64_t step);
+/* Computing: `phase` and `unit_name` are static or outlive the record
+ * (unit names live in the engine); unit -1 = no unit. */
+void sharc_activity_phase(const char *phase, int unit, const char *unit_name);
+/* Entering / leaving a collective (`name` static) over `ranks` ranks. */
+void sharc_activity_coll_begin(const char *name, int ranks);
+void sharc_activity_coll_end(void);
+/* Bumped by every update above. */
+uint64_t sharc_activity_seq(void);
+/* One line: "step 3: waiting in all_gather over 2 ranks (forward, unit 1 'block.0')". */
+void sharc_activity_describe(char *out, size_t n);
+
+/* Start a thread that, when sharc_activity_seq() has not changed for
+ * `timeout_s` seconds, prints "[rank r] watchdog: ..." with the description
+ * to stderr and ends the process with exit status 3 (_exit: it must not call
+ * MPI, which was initialised MPI_THREAD_FUNNELED). timeout_s <= 0: nothing. */
+sharc_status sharc_watchdog_start(int timeout_s, int rank);
+/* Stop and join the thread (no-op if none). */
+void sharc_watchdog_stop(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
