@@ -98,7 +98,7 @@ static const char *tmp_path(const char *name) {
 }
 
 /* Every parameter of b equals f(a's value). */
-static void assert_params(tiny *a, tiny *b, bool bf16) {
+static void assert_params(tiny *a, tiny *b, sharc_dtype dt) {
     for (int u = 0; u < sharc_fsdp_num_units(a->e); u++) {
         const sharc_unit_spec *s = sharc_fsdp_unit_spec(a->e, u);
         for (int p = 0; p < s->nparams; p++) {
@@ -107,7 +107,9 @@ static void assert_params(tiny *a, tiny *b, bool bf16) {
             ASSERT_OK(sharc_fsdp_param_read_local(a->e, ps->name, x, ps->numel));
             ASSERT_OK(sharc_fsdp_param_read_local(b->e, ps->name, y, ps->numel));
             for (int64_t i = 0; i < ps->numel; i++) {
-                float want = bf16 ? sharc_bf16_to_f32(sharc_f32_to_bf16(x[i])) : x[i];
+                float want = dt == SHARC_DT_BF16  ? sharc_bf16_to_f32(sharc_f32_to_bf16(x[i]))
+                             : dt == SHARC_DT_F16 ? sharc_f16_to_f32(sharc_f32_to_f16(x[i]))
+                                                  : x[i];
                 if (memcmp(&want, &y[i], 4) != 0)
                     TEST_FAIL_AT("%s[%lld]: %.9g, expected %.9g", ps->name, (long long)i, (double)y[i], (double)want);
             }
@@ -127,7 +129,7 @@ static void roundtrip(sharc_family fam, sharc_dtype dt, uint64_t shard_bytes, co
     ASSERT_TRUE(memcmp(&c, &a.cfg, sizeof c) == 0);
     tiny_build(&b, &c);
     ASSERT_OK(sharc_hf_load(b.e, dir));
-    assert_params(&a, &b, dt == SHARC_DT_BF16);
+    assert_params(&a, &b, dt);
     char p[1300];
     snprintf(p, sizeof p, "%s/model.safetensors.index.json", dir);
     ASSERT_EQ(access(p, F_OK) == 0, shard_bytes > 0);
@@ -138,6 +140,7 @@ static void roundtrip(sharc_family fam, sharc_dtype dt, uint64_t shard_bytes, co
 TEST(hf_roundtrip_gpt2_fp32) { roundtrip(SHARC_FAMILY_GPT2, SHARC_DT_F32, 0, "g"); }
 TEST(hf_roundtrip_llama_fp32) { roundtrip(SHARC_FAMILY_LLAMA, SHARC_DT_F32, 0, "l"); }
 TEST(hf_roundtrip_gpt2_bf16_sharded) { roundtrip(SHARC_FAMILY_GPT2, SHARC_DT_BF16, 20000, "gs"); }
+TEST(hf_roundtrip_llama_fp16) { roundtrip(SHARC_FAMILY_LLAMA, SHARC_DT_F16, 0, "lh"); }
 TEST(hf_roundtrip_llama_fp32_sharded) { roundtrip(SHARC_FAMILY_LLAMA, SHARC_DT_F32, 30000, "ls"); }
 
 TEST(hf_export_layout_gpt2) {
@@ -190,7 +193,7 @@ TEST(hf_export_layout_gpt2) {
     (void)c2;
     tiny_build(&b, &a.cfg);
     ASSERT_OK(sharc_hf_load(b.e, dir2));
-    assert_params(&a, &b, false);
+    assert_params(&a, &b, SHARC_DT_F32);
     for (int i = 0; i < n; i++) {
         free(names[i]);
         free(data[i]);
