@@ -267,6 +267,28 @@ TEST(hf_reference_models_export) {
     }
 }
 
+TEST(hf_check_config) {
+    tiny a;
+    tiny_seeded(&a, SHARC_FAMILY_LLAMA);
+    const char *dir = tmp_path("cc");
+    ASSERT_OK(sharc_hf_export(a.e, NULL, &a.cfg, dir, SHARC_DT_F32, 0));
+    ASSERT_OK(sharc_hf_check_config(dir, &a.cfg));
+    sharc_model_config c = a.cfg;
+    c.rope_theta = 10000.0f;
+    ASSERT_TRUE(sharc_hf_check_config(dir, &c) == SHARC_ERR_INVALID);
+    ASSERT_TRUE(strstr(sharc_last_error(), "rope_theta is 500, model.rope_theta is 10000") != NULL);
+    c = a.cfg;
+    c.num_layers = 3;
+    ASSERT_TRUE(sharc_hf_check_config(dir, &c) == SHARC_ERR_INVALID);
+    ASSERT_TRUE(strstr(sharc_last_error(), "num_hidden_layers is 2, model.num_layers is 3") != NULL);
+    c = a.cfg;
+    c.family = SHARC_FAMILY_GPT2;
+    c.num_kv_heads = 0;
+    ASSERT_TRUE(sharc_hf_check_config(dir, &c) == SHARC_ERR_INVALID);
+    ASSERT_TRUE(strstr(sharc_last_error(), "is a llama model, model.family is gpt2") != NULL);
+    tiny_free(&a);
+}
+
 /* ---- bad input ---- */
 
 static void write_text(const char *path, const char *text) {

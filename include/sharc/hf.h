@@ -44,6 +44,11 @@ const sharc_st_tensor *sharc_st_set_find(const sharc_st_set *s, const char *name
  * sharc does not implement (rope_scaling, another activation, biases in
  * Llama, ...) is an error naming the file and key. */
 sharc_status sharc_hf_read_config(const char *dir, sharc_model_config *c);
+/* Check that dir/config.json describes the model `run` configures (every
+ * field, norm epsilon and RoPE theta included: shapes alone would not catch
+ * them); the error names the HF key, both values and the sharc key. For
+ * model.init_from: call before sharc_hf_load. Not collective. */
+sharc_status sharc_hf_check_config(const char *dir, const sharc_model_config *run);
 /* Fill this rank's shards from the model files in `dir`: every parameter must
  * be present with its shape (transposed for Conv1D) and a float dtype (F32,
  * BF16, F16, converted to fp32), and every tensor must be a parameter or an

@@ -364,6 +364,39 @@ sharc_status sharc_hf_read_config(const char *dir, sharc_model_config *c) {
     return SHARC_OK;
 }
 
+sharc_status sharc_hf_check_config(const char *dir, const sharc_model_config *run) {
+    sharc_model_config hf, r = *run;
+    SHARC_TRY(sharc_hf_read_config(dir, &hf));
+    SHARC_TRY(sharc_model_config_validate(&r));
+    bool g = hf.family == SHARC_FAMILY_GPT2;
+    const char *where = dir;
+    if (hf.family != r.family)
+        return sharc_error(SHARC_ERR_INVALID, "hf '%s/config.json' is a %s model, model.family is %s", where,
+                           sharc_family_name(hf.family), sharc_family_name(r.family));
+#define SAME_INT(field, hfkey, key)                                                                        \
+    if (hf.field != r.field)                                                                               \
+        return sharc_error(SHARC_ERR_INVALID, "hf '%s/config.json': %s is %d, model." key " is %d", where, \
+                           hfkey, hf.field, r.field);
+    SAME_INT(num_layers, g ? "n_layer" : "num_hidden_layers", "num_layers")
+    SAME_INT(embed_dim, g ? "n_embd" : "hidden_size", "embed_dim")
+    SAME_INT(num_heads, g ? "n_head" : "num_attention_heads", "num_heads")
+    SAME_INT(num_kv_heads, g ? "n_head" : "num_key_value_heads", "num_kv_heads")
+    SAME_INT(ff_hidden_dim, g ? "n_inner" : "intermediate_size", "ff_hidden_dim")
+    SAME_INT(vocab_size, "vocab_size", "vocab_size")
+    if (g) SAME_INT(max_seq_len, "n_positions", "max_seq_len")
+#undef SAME_INT
+    if (hf.norm_eps != r.norm_eps)
+        return sharc_error(SHARC_ERR_INVALID, "hf '%s/config.json': %s is %g, model.norm_eps is %g", where,
+                           g ? "layer_norm_epsilon" : "rms_norm_eps", (double)hf.norm_eps, (double)r.norm_eps);
+    if (!g && hf.rope_theta != r.rope_theta)
+        return sharc_error(SHARC_ERR_INVALID, "hf '%s/config.json': rope_theta is %g, model.rope_theta is %g", where,
+                           (double)hf.rope_theta, (double)r.rope_theta);
+    if (hf.tie_embeddings != r.tie_embeddings)
+        return sharc_error(SHARC_ERR_INVALID, "hf '%s/config.json': tie_word_embeddings is %s, model.tie_embeddings is %s",
+                           where, hf.tie_embeddings ? "true" : "false", r.tie_embeddings ? "true" : "false");
+    return SHARC_OK;
+}
+
 /* ---------------------------------------------------------------- names */
 
 static bool ends_with(const char *s, const char *suffix) {
@@ -605,8 +638,12 @@ typedef struct {
     bool conv1d;
 } export_item;
 
-sharc_status sharc_hf_export(sharc_fsdp *e, sharc_comm *world, const sharc_model_config *cfg, const char *dir,
+sharc_status sharc_hf_export(sharc_fsdp *e, sharc_comm *world, const sharc_model_config *cfg, const char *dir_in,
                              sharc_dtype dtype, uint64_t max_shard_bytes) {
+    /* "out/" names the directory "out": the temporary one is its sibling */
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", dir_in);
+    for (size_t l = strlen(dir); l > 1 && dir[l - 1] == '/'; l--) dir[l - 1] = 0;
     bool writer = !world || sharc_comm_rank(world) == 0;
     bool gpt2 = cfg->family == SHARC_FAMILY_GPT2;
     sharc_status st = SHARC_OK;
