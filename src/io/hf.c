@@ -713,7 +713,7 @@ sharc_status sharc_hf_export(sharc_fsdp *e, sharc_comm *world, const sharc_model
     bool ok = st == SHARC_OK;
     sharc_st_stream *out = NULL;
     int k = 0;
-    for (int u = 0; u < sharc_fsdp_num_units(e) && items; u++) {
+    for (int u = 0; u < sharc_fsdp_num_units(e); u++) { /* even after a local failure: no rank may skip a gather */
         const sharc_unit_spec *s = sharc_fsdp_unit_spec(e, u);
         sharc_status g = full ? sharc_fsdp_gather_master(e, u, full) : SHARC_ERR_NOMEM;
         if (g != SHARC_OK && ok) {
