@@ -709,13 +709,24 @@ sharc_status sharc_hf_export(sharc_fsdp *e, sharc_comm *world, const sharc_model
         st = js ? write_small(path, js) : sharc_error(SHARC_ERR_NOMEM, "hf export: out of memory");
         free(js);
     }
-    /* every rank takes part in every gather; rank 0 streams the files */
-    bool ok = st == SHARC_OK;
+    /* agree on the set-up (buffers everywhere, the target and temporary
+     * directory on rank 0) before the first gather: if it failed anywhere,
+     * no rank gathers at all */
+    bool ok = st == SHARC_OK, setup_ok = ok;
+    if (world) {
+        int32_t bad = !ok, any = 0;
+        sharc_status c = sharc_comm_allreduce(world, &bad, &any, 1, SHARC_DT_I32, SHARC_OP_MAX);
+        if (c != SHARC_OK && ok) st = c;
+        setup_ok = c == SHARC_OK && !any;
+        ok = ok && setup_ok;
+    }
+    /* every rank takes part in every gather, even after a later local
+     * failure; rank 0 streams the files */
     sharc_st_stream *out = NULL;
     int k = 0;
-    for (int u = 0; u < sharc_fsdp_num_units(e); u++) { /* even after a local failure: no rank may skip a gather */
+    for (int u = 0; u < sharc_fsdp_num_units(e) && setup_ok; u++) {
         const sharc_unit_spec *s = sharc_fsdp_unit_spec(e, u);
-        sharc_status g = full ? sharc_fsdp_gather_master(e, u, full) : SHARC_ERR_NOMEM;
+        sharc_status g = sharc_fsdp_gather_master(e, u, full);
         if (g != SHARC_OK && ok) {
             st = g;
             ok = false;

@@ -457,6 +457,10 @@ static void test_hf(int argc, char **argv) {
     ASSERT_OK(sharc_trainer_init(&b, &c, world));
     sharc_fsdp *ea = sharc_trainer_engine(a), *eb = sharc_trainer_engine(b);
     ASSERT_OK(sharc_hf_export(ea, world, &c.model, argv[1], SHARC_DT_F32, 20000));
+    /* a second export into the now non-empty directory fails on every rank, no hang */
+    if (sharc_hf_export(ea, world, &c.model, argv[1], SHARC_DT_F32, 0) == SHARC_OK) TEST_FAIL_AT("exported into a non-empty directory");
+    if (!strstr(sharc_last_error(), sharc_comm_rank(world) == 0 ? "is not empty" : "failed on another rank"))
+        TEST_FAIL_AT("unexpected message: %s", sharc_last_error());
     sharc_status st = sharc_hf_load(eb, argv[1]);
     int32_t bad = st != SHARC_OK, any = 0;
     ASSERT_OK(sharc_comm_allreduce(world, &bad, &any, 1, SHARC_DT_I32, SHARC_OP_MAX));
