@@ -54,7 +54,11 @@ sharc_status sharc_hf_check_config(const char *dir, const sharc_model_config *ru
  * BF16, F16, converted to fp32), and every tensor must be a parameter or an
  * ignorable buffer. Each rank reads only the element ranges its shards hold
  * (for a transposed source, the columns of the source rows it needs).
- * Not collective: the caller agrees on the returned status across ranks. */
+ * Not collective: the caller agrees on the returned status across ranks.
+ * model.init_from, on every rank after the engine exists:
+ *     st = sharc_hf_check_config(dir, &cfg.model);
+ *     if (st == SHARC_OK) st = sharc_hf_load(engine, dir);
+ *     then one all-reduce (MAX) of (st != SHARC_OK), as note [agreement]. */
 sharc_status sharc_hf_load(sharc_fsdp *e, const char *dir);
 
 /* ---- export ---- */
