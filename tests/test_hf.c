@@ -138,6 +138,34 @@ static void roundtrip(sharc_family fam, sharc_dtype dt, uint64_t shard_bytes, co
 }
 
 TEST(hf_roundtrip_gpt2_fp32) { roundtrip(SHARC_FAMILY_GPT2, SHARC_DT_F32, 0, "g"); }
+
+TEST(hf_roundtrip_gpt2_untied_and_tied_llama) {
+    /* GPT-2 with its own lm_head (unprefixed, as GPT2LMHeadModel names it),
+     * Llama tied (no lm_head in the file) */
+    for (int f = 0; f < 2; f++) {
+        sharc_model_config c, r;
+        tiny_config(&c, f ? SHARC_FAMILY_LLAMA : SHARC_FAMILY_GPT2);
+        c.tie_embeddings = f == 1;
+        tiny a, b;
+        tiny_build(&a, &c);
+        tiny_fill(&a);
+        const char *dir = tmp_path(f ? "tl" : "ug");
+        ASSERT_OK(sharc_hf_export(a.e, NULL, &c, dir, SHARC_DT_F32, 0));
+        char p[1300];
+        snprintf(p, sizeof p, "%s/model.safetensors", dir);
+        sharc_st_file *sf;
+        ASSERT_OK(sharc_st_open(&sf, p));
+        ASSERT_EQ(sharc_st_find(sf, "lm_head.weight") != NULL, f == 0);
+        sharc_st_close(sf);
+        ASSERT_OK(sharc_hf_read_config(dir, &r));
+        ASSERT_EQ(r.tie_embeddings, f == 1);
+        tiny_build(&b, &r);
+        ASSERT_OK(sharc_hf_load(b.e, dir));
+        assert_params(&a, &b, SHARC_DT_F32);
+        tiny_free(&a);
+        tiny_free(&b);
+    }
+}
 TEST(hf_roundtrip_llama_fp32) { roundtrip(SHARC_FAMILY_LLAMA, SHARC_DT_F32, 0, "l"); }
 TEST(hf_roundtrip_gpt2_bf16_sharded) { roundtrip(SHARC_FAMILY_GPT2, SHARC_DT_BF16, 20000, "gs"); }
 TEST(hf_roundtrip_llama_fp16) { roundtrip(SHARC_FAMILY_LLAMA, SHARC_DT_F16, 0, "lh"); }
