@@ -97,10 +97,18 @@ $(BUILD)/fuzz_safetensors: $(FUZZ_SRC) $(wildcard include/sharc/*.h)
 	@mkdir -p $(dir $@)
 	clang -std=c11 -D_GNU_SOURCE -g -O1 -Iinclude -fno-omit-frame-pointer \
 	    -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined $(FUZZ_SRC) -o $@ -ljson-c -lm
-fuzz: $(BUILD)/fuzz_safetensors
-	@mkdir -p $(BUILD)/fuzz-corpus
+# config.json / index.json of an HF directory (hf.c instrumented, the rest from libsharc.a)
+$(BUILD)/fuzz_hf_json: tests/fuzz/fuzz_hf_json.c src/io/hf.c $(FUZZ_SRC) $(BUILD)/libsharc.a
+	clang -std=c11 -D_GNU_SOURCE -g -O1 -Iinclude -fno-omit-frame-pointer \
+	    -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined tests/fuzz/fuzz_hf_json.c src/io/hf.c \
+	    $(filter-out tests/fuzz/fuzz_safetensors.c,$(FUZZ_SRC)) $(BUILD)/libsharc.a -o $@ -fopenmp=libgomp $(MPI_LIBS) \
+	    -lyaml -ljson-c -lz -ldl -lmvec -lm -lpthread
+fuzz: $(BUILD)/fuzz_safetensors $(BUILD)/fuzz_hf_json
+	@mkdir -p $(BUILD)/fuzz-corpus $(BUILD)/fuzz-corpus-hf
 	$(BUILD)/fuzz_safetensors -max_total_time=$(FUZZ_SECONDS) -dict=tests/fuzz/safetensors.dict \
 	    -artifact_prefix=$(BUILD)/ -print_final_stats=1 $(BUILD)/fuzz-corpus tests/fuzz/corpus
+	$(BUILD)/fuzz_hf_json -max_total_time=$(FUZZ_SECONDS) -artifact_prefix=$(BUILD)/ -print_final_stats=1 \
+	    $(BUILD)/fuzz-corpus-hf tests/fuzz/corpus_hf
 
 bench: all
 	bench/run.sh $(BUILD)
