@@ -24,7 +24,7 @@ TEST_SRC := $(wildcard tests/*.c)
 TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/%.o)
 BENCH_SRC := $(wildcard bench/*.c)
 
-.PHONY: all deps test run asan clean fixtures bench fmt
+.PHONY: all deps test run asan clean fixtures bench fmt fuzz hf-fixtures
 all: $(BUILD)/libsharc.a $(BUILD)/libsharc.so $(BUILD)/sharc $(BUILD)/sharc_tests $(BUILD)/mpi_tests \
      $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
 
@@ -80,6 +80,36 @@ asan: deps
 fixtures:
 	@scripts/deps.sh dev
 	/usr/bin/python3 tools/gen_fixtures.py tests/fixtures
+
+# Regenerate tests/fixtures/hf_reference.safetensors: sharc exports the
+# seeded tiny models, tools/hf_reference.py (plain PyTorch) computes logits.
+hf-fixtures: all
+	@scripts/deps.sh dev
+	rm -rf $(BUILD)/hf-fixture && mkdir -p $(BUILD)/hf-fixture
+	SHARC_HF_FIXTURE_OUT=$(abspath $(BUILD))/hf-fixture $(BUILD)/sharc_tests --filter hf_reference_models_export
+	/usr/bin/python3 tools/hf_reference.py tests/fixtures/hf_reference.safetensors \
+	    gpt2=$(BUILD)/hf-fixture/gpt2 llama=$(BUILD)/hf-fixture/llama
+
+# libFuzzer on the safetensors reader (Debian's clang), ASan + UBSan, for
+# FUZZ_SECONDS; new inputs go to $(BUILD)/fuzz-corpus, crashes to $(BUILD)/.
+FUZZ_SECONDS ?= 60
+FUZZ_SRC := tests/fuzz/fuzz_safetensors.c src/io/safetensors.c src/core/fileio.c src/core/dtype.c src/core/status.c
+$(BUILD)/fuzz_safetensors: $(FUZZ_SRC) $(wildcard include/sharc/*.h)
+	@mkdir -p $(dir $@)
+	clang -std=c11 -D_GNU_SOURCE -g -O1 -Iinclude -fno-omit-frame-pointer \
+	    -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined $(FUZZ_SRC) -o $@ -ljson-c -lm
+# config.json / index.json of an HF directory (hf.c instrumented, the rest from libsharc.a)
+$(BUILD)/fuzz_hf_json: tests/fuzz/fuzz_hf_json.c src/io/hf.c $(FUZZ_SRC) $(BUILD)/libsharc.a
+	clang -std=c11 -D_GNU_SOURCE -g -O1 -Iinclude -fno-omit-frame-pointer \
+	    -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined tests/fuzz/fuzz_hf_json.c src/io/hf.c \
+	    $(filter-out tests/fuzz/fuzz_safetensors.c,$(FUZZ_SRC)) $(BUILD)/libsharc.a -o $@ -fopenmp=libgomp $(MPI_LIBS) \
+	    -lyaml -ljson-c -lz -ldl -lmvec -lm -lpthread
+fuzz: $(BUILD)/fuzz_safetensors $(BUILD)/fuzz_hf_json
+	@mkdir -p $(BUILD)/fuzz-corpus $(BUILD)/fuzz-corpus-hf
+	$(BUILD)/fuzz_safetensors -max_total_time=$(FUZZ_SECONDS) -dict=tests/fuzz/safetensors.dict \
+	    -artifact_prefix=$(BUILD)/ -print_final_stats=1 $(BUILD)/fuzz-corpus tests/fuzz/corpus
+	$(BUILD)/fuzz_hf_json -max_total_time=$(FUZZ_SECONDS) -artifact_prefix=$(BUILD)/ -print_final_stats=1 \
+	    $(BUILD)/fuzz-corpus-hf tests/fuzz/corpus_hf
 
 bench: all
 	bench/run.sh $(BUILD)

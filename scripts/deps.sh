@@ -17,6 +17,9 @@ case "$what" in
   run|test|dev) pkgs+=(bible-kjv) ;;  # the built-in training text for make run
 esac
 case "$what" in
+  test|dev) pkgs+=(clang libclang-rt-14-dev) ;;  # libFuzzer + sanitizers: tests/cli/fuzz_safetensors.sh, make fuzz
+esac
+case "$what" in
   dev) pkgs+=(python3-torch) ;;
 esac
 

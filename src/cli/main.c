@@ -6,6 +6,7 @@
 #include "sharc/config.h"
 #include "sharc/data.h"
 #include "sharc/fsdp.h"
+#include "sharc/hf.h"
 #include "sharc/log.h"
 #include "sharc/model.h"
 #include "sharc/rng.h"
@@ -37,6 +38,9 @@ static void usage(FILE *f) {
             "  sharc config [--config FILE.yaml] [--section.key=value ...]   print the resolved config\n"
             "  sharc config --keys                                          list every config key\n"
             "  sharc ckpt inspect DIR                                       describe and verify a checkpoint\n"
+            "  sharc import --hf HF_DIR --out FILE.safetensors      a Hugging Face model -> sharc weights\n"
+            "  sharc export --checkpoint DIR|FILE --out HF_DIR [--dtype fp32|bf16|fp16]\n"
+            "               [--max-shard-size BYTES]                sharc weights -> a Hugging Face model\n"
             "  sharc version\n");
 }
 
@@ -110,6 +114,11 @@ static sharc_status parse_config_args(int argc, char **argv, sharc_config *c, co
         } else {
             SHARC_TRY(sharc_config_set(c, sh >= 0 ? shorthands[sh].key : key, value, origin));
         }
+    }
+    /* model.init_from = a Hugging Face directory: its config.json defines the
+     * model (every model.* shape key is taken from it) */
+    if (c->init_from[0] && sharc_hf_is_dir(c->init_from)) {
+        SHARC_TRY(sharc_hf_read_config(c->init_from, &c->model));
     }
     return sharc_config_validate(c);
 }
@@ -345,6 +354,87 @@ static int cmd_ckpt(int argc, char **argv) {
     return st == SHARC_OK ? 0 : fail(st);
 }
 
+/* Options "--name value" into a table; unknown ones are errors. */
+static sharc_status parse_opts(const char *cmd, int argc, char **argv, const char *const *names,
+                               const char **values, int n) {
+    for (int i = 0; i < argc; i += 2) {
+        int k = 0;
+        while (k < n && strcmp(argv[i], names[k])) k++;
+        if (k == n) return sharc_error(SHARC_ERR_INVALID, "%s: unknown option '%s'", cmd, argv[i]);
+        if (i + 1 >= argc) return sharc_error(SHARC_ERR_INVALID, "%s: %s needs a value", cmd, argv[i]);
+        values[k] = argv[i + 1];
+    }
+    return SHARC_OK;
+}
+
+/* One process holding the whole model: the engine for `mc` with no mesh. */
+static sharc_status single_engine(const sharc_model_config *mc, sharc_model **m, sharc_fsdp **e) {
+    sharc_fsdp_config fc;
+    sharc_fsdp_config_default(&fc);
+    SHARC_TRY(sharc_model_init(m, mc));
+    return sharc_fsdp_init(e, sharc_model_units(*m), sharc_model_num_units(*m), &fc, NULL);
+}
+
+static int cmd_import(int argc, char **argv) {
+    static const char *const names[] = {"--hf", "--out"};
+    const char *v[2] = {NULL, NULL};
+    sharc_status st = parse_opts("import", argc, argv, names, v, 2);
+    if (st == SHARC_OK && (!v[0] || !v[1]))
+        st = sharc_error(SHARC_ERR_INVALID, "import: --hf HF_DIR and --out FILE.safetensors are required");
+    if (st != SHARC_OK) return fail(st);
+    sharc_config c;
+    sharc_config_default(&c);
+    if ((st = sharc_hf_read_config(v[0], &c.model)) != SHARC_OK) return fail(st);
+    if (c.train.seq_len > c.model.max_seq_len) c.train.seq_len = c.model.max_seq_len;
+    if ((st = sharc_config_validate(&c)) != SHARC_OK) return fail(st);
+    sharc_model *m = NULL;
+    sharc_fsdp *e = NULL;
+    if ((st = single_engine(&c.model, &m, &e)) == SHARC_OK && (st = sharc_hf_load(e, v[0])) == SHARC_OK)
+        st = sharc_weights_save(e, NULL, &c, v[1]);
+    sharc_fsdp_free(e);
+    sharc_model_free(m);
+    if (st != SHARC_OK) return fail(st);
+    printf("imported %s (%s, %lld parameters) -> %s\n", v[0], sharc_family_name(c.model.family),
+           (long long)sharc_model_num_params(&c.model), v[1]);
+    return 0;
+}
+
+static int cmd_export(int argc, char **argv) {
+    static const char *const names[] = {"--checkpoint", "--out", "--dtype", "--max-shard-size"};
+    const char *v[4] = {NULL, NULL, "fp32", "0"};
+    sharc_status st = parse_opts("export", argc, argv, names, v, 4);
+    if (st == SHARC_OK && (!v[0] || !v[1]))
+        st = sharc_error(SHARC_ERR_INVALID, "export: --checkpoint DIR|FILE and --out HF_DIR are required");
+    sharc_dtype dt = SHARC_DT_F32;
+    if (st == SHARC_OK) {
+        if (!strcmp(v[2], "fp32")) dt = SHARC_DT_F32;
+        else if (!strcmp(v[2], "bf16")) dt = SHARC_DT_BF16;
+        else if (!strcmp(v[2], "fp16")) dt = SHARC_DT_F16;
+        else st = sharc_error(SHARC_ERR_INVALID, "export: --dtype '%s': expected fp32, bf16 or fp16", v[2]);
+    }
+    char *end = NULL;
+    unsigned long long shard = strtoull(v[3], &end, 10);
+    if (st == SHARC_OK && (!*v[3] || *end || v[3][0] == '-'))
+        st = sharc_error(SHARC_ERR_INVALID, "export: --max-shard-size '%s': expected a byte count (0: one file)", v[3]);
+    if (st != SHARC_OK) return fail(st);
+    char path[4096];
+    struct stat sb;
+    if (stat(v[0], &sb) == 0 && S_ISDIR(sb.st_mode)) snprintf(path, sizeof path, "%s/model.safetensors", v[0]);
+    else snprintf(path, sizeof path, "%s", v[0]);
+    sharc_config c;
+    sharc_config_default(&c);
+    if ((st = sharc_weights_read_config(path, &c)) != SHARC_OK) return fail(st);
+    sharc_model *m = NULL;
+    sharc_fsdp *e = NULL;
+    if ((st = single_engine(&c.model, &m, &e)) == SHARC_OK && (st = sharc_weights_load(e, path)) == SHARC_OK)
+        st = sharc_hf_export(e, NULL, &c.model, v[1], dt, (uint64_t)shard);
+    sharc_fsdp_free(e);
+    sharc_model_free(m);
+    if (st != SHARC_OK) return fail(st);
+    printf("exported %s -> %s (%s)\n", path, v[1], v[2]);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
         usage(stderr);
@@ -364,6 +454,8 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "generate")) return cmd_generate(argc - 2, argv + 2);
     if (!strcmp(cmd, "config")) return cmd_config(argc - 2, argv + 2);
     if (!strcmp(cmd, "ckpt")) return cmd_ckpt(argc - 2, argv + 2);
+    if (!strcmp(cmd, "import")) return cmd_import(argc - 2, argv + 2);
+    if (!strcmp(cmd, "export")) return cmd_export(argc - 2, argv + 2);
     if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
         printf("sharc %s\n", SHARC_VERSION);
         return 0;

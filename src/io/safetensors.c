@@ -4,6 +4,7 @@
 #include "sharc/fileio.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <fcntl.h>
 #include <json-c/json.h>
 #include <stdio.h>
@@ -32,6 +33,15 @@ static int cmp_begin(const void *a, const void *b) {
     return x->begin < y->begin ? -1 : x->begin > y->begin ? 1 : (x->end < y->end ? -1 : x->end > y->end);
 }
 
+/* dtypes newer safetensors files may carry that sharc does not read
+ * (FORMATS.md): named "unsupported", not "unknown". */
+static bool st_newer_dtype(const char *s) {
+    static const char *const newer[] = {"F4", "F6_E2M3", "F6_E3M2", "F8_E8M0", "F8_E4M3FNUZ", "F8_E5M2FNUZ", "C64"};
+    for (size_t i = 0; i < sizeof newer / sizeof newer[0]; i++)
+        if (strcmp(s, newer[i]) == 0) return true;
+    return false;
+}
+
 /* Parse and check one tensor entry. */
 static sharc_status parse_entry(sharc_st_file *f, const char *name, json_object *v, sharc_st_tensor *t) {
     char msg[512];
@@ -47,6 +57,10 @@ static sharc_status parse_entry(sharc_st_file *f, const char *name, json_object 
         return bad(f->path, msg);
     }
     int d = json_object_is_type(dt, json_type_string) ? sharc_dtype_from_st_name(json_object_get_string(dt)) : -1;
+    if (d < 0 && json_object_is_type(dt, json_type_string) && st_newer_dtype(json_object_get_string(dt))) {
+        snprintf(msg, sizeof msg, "tensor '%.200s' has unsupported dtype %.40s", name, json_object_get_string(dt));
+        return bad(f->path, msg);
+    }
     if (d < 0) {
         snprintf(msg, sizeof msg, "tensor '%.200s' has unknown dtype %.40s", name, json_object_to_json_string(dt));
         return bad(f->path, msg);
@@ -132,16 +146,29 @@ static sharc_status parse_header(sharc_st_file *f, const char *json, size_t len)
                 st = bad(f->path, "__metadata__ must be an object of strings");
                 break;
             }
+            if (f->meta_keys) {
+                st = bad(f->path, "__metadata__ appears twice");
+                break;
+            }
             int nm = json_object_object_length(val);
             f->meta_keys = calloc((size_t)nm + 1, sizeof(char *));
             f->meta_values = calloc((size_t)nm + 1, sizeof(char *));
+            if (!f->meta_keys || !f->meta_values) {
+                st = sharc_error(SHARC_ERR_NOMEM, "out of memory");
+                break;
+            }
             json_object_object_foreach(val, mk, mv) {
                 if (!json_object_is_type(mv, json_type_string)) {
-                    st = bad(f->path, "__metadata__ values must be strings");
+                    snprintf(msg, sizeof msg, "__metadata__ value of '%.200s' must be a string", mk);
+                    st = bad(f->path, msg);
                     break;
                 }
                 f->meta_keys[f->nmeta] = strdup(mk);
-                f->meta_values[f->nmeta++] = strdup(json_object_get_string(mv));
+                f->meta_values[f->nmeta] = strdup(json_object_get_string(mv));
+                if (!f->meta_keys[f->nmeta++] || !f->meta_values[f->nmeta - 1]) {
+                    st = sharc_error(SHARC_ERR_NOMEM, "out of memory");
+                    break;
+                }
             }
             if (st != SHARC_OK) break;
             continue;
@@ -198,9 +225,9 @@ sharc_status sharc_st_open(sharc_st_file **out, const char *path) {
     if ((st = sharc_pread_all(f->fd, lenbuf, 8, 0, path)) != SHARC_OK) goto fail;
     uint64_t hlen = 0;
     for (int i = 7; i >= 0; i--) hlen = (hlen << 8) | lenbuf[i];
-    if (hlen > SHARC_ST_HEADER_MAX || hlen > size - 8) {
+    if (hlen < 2 || hlen > SHARC_ST_HEADER_MAX || hlen > size - 8) {
         char msg[200];
-        snprintf(msg, sizeof msg, "header length %llu exceeds the file (%llu bytes) or the %u-byte limit",
+        snprintf(msg, sizeof msg, "header length %llu is below 2 or exceeds the file (%llu bytes) or the %u-byte limit",
                  (unsigned long long)hlen, (unsigned long long)size, SHARC_ST_HEADER_MAX);
         st = bad(path, msg);
         goto fail;

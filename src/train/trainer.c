@@ -25,6 +25,7 @@
 #include "sharc/ckpt.h"
 #include "sharc/data.h"
 #include "sharc/fileio.h"
+#include "sharc/hf.h"
 #include "sharc/log.h"
 #include "sharc/mesh.h"
 #include "sharc/optim.h"
@@ -259,9 +260,16 @@ sharc_status sharc_trainer_init(sharc_trainer **out, const sharc_config *cfg, sh
                          &t->cfg.fsdp.engine, &t->mesh);
     if ((st = agree(t->world, st)) != SHARC_OK) goto fail;
     sharc_fsdp_init_params(t->engine, tc->seed);
-    /* model.init_from: a sharc weights file over the initialised parameters
-     * (each rank reads its shards' ranges; the outcome is agreed) */
-    st = t->cfg.init_from[0] ? sharc_weights_load(t->engine, t->cfg.init_from) : SHARC_OK;
+    /* model.init_from: a sharc weights file, or a Hugging Face directory
+     * (config.json + safetensors, sharc/hf.h), over the initialised
+     * parameters; each rank reads its shards' ranges; the outcome is agreed */
+    if (t->cfg.init_from[0] && sharc_hf_is_dir(t->cfg.init_from)) {
+        st = sharc_hf_check_config(t->cfg.init_from, &t->cfg.model);
+        sharc_fsdp_params_updated(t->engine); /* on every rank, whatever the check said */
+        if (st == SHARC_OK) st = sharc_hf_load(t->engine, t->cfg.init_from);
+    } else {
+        st = t->cfg.init_from[0] ? sharc_weights_load(t->engine, t->cfg.init_from) : SHARC_OK;
+    }
     if (st != SHARC_OK) {
         char msg[1024];
         snprintf(msg, sizeof msg, "%s", sharc_last_error());

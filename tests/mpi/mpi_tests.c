@@ -18,6 +18,9 @@
  *   mpi_tests badstep DATA              the last rank's gradient is NaN at step 2 (SHARC_TEST_NAN):
  *                                       every rank skips it, its shards and AdamW's step
  *                                       count unchanged; step 3 updates again
+ *   mpi_tests hf DATA DIR KEY=VALUE...  Hugging Face export at N ranks into DIR (the
+ *                                       script compares it with a 1-rank export), then
+ *                                       import into another engine: equal masters
  *
  * Every rank prints "ok" on success; any failure exits non-zero. */
 #include "sharc/alloc.h"
@@ -25,6 +28,7 @@
 #include "sharc/comm.h"
 #include "sharc/config.h"
 #include "sharc/fsdp.h"
+#include "sharc/hf.h"
 #include "sharc/log.h"
 #include "sharc/mesh.h"
 #include "sharc/optim.h"
@@ -631,6 +635,43 @@ static void test_badstep(int argc, char **argv) {
     unsetenv("SHARC_TEST_NAN");
 }
 
+/* ------------------------------------------------------------------ hf */
+
+/* Export the seeded model at N ranks (sharded files, a 20 kB limit), import
+ * it into an engine initialised from another seed: every unit's gathered
+ * master parameters are bit-identical. */
+static void test_hf(int argc, char **argv) {
+    ASSERT_TRUE(argc >= 2);
+    sharc_config c;
+    base_config(&c, argv[0]);
+    apply_args(&c, argc - 2, argv + 2);
+    sharc_trainer *a, *b;
+    ASSERT_OK(sharc_trainer_init(&a, &c, world));
+    c.train.seed += 1;
+    ASSERT_OK(sharc_trainer_init(&b, &c, world));
+    sharc_fsdp *ea = sharc_trainer_engine(a), *eb = sharc_trainer_engine(b);
+    ASSERT_OK(sharc_hf_export(ea, world, &c.model, argv[1], SHARC_DT_F32, 20000));
+    /* a second export into the now non-empty directory fails on every rank, no hang */
+    if (sharc_hf_export(ea, world, &c.model, argv[1], SHARC_DT_F32, 0) == SHARC_OK) TEST_FAIL_AT("exported into a non-empty directory");
+    if (!strstr(sharc_last_error(), sharc_comm_rank(world) == 0 ? "is not empty" : "failed on another rank"))
+        TEST_FAIL_AT("unexpected message: %s", sharc_last_error());
+    sharc_status st = sharc_hf_load(eb, argv[1]);
+    int32_t bad = st != SHARC_OK, any = 0;
+    ASSERT_OK(sharc_comm_allreduce(world, &bad, &any, 1, SHARC_DT_I32, SHARC_OP_MAX));
+    if (any) TEST_FAIL_AT("hf load failed on a rank: %s", sharc_last_error());
+    float *x = malloc((size_t)sharc_fsdp_gathered_unit_bytes(ea)), *y = malloc((size_t)sharc_fsdp_gathered_unit_bytes(ea));
+    for (int u = 0; u < sharc_fsdp_num_units(ea); u++) {
+        ASSERT_OK(sharc_fsdp_gather_master(ea, u, x));
+        ASSERT_OK(sharc_fsdp_gather_master(eb, u, y));
+        const sharc_unit_spec *s = sharc_fsdp_unit_spec(ea, u);
+        if (memcmp(x, y, sizeof(float) * (size_t)s->numel) != 0) TEST_FAIL_AT("unit %d differs after export + import", u);
+    }
+    free(x);
+    free(y);
+    sharc_trainer_free(a);
+    sharc_trainer_free(b);
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
         fprintf(stderr, "usage: mpi_tests comm|parity|memory|mismatch ...\n");
@@ -649,6 +690,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(what, "ckpt_save")) test_ckpt_save(argc - 2, argv + 2);
     else if (!strcmp(what, "ckpt_load")) test_ckpt_load(argc - 2, argv + 2);
     else if (!strcmp(what, "badstep")) test_badstep(argc - 2, argv + 2);
+    else if (!strcmp(what, "hf")) test_hf(argc - 2, argv + 2);
     else {
         fprintf(stderr, "unknown test %s\n", what);
         return 2;
