@@ -69,6 +69,27 @@ const char *sharc_ckpt_last_path(const sharc_ckpt *c);
  * verify every file's checksums. One process, no trainer. */
 sharc_status sharc_ckpt_inspect(const char *path, FILE *out);
 
+/* Reading a checkpoint's weights with no trainer (sharc export, generate):
+ * one process, no communication. */
+struct sharc_config;
+struct sharc_fsdp;
+/* `path` is a step directory (it has a manifest.json: returned as is; the
+ * load checks what it reads) or a checkpoint directory, of which the newest
+ * step-N that passes every check (manifest and every checksum, the rule of
+ * ckpt.resume=auto: `latest` is not trusted; a failing newer one is warned
+ * about and skipped) is taken. Anything else is an error naming the path. */
+sharc_status sharc_ckpt_resolve(const char *path, char *step_dir, size_t n);
+/* The run configuration stored in a step directory's manifest, on top of
+ * the defaults, validated (and its model checked against the manifest's). */
+sharc_status sharc_ckpt_read_config(const char *step_dir, struct sharc_config *cfg);
+/* Fill this rank's parameter shards (not the moments) from a step
+ * directory: every parameter of `e` must be there with its shape and every
+ * tensor there must be a parameter of `e`; only the chunks overlapping this
+ * rank's segments are read, each checked against its crc32. Marks the
+ * parameters updated whatever the outcome. On many ranks the caller agrees
+ * on the outcome (note [agreement] in trainer.c). */
+sharc_status sharc_ckpt_load_params(struct sharc_fsdp *e, const char *step_dir);
+
 #ifdef __cplusplus
 }
 #endif

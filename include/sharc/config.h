@@ -65,7 +65,7 @@ typedef struct {
 
 #define SHARC_MAX_STAGES 16
 
-typedef struct {
+typedef struct sharc_config { /* tagged: sharc/ckpt.h declares it ahead */
     sharc_model_config model;
     sharc_data_config data;
     sharc_optim_config optim;

@@ -971,13 +971,20 @@ sharc_status sharc_ckpt_save(sharc_ckpt *c) {
 
 /* ------------------------------------------------------------- loading */
 
-static sharc_status check_model(const manifest *m, const sharc_model_config *mc) {
+/* `own`: mc is the checkpoint's own "config" (it must agree with "model"),
+ * else this run's model. */
+static sharc_status check_model(const manifest *m, const sharc_model_config *mc, bool own) {
     json_object *want = model_json(mc);
     sharc_status st = SHARC_OK;
     json_object_object_foreach(want, key, val) {
         json_object *got;
         const char *a = json_object_to_json_string(val);
         const char *b = json_object_object_get_ex(m->model, key, &got) ? json_object_to_json_string(got) : "(missing)";
+        if (strcmp(a, b) != 0 && own) {
+            st = sharc_error(SHARC_ERR_FORMAT, "ckpt '%s': model.%s is %s in \"model\" but %s in \"config\": the "
+                             "manifest contradicts itself", m->path, key, b, a);
+            break;
+        }
         if (strcmp(a, b) != 0) {
             st = sharc_error(SHARC_ERR_FORMAT,
                              "ckpt '%s': model.%s is %s in the checkpoint, %s in this run: a checkpoint of another "
@@ -1018,21 +1025,21 @@ static sharc_status check_tensors(const manifest *m, sharc_fsdp *e) {
     return SHARC_OK;
 }
 
-/* This rank's part of a checkpoint, read into the live shards. */
-static sharc_status load_local(sharc_ckpt *c, const char *step_dir, manifest *m) {
-    SHARC_TRY(manifest_read(m, step_dir));
-    sharc_fsdp *e = sharc_trainer_engine(c->t);
-    sharc_adamw *a = sharc_trainer_optimizer(c->t);
-    SHARC_TRY(check_model(m, &sharc_trainer_config(c->t)->model));
+/* This rank's elements of every parameter (and, with an optimizer, of both
+ * moments) from a read manifest into the live shards: the names and shapes
+ * are checked first, then only the chunks overlapping this rank's segments
+ * are read, each verified against its crc32. No communication. */
+static sharc_status read_shards(manifest *m, sharc_fsdp *e, sharc_adamw *a /* NULL: parameters only */) {
     SHARC_TRY(check_tensors(m, e));
     reader rd = {.m = m, .file = -1, .chunk = -1, .buf = malloc((size_t)m->chunk_bytes)};
     if (!rd.buf) return sharc_error(SHARC_ERR_NOMEM, "ckpt: out of memory");
+    const int kinds = a ? KINDS : 1;
     sharc_status st = SHARC_OK;
     for (int u = 0; u < sharc_fsdp_num_units(e) && st == SHARC_OK; u++) {
         const sharc_unit_spec *s = sharc_fsdp_unit_spec(e, u);
         const sharc_segment *segs;
         int ns = sharc_fsdp_shard_segments(e, u, &segs);
-        float *dst[KINDS] = {sharc_fsdp_shard_params(e, u), sharc_adamw_m(a, u), sharc_adamw_v(a, u)};
+        float *dst[KINDS] = {sharc_fsdp_shard_params(e, u), a ? sharc_adamw_m(a, u) : NULL, a ? sharc_adamw_v(a, u) : NULL};
         for (int k = 0; k < ns && st == SHARC_OK; k++) {
             const mf_tensor *t = manifest_find(m, s->params[segs[k].param].name);
             int64_t lo0 = segs[k].param_off, hi0 = lo0 + segs[k].len;
@@ -1040,7 +1047,7 @@ static sharc_status load_local(sharc_ckpt *c, const char *step_dir, manifest *m)
                 const mf_range *r = &t->r[q];
                 int64_t lo = r->begin > lo0 ? r->begin : lo0, hi = r->end < hi0 ? r->end : hi0;
                 if (lo >= hi) continue;
-                for (int kind = 0; kind < KINDS && st == SHARC_OK; kind++)
+                for (int kind = 0; kind < kinds && st == SHARC_OK; kind++)
                     st = reader_read(&rd, (int)r->file, r->offset + ((int64_t)kind * (r->end - r->begin) + lo - r->begin) * 4,
                                      (hi - lo) * 4, dst[kind] + segs[k].shard_off + (lo - lo0));
             }
@@ -1048,6 +1055,13 @@ static sharc_status load_local(sharc_ckpt *c, const char *step_dir, manifest *m)
     }
     free(rd.buf);
     return st;
+}
+
+/* This rank's part of a checkpoint, read into the live shards. */
+static sharc_status load_local(sharc_ckpt *c, const char *step_dir, manifest *m) {
+    SHARC_TRY(manifest_read(m, step_dir));
+    SHARC_TRY(check_model(m, &sharc_trainer_config(c->t)->model, false));
+    return read_shards(m, sharc_trainer_engine(c->t), sharc_trainer_optimizer(c->t));
 }
 
 /* Load and agree; on success set the step. `warn`: report this rank's
@@ -1149,6 +1163,30 @@ sharc_status sharc_ckpt_resume(sharc_ckpt *c, const char *what, int64_t *loaded_
     return st;
 }
 
+/* Every chunk of every file and each file's whole crc32; `out` (may be NULL)
+ * gets a line per file, *total (may be NULL) their bytes. */
+static sharc_status verify_files(manifest *m, FILE *out, int64_t *total) {
+    reader rd = {.m = m, .file = -1, .chunk = -1, .buf = malloc((size_t)m->chunk_bytes)};
+    sharc_status st = rd.buf ? SHARC_OK : sharc_error(SHARC_ERR_NOMEM, "ckpt: out of memory");
+    for (int f = 0; f < m->nfiles && st == SHARC_OK; f++) {
+        uLong crc = crc32(0L, Z_NULL, 0);
+        for (int64_t k = 0; k < m->files[f].nchunks && st == SHARC_OK; k++) {
+            st = reader_chunk(&rd, f, k);
+            int64_t lo = k * m->chunk_bytes, n = m->files[f].bytes - lo < m->chunk_bytes ? m->files[f].bytes - lo : m->chunk_bytes;
+            if (st == SHARC_OK) crc = crc32(crc, rd.buf, (uInt)n);
+        }
+        if (st == SHARC_OK && m->files[f].nchunks == 0) st = reader_open_file(&rd, f);
+        if (st == SHARC_OK && (uint32_t)crc != m->files[f].crc)
+            st = sharc_error(SHARC_ERR_FORMAT, "ckpt '%s/%s': whole-file crc32 %08x, the manifest says %08x", m->dir,
+                             m->files[f].name, (unsigned)crc, m->files[f].crc);
+        if (st == SHARC_OK && out)
+            fprintf(out, "  %s: %lld bytes, crc32 %08x ok\n", m->files[f].name, (long long)m->files[f].bytes, m->files[f].crc);
+        if (total) *total += m->files[f].bytes;
+    }
+    free(rd.buf);
+    return st;
+}
+
 /* ------------------------------------------------------------- inspect */
 
 sharc_status sharc_ckpt_inspect(const char *path, FILE *out) {
@@ -1190,27 +1228,92 @@ sharc_status sharc_ckpt_inspect(const char *path, FILE *out) {
                 m.tensors[i].nr == 1 ? "" : "s");
         elems += m.tensors[i].numel;
     }
-    /* every chunk of every file, and each file's whole crc32 */
-    reader rd = {.m = &m, .file = -1, .chunk = -1, .buf = malloc((size_t)m.chunk_bytes)};
-    st = rd.buf ? SHARC_OK : sharc_error(SHARC_ERR_NOMEM, "ckpt: out of memory");
-    for (int f = 0; f < m.nfiles && st == SHARC_OK; f++) {
-        uLong crc = crc32(0L, Z_NULL, 0);
-        for (int64_t k = 0; k < m.files[f].nchunks && st == SHARC_OK; k++) {
-            st = reader_chunk(&rd, f, k);
-            int64_t lo = k * m.chunk_bytes, n = m.files[f].bytes - lo < m.chunk_bytes ? m.files[f].bytes - lo : m.chunk_bytes;
-            if (st == SHARC_OK) crc = crc32(crc, rd.buf, (uInt)n);
-        }
-        if (st == SHARC_OK && m.files[f].nchunks == 0) st = reader_open_file(&rd, f);
-        if (st == SHARC_OK && (uint32_t)crc != m.files[f].crc)
-            st = sharc_error(SHARC_ERR_FORMAT, "ckpt '%s/%s': whole-file crc32 %08x, the manifest says %08x", dir,
-                             m.files[f].name, (unsigned)crc, m.files[f].crc);
-        if (st == SHARC_OK) fprintf(out, "  %s: %lld bytes, crc32 %08x ok\n", m.files[f].name, (long long)m.files[f].bytes, m.files[f].crc);
-        total += m.files[f].bytes;
-    }
-    free(rd.buf);
+    st = verify_files(&m, out, &total);
     if (st == SHARC_OK)
         fprintf(out, "  %lld parameters, %lld bytes in %d files, every checksum verified\n", (long long)elems,
                 (long long)total, m.nfiles);
+    manifest_free(&m);
+    return st;
+}
+
+/* ----------------------------------------------- without a trainer */
+
+sharc_status sharc_ckpt_resolve(const char *path, char *step_dir, size_t n) {
+    char man[PATHLEN + 32];
+    if (strlen(path) >= SHARC_CKPT_PATH_MAX)
+        return sharc_error(SHARC_ERR_INVALID, "ckpt: path '%.64s...' is too long (%d bytes at most)", path,
+                           SHARC_CKPT_PATH_MAX - 1);
+    snprintf(man, sizeof man, "%s/" MANIFEST_NAME, path);
+    if (exists(man)) { /* a step directory: load checks what it reads */
+        if (strlen(path) >= n) return sharc_error(SHARC_ERR_INVALID, "ckpt: path '%s' is too long", path);
+        snprintf(step_dir, n, "%s", path);
+        return SHARC_OK;
+    }
+    if (!is_dir(path))
+        return sharc_error(SHARC_ERR_INVALID, "ckpt '%s': %s", path,
+                           exists(path) ? "not a directory (a checkpoint is a step-N directory or a directory of them)"
+                                        : "no such file or directory");
+    const char *base = strrchr(path, '/');
+    base = base && base[1] ? base + 1 : path;
+    int64_t *steps;
+    int ns = list_steps(path, &steps);
+    if (ns == 0) {
+        free(steps);
+        if (parse_step_name(base) >= 0)
+            return sharc_error(SHARC_ERR_FORMAT, "ckpt '%s': no manifest.json (an incomplete save, or its manifest was "
+                               "removed)", path);
+        return sharc_error(SHARC_ERR_INVALID, "ckpt '%s': not a checkpoint (no manifest.json, no step-N directory "
+                           "with one)", path);
+    }
+    /* the newest that passes every check, as auto resume does: `latest` is
+     * not trusted, a newer checkpoint that fails is reported and skipped */
+    char p[PATHLEN];
+    sharc_status st = SHARC_ERR_FORMAT;
+    for (int i = 0; i < ns; i++) {
+        step_path(p, sizeof p, path, steps[i], "");
+        manifest m;
+        st = manifest_read(&m, p);
+        if (st == SHARC_OK) st = verify_files(&m, NULL, NULL);
+        manifest_free(&m);
+        if (st == SHARC_OK) break;
+        sharc_warn("%s", sharc_last_error());
+        sharc_warn("ckpt: %s cannot be used; %s", p, i + 1 < ns ? "falling back to the previous checkpoint"
+                                                               : "no older checkpoint left");
+    }
+    free(steps);
+    if (st != SHARC_OK)
+        return sharc_error(st, "ckpt '%s': none of its %d checkpoints passes its checks (the reasons are above)", path,
+                           ns);
+    if (strlen(p) >= n) return sharc_error(SHARC_ERR_INVALID, "ckpt: path '%s' is too long", p);
+    snprintf(step_dir, n, "%s", p);
+    return SHARC_OK;
+}
+
+sharc_status sharc_ckpt_read_config(const char *step_dir, sharc_config *cfg) {
+    manifest m;
+    const char *yaml = NULL;
+    sharc_status st = manifest_read(&m, step_dir);
+    if (st == SHARC_OK) st = get_str(&m, m.root, "config", &yaml);
+    if (st == SHARC_OK && !yaml[0]) st = bad(&m, "\"config\" is empty: the checkpoint holds no run configuration");
+    if (st == SHARC_OK) {
+        char origin[PATHLEN + 64];
+        snprintf(origin, sizeof origin, "%s (its \"config\")", m.path);
+        sharc_config_default(cfg);
+        st = sharc_config_load_string(cfg, yaml, origin);
+        if (st == SHARC_OK) st = sharc_config_validate(cfg);
+        if (st == SHARC_OK) st = check_model(&m, &cfg->model, true);
+    }
+    manifest_free(&m);
+    return st;
+}
+
+sharc_status sharc_ckpt_load_params(sharc_fsdp *e, const char *step_dir) {
+    /* first, whatever happens next: the shards may be written (note
+     * [shared-params] in src/fsdp/engine.c) */
+    sharc_fsdp_params_updated(e);
+    manifest m;
+    sharc_status st = manifest_read(&m, step_dir);
+    if (st == SHARC_OK) st = read_shards(&m, e, NULL);
     manifest_free(&m);
     return st;
 }

@@ -41,6 +41,7 @@ static void usage(FILE *f) {
             "  sharc import --hf HF_DIR --out FILE.safetensors      a Hugging Face model -> sharc weights\n"
             "  sharc export --checkpoint DIR|FILE --out HF_DIR [--dtype fp32|bf16|fp16]\n"
             "               [--max-shard-size BYTES]                sharc weights -> a Hugging Face model\n"
+            "  (--checkpoint: a weights file, a run directory, a checkpoint directory or one step-N directory)\n"
             "  sharc version\n");
 }
 
@@ -258,6 +259,73 @@ static int cmd_config(int argc, char **argv) {
     return 0;
 }
 
+/* Note [inference-source]. What `--checkpoint ARG` of export and generate
+ * (and eval) reads: a sharc weights file; a run directory: its
+ * model.safetensors, or without one its checkpoints/; a checkpoint directory
+ * (its newest step that passes every check, sharc_ckpt_resolve); or a step
+ * directory. A checkpoint gives its parameters (not the moments) and the run
+ * configuration of its manifest. */
+typedef struct {
+    char path[SHARC_PATH_MAX + 64]; /* the weights file or the step directory read */
+    bool ckpt;                      /* path is a checkpoint step directory */
+} inference_source;
+
+/* Resolve ARG and read its configuration into *c. */
+static sharc_status inference_resolve(const char *arg, inference_source *src, sharc_config *c) {
+    struct stat sb;
+    memset(src, 0, sizeof *src);
+    if (stat(arg, &sb) != 0 || !S_ISDIR(sb.st_mode)) { /* a file, or nothing: the reader names it */
+        snprintf(src->path, sizeof src->path, "%s", arg);
+    } else {
+        char p[SHARC_PATH_MAX + 64];
+        snprintf(p, sizeof p, "%s/model.safetensors", arg);
+        if (stat(p, &sb) == 0) {
+            snprintf(src->path, sizeof src->path, "%s", p);
+        } else {
+            snprintf(p, sizeof p, "%s/checkpoints", arg);
+            SHARC_TRY(sharc_ckpt_resolve(stat(p, &sb) == 0 && S_ISDIR(sb.st_mode) ? p : arg, src->path,
+                                         sizeof src->path));
+            src->ckpt = true;
+        }
+    }
+    if (src->ckpt) return sharc_ckpt_read_config(src->path, c);
+    sharc_config_default(c);
+    return sharc_weights_read_config(src->path, c);
+}
+
+/* One process holding the whole model of `c` with the source's weights;
+ * plan_B > 0 plans activations for plan_B sequences of the model's context
+ * (max_seq_len for GPT-2, train.seq_len for Llama). On failure *m and *e
+ * are NULL. */
+static sharc_status inference_load(const inference_source *src, const sharc_config *c, int plan_B, sharc_model **m,
+                                   sharc_fsdp **e) {
+    sharc_fsdp_config fc;
+    sharc_fsdp_config_default(&fc);
+    *m = NULL;
+    *e = NULL;
+    const int T = c->model.family == SHARC_FAMILY_GPT2 ? c->model.max_seq_len : c->train.seq_len;
+    sharc_status st = sharc_model_init(m, &c->model);
+    if (st == SHARC_OK && plan_B > 0) st = sharc_model_plan(*m, plan_B, T, false);
+    if (st == SHARC_OK) st = sharc_fsdp_init(e, sharc_model_units(*m), sharc_model_num_units(*m), &fc, NULL);
+    if (st == SHARC_OK) st = src->ckpt ? sharc_ckpt_load_params(*e, src->path) : sharc_weights_load(*e, src->path);
+    if (st != SHARC_OK) {
+        sharc_fsdp_free(*e);
+        sharc_model_free(*m);
+        *e = NULL;
+        *m = NULL;
+    }
+    return st;
+}
+
+/* Both steps: what sharc export, generate and eval call. */
+static sharc_status load_for_inference(const char *arg, int plan_B, sharc_config *c, sharc_model **m, sharc_fsdp **e,
+                                       inference_source *src) {
+    *m = NULL;
+    *e = NULL;
+    SHARC_TRY(inference_resolve(arg, src, c));
+    return inference_load(src, c, plan_B, m, e);
+}
+
 static int cmd_generate(int argc, char **argv) {
     const char *ckpt = NULL, *prompt = "\n";
     int ntok = 200, top_k = 40, threads = 0;
@@ -291,34 +359,20 @@ static int cmd_generate(int argc, char **argv) {
         sharc_error(SHARC_ERR_INVALID, "generate: --tokens, --top-k and --temperature must be >= 0");
         return fail(SHARC_ERR_INVALID);
     }
-    char path[4096];
-    struct stat sb;
-    if (stat(ckpt, &sb) == 0 && S_ISDIR(sb.st_mode)) snprintf(path, sizeof path, "%s/model.safetensors", ckpt);
-    else snprintf(path, sizeof path, "%s", ckpt);
-
     sharc_config c;
-    sharc_config_default(&c);
-    sharc_status st = sharc_weights_read_config(path, &c);
+    inference_source src;
+    sharc_status st = inference_resolve(ckpt, &src, &c);
     if (st != SHARC_OK) return fail(st);
     if (c.model.vocab_size != 256) {
         sharc_error(SHARC_ERR_UNSUPPORTED, "generate: '%s' has model.vocab_size %d; generate decodes byte-level models (256) only",
-                    path, c.model.vocab_size);
+                    src.path, c.model.vocab_size);
         return fail(SHARC_ERR_UNSUPPORTED);
     }
     if ((st = sharc_blas_init(threads)) != SHARC_OK) return fail(st);
     sharc_model *m = NULL;
     sharc_fsdp *e = NULL;
-    sharc_fsdp_config fc;
-    sharc_fsdp_config_default(&fc);
     int T = c.model.family == SHARC_FAMILY_GPT2 ? c.model.max_seq_len : c.train.seq_len;
-    if ((st = sharc_model_init(&m, &c.model)) != SHARC_OK || (st = sharc_model_plan(m, 1, T, false)) != SHARC_OK ||
-        (st = sharc_fsdp_init(&e, sharc_model_units(m), sharc_model_num_units(m), &fc, NULL)) != SHARC_OK ||
-        (st = sharc_weights_load(e, path)) != SHARC_OK) {
-        int rc = fail(st);
-        sharc_fsdp_free(e);
-        sharc_model_free(m);
-        return rc;
-    }
+    if ((st = inference_load(&src, &c, 1, &m, &e)) != SHARC_OK) return fail(st);
     int64_t plen = (int64_t)strlen(prompt);
     int64_t cap = plen + ntok + 1;
     int32_t *tokens = malloc(sizeof(int32_t) * (size_t)cap);
@@ -417,21 +471,16 @@ static int cmd_export(int argc, char **argv) {
     if (st == SHARC_OK && (!*v[3] || *end || v[3][0] == '-'))
         st = sharc_error(SHARC_ERR_INVALID, "export: --max-shard-size '%s': expected a byte count (0: one file)", v[3]);
     if (st != SHARC_OK) return fail(st);
-    char path[4096];
-    struct stat sb;
-    if (stat(v[0], &sb) == 0 && S_ISDIR(sb.st_mode)) snprintf(path, sizeof path, "%s/model.safetensors", v[0]);
-    else snprintf(path, sizeof path, "%s", v[0]);
     sharc_config c;
-    sharc_config_default(&c);
-    if ((st = sharc_weights_read_config(path, &c)) != SHARC_OK) return fail(st);
+    inference_source src;
     sharc_model *m = NULL;
     sharc_fsdp *e = NULL;
-    if ((st = single_engine(&c.model, &m, &e)) == SHARC_OK && (st = sharc_weights_load(e, path)) == SHARC_OK)
+    if ((st = load_for_inference(v[0], 0, &c, &m, &e, &src)) == SHARC_OK)
         st = sharc_hf_export(e, NULL, &c.model, v[1], dt, (uint64_t)shard);
     sharc_fsdp_free(e);
     sharc_model_free(m);
     if (st != SHARC_OK) return fail(st);
-    printf("exported %s -> %s (%s)\n", path, v[1], v[2]);
+    printf("exported %s -> %s (%s)\n", src.path, v[1], v[2]);
     return 0;
 }
 

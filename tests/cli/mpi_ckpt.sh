@@ -7,7 +7,8 @@
 #    HYBRID_SHARD 2x2: every parameter and moment exactly as saved (against
 #    a gather made by the saving run), then 3 more steps against a one-process
 #    run of all 6 (note [parity-tolerance]); GPT-2 and Llama;
-#  - sharc train at 2 ranks killed during a save resumes bit for bit;
+#  - sharc train at 2 ranks killed during a save resumes bit for bit; its
+#    checkpoint exports (one process) the same weights as the run's file;
 #  - a missing shard fails every rank with a message, no hang.
 set -euo pipefail
 source "$SHARC_ROOT/tests/cli/mpi_lib.inc"
@@ -60,6 +61,10 @@ out=$(mpi 2 "$SHARC_BIN/sharc" train $M --train.out_dir=k --ckpt.resume=auto 2>&
 grep -q "resumed from k/checkpoints/step-00000002 at step 2 (written by 2 ranks, FULL_SHARD;" <<< "$out" || { echo "$out"; exit 1; }
 for f in ref/checkpoints/step-00000006/*.bin; do cmp "$f" "k/checkpoints/step-00000006/$(basename $f)"; done
 echo "2 ranks: killed and resumed bit-exact"
+# one process exports the 2-rank checkpoint (resharded on load) as the final weights
+"$SHARC_BIN/sharc" export --checkpoint ref/checkpoints --out e_ck >/dev/null
+"$SHARC_BIN/sharc" export --checkpoint ref --out e_w >/dev/null
+cmp e_ck/model.safetensors e_w/model.safetensors
 
 # a missing shard: every rank stops with a message
 rm k/checkpoints/step-00000006/shard-00001-of-00002.bin
