@@ -50,12 +50,21 @@ typedef struct {
     bool activation_checkpointing;
 } sharc_fsdp_options;
 
+/* Telemetry and validation (the log.* keys; src/train/telemetry.c, eval.c). */
+typedef struct {
+    float peak_tflops; /* peak fp32 TFLOP/s of one rank's cores for MFU (0: measured at start) */
+    bool debug;        /* per-rank JSON lines in out_dir/debug/rank-N.log */
+    int eval_every;    /* validation loss on data.val_path every N steps (0: off) */
+    int eval_batches;  /* micro-batches of train.batch_size per validation, over all ranks (0: every window) */
+} sharc_log_config;
+
 typedef struct {
     sharc_model_config model;
     sharc_data_config data;
     sharc_optim_config optim;
     sharc_train_config train;
     sharc_fsdp_options fsdp;
+    sharc_log_config log;
 } sharc_config;
 
 /* The built-in defaults (the job `make run` trains). */

@@ -35,6 +35,10 @@ typedef struct {
     sharc_comm_stats comm; /* this rank's collectives during the step, all groups */
     sharc_mem_stats mem;  /* this rank's memory: current and peak of the step */
     int64_t gathered_peak;
+    /* this rank alone (sharc/telemetry.h aggregates them over the ranks) */
+    double forward_s, backward_s; /* split of forward_backward_s (sharc_model_timing) */
+    double local_loss;            /* mean loss over this rank's valid targets (NAN if none) */
+    int64_t local_tokens;         /* input tokens this rank processed */
 } sharc_step_stats;
 
 typedef struct sharc_trainer sharc_trainer;

@@ -85,6 +85,12 @@ static const key_def keys[] = {
     {"fsdp.limit_all_gathers", K_LIMIT, OFF(fsdp.engine.limit_all_gathers), 0, 1 << 20, NULL, "max gathered non-root units (true = 2, false = no limit)"},
     {"fsdp.no_sync", K_BOOL, OFF(fsdp.engine.no_sync), 0, 0, NULL, "reduce gradients once per step, not every micro-batch"},
     {"fsdp.activation_checkpointing", K_BOOL, OFF(fsdp.activation_checkpointing), 0, 0, NULL, "recompute each block in backward"},
+
+    /* telemetry and validation (src/train/telemetry.c, src/train/eval.c) */
+    {"log.peak_tflops", K_FLOAT, OFF(log.peak_tflops), 0, BIG, NULL, "peak fp32 TFLOP/s of one rank for mfu(%) (0: measured by an FMA loop at start)"},
+    {"log.debug", K_BOOL, OFF(log.debug), 0, 0, NULL, "per-rank JSON lines of each step in out_dir/debug/rank-N.log"},
+    {"log.eval_every", K_INT, OFF(log.eval_every), 0, INT_MAX, NULL, "validation loss on data.val_path every N steps (0: off)"},
+    {"log.eval_batches", K_INT, OFF(log.eval_batches), 0, INT_MAX, NULL, "micro-batches per validation, all ranks together (0: every window)"},
 };
 #define NKEYS ((int)(sizeof keys / sizeof keys[0]))
 

@@ -12,11 +12,13 @@
 #include "sharc/alloc.h"
 #include "sharc/blas.h"
 #include "sharc/data.h"
+#include "sharc/eval.h"
 #include "sharc/fileio.h"
 #include "sharc/log.h"
 #include "sharc/mesh.h"
 #include "sharc/optim.h"
 #include "sharc/prof.h"
+#include "sharc/telemetry.h"
 #include "sharc/weights.h"
 
 #include <errno.h>
@@ -24,7 +26,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 struct sharc_trainer {
     sharc_config cfg;
@@ -40,6 +44,8 @@ struct sharc_trainer {
     int32_t *inputs, *targets; /* (grad_accum, B, T) */
     int64_t step;
     double flops_per_token;
+    sharc_dataset *val;       /* data.val_path when log.eval_every > 0 */
+    double peak_flops_world;  /* sum over ranks of each rank's peak (telemetry.h) */
 };
 
 static double now_s(void) {
@@ -99,6 +105,8 @@ static int fingerprint(const sharc_config *c, fp_item *it) {
     ITEM("fsdp.limit_all_gathers", c->fsdp.engine.limit_all_gathers);
     ITEM("fsdp.no_sync", c->fsdp.engine.no_sync);
     ITEM("fsdp.activation_checkpointing", c->fsdp.activation_checkpointing);
+    ITEM("log.eval_every", c->log.eval_every);
+    ITEM("log.eval_batches", c->log.eval_batches);
 #undef ITEM
     return n;
 }
@@ -141,6 +149,14 @@ static sharc_status agree(sharc_comm *world, sharc_status local) {
     return sharc_error(SHARC_ERR_COMM, "train: rank %d failed to start (see its message)", first);
 }
 
+/* Forget the collectives counted so far on every group (telemetry's own
+ * all-gathers and evaluation are not part of a step's traffic). */
+static void reset_comm_stats(sharc_trainer *t) {
+    sharc_comm *groups[3] = {t->world, t->mesh_ok ? t->mesh.shard : NULL, t->mesh_ok ? t->mesh.replicate : NULL};
+    for (int g = 0; g < 3; g++)
+        if (groups[g]) sharc_comm_stats_reset(groups[g]);
+}
+
 /* ------------------------------------------------------------------ init */
 
 sharc_status sharc_trainer_init(sharc_trainer **out, const sharc_config *cfg, sharc_comm *world) {
@@ -179,6 +195,16 @@ sharc_status sharc_trainer_init(sharc_trainer **out, const sharc_config *cfg, sh
                                    .shuffle = t->cfg.data.shuffle, .seed = t->cfg.data.seed};
         st = sharc_sampler_init(&t->sampler, t->data, &sc);
     }
+    if (st == SHARC_OK && t->cfg.log.eval_every > 0) {
+        if (!t->cfg.data.val_path[0])
+            st = sharc_error(SHARC_ERR_INVALID, "log.eval_every: %d, but data.val_path is empty; set a validation file",
+                             t->cfg.log.eval_every);
+        else
+            st = sharc_dataset_open(&t->val, t->cfg.data.val_path, t->cfg.data.format, t->cfg.model.vocab_size);
+        if (st == SHARC_OK && sharc_dataset_num_tokens(t->val) <= tc->seq_len)
+            st = sharc_error(SHARC_ERR_INVALID, "data.val_path: '%s' has %lld tokens, fewer than one window of %d + 1",
+                             t->cfg.data.val_path, (long long)sharc_dataset_num_tokens(t->val), tc->seq_len);
+    }
     if (st == SHARC_OK) {
         size_t n = (size_t)tc->grad_accum * (size_t)tc->batch_size * (size_t)tc->seq_len;
         t->inputs = sharc_alloc(n * sizeof(int32_t), SHARC_MEM_OTHER);
@@ -201,6 +227,13 @@ sharc_status sharc_trainer_init(sharc_trainer **out, const sharc_config *cfg, sh
     st = sharc_adamw_init(&t->opt, t->engine, &t->cfg.optim);
     if ((st = agree(t->world, st)) != SHARC_OK) goto fail;
     t->flops_per_token = sharc_model_flops_per_token(&t->cfg.model, tc->seq_len);
+    /* MFU's denominator: this rank's cores, measured or given, summed over ranks */
+    t->peak_flops_world = t->cfg.log.peak_tflops > 0 ? 1e12 * (double)t->cfg.log.peak_tflops
+                                                     : sharc_telemetry_measure_peak_flops(sharc_threads_get());
+    if ((st = sharc_comm_allreduce(t->world, &t->peak_flops_world, &t->peak_flops_world, 1, SHARC_DT_F64,
+                                   SHARC_OP_SUM)) != SHARC_OK)
+        goto fail;
+    reset_comm_stats(t);
     (void)rank;
     *out = t;
     return SHARC_OK;
@@ -215,6 +248,7 @@ void sharc_trainer_free(sharc_trainer *t) {
     sharc_free(t->targets);
     sharc_sampler_free(t->sampler);
     sharc_dataset_free(t->data);
+    sharc_dataset_free(t->val);
     sharc_adamw_free(t->opt);
     sharc_fsdp_free(t->engine);
     sharc_model_free(t->model);
@@ -255,6 +289,7 @@ sharc_status sharc_trainer_step(sharc_trainer *t, sharc_step_stats *s) {
     const int rank = sharc_comm_rank(t->world), R = sharc_comm_size(t->world);
     double t0 = now_s();
     sharc_fsdp_stats_reset(t->engine);
+    sharc_model_timing_reset(t->model);
     sharc_mem_reset_peak();
     /* the whole step's batch first: the loss scale needs the global valid-target count */
     int64_t valid = 0;
@@ -262,6 +297,7 @@ sharc_status sharc_trainer_step(sharc_trainer *t, sharc_step_stats *s) {
         sharc_sampler_batch(t->sampler, t->step, m, rank, t->inputs + m * mb, t->targets + m * mb);
         for (int64_t i = 0; i < mb; i++) valid += t->targets[m * mb + i] >= 0;
     }
+    const int64_t local_valid = valid;
     SHARC_TRY(sharc_comm_allreduce(t->world, &valid, &valid, 1, SHARC_DT_I64, SHARC_OP_SUM));
     float scale = valid > 0 ? 1.0f / (float)valid : 0.0f;
     sharc_fsdp_zero_grad(t->engine);
@@ -272,6 +308,7 @@ sharc_status sharc_trainer_step(sharc_trainer *t, sharc_step_stats *s) {
     }
     SHARC_TRY(sharc_fsdp_finish_grads(t->engine));
     double t2 = now_s(), norm;
+    const double local_loss_sum = loss_sum;
     SHARC_TRY(sharc_fsdp_grad_norm(t->engine, &norm, &loss_sum));
     float lr = sharc_lr_at(&t->cfg.optim, t->step, tc->max_steps);
     sharc_adamw_step(t->opt, t->engine, lr, sharc_clip_coef(&t->cfg.optim, norm));
@@ -295,6 +332,12 @@ sharc_status sharc_trainer_step(sharc_trainer *t, sharc_step_stats *s) {
     s->comm_wait_s = fs.wait_s;
     s->gathered_peak = fs.gathered_peak;
     sharc_mem_get(&s->mem);
+    sharc_model_timing mt;
+    sharc_model_timing_get(t->model, &mt);
+    s->forward_s = mt.forward_s;
+    s->backward_s = mt.backward_s;
+    s->local_loss = local_valid > 0 ? local_loss_sum / (double)local_valid : NAN;
+    s->local_tokens = (int64_t)A * mb;
     return SHARC_OK;
 }
 
@@ -311,25 +354,35 @@ static sharc_status write_text(const char *path, const char *text) {
     return sharc_afile_commit(&af);
 }
 
-static void write_metrics(FILE *f, const sharc_step_stats *s, int world) {
-    const double gib = (double)(1ll << 30);
-    fprintf(f,
-            "{\"step\": %lld, \"loss_metrics/global_avg_loss\": %.6f, \"lr\": %.6g, \"grad_norm\": %.6f, "
-            "\"throughput(tps)\": %.1f, \"throughput/global(tps)\": %.1f, \"tflops\": %.4f, "
-            "\"time_metrics/end_to_end(s)\": %.4f, \"time_metrics/forward_backward(s)\": %.4f, "
-            "\"time_metrics/optimizer(s)\": %.4f, \"time_metrics/comm_wait(s)\": %.4f, \"tokens\": %lld",
-            (long long)s->step, s->loss, (double)s->lr, s->grad_norm, s->tokens_per_s / world, s->tokens_per_s,
-            s->tflops, s->step_s, s->forward_backward_s, s->optimizer_s, s->comm_wait_s, (long long)s->tokens);
-    for (int k = 0; k < SHARC_COLL_NKINDS; k++) {
-        if (k == SHARC_COLL_BROADCAST) continue;
-        fprintf(f, ", \"comm/%s_bytes\": %lld, \"comm/%s(s)\": %.4f", sharc_coll_kind_name(k),
-                (long long)s->comm.bytes[k], sharc_coll_kind_name(k), s->comm.seconds[k]);
+/* Validation over every rank (note [eval-windows] in sharc/eval.h); rank 0
+ * writes it to the metrics file. Collective. */
+static sharc_status run_eval(sharc_trainer *t, FILE *metrics, int64_t step) {
+    const sharc_config *c = &t->cfg;
+    sharc_eval_result r;
+    SHARC_TRY(sharc_eval_dataset(t->model, t->engine, t->world, t->val, c->train.batch_size, c->train.seq_len,
+                                 c->log.eval_batches, &r));
+    if (metrics) {
+        fprintf(metrics,
+                "{\"step\": %lld, \"loss_metrics/val_loss\": %.6f, \"loss_metrics/val_perplexity\": %.6f, "
+                "\"val/targets\": %lld, \"val/windows\": %lld, \"time_metrics/eval(s)\": %.4f}\n",
+                (long long)step, r.loss, r.perplexity, (long long)r.targets, (long long)r.windows, r.seconds);
+        fflush(metrics);
+        sharc_info("sharc: step %lld validation loss %.4f, perplexity %.3f (%lld windows, %.2f s)", (long long)step,
+                   r.loss, r.perplexity, (long long)r.windows, r.seconds);
     }
-    for (int c = 0; c < SHARC_MEM_NCAT; c++)
-        fprintf(f, ", \"memory/%s(GiB)\": %.4f, \"memory/%s_peak(GiB)\": %.4f", sharc_mem_cat_name(c),
-                (double)s->mem.current[c] / gib, sharc_mem_cat_name(c), (double)s->mem.peak[c] / gib);
-    fprintf(f, ", \"memory/max_active(GiB)\": %.4f, \"fsdp/gathered_units_peak\": %lld}\n", (double)s->mem.peak_total / gib,
-            (long long)s->gathered_peak);
+    return SHARC_OK;
+}
+
+/* log.debug: this rank's own file out_dir/debug/rank-N.log (NULL on failure). */
+static FILE *open_debug(const sharc_config *c, int rank, sharc_status *st) {
+    char dir[SHARC_PATH_MAX + 16], path[SHARC_PATH_MAX + 48];
+    snprintf(dir, sizeof dir, "%s/debug", c->train.out_dir);
+    *st = sharc_mkdirs(dir);
+    if (*st != SHARC_OK) return NULL;
+    snprintf(path, sizeof path, "%s/rank-%d.log", dir, rank);
+    FILE *f = fopen(path, "w");
+    if (!f) *st = sharc_error(SHARC_ERR_IO, "train: cannot create debug log '%s': %s", path, strerror(errno));
+    return f;
 }
 
 sharc_status sharc_train_run(const sharc_config *cfg, sharc_comm *world) {
@@ -340,7 +393,7 @@ sharc_status sharc_train_run(const sharc_config *cfg, sharc_comm *world) {
     const bool lead = rank == 0;
     char path[SHARC_PATH_MAX + 64];
     sharc_status st = SHARC_OK;
-    FILE *metrics = NULL;
+    FILE *metrics = NULL, *debug = NULL;
     if (lead) {
         st = sharc_mkdirs(c->train.out_dir);
         char *yaml = sharc_config_to_yaml(c);
@@ -356,8 +409,13 @@ sharc_status sharc_train_run(const sharc_config *cfg, sharc_comm *world) {
             if (!metrics) st = sharc_error(SHARC_ERR_IO, "train: cannot create metrics file '%s': %s", path, strerror(errno));
         }
     }
+    if (st == SHARC_OK && c->log.debug) {
+        if (!lead) (void)sharc_mkdirs(c->train.out_dir); /* rank 0 makes it too; racing is harmless */
+        debug = open_debug(c, rank, &st);
+    }
     if ((st = agree(t->world, st)) != SHARC_OK) {
         if (metrics) fclose(metrics);
+        if (debug) fclose(debug);
         sharc_trainer_free(t);
         return st;
     }
@@ -372,23 +430,38 @@ sharc_status sharc_train_run(const sharc_config *cfg, sharc_comm *world) {
                    (long long)sharc_dataset_num_tokens(t->data), (long long)sharc_sampler_windows(t->sampler),
                    c->train.seq_len + 1, c->train.batch_size * c->train.grad_accum * R);
     }
+    if (lead)
+        sharc_info("sharc: peak %.1f GFLOP/s over all ranks for mfu(%%) (%s)", t->peak_flops_world * 1e-9,
+                   c->log.peak_tflops > 0 ? "log.peak_tflops" : "measured FMA loop");
     if (getenv("SHARC_PROFILE")) sharc_prof_enable(true);
-    double tok_sum = 0.0, time_sum = 0.0;
+    const bool tty = lead && isatty(fileno(stdout));
+    double tok_sum = 0.0, time_sum = 0.0, start = now_s();
     for (int64_t i = 0; i < c->train.max_steps && st == SHARC_OK; i++) {
         sharc_step_stats s;
+        sharc_step_global g;
         st = sharc_trainer_step(t, &s);
         if (st != SHARC_OK) break;
+        /* every rank: one all-gather of each rank's stats (sharc/telemetry.h) */
+        st = sharc_telemetry_reduce(t->world, &s, t->flops_per_token, t->peak_flops_world, &g);
+        if (st != SHARC_OK) break;
         tok_sum += (double)s.tokens;
-        time_sum += s.step_s;
-        if (!lead) continue;
-        write_metrics(metrics, &s, R);
-        fflush(metrics);
-        if (s.step % c->train.log_every == 0 || s.step == 1 || s.step == c->train.max_steps)
-            printf("step %5lld/%lld | loss %.4f | lr %.3e | grad norm %.4f | %.0f tok/s\n", (long long)s.step,
-                   (long long)c->train.max_steps, s.loss, (double)s.lr, s.grad_norm, s.tokens_per_s);
-        fflush(stdout);
+        time_sum += g.step_s_max;
+        if (debug) {
+            sharc_telemetry_write_rank_json(debug, &s, rank);
+            fflush(debug);
+        }
+        if (lead) {
+            sharc_telemetry_write_json(metrics, &s, &g);
+            fflush(metrics);
+            if (tty || s.step % c->train.log_every == 0 || s.step == 1 || s.step == c->train.max_steps)
+                sharc_telemetry_print_step(stdout, tty, &s, &g, c->train.max_steps, now_s() - start);
+            fflush(stdout);
+        }
+        if (t->val && s.step % c->log.eval_every == 0) st = run_eval(t, metrics, s.step);
+        reset_comm_stats(t);
     }
     if (metrics) fclose(metrics);
+    if (debug) fclose(debug);
     if (sharc_prof_enabled() && lead) sharc_prof_report(stderr, (int)(c->train.max_steps > 0 ? c->train.max_steps : 1));
     if (st == SHARC_OK) {
         snprintf(path, sizeof path, "%s/model.safetensors", c->train.out_dir);
