@@ -27,6 +27,7 @@ typedef struct {
     double step_s_max, step_s_min;  /* slowest and fastest rank's step time */
     int slowest_rank;               /* the rank with step_s_max (lowest such rank) */
     double forward_s, backward_s, optimizer_s, comm_wait_s; /* max over ranks */
+    double forward_backward_s;      /* max over ranks (forward + backward + finishing the reductions) */
     double tps_global;              /* global batch tokens / step_s_max */
     double tps_rank_min, tps_rank_max, tps_rank_sum; /* local tokens / local step time */
     double tflops;                  /* flops_per_token x tps_global / 1e12 */

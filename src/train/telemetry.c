@@ -20,6 +20,7 @@ enum {
     V_FWD,
     V_BWD,
     V_OPT,
+    V_FB,
     V_WAIT,
     V_LOSS,
     V_TOKENS,
@@ -37,6 +38,7 @@ static void pack(const sharc_step_stats *s, double *v) {
     v[V_FWD] = s->forward_s;
     v[V_BWD] = s->backward_s;
     v[V_OPT] = s->optimizer_s;
+    v[V_FB] = s->forward_backward_s;
     v[V_WAIT] = s->comm_wait_s;
     v[V_LOSS] = s->local_loss;
     v[V_TOKENS] = (double)s->local_tokens;
@@ -80,6 +82,7 @@ sharc_status sharc_telemetry_reduce(sharc_comm *world, const sharc_step_stats *l
         g->forward_s = fmax(g->forward_s, v[V_FWD]);
         g->backward_s = fmax(g->backward_s, v[V_BWD]);
         g->optimizer_s = fmax(g->optimizer_s, v[V_OPT]);
+        g->forward_backward_s = fmax(g->forward_backward_s, v[V_FB]);
         g->comm_wait_s = fmax(g->comm_wait_s, v[V_WAIT]);
         if (!isnan(v[V_LOSS]) && (isnan(g->loss_max) || v[V_LOSS] > g->loss_max)) g->loss_max = v[V_LOSS];
         double tps = v[V_STEP] > 0 ? v[V_TOKENS] / v[V_STEP] : 0.0;
@@ -205,19 +208,19 @@ void sharc_telemetry_write_json(FILE *f, const sharc_step_stats *s, const sharc_
             "\"lr\": %.6g, \"grad_norm\": %.6f, "
             "\"throughput(tps)\": %.1f, \"throughput/global(tps)\": %.1f, \"throughput/rank_min(tps)\": %.1f, "
             "\"throughput/rank_max(tps)\": %.1f, \"throughput/rank_sum(tps)\": %.1f, "
-            "\"tflops\": %.4f, \"mfu(%%)\": %.3f, "
-            "\"time_metrics/end_to_end(s)\": %.4f, \"time_metrics/end_to_end_min(s)\": %.4f, "
-            "\"time_metrics/slowest_rank\": %d, \"time_metrics/forward_backward(s)\": %.4f, "
-            "\"time_metrics/forward(s)\": %.4f, \"time_metrics/backward(s)\": %.4f, "
-            "\"time_metrics/optimizer(s)\": %.4f, \"time_metrics/comm_wait(s)\": %.4f, "
+            "\"tflops\": %.6g, \"mfu(%%)\": %.6g, "
+            "\"time_metrics/end_to_end(s)\": %.6f, \"time_metrics/end_to_end_min(s)\": %.6f, "
+            "\"time_metrics/slowest_rank\": %d, \"time_metrics/forward_backward(s)\": %.6f, "
+            "\"time_metrics/forward(s)\": %.6f, \"time_metrics/backward(s)\": %.6f, "
+            "\"time_metrics/optimizer(s)\": %.6f, \"time_metrics/comm_wait(s)\": %.6f, "
             "\"tokens\": %lld, \"world_size\": %d",
             (long long)s->step, s->loss, or_null(g->loss_max), (double)s->lr, s->grad_norm, g->tps_global / R,
             g->tps_global, g->tps_rank_min, g->tps_rank_max, g->tps_rank_sum, g->tflops, g->mfu_pct, g->step_s_max,
-            g->step_s_min, g->slowest_rank, g->forward_s + g->backward_s, g->forward_s, g->backward_s,
+            g->step_s_min, g->slowest_rank, g->forward_backward_s, g->forward_s, g->backward_s,
             g->optimizer_s, g->comm_wait_s, (long long)s->tokens, R);
     for (int k = 0; k < SHARC_COLL_NKINDS; k++) {
         if (k == SHARC_COLL_BROADCAST) continue;
-        fprintf(f, ", \"comm/%s_bytes\": %lld, \"comm/%s(s)\": %.4f", sharc_coll_kind_name(k),
+        fprintf(f, ", \"comm/%s_bytes\": %lld, \"comm/%s(s)\": %.6f", sharc_coll_kind_name(k),
                 (long long)g->comm_bytes[k], sharc_coll_kind_name(k), g->comm_s[k]);
     }
     fprintf(f, ", \"comm/total_bytes\": %lld", (long long)g->comm_bytes_total);
@@ -231,10 +234,11 @@ void sharc_telemetry_write_json(FILE *f, const sharc_step_stats *s, const sharc_
 void sharc_telemetry_write_rank_json(FILE *f, const sharc_step_stats *s, int rank) {
     fprintf(f,
             "{\"step\": %lld, \"rank\": %d, \"loss\": %.6f, \"tokens\": %lld, \"throughput(tps)\": %.1f, "
-            "\"time_metrics/end_to_end(s)\": %.6f, \"time_metrics/forward(s)\": %.6f, \"time_metrics/backward(s)\": %.6f, "
+            "\"time_metrics/end_to_end(s)\": %.6f, \"time_metrics/forward_backward(s)\": %.6f, "
+            "\"time_metrics/forward(s)\": %.6f, \"time_metrics/backward(s)\": %.6f, "
             "\"time_metrics/optimizer(s)\": %.6f, \"time_metrics/comm_wait(s)\": %.6f",
             (long long)s->step, rank, or_null(s->local_loss), (long long)s->local_tokens,
-            s->step_s > 0 ? (double)s->local_tokens / s->step_s : 0.0, s->step_s, s->forward_s, s->backward_s,
+            s->step_s > 0 ? (double)s->local_tokens / s->step_s : 0.0, s->step_s, s->forward_backward_s, s->forward_s, s->backward_s,
             s->optimizer_s, s->comm_wait_s);
     for (int k = 0; k < SHARC_COLL_NKINDS; k++)
         fprintf(f, ", \"comm/%s_calls\": %lld, \"comm/%s_bytes\": %lld, \"comm/%s(s)\": %.6f", sharc_coll_kind_name(k),

@@ -434,7 +434,10 @@ sharc_status sharc_train_run(const sharc_config *cfg, sharc_comm *world) {
         sharc_info("sharc: peak %.1f GFLOP/s over all ranks for mfu(%%) (%s)", t->peak_flops_world * 1e-9,
                    c->log.peak_tflops > 0 ? "log.peak_tflops" : "measured FMA loop");
     if (getenv("SHARC_PROFILE")) sharc_prof_enable(true);
-    const bool tty = lead && isatty(fileno(stdout));
+    reset_comm_stats(t); /* the start-up agreement is not step 1's traffic */
+    /* a progress bar only on a terminal; under mpirun Open MPI gives rank 0 a
+     * pseudo-terminal even when mpirun's output goes to a file, so not there */
+    const bool tty = lead && isatty(fileno(stdout)) && strcmp(sharc_comm_backend(t->world), "self") == 0;
     double tok_sum = 0.0, time_sum = 0.0, start = now_s();
     for (int64_t i = 0; i < c->train.max_steps && st == SHARC_OK; i++) {
         sharc_step_stats s;
