@@ -16,6 +16,10 @@ case "$what" in
   run|test|dev) pkgs+=(bible-kjv) ;;  # the built-in training text for make run
 esac
 case "$what" in
+  run|test|dev) pkgs+=(gnuplot-nox   # sharc plot: loss/throughput/memory curves as PNG
+                       jq) ;;        # JSON checks of metrics lines in tests/cli scripts
+esac
+case "$what" in
   dev) pkgs+=(python3-torch) ;;
 esac
 

@@ -11,7 +11,7 @@ cd "$TMPDIR"
 make_text text.txt
 for i in $(seq 1 40); do echo "a lazy dog sleeps under the brown fox $((i % 5))"; done > val.txt
 mpi 2 "$S" train --model.num_layers=2 --model.embed_dim=64 --model.num_heads=4 --model.max_seq_len=32 \
-    --data.path=text.txt --data.val_path=val.txt --train.seq_len=32 --train.batch_size=2 --train.max_steps=10 \
+    --data.path=text.txt --data.val_path=val.txt --train.seq_len=32 --train.batch_size=2 --train.max_steps=10 --train.threads=1 \
     --optim.lr=3e-3 --optim.warmup_steps=2 --log.eval_every=5 --train.out_dir=run > train.txt 2>&1 \
   || { cat train.txt; exit 1; }
 grep '"loss_metrics/val_loss"' run/metrics.jsonl > val_lines.txt
@@ -22,7 +22,7 @@ jq -e -s '.[0].step == 5 and .[1].step == 10 and .[1]["loss_metrics/val_loss"] <
 want=$(jq -s '.[1]["loss_metrics/val_loss"]' val_lines.txt)
 windows=$(jq -s '.[1]["val/windows"]' val_lines.txt)
 for n in 1 2 3; do
-  out=$(mpi $n "$S" eval --checkpoint run --data.path val.txt --infer_batch_size 3)
+  out=$(mpi $n "$S" eval --checkpoint run --data.path val.txt --infer_batch_size 3 --threads 1)
   echo "$n ranks: $out (training's last val loss $want)"
   echo "$out" | jq -e --argjson want "$want" --argjson w "$windows" --argjson n $n \
     '.ranks == $n and .windows == $w and ((.val_loss - $want) | fabs) <= 2e-6 + 1e-5 * $want' > /dev/null

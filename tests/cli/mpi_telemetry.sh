@@ -12,7 +12,7 @@ make_text text.txt
 L=2; C=64
 common=(--model.num_layers=$L --model.embed_dim=$C --model.num_heads=4 --model.max_seq_len=32
         --data.path=text.txt --train.seq_len=32 --train.batch_size=2 --train.max_steps=3
-        --train.log_every=1 --log.debug=true --log.peak_tflops=0.1)
+        --train.log_every=1 --log.debug=true --log.peak_tflops=0.1 --train.threads=1)
 
 for strat in FULL_SHARD NO_SHARD; do
   mpi 2 "$S" train "${common[@]}" --fsdp.sharding_strategy=$strat --train.out_dir=run_$strat > out_$strat.txt 2> err_$strat.txt
