@@ -8,12 +8,12 @@
 #
 #   bench/experiments.sh build                    # writes bench/results/experiments/
 #   DOCS=1 bench/experiments.sh build             # also docs/EXPERIMENTS.md and its PNGs
-#   STEPS=20 RANKS=2 L=6 C=512 H=8 T=256 B=2 bench/experiments.sh build
+#   STEPS=16 RANKS=2 L=4 C=384 H=6 T=128 B=2 bench/experiments.sh build   (the defaults)
 #
 # The model is GPT-2 shaped (learned positions, LayerNorm, GELU, tied
 # embeddings, vocabulary 50257) but smaller than 124M so the whole set runs in
-# about 10 minutes on 2 cores: L=6, C=512, H=8 (44.6M parameters), T=256,
-# 2 sequences per rank per step. The data is Debian's King James Bible as
+# about 10 minutes on 2 shared cores: L=4, C=384, H=6 (26.4M parameters, of
+# which 19.3M the embedding), T=128, 2 sequences per rank per step. The data is Debian's King James Bible as
 # bytes (token ids < 256 of the 50257-row vocabulary): the loss falls fast, so
 # the curves show that every strategy trains the same model.
 #
@@ -26,10 +26,11 @@ here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
 out=${2:-$here/results/experiments}
 ranks=${RANKS:-2}
-steps=${STEPS:-20}
-L=${L:-6}; C=${C:-512}; H=${H:-8}; T=${T:-256}; B=${B:-2}
-# MFU's peak per rank (1 thread = 1 core): /work/shared/MEASUREMENTS.md's fp32 FMA figure for
-# this machine, fixed so that a busy machine at start-up does not move it
+steps=${STEPS:-16}
+L=${L:-4}; C=${C:-384}; H=${H:-6}; T=${T:-128}; B=${B:-2}
+# MFU's peak per rank (1 thread = 1 core): the fp32 FMA peak of one core
+# measured on the project's machine (~265 GFLOP/s), fixed for every run so
+# that a busy machine at start-up does not move it
 peak=${PEAK_TFLOPS:-0.265}
 S="$root/$build/sharc"
 [ -x "$S" ] || { echo "experiments.sh: $S not found; run make first" >&2; exit 1; }
@@ -60,12 +61,24 @@ runs=(
   "FULL_SHARD-bf16+AC|--fsdp.sharding_strategy=FULL_SHARD --fsdp.param_dtype=bf16 --fsdp.reduce_dtype=bf16 --fsdp.activation_checkpointing=true"
 )
 
+# ROUNDS rounds, alternately forward and backward through the list, so that a
+# change in the machine's load hits every configuration alike; the table takes
+# each configuration's faster round (its load average is in the table)
+rounds=${ROUNDS:-2}
 load_start=$(cut -d' ' -f1-3 /proc/loadavg)
 start=$(date +%s)
 names=()
-for r in "${runs[@]}"; do
+for r in "${runs[@]}"; do names+=("${r%%|*}"); done
+order=()
+for ((k = 1; k <= rounds; k++)); do
+  if ((k % 2)); then for ((i = 0; i < ${#runs[@]}; i++)); do order+=("$k:$i"); done
+  else for ((i = ${#runs[@]} - 1; i >= 0; i--)); do order+=("$k:$i"); done; fi
+done
+for ki in "${order[@]}"; do
+  k=${ki%%:*}; r=${runs[${ki#*:}]}
   name=${r%%|*}; opts=${r#*|}
-  echo "experiments: $name ($ranks ranks, $steps steps)..." >&2
+  echo "experiments: $name round $k ($ranks ranks, $steps steps)..." >&2
+  cut -d' ' -f1 /proc/loadavg > "$out/$name.r$k.load"
   # shellcheck disable=SC2086
   timeout 900 mpirun --oversubscribe --bind-to core -n "$ranks" "$S" train \
     --model.family=gpt2 --model.num_layers="$L" --model.embed_dim="$C" --model.num_heads="$H" \
@@ -74,30 +87,38 @@ for r in "${runs[@]}"; do
     --train.seq_len="$T" --train.batch_size="$B" --train.grad_accum=1 --train.max_steps="$steps" \
     --train.threads=1 --train.log_every=5 --optim.lr=1e-3 --optim.warmup_steps=3 \
     --log.eval_every="$steps" --log.eval_batches=8 --log.peak_tflops="$peak" \
-    $opts --train.out_dir="$out/$name" > "$out/$name.log" 2>&1 || { cat "$out/$name.log"; exit 1; }
-  names+=("$name")
+    $opts --train.out_dir="$out/$name.r$k" > "$out/$name.r$k.log" 2>&1 || { cat "$out/$name.r$k.log"; exit 1; }
 done
 elapsed=$(( $(date +%s) - start ))
 load_end=$(cut -d' ' -f1-3 /proc/loadavg)
 
 files=()
-for n in "${names[@]}"; do files+=("$out/$n/metrics.jsonl"); done
+for n in "${names[@]}"; do files+=("$out/$n.r1/metrics.jsonl"); done
 "$S" plot "${files[@]}" --out "$out/plots" > /dev/null
 
-/usr/bin/python3 - "$out" "$ranks" "$steps" "$elapsed" "$load_start" "$load_end" "$L" "$C" "$H" "$T" "$B" "$peak" "${names[@]}" <<'EOF'
+/usr/bin/python3 - "$out" "$ranks" "$steps" "$elapsed" "$load_start" "$load_end" "$L" "$C" "$H" "$T" "$B" "$peak" "$rounds" "${names[@]}" <<'EOF'
 import json, sys, os
-out, N, steps, elapsed, load0, load1, L, C, H, T, B, peak = sys.argv[1:13]
-names = sys.argv[13:]
+out, N, steps, elapsed, load0, load1, L, C, H, T, B, peak, rounds = sys.argv[1:14]
+names = sys.argv[14:]
 N = int(N)
 rows = []
+def best_round(name):
+    tps = []
+    for k in range(1, int(rounds) + 1):
+        ls = [json.loads(l) for l in open(os.path.join(out, f"{name}.r{k}", "metrics.jsonl"))]
+        tr = [l for l in ls if "loss_metrics/global_avg_loss" in l][2:]
+        tps.append((sum(l["throughput/global(tps)"] for l in tr) / len(tr), k))
+    return max(tps)[1]
 for name in names:
-    lines = [json.loads(l) for l in open(os.path.join(out, name, "metrics.jsonl"))]
+    k = best_round(name)
+    load = open(os.path.join(out, f"{name}.r{k}.load")).read().strip()
+    lines = [json.loads(l) for l in open(os.path.join(out, f"{name}.r{k}", "metrics.jsonl"))]
     train = [l for l in lines if "loss_metrics/global_avg_loss" in l]
     val = [l for l in lines if "loss_metrics/val_loss" in l]
     m = train[2:] if len(train) > 4 else train  # steps after warm-up
     avg = lambda k: sum(r[k] for r in m) / len(m)
     b = lambda k: avg("comm/%s_bytes" % k)
-    rows.append({"run": name, "tps": avg("throughput/global(tps)"), "mfu": avg("mfu(%)"),
+    rows.append({"run": name, "round": k, "load": load, "tps": avg("throughput/global(tps)"), "mfu": avg("mfu(%)"),
                  "step_s": avg("time_metrics/end_to_end(s)"), "fwd": avg("time_metrics/forward(s)"),
                  "bwd": avg("time_metrics/backward(s)"), "opt": avg("time_metrics/optimizer(s)"),
                  "wait": avg("time_metrics/comm_wait(s)"),
@@ -108,22 +129,24 @@ for name in names:
                  "val": val[-1]["loss_metrics/val_loss"] if val else float("nan")})
 base = next(r for r in rows if r["run"] == "NO_SHARD")
 P = None
-log0 = open(os.path.join(out, names[0] + ".log")).read()
+log0 = open(os.path.join(out, names[0] + ".r1.log")).read()
 for w in log0.split(","):
     if "parameters" in w:
         P = int(w.split()[0])
 hdr = ("| run | tokens/s | vs NO_SHARD | MFU % | step s | fwd s | bwd s | optim s | comm wait s | "
-       "MB to collectives / rank / step | peak GiB / rank | model state GiB / rank | final loss | val loss |")
-lines = [hdr, "|" + "---|" * 14]
+       "MB to collectives / rank / step | peak GiB / rank | model state GiB / rank | final loss | val loss | load |")
+lines = [hdr, "|" + "---|" * 15]
 for r in rows:
     lines.append(f"| {r['run']} | {r['tps']:.0f} | {r['tps'] / base['tps']:.2f}x | {r['mfu']:.1f} | {r['step_s']:.2f} | "
                  f"{r['fwd']:.2f} | {r['bwd']:.2f} | {r['opt']:.3f} | {r['wait']:.3f} | {r['bytes'] / 1e6:.0f} | "
-                 f"{r['peak']:.3f} | {r['state']:.3f} | {r['loss']:.4f} | {r['val']:.4f} |")
+                 f"{r['peak']:.3f} | {r['state']:.3f} | {r['loss']:.4f} | {r['val']:.4f} | {r['load']} |")
 table = "\n".join(lines)
 info = (f"GPT-2 shaped model, L={L} C={C} heads={H} vocab 50257 (tied), {P} parameters; T={T}, "
         f"{B} sequences per rank per step, {N} ranks x 1 thread (mpirun --bind-to core), {steps} steps "
         f"with MFU against {peak} TFLOP/s per rank "
-        f"(averages over steps 3-{steps}); {elapsed} s for all runs; load average at start {load0}, at end {load1}.")
+        f"(averages over steps 3-{steps}; each configuration ran {rounds} times, alternating the order, "
+        f"and the faster run is shown; load = the 1-minute load average when it started); "
+        f"{elapsed} s for all runs; load averages (1, 5, 15 min) at start {load0}, at end {load1}.")
 open(os.path.join(out, "summary.md"), "w").write(info + "\n\n" + table + "\n")
 json.dump({"info": info, "runs": rows}, open(os.path.join(out, "summary.json"), "w"), indent=1)
 print(info)

@@ -27,6 +27,16 @@ for n in 1 2 3; do
   echo "$out" | jq -e --argjson want "$want" --argjson w "$windows" --argjson n $n \
     '.ranks == $n and .windows == $w and ((.val_loss - $want) | fabs) <= 2e-6 + 1e-5 * $want' > /dev/null
 done
+# validation between steps leaves training untouched (SHARD_GRAD_OP keeps units gathered
+# from forward to backward; evaluation must not leave them so): same losses with and without
+for ev in 0 2; do
+  mpi 2 "$S" train --model.num_layers=2 --model.embed_dim=64 --model.num_heads=4 --model.max_seq_len=32 \
+      --data.path=text.txt --data.val_path=val.txt --train.seq_len=32 --train.batch_size=2 --train.max_steps=5 \
+      --train.threads=1 --fsdp.sharding_strategy=SHARD_GRAD_OP --log.eval_every=$ev --train.out_dir=sgo$ev > /dev/null 2>&1
+  jq -c 'select(.["loss_metrics/global_avg_loss"]) | .["loss_metrics/global_avg_loss"]' sgo$ev/metrics.jsonl > losses$ev.txt
+done
+[ "$(grep -c val_loss sgo2/metrics.jsonl)" -eq 2 ]
+cmp losses0.txt losses2.txt
 # bad input: one line naming the problem, non-zero exit, on every rank
 if mpi 2 "$S" eval --checkpoint run --data.path missing.txt > bad.txt 2>&1; then exit 1; fi
 grep -q "missing.txt" bad.txt
