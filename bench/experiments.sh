@@ -102,26 +102,27 @@ out, N, steps, elapsed, load0, load1, L, C, H, T, B, peak, rounds = sys.argv[1:1
 names = sys.argv[14:]
 N = int(N)
 rows = []
-def best_round(name):
-    tps = []
+def med(xs):
+    xs = sorted(xs)
+    n = len(xs)
+    return xs[n // 2] if n % 2 else 0.5 * (xs[n // 2 - 1] + xs[n // 2])
+for name in names:
+    steps_all, loads = [], []
     for k in range(1, int(rounds) + 1):
         ls = [json.loads(l) for l in open(os.path.join(out, f"{name}.r{k}", "metrics.jsonl"))]
-        tr = [l for l in ls if "loss_metrics/global_avg_loss" in l][2:]
-        tps.append((sum(l["throughput/global(tps)"] for l in tr) / len(tr), k))
-    return max(tps)[1]
-for name in names:
-    k = best_round(name)
-    load = open(os.path.join(out, f"{name}.r{k}.load")).read().strip()
-    lines = [json.loads(l) for l in open(os.path.join(out, f"{name}.r{k}", "metrics.jsonl"))]
+        tr = [l for l in ls if "loss_metrics/global_avg_loss" in l]
+        steps_all += tr[2:] if len(tr) > 4 else tr  # steps after warm-up, every round
+        loads.append(open(os.path.join(out, f"{name}.r{k}.load")).read().strip())
+    lines = [json.loads(l) for l in open(os.path.join(out, f"{name}.r1", "metrics.jsonl"))]
     train = [l for l in lines if "loss_metrics/global_avg_loss" in l]
     val = [l for l in lines if "loss_metrics/val_loss" in l]
-    m = train[2:] if len(train) > 4 else train  # steps after warm-up
-    avg = lambda k: sum(r[k] for r in m) / len(m)
-    b = lambda k: avg("comm/%s_bytes" % k)
-    rows.append({"run": name, "round": k, "load": load, "tps": avg("throughput/global(tps)"), "mfu": avg("mfu(%)"),
-                 "step_s": avg("time_metrics/end_to_end(s)"), "fwd": avg("time_metrics/forward(s)"),
-                 "bwd": avg("time_metrics/backward(s)"), "opt": avg("time_metrics/optimizer(s)"),
-                 "wait": avg("time_metrics/comm_wait(s)"),
+    md = lambda k: med([r[k] for r in steps_all])
+    b = lambda k: md("comm/%s_bytes" % k)
+    rows.append({"run": name, "load": "/".join(loads), "tps": md("throughput/global(tps)"),
+                 "tps_cpu": md("throughput/cpu(tps)"), "mfu": md("mfu(%)"),
+                 "step_s": md("time_metrics/end_to_end(s)"), "cpu_s": md("time_metrics/cpu(s)"),
+                 "fwd": md("time_metrics/forward(s)"), "bwd": md("time_metrics/backward(s)"),
+                 "opt": md("time_metrics/optimizer(s)"), "wait": md("time_metrics/comm_wait(s)"),
                  "bytes": b("all_gather") + b("reduce_scatter") + b("all_reduce"),
                  "peak": max(r["memory/max_active(GiB)"] for r in train),
                  "state": train[-1]["memory/params(GiB)"] + train[-1]["memory/grads(GiB)"] + train[-1]["memory/optim(GiB)"],
@@ -133,19 +134,21 @@ log0 = open(os.path.join(out, names[0] + ".r1.log")).read()
 for w in log0.split(","):
     if "parameters" in w:
         P = int(w.split()[0])
-hdr = ("| run | tokens/s | vs NO_SHARD | MFU % | step s | fwd s | bwd s | optim s | comm wait s | "
-       "MB to collectives / rank / step | peak GiB / rank | model state GiB / rank | final loss | val loss | load |")
-lines = [hdr, "|" + "---|" * 15]
+hdr = ("| run | tokens/s (CPU time) | vs NO_SHARD | tokens/s (wall) | MFU % (wall) | step s | CPU s | fwd s | bwd s | "
+       "optim s | comm wait s | MB to collectives / rank / step | peak GiB / rank | model state GiB / rank | "
+       "final loss | val loss | load |")
+lines = [hdr, "|" + "---|" * 17]
 for r in rows:
-    lines.append(f"| {r['run']} | {r['tps']:.0f} | {r['tps'] / base['tps']:.2f}x | {r['mfu']:.1f} | {r['step_s']:.2f} | "
+    lines.append(f"| {r['run']} | {r['tps_cpu']:.0f} | {r['tps_cpu'] / base['tps_cpu']:.2f}x | {r['tps']:.0f} | "
+                 f"{r['mfu']:.1f} | {r['step_s']:.2f} | {r['cpu_s']:.2f} | "
                  f"{r['fwd']:.2f} | {r['bwd']:.2f} | {r['opt']:.3f} | {r['wait']:.3f} | {r['bytes'] / 1e6:.0f} | "
                  f"{r['peak']:.3f} | {r['state']:.3f} | {r['loss']:.4f} | {r['val']:.4f} | {r['load']} |")
 table = "\n".join(lines)
 info = (f"GPT-2 shaped model, L={L} C={C} heads={H} vocab 50257 (tied), {P} parameters; T={T}, "
         f"{B} sequences per rank per step, {N} ranks x 1 thread (mpirun --bind-to core), {steps} steps "
         f"with MFU against {peak} TFLOP/s per rank "
-        f"(averages over steps 3-{steps}; each configuration ran {rounds} times, alternating the order, "
-        f"and the faster run is shown; load = the 1-minute load average when it started); "
+        f"(each configuration ran {rounds} times, alternating the order; figures are medians over steps 3-{steps} "
+        f"of every round; load = the 1-minute load average when each round's run started); "
         f"{elapsed} s for all runs; load averages (1, 5, 15 min) at start {load0}, at end {load1}.")
 open(os.path.join(out, "summary.md"), "w").write(info + "\n\n" + table + "\n")
 json.dump({"info": info, "runs": rows}, open(os.path.join(out, "summary.json"), "w"), indent=1)

@@ -29,6 +29,8 @@ typedef struct {
     double forward_s, backward_s, optimizer_s, comm_wait_s; /* max over ranks */
     double forward_backward_s;      /* max over ranks (forward + backward + finishing the reductions) */
     double tps_global;              /* global batch tokens / step_s_max */
+    double cpu_s_max;               /* max over ranks of CPU seconds / threads (sharc_step_stats.cpu_s) */
+    double tps_cpu;                 /* global batch tokens / cpu_s_max: throughput without preemption */
     double tps_rank_min, tps_rank_max, tps_rank_sum; /* local tokens / local step time */
     double tflops;                  /* flops_per_token x tps_global / 1e12 */
     double mfu_pct;                 /* 100 x flops_per_token x tps_global / peak of all ranks */

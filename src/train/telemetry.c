@@ -21,6 +21,7 @@ enum {
     V_BWD,
     V_OPT,
     V_FB,
+    V_CPU,
     V_WAIT,
     V_LOSS,
     V_TOKENS,
@@ -39,6 +40,7 @@ static void pack(const sharc_step_stats *s, double *v) {
     v[V_BWD] = s->backward_s;
     v[V_OPT] = s->optimizer_s;
     v[V_FB] = s->forward_backward_s;
+    v[V_CPU] = s->cpu_s;
     v[V_WAIT] = s->comm_wait_s;
     v[V_LOSS] = s->local_loss;
     v[V_TOKENS] = (double)s->local_tokens;
@@ -83,6 +85,7 @@ sharc_status sharc_telemetry_reduce(sharc_comm *world, const sharc_step_stats *l
         g->backward_s = fmax(g->backward_s, v[V_BWD]);
         g->optimizer_s = fmax(g->optimizer_s, v[V_OPT]);
         g->forward_backward_s = fmax(g->forward_backward_s, v[V_FB]);
+        g->cpu_s_max = fmax(g->cpu_s_max, v[V_CPU]);
         g->comm_wait_s = fmax(g->comm_wait_s, v[V_WAIT]);
         if (!isnan(v[V_LOSS]) && (isnan(g->loss_max) || v[V_LOSS] > g->loss_max)) g->loss_max = v[V_LOSS];
         double tps = v[V_STEP] > 0 ? v[V_TOKENS] / v[V_STEP] : 0.0;
@@ -106,6 +109,7 @@ sharc_status sharc_telemetry_reduce(sharc_comm *world, const sharc_step_stats *l
     }
     free(all);
     g->tps_global = g->step_s_max > 0 ? (double)local->tokens / g->step_s_max : 0.0;
+    g->tps_cpu = g->cpu_s_max > 0 ? (double)local->tokens / g->cpu_s_max : 0.0;
     g->tflops = flops_per_token * g->tps_global * 1e-12;
     g->mfu_pct = peak_flops_world > 0 ? 100.0 * flops_per_token * g->tps_global / peak_flops_world : 0.0;
     return SHARC_OK;
@@ -199,25 +203,31 @@ double sharc_telemetry_measure_peak_flops(int threads) {
 
 static const double GIB = (double)(1ll << 30);
 
-static double or_null(double x) { return isfinite(x) ? x : -1.0; }
+/* A number, or JSON's null when it is not finite (a rank without valid targets). */
+static const char *num_or_null(char *buf, size_t n, double x) {
+    if (isfinite(x)) snprintf(buf, n, "%.6f", x);
+    else snprintf(buf, n, "null");
+    return buf;
+}
 
 void sharc_telemetry_write_json(FILE *f, const sharc_step_stats *s, const sharc_step_global *g) {
     const int R = g->world_size;
+    char lm[32];
     fprintf(f,
-            "{\"step\": %lld, \"loss_metrics/global_avg_loss\": %.6f, \"loss_metrics/global_max_loss\": %.6f, "
+            "{\"step\": %lld, \"loss_metrics/global_avg_loss\": %.6f, \"loss_metrics/global_max_loss\": %s, "
             "\"lr\": %.6g, \"grad_norm\": %.6f, "
             "\"throughput(tps)\": %.1f, \"throughput/global(tps)\": %.1f, \"throughput/rank_min(tps)\": %.1f, "
-            "\"throughput/rank_max(tps)\": %.1f, \"throughput/rank_sum(tps)\": %.1f, "
+            "\"throughput/rank_max(tps)\": %.1f, \"throughput/rank_sum(tps)\": %.1f, \"throughput/cpu(tps)\": %.1f, "
             "\"tflops\": %.6g, \"mfu(%%)\": %.6g, "
             "\"time_metrics/end_to_end(s)\": %.6f, \"time_metrics/end_to_end_min(s)\": %.6f, "
             "\"time_metrics/slowest_rank\": %d, \"time_metrics/forward_backward(s)\": %.6f, "
             "\"time_metrics/forward(s)\": %.6f, \"time_metrics/backward(s)\": %.6f, "
-            "\"time_metrics/optimizer(s)\": %.6f, \"time_metrics/comm_wait(s)\": %.6f, "
+            "\"time_metrics/optimizer(s)\": %.6f, \"time_metrics/comm_wait(s)\": %.6f, \"time_metrics/cpu(s)\": %.6f, "
             "\"tokens\": %lld, \"world_size\": %d",
-            (long long)s->step, s->loss, or_null(g->loss_max), (double)s->lr, s->grad_norm, g->tps_global / R,
-            g->tps_global, g->tps_rank_min, g->tps_rank_max, g->tps_rank_sum, g->tflops, g->mfu_pct, g->step_s_max,
+            (long long)s->step, s->loss, num_or_null(lm, sizeof lm, g->loss_max), (double)s->lr, s->grad_norm, g->tps_global / R,
+            g->tps_global, g->tps_rank_min, g->tps_rank_max, g->tps_rank_sum, g->tps_cpu, g->tflops, g->mfu_pct, g->step_s_max,
             g->step_s_min, g->slowest_rank, g->forward_backward_s, g->forward_s, g->backward_s,
-            g->optimizer_s, g->comm_wait_s, (long long)s->tokens, R);
+            g->optimizer_s, g->comm_wait_s, g->cpu_s_max, (long long)s->tokens, R);
     for (int k = 0; k < SHARC_COLL_NKINDS; k++) {
         if (k == SHARC_COLL_BROADCAST) continue;
         fprintf(f, ", \"comm/%s_bytes\": %lld, \"comm/%s(s)\": %.6f", sharc_coll_kind_name(k),
@@ -232,14 +242,15 @@ void sharc_telemetry_write_json(FILE *f, const sharc_step_stats *s, const sharc_
 }
 
 void sharc_telemetry_write_rank_json(FILE *f, const sharc_step_stats *s, int rank) {
+    char lm[32];
     fprintf(f,
-            "{\"step\": %lld, \"rank\": %d, \"loss\": %.6f, \"tokens\": %lld, \"throughput(tps)\": %.1f, "
+            "{\"step\": %lld, \"rank\": %d, \"loss\": %s, \"tokens\": %lld, \"throughput(tps)\": %.1f, "
             "\"time_metrics/end_to_end(s)\": %.6f, \"time_metrics/forward_backward(s)\": %.6f, "
             "\"time_metrics/forward(s)\": %.6f, \"time_metrics/backward(s)\": %.6f, "
-            "\"time_metrics/optimizer(s)\": %.6f, \"time_metrics/comm_wait(s)\": %.6f",
-            (long long)s->step, rank, or_null(s->local_loss), (long long)s->local_tokens,
+            "\"time_metrics/optimizer(s)\": %.6f, \"time_metrics/comm_wait(s)\": %.6f, \"time_metrics/cpu(s)\": %.6f",
+            (long long)s->step, rank, num_or_null(lm, sizeof lm, s->local_loss), (long long)s->local_tokens,
             s->step_s > 0 ? (double)s->local_tokens / s->step_s : 0.0, s->step_s, s->forward_backward_s, s->forward_s, s->backward_s,
-            s->optimizer_s, s->comm_wait_s);
+            s->optimizer_s, s->comm_wait_s, s->cpu_s);
     for (int k = 0; k < SHARC_COLL_NKINDS; k++)
         fprintf(f, ", \"comm/%s_calls\": %lld, \"comm/%s_bytes\": %lld, \"comm/%s(s)\": %.6f", sharc_coll_kind_name(k),
                 (long long)s->comm.calls[k], sharc_coll_kind_name(k), (long long)s->comm.bytes[k],

@@ -26,7 +26,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -51,6 +50,12 @@ struct sharc_trainer {
 static double now_s(void) {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static double cpu_now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
@@ -287,7 +292,7 @@ sharc_status sharc_trainer_step(sharc_trainer *t, sharc_step_stats *s) {
     const int A = tc->grad_accum, B = tc->batch_size, T = tc->seq_len;
     const int64_t mb = (int64_t)B * T;
     const int rank = sharc_comm_rank(t->world), R = sharc_comm_size(t->world);
-    double t0 = now_s();
+    double t0 = now_s(), c0 = cpu_now_s();
     sharc_fsdp_stats_reset(t->engine);
     sharc_model_timing_reset(t->model);
     sharc_mem_reset_peak();
@@ -338,6 +343,7 @@ sharc_status sharc_trainer_step(sharc_trainer *t, sharc_step_stats *s) {
     s->backward_s = mt.backward_s;
     s->local_loss = local_valid > 0 ? local_loss_sum / (double)local_valid : NAN;
     s->local_tokens = (int64_t)A * mb;
+    s->cpu_s = (cpu_now_s() - c0) / (double)sharc_threads_get();
     return SHARC_OK;
 }
 
