@@ -158,7 +158,6 @@ EOF
 
 if [ "${DOCS:-0}" = 1 ]; then
   cp "$out/plots/loss.png" "$root/docs/experiments-loss.png"
-  cp "$out/plots/throughput.png" "$root/docs/experiments-throughput.png"
   {
     cat "$here/experiments.md.in"
     echo
@@ -168,7 +167,9 @@ if [ "${DOCS:-0}" = 1 ]; then
     echo
     echo '![loss](experiments-loss.png)'
     echo
-    echo '![throughput](experiments-throughput.png)'
+    echo "Throughput and memory plots: \`${out#"$root"/}/plots/\` (not committed)."
+    # hand-written reading of a recorded run: check it against the new table
+    [ -s "$here/experiments-notes.md" ] && { echo; cat "$here/experiments-notes.md"; }
   } > "$root/docs/EXPERIMENTS.md"
   echo "experiments: wrote docs/EXPERIMENTS.md" >&2
 fi

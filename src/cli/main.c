@@ -183,8 +183,17 @@ static int cmd_generate(int argc, char **argv) {
 /* sharc eval: every option takes a value; runs on every rank of the world. */
 static int cmd_eval(int argc, char **argv, sharc_comm *world) {
     sharc_eval_options o = {.format = SHARC_TOKENS_AUTO};
-    for (int i = 0; i < argc; i += 2) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+    char opt[128];
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i], *v;
+        const char *eq = strncmp(a, "--", 2) == 0 ? strchr(a, '=') : NULL;
+        if (eq) { /* --key=value */
+            snprintf(opt, sizeof opt, "%.*s", (int)(eq - a), a);
+            a = opt;
+            v = eq + 1;
+        } else {
+            v = i + 1 < argc ? argv[++i] : NULL;
+        }
         if (!v) {
             sharc_error(SHARC_ERR_INVALID, "eval: %s needs a value", a);
             return fail(SHARC_ERR_INVALID);
