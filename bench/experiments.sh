@@ -56,6 +56,7 @@ runs=(
   "FULL_SHARD+AC|--fsdp.sharding_strategy=FULL_SHARD --fsdp.activation_checkpointing=true"
   "FULL_SHARD-noprefetch|--fsdp.sharding_strategy=FULL_SHARD --fsdp.backward_prefetch=NONE --fsdp.forward_prefetch=false"
   "FULL_SHARD+fwdprefetch|--fsdp.sharding_strategy=FULL_SHARD --fsdp.forward_prefetch=true"
+  "FULL_SHARD+limit|--fsdp.sharding_strategy=FULL_SHARD --fsdp.limit_all_gathers=true"
   "NO_SHARD-bf16|--fsdp.sharding_strategy=NO_SHARD --fsdp.param_dtype=bf16 --fsdp.reduce_dtype=bf16"
   "FULL_SHARD-bf16|--fsdp.sharding_strategy=FULL_SHARD --fsdp.param_dtype=bf16 --fsdp.reduce_dtype=bf16"
   "FULL_SHARD-bf16+AC|--fsdp.sharding_strategy=FULL_SHARD --fsdp.param_dtype=bf16 --fsdp.reduce_dtype=bf16 --fsdp.activation_checkpointing=true"
