@@ -20,6 +20,10 @@ case "$what" in
   test|dev) pkgs+=(clang libclang-rt-14-dev) ;;  # libFuzzer + sanitizers: tests/cli/fuzz_safetensors.sh, make fuzz
 esac
 case "$what" in
+  run|test|dev) pkgs+=(gnuplot-nox   # sharc plot: loss/throughput/memory curves as PNG
+                       jq) ;;        # JSON checks of metrics lines in tests/cli scripts
+esac
+case "$what" in
   dev) pkgs+=(python3-torch) ;;
 esac
 

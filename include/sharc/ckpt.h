@@ -90,6 +90,13 @@ sharc_status sharc_ckpt_read_config(const char *step_dir, struct sharc_config *c
  * on the outcome (note [agreement] in trainer.c). */
 sharc_status sharc_ckpt_load_params(struct sharc_fsdp *e, const char *step_dir);
 
+/* Where inference reads weights from, given ARG: a weights file (as is); a
+ * run directory's model.safetensors, or without one its checkpoints/; a
+ * checkpoint directory or a step directory (sharc_ckpt_resolve). *is_ckpt
+ * says whether `path` is a checkpoint step directory (read it with
+ * sharc_ckpt_read_config / sharc_ckpt_load_params) or a weights file. */
+sharc_status sharc_ckpt_find_weights(const char *arg, char *path, size_t n, bool *is_ckpt);
+
 #ifdef __cplusplus
 }
 #endif

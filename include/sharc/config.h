@@ -65,6 +65,14 @@ typedef struct {
 
 #define SHARC_MAX_STAGES 16
 
+/* Telemetry and validation (the log.* keys; src/train/telemetry.c, eval.c). */
+typedef struct {
+    float peak_tflops; /* peak fp32 TFLOP/s of one rank's cores for MFU (0: measured at start) */
+    bool debug;        /* per-rank JSON lines in out_dir/debug/rank-N.log */
+    int eval_every;    /* validation loss on data.val_path every N steps (0: off) */
+    int eval_batches;  /* micro-batches of train.batch_size per validation, over all ranks (0: every window) */
+} sharc_log_config;
+
 typedef struct sharc_config { /* tagged: sharc/ckpt.h declares it ahead */
     sharc_model_config model;
     sharc_data_config data;
@@ -72,6 +80,7 @@ typedef struct sharc_config { /* tagged: sharc/ckpt.h declares it ahead */
     sharc_train_config train;
     sharc_fsdp_options fsdp;
     sharc_ckpt_config ckpt;
+    sharc_log_config log;
     char init_from[SHARC_PATH_MAX]; /* model.init_from: sharc weights loaded after initialisation ("" = none) */
     /* Loader state (not keys). Multi-stage files (training_stages.NAME.*):
      * `stage` selects the stage whose keys are applied ("" = none: they are

@@ -79,6 +79,18 @@ double sharc_model_forward_loss(sharc_model *m, sharc_fsdp *e, const int32_t *in
 void sharc_model_logits_last(sharc_model *m, sharc_fsdp *e, const int32_t *inputs, int len,
                              float *logits);
 
+/* Seconds spent in forward and backward since the last reset, measured by
+ * the model around its layer loops (gather waits included). Forward:
+ * embedding, blocks, final norm (and the forward-only head of
+ * sharc_model_forward_loss); backward: the fused LM head + loss + its
+ * backward, the blocks' backward (with their recomputation under activation
+ * checkpointing) and the embedding's backward. */
+typedef struct {
+    double forward_s, backward_s;
+} sharc_model_timing;
+void sharc_model_timing_get(const sharc_model *m, sharc_model_timing *out);
+void sharc_model_timing_reset(sharc_model *m);
+
 /* Pick a token from logits (V, modified in place): greedy if temperature is 0,
  * else softmax(logits / temperature) restricted to the top_k largest (0 = all),
  * inverted at the uniform draw u in [0, 1). */

@@ -37,6 +37,12 @@ typedef struct {
     sharc_mem_stats mem;  /* this rank's memory: current and peak of the step */
     int64_t gathered_peak;
     bool skipped;         /* non-finite loss or grad norm (agreed): no update (note [bad-steps] in trainer.c) */
+    /* this rank alone (sharc/telemetry.h aggregates them over the ranks) */
+    double forward_s, backward_s; /* split of forward_backward_s (sharc_model_timing) */
+    double local_loss;            /* mean loss over this rank's valid targets (NAN if none) */
+    int64_t local_tokens;         /* input tokens this rank processed */
+    double cpu_s;                 /* this process's CPU time in the step / its threads: the step
+                                     time had the rank had its cores to itself (no preemption) */
 } sharc_step_stats;
 
 typedef struct sharc_trainer sharc_trainer;

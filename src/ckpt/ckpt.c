@@ -1317,3 +1317,22 @@ sharc_status sharc_ckpt_load_params(sharc_fsdp *e, const char *step_dir) {
     manifest_free(&m);
     return st;
 }
+
+/* Note [inference-source] (src/cli/main.c). */
+sharc_status sharc_ckpt_find_weights(const char *arg, char *path, size_t n, bool *is_ckpt) {
+    struct stat sb;
+    *is_ckpt = false;
+    if (stat(arg, &sb) != 0 || !S_ISDIR(sb.st_mode)) { /* a file, or nothing: the reader names it */
+        snprintf(path, n, "%s", arg);
+        return SHARC_OK;
+    }
+    char p[SHARC_PATH_MAX + 64];
+    snprintf(p, sizeof p, "%s/model.safetensors", arg);
+    if (stat(p, &sb) == 0) {
+        snprintf(path, n, "%s", p);
+        return SHARC_OK;
+    }
+    snprintf(p, sizeof p, "%s/checkpoints", arg);
+    *is_ckpt = true;
+    return sharc_ckpt_resolve(stat(p, &sb) == 0 && S_ISDIR(sb.st_mode) ? p : arg, path, n);
+}

@@ -5,10 +5,12 @@
 #include "sharc/comm.h"
 #include "sharc/config.h"
 #include "sharc/data.h"
+#include "sharc/eval.h"
 #include "sharc/fsdp.h"
 #include "sharc/hf.h"
 #include "sharc/log.h"
 #include "sharc/model.h"
+#include "sharc/plot.h"
 #include "sharc/rng.h"
 #include "sharc/train.h"
 #include "sharc/weights.h"
@@ -35,6 +37,9 @@ static void usage(FILE *f) {
             "  sharc launch -n N [--] sharc train ...   run N ranks under mpirun with the right flags\n"
             "  sharc generate --checkpoint DIR|FILE [--prompt TEXT] [--tokens N]\n"
             "                 [--temperature T] [--top-k K] [--seed S] [--threads K]\n"
+            "  sharc eval --checkpoint RUN_DIR|FILE --data.path VAL [--data.format F] [--infer_batch_size N]\n"
+            "             [--seq_len T] [--eval_batches N] [--threads K]   validation loss and perplexity\n"
+            "  sharc plot RUN/metrics.jsonl ... --out DIR   loss, throughput and memory curves (PNG)\n"
             "  sharc config [--config FILE.yaml] [--section.key=value ...]   print the resolved config\n"
             "  sharc config --keys                                          list every config key\n"
             "  sharc ckpt inspect DIR                                       describe and verify a checkpoint\n"
@@ -270,24 +275,10 @@ typedef struct {
     bool ckpt;                      /* path is a checkpoint step directory */
 } inference_source;
 
-/* Resolve ARG and read its configuration into *c. */
+/* Resolve ARG (sharc_ckpt_find_weights) and read its configuration into *c. */
 static sharc_status inference_resolve(const char *arg, inference_source *src, sharc_config *c) {
-    struct stat sb;
     memset(src, 0, sizeof *src);
-    if (stat(arg, &sb) != 0 || !S_ISDIR(sb.st_mode)) { /* a file, or nothing: the reader names it */
-        snprintf(src->path, sizeof src->path, "%s", arg);
-    } else {
-        char p[SHARC_PATH_MAX + 64];
-        snprintf(p, sizeof p, "%s/model.safetensors", arg);
-        if (stat(p, &sb) == 0) {
-            snprintf(src->path, sizeof src->path, "%s", p);
-        } else {
-            snprintf(p, sizeof p, "%s/checkpoints", arg);
-            SHARC_TRY(sharc_ckpt_resolve(stat(p, &sb) == 0 && S_ISDIR(sb.st_mode) ? p : arg, src->path,
-                                         sizeof src->path));
-            src->ckpt = true;
-        }
-    }
+    SHARC_TRY(sharc_ckpt_find_weights(arg, src->path, sizeof src->path, &src->ckpt));
     if (src->ckpt) return sharc_ckpt_read_config(src->path, c);
     sharc_config_default(c);
     return sharc_weights_read_config(src->path, c);
@@ -484,6 +475,93 @@ static int cmd_export(int argc, char **argv) {
     return 0;
 }
 
+/* sharc eval: every option takes a value; runs on every rank of the world. */
+static int cmd_eval(int argc, char **argv, sharc_comm *world) {
+    sharc_eval_options o = {.format = SHARC_TOKENS_AUTO};
+    char opt[128];
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i], *v;
+        const char *eq = strncmp(a, "--", 2) == 0 ? strchr(a, '=') : NULL;
+        if (eq) { /* --key=value */
+            snprintf(opt, sizeof opt, "%.*s", (int)(eq - a), a);
+            a = opt;
+            v = eq + 1;
+        } else {
+            v = i + 1 < argc ? argv[++i] : NULL;
+        }
+        if (!v) {
+            sharc_error(SHARC_ERR_INVALID, "eval: %s needs a value", a);
+            return fail(SHARC_ERR_INVALID);
+        }
+        char *end = NULL;
+        long long n = 0;
+        bool numeric = !strcmp(a, "--infer_batch_size") || !strcmp(a, "--seq_len") || !strcmp(a, "--eval_batches") ||
+                       !strcmp(a, "--threads");
+        if (numeric) {
+            n = strtoll(v, &end, 10);
+            if (!*v || *end || n < 0 || n > (1ll << 30)) {
+                sharc_error(SHARC_ERR_INVALID, "eval: %s '%s', expected an integer >= 0", a, v);
+                return fail(SHARC_ERR_INVALID);
+            }
+        }
+        if (!strcmp(a, "--checkpoint")) o.weights = v;
+        else if (!strcmp(a, "--data.path")) o.data_path = v;
+        else if (!strcmp(a, "--data.format")) {
+            int f = sharc_token_format_parse(v);
+            if (f < 0) {
+                sharc_error(SHARC_ERR_INVALID, "eval: --data.format '%s', expected auto, u16, u32, llmc or text", v);
+                return fail(SHARC_ERR_INVALID);
+            }
+            o.format = (sharc_token_format)f;
+        } else if (!strcmp(a, "--infer_batch_size")) o.batch_size = (int)n;
+        else if (!strcmp(a, "--seq_len")) o.seq_len = (int)n;
+        else if (!strcmp(a, "--eval_batches")) o.max_batches = n;
+        else if (!strcmp(a, "--threads")) o.threads = (int)n;
+        else {
+            sharc_error(SHARC_ERR_INVALID, "eval: unknown option '%s'", a);
+            return fail(SHARC_ERR_INVALID);
+        }
+    }
+    if (!o.weights || !o.data_path) {
+        sharc_error(SHARC_ERR_INVALID, "eval: --checkpoint RUN_DIR|FILE and --data.path VAL are required");
+        return fail(SHARC_ERR_INVALID);
+    }
+    sharc_eval_result r;
+    sharc_status st = sharc_eval_checkpoint(&o, world, &r);
+    if (st != SHARC_OK) return fail(st);
+    if (sharc_comm_rank(world) == 0)
+        printf("{\"val_loss\": %.6f, \"val_perplexity\": %.6f, \"targets\": %lld, \"windows\": %lld, "
+               "\"batches\": %lld, \"ranks\": %d, \"seconds\": %.3f}\n",
+               r.loss, r.perplexity, (long long)r.targets, (long long)r.windows, (long long)r.batches,
+               sharc_comm_size(world), r.seconds);
+    return 0;
+}
+
+static int cmd_plot(int argc, char **argv) {
+    const char *out = NULL;
+    const char **files = calloc((size_t)argc + 1, sizeof(char *));
+    int n = 0;
+    for (int i = 0; i < argc; i++) {
+        if (!strcmp(argv[i], "--out") && i + 1 < argc) out = argv[++i];
+        else if (!strncmp(argv[i], "--out=", 6)) out = argv[i] + 6;
+        else if (!strncmp(argv[i], "--", 2)) {
+            free(files);
+            sharc_error(SHARC_ERR_INVALID, "plot: unknown option '%s' (usage: sharc plot RUN.jsonl ... --out DIR)", argv[i]);
+            return fail(SHARC_ERR_INVALID);
+        } else files[n++] = argv[i];
+    }
+    if (!out || n == 0) {
+        free(files);
+        sharc_error(SHARC_ERR_INVALID, "plot: usage: sharc plot RUN.jsonl ... --out DIR");
+        return fail(SHARC_ERR_INVALID);
+    }
+    sharc_status st = sharc_plot_runs(files, n, out);
+    free(files);
+    if (st != SHARC_OK) return fail(st);
+    printf("%s/loss.png %s/throughput.png %s/memory.png\n", out, out, out);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
         usage(stderr);
@@ -500,6 +578,15 @@ int main(int argc, char **argv) {
         return rc;
     }
     if (!strcmp(cmd, "launch")) return cmd_launch(argc - 2, argv + 2);
+    if (!strcmp(cmd, "eval")) {
+        sharc_comm *world;
+        sharc_status st = sharc_comm_world_init(&argc, &argv, &world);
+        if (st != SHARC_OK) return fail(st);
+        int rc = cmd_eval(argc - 2, argv + 2, world);
+        sharc_comm_world_finalize(world);
+        return rc;
+    }
+    if (!strcmp(cmd, "plot")) return cmd_plot(argc - 2, argv + 2);
     if (!strcmp(cmd, "generate")) return cmd_generate(argc - 2, argv + 2);
     if (!strcmp(cmd, "config")) return cmd_config(argc - 2, argv + 2);
     if (!strcmp(cmd, "ckpt")) return cmd_ckpt(argc - 2, argv + 2);

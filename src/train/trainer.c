@@ -24,12 +24,14 @@
 #include "sharc/blas.h"
 #include "sharc/ckpt.h"
 #include "sharc/data.h"
+#include "sharc/eval.h"
 #include "sharc/fileio.h"
 #include "sharc/hf.h"
 #include "sharc/log.h"
 #include "sharc/mesh.h"
 #include "sharc/optim.h"
 #include "sharc/prof.h"
+#include "sharc/telemetry.h"
 #include "sharc/weights.h"
 
 #include <errno.h>
@@ -58,6 +60,8 @@ struct sharc_trainer {
     int nan_rank, hang_rank;
     int64_t nan_steps[16], hang_step;
     int n_nan_steps;
+    sharc_dataset *val;       /* data.val_path when log.eval_every > 0 */
+    double peak_flops_world;  /* sum over ranks of each rank's peak (telemetry.h) */
 };
 
 /* SHARC_TEST_NAN / SHARC_TEST_HANG: "RANK:STEP[,STEP...]". */
@@ -99,6 +103,12 @@ static double now_s(void) {
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
+static double cpu_now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
 /* ---------------------------------------------------------- fingerprint */
 
 typedef struct {
@@ -112,7 +122,7 @@ static int64_t bits(float f) {
     return i;
 }
 
-#define FP_MAX 40
+#define FP_MAX 64
 
 static int fingerprint(const sharc_config *c, fp_item *it) {
     int n = 0;
@@ -151,6 +161,8 @@ static int fingerprint(const sharc_config *c, fp_item *it) {
     ITEM("fsdp.no_sync", c->fsdp.engine.no_sync);
     ITEM("fsdp.activation_checkpointing", c->fsdp.activation_checkpointing);
     ITEM("train.max_bad_steps", c->train.max_bad_steps);
+    ITEM("log.eval_every", c->log.eval_every);
+    ITEM("log.eval_batches", c->log.eval_batches);
 #undef ITEM
     return n;
 }
@@ -191,6 +203,14 @@ static sharc_status agree(sharc_comm *world, sharc_status local) {
     if (first == INT32_MAX) return SHARC_OK;
     if (local != SHARC_OK) return local; /* keep this rank's own message */
     return sharc_error(SHARC_ERR_COMM, "train: rank %d failed to start (see its message)", first);
+}
+
+/* Forget the collectives counted so far on every group (telemetry's own
+ * all-gathers and evaluation are not part of a step's traffic). */
+static void reset_comm_stats(sharc_trainer *t) {
+    sharc_comm *groups[3] = {t->world, t->mesh_ok ? t->mesh.shard : NULL, t->mesh_ok ? t->mesh.replicate : NULL};
+    for (int g = 0; g < 3; g++)
+        if (groups[g]) sharc_comm_stats_reset(groups[g]);
 }
 
 /* ------------------------------------------------------------------ init */
@@ -241,6 +261,16 @@ sharc_status sharc_trainer_init(sharc_trainer **out, const sharc_config *cfg, sh
         double steps = ceil((double)tc->epochs * (double)sharc_sampler_windows(t->sampler) / per_step);
         t->cfg.train.max_steps = steps > 1.0 ? (int64_t)steps : 1;
     }
+    if (st == SHARC_OK && t->cfg.log.eval_every > 0) {
+        if (!t->cfg.data.val_path[0])
+            st = sharc_error(SHARC_ERR_INVALID, "log.eval_every: %d, but data.val_path is empty; set a validation file",
+                             t->cfg.log.eval_every);
+        else
+            st = sharc_dataset_open(&t->val, t->cfg.data.val_path, t->cfg.data.format, t->cfg.model.vocab_size);
+        if (st == SHARC_OK && sharc_dataset_num_tokens(t->val) <= tc->seq_len)
+            st = sharc_error(SHARC_ERR_INVALID, "data.val_path: '%s' has %lld tokens, fewer than one window of %d + 1",
+                             t->cfg.data.val_path, (long long)sharc_dataset_num_tokens(t->val), tc->seq_len);
+    }
     if (st == SHARC_OK) {
         size_t n = (size_t)tc->grad_accum * (size_t)tc->batch_size * (size_t)tc->seq_len;
         t->inputs = sharc_alloc(n * sizeof(int32_t), SHARC_MEM_OTHER);
@@ -279,6 +309,13 @@ sharc_status sharc_trainer_init(sharc_trainer **out, const sharc_config *cfg, sh
     st = sharc_adamw_init(&t->opt, t->engine, &t->cfg.optim);
     if ((st = agree(t->world, st)) != SHARC_OK) goto fail;
     t->flops_per_token = sharc_model_flops_per_token(&t->cfg.model, tc->seq_len);
+    /* MFU's denominator: this rank's cores, measured or given, summed over ranks */
+    t->peak_flops_world = t->cfg.log.peak_tflops > 0 ? 1e12 * (double)t->cfg.log.peak_tflops
+                                                     : sharc_telemetry_measure_peak_flops(sharc_threads_get());
+    if ((st = sharc_comm_allreduce(t->world, &t->peak_flops_world, &t->peak_flops_world, 1, SHARC_DT_F64,
+                                   SHARC_OP_SUM)) != SHARC_OK)
+        goto fail;
+    reset_comm_stats(t);
     (void)rank;
     *out = t;
     return SHARC_OK;
@@ -293,6 +330,7 @@ void sharc_trainer_free(sharc_trainer *t) {
     sharc_free(t->targets);
     sharc_sampler_free(t->sampler);
     sharc_dataset_free(t->data);
+    sharc_dataset_free(t->val);
     sharc_adamw_free(t->opt);
     sharc_fsdp_free(t->engine);
     sharc_model_free(t->model);
@@ -333,13 +371,14 @@ sharc_status sharc_trainer_step(sharc_trainer *t, sharc_step_stats *s) {
     const int A = tc->grad_accum, B = tc->batch_size, T = tc->seq_len;
     const int64_t mb = (int64_t)B * T;
     const int rank = sharc_comm_rank(t->world), R = sharc_comm_size(t->world);
-    double t0 = now_s();
+    double t0 = now_s(), c0 = cpu_now_s();
     sharc_activity_step(t->step + 1);
     if (rank == t->hang_rank && t->step + 1 == t->hang_step) {
         sharc_activity_phase("stopped by the test hook SHARC_TEST_HANG", -1, NULL);
         for (;;) pause();
     }
     sharc_fsdp_stats_reset(t->engine);
+    sharc_model_timing_reset(t->model);
     sharc_mem_reset_peak();
     /* the whole step's batch first: the loss scale needs the global valid-target count */
     int64_t valid = 0;
@@ -348,6 +387,7 @@ sharc_status sharc_trainer_step(sharc_trainer *t, sharc_step_stats *s) {
         for (int64_t i = 0; i < mb; i++) valid += t->targets[m * mb + i] >= 0;
     }
     sharc_activity_phase("counting the batch's targets", -1, NULL);
+    const int64_t local_valid = valid;
     SHARC_TRY(sharc_comm_allreduce(t->world, &valid, &valid, 1, SHARC_DT_I64, SHARC_OP_SUM));
     float scale = valid > 0 ? 1.0f / (float)valid : 0.0f;
     sharc_fsdp_zero_grad(t->engine);
@@ -367,6 +407,7 @@ sharc_status sharc_trainer_step(sharc_trainer *t, sharc_step_stats *s) {
                     }
     double t2 = now_s(), norm;
     sharc_activity_phase("gradient norm", -1, NULL);
+    const double local_loss_sum = loss_sum;
     SHARC_TRY(sharc_fsdp_grad_norm(t->engine, &norm, &loss_sum));
     float lr = sharc_lr_at(&t->cfg.optim, t->step, tc->max_steps);
     /* note [bad-steps]: norm and loss_sum are all-reduced, so every rank decides alike */
@@ -394,6 +435,13 @@ sharc_status sharc_trainer_step(sharc_trainer *t, sharc_step_stats *s) {
     s->gathered_peak = fs.gathered_peak;
     s->skipped = bad;
     sharc_mem_get(&s->mem);
+    sharc_model_timing mt;
+    sharc_model_timing_get(t->model, &mt);
+    s->forward_s = mt.forward_s;
+    s->backward_s = mt.backward_s;
+    s->local_loss = local_valid > 0 ? local_loss_sum / (double)local_valid : NAN;
+    s->local_tokens = (int64_t)A * mb;
+    s->cpu_s = (cpu_now_s() - c0) / (double)sharc_threads_get();
     return SHARC_OK;
 }
 
@@ -410,25 +458,35 @@ static sharc_status write_text(const char *path, const char *text) {
     return sharc_afile_commit(&af);
 }
 
-static void write_metrics(FILE *f, const sharc_step_stats *s, int world) {
-    const double gib = (double)(1ll << 30);
-    fprintf(f,
-            "{\"step\": %lld, \"loss_metrics/global_avg_loss\": %.6f, \"lr\": %.6g, \"grad_norm\": %.6f, "
-            "\"throughput(tps)\": %.1f, \"throughput/global(tps)\": %.1f, \"tflops\": %.4f, "
-            "\"time_metrics/end_to_end(s)\": %.4f, \"time_metrics/forward_backward(s)\": %.4f, "
-            "\"time_metrics/optimizer(s)\": %.4f, \"time_metrics/comm_wait(s)\": %.4f, \"tokens\": %lld",
-            (long long)s->step, s->loss, (double)s->lr, s->grad_norm, s->tokens_per_s / world, s->tokens_per_s,
-            s->tflops, s->step_s, s->forward_backward_s, s->optimizer_s, s->comm_wait_s, (long long)s->tokens);
-    for (int k = 0; k < SHARC_COLL_NKINDS; k++) {
-        if (k == SHARC_COLL_BROADCAST) continue;
-        fprintf(f, ", \"comm/%s_bytes\": %lld, \"comm/%s(s)\": %.4f", sharc_coll_kind_name(k),
-                (long long)s->comm.bytes[k], sharc_coll_kind_name(k), s->comm.seconds[k]);
+/* Validation over every rank (note [eval-windows] in sharc/eval.h); rank 0
+ * writes it to the metrics file. Collective. */
+static sharc_status run_eval(sharc_trainer *t, FILE *metrics, int64_t step) {
+    const sharc_config *c = &t->cfg;
+    sharc_eval_result r;
+    SHARC_TRY(sharc_eval_dataset(t->model, t->engine, t->world, t->val, c->train.batch_size, c->train.seq_len,
+                                 c->log.eval_batches, &r));
+    if (metrics) {
+        fprintf(metrics,
+                "{\"step\": %lld, \"loss_metrics/val_loss\": %.6f, \"loss_metrics/val_perplexity\": %.6f, "
+                "\"val/targets\": %lld, \"val/windows\": %lld, \"time_metrics/eval(s)\": %.4f}\n",
+                (long long)step, r.loss, r.perplexity, (long long)r.targets, (long long)r.windows, r.seconds);
+        fflush(metrics);
+        sharc_info("sharc: step %lld validation loss %.4f, perplexity %.3f (%lld windows, %.2f s)", (long long)step,
+                   r.loss, r.perplexity, (long long)r.windows, r.seconds);
     }
-    for (int c = 0; c < SHARC_MEM_NCAT; c++)
-        fprintf(f, ", \"memory/%s(GiB)\": %.4f, \"memory/%s_peak(GiB)\": %.4f", sharc_mem_cat_name(c),
-                (double)s->mem.current[c] / gib, sharc_mem_cat_name(c), (double)s->mem.peak[c] / gib);
-    fprintf(f, ", \"memory/max_active(GiB)\": %.4f, \"fsdp/gathered_units_peak\": %lld}\n", (double)s->mem.peak_total / gib,
-            (long long)s->gathered_peak);
+    return SHARC_OK;
+}
+
+/* log.debug: this rank's own file out_dir/debug/rank-N.log (NULL on failure). */
+static FILE *open_debug(const sharc_config *c, int rank, sharc_status *st) {
+    char dir[SHARC_PATH_MAX + 16], path[SHARC_PATH_MAX + 48];
+    snprintf(dir, sizeof dir, "%s/debug", c->train.out_dir);
+    *st = sharc_mkdirs(dir);
+    if (*st != SHARC_OK) return NULL;
+    snprintf(path, sizeof path, "%s/rank-%d.log", dir, rank);
+    FILE *f = fopen(path, "w");
+    if (!f) *st = sharc_error(SHARC_ERR_IO, "train: cannot create debug log '%s': %s", path, strerror(errno));
+    return f;
 }
 
 static void warn_line(const char *line, void *ctx) {
@@ -462,7 +520,7 @@ sharc_status sharc_train_run(const sharc_config *cfg, sharc_comm *world) {
     const bool lead = rank == 0;
     char path[SHARC_PATH_MAX + 64];
     sharc_status st = SHARC_OK;
-    FILE *metrics = NULL;
+    FILE *metrics = NULL, *debug = NULL;
     if (lead) {
         st = sharc_mkdirs(c->train.out_dir);
         char *yaml = sharc_config_to_yaml(c);
@@ -478,9 +536,14 @@ sharc_status sharc_train_run(const sharc_config *cfg, sharc_comm *world) {
             if (!metrics) st = sharc_error(SHARC_ERR_IO, "train: cannot create metrics file '%s': %s", path, strerror(errno));
         }
     }
+    if (st == SHARC_OK && c->log.debug) {
+        if (!lead) (void)sharc_mkdirs(c->train.out_dir); /* rank 0 makes it too; racing is harmless */
+        debug = open_debug(c, rank, &st);
+    }
     if ((st = agree(t->world, st)) != SHARC_OK) {
         if (metrics) fclose(metrics);
         sharc_ckpt_free(ck);
+        if (debug) fclose(debug);
         sharc_trainer_free(t);
         sharc_watchdog_stop();
         return st;
@@ -502,12 +565,23 @@ sharc_status sharc_train_run(const sharc_config *cfg, sharc_comm *world) {
                    (long long)sharc_dataset_num_tokens(t->data), (long long)sharc_sampler_windows(t->sampler),
                    c->train.seq_len + 1, c->train.batch_size * c->train.grad_accum * R);
     }
+    if (lead)
+        sharc_info("sharc: peak %.1f GFLOP/s over all ranks for mfu(%%) (%s)", t->peak_flops_world * 1e-9,
+                   c->log.peak_tflops > 0 ? "log.peak_tflops" : "measured FMA loop");
     if (getenv("SHARC_PROFILE")) sharc_prof_enable(true);
-    double tok_sum = 0.0, time_sum = 0.0;
+    reset_comm_stats(t); /* the start-up agreement is not step 1's traffic */
+    /* a progress bar only on a terminal; under mpirun Open MPI gives rank 0 a
+     * pseudo-terminal even when mpirun's output goes to a file, so not there */
+    const bool tty = lead && isatty(fileno(stdout)) && strcmp(sharc_comm_backend(t->world), "self") == 0;
+    double tok_sum = 0.0, time_sum = 0.0, start = now_s();
     int bad_run = 0, bad_total = 0;
     for (int64_t i = t->step; i < c->train.max_steps && st == SHARC_OK; i++) {
         sharc_step_stats s;
+        sharc_step_global g;
         st = sharc_trainer_step(t, &s);
+        if (st != SHARC_OK) break;
+        /* every rank: one all-gather of each rank's stats (sharc/telemetry.h) */
+        st = sharc_telemetry_reduce(t->world, &s, t->flops_per_token, t->peak_flops_world, &g);
         if (st != SHARC_OK) break;
         /* note [bad-steps]: the same verdict on every rank */
         bad_run = s.skipped ? bad_run + 1 : 0;
@@ -525,18 +599,26 @@ sharc_status sharc_train_run(const sharc_config *cfg, sharc_comm *world) {
                              c->train.max_bad_steps);
             break;
         }
-        if (c->ckpt.every > 0 && s.step % c->ckpt.every == 0 && s.step < c->train.max_steps) st = sharc_ckpt_save(ck);
         tok_sum += (double)s.tokens;
-        time_sum += s.step_s;
-        if (!lead) continue;
-        write_metrics(metrics, &s, R);
-        fflush(metrics);
-        if (s.step % c->train.log_every == 0 || s.step == 1 || s.step == c->train.max_steps)
-            printf("step %5lld/%lld | loss %.4f | lr %.3e | grad norm %.4f | %.0f tok/s\n", (long long)s.step,
-                   (long long)c->train.max_steps, s.loss, (double)s.lr, s.grad_norm, s.tokens_per_s);
-        fflush(stdout);
+        time_sum += g.step_s_max;
+        if (debug) {
+            sharc_telemetry_write_rank_json(debug, &s, rank);
+            fflush(debug);
+        }
+        if (lead) {
+            sharc_telemetry_write_json(metrics, &s, &g);
+            fflush(metrics);
+            if (tty || s.step % c->train.log_every == 0 || s.step == 1 || s.step == c->train.max_steps)
+                sharc_telemetry_print_step(stdout, tty, &s, &g, c->train.max_steps, now_s() - start);
+            fflush(stdout);
+        }
+        if (t->val && s.step % c->log.eval_every == 0) st = run_eval(t, metrics, s.step);
+        if (st == SHARC_OK && c->ckpt.every > 0 && s.step % c->ckpt.every == 0 && s.step < c->train.max_steps)
+            st = sharc_ckpt_save(ck);
+        reset_comm_stats(t);
     }
     if (metrics) fclose(metrics);
+    if (debug) fclose(debug);
     if (sharc_prof_enabled() && lead) sharc_prof_report(stderr, (int)(c->train.max_steps > 0 ? c->train.max_steps : 1));
     if (st == SHARC_OK) st = sharc_ckpt_save(ck); /* the last step; waits for an async one */
     if (st == SHARC_OK) st = sharc_ckpt_wait(ck);

@@ -36,6 +36,10 @@ same_hf e_ckdir e_run
 same_hf e_step e_run
 export_ok r/checkpoints/step-00000004 e_4
 cmp -s e_4/model.safetensors e_run/model.safetensors && die "step 4 exported the final weights"
+# sharc eval reads the same sources: the checkpoint gives exactly the weights' loss
+ev_w=$("$S" eval --checkpoint r --data.path text.txt --seq_len 13 --threads 1 2>/dev/null) || die "eval of the weights"
+ev_c=$("$S" eval --checkpoint r/checkpoints --data.path text.txt --seq_len 13 --threads 1 2>/dev/null) || die "eval of the checkpoint"
+[ "$(jq .val_loss <<< "$ev_w")" = "$(jq .val_loss <<< "$ev_c")" ] || die "eval differs: weights $ev_w, checkpoint $ev_c"
 # a run directory without its final weights: its checkpoints/; a wrong latest is ignored
 mkdir -p r2 && cp -r r/checkpoints r2/ && echo step-00000004 > r2/checkpoints/latest
 export_ok r2 e_r2

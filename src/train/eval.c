@@ -1,0 +1,130 @@
+/* eval.c: sharc/eval.h: validation loss over the ranks (note [eval-windows])
+ * and the `sharc eval` driver. */
+#include "sharc/eval.h"
+#include "sharc/alloc.h"
+#include "sharc/blas.h"
+#include "sharc/mesh.h"
+#include "sharc/ckpt.h"
+#include "sharc/weights.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+sharc_status sharc_eval_dataset(sharc_model *m, sharc_fsdp *e, sharc_comm *world, const sharc_dataset *d,
+                                int B, int T, int64_t max_batches, sharc_eval_result *out) {
+    memset(out, 0, sizeof *out);
+    const int R = sharc_comm_size(world), rank = sharc_comm_rank(world);
+    const double t0 = now_s();
+    const int64_t ntok = sharc_dataset_num_tokens(d);
+    const int64_t W = ntok > T ? (ntok - 1) / T : 0;
+    int64_t nb = (W + B - 1) / B;
+    if (max_batches > 0 && nb > max_batches) nb = max_batches;
+    const int64_t nwin = nb * B < W ? nb * B : W;
+    const int64_t rounds = (nb + R - 1) / R;
+    const int64_t N = (int64_t)B * T;
+    int32_t *in = sharc_alloc(sizeof(int32_t) * (size_t)N, SHARC_MEM_OTHER);
+    int32_t *tg = sharc_alloc(sizeof(int32_t) * (size_t)N, SHARC_MEM_OTHER);
+    int32_t *win = sharc_alloc(sizeof(int32_t) * (size_t)(T + 1), SHARC_MEM_OTHER);
+    /* a local allocation failure must not leave the other ranks in a gather */
+    int32_t bad = (!in || !tg || !win) ? 1 : 0, anybad = 0;
+    sharc_status st = sharc_comm_allreduce(world, &bad, &anybad, 1, SHARC_DT_I32, SHARC_OP_MAX);
+    if (st == SHARC_OK && anybad) st = sharc_error(SHARC_ERR_NOMEM, "eval: cannot allocate a batch of %d x %d tokens", B, T);
+    double sums[2] = {0.0, 0.0}; /* loss sum, targets */
+    for (int64_t i = 0; i < rounds && st == SHARC_OK; i++) {
+        int64_t b = i * R + rank;
+        for (int row = 0; row < B; row++) {
+            int64_t k = b * B + row;
+            int32_t *x = in + (int64_t)row * T, *y = tg + (int64_t)row * T;
+            if (b < nb && k < nwin) {
+                sharc_dataset_read(d, k * T, T + 1, win);
+                memcpy(x, win, sizeof(int32_t) * (size_t)T);
+                memcpy(y, win + 1, sizeof(int32_t) * (size_t)T);
+                sums[1] += T;
+            } else { /* padding: masked targets, a valid token as input */
+                for (int j = 0; j < T; j++) {
+                    x[j] = 0;
+                    y[j] = -1;
+                }
+            }
+        }
+        sums[0] += sharc_model_forward_loss(m, e, in, tg);
+    }
+    sharc_free(in);
+    sharc_free(tg);
+    sharc_free(win);
+    if (st != SHARC_OK) return st;
+    SHARC_TRY(sharc_comm_allreduce(world, sums, sums, 2, SHARC_DT_F64, SHARC_OP_SUM));
+    out->loss_sum = sums[0];
+    out->targets = (int64_t)sums[1];
+    out->windows = nwin;
+    out->batches = nb;
+    out->loss = out->targets > 0 ? out->loss_sum / (double)out->targets : NAN;
+    out->perplexity = exp(out->loss);
+    out->seconds = now_s() - t0;
+    return SHARC_OK;
+}
+
+/* Note [agreement]: every rank learns whether any rank failed. */
+static sharc_status agree(sharc_comm *world, sharc_status local) {
+    int32_t v = local != SHARC_OK ? sharc_comm_rank(world) : INT32_MAX, first = INT32_MAX;
+    sharc_status st = sharc_comm_allreduce(world, &v, &first, 1, SHARC_DT_I32, SHARC_OP_MIN);
+    if (st != SHARC_OK) return st;
+    if (first == INT32_MAX) return SHARC_OK;
+    if (local != SHARC_OK) return local;
+    return sharc_error(SHARC_ERR_COMM, "eval: rank %d failed (see its message)", first);
+}
+
+sharc_status sharc_eval_checkpoint(const sharc_eval_options *o, sharc_comm *world, sharc_eval_result *out) {
+    char path[SHARC_PATH_MAX + 64];
+    bool is_ckpt = false;
+    const int R = sharc_comm_size(world);
+    sharc_config c;
+    sharc_config_default(&c);
+    sharc_model *m = NULL;
+    sharc_fsdp *e = NULL;
+    sharc_dataset *d = NULL;
+    sharc_mesh mesh;
+    bool mesh_ok = false;
+    /* local part: nothing here calls a collective */
+    /* a weights file, a run directory, or a checkpoint (note [inference-source]) */
+    sharc_status st = sharc_ckpt_find_weights(o->weights, path, sizeof path, &is_ckpt);
+    if (st == SHARC_OK) st = is_ckpt ? sharc_ckpt_read_config(path, &c) : sharc_weights_read_config(path, &c);
+    int B = o->batch_size > 0 ? o->batch_size : c.train.batch_size;
+    int T = o->seq_len > 0 ? o->seq_len : c.train.seq_len;
+    if (st == SHARC_OK && c.model.family == SHARC_FAMILY_GPT2 && T > c.model.max_seq_len)
+        st = sharc_error(SHARC_ERR_INVALID, "eval: --seq_len %d exceeds the model's max_seq_len %d", T, c.model.max_seq_len);
+    if (st == SHARC_OK) st = sharc_blas_init(o->threads);
+    if (st == SHARC_OK) st = sharc_model_init(&m, &c.model);
+    if (st == SHARC_OK) st = sharc_model_plan(m, B, T, false);
+    if (st == SHARC_OK) st = sharc_dataset_open(&d, o->data_path, o->format, c.model.vocab_size);
+    if (st == SHARC_OK && sharc_dataset_num_tokens(d) <= T)
+        st = sharc_error(SHARC_ERR_INVALID, "eval: '%s' has %lld tokens, fewer than one window of %d + 1", o->data_path,
+                         (long long)sharc_dataset_num_tokens(d), T);
+    /* collective part */
+    if ((st = agree(world, st)) != SHARC_OK) goto done;
+    if ((st = sharc_mesh_init(&mesh, world, R)) != SHARC_OK) goto done;
+    mesh_ok = true;
+    sharc_fsdp_config fc;
+    sharc_fsdp_config_default(&fc);
+    fc.strategy = SHARC_FULL_SHARD;
+    st = sharc_fsdp_init(&e, sharc_model_units(m), sharc_model_num_units(m), &fc, &mesh);
+    if ((st = agree(world, st)) != SHARC_OK) goto done;
+    st = is_ckpt ? sharc_ckpt_load_params(e, path) : sharc_weights_load(e, path);
+    if ((st = agree(world, st)) != SHARC_OK) goto done;
+    st = sharc_eval_dataset(m, e, world, d, B, T, o->max_batches, out);
+done:
+    sharc_fsdp_free(e);
+    if (mesh_ok) sharc_mesh_free(&mesh);
+    sharc_dataset_free(d);
+    sharc_model_free(m);
+    return st;
+}

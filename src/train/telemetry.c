@@ -1,0 +1,293 @@
+/* telemetry.c: sharc/telemetry.h: the per-step aggregation over ranks, the
+ * calibrated FMA peak that MFU divides by, the JSON metrics and debug lines
+ * and the console progress display. */
+#include "sharc/telemetry.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define SHARC_X86 1
+#endif
+
+/* --------------------------------------------------------- aggregation */
+
+enum {
+    V_STEP = 0,
+    V_FWD,
+    V_BWD,
+    V_OPT,
+    V_FB,
+    V_CPU,
+    V_WAIT,
+    V_LOSS,
+    V_TOKENS,
+    V_COMM_BYTES,
+    V_COMM_S = V_COMM_BYTES + SHARC_COLL_NKINDS,
+    V_MEM_CUR = V_COMM_S + SHARC_COLL_NKINDS,
+    V_MEM_PEAK = V_MEM_CUR + SHARC_MEM_NCAT,
+    V_MEM_TOTAL = V_MEM_PEAK + SHARC_MEM_NCAT,
+    SHARC_TEL_NVEC
+};
+
+static void pack(const sharc_step_stats *s, double *v) {
+    memset(v, 0, sizeof(double) * SHARC_TEL_NVEC);
+    v[V_STEP] = s->step_s;
+    v[V_FWD] = s->forward_s;
+    v[V_BWD] = s->backward_s;
+    v[V_OPT] = s->optimizer_s;
+    v[V_FB] = s->forward_backward_s;
+    v[V_CPU] = s->cpu_s;
+    v[V_WAIT] = s->comm_wait_s;
+    v[V_LOSS] = s->local_loss;
+    v[V_TOKENS] = (double)s->local_tokens;
+    for (int k = 0; k < SHARC_COLL_NKINDS; k++) {
+        v[V_COMM_BYTES + k] = (double)s->comm.bytes[k];
+        v[V_COMM_S + k] = s->comm.seconds[k];
+    }
+    for (int c = 0; c < SHARC_MEM_NCAT; c++) {
+        v[V_MEM_CUR + c] = (double)s->mem.current[c];
+        v[V_MEM_PEAK + c] = (double)s->mem.peak[c];
+    }
+    v[V_MEM_TOTAL] = (double)s->mem.peak_total;
+}
+
+sharc_status sharc_telemetry_reduce(sharc_comm *world, const sharc_step_stats *local,
+                                    double flops_per_token, double peak_flops_world,
+                                    sharc_step_global *g) {
+    const int R = sharc_comm_size(world);
+    double mine[SHARC_TEL_NVEC];
+    pack(local, mine);
+    double *all = malloc(sizeof(double) * SHARC_TEL_NVEC * (size_t)R);
+    if (!all) return sharc_error(SHARC_ERR_NOMEM, "telemetry: out of memory");
+    sharc_status st = sharc_comm_allgather(world, mine, all, SHARC_TEL_NVEC, SHARC_DT_F64);
+    if (st != SHARC_OK) {
+        free(all);
+        return st;
+    }
+    memset(g, 0, sizeof *g);
+    g->world_size = R;
+    g->loss_max = NAN;
+    g->step_s_min = INFINITY;
+    g->tps_rank_min = INFINITY;
+    g->slowest_rank = 0;
+    for (int r = 0; r < R; r++) {
+        const double *v = all + (size_t)r * SHARC_TEL_NVEC;
+        if (v[V_STEP] > g->step_s_max) {
+            g->step_s_max = v[V_STEP];
+            g->slowest_rank = r;
+        }
+        if (v[V_STEP] < g->step_s_min) g->step_s_min = v[V_STEP];
+        g->forward_s = fmax(g->forward_s, v[V_FWD]);
+        g->backward_s = fmax(g->backward_s, v[V_BWD]);
+        g->optimizer_s = fmax(g->optimizer_s, v[V_OPT]);
+        g->forward_backward_s = fmax(g->forward_backward_s, v[V_FB]);
+        g->cpu_s_max = fmax(g->cpu_s_max, v[V_CPU]);
+        g->comm_wait_s = fmax(g->comm_wait_s, v[V_WAIT]);
+        if (!isnan(v[V_LOSS]) && (isnan(g->loss_max) || v[V_LOSS] > g->loss_max)) g->loss_max = v[V_LOSS];
+        double tps = v[V_STEP] > 0 ? v[V_TOKENS] / v[V_STEP] : 0.0;
+        g->tps_rank_sum += tps;
+        g->tps_rank_min = fmin(g->tps_rank_min, tps);
+        g->tps_rank_max = fmax(g->tps_rank_max, tps);
+        for (int k = 0; k < SHARC_COLL_NKINDS; k++) {
+            int64_t b = (int64_t)v[V_COMM_BYTES + k];
+            if (b > g->comm_bytes[k]) g->comm_bytes[k] = b;
+            g->comm_bytes_total += b;
+            g->comm_s[k] = fmax(g->comm_s[k], v[V_COMM_S + k]);
+        }
+        for (int c = 0; c < SHARC_MEM_NCAT; c++) {
+            if ((int64_t)v[V_MEM_CUR + c] > g->mem_current[c]) g->mem_current[c] = (int64_t)v[V_MEM_CUR + c];
+            if ((int64_t)v[V_MEM_PEAK + c] > g->mem_peak[c]) g->mem_peak[c] = (int64_t)v[V_MEM_PEAK + c];
+        }
+        if ((int64_t)v[V_MEM_TOTAL] > g->mem_peak_total) {
+            g->mem_peak_total = (int64_t)v[V_MEM_TOTAL];
+            g->mem_peak_rank = r;
+        }
+    }
+    free(all);
+    g->tps_global = g->step_s_max > 0 ? (double)local->tokens / g->step_s_max : 0.0;
+    g->tps_cpu = g->cpu_s_max > 0 ? (double)local->tokens / g->cpu_s_max : 0.0;
+    g->tflops = flops_per_token * g->tps_global * 1e-12;
+    g->mfu_pct = peak_flops_world > 0 ? 100.0 * flops_per_token * g->tps_global / peak_flops_world : 0.0;
+    return SHARC_OK;
+}
+
+/* ---------------------------------------------------------------- peak */
+
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static volatile float fma_sink;
+
+/* Note [peak-fma]: 12 independent accumulators hide the FMA latency
+ * (4 cycles x 2 pipes on current cores need 8); each iteration is 12 FMAs
+ * of `lanes` floats = 24 x lanes FLOPs. The operands converge to a fixed
+ * point, so nothing overflows or goes subnormal. Returns FLOPs done. */
+#ifdef SHARC_X86
+__attribute__((target("avx512f"))) static double fma_loop_avx512(int64_t iters) {
+    __m512 a[12], x = _mm512_set1_ps(0.999999f), y = _mm512_set1_ps(1e-6f);
+    for (int k = 0; k < 12; k++) a[k] = _mm512_set1_ps(1.0f + (float)k * 1e-3f);
+    for (int64_t i = 0; i < iters; i++)
+        for (int k = 0; k < 12; k++) a[k] = _mm512_fmadd_ps(a[k], x, y);
+    __m512 s = a[0];
+    for (int k = 1; k < 12; k++) s = _mm512_add_ps(s, a[k]);
+    fma_sink = _mm512_reduce_add_ps(s);
+    return (double)iters * 12 * 16 * 2;
+}
+
+__attribute__((target("avx2,fma"))) static double fma_loop_avx2(int64_t iters) {
+    __m256 a[12], x = _mm256_set1_ps(0.999999f), y = _mm256_set1_ps(1e-6f);
+    for (int k = 0; k < 12; k++) a[k] = _mm256_set1_ps(1.0f + (float)k * 1e-3f);
+    for (int64_t i = 0; i < iters; i++)
+        for (int k = 0; k < 12; k++) a[k] = _mm256_fmadd_ps(a[k], x, y);
+    float out[8];
+    __m256 s = a[0];
+    for (int k = 1; k < 12; k++) s = _mm256_add_ps(s, a[k]);
+    _mm256_storeu_ps(out, s);
+    fma_sink = out[0] + out[7];
+    return (double)iters * 12 * 8 * 2;
+}
+#endif
+
+static double fma_loop_scalar(int64_t iters) {
+    float a[12];
+    for (int k = 0; k < 12; k++) a[k] = 1.0f + (float)k * 1e-3f;
+    for (int64_t i = 0; i < iters; i++)
+        for (int k = 0; k < 12; k++) a[k] = a[k] * 0.999999f + 1e-6f;
+    fma_sink = a[0] + a[11];
+    return (double)iters * 12 * 2;
+}
+
+static double fma_loop(int64_t iters) {
+#ifdef SHARC_X86
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f")) return fma_loop_avx512(iters);
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return fma_loop_avx2(iters);
+#endif
+    return fma_loop_scalar(iters);
+}
+
+/* One thread's FLOP/s: best of 4 runs of about 20 ms each. */
+static double thread_peak(void) {
+    int64_t iters = 1 << 14;
+    double t0 = now_s();
+    fma_loop(iters);
+    double dt = now_s() - t0;
+    if (dt > 0) iters = (int64_t)((double)iters * 0.02 / dt);
+    if (iters < 1024) iters = 1024;
+    double best = 0.0;
+    for (int rep = 0; rep < 4; rep++) {
+        t0 = now_s();
+        double flops = fma_loop(iters);
+        dt = now_s() - t0;
+        if (dt > 0 && flops / dt > best) best = flops / dt;
+    }
+    return best;
+}
+
+double sharc_telemetry_measure_peak_flops(int threads) {
+    if (threads < 1) threads = 1;
+    double sum = 0.0;
+#pragma omp parallel for num_threads(threads) reduction(+ : sum) schedule(static, 1)
+    for (int i = 0; i < threads; i++) sum += thread_peak();
+    return sum;
+}
+
+/* ---------------------------------------------------------------- JSON */
+
+static const double GIB = (double)(1ll << 30);
+
+/* A number, or JSON's null when it is not finite (a rank without valid targets). */
+static const char *num_or_null(char *buf, size_t n, double x) {
+    if (isfinite(x)) snprintf(buf, n, "%.6f", x);
+    else snprintf(buf, n, "null");
+    return buf;
+}
+
+void sharc_telemetry_write_json(FILE *f, const sharc_step_stats *s, const sharc_step_global *g) {
+    const int R = g->world_size;
+    char lm[32];
+    fprintf(f,
+            "{\"step\": %lld, \"loss_metrics/global_avg_loss\": %.6f, \"loss_metrics/global_max_loss\": %s, "
+            "\"lr\": %.6g, \"grad_norm\": %.6f, "
+            "\"throughput(tps)\": %.1f, \"throughput/global(tps)\": %.1f, \"throughput/rank_min(tps)\": %.1f, "
+            "\"throughput/rank_max(tps)\": %.1f, \"throughput/rank_sum(tps)\": %.1f, \"throughput/cpu(tps)\": %.1f, "
+            "\"tflops\": %.6g, \"mfu(%%)\": %.6g, "
+            "\"time_metrics/end_to_end(s)\": %.6f, \"time_metrics/end_to_end_min(s)\": %.6f, "
+            "\"time_metrics/slowest_rank\": %d, \"time_metrics/forward_backward(s)\": %.6f, "
+            "\"time_metrics/forward(s)\": %.6f, \"time_metrics/backward(s)\": %.6f, "
+            "\"time_metrics/optimizer(s)\": %.6f, \"time_metrics/comm_wait(s)\": %.6f, \"time_metrics/cpu(s)\": %.6f, "
+            "\"tokens\": %lld, \"world_size\": %d",
+            (long long)s->step, s->loss, num_or_null(lm, sizeof lm, g->loss_max), (double)s->lr, s->grad_norm, g->tps_global / R,
+            g->tps_global, g->tps_rank_min, g->tps_rank_max, g->tps_rank_sum, g->tps_cpu, g->tflops, g->mfu_pct, g->step_s_max,
+            g->step_s_min, g->slowest_rank, g->forward_backward_s, g->forward_s, g->backward_s,
+            g->optimizer_s, g->comm_wait_s, g->cpu_s_max, (long long)s->tokens, R);
+    for (int k = 0; k < SHARC_COLL_NKINDS; k++) {
+        if (k == SHARC_COLL_BROADCAST) continue;
+        fprintf(f, ", \"comm/%s_bytes\": %lld, \"comm/%s(s)\": %.6f", sharc_coll_kind_name(k),
+                (long long)g->comm_bytes[k], sharc_coll_kind_name(k), g->comm_s[k]);
+    }
+    fprintf(f, ", \"comm/total_bytes\": %lld", (long long)g->comm_bytes_total);
+    for (int c = 0; c < SHARC_MEM_NCAT; c++)
+        fprintf(f, ", \"memory/%s(GiB)\": %.6f, \"memory/%s_peak(GiB)\": %.6f", sharc_mem_cat_name(c),
+                (double)g->mem_current[c] / GIB, sharc_mem_cat_name(c), (double)g->mem_peak[c] / GIB);
+    fprintf(f, ", \"memory/max_active(GiB)\": %.6f, \"memory/max_active_rank\": %d, \"fsdp/gathered_units_peak\": %lld}\n",
+            (double)g->mem_peak_total / GIB, g->mem_peak_rank, (long long)s->gathered_peak);
+}
+
+void sharc_telemetry_write_rank_json(FILE *f, const sharc_step_stats *s, int rank) {
+    char lm[32];
+    fprintf(f,
+            "{\"step\": %lld, \"rank\": %d, \"loss\": %s, \"tokens\": %lld, \"throughput(tps)\": %.1f, "
+            "\"time_metrics/end_to_end(s)\": %.6f, \"time_metrics/forward_backward(s)\": %.6f, "
+            "\"time_metrics/forward(s)\": %.6f, \"time_metrics/backward(s)\": %.6f, "
+            "\"time_metrics/optimizer(s)\": %.6f, \"time_metrics/comm_wait(s)\": %.6f, \"time_metrics/cpu(s)\": %.6f",
+            (long long)s->step, rank, num_or_null(lm, sizeof lm, s->local_loss), (long long)s->local_tokens,
+            s->step_s > 0 ? (double)s->local_tokens / s->step_s : 0.0, s->step_s, s->forward_backward_s, s->forward_s, s->backward_s,
+            s->optimizer_s, s->comm_wait_s, s->cpu_s);
+    for (int k = 0; k < SHARC_COLL_NKINDS; k++)
+        fprintf(f, ", \"comm/%s_calls\": %lld, \"comm/%s_bytes\": %lld, \"comm/%s(s)\": %.6f", sharc_coll_kind_name(k),
+                (long long)s->comm.calls[k], sharc_coll_kind_name(k), (long long)s->comm.bytes[k],
+                sharc_coll_kind_name(k), s->comm.seconds[k]);
+    for (int c = 0; c < SHARC_MEM_NCAT; c++)
+        fprintf(f, ", \"memory/%s_peak(GiB)\": %.6f", sharc_mem_cat_name(c), (double)s->mem.peak[c] / GIB);
+    fprintf(f, ", \"memory/max_active(GiB)\": %.6f}\n", (double)s->mem.peak_total / GIB);
+}
+
+/* ------------------------------------------------------------ console */
+
+static void fmt_duration(char *out, size_t n, double s) {
+    if (!isfinite(s) || s < 0) s = 0;
+    long t = (long)(s + 0.5);
+    if (t >= 3600) snprintf(out, n, "%ldh%02ldm", t / 3600, (t / 60) % 60);
+    else if (t >= 60) snprintf(out, n, "%ldm%02lds", t / 60, t % 60);
+    else snprintf(out, n, "%lds", t);
+}
+
+void sharc_telemetry_print_step(FILE *f, bool tty, const sharc_step_stats *s, const sharc_step_global *g,
+                                int64_t max_steps, double elapsed_s) {
+    if (!tty) {
+        fprintf(f, "step %5lld/%lld | loss %.4f | lr %.3e | grad norm %.4f | %.0f tok/s | mfu %.1f%% | mem %.2f GiB\n",
+                (long long)s->step, (long long)max_steps, s->loss, (double)s->lr, s->grad_norm, g->tps_global,
+                g->mfu_pct, (double)g->mem_peak_total / GIB);
+        return;
+    }
+    enum { WIDTH = 24 };
+    double frac = max_steps > 0 ? (double)s->step / (double)max_steps : 1.0;
+    int fill = (int)(frac * WIDTH + 0.5);
+    char bar[WIDTH + 1];
+    for (int i = 0; i < WIDTH; i++) bar[i] = i < fill ? '#' : '.';
+    bar[WIDTH] = 0;
+    char eta[32], el[32];
+    fmt_duration(el, sizeof el, elapsed_s);
+    fmt_duration(eta, sizeof eta, s->step > 0 ? elapsed_s / (double)s->step * (double)(max_steps - s->step) : 0.0);
+    fprintf(f, "\r[%s] %lld/%lld | loss %.4f | %.0f tok/s | mfu %.1f%% | %s elapsed, ETA %s\033[K",
+            bar, (long long)s->step, (long long)max_steps, s->loss, g->tps_global, g->mfu_pct, el, eta);
+    if (s->step >= max_steps) fputc('\n', f);
+}
