@@ -14,9 +14,13 @@ common=(--model.num_layers=$L --model.embed_dim=$C --model.num_heads=4 --model.m
         --data.path=text.txt --train.seq_len=32 --train.batch_size=2 --train.max_steps=3
         --train.log_every=1 --log.debug=true --log.peak_tflops=0.1 --train.threads=1)
 
-for strat in FULL_SHARD NO_SHARD; do
-  mpi 2 "$S" train "${common[@]}" --fsdp.sharding_strategy=$strat --train.out_dir=run_$strat > out_$strat.txt 2> err_$strat.txt
-  P=$(sed -n 's/.*gpt2, \([0-9]*\) parameters.*/\1/p' err_$strat.txt)
+# SHARC_COMM_SHM=0: MPI collectives, whose bytes follow the theory below; with
+# shared memory FULL_SHARD reads parameters in place (note [shared-params] in
+# src/fsdp/engine.c): no all-gather bytes, the rest unchanged
+for run in FULL_SHARD:0 NO_SHARD:0 FULL_SHARD:1; do
+  strat=${run%:*} shm=${run#*:}
+  SHARC_COMM_SHM=$shm mpi 2 "$S" train "${common[@]}" --fsdp.sharding_strategy=$strat --train.out_dir=run_${strat}$shm > out_${strat}$shm.txt 2> err_${strat}$shm.txt
+  P=$(sed -n 's/.*gpt2, \([0-9]*\) parameters.*/\1/p' err_${strat}$shm.txt)
   # bytes each rank hands to the collectives per step (src/comm/comm.c counts the send buffer):
   #   FULL_SHARD: forward all-gathers every unit's shard (P/2 x 4 bytes), backward gathers
   #   the blocks' shards again (root units stay gathered); reduce-scatter hands in every full
@@ -25,9 +29,10 @@ for strat in FULL_SHARD NO_SHARD; do
   Pb=$((L * (12 * C * C + 13 * C)))
   if [ $strat = FULL_SHARD ]; then ag=$(((P + Pb) * 4 / 2)); rs=$((P * 4)); ar=24
   else ag=0; rs=0; ar=$((P * 4 + 24)); fi
+  if [ $shm = 1 ]; then ag=0; fi
   echo "$strat: P=$P expect all_gather $ag reduce_scatter $rs all_reduce $ar per rank"
-  jq -n -e --slurpfile m run_$strat/metrics.jsonl --slurpfile r0 run_$strat/debug/rank-0.log \
-        --slurpfile r1 run_$strat/debug/rank-1.log --argjson ag $ag --argjson rs $rs --argjson ar $ar '
+  jq -n -e --slurpfile m run_${strat}$shm/metrics.jsonl --slurpfile r0 run_${strat}$shm/debug/rank-0.log \
+        --slurpfile r1 run_${strat}$shm/debug/rank-1.log --argjson ag $ag --argjson rs $rs --argjson ar $ar '
     def close(a; b; tol): ((a - b) | fabs) <= tol * ([(a | fabs), (b | fabs), 1e-12] | max);
     [ range(0; $m | length) as $i | $m[$i] as $g | [$r0[$i], $r1[$i]] as $r |
       { step: $g.step,
@@ -56,10 +61,10 @@ for strat in FULL_SHARD NO_SHARD; do
         } } ] as $rows
     | ($rows | map(.checks | to_entries | map(select(.value | not) | .key)) | flatten) as $bad
     | if ($bad | length) == 0 then true else ($rows | tostring | stderr) | false end' > /dev/null \
-    || { echo "$strat: telemetry checks failed"; head -c 3000 run_$strat/metrics.jsonl; exit 1; }
+    || { echo "$strat: telemetry checks failed"; head -c 3000 run_${strat}$shm/metrics.jsonl; exit 1; }
   # not a terminal: plain lines, one per step (log_every 1), no carriage returns
-  [ "$(grep -c '^step ' out_$strat.txt)" -eq 3 ] || { cat out_$strat.txt; exit 1; }
-  ! grep -q $'\r' out_$strat.txt
+  [ "$(grep -c '^step ' out_${strat}$shm.txt)" -eq 3 ] || { cat out_${strat}$shm.txt; exit 1; }
+  ! grep -q $'\r' out_${strat}$shm.txt
 done
 
 # a terminal (script(1) gives the command a pseudo-terminal): a bar with ETA, rewritten in place
