@@ -12,11 +12,13 @@
 # peak memory per rank. Every strategy runs twice: with the node-local
 # shared-memory paths (the default) and with MPI collectives only
 # (SHARC_COMM_SHM=0, "_mpi"), where the bytes can be checked against theory.
-# Writes bench/results/fsdp.json.
+# Every configuration and PyTorch DDP run REPEATS times (default 2), in turn;
+# each row is its fastest repeat. Writes bench/results/fsdp.json.
 set -euo pipefail
 build=${1:-build}
 ranks=${RANKS:-2}
 steps=${STEPS:-6}
+repeats=${REPEATS:-2}
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
 mkdir -p "$here/results"
@@ -41,10 +43,12 @@ run_sharc() { # name strategy extra...   (SHM=0 in the environment: MPI collecti
     --config "$root/configs/gpt2-124m.yaml" --data.path="$work/tokens.bin" --train.batch_size=2 \
     --train.grad_accum=1 --train.seq_len=256 --train.max_steps="$steps" --optim.warmup_steps=1 \
     --train.threads=1 --train.log_every=1000 --fsdp.sharding_strategy="$strategy" "$@" \
-    --train.out_dir="$work/$name" > "$work/$name.log" 2>&1 || { cat "$work/$name.log"; exit 1; }
-  echo "$name $work/$name/metrics.jsonl"
+    --train.out_dir="$work/$name.$rep" > "$work/$name.log" 2>&1 || { cat "$work/$name.log"; exit 1; }
+  echo "$name $work/$name.$rep/metrics.jsonl"
 }
 
+ddp_runs=()
+for rep in $(seq 1 "$repeats"); do
 {
   run_sharc NO_SHARD NO_SHARD
   run_sharc FULL_SHARD FULL_SHARD
@@ -52,12 +56,19 @@ run_sharc() { # name strategy extra...   (SHM=0 in the environment: MPI collecti
   run_sharc FULL_SHARD_bf16 FULL_SHARD --fsdp.param_dtype=bf16 --fsdp.reduce_dtype=bf16
   SHM=0 run_sharc NO_SHARD_mpi NO_SHARD
   SHM=0 run_sharc FULL_SHARD_mpi FULL_SHARD
-} > "$work/runs.txt"
+} >> "$work/runs.txt"
 
 echo "PyTorch DDP (gloo)..." >&2
-ddp=$(env OPENBLAS_CORETYPE=SkylakeX OMP_WAIT_POLICY=PASSIVE OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 \
+ddp_runs+=("$(env OPENBLAS_CORETYPE=SkylakeX OMP_WAIT_POLICY=PASSIVE OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 \
       MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=100000000000 MALLOC_TOP_PAD_=1073741824 \
-      /usr/bin/python3 "$here/torch_ddp.py" --ranks "$ranks" --batch 2 --seq 256 --steps "$((steps - 1))")
+      /usr/bin/python3 "$here/torch_ddp.py" --ranks "$ranks" --batch 2 --seq 256 --steps "$((steps - 1))")")
+done
+ddp=$(printf '%s\n' "${ddp_runs[@]}" | /usr/bin/python3 -c '
+import json, sys
+runs = [json.loads(l) for l in sys.stdin if l.strip()]
+best = dict(max(runs, key=lambda r: r["tokens_per_s"]))
+best["all_tokens_per_s"] = [r["tokens_per_s"] for r in runs]
+print(json.dumps(best))')
 
 /usr/bin/python3 - "$work/runs.txt" "$ddp" "$ranks" "$here/results/fsdp.json" <<'EOF'
 import json, sys
@@ -67,7 +78,13 @@ N = int(sys.argv[3])
 P = 124439808 * 4  # fp32 parameter bytes of GPT-2 124M
 gib = 1 << 30
 rows = []
-for name, path in runs:
+best_path = {}
+for name, path in runs:  # each configuration's fastest repeat
+    m = [json.loads(l) for l in open(path)][2:]
+    tps = sum(r["throughput/global(tps)"] for r in m) / len(m)
+    if name not in best_path or tps > best_path[name][1]:
+        best_path[name] = (path, tps)
+for name, (path, _) in best_path.items():
     m = [json.loads(l) for l in open(path)][2:]  # steps after warm-up
     avg = lambda k: sum(r[k] for r in m) / len(m)
     # the dispatcher counts the buffer each rank hands in; on the wire a
@@ -94,6 +111,7 @@ for r in rows:
           f"{r['state_gib']:>10.3f}{r['peak_gib']:>10.3f}")
 print(f"{'PyTorch DDP gloo':<18}{ddp['tokens_per_s']:>8.1f}{ddp['tokens_per_s'] / base['tokens_per_s']:>11.2f}x"
       f"{'':>14}{2 * (N - 1) / N * P / 1e6:>11.0f}{'':>8}{'':>8}{'':>10}{ddp['peak_rss_mib_per_rank'] / 1024:>10.3f} (RSS)")
+print(f"(fastest of {len(ddp['all_tokens_per_s'])} repeats each; PyTorch DDP runs: {ddp['all_tokens_per_s']} tok/s)")
 fs = next(r for r in rows if r["run"] == "FULL_SHARD")
 fm = next(r for r in rows if r["run"] == "FULL_SHARD_mpi")
 bm = next(r for r in rows if r["run"] == "NO_SHARD_mpi")
