@@ -47,7 +47,7 @@ export BENCH_OUT=${OUT:-$here/results/latest.json}
 mkdir -p "$(dirname "$BENCH_OUT")"
 
 exec "$BENCH_PYTHON" - <<'EOF'
-import json, os, platform, resource, subprocess, sys, time
+import json, os, platform, resource, statistics, subprocess, sys, time
 
 E = os.environ
 step, here, py = E["BENCH_STEP"], E["BENCH_HERE"], E["BENCH_PYTHON"]
@@ -129,6 +129,8 @@ for name, steps, args in MODELS:
         "model": name, "batch": s["batch"], "seq": s["seq"], "params": s["params"],
         "sharc_tokens_per_s": s["tokens_per_s"], "pytorch_tokens_per_s": t["tokens_per_s"],
         "ratio": round(s["tokens_per_s"] / t["tokens_per_s"], 3),
+        "median_ratio": round(statistics.median(x["tokens_per_s"] for x in runs["sharc"])
+                              / statistics.median(x["tokens_per_s"] for x in runs["pytorch"]), 3),
         "sharc_step_ms": s["step_ms"], "pytorch_step_ms": t["step_ms"],
         "sharc_gflops_per_s": s["gflops_per_s"], "pytorch_gflops_per_s": t["gflops_per_s"],
         "sharc_fraction_of_sgemm_ceiling": round(s["gflops_per_s"] / ceiling["sgemm_gflops"], 3),
@@ -151,15 +153,16 @@ with open(E["BENCH_OUT"], "w") as f:
 
 cmark = "  *" if ceiling["foreign_cpu"] > 0.15 else ""
 print(f"sgemm ceiling: {ceiling['sgemm_gflops']:.0f} GFLOP/s ({ceiling['best_shape']}; {threads} threads, "
-      f"OpenBLAS {ceiling['blas_core']}){cmark}. Best of {repeats} run(s) per system; median step of each run.")
-hdr = f"{'model':<13}{'B x T':>9}{'sharc tok/s':>13}{'torch tok/s':>13}{'sharc/torch':>13}" \
+      f"OpenBLAS {ceiling['blas_core']}){cmark}. Best of {repeats} run(s) per system; median step of each run;"
+      f" 'median runs': the ratio of the systems' median runs.")
+hdr = f"{'model':<13}{'B x T':>9}{'sharc tok/s':>13}{'torch tok/s':>13}{'sharc/torch':>13}{'median runs':>13}" \
       f"{'sharc GFLOP/s':>15}{'of ceiling':>12}{'torch GFLOP/s':>15}"
 print(hdr)
 print("-" * len(hdr))
 for r in rows:
     mark = "  *" if r["contended"] else ""
     print(f"{r['model']:<13}{str(r['batch']) + ' x ' + str(r['seq']):>9}{r['sharc_tokens_per_s']:>13.1f}"
-          f"{r['pytorch_tokens_per_s']:>13.1f}{r['ratio']:>12.2f}x{r['sharc_gflops_per_s']:>15.1f}"
+          f"{r['pytorch_tokens_per_s']:>13.1f}{r['ratio']:>12.2f}x{r['median_ratio']:>12.2f}x{r['sharc_gflops_per_s']:>15.1f}"
           f"{r['sharc_fraction_of_sgemm_ceiling']:>12.0%}{r['pytorch_gflops_per_s']:>15.1f}{mark}")
 if cmark or any(r["contended"] for r in rows):
     print("* other processes used > 0.15 cores during a run counted here; see foreign_cpu in the JSON")
