@@ -116,6 +116,13 @@ void sharc_comm_use_shared_memory(sharc_comm *c, bool on);
 /* Whether this group may use shared memory (false on backends without it). */
 bool sharc_comm_shared_memory_allowed(const sharc_comm *c);
 
+/* ---- agreement (note [agreement] in src/train/trainer.c) ----
+ * Every rank passes its local status; all learn whether any rank failed
+ * (one all-reduce). A failing rank gets its own status back (its message
+ * kept); the others get `code` with `fmt_rank` ("...rank %d failed...")
+ * naming the first failing rank. Collective. */
+sharc_status sharc_comm_agree(sharc_comm *c, sharc_status local, sharc_status code, const char *fmt_rank);
+
 /* ---- statistics ---- */
 void sharc_comm_stats_get(const sharc_comm *c, sharc_comm_stats *out);
 void sharc_comm_stats_reset(sharc_comm *c);

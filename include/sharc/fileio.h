@@ -33,6 +33,9 @@ sharc_status sharc_afile_write(sharc_afile *a, const void *buf, size_t n);
 sharc_status sharc_afile_commit(sharc_afile *a);
 /* Close and remove the temporary file (after an error). */
 void sharc_afile_abort(sharc_afile *a);
+/* A whole small text file (config, manifest, pointer), published atomically,
+ * ending with a newline (one is added if `text` lacks it). */
+sharc_status sharc_write_text_atomic(const char *path, const char *text);
 
 #ifdef __cplusplus
 }

@@ -78,12 +78,7 @@ static void kill_point(const char *stage, int64_t step) {
 
 /* Note [agreement] (trainer.c): every rank gets the same verdict. */
 static sharc_status agree(sharc_comm *world, sharc_status local) {
-    int32_t v = local != SHARC_OK ? sharc_comm_rank(world) : INT32_MAX, first = INT32_MAX;
-    sharc_status st = sharc_comm_allreduce(world, &v, &first, 1, SHARC_DT_I32, SHARC_OP_MIN);
-    if (st != SHARC_OK) return st;
-    if (first == INT32_MAX) return SHARC_OK;
-    if (local != SHARC_OK) return local;
-    return sharc_error(SHARC_ERR_IO, "ckpt: rank %d failed (see its message)", first);
+    return sharc_comm_agree(world, local, SHARC_ERR_IO, "ckpt: rank %d failed (see its message)");
 }
 
 /* "step-%08lld" exactly -> step, else -1. */
@@ -768,17 +763,6 @@ static char *manifest_build(sharc_ckpt *c, int64_t step, const int64_t *hdr, con
     return text;
 }
 
-static sharc_status write_small(const char *path, const char *text) {
-    sharc_afile af;
-    SHARC_TRY(sharc_afile_open(&af, path));
-    sharc_status st = sharc_afile_write(&af, text, strlen(text));
-    if (st != SHARC_OK) {
-        sharc_afile_abort(&af);
-        return st;
-    }
-    return sharc_afile_commit(&af);
-}
-
 /* Keep the published step and the keep - 1 newest older ones; checkpoints
  * newer than it belong to a timeline this run replaced and go too. */
 static sharc_status prune(sharc_ckpt *c, int64_t step) {
@@ -824,7 +808,7 @@ static sharc_status publish(sharc_ckpt *c, int64_t step, const char *manifest_te
     step_path(old, sizeof old, c->dir, step, ".old");
     kill_point("before-manifest", step);
     snprintf(p, sizeof p, "%s/" MANIFEST_NAME, tmp);
-    SHARC_TRY(write_small(p, manifest_text));
+    SHARC_TRY(sharc_write_text_atomic(p, manifest_text));
     kill_point("after-manifest", step);
     kill_point("before-rename", step);
     bool replaced = false;
@@ -842,7 +826,7 @@ static sharc_status publish(sharc_ckpt *c, int64_t step, const char *manifest_te
     snprintf(p, sizeof p, "%s/latest", c->dir);
     char text[64];
     snprintf(text, sizeof text, "step-%08lld\n", (long long)step);
-    SHARC_TRY(write_small(p, text));
+    SHARC_TRY(sharc_write_text_atomic(p, text));
     kill_point("after-latest", step);
     return prune(c, step);
 }

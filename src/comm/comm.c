@@ -270,3 +270,13 @@ void sharc_comm_world_finalize(sharc_comm *world) {
     if (mpi_world) sharc_comm_mpi_finalize();
     mpi_world = false;
 }
+
+/* Note [agreement] (src/train/trainer.c). */
+sharc_status sharc_comm_agree(sharc_comm *c, sharc_status local, sharc_status code, const char *fmt_rank) {
+    int32_t v = local != SHARC_OK ? sharc_comm_rank(c) : INT32_MAX, first = INT32_MAX;
+    sharc_status st = sharc_comm_allreduce(c, &v, &first, 1, SHARC_DT_I32, SHARC_OP_MIN);
+    if (st != SHARC_OK) return st;
+    if (first == INT32_MAX) return SHARC_OK;
+    if (local != SHARC_OK) return local; /* keep this rank's own message */
+    return sharc_error(code, fmt_rank, (int)first);
+}

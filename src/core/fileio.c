@@ -144,3 +144,16 @@ void sharc_afile_abort(sharc_afile *a) {
     a->fd = -1;
     unlink(a->tmp_path);
 }
+
+sharc_status sharc_write_text_atomic(const char *path, const char *text) {
+    sharc_afile af;
+    SHARC_TRY(sharc_afile_open(&af, path));
+    size_t n = strlen(text);
+    sharc_status st = sharc_afile_write(&af, text, n);
+    if (st == SHARC_OK && (n == 0 || text[n - 1] != '\n')) st = sharc_afile_write(&af, "\n", 1);
+    if (st != SHARC_OK) {
+        sharc_afile_abort(&af);
+        return st;
+    }
+    return sharc_afile_commit(&af);
+}

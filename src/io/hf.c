@@ -584,18 +584,6 @@ static char *config_json(const sharc_model_config *c, sharc_dtype dtype) {
     return out;
 }
 
-static sharc_status write_small(const char *path, const char *text) {
-    sharc_afile a;
-    SHARC_TRY(sharc_afile_open(&a, path));
-    sharc_status st = sharc_afile_write(&a, text, strlen(text));
-    if (st == SHARC_OK) st = sharc_afile_write(&a, "\n", 1);
-    if (st != SHARC_OK) {
-        sharc_afile_abort(&a);
-        return st;
-    }
-    return sharc_afile_commit(&a);
-}
-
 /* Remove a temporary directory this export created, with its files. */
 static void remove_tmp_dir(const char *dir) {
     DIR *d = opendir(dir);
@@ -706,7 +694,7 @@ sharc_status sharc_hf_export(sharc_fsdp *e, sharc_comm *world, const sharc_model
     if (writer && st == SHARC_OK) {
         char *js = config_json(cfg, dtype), path[4400];
         snprintf(path, sizeof path, "%s/config.json", tmp);
-        st = js ? write_small(path, js) : sharc_error(SHARC_ERR_NOMEM, "hf export: out of memory");
+        st = js ? sharc_write_text_atomic(path, js) : sharc_error(SHARC_ERR_NOMEM, "hf export: out of memory");
         free(js);
     }
     /* agree on the set-up (buffers everywhere, the target and temporary
@@ -788,7 +776,7 @@ sharc_status sharc_hf_export(sharc_fsdp *e, sharc_comm *world, const sharc_model
         json_object_object_add(r, "weight_map", map);
         char path[4400];
         snprintf(path, sizeof path, "%s/model.safetensors.index.json", tmp);
-        st = write_small(path, json_object_to_json_string_ext(r, JSON_C_TO_STRING_PRETTY | JSON_C_TO_STRING_SPACED));
+        st = sharc_write_text_atomic(path, json_object_to_json_string_ext(r, JSON_C_TO_STRING_PRETTY | JSON_C_TO_STRING_SPACED));
         json_object_put(r);
         ok = st == SHARC_OK;
     }

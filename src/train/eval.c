@@ -73,14 +73,9 @@ sharc_status sharc_eval_dataset(sharc_model *m, sharc_fsdp *e, sharc_comm *world
     return SHARC_OK;
 }
 
-/* Note [agreement]: every rank learns whether any rank failed. */
+/* Note [agreement] (trainer.c): every rank gets the same verdict. */
 static sharc_status agree(sharc_comm *world, sharc_status local) {
-    int32_t v = local != SHARC_OK ? sharc_comm_rank(world) : INT32_MAX, first = INT32_MAX;
-    sharc_status st = sharc_comm_allreduce(world, &v, &first, 1, SHARC_DT_I32, SHARC_OP_MIN);
-    if (st != SHARC_OK) return st;
-    if (first == INT32_MAX) return SHARC_OK;
-    if (local != SHARC_OK) return local;
-    return sharc_error(SHARC_ERR_COMM, "eval: rank %d failed (see its message)", first);
+    return sharc_comm_agree(world, local, SHARC_ERR_COMM, "eval: rank %d failed (see its message)");
 }
 
 sharc_status sharc_eval_checkpoint(const sharc_eval_options *o, sharc_comm *world, sharc_eval_result *out) {

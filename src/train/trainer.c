@@ -195,14 +195,9 @@ static sharc_status check_agreement(sharc_comm *world, const sharc_config *c, in
     return st;
 }
 
-/* Note [agreement]: the first failing rank's number, or -1 if none failed. */
+/* Note [agreement] (trainer.c): every rank gets the same verdict. */
 static sharc_status agree(sharc_comm *world, sharc_status local) {
-    int32_t v = local != SHARC_OK ? sharc_comm_rank(world) : INT32_MAX, first = INT32_MAX;
-    sharc_status st = sharc_comm_allreduce(world, &v, &first, 1, SHARC_DT_I32, SHARC_OP_MIN);
-    if (st != SHARC_OK) return st;
-    if (first == INT32_MAX) return SHARC_OK;
-    if (local != SHARC_OK) return local; /* keep this rank's own message */
-    return sharc_error(SHARC_ERR_COMM, "train: rank %d failed to start (see its message)", first);
+    return sharc_comm_agree(world, local, SHARC_ERR_COMM, "train: rank %d failed to start (see its message)");
 }
 
 /* Forget the collectives counted so far on every group (telemetry's own
@@ -447,17 +442,6 @@ sharc_status sharc_trainer_step(sharc_trainer *t, sharc_step_stats *s) {
 
 /* ------------------------------------------------------------------- run */
 
-static sharc_status write_text(const char *path, const char *text) {
-    sharc_afile af;
-    SHARC_TRY(sharc_afile_open(&af, path));
-    sharc_status st = sharc_afile_write(&af, text, strlen(text));
-    if (st != SHARC_OK) {
-        sharc_afile_abort(&af);
-        return st;
-    }
-    return sharc_afile_commit(&af);
-}
-
 /* Validation over every rank (note [eval-windows] in sharc/eval.h); rank 0
  * writes it to the metrics file. Collective. */
 static sharc_status run_eval(sharc_trainer *t, FILE *metrics, int64_t step) {
@@ -526,7 +510,7 @@ sharc_status sharc_train_run(const sharc_config *cfg, sharc_comm *world) {
         char *yaml = sharc_config_to_yaml(c);
         if (st == SHARC_OK) {
             snprintf(path, sizeof path, "%s/config.yaml", c->train.out_dir);
-            st = write_text(path, yaml ? yaml : "");
+            st = sharc_write_text_atomic(path, yaml ? yaml : "");
         }
         free(yaml);
         if (st == SHARC_OK) {
