@@ -796,13 +796,8 @@ sharc_status sharc_hf_export(sharc_fsdp *e, sharc_comm *world, const sharc_model
     sharc_free(full);
     free(entries);
     free(items);
-    if (world) {
-        int32_t bad = st != SHARC_OK, any = 0;
-        sharc_status c = sharc_comm_allreduce(world, &bad, &any, 1, SHARC_DT_I32, SHARC_OP_MAX);
-        if (c != SHARC_OK) return c;
-        if (any && st == SHARC_OK)
-            st = sharc_error(SHARC_ERR_IO, "hf export: writing '%s' failed on another rank (see its message)", dir);
-    }
+    /* every rank returns the same verdict (note [agreement]) */
+    if (world) st = sharc_comm_agree(world, st, SHARC_ERR_IO, "hf export: writing failed on rank %d (see its message)");
     return st;
 }
 

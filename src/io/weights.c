@@ -49,13 +49,8 @@ sharc_status sharc_weights_save(sharc_fsdp *e, sharc_comm *world, const sharc_co
     }
     sharc_free(full);
     free(entries);
-    if (world) {
-        int32_t bad = st != SHARC_OK, any = 0;
-        sharc_status c = sharc_comm_allreduce(world, &bad, &any, 1, SHARC_DT_I32, SHARC_OP_MAX);
-        if (c != SHARC_OK) return c;
-        if (any && st == SHARC_OK)
-            st = sharc_error(SHARC_ERR_IO, "weights: saving '%s' failed on another rank (see its message)", path);
-    }
+    /* every rank returns the same verdict (note [agreement]) */
+    if (world) st = sharc_comm_agree(world, st, SHARC_ERR_IO, "weights: saving failed on rank %d (see its message)");
     return st;
 }
 
