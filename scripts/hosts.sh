@@ -43,7 +43,7 @@ hosts_check() {
   HOSTS_WHY=
   if [ "$(id -u)" != 0 ]; then HOSTS_WHY="needs root (network namespaces, veth, tc)"; return 1; fi
   local t
-  for t in ip tc unshare mount mpirun hostname; do
+  for t in ip tc unshare nsenter mount mpirun hostname; do
     command -v $t >/dev/null 2>&1 || { HOSTS_WHY="'$t' not found (iproute2, util-linux, openmpi-bin)"; return 1; }
   done
   local probe="sharcprobe$$" link="shq$$"
@@ -123,6 +123,7 @@ hosts_up() {
     ns=sharc$HOSTS_ID-node$i
     HOSTS_NAMES+=(node$i)
     mkdir -p "$HOSTS_DIR/disk-node$i"
+    _hosts_cgroup_make node$i
     ip netns add "$ns" || return 1
     ip link add "sh${HOSTS_ID}n$i" type veth peer name "sh${HOSTS_ID}p$i" || return 1
     ip link set "sh${HOSTS_ID}p$i" netns "$ns" || return 1
@@ -205,22 +206,31 @@ hosts_delay() {
   done
 }
 
+# Every host gets a CPU cgroup of its own at hosts_up (where a cgroup cpu
+# controller is writable), so that processes a host starts on another
+# (mpirun on node0 starting node1's daemon) leave the first one's limits.
+_hosts_cgroup_make() { # HOST
+  local h=$1 root cg
+  if root=$(_hosts_cg_v2); then :; elif root=$(_hosts_cg_v1); then :; else return 0; fi
+  cg=$root/sharc-hosts-$HOSTS_ID-$h
+  mkdir -p "$cg" 2>/dev/null && echo "$cg" > "$HOSTS_DIR/cgroup-$h"
+  return 0
+}
+
 # hosts_throttle HOST PERCENT: HOST's processes (those started after this)
-# get PERCENT of one CPU (cgroup cpu.max, or cfs_quota_us on cgroup v1).
+# get PERCENT of one CPU (cgroup cpu.max, or cfs_quota_us on cgroup v1),
+# over periods of 10 ms (so a step of 100 ms sees the average).
+# hosts_throttle HOST off: unlimited again.
 hosts_throttle() {
-  local h=$1 pct=$2 cg root
-  if root=$(_hosts_cg_v2); then
-    cg=$root/sharc-hosts-$HOSTS_ID-$h
-    mkdir -p "$cg" || return 1
-    echo "$((pct * 1000)) 100000" > "$cg/cpu.max" || return 1
-  elif root=$(_hosts_cg_v1); then
-    cg=$root/sharc-hosts-$HOSTS_ID-$h
-    mkdir -p "$cg" || return 1
-    echo 100000 > "$cg/cpu.cfs_period_us" && echo $((pct * 1000)) > "$cg/cpu.cfs_quota_us" || return 1
+  local h=$1 pct=$2 cg
+  [ -f "$HOSTS_DIR/cgroup-$h" ] || { HOSTS_WHY="no writable cgroup cpu controller"; return 1; }
+  cg=$(cat "$HOSTS_DIR/cgroup-$h")
+  if [ -f "$cg/cpu.max" ]; then
+    if [ "$pct" = off ]; then echo "max 10000" > "$cg/cpu.max"; else echo "$((pct * 100)) 10000" > "$cg/cpu.max"; fi
   else
-    HOSTS_WHY="no cgroup cpu controller"; return 1
+    echo 10000 > "$cg/cpu.cfs_period_us" || return 1
+    if [ "$pct" = off ]; then echo -1 > "$cg/cpu.cfs_quota_us"; else echo $((pct * 100)) > "$cg/cpu.cfs_quota_us"; fi
   fi
-  echo "$cg" > "$HOSTS_DIR/cgroup-$h"
 }
 
 # hosts_bytes HOST: "TX RX" bytes of HOST's link so far (its side: sent, received).
