@@ -8,6 +8,7 @@
 #include "sharc/eval.h"
 #include "sharc/fsdp.h"
 #include "sharc/hf.h"
+#include "sharc/launch.h"
 #include "sharc/log.h"
 #include "sharc/model.h"
 #include "sharc/plot.h"
@@ -571,8 +572,14 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "train")) {
         /* the only command that runs on many ranks */
         sharc_comm *world;
-        sharc_status st = sharc_comm_world_init(&argc, &argv, &world);
+        sharc_status st = sharc_launch_check_env(); /* note [torchrun-env] in src/comm/launch.c */
+        if (st == SHARC_OK) st = sharc_comm_world_init(&argc, &argv, &world);
         if (st != SHARC_OK) return fail(st);
+        st = sharc_launch_check_world(world);
+        if (st != SHARC_OK) {
+            sharc_comm_world_finalize(world);
+            return fail(st);
+        }
         int rc = cmd_train(argc - 2, argv + 2, world);
         sharc_comm_world_finalize(world);
         return rc;
@@ -580,8 +587,14 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "launch")) return cmd_launch(argc - 2, argv + 2);
     if (!strcmp(cmd, "eval")) {
         sharc_comm *world;
-        sharc_status st = sharc_comm_world_init(&argc, &argv, &world);
+        sharc_status st = sharc_launch_check_env();
+        if (st == SHARC_OK) st = sharc_comm_world_init(&argc, &argv, &world);
         if (st != SHARC_OK) return fail(st);
+        st = sharc_launch_check_world(world);
+        if (st != SHARC_OK) {
+            sharc_comm_world_finalize(world);
+            return fail(st);
+        }
         int rc = cmd_eval(argc - 2, argv + 2, world);
         sharc_comm_world_finalize(world);
         return rc;

@@ -339,8 +339,9 @@ void sharc_telemetry_print_step(FILE *f, bool tty, const sharc_step_stats *s, co
         fprintf(f, "step %5lld/%lld | loss %.4f | lr %.3e | grad norm %.4f | %.0f tok/s | mfu %.1f%% | mem %.2f GiB",
                 (long long)s->step, (long long)max_steps, s->loss, (double)s->lr, s->grad_norm, g->tps_global,
                 g->mfu_pct, (double)g->mem_peak_total / GIB);
-        /* note [straggler]: named when it costs the job a tenth of the step or more */
-        if (g->world_size > 1 && g->slowest_ratio > 1.0 &&
+        /* note [straggler]: named when it computes 1.5x the median rank's time
+         * and that costs the job a tenth of the step or more */
+        if (g->world_size > 1 && g->slowest_ratio >= 1.5 &&
             g->slowest_busy_s * (1.0 - 1.0 / g->slowest_ratio) >= 0.1 * g->step_s_max)
             fprintf(f, " | straggler rank %d on %s, %.1fx", g->slowest_rank, g->slowest_host, g->slowest_ratio);
         fputc('\n', f);
