@@ -28,7 +28,23 @@
  * complete, fsynced files, so a crash at any moment leaves every previously
  * published checkpoint loadable. `latest` is for people and tools: auto
  * resume scans the step-N directories, because a crash between the rename
- * and `latest` leaves a newer complete checkpoint that `latest` misses. */
+ * and `latest` leaves a newer complete checkpoint that `latest` misses.
+ *
+ * Note [ckpt-node-local]. ckpt.dir may be a path every host sees (a shared
+ * filesystem) or one that is local to each host (its own disk at the same
+ * path). When rank 0 has made step-N.tmp it writes a token (host, pid,
+ * step, time) into it and broadcasts the token; one rank per host (its
+ * lowest), host after host, reads the token through its own view of the
+ * path: a host that does not find it has its own disk there and makes its
+ * own step-N.tmp (removing a stale one) with the token in it, so a later
+ * host sharing that disk finds it. Every rank then writes its file into its
+ * host's directory. At publication rank 0 broadcasts the manifest to those
+ * hosts and each publishes its own directory as rank 0 does (manifest,
+ * rename, latest, prune). Each host's step-N then holds the manifest and the
+ * files its ranks wrote; together they are the checkpoint. A resume at the
+ * same placement reads only files of its own host where every host writes
+ * (FULL_SHARD, one rank per shard file); any other resume needs the files
+ * gathered into one directory (or a shared filesystem). */
 #include "sharc/ckpt.h"
 #include "sharc/alloc.h"
 #include "sharc/comm.h"
@@ -503,6 +519,11 @@ struct sharc_ckpt {
     float *stage; /* ckpt.async: (file_bytes / 4) the staged copy, kept from one save to the next (SHARC_MEM_OTHER) */
     int64_t done_step; /* last step published or loaded, -1 */
     char last[PATHLEN];
+    /* note [ckpt-node-local] */
+    sharc_comm *node;      /* this rank's host (MPI's node), owned */
+    int host_index, hosts; /* the host's place among the hosts (by lowest rank), their number */
+    bool local_dir;        /* this rank leads a host whose ckpt.dir is not rank 0's (this save) */
+    bool any_local;        /* some host's is not (this save) */
 };
 
 sharc_status sharc_ckpt_init(sharc_ckpt **out, sharc_trainer *t) {
@@ -548,6 +569,19 @@ sharc_status sharc_ckpt_init(sharc_ckpt **out, sharc_trainer *t) {
         }
     }
     st = agree(world, st);
+    if (st == SHARC_OK) { /* note [ckpt-node-local]: the hosts, numbered by their lowest rank */
+        st = sharc_comm_split_node(world, &c->node);
+        int32_t lead = st == SHARC_OK && sharc_comm_rank(c->node) == 0, *leads = NULL;
+        const int R = sharc_comm_size(world);
+        if (st == SHARC_OK) st = (leads = calloc((size_t)R, sizeof *leads)) ? SHARC_OK : sharc_error(SHARC_ERR_NOMEM, "ckpt: out of memory");
+        st = agree(world, st);
+        if (st == SHARC_OK) st = sharc_comm_allgather(world, &lead, leads, 1, SHARC_DT_I32);
+        for (int r = 0; r < R && st == SHARC_OK; r++) {
+            if (r < sharc_comm_rank(world) && leads[r]) c->host_index++;
+            c->hosts += leads[r];
+        }
+        free(leads);
+    }
     if (st != SHARC_OK) {
         sharc_ckpt_free(c);
         return st;
@@ -570,6 +604,7 @@ void sharc_ckpt_free(sharc_ckpt *c) {
     free(c->gp_unit);
     free(c->gp_param);
     free(c->recs);
+    sharc_comm_free(c->node);
     free(c);
 }
 
@@ -831,6 +866,70 @@ static sharc_status publish(sharc_ckpt *c, int64_t step, const char *manifest_te
     return prune(c, step);
 }
 
+/* Rank 0's text (NULL: none) to every rank, which gets a copy (NULL if rank 0
+ * had none). Collective. */
+static sharc_status bcast_text(sharc_comm *w, char **text) {
+    int64_t n = sharc_comm_rank(w) == 0 ? (*text ? (int64_t)strlen(*text) + 1 : 0) : 0;
+    SHARC_TRY(sharc_comm_broadcast(w, &n, 1, SHARC_DT_I64, 0));
+    if (sharc_comm_rank(w) != 0) *text = n ? malloc((size_t)n) : NULL;
+    int32_t ok = n == 0 || *text != NULL;
+    SHARC_TRY(sharc_comm_allreduce(w, &ok, &ok, 1, SHARC_DT_I32, SHARC_OP_MIN));
+    if (!ok) return sharc_error(SHARC_ERR_NOMEM, "ckpt: out of memory for the manifest");
+    if (n) SHARC_TRY(sharc_comm_broadcast(w, *text, (size_t)n, SHARC_DT_U8, 0));
+    return SHARC_OK;
+}
+
+#define TOKEN_NAME ".sharc-save"
+
+/* Note [ckpt-node-local]: after rank 0 made `tmp` with its token in it, each
+ * host in turn checks that it sees the token, else makes its own `tmp`.
+ * Sets c->local_dir and c->any_local. Collective. */
+static sharc_status check_hosts_see_tmp(sharc_ckpt *c, const char *tmp, int64_t step) {
+    char token[128] = {0}, host[64] = {0}, p[PATHLEN + 32];
+    snprintf(p, sizeof p, "%s/" TOKEN_NAME, tmp);
+    const int rank = sharc_comm_rank(c->world);
+    sharc_status st = SHARC_OK;
+    if (rank == 0) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        gethostname(host, sizeof host - 1);
+        snprintf(token, sizeof token, "%s %d %lld %lld.%09ld\n", host, (int)getpid(), (long long)step,
+                 (long long)ts.tv_sec, ts.tv_nsec);
+        st = sharc_write_text_atomic(p, token);
+    }
+    SHARC_TRY(agree(c->world, st));
+    SHARC_TRY(sharc_comm_broadcast(c->world, token, sizeof token, SHARC_DT_U8, 0));
+    c->local_dir = false;
+    for (int h = 1; h < c->hosts; h++) { /* host 0 is rank 0's */
+        st = SHARC_OK;
+        if (h == c->host_index && sharc_comm_rank(c->node) == 0) {
+            char seen[128] = {0};
+            FILE *f = fopen(p, "r");
+            if (f) {
+                size_t got = fread(seen, 1, sizeof seen - 1, f);
+                seen[got] = 0;
+                fclose(f);
+            }
+            if (strcmp(seen, token) != 0) { /* this host's own disk: its own step-N.tmp */
+                c->local_dir = true;
+                st = sharc_mkdirs(c->dir);
+                if (st == SHARC_OK) st = remove_tree(tmp);
+                if (st == SHARC_OK && mkdir(tmp, 0755) != 0)
+                    st = sharc_error(SHARC_ERR_IO, "ckpt: cannot create '%s' (this host's own ckpt.dir): %s", tmp,
+                                     strerror(errno));
+                if (st == SHARC_OK) st = sharc_write_text_atomic(p, token);
+            }
+        }
+        SHARC_TRY(agree(c->world, st));
+    }
+    int32_t any = c->local_dir;
+    SHARC_TRY(sharc_comm_allreduce(c->world, &any, &any, 1, SHARC_DT_I32, SHARC_OP_MAX));
+    c->any_local = any != 0;
+    /* every host has checked: the token goes (it is no part of the checkpoint) */
+    if (rank == 0 || c->local_dir) unlink(p);
+    return SHARC_OK;
+}
+
 /* Note [ckpt-async]: the second half of a save, on the main thread: wait for
  * the file, agree, exchange ranges and checksums, rank 0 publishes. */
 static sharc_status finish(sharc_ckpt *c) {
@@ -850,7 +949,7 @@ static sharc_status finish(sharc_ckpt *c) {
     char tmp[PATHLEN];
     step_path(tmp, sizeof tmp, c->dir, step, ".tmp");
     if (st != SHARC_OK) {
-        if (rank == 0) remove_tree(tmp);
+        if (rank == 0 || c->local_dir) remove_tree(tmp);
         job_clear(j);
         return st;
     }
@@ -889,8 +988,17 @@ static sharc_status finish(sharc_ckpt *c) {
     if (st == SHARC_OK && rank == 0) {
         char *text = manifest_build(c, step, hdr, allrec, maxrec, allchunk, maxchunk);
         pub = text ? publish(c, step, text) : sharc_error(SHARC_ERR_NOMEM, "ckpt: cannot build the manifest");
+        if (c->any_local) st = bcast_text(c->world, &text);
         free(text);
         if (pub != SHARC_OK) remove_tree(tmp);
+    } else if (st == SHARC_OK && c->any_local) { /* note [ckpt-node-local]: hosts with their own directory */
+        char *text = NULL;
+        st = bcast_text(c->world, &text);
+        if (st == SHARC_OK && c->local_dir) {
+            pub = text ? publish(c, step, text) : sharc_error(SHARC_ERR_NOMEM, "ckpt: rank 0 could not build the manifest");
+            if (pub != SHARC_OK) remove_tree(tmp);
+        }
+        free(text);
     }
     free(hdr);
     free(myrec);
@@ -933,6 +1041,7 @@ sharc_status sharc_ckpt_save(sharc_ckpt *c) {
             st = sharc_error(SHARC_ERR_IO, "ckpt: cannot create '%s': %s", tmp, strerror(errno));
     }
     SHARC_TRY(agree(c->world, st));
+    SHARC_TRY(check_hosts_see_tmp(c, tmp, step));
     shard_job *j = &c->job;
     job_clear(j);
     c->pending = true;
