@@ -20,7 +20,8 @@
 #              (btl_tcp_progress_thread=1), all MPI_THREAD_FUNNELED as sharc
 #   overlap    2 hosts x 1 rank, FULL_SHARD: prefetch off / on, progress by
 #              none / polling between kernels (sharc's default, note
-#              [progress]) / Open MPI's TCP progress thread
+#              [progress]) / the same without mpi_event_tick_rate=1 / Open
+#              MPI's TCP progress thread
 #   strategies 1, 2 and 4 hosts x 1 rank: FULL_SHARD, NO_SHARD and (4 hosts,
 #              fsdp_size 2) HYBRID_SHARD; and 2 hosts x 2 ranks HYBRID_SHARD
 #              with fsdp_size = ranks per host; tokens/s and comm wait
@@ -123,19 +124,23 @@ print(json.dumps(r))" | tee -a "$out" >&2
   ;;
 overlap)
   echo "overlap: 2 hosts x 1 rank, FULL_SHARD" >&2
+  # poll: sharc's default (MPI_Test between kernels, Open MPI's event loop polled on each);
+  # poll-no-tick: the same with Open MPI's default event tick; thread: Open MPI's TCP progress thread
+  variants=(off:none on:none on:poll on:poll-no-tick on:thread)
   for rate in $rates; do
     hosts_shape "$rate"
     declare -A files=()
     for rep in $(seq 1 "$repeats"); do
-      for v in off:none on:none on:poll on:thread off:thread; do
+      for v in "${variants[@]}"; do
         pf=${v%:*} pg=${v#*:}
         if [ "$pf" = on ]; then p=("${prefetch_on[@]}"); else p=("${prefetch_off[@]}"); fi
-        sp=poll; [ "$pg" = poll ] || sp=none
-        pt=0; [ "$pg" = thread ] && pt=1
-        files[$v]+=" $(train "ov_${pf}_$pg" 2 1 "$steps" SHARC_PROGRESS=$sp OMPI_MCA_btl_tcp_progress_thread=$pt -- "${p[@]}")"
+        sp=poll tick=1 pt=0
+        case $pg in none) sp=none ;; thread) sp=none pt=1 ;; poll-no-tick) tick=-1 ;; esac
+        files[$v]+=" $(train "ov_${pf}_$pg" 2 1 "$steps" SHARC_PROGRESS=$sp OMPI_MCA_btl_tcp_progress_thread=$pt \
+                       OMPI_MCA_mpi_event_tick_rate=$tick -- "${p[@]}")"
       done
     done
-    for v in off:none on:none on:poll on:thread off:thread; do
+    for v in "${variants[@]}"; do
       # shellcheck disable=SC2086
       summary "prefetch ${v%:*}, progress ${v#*:}" "$rate" 2 1 ${files[$v]}
     done

@@ -38,6 +38,7 @@
 #include "sharc/comm.h"
 #include "sharc/log.h"
 #include "sharc/mesh.h"
+#include "sharc/progress.h"
 #include "sharc/rng.h"
 #include "../core/parallel.h"
 #include "layout.h"
@@ -97,6 +98,7 @@ struct sharc_fsdp {
     bool in_backward;        /* for the activity record (note [watchdog]) */
     pool_t gathered, grads;
     int gathered_alive, gathered_peak;
+    int npending; /* prefetches in flight (note [progress]) */
     /* communication staging (SHARC_MEM_COMM) */
     uint16_t *stage16_shard; /* (max numel_shard) 16-bit send/recv */
     uint16_t *stage16_full;  /* (max numel_padded) 16-bit full unit */
@@ -399,6 +401,7 @@ fail:
 
 void sharc_fsdp_free(sharc_fsdp *e) {
     if (!e) return;
+    sharc_progress_clear(e);
     for (int u = 0; u < e->nunits && e->units; u++) {
         if (e->units[u].pending) sharc_comm_wait(e->units[u].pending);
         if (!e->pglobal) sharc_free(e->units[u].param_shard);
@@ -491,7 +494,25 @@ static void wait_pending(sharc_fsdp *e, unit_t *t) {
     double t0 = now();
     if (sharc_comm_wait(t->pending) != SHARC_OK) comm_fatal();
     t->pending = NULL;
+    if (--e->npending == 0) sharc_progress_clear(e);
     e->stats.wait_s += now() - t0;
+}
+
+/* Note [progress] (src/core/progress.c): called between kernels while
+ * prefetches are in flight; MPI_Test moves them on. */
+static void poll_pending(void *ctx) {
+    sharc_fsdp *e = ctx;
+    for (int u = 0; u < e->nunits && e->npending > 0; u++) {
+        unit_t *t = &e->units[u];
+        if (!t->pending) continue;
+        bool done = false;
+        if (sharc_comm_test(t->pending, &done) != SHARC_OK) comm_fatal();
+        if (done) {
+            t->pending = NULL; /* sharc_comm_test freed it */
+            e->npending--;
+        }
+    }
+    if (e->npending == 0) sharc_progress_clear(e);
 }
 
 /* Gather unit u ahead of time if a slot is free (prefetch). */
@@ -507,6 +528,10 @@ static void prefetch(sharc_fsdp *e, int u) {
     e->gathered_peak = e->gathered_alive > e->gathered_peak ? e->gathered_alive : e->gathered_peak;
     e->stats.gathers++;
     start_gather(e, t, false);
+    if (t->pending) {
+        e->npending++;
+        sharc_progress_set(poll_pending, e);
+    }
 }
 
 static bool in_backward_needs_params(const sharc_fsdp *e, int u) {
@@ -534,6 +559,9 @@ const float *sharc_fsdp_gather(sharc_fsdp *e, int u) {
     } else {
         wait_pending(e, t);
     }
+    /* forward prefetch: the next unit's gather runs behind this unit's compute
+     * (PyTorch FSDP's forward_prefetch: issued before the current forward) */
+    if (!e->in_backward && e->cfg.forward_prefetch) prefetch(e, u + 1);
     return t->gathered;
 }
 
