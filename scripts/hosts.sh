@@ -189,9 +189,12 @@ hosts_shape() {
     tc qdisc del dev "sh${HOSTS_ID}n$i" root 2>/dev/null || true
     ip netns exec "$ns" tc qdisc del dev eth0 root 2>/dev/null || true
     [ "$rate" = off ] && continue
-    # burst: at least rate x 1 ms (tbf cannot pass more than a burst per timer tick)
-    tc qdisc add dev "sh${HOSTS_ID}n$i" root tbf rate "$rate" burst 1mbit latency 50ms || return 1
-    ip netns exec "$ns" tc qdisc add dev eth0 root tbf rate "$rate" burst 1mbit latency 50ms || return 1
+    # burst: at least rate x 1 ms (tbf passes at most a burst per timer tick);
+    # latency 5 ms bounds the queue as a switch port's buffer does: with 50 ms
+    # of queue MPI's TCP transfers (pipelined, waiting on round trips) got half
+    # the rate a plain TCP stream gets
+    tc qdisc add dev "sh${HOSTS_ID}n$i" root tbf rate "$rate" burst 1mbit latency 5ms || return 1
+    ip netns exec "$ns" tc qdisc add dev eth0 root tbf rate "$rate" burst 1mbit latency 5ms || return 1
   done
 }
 
