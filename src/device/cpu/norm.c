@@ -6,7 +6,7 @@
 #include "sharc/blas.h"
 #include "sharc/kernels.h"
 #include "sharc/status.h"
-#include "../core/parallel.h"
+#include "../../core/parallel.h"
 
 #include <math.h>
 

@@ -1,7 +1,7 @@
 /* embedding.c: sharc_embedding_*, token and learned-position embeddings. */
 #include "sharc/blas.h"
 #include "sharc/kernels.h"
-#include "../core/parallel.h"
+#include "../../core/parallel.h"
 
 #include <string.h>
 

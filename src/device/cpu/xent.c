@@ -11,7 +11,7 @@
 #include "sharc/blas.h"
 #include "sharc/kernels.h"
 #include "sharc/prof.h"
-#include "../core/parallel.h"
+#include "../../core/parallel.h"
 
 #include <math.h>
 #include <stddef.h>

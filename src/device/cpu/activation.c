@@ -3,7 +3,7 @@
  * math (libmvec) for tanhf/expf: see SHARC_VEC in core/parallel.h. */
 #include "sharc/blas.h"
 #include "sharc/kernels.h"
-#include "../core/parallel.h"
+#include "../../core/parallel.h"
 
 #include <math.h>
 

@@ -1,7 +1,7 @@
 /* matmul.c: sharc_matmul_*, the linear layer on top of sharc_sgemm. */
 #include "sharc/blas.h"
 #include "sharc/kernels.h"
-#include "../core/parallel.h"
+#include "../../core/parallel.h"
 
 #include <omp.h>
 

@@ -16,7 +16,7 @@
  * key/value head) so the dK/dV of a task are written by that task alone. */
 #include "sharc/blas.h"
 #include "sharc/kernels.h"
-#include "../core/parallel.h"
+#include "../../core/parallel.h"
 
 #include <math.h>
 #include <omp.h>

@@ -5,7 +5,7 @@
  * the q/k projection weights done at import, see FORMATS.md.) */
 #include "sharc/blas.h"
 #include "sharc/kernels.h"
-#include "../core/parallel.h"
+#include "../../core/parallel.h"
 
 #include <math.h>
 
