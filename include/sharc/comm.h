@@ -27,12 +27,12 @@ extern "C" {
 typedef struct sharc_comm sharc_comm;
 typedef struct sharc_comm_request sharc_comm_request;
 
-typedef enum { SHARC_OP_SUM = 0, SHARC_OP_MAX, SHARC_OP_MIN } sharc_reduce_op;
+typedef enum { SHARC_REDUCE_OP_SUM = 0, SHARC_REDUCE_OP_MAX, SHARC_REDUCE_OP_MIN } sharc_reduce_op;
 
 typedef enum {
-    SHARC_COLL_ALLGATHER = 0,
+    SHARC_COLL_ALL_GATHER = 0,
     SHARC_COLL_REDUCE_SCATTER,
-    SHARC_COLL_ALLREDUCE,
+    SHARC_COLL_ALL_REDUCE,
     SHARC_COLL_BROADCAST,
     SHARC_COLL_BARRIER,
     SHARC_COLL_NKINDS
@@ -72,21 +72,21 @@ const char *sharc_comm_backend(const sharc_comm *c);
 void sharc_comm_abort(sharc_comm *c, int code);
 
 /* ---- blocking collectives ---- */
-sharc_status sharc_comm_allgather(sharc_comm *c, const void *send, void *recv, size_t count,
+sharc_status sharc_comm_all_gather(sharc_comm *c, const void *send, void *recv, size_t count,
                                   sharc_dtype dt);
 sharc_status sharc_comm_reduce_scatter(sharc_comm *c, const void *send, void *recv, size_t count,
                                        sharc_dtype dt, sharc_reduce_op op);
-sharc_status sharc_comm_allreduce(sharc_comm *c, const void *send, void *recv, size_t count,
+sharc_status sharc_comm_all_reduce(sharc_comm *c, const void *send, void *recv, size_t count,
                                   sharc_dtype dt, sharc_reduce_op op);
 sharc_status sharc_comm_broadcast(sharc_comm *c, void *buf, size_t count, sharc_dtype dt, int root);
 sharc_status sharc_comm_barrier(sharc_comm *c);
 
 /* ---- non-blocking: a request is completed (and freed) by wait, or by a test that reports done ---- */
-sharc_status sharc_comm_iallgather(sharc_comm *c, const void *send, void *recv, size_t count,
+sharc_status sharc_comm_iall_gather(sharc_comm *c, const void *send, void *recv, size_t count,
                                    sharc_dtype dt, sharc_comm_request **req);
 sharc_status sharc_comm_ireduce_scatter(sharc_comm *c, const void *send, void *recv, size_t count,
                                         sharc_dtype dt, sharc_reduce_op op, sharc_comm_request **req);
-sharc_status sharc_comm_iallreduce(sharc_comm *c, const void *send, void *recv, size_t count,
+sharc_status sharc_comm_iall_reduce(sharc_comm *c, const void *send, void *recv, size_t count,
                                    sharc_dtype dt, sharc_reduce_op op, sharc_comm_request **req);
 sharc_status sharc_comm_wait(sharc_comm_request *req);
 sharc_status sharc_comm_test(sharc_comm_request *req, bool *done);

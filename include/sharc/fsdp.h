@@ -35,13 +35,13 @@ extern "C" {
 typedef struct sharc_fsdp sharc_fsdp;
 
 typedef enum {
-    SHARC_FULL_SHARD = 0, /* ZeRO-3: parameters, gradients, optimizer state sharded */
-    SHARC_SHARD_GRAD_OP,  /* ZeRO-2: parameters stay gathered from forward to backward */
-    SHARC_NO_SHARD,       /* DDP: everything replicated, gradients all-reduced */
-    SHARC_HYBRID_SHARD    /* shard inside groups of fsdp_size, replicate across them */
+    SHARC_SHARDING_FULL_SHARD = 0, /* ZeRO-3: parameters, gradients, optimizer state sharded */
+    SHARC_SHARDING_SHARD_GRAD_OP,  /* ZeRO-2: parameters stay gathered from forward to backward */
+    SHARC_SHARDING_NO_SHARD,       /* DDP: everything replicated, gradients all-reduced */
+    SHARC_SHARDING_HYBRID_SHARD    /* shard inside groups of fsdp_size, replicate across them */
 } sharc_sharding;
 
-typedef enum { SHARC_PREFETCH_NONE = 0, SHARC_BACKWARD_PRE, SHARC_BACKWARD_POST } sharc_backward_prefetch;
+typedef enum { SHARC_BACKWARD_PREFETCH_NONE = 0, SHARC_BACKWARD_PREFETCH_PRE, SHARC_BACKWARD_PREFETCH_POST } sharc_backward_prefetch;
 
 typedef struct {
     sharc_sharding strategy;

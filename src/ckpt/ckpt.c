@@ -860,7 +860,7 @@ static sharc_status finish(sharc_ckpt *c) {
     int64_t maxrec = 1, maxchunk = 1;
     st = hdr ? SHARC_OK : sharc_error(SHARC_ERR_NOMEM, "ckpt: out of memory");
     st = agree(c->world, st);
-    if (st == SHARC_OK) st = sharc_comm_allgather(c->world, mine, hdr, 6, SHARC_DT_I64);
+    if (st == SHARC_OK) st = sharc_comm_all_gather(c->world, mine, hdr, 6, SHARC_DT_I64);
     for (int r = 0; r < R && st == SHARC_OK; r++) {
         maxrec = hdr[6 * r + 2] > maxrec ? hdr[6 * r + 2] : maxrec;
         maxchunk = hdr[6 * r + 3] > maxchunk ? hdr[6 * r + 3] : maxchunk;
@@ -880,8 +880,8 @@ static sharc_status finish(sharc_ckpt *c) {
         }
         for (int64_t k = 0; k < mine[3] && st == SHARC_OK; k++) mychunk[k] = j->chunk_crc[k];
         st = agree(c->world, st);
-        if (st == SHARC_OK) st = sharc_comm_allgather(c->world, myrec, allrec, (size_t)maxrec * 4, SHARC_DT_I64);
-        if (st == SHARC_OK) st = sharc_comm_allgather(c->world, mychunk, allchunk, (size_t)maxchunk, SHARC_DT_I64);
+        if (st == SHARC_OK) st = sharc_comm_all_gather(c->world, myrec, allrec, (size_t)maxrec * 4, SHARC_DT_I64);
+        if (st == SHARC_OK) st = sharc_comm_all_gather(c->world, mychunk, allchunk, (size_t)maxchunk, SHARC_DT_I64);
     }
     sharc_status pub = SHARC_OK;
     int64_t total = 0;

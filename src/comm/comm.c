@@ -91,7 +91,7 @@ static sharc_status finish(sharc_comm *c, sharc_coll_kind k, int64_t bytes, doub
     return SHARC_OK;
 }
 
-static sharc_status do_allgather(sharc_comm *c, const void *send, void *recv, size_t count, sharc_dtype dt,
+static sharc_status do_all_gather(sharc_comm *c, const void *send, void *recv, size_t count, sharc_dtype dt,
                                  sharc_comm_request **req) {
     SHARC_TRY(check_buffers("all-gather", send, recv, count, dt));
     size_t es = sharc_dtype_size(dt);
@@ -99,10 +99,10 @@ static sharc_status do_allgather(sharc_comm *c, const void *send, void *recv, si
         return sharc_error(SHARC_ERR_INVALID, "comm: all-gather buffers overlap (collectives are out of place)");
     double t0 = now();
     void *h = NULL;
-    sharc_activity_coll_begin(sharc_coll_kind_name(SHARC_COLL_ALLGATHER), c->size);
-    sharc_status st = c->vt->allgather(c, send, recv, count, dt, req ? &h : NULL);
+    sharc_activity_coll_begin(sharc_coll_kind_name(SHARC_COLL_ALL_GATHER), c->size);
+    sharc_status st = c->vt->all_gather(c, send, recv, count, dt, req ? &h : NULL);
     sharc_activity_coll_end();
-    return finish(c, SHARC_COLL_ALLGATHER, (int64_t)(count * es), t0, st, h, req);
+    return finish(c, SHARC_COLL_ALL_GATHER, (int64_t)(count * es), t0, st, h, req);
 }
 
 static sharc_status do_reduce_scatter(sharc_comm *c, const void *send, void *recv, size_t count, sharc_dtype dt,
@@ -119,7 +119,7 @@ static sharc_status do_reduce_scatter(sharc_comm *c, const void *send, void *rec
     return finish(c, SHARC_COLL_REDUCE_SCATTER, (int64_t)(count * es * (size_t)c->size), t0, st, h, req);
 }
 
-static sharc_status do_allreduce(sharc_comm *c, const void *send, void *recv, size_t count, sharc_dtype dt,
+static sharc_status do_all_reduce(sharc_comm *c, const void *send, void *recv, size_t count, sharc_dtype dt,
                                  sharc_reduce_op op, sharc_comm_request **req) {
     SHARC_TRY(check_buffers("all-reduce", send, recv, count, dt));
     size_t es = sharc_dtype_size(dt);
@@ -127,37 +127,37 @@ static sharc_status do_allreduce(sharc_comm *c, const void *send, void *recv, si
         return sharc_error(SHARC_ERR_INVALID, "comm: all-reduce buffers partly overlap");
     double t0 = now();
     void *h = NULL;
-    sharc_activity_coll_begin(sharc_coll_kind_name(SHARC_COLL_ALLREDUCE), c->size);
-    sharc_status st = c->vt->allreduce(c, send, recv, count, dt, op, req ? &h : NULL);
+    sharc_activity_coll_begin(sharc_coll_kind_name(SHARC_COLL_ALL_REDUCE), c->size);
+    sharc_status st = c->vt->all_reduce(c, send, recv, count, dt, op, req ? &h : NULL);
     sharc_activity_coll_end();
-    return finish(c, SHARC_COLL_ALLREDUCE, (int64_t)(count * es), t0, st, h, req);
+    return finish(c, SHARC_COLL_ALL_REDUCE, (int64_t)(count * es), t0, st, h, req);
 }
 
-sharc_status sharc_comm_allgather(sharc_comm *c, const void *send, void *recv, size_t count, sharc_dtype dt) {
-    return do_allgather(c, send, recv, count, dt, NULL);
+sharc_status sharc_comm_all_gather(sharc_comm *c, const void *send, void *recv, size_t count, sharc_dtype dt) {
+    return do_all_gather(c, send, recv, count, dt, NULL);
 }
 sharc_status sharc_comm_reduce_scatter(sharc_comm *c, const void *send, void *recv, size_t count, sharc_dtype dt,
                                        sharc_reduce_op op) {
     return do_reduce_scatter(c, send, recv, count, dt, op, NULL);
 }
-sharc_status sharc_comm_allreduce(sharc_comm *c, const void *send, void *recv, size_t count, sharc_dtype dt,
+sharc_status sharc_comm_all_reduce(sharc_comm *c, const void *send, void *recv, size_t count, sharc_dtype dt,
                                   sharc_reduce_op op) {
-    return do_allreduce(c, send, recv, count, dt, op, NULL);
+    return do_all_reduce(c, send, recv, count, dt, op, NULL);
 }
-sharc_status sharc_comm_iallgather(sharc_comm *c, const void *send, void *recv, size_t count, sharc_dtype dt,
+sharc_status sharc_comm_iall_gather(sharc_comm *c, const void *send, void *recv, size_t count, sharc_dtype dt,
                                    sharc_comm_request **req) {
     *req = NULL;
-    return do_allgather(c, send, recv, count, dt, req);
+    return do_all_gather(c, send, recv, count, dt, req);
 }
 sharc_status sharc_comm_ireduce_scatter(sharc_comm *c, const void *send, void *recv, size_t count,
                                         sharc_dtype dt, sharc_reduce_op op, sharc_comm_request **req) {
     *req = NULL;
     return do_reduce_scatter(c, send, recv, count, dt, op, req);
 }
-sharc_status sharc_comm_iallreduce(sharc_comm *c, const void *send, void *recv, size_t count, sharc_dtype dt,
+sharc_status sharc_comm_iall_reduce(sharc_comm *c, const void *send, void *recv, size_t count, sharc_dtype dt,
                                    sharc_reduce_op op, sharc_comm_request **req) {
     *req = NULL;
-    return do_allreduce(c, send, recv, count, dt, op, req);
+    return do_all_reduce(c, send, recv, count, dt, op, req);
 }
 
 sharc_status sharc_comm_broadcast(sharc_comm *c, void *buf, size_t count, sharc_dtype dt, int root) {
@@ -274,7 +274,7 @@ void sharc_comm_world_finalize(sharc_comm *world) {
 /* Note [agreement] (src/train/trainer.c). */
 sharc_status sharc_comm_agree(sharc_comm *c, sharc_status local, sharc_status code, const char *fmt_rank) {
     int32_t v = local != SHARC_OK ? sharc_comm_rank(c) : INT32_MAX, first = INT32_MAX;
-    sharc_status st = sharc_comm_allreduce(c, &v, &first, 1, SHARC_DT_I32, SHARC_OP_MIN);
+    sharc_status st = sharc_comm_all_reduce(c, &v, &first, 1, SHARC_DT_I32, SHARC_REDUCE_OP_MIN);
     if (st != SHARC_OK) return st;
     if (first == INT32_MAX) return SHARC_OK;
     if (local != SHARC_OK) return local; /* keep this rank's own message */

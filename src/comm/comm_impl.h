@@ -10,11 +10,11 @@
 
 typedef struct sharc_comm_vtable {
     const char *name;
-    sharc_status (*allgather)(sharc_comm *c, const void *send, void *recv, size_t count, sharc_dtype dt,
+    sharc_status (*all_gather)(sharc_comm *c, const void *send, void *recv, size_t count, sharc_dtype dt,
                               void **req);
     sharc_status (*reduce_scatter)(sharc_comm *c, const void *send, void *recv, size_t count,
                                    sharc_dtype dt, sharc_reduce_op op, void **req);
-    sharc_status (*allreduce)(sharc_comm *c, const void *send, void *recv, size_t count, sharc_dtype dt,
+    sharc_status (*all_reduce)(sharc_comm *c, const void *send, void *recv, size_t count, sharc_dtype dt,
                               sharc_reduce_op op, void **req);
     sharc_status (*broadcast)(sharc_comm *c, void *buf, size_t count, sharc_dtype dt, int root);
     sharc_status (*barrier)(sharc_comm *c);

@@ -38,7 +38,7 @@ typedef struct {
     bool native_rs;
     int node_local;     /* -1 unknown, 0 no, 1 every rank on this node */
     bool shm_on;        /* note [shm-collectives] allowed */
-    bool shm_allgather; /* also for all-gather (off by default: see mpi_allgather) */
+    bool shm_all_gather; /* also for all-gather (off by default: see mpi_all_gather) */
     sharc_comm_shared *stage; /* SHM_SEGMENT_BYTES per rank, allocated at first use */
     uint64_t pieces;    /* pieces exchanged so far: selects the half */
 } mpi_impl;
@@ -60,10 +60,10 @@ static const sharc_comm_vtable mpi_vtable;
 
 /* note [shm-collectives]; each returns SHARC_ERR_UNSUPPORTED when the group
  * cannot use them, and the caller falls back to MPI */
-static sharc_status shm_allgather(sharc_comm *c, const void *send, void *recv, size_t count, sharc_dtype dt);
+static sharc_status shm_all_gather(sharc_comm *c, const void *send, void *recv, size_t count, sharc_dtype dt);
 static sharc_status shm_reduce_scatter(sharc_comm *c, const void *send, void *recv, size_t count, sharc_dtype dt,
                                        sharc_reduce_op op);
-static sharc_status shm_allreduce(sharc_comm *c, const void *send, void *recv, size_t count, sharc_dtype dt,
+static sharc_status shm_all_reduce(sharc_comm *c, const void *send, void *recv, size_t count, sharc_dtype dt,
                                   sharc_reduce_op op);
 
 static sharc_status mpi_fail(int rc, const char *what) {
@@ -108,7 +108,7 @@ static MPI_Datatype reduce_type(sharc_dtype dt) {
     }
 }
 
-static MPI_Op op_of(sharc_reduce_op op) { return op == SHARC_OP_MAX ? MPI_MAX : op == SHARC_OP_MIN ? MPI_MIN : MPI_SUM; }
+static MPI_Op op_of(sharc_reduce_op op) { return op == SHARC_REDUCE_OP_MAX ? MPI_MAX : op == SHARC_REDUCE_OP_MIN ? MPI_MIN : MPI_SUM; }
 
 static void *scratch(mpi_impl *m, size_t bytes) {
     if (m->scratch_bytes < bytes) {
@@ -146,7 +146,7 @@ SHARC_VEC static void sum_16(float *tmp, const uint16_t *src, int size, size_t c
 /* recv (count) = op over ranks of slices (size, count), in rank order. */
 static sharc_status local_reduce(void *recv, const void *slices, size_t count, sharc_dtype dt, sharc_reduce_op op,
                                  int size) {
-    if (dt == SHARC_DT_F32 && op == SHARC_OP_SUM) {
+    if (dt == SHARC_DT_F32 && op == SHARC_REDUCE_OP_SUM) {
         int64_t nc = (int64_t)((count + 65535) / 65536);
 #pragma omp parallel for schedule(static) if (nc > 1)
         for (int64_t k = 0; k < nc; k++) {
@@ -155,7 +155,7 @@ static sharc_status local_reduce(void *recv, const void *slices, size_t count, s
         }
         return SHARC_OK;
     }
-    if ((dt == SHARC_DT_BF16 || dt == SHARC_DT_F16) && op == SHARC_OP_SUM) {
+    if ((dt == SHARC_DT_BF16 || dt == SHARC_DT_F16) && op == SHARC_REDUCE_OP_SUM) {
         /* accumulate in fp32, round once to the 16-bit result */
         float tmp[1024];
         for (size_t lo = 0; lo < count; lo += 1024) {
@@ -193,15 +193,15 @@ static sharc_status new_req(void **req, mpi_req **out) {
     return SHARC_OK;
 }
 
-static sharc_status mpi_allgather(sharc_comm *c, const void *send, void *recv, size_t count, sharc_dtype dt,
+static sharc_status mpi_all_gather(sharc_comm *c, const void *send, void *recv, size_t count, sharc_dtype dt,
                                   void **req) {
     /* MPI's own all-gather is used even where shared memory is available:
      * Open MPI moves large messages between local ranks with one copy
      * (CMA), the staging path needs two (measured: GPT-2 124M at 2 ranks,
      * 419 MB gathered per step in 0.097 s by MPI, 0.147 s through the
      * window). SHARC_COMM_SHM_ALLGATHER=1 selects the window. */
-    if (((mpi_impl *)c->impl)->shm_allgather) {
-        sharc_status shm = shm_allgather(c, send, recv, count, dt);
+    if (((mpi_impl *)c->impl)->shm_all_gather) {
+        sharc_status shm = shm_all_gather(c, send, recv, count, dt);
         if (shm != SHARC_ERR_UNSUPPORTED) {
             if (req) *req = NULL;
             return shm;
@@ -262,7 +262,7 @@ static sharc_status mpi_reduce_scatter(sharc_comm *c, const void *send, void *re
 
 /* 16-bit floats: an all-to-all reduce-scatter of padded pieces summed in
  * fp32 in rank order, then an all-gather; blocking. */
-static sharc_status allreduce16(sharc_comm *c, const void *send, void *recv, size_t count, sharc_dtype dt,
+static sharc_status all_reduce16(sharc_comm *c, const void *send, void *recv, size_t count, sharc_dtype dt,
                                 sharc_reduce_op op) {
     mpi_impl *m = c->impl;
     size_t S = (size_t)c->size, piece = (count + S - 1) / S;
@@ -280,18 +280,18 @@ static sharc_status allreduce16(sharc_comm *c, const void *send, void *recv, siz
     return SHARC_OK;
 }
 
-static sharc_status mpi_allreduce(sharc_comm *c, const void *send, void *recv, size_t count, sharc_dtype dt,
+static sharc_status mpi_all_reduce(sharc_comm *c, const void *send, void *recv, size_t count, sharc_dtype dt,
                                   sharc_reduce_op op, void **req) {
-    sharc_status shm = shm_allreduce(c, send, recv, count, dt, op);
+    sharc_status shm = shm_all_reduce(c, send, recv, count, dt, op);
     if (shm != SHARC_ERR_UNSUPPORTED) {
         if (req) *req = NULL;
         return shm;
     }
     SHARC_TRY(check_count(count, 1, "all-reduce"));
     MPI_Datatype t = reduce_type(dt);
-    if (t == MPI_DATATYPE_NULL && (dt == SHARC_DT_BF16 || dt == SHARC_DT_F16) && op == SHARC_OP_SUM) {
+    if (t == MPI_DATATYPE_NULL && (dt == SHARC_DT_BF16 || dt == SHARC_DT_F16) && op == SHARC_REDUCE_OP_SUM) {
         if (req) *req = NULL;
-        return allreduce16(c, send, recv, count, dt, op);
+        return all_reduce16(c, send, recv, count, dt, op);
     }
     if (t == MPI_DATATYPE_NULL)
         return sharc_error(SHARC_ERR_UNSUPPORTED, "comm: all-reduce of %s supports only sum", sharc_dtype_st_name(dt));
@@ -359,7 +359,7 @@ static sharc_status wrap(MPI_Comm comm, sharc_comm **out) {
     const char *shm = getenv("SHARC_COMM_SHM");
     m->shm_on = !(shm && strcmp(shm, "0") == 0);
     const char *shm_ag = getenv("SHARC_COMM_SHM_ALLGATHER");
-    m->shm_allgather = shm_ag && strcmp(shm_ag, "1") == 0;
+    m->shm_all_gather = shm_ag && strcmp(shm_ag, "1") == 0;
     m->node_local = -1;
     MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
     int rank, size;
@@ -476,7 +476,7 @@ static char *half(sharc_comm_shared *s, int rank, uint64_t piece) {
     return s->base[rank] + (piece % 2) * (SHM_SEGMENT_BYTES / 2);
 }
 
-static sharc_status shm_allgather(sharc_comm *c, const void *send, void *recv, size_t count, sharc_dtype dt) {
+static sharc_status shm_all_gather(sharc_comm *c, const void *send, void *recv, size_t count, sharc_dtype dt) {
     sharc_comm_shared *s = stage_of(c);
     if (!s) return SHARC_ERR_UNSUPPORTED;
     mpi_impl *m = c->impl;
@@ -547,7 +547,7 @@ static void sum_pieces(void *dst, const void *const *src, int S, size_t n, sharc
 }
 
 static bool shm_reducible(sharc_dtype dt, sharc_reduce_op op) {
-    return op == SHARC_OP_SUM && (dt == SHARC_DT_F32 || dt == SHARC_DT_BF16 || dt == SHARC_DT_F16);
+    return op == SHARC_REDUCE_OP_SUM && (dt == SHARC_DT_F32 || dt == SHARC_DT_BF16 || dt == SHARC_DT_F16);
 }
 
 static sharc_status shm_reduce_scatter(sharc_comm *c, const void *send, void *recv, size_t count, sharc_dtype dt,
@@ -574,7 +574,7 @@ static sharc_status shm_reduce_scatter(sharc_comm *c, const void *send, void *re
     return SHARC_OK;
 }
 
-static sharc_status shm_allreduce(sharc_comm *c, const void *send, void *recv, size_t count, sharc_dtype dt,
+static sharc_status shm_all_reduce(sharc_comm *c, const void *send, void *recv, size_t count, sharc_dtype dt,
                                   sharc_reduce_op op) {
     if (!shm_reducible(dt, op)) return SHARC_ERR_UNSUPPORTED;
     sharc_comm_shared *s = stage_of(c);
@@ -616,9 +616,9 @@ static void mpi_free(sharc_comm *c) {
 
 static const sharc_comm_vtable mpi_vtable = {
     .name = "mpi",
-    .allgather = mpi_allgather,
+    .all_gather = mpi_all_gather,
     .reduce_scatter = mpi_reduce_scatter,
-    .allreduce = mpi_allreduce,
+    .all_reduce = mpi_all_reduce,
     .broadcast = mpi_broadcast,
     .barrier = mpi_barrier,
     .split = mpi_split,

@@ -12,7 +12,7 @@ static sharc_status self_copy(const void *send, void *recv, size_t count, sharc_
     return SHARC_OK;
 }
 
-static sharc_status self_allgather(sharc_comm *c, const void *send, void *recv, size_t count, sharc_dtype dt,
+static sharc_status self_all_gather(sharc_comm *c, const void *send, void *recv, size_t count, sharc_dtype dt,
                                    void **req) {
     if (req) *req = NULL;
     return self_copy(send, recv, count, dt);
@@ -24,7 +24,7 @@ static sharc_status self_reduce_scatter(sharc_comm *c, const void *send, void *r
     return self_copy(send, recv, count, dt);
 }
 
-static sharc_status self_allreduce(sharc_comm *c, const void *send, void *recv, size_t count, sharc_dtype dt,
+static sharc_status self_all_reduce(sharc_comm *c, const void *send, void *recv, size_t count, sharc_dtype dt,
                                    sharc_reduce_op op, void **req) {
     if (req) *req = NULL;
     return self_copy(send, recv, count, dt);
@@ -73,9 +73,9 @@ static void self_free(sharc_comm *c) { free(c); }
 
 const sharc_comm_vtable sharc_comm_self_vtable = {
     .name = "self",
-    .allgather = self_allgather,
+    .all_gather = self_all_gather,
     .reduce_scatter = self_reduce_scatter,
-    .allreduce = self_allreduce,
+    .all_reduce = self_all_reduce,
     .broadcast = self_broadcast,
     .barrier = self_barrier,
     .split = self_split,

@@ -114,20 +114,20 @@ static void comm_fatal(void) { sharc_fatal(__FILE__, __LINE__, "fsdp: %s", sharc
 
 void sharc_fsdp_config_default(sharc_fsdp_config *c) {
     memset(c, 0, sizeof *c);
-    c->strategy = SHARC_FULL_SHARD;
+    c->strategy = SHARC_SHARDING_FULL_SHARD;
     c->reshard_after_forward = -1;
     c->fsdp_size = 0;
     c->param_dtype = SHARC_DT_F32;
     c->reduce_dtype = SHARC_DT_F32;
     c->forward_prefetch = false;
-    c->backward_prefetch = SHARC_BACKWARD_PRE;
+    c->backward_prefetch = SHARC_BACKWARD_PREFETCH_PRE;
     c->limit_all_gathers = 0;
     c->no_sync = false;
 }
 
 const char *sharc_sharding_name(sharc_sharding s) {
     static const char *n[] = {"FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD"};
-    return (s >= 0 && s <= SHARC_HYBRID_SHARD) ? n[s] : "?";
+    return (s >= 0 && s <= SHARC_SHARDING_HYBRID_SHARD) ? n[s] : "?";
 }
 
 /* ----------------------------------------------------------------- pools */
@@ -256,7 +256,7 @@ static sharc_status share_params(sharc_fsdp *e, int64_t total) {
     int32_t ok = 1, all = 0;
     for (int r = 1; r < s->size; r++)
         if (s->base[r] != s->base[0] + (size_t)r * per_rank) ok = 0;
-    st = sharc_comm_allreduce(e->shard, &ok, &all, 1, SHARC_DT_I32, SHARC_OP_MIN);
+    st = sharc_comm_all_reduce(e->shard, &ok, &all, 1, SHARC_DT_I32, SHARC_REDUCE_OP_MIN);
     if (st != SHARC_OK || !all) {
         sharc_comm_shared_free(s);
         return st;
@@ -290,7 +290,7 @@ sharc_status sharc_fsdp_init(sharc_fsdp **out, const sharc_unit_spec *units, int
     e->replicate = mesh ? mesh->replicate : NULL;
     e->world = mesh ? mesh->world : NULL;
     e->reshard_after_forward = cfg->reshard_after_forward >= 0 ? cfg->reshard_after_forward != 0
-                                                               : cfg->strategy != SHARC_SHARD_GRAD_OP;
+                                                               : cfg->strategy != SHARC_SHARDING_SHARD_GRAD_OP;
     e->direct_params = e->S == 1 && cfg->param_dtype == SHARC_DT_F32; /* or shared: below */
     e->direct_grads = e->S == 1;
     e->reduce_now = true;
@@ -358,7 +358,7 @@ sharc_status sharc_fsdp_init(sharc_fsdp **out, const sharc_unit_spec *units, int
     int n_gather = 0;
     if (!e->direct_params) {
         if (e->reshard_after_forward) {
-            int prefetch = (cfg->forward_prefetch || cfg->backward_prefetch != SHARC_PREFETCH_NONE) ? 1 : 0;
+            int prefetch = (cfg->forward_prefetch || cfg->backward_prefetch != SHARC_BACKWARD_PREFETCH_NONE) ? 1 : 0;
             int live = 1 + prefetch;
             if (cfg->limit_all_gathers > 0 && live > cfg->limit_all_gathers) live = cfg->limit_all_gathers;
             if (max_plain > 0)
@@ -472,8 +472,8 @@ static void start_gather(sharc_fsdp *e, unit_t *t, bool blocking) {
         return;
     }
     if (e->cfg.param_dtype == SHARC_DT_F32) {
-        if (blocking) st = sharc_comm_allgather(e->shard, t->param_shard, t->gathered, (size_t)t->numel_shard, SHARC_DT_F32);
-        else st = sharc_comm_iallgather(e->shard, t->param_shard, t->gathered, (size_t)t->numel_shard, SHARC_DT_F32,
+        if (blocking) st = sharc_comm_all_gather(e->shard, t->param_shard, t->gathered, (size_t)t->numel_shard, SHARC_DT_F32);
+        else st = sharc_comm_iall_gather(e->shard, t->param_shard, t->gathered, (size_t)t->numel_shard, SHARC_DT_F32,
                                         &t->pending);
         if (st != SHARC_OK) comm_fatal();
         return;
@@ -481,7 +481,7 @@ static void start_gather(sharc_fsdp *e, unit_t *t, bool blocking) {
     /* 16-bit: the shard is rounded, gathered as 16-bit, widened on completion
      * (blocking: the staging buffers are shared by all units) */
     sharc_from_f32(e->stage16_shard, t->param_shard, e->cfg.param_dtype, t->numel_shard);
-    st = sharc_comm_allgather(e->shard, e->stage16_shard, e->stage16_full, (size_t)t->numel_shard, e->cfg.param_dtype);
+    st = sharc_comm_all_gather(e->shard, e->stage16_shard, e->stage16_full, (size_t)t->numel_shard, e->cfg.param_dtype);
     if (st != SHARC_OK) comm_fatal();
     sharc_to_f32(t->gathered, e->stage16_full, e->cfg.param_dtype, t->numel_padded);
 }
@@ -573,7 +573,7 @@ float *sharc_fsdp_grad(sharc_fsdp *e, int u) {
     }
     /* BACKWARD_PRE: the next unit's parameters are requested now, while this
      * unit's backward runs (the first call to grad(u) opens its backward). */
-    if (e->cfg.backward_prefetch == SHARC_BACKWARD_PRE) {
+    if (e->cfg.backward_prefetch == SHARC_BACKWARD_PREFETCH_PRE) {
         for (int v = u - 1; v >= 0; v--)
             if (in_backward_needs_params(e, v)) {
                 prefetch(e, v);
@@ -621,12 +621,12 @@ static void reduce_unit(sharc_fsdp *e, unit_t *t) {
     }
     if (e->cfg.reduce_dtype == SHARC_DT_F32) {
         st = sharc_comm_reduce_scatter(e->shard, t->full_grad, e->stage_shard, (size_t)t->numel_shard, SHARC_DT_F32,
-                                       SHARC_OP_SUM);
+                                       SHARC_REDUCE_OP_SUM);
         if (st != SHARC_OK) comm_fatal();
     } else {
         sharc_from_f32(e->stage16_full, t->full_grad, e->cfg.reduce_dtype, t->numel_padded);
         st = sharc_comm_reduce_scatter(e->shard, e->stage16_full, e->stage16_shard, (size_t)t->numel_shard,
-                                       e->cfg.reduce_dtype, SHARC_OP_SUM);
+                                       e->cfg.reduce_dtype, SHARC_REDUCE_OP_SUM);
         if (st != SHARC_OK) comm_fatal();
         sharc_to_f32(e->stage_shard, e->stage16_shard, e->cfg.reduce_dtype, t->numel_shard);
     }
@@ -649,7 +649,7 @@ void sharc_fsdp_backward_done(sharc_fsdp *e, int u) {
         t->full_grad = NULL;
     }
     release(e, t);
-    if (e->cfg.backward_prefetch == SHARC_BACKWARD_POST) {
+    if (e->cfg.backward_prefetch == SHARC_BACKWARD_PREFETCH_POST) {
         for (int v = u - 1; v >= 0; v--)
             if (in_backward_needs_params(e, v)) {
                 prefetch(e, v);
@@ -687,14 +687,14 @@ sharc_status sharc_fsdp_finish_grads(sharc_fsdp *e) {
             unit_t *t = &e->units[u];
             sharc_status st;
             if (e->cfg.reduce_dtype == SHARC_DT_F32) {
-                st = sharc_comm_allreduce(e->replicate, t->grad_shard, t->grad_shard, (size_t)t->numel_shard,
-                                          SHARC_DT_F32, SHARC_OP_SUM);
+                st = sharc_comm_all_reduce(e->replicate, t->grad_shard, t->grad_shard, (size_t)t->numel_shard,
+                                          SHARC_DT_F32, SHARC_REDUCE_OP_SUM);
             } else {
                 /* 16-bit on the wire, summed in fp32 by the backend */
                 int64_t n = t->numel_shard;
                 sharc_from_f32(e->stage16_shard, t->grad_shard, e->cfg.reduce_dtype, n);
-                st = sharc_comm_allreduce(e->replicate, e->stage16_shard, e->stage16_shard, (size_t)n,
-                                          e->cfg.reduce_dtype, SHARC_OP_SUM);
+                st = sharc_comm_all_reduce(e->replicate, e->stage16_shard, e->stage16_shard, (size_t)n,
+                                          e->cfg.reduce_dtype, SHARC_REDUCE_OP_SUM);
                 if (st == SHARC_OK) sharc_to_f32(t->grad_shard, e->stage16_shard, e->cfg.reduce_dtype, n);
             }
             if (st != SHARC_OK) return st;
@@ -737,7 +737,7 @@ double sharc_fsdp_grad_sumsq_local(const sharc_fsdp *e) {
 
 sharc_status sharc_fsdp_grad_norm(sharc_fsdp *e, double *norm, double *extra) {
     double v[2] = {sharc_fsdp_grad_sumsq_local(e) / e->R, extra ? *extra : 0.0};
-    if (e->world) SHARC_TRY(sharc_comm_allreduce(e->world, v, v, 2, SHARC_DT_F64, SHARC_OP_SUM));
+    if (e->world) SHARC_TRY(sharc_comm_all_reduce(e->world, v, v, 2, SHARC_DT_F64, SHARC_REDUCE_OP_SUM));
     *norm = sqrt(v[0]);
     if (extra) *extra = v[1];
     return SHARC_OK;
@@ -780,7 +780,7 @@ sharc_status sharc_fsdp_gather_master(sharc_fsdp *e, int u, float *dst) {
         memcpy(dst, e->pglobal ? e->pglobal + t->global_off : t->param_shard, (size_t)t->numel_padded * sizeof(float));
         return SHARC_OK;
     }
-    return sharc_comm_allgather(e->shard, t->param_shard, dst, (size_t)t->numel_shard, SHARC_DT_F32);
+    return sharc_comm_all_gather(e->shard, t->param_shard, dst, (size_t)t->numel_shard, SHARC_DT_F32);
 }
 int sharc_fsdp_gathered_limit(const sharc_fsdp *e) { return e->gathered.n; }
 

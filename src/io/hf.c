@@ -703,7 +703,7 @@ sharc_status sharc_hf_export(sharc_fsdp *e, sharc_comm *world, const sharc_model
     bool ok = st == SHARC_OK, setup_ok = ok;
     if (world) {
         int32_t bad = !ok, any = 0;
-        sharc_status c = sharc_comm_allreduce(world, &bad, &any, 1, SHARC_DT_I32, SHARC_OP_MAX);
+        sharc_status c = sharc_comm_all_reduce(world, &bad, &any, 1, SHARC_DT_I32, SHARC_REDUCE_OP_MAX);
         if (c != SHARC_OK && ok) st = c;
         setup_ok = c == SHARC_OK && !any;
         ok = ok && setup_ok;

@@ -36,7 +36,7 @@ sharc_status sharc_eval_dataset(sharc_model *m, sharc_fsdp *e, sharc_comm *world
     int32_t *win = sharc_alloc(sizeof(int32_t) * (size_t)(T + 1), SHARC_MEM_OTHER);
     /* a local allocation failure must not leave the other ranks in a gather */
     int32_t bad = (!in || !tg || !win) ? 1 : 0, anybad = 0;
-    sharc_status st = sharc_comm_allreduce(world, &bad, &anybad, 1, SHARC_DT_I32, SHARC_OP_MAX);
+    sharc_status st = sharc_comm_all_reduce(world, &bad, &anybad, 1, SHARC_DT_I32, SHARC_REDUCE_OP_MAX);
     if (st == SHARC_OK && anybad) st = sharc_error(SHARC_ERR_NOMEM, "eval: cannot allocate a batch of %d x %d tokens", B, T);
     double sums[2] = {0.0, 0.0}; /* loss sum, targets */
     for (int64_t i = 0; i < rounds && st == SHARC_OK; i++) {
@@ -62,7 +62,7 @@ sharc_status sharc_eval_dataset(sharc_model *m, sharc_fsdp *e, sharc_comm *world
     sharc_free(tg);
     sharc_free(win);
     if (st != SHARC_OK) return st;
-    SHARC_TRY(sharc_comm_allreduce(world, sums, sums, 2, SHARC_DT_F64, SHARC_OP_SUM));
+    SHARC_TRY(sharc_comm_all_reduce(world, sums, sums, 2, SHARC_DT_F64, SHARC_REDUCE_OP_SUM));
     out->loss_sum = sums[0];
     out->targets = (int64_t)sums[1];
     out->windows = nwin;
@@ -110,7 +110,7 @@ sharc_status sharc_eval_checkpoint(const sharc_eval_options *o, sharc_comm *worl
     mesh_ok = true;
     sharc_fsdp_config fc;
     sharc_fsdp_config_default(&fc);
-    fc.strategy = SHARC_FULL_SHARD;
+    fc.strategy = SHARC_SHARDING_FULL_SHARD;
     st = sharc_fsdp_init(&e, sharc_model_units(m), sharc_model_num_units(m), &fc, &mesh);
     if ((st = agree(world, st)) != SHARC_OK) goto done;
     st = is_ckpt ? sharc_ckpt_load_params(e, path) : sharc_weights_load(e, path);

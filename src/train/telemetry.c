@@ -63,7 +63,7 @@ sharc_status sharc_telemetry_reduce(sharc_comm *world, const sharc_step_stats *l
     pack(local, mine);
     double *all = malloc(sizeof(double) * SHARC_TEL_NVEC * (size_t)R);
     if (!all) return sharc_error(SHARC_ERR_NOMEM, "telemetry: out of memory");
-    sharc_status st = sharc_comm_allgather(world, mine, all, SHARC_TEL_NVEC, SHARC_DT_F64);
+    sharc_status st = sharc_comm_all_gather(world, mine, all, SHARC_TEL_NVEC, SHARC_DT_F64);
     if (st != SHARC_OK) {
         free(all);
         return st;

@@ -180,7 +180,7 @@ static sharc_status check_agreement(sharc_comm *world, const sharc_config *c, in
         return sharc_error(SHARC_ERR_NOMEM, "train: out of memory");
     }
     for (int i = 0; i < n; i++) mine[i] = it[i].value;
-    sharc_status st = sharc_comm_allgather(world, mine, all, (size_t)n, SHARC_DT_I64);
+    sharc_status st = sharc_comm_all_gather(world, mine, all, (size_t)n, SHARC_DT_I64);
     for (int r = 1; r < size && st == SHARC_OK; r++)
         for (int i = 0; i < n; i++)
             if (all[(size_t)r * n + i] != all[i]) {
@@ -307,8 +307,8 @@ sharc_status sharc_trainer_init(sharc_trainer **out, const sharc_config *cfg, sh
     /* MFU's denominator: this rank's cores, measured or given, summed over ranks */
     t->peak_flops_world = t->cfg.log.peak_tflops > 0 ? 1e12 * (double)t->cfg.log.peak_tflops
                                                      : sharc_telemetry_measure_peak_flops(sharc_threads_get());
-    if ((st = sharc_comm_allreduce(t->world, &t->peak_flops_world, &t->peak_flops_world, 1, SHARC_DT_F64,
-                                   SHARC_OP_SUM)) != SHARC_OK)
+    if ((st = sharc_comm_all_reduce(t->world, &t->peak_flops_world, &t->peak_flops_world, 1, SHARC_DT_F64,
+                                   SHARC_REDUCE_OP_SUM)) != SHARC_OK)
         goto fail;
     reset_comm_stats(t);
     (void)rank;
@@ -383,7 +383,7 @@ sharc_status sharc_trainer_step(sharc_trainer *t, sharc_step_stats *s) {
     }
     sharc_activity_phase("counting the batch's targets", -1, NULL);
     const int64_t local_valid = valid;
-    SHARC_TRY(sharc_comm_allreduce(t->world, &valid, &valid, 1, SHARC_DT_I64, SHARC_OP_SUM));
+    SHARC_TRY(sharc_comm_all_reduce(t->world, &valid, &valid, 1, SHARC_DT_I64, SHARC_REDUCE_OP_SUM));
     float scale = valid > 0 ? 1.0f / (float)valid : 0.0f;
     sharc_fsdp_zero_grad(t->engine);
     double loss_sum = 0.0, t1 = now_s();

@@ -64,13 +64,13 @@ static void test_comm(void) {
     const size_t n = 1003; /* odd */
     float *send = malloc(sizeof(float) * n * R), *recv = malloc(sizeof(float) * n * R);
     for (size_t i = 0; i < n; i++) send[i] = val(r, i);
-    ASSERT_OK(sharc_comm_allgather(world, send, recv, n, SHARC_DT_F32));
+    ASSERT_OK(sharc_comm_all_gather(world, send, recv, n, SHARC_DT_F32));
     for (int q = 0; q < R; q++)
         for (size_t i = 0; i < n; i++) ASSERT_TRUE(recv[(size_t)q * n + i] == val(q, i));
 
     /* reduce-scatter: rank q sends val(q, j) at position j of the R x n buffer */
     for (size_t j = 0; j < n * R; j++) send[j] = val(r, j);
-    ASSERT_OK(sharc_comm_reduce_scatter(world, send, recv, n, SHARC_DT_F32, SHARC_OP_SUM));
+    ASSERT_OK(sharc_comm_reduce_scatter(world, send, recv, n, SHARC_DT_F32, SHARC_REDUCE_OP_SUM));
     for (size_t i = 0; i < n; i++) {
         double want = 0;
         for (int q = 0; q < R; q++) want += val(q, (size_t)r * n + i);
@@ -79,7 +79,7 @@ static void test_comm(void) {
     /* bf16 reduce-scatter: inputs exactly representable, sums accumulated in fp32 then rounded */
     uint16_t *s16 = malloc(2 * n * R), *r16 = malloc(2 * n * R);
     for (size_t j = 0; j < n * R; j++) s16[j] = sharc_f32_to_bf16(val(r, j));
-    ASSERT_OK(sharc_comm_reduce_scatter(world, s16, r16, n, SHARC_DT_BF16, SHARC_OP_SUM));
+    ASSERT_OK(sharc_comm_reduce_scatter(world, s16, r16, n, SHARC_DT_BF16, SHARC_REDUCE_OP_SUM));
     for (size_t i = 0; i < n; i++) {
         float want = 0;
         for (int q = 0; q < R; q++) want += sharc_bf16_to_f32(sharc_f32_to_bf16(val(q, (size_t)r * n + i)));
@@ -87,8 +87,8 @@ static void test_comm(void) {
     }
     /* all-reduce, in place and out of place, fp32 / f64 / i64 / bf16, max */
     for (size_t i = 0; i < n; i++) send[i] = val(r, i);
-    ASSERT_OK(sharc_comm_allreduce(world, send, recv, n, SHARC_DT_F32, SHARC_OP_SUM));
-    ASSERT_OK(sharc_comm_allreduce(world, send, send, n, SHARC_DT_F32, SHARC_OP_MAX));
+    ASSERT_OK(sharc_comm_all_reduce(world, send, recv, n, SHARC_DT_F32, SHARC_REDUCE_OP_SUM));
+    ASSERT_OK(sharc_comm_all_reduce(world, send, send, n, SHARC_DT_F32, SHARC_REDUCE_OP_MAX));
     for (size_t i = 0; i < n; i++) {
         double want = 0;
         for (int q = 0; q < R; q++) want += val(q, i);
@@ -96,14 +96,14 @@ static void test_comm(void) {
         ASSERT_TRUE(send[i] == val(R - 1, i));
     }
     for (size_t i = 0; i < n; i++) s16[i] = sharc_f32_to_bf16(val(r, i));
-    ASSERT_OK(sharc_comm_allreduce(world, s16, s16, n, SHARC_DT_BF16, SHARC_OP_SUM));
+    ASSERT_OK(sharc_comm_all_reduce(world, s16, s16, n, SHARC_DT_BF16, SHARC_REDUCE_OP_SUM));
     for (size_t i = 0; i < n; i++) {
         float want = 0;
         for (int q = 0; q < R; q++) want += sharc_bf16_to_f32(sharc_f32_to_bf16(val(q, i)));
         ASSERT_TRUE(s16[i] == sharc_f32_to_bf16(want));
     }
     int64_t big = (int64_t)1 << 40 | r, total;
-    ASSERT_OK(sharc_comm_allreduce(world, &big, &total, 1, SHARC_DT_I64, SHARC_OP_SUM));
+    ASSERT_OK(sharc_comm_all_reduce(world, &big, &total, 1, SHARC_DT_I64, SHARC_REDUCE_OP_SUM));
     ASSERT_EQ(total, ((int64_t)1 << 40) * R + (int64_t)R * (R - 1) / 2);
     /* broadcast from the last rank */
     double b = r == R - 1 ? 3.25 : -1.0;
@@ -112,11 +112,11 @@ static void test_comm(void) {
     /* non-blocking, completed by wait and by test */
     sharc_comm_request *req;
     for (size_t i = 0; i < n; i++) send[i] = val(r, i);
-    ASSERT_OK(sharc_comm_iallgather(world, send, recv, n, SHARC_DT_F32, &req));
+    ASSERT_OK(sharc_comm_iall_gather(world, send, recv, n, SHARC_DT_F32, &req));
     ASSERT_OK(sharc_comm_wait(req));
     for (int q = 0; q < R; q++) ASSERT_TRUE(recv[(size_t)q * n + 5] == val(q, 5));
     for (size_t j = 0; j < n * R; j++) send[j] = val(r, j);
-    ASSERT_OK(sharc_comm_ireduce_scatter(world, send, recv, n, SHARC_DT_F32, SHARC_OP_SUM, &req));
+    ASSERT_OK(sharc_comm_ireduce_scatter(world, send, recv, n, SHARC_DT_F32, SHARC_REDUCE_OP_SUM, &req));
     bool done = false;
     while (!done) ASSERT_OK(sharc_comm_test(req, &done));
     double want = 0;
@@ -128,7 +128,7 @@ static void test_comm(void) {
     ASSERT_EQ(sharc_comm_size(half), (R - r % 2 + 1) / 2);
     ASSERT_EQ(sharc_comm_rank(half), r / 2);
     int32_t one = 1, cnt = 0;
-    ASSERT_OK(sharc_comm_allreduce(half, &one, &cnt, 1, SHARC_DT_I32, SHARC_OP_SUM));
+    ASSERT_OK(sharc_comm_all_reduce(half, &one, &cnt, 1, SHARC_DT_I32, SHARC_REDUCE_OP_SUM));
     ASSERT_EQ(cnt, sharc_comm_size(half));
     sharc_comm_free(half);
     /* shared memory: each rank writes its segment, every rank reads all */
@@ -146,10 +146,10 @@ static void test_comm(void) {
     /* statistics: bytes are counted per call */
     sharc_comm_stats s;
     sharc_comm_stats_get(world, &s);
-    ASSERT_EQ(s.calls[SHARC_COLL_ALLGATHER], 2);
-    ASSERT_EQ(s.bytes[SHARC_COLL_ALLGATHER], 2 * (int64_t)n * 4);
+    ASSERT_EQ(s.calls[SHARC_COLL_ALL_GATHER], 2);
+    ASSERT_EQ(s.bytes[SHARC_COLL_ALL_GATHER], 2 * (int64_t)n * 4);
     /* out-of-place rule */
-    ASSERT_TRUE(sharc_comm_allgather(world, recv, recv, n, SHARC_DT_F32) == SHARC_ERR_INVALID);
+    ASSERT_TRUE(sharc_comm_all_gather(world, recv, recv, n, SHARC_DT_F32) == SHARC_ERR_INVALID);
     free(send);
     free(recv);
     free(s16);
@@ -167,14 +167,14 @@ static void test_comm_shm_vs_mpi(void) {
     const size_t n = (3u << 20) + 7; /* 12 MB per rank: several pieces */
     float *send = malloc(sizeof(float) * n * R), *a = malloc(sizeof(float) * n * R), *b = malloc(sizeof(float) * n * R);
     for (size_t j = 0; j < n * R; j++) send[j] = sharc_rng_normal(5, (uint64_t)r, j);
-    ASSERT_OK(sharc_comm_allgather(shm, send, a, n, SHARC_DT_F32));
-    ASSERT_OK(sharc_comm_allgather(plain, send, b, n, SHARC_DT_F32));
+    ASSERT_OK(sharc_comm_all_gather(shm, send, a, n, SHARC_DT_F32));
+    ASSERT_OK(sharc_comm_all_gather(plain, send, b, n, SHARC_DT_F32));
     ASSERT_TRUE(memcmp(a, b, sizeof(float) * n * R) == 0);
-    ASSERT_OK(sharc_comm_reduce_scatter(shm, send, a, n, SHARC_DT_F32, SHARC_OP_SUM));
-    ASSERT_OK(sharc_comm_reduce_scatter(plain, send, b, n, SHARC_DT_F32, SHARC_OP_SUM));
+    ASSERT_OK(sharc_comm_reduce_scatter(shm, send, a, n, SHARC_DT_F32, SHARC_REDUCE_OP_SUM));
+    ASSERT_OK(sharc_comm_reduce_scatter(plain, send, b, n, SHARC_DT_F32, SHARC_REDUCE_OP_SUM));
     ASSERT_TRUE(memcmp(a, b, sizeof(float) * n) == 0);
-    ASSERT_OK(sharc_comm_allreduce(shm, send, a, n, SHARC_DT_F32, SHARC_OP_SUM));
-    ASSERT_OK(sharc_comm_allreduce(plain, send, b, n, SHARC_DT_F32, SHARC_OP_SUM));
+    ASSERT_OK(sharc_comm_all_reduce(shm, send, a, n, SHARC_DT_F32, SHARC_REDUCE_OP_SUM));
+    ASSERT_OK(sharc_comm_all_reduce(plain, send, b, n, SHARC_DT_F32, SHARC_REDUCE_OP_SUM));
     for (size_t i = 0; i < n; i += 4099) { /* MPI's all-reduce sums in its own order */
         double want = 0.0;
         for (int q = 0; q < R; q++) want += sharc_rng_normal(5, (uint64_t)q, i);
@@ -183,16 +183,16 @@ static void test_comm_shm_vs_mpi(void) {
     }
     uint16_t *s16 = malloc(2 * n * R), *a16 = malloc(2 * n * R), *b16 = malloc(2 * n * R);
     for (size_t j = 0; j < n * R; j++) s16[j] = sharc_f32_to_bf16(send[j]);
-    ASSERT_OK(sharc_comm_reduce_scatter(shm, s16, a16, n, SHARC_DT_BF16, SHARC_OP_SUM));
-    ASSERT_OK(sharc_comm_reduce_scatter(plain, s16, b16, n, SHARC_DT_BF16, SHARC_OP_SUM));
+    ASSERT_OK(sharc_comm_reduce_scatter(shm, s16, a16, n, SHARC_DT_BF16, SHARC_REDUCE_OP_SUM));
+    ASSERT_OK(sharc_comm_reduce_scatter(plain, s16, b16, n, SHARC_DT_BF16, SHARC_REDUCE_OP_SUM));
     ASSERT_TRUE(memcmp(a16, b16, 2 * n) == 0);
-    ASSERT_OK(sharc_comm_allreduce(shm, s16, a16, n, SHARC_DT_BF16, SHARC_OP_SUM));
-    ASSERT_OK(sharc_comm_allreduce(plain, s16, b16, n, SHARC_DT_BF16, SHARC_OP_SUM));
+    ASSERT_OK(sharc_comm_all_reduce(shm, s16, a16, n, SHARC_DT_BF16, SHARC_REDUCE_OP_SUM));
+    ASSERT_OK(sharc_comm_all_reduce(plain, s16, b16, n, SHARC_DT_BF16, SHARC_REDUCE_OP_SUM));
     ASSERT_TRUE(memcmp(a16, b16, 2 * n) == 0);
     /* many small collectives in a row reuse the two halves safely */
     for (int k = 0; k < 50; k++) {
         float x[3] = {(float)(r + k), 1.0f, (float)k}, y[3];
-        ASSERT_OK(sharc_comm_allreduce(shm, x, y, 3, SHARC_DT_F32, SHARC_OP_SUM));
+        ASSERT_OK(sharc_comm_all_reduce(shm, x, y, 3, SHARC_DT_F32, SHARC_REDUCE_OP_SUM));
         ASSERT_TRUE(y[0] == (float)(R * (R - 1) / 2 + R * k) && y[1] == (float)R && y[2] == (float)(R * k));
     }
     free(send);
@@ -341,7 +341,7 @@ static void test_parity(int argc, char **argv) {
     if (worst_param > 1.0)
         TEST_FAIL_AT("final parameters differ by %.3g, %.2f x the bound of note [parity-tolerance]", abs_worst, worst_param);
     double all[2] = {worst_loss, abs_worst};
-    ASSERT_OK(sharc_comm_allreduce(world, all, all, 2, SHARC_DT_F64, SHARC_OP_MAX));
+    ASSERT_OK(sharc_comm_all_reduce(world, all, all, 2, SHARC_DT_F64, SHARC_REDUCE_OP_MAX));
     if (sharc_comm_rank(world) == 0)
         printf("parity at %d ranks: worst loss %.2e relative, worst parameter %.2e absolute (%.1e of the lr sum)\n", R,
                all[0], all[1], all[1] / lr_sum);
@@ -395,7 +395,7 @@ static void test_memory(int argc, char **argv) {
         if (sharc_fsdp_unit_spec(e, u)->root) roots += padded;
         else max_plain = padded > max_plain ? padded : max_plain;
     }
-    int prefetch = c.fsdp.engine.forward_prefetch || c.fsdp.engine.backward_prefetch != SHARC_PREFETCH_NONE;
+    int prefetch = c.fsdp.engine.forward_prefetch || c.fsdp.engine.backward_prefetch != SHARC_BACKWARD_PREFETCH_NONE;
     /* note [shared-params]: a node-local fp32 group reads the parameters in place, no slots */
     int64_t param_slots = sharc_fsdp_params_shared(e) ? 0 : (1 + prefetch) * max_plain + roots;
     int64_t formula = R > 1 ? param_slots + max_plain + roots : 0;
@@ -489,9 +489,9 @@ static void test_ckpt_save(int argc, char **argv) {
         int64_t ns = sharc_fsdp_shard_numel(e, u);
         for (int k = 0; k < 3; k++) bufs[3 * u + k] = malloc(sizeof(float) * (size_t)(ns * mesh->dp_shard));
         ASSERT_OK(sharc_fsdp_gather_master(e, u, bufs[3 * u]));
-        ASSERT_OK(sharc_comm_allgather(mesh->shard, sharc_adamw_m(sharc_trainer_optimizer(t), u), bufs[3 * u + 1],
+        ASSERT_OK(sharc_comm_all_gather(mesh->shard, sharc_adamw_m(sharc_trainer_optimizer(t), u), bufs[3 * u + 1],
                                        (size_t)ns, SHARC_DT_F32));
-        ASSERT_OK(sharc_comm_allgather(mesh->shard, sharc_adamw_v(sharc_trainer_optimizer(t), u), bufs[3 * u + 2],
+        ASSERT_OK(sharc_comm_all_gather(mesh->shard, sharc_adamw_v(sharc_trainer_optimizer(t), u), bufs[3 * u + 2],
                                        (size_t)ns, SHARC_DT_F32));
         for (int p = 0; p < s->nparams; p++)
             for (int k = 0; k < 3; k++) {
@@ -573,7 +573,7 @@ static void test_ckpt_load(int argc, char **argv) {
     double abs_worst, worst = compare_params(e, sharc_trainer_engine(one), lr_sum, c.model.embed_dim, &abs_worst);
     if (worst > 1.0) TEST_FAIL_AT("resumed parameters differ by %.3g, %.2f x the bound of note [parity-tolerance]", abs_worst, worst);
     double all[3] = {worst_loss, abs_worst, (double)checked};
-    ASSERT_OK(sharc_comm_allreduce(world, all, all, 3, SHARC_DT_F64, SHARC_OP_MAX));
+    ASSERT_OK(sharc_comm_all_reduce(world, all, all, 3, SHARC_DT_F64, SHARC_REDUCE_OP_MAX));
     if (sharc_comm_rank(world) == 0)
         printf("resumed at %d ranks %s: saved values exact; then worst loss %.2e relative, worst parameter %.2e\n", R,
                sharc_sharding_name(c.fsdp.engine.strategy), all[0], all[1]);
@@ -657,7 +657,7 @@ static void test_hf(int argc, char **argv) {
         TEST_FAIL_AT("unexpected message: %s", sharc_last_error());
     sharc_status st = sharc_hf_load(eb, argv[1]);
     int32_t bad = st != SHARC_OK, any = 0;
-    ASSERT_OK(sharc_comm_allreduce(world, &bad, &any, 1, SHARC_DT_I32, SHARC_OP_MAX));
+    ASSERT_OK(sharc_comm_all_reduce(world, &bad, &any, 1, SHARC_DT_I32, SHARC_REDUCE_OP_MAX));
     if (any) TEST_FAIL_AT("hf load failed on a rank: %s", sharc_last_error());
     float *x = malloc((size_t)sharc_fsdp_gathered_unit_bytes(ea)), *y = malloc((size_t)sharc_fsdp_gathered_unit_bytes(ea));
     for (int u = 0; u < sharc_fsdp_num_units(ea); u++) {
