@@ -3,16 +3,10 @@
 #include "comm_impl.h"
 #include "sharc/activity.h"
 #include "sharc/log.h"
+#include "sharc/clock.h"
 
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-
-static double now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
 
 const char *sharc_coll_kind_name(sharc_coll_kind k) {
     static const char *n[SHARC_COLL_NKINDS] = {"all_gather", "reduce_scatter", "all_reduce", "broadcast",
@@ -75,7 +69,7 @@ static sharc_status finish(sharc_comm *c, sharc_coll_kind k, int64_t bytes, doub
                            void *handle, sharc_comm_request **req) {
     if (st != SHARC_OK) return st;
     if (!req) {
-        account(c, k, bytes, now() - t0);
+        account(c, k, bytes, sharc_clock_now() - t0);
         return SHARC_OK;
     }
     sharc_comm_request *r = calloc(1, sizeof *r);
@@ -86,7 +80,7 @@ static sharc_status finish(sharc_comm *c, sharc_coll_kind k, int64_t bytes, doub
     r->t_start = t0;
     c->stats.calls[k]++;
     c->stats.bytes[k] += bytes;
-    c->stats.seconds[k] += now() - t0; /* the time to post it; waits add the rest */
+    c->stats.seconds[k] += sharc_clock_now() - t0; /* the time to post it; waits add the rest */
     *req = r;
     return SHARC_OK;
 }
@@ -97,7 +91,7 @@ static sharc_status do_all_gather(sharc_comm *c, const void *send, void *recv, s
     size_t es = sharc_dtype_size(dt);
     if (overlap(send, count * es, recv, count * es * (size_t)c->size))
         return sharc_error(SHARC_ERR_INVALID, "comm: all-gather buffers overlap (collectives are out of place)");
-    double t0 = now();
+    double t0 = sharc_clock_now();
     void *h = NULL;
     sharc_activity_coll_begin(sharc_coll_kind_name(SHARC_COLL_ALL_GATHER), c->size);
     sharc_status st = c->vt->all_gather(c, send, recv, count, dt, req ? &h : NULL);
@@ -111,7 +105,7 @@ static sharc_status do_reduce_scatter(sharc_comm *c, const void *send, void *rec
     size_t es = sharc_dtype_size(dt);
     if (overlap(send, count * es * (size_t)c->size, recv, count * es))
         return sharc_error(SHARC_ERR_INVALID, "comm: reduce-scatter buffers overlap (collectives are out of place)");
-    double t0 = now();
+    double t0 = sharc_clock_now();
     void *h = NULL;
     sharc_activity_coll_begin(sharc_coll_kind_name(SHARC_COLL_REDUCE_SCATTER), c->size);
     sharc_status st = c->vt->reduce_scatter(c, send, recv, count, dt, op, req ? &h : NULL);
@@ -125,7 +119,7 @@ static sharc_status do_all_reduce(sharc_comm *c, const void *send, void *recv, s
     size_t es = sharc_dtype_size(dt);
     if (send != recv && overlap(send, count * es, recv, count * es))
         return sharc_error(SHARC_ERR_INVALID, "comm: all-reduce buffers partly overlap");
-    double t0 = now();
+    double t0 = sharc_clock_now();
     void *h = NULL;
     sharc_activity_coll_begin(sharc_coll_kind_name(SHARC_COLL_ALL_REDUCE), c->size);
     sharc_status st = c->vt->all_reduce(c, send, recv, count, dt, op, req ? &h : NULL);
@@ -164,32 +158,32 @@ sharc_status sharc_comm_broadcast(sharc_comm *c, void *buf, size_t count, sharc_
     SHARC_TRY(check_buffers("broadcast", buf, buf, count, dt));
     if (root < 0 || root >= c->size)
         return sharc_error(SHARC_ERR_INVALID, "comm: broadcast root %d outside [0, %d)", root, c->size);
-    double t0 = now();
+    double t0 = sharc_clock_now();
     sharc_activity_coll_begin("broadcast", c->size);
     sharc_status st = c->vt->broadcast(c, buf, count, dt, root);
     sharc_activity_coll_end();
     SHARC_TRY(st);
-    account(c, SHARC_COLL_BROADCAST, (int64_t)(count * sharc_dtype_size(dt)), now() - t0);
+    account(c, SHARC_COLL_BROADCAST, (int64_t)(count * sharc_dtype_size(dt)), sharc_clock_now() - t0);
     return SHARC_OK;
 }
 
 sharc_status sharc_comm_barrier(sharc_comm *c) {
-    double t0 = now();
+    double t0 = sharc_clock_now();
     sharc_activity_coll_begin("barrier", c->size);
     sharc_status st = c->vt->barrier(c);
     sharc_activity_coll_end();
     SHARC_TRY(st);
-    account(c, SHARC_COLL_BARRIER, 0, now() - t0);
+    account(c, SHARC_COLL_BARRIER, 0, sharc_clock_now() - t0);
     return SHARC_OK;
 }
 
 sharc_status sharc_comm_wait(sharc_comm_request *r) {
     if (!r) return SHARC_OK;
-    double t0 = now();
+    double t0 = sharc_clock_now();
     sharc_activity_coll_begin(sharc_coll_kind_name(r->kind), r->comm->size);
     sharc_status st = r->impl ? r->comm->vt->wait(r->comm, r->impl) : SHARC_OK;
     sharc_activity_coll_end();
-    r->comm->stats.seconds[r->kind] += now() - t0;
+    r->comm->stats.seconds[r->kind] += sharc_clock_now() - t0;
     free(r);
     return st;
 }
@@ -199,9 +193,9 @@ sharc_status sharc_comm_test(sharc_comm_request *r, bool *done) {
     if (!r) return SHARC_OK;
     sharc_status st = SHARC_OK;
     if (r->impl) {
-        double t0 = now();
+        double t0 = sharc_clock_now();
         st = r->comm->vt->test(r->comm, r->impl, done);
-        r->comm->stats.seconds[r->kind] += now() - t0;
+        r->comm->stats.seconds[r->kind] += sharc_clock_now() - t0;
     }
     if (*done || st != SHARC_OK) free(r);
     return st;
@@ -239,12 +233,12 @@ void sharc_comm_use_shared_memory(sharc_comm *c, bool on) {
 }
 
 sharc_status sharc_comm_shared_sync(sharc_comm *c, sharc_comm_shared *s) {
-    double t0 = now();
+    double t0 = sharc_clock_now();
     sharc_activity_coll_begin("shared-memory barrier", c->size);
     sharc_status st = c->vt->shared_sync(c, s);
     sharc_activity_coll_end();
     SHARC_TRY(st);
-    account(c, SHARC_COLL_BARRIER, 0, now() - t0);
+    account(c, SHARC_COLL_BARRIER, 0, sharc_clock_now() - t0);
     return SHARC_OK;
 }
 

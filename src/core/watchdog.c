@@ -13,6 +13,7 @@
  * training thread may hold: only write(2) and relaxed loads. The launcher
  * (mpirun, srun) then ends the job with a non-zero status. */
 #include "sharc/activity.h"
+#include "sharc/clock.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -27,21 +28,15 @@ static bool running;
 static atomic_bool stop;
 static int timeout_s, rank_id;
 
-static double mono(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
 static void *watch(void *arg) {
     (void)arg;
     uint64_t last = sharc_activity_seq();
-    double since = mono();
+    double since = sharc_clock_now();
     const struct timespec tick = {0, 100 * 1000 * 1000};
     while (!atomic_load(&stop)) {
         nanosleep(&tick, NULL);
         uint64_t s = sharc_activity_seq();
-        double now = mono();
+        double now = sharc_clock_now();
         if (s != last) {
             last = s;
             since = now;

@@ -39,6 +39,7 @@
 #include "sharc/log.h"
 #include "sharc/mesh.h"
 #include "sharc/rng.h"
+#include "sharc/clock.h"
 #include "../core/parallel.h"
 #include "layout.h"
 
@@ -47,7 +48,6 @@
 
 #define SHARC_MAX_UNITS_PLAN 4096
 #include <string.h>
-#include <time.h>
 
 typedef enum { UNIT_SHARDED = 0, UNIT_GATHERED } unit_state;
 
@@ -103,12 +103,6 @@ struct sharc_fsdp {
     float *stage_shard;      /* (max numel_shard) fp32 reduce-scatter result */
     sharc_fsdp_stats stats;
 };
-
-static double now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
 
 static void comm_fatal(void) { sharc_fatal(__FILE__, __LINE__, "fsdp: %s", sharc_last_error()); }
 
@@ -451,10 +445,10 @@ bool sharc_fsdp_params_shared(const sharc_fsdp *e) { return e->pglobal != NULL; 
 /* Shared parameters: wait until every rank finished writing its shards. */
 static void sync_params(sharc_fsdp *e) {
     if (!e->pglobal || !e->params_dirty) return;
-    double t0 = now();
+    double t0 = sharc_clock_now();
     if (sharc_comm_shared_sync(e->shard, e->pshm) != SHARC_OK) comm_fatal();
     e->params_dirty = false;
-    e->stats.wait_s += now() - t0;
+    e->stats.wait_s += sharc_clock_now() - t0;
 }
 
 static unit_t *unit_at(const sharc_fsdp *e, int u) {
@@ -488,10 +482,10 @@ static void start_gather(sharc_fsdp *e, unit_t *t, bool blocking) {
 
 static void wait_pending(sharc_fsdp *e, unit_t *t) {
     if (!t->pending) return;
-    double t0 = now();
+    double t0 = sharc_clock_now();
     if (sharc_comm_wait(t->pending) != SHARC_OK) comm_fatal();
     t->pending = NULL;
-    e->stats.wait_s += now() - t0;
+    e->stats.wait_s += sharc_clock_now() - t0;
 }
 
 /* Gather unit u ahead of time if a slot is free (prefetch). */
@@ -526,9 +520,9 @@ const float *sharc_fsdp_gather(sharc_fsdp *e, int u) {
             e->gathered_alive++;
             e->gathered_peak = e->gathered_alive > e->gathered_peak ? e->gathered_alive : e->gathered_peak;
             e->stats.gathers++;
-            double t0 = now();
+            double t0 = sharc_clock_now();
             start_gather(e, t, true);
-            e->stats.wait_s += now() - t0;
+            e->stats.wait_s += sharc_clock_now() - t0;
         }
         t->state = UNIT_GATHERED;
     } else {
@@ -609,14 +603,14 @@ static void reduce_unit_shared(sharc_fsdp *e, unit_t *t) {
 
 /* grad_shard += reduce-scatter(full_grad) over the shard group. */
 static void reduce_unit(sharc_fsdp *e, unit_t *t) {
-    double t0 = now();
+    double t0 = sharc_clock_now();
     sharc_status st;
     if (e->gshm) {
         reduce_unit_shared(e, t);
         sharc_comm_stats_add(e->shard, SHARC_COLL_REDUCE_SCATTER, t->numel_padded * (int64_t)sizeof(float),
-                             now() - t0);
+                             sharc_clock_now() - t0);
         e->stats.reduces++;
-        e->stats.wait_s += now() - t0;
+        e->stats.wait_s += sharc_clock_now() - t0;
         return;
     }
     if (e->cfg.reduce_dtype == SHARC_DT_F32) {
@@ -635,7 +629,7 @@ static void reduce_unit(sharc_fsdp *e, unit_t *t) {
 #pragma omp parallel for schedule(static) if (t->numel_shard > 65536)
     for (int64_t i = 0; i < t->numel_shard; i++) g[i] += r[i];
     e->stats.reduces++;
-    e->stats.wait_s += now() - t0;
+    e->stats.wait_s += sharc_clock_now() - t0;
 }
 
 void sharc_fsdp_backward_done(sharc_fsdp *e, int u) {
@@ -682,7 +676,7 @@ sharc_status sharc_fsdp_finish_grads(sharc_fsdp *e) {
         }
     }
     if (e->R > 1) {
-        double t0 = now();
+        double t0 = sharc_clock_now();
         for (int u = 0; u < e->nunits; u++) {
             unit_t *t = &e->units[u];
             sharc_status st;
@@ -699,7 +693,7 @@ sharc_status sharc_fsdp_finish_grads(sharc_fsdp *e) {
             }
             if (st != SHARC_OK) return st;
         }
-        e->stats.wait_s += now() - t0;
+        e->stats.wait_s += sharc_clock_now() - t0;
     }
     e->reduce_now = true;
     return SHARC_OK;

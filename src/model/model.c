@@ -475,7 +475,7 @@ double sharc_model_forward_backward(sharc_model *m, sharc_fsdp *e, const int32_t
                                     const int32_t *targets, float loss_scale) {
     const int B = m->B, T = m->T, L = m->L, H = L + 1;
     const int64_t N = (int64_t)B * T;
-    double t0 = sharc_prof_now();
+    double t0 = sharc_clock_now();
     forward_body(m, e, inputs, B, T, true);
 
     /* head: final norm, fused LM head + loss + backward */
@@ -484,7 +484,7 @@ double sharc_model_forward_backward(sharc_model *m, sharc_fsdp *e, const int32_t
     float *hg = sharc_fsdp_grad(e, H);
     const float *nw = hp + hs->params[0].offset, *nb = m->cfg.family == SHARC_FAMILY_GPT2 ? hp + hs->params[1].offset : NULL;
     norm_fwd(m, m->lnf, m->lnf_mean, m->lnf_rstd, xl(m, L), nw, nb, N);
-    double t1 = sharc_prof_now();
+    double t1 = sharc_clock_now();
     m->timing.forward_s += t1 - t0;
     const float *wh = head_weight(m, e, hp);
     float *gh = m->cfg.tie_embeddings ? sharc_fsdp_grad(e, 0) + m->units[0].params[0].offset
@@ -512,7 +512,7 @@ double sharc_model_forward_backward(sharc_model *m, sharc_fsdp *e, const int32_t
     float *gwpe = m->cfg.family == SHARC_FAMILY_GPT2 ? eg + m->units[0].params[1].offset : NULL;
     SHARC_PROF("bwd.embedding", sharc_embedding_backward(eg + m->units[0].params[0].offset, gwpe, m->dres, inputs, B, T, m->C));
     sharc_fsdp_backward_done(e, 0);
-    m->timing.backward_s += sharc_prof_now() - t1;
+    m->timing.backward_s += sharc_clock_now() - t1;
     return loss;
 }
 
@@ -520,7 +520,7 @@ double sharc_model_forward_loss(sharc_model *m, sharc_fsdp *e, const int32_t *in
                                 const int32_t *targets) {
     const int B = m->B, T = m->T, L = m->L, H = L + 1;
     const int64_t N = (int64_t)B * T;
-    double t0 = sharc_prof_now();
+    double t0 = sharc_clock_now();
     forward_body(m, e, inputs, B, T, false);
     const sharc_unit_spec *hs = &m->units[H];
     const float *hp = sharc_fsdp_gather(e, H);
@@ -530,7 +530,7 @@ double sharc_model_forward_loss(sharc_model *m, sharc_fsdp *e, const int32_t *in
                                     m->C, m->V, m->head_ws, m->head_chunk);
     sharc_fsdp_release(e, H);
     sharc_fsdp_release(e, 0); /* a root unit stays gathered until released */
-    m->timing.forward_s += sharc_prof_now() - t0;
+    m->timing.forward_s += sharc_clock_now() - t0;
     return loss;
 }
 

@@ -6,24 +6,18 @@
 #include "sharc/mesh.h"
 #include "sharc/ckpt.h"
 #include "sharc/weights.h"
+#include "sharc/clock.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
-
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
 
 sharc_status sharc_eval_dataset(sharc_model *m, sharc_fsdp *e, sharc_comm *world, const sharc_dataset *d,
                                 int B, int T, int64_t max_batches, sharc_eval_result *out) {
     memset(out, 0, sizeof *out);
     const int R = sharc_comm_size(world), rank = sharc_comm_rank(world);
-    const double t0 = now_s();
+    const double t0 = sharc_clock_now();
     const int64_t ntok = sharc_dataset_num_tokens(d);
     const int64_t W = ntok > T ? (ntok - 1) / T : 0;
     int64_t nb = (W + B - 1) / B;
@@ -69,7 +63,7 @@ sharc_status sharc_eval_dataset(sharc_model *m, sharc_fsdp *e, sharc_comm *world
     out->batches = nb;
     out->loss = out->targets > 0 ? out->loss_sum / (double)out->targets : NAN;
     out->perplexity = exp(out->loss);
-    out->seconds = now_s() - t0;
+    out->seconds = sharc_clock_now() - t0;
     return SHARC_OK;
 }
 
