@@ -39,6 +39,7 @@
 #include "sharc/mesh.h"
 #include "sharc/optim.h"
 #include "sharc/train.h"
+#include "sharc/clock.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -48,7 +49,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -57,12 +57,6 @@
 #define PATHLEN (SHARC_CKPT_PATH_MAX + 128)
 
 /* ------------------------------------------------------------ helpers */
-
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
 
 /* Test hook: SHARC_CKPT_KILL_AT=<stage> (and optionally SHARC_CKPT_KILL_STEP=<step>)
  * ends the process at that point of a save, as a crash would. */
@@ -907,10 +901,10 @@ static sharc_status finish(sharc_ckpt *c) {
             if (c->async)
                 sharc_info("ckpt: saved step %lld to %s (%.1f MB; training paused %.3f s to stage it, published %.3f s "
                            "after the start)", (long long)step, c->last, (double)total / 1e6, c->t_staged - c->t_start,
-                           now_s() - c->t_start);
+                           sharc_clock_now() - c->t_start);
             else
                 sharc_info("ckpt: saved step %lld to %s (%.1f MB in %.3f s)", (long long)step, c->last,
-                           (double)total / 1e6, now_s() - c->t_start);
+                           (double)total / 1e6, sharc_clock_now() - c->t_start);
         }
     }
     return st;
@@ -925,7 +919,7 @@ sharc_status sharc_ckpt_save(sharc_ckpt *c) {
     char tmp[PATHLEN];
     step_path(tmp, sizeof tmp, c->dir, step, ".tmp");
     sharc_status st = SHARC_OK;
-    c->t_start = now_s();
+    c->t_start = sharc_clock_now();
     if (sharc_comm_rank(c->world) == 0) {
         st = sharc_mkdirs(c->dir);
         if (st == SHARC_OK) st = remove_tree(tmp);
@@ -949,7 +943,7 @@ sharc_status sharc_ckpt_save(sharc_ckpt *c) {
             job_run(j);
         }
     }
-    c->t_staged = now_s();
+    c->t_staged = sharc_clock_now();
     return c->async ? SHARC_OK : finish(c);
 }
 
@@ -1052,7 +1046,7 @@ static sharc_status load_local(sharc_ckpt *c, const char *step_dir, manifest *m)
  * failure as a warning (auto resume falls back). */
 static sharc_status load_dir(sharc_ckpt *c, const char *step_dir, bool warn) {
     manifest m;
-    double t0 = now_s();
+    double t0 = sharc_clock_now();
     sharc_status st = load_local(c, step_dir, &m);
     if (st != SHARC_OK && warn) sharc_warn("%s", sharc_last_error());
     sharc_status agreed = agree(c->world, st);
@@ -1068,7 +1062,7 @@ static sharc_status load_dir(sharc_ckpt *c, const char *step_dir, bool warn) {
         int64_t G = (int64_t)cfg->train.batch_size * cfg->train.grad_accum * sharc_comm_size(c->world), v = 0;
         if (sharc_comm_rank(c->world) == 0) {
             sharc_info("ckpt: resumed from %s at step %lld (written by %lld ranks, %s; loaded in %.3f s)", step_dir,
-                       (long long)m.step, (long long)m.world_size, m.strategy, now_s() - t0);
+                       (long long)m.step, (long long)m.world_size, m.strategy, sharc_clock_now() - t0);
             if (get_i64(&m, m.train, "sequences_per_step", &v) == SHARC_OK && v != G)
                 sharc_warn("ckpt: the checkpoint ran %lld sequences per step, this run %lld: the data order differs "
                            "from an uninterrupted run", (long long)v, (long long)G);

@@ -33,13 +33,13 @@
 #include "sharc/prof.h"
 #include "sharc/telemetry.h"
 #include "sharc/weights.h"
+#include "sharc/clock.h"
 
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 struct sharc_trainer {
@@ -95,18 +95,6 @@ static int default_threads(sharc_comm *world) {
     long online = sysconf(_SC_NPROCESSORS_ONLN);
     if (local > 1 && online > 0 && cpus >= online) cpus /= local;
     return cpus > 1 ? cpus : 1;
-}
-
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
-static double cpu_now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
 /* ---------------------------------------------------------- fingerprint */
@@ -366,7 +354,7 @@ sharc_status sharc_trainer_step(sharc_trainer *t, sharc_step_stats *s) {
     const int A = tc->grad_accum, B = tc->batch_size, T = tc->seq_len;
     const int64_t mb = (int64_t)B * T;
     const int rank = sharc_comm_rank(t->world), R = sharc_comm_size(t->world);
-    double t0 = now_s(), c0 = cpu_now_s();
+    double t0 = sharc_clock_now(), c0 = sharc_clock_cpu_now();
     sharc_activity_step(t->step + 1);
     if (rank == t->hang_rank && t->step + 1 == t->hang_step) {
         sharc_activity_phase("stopped by the test hook SHARC_TEST_HANG", -1, NULL);
@@ -386,7 +374,7 @@ sharc_status sharc_trainer_step(sharc_trainer *t, sharc_step_stats *s) {
     SHARC_TRY(sharc_comm_all_reduce(t->world, &valid, &valid, 1, SHARC_DT_I64, SHARC_REDUCE_OP_SUM));
     float scale = valid > 0 ? 1.0f / (float)valid : 0.0f;
     sharc_fsdp_zero_grad(t->engine);
-    double loss_sum = 0.0, t1 = now_s();
+    double loss_sum = 0.0, t1 = sharc_clock_now();
     for (int m = 0; m < A; m++) {
         sharc_fsdp_begin_microbatch(t->engine, m == A - 1);
         loss_sum += sharc_model_forward_backward(t->model, t->engine, t->inputs + m * mb, t->targets + m * mb, scale);
@@ -400,7 +388,7 @@ sharc_status sharc_trainer_step(sharc_trainer *t, sharc_step_stats *s) {
                         sharc_fsdp_shard_grads(t->engine, u)[0] = NAN;
                         break;
                     }
-    double t2 = now_s(), norm;
+    double t2 = sharc_clock_now(), norm;
     sharc_activity_phase("gradient norm", -1, NULL);
     const double local_loss_sum = loss_sum;
     SHARC_TRY(sharc_fsdp_grad_norm(t->engine, &norm, &loss_sum));
@@ -410,7 +398,7 @@ sharc_status sharc_trainer_step(sharc_trainer *t, sharc_step_stats *s) {
     sharc_activity_phase("optimizer", -1, NULL);
     if (!bad) sharc_adamw_step(t->opt, t->engine, lr, sharc_clip_coef(&t->cfg.optim, norm));
     t->step++;
-    double t3 = now_s(), dt = t3 - t0;
+    double t3 = sharc_clock_now(), dt = t3 - t0;
     memset(s, 0, sizeof *s);
     s->step = t->step;
     s->loss = valid > 0 ? loss_sum / (double)valid : 0.0;
@@ -436,7 +424,7 @@ sharc_status sharc_trainer_step(sharc_trainer *t, sharc_step_stats *s) {
     s->backward_s = mt.backward_s;
     s->local_loss = local_valid > 0 ? local_loss_sum / (double)local_valid : NAN;
     s->local_tokens = (int64_t)A * mb;
-    s->cpu_s = (cpu_now_s() - c0) / (double)sharc_threads_get();
+    s->cpu_s = (sharc_clock_cpu_now() - c0) / (double)sharc_threads_get();
     return SHARC_OK;
 }
 
@@ -557,7 +545,7 @@ sharc_status sharc_train_run(const sharc_config *cfg, sharc_comm *world) {
     /* a progress bar only on a terminal; under mpirun Open MPI gives rank 0 a
      * pseudo-terminal even when mpirun's output goes to a file, so not there */
     const bool tty = lead && isatty(fileno(stdout)) && strcmp(sharc_comm_backend(t->world), "self") == 0;
-    double tok_sum = 0.0, time_sum = 0.0, start = now_s();
+    double tok_sum = 0.0, time_sum = 0.0, start = sharc_clock_now();
     int bad_run = 0, bad_total = 0;
     for (int64_t i = t->step; i < c->train.max_steps && st == SHARC_OK; i++) {
         sharc_step_stats s;
@@ -593,7 +581,7 @@ sharc_status sharc_train_run(const sharc_config *cfg, sharc_comm *world) {
             sharc_telemetry_write_json(metrics, &s, &g);
             fflush(metrics);
             if (tty || s.step % c->train.log_every == 0 || s.step == 1 || s.step == c->train.max_steps)
-                sharc_telemetry_print_step(stdout, tty, &s, &g, c->train.max_steps, now_s() - start);
+                sharc_telemetry_print_step(stdout, tty, &s, &g, c->train.max_steps, sharc_clock_now() - start);
             fflush(stdout);
         }
         if (t->val && s.step % c->log.eval_every == 0) st = run_eval(t, metrics, s.step);
