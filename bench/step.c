@@ -197,8 +197,9 @@ int main(int argc, char **argv) {
     sharc_fsdp_config_default(&fc);
     sharc_optim_config oc;
     sharc_optim_config_default(&oc); /* betas 0.9/0.95, eps 1e-8, wd 0.1, max norm 1 */
-    if (sharc_model_init(&m, &c) != SHARC_OK || sharc_model_plan(m, B, T, ac) != SHARC_OK ||
-        sharc_fsdp_init(&e, sharc_model_units(m), sharc_model_num_units(m), &fc, NULL) != SHARC_OK ||
+    if (sharc_model_init(&m, &c, NULL) != SHARC_OK || sharc_model_plan(m, B, T, ac) != SHARC_OK ||
+        sharc_fsdp_init(&e, sharc_model_units(m), sharc_model_num_units(m), sharc_model_schedule(m), &fc, NULL,
+                        sharc_model_device(m)) != SHARC_OK ||
         sharc_adamw_init(&opt, e, &oc) != SHARC_OK) {
         fprintf(stderr, "step: %s\n", sharc_last_error());
         return 1;

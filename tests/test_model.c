@@ -31,11 +31,12 @@ static void setup(model_ctx *x, sharc_family f, int B, int T, bool ac, bool tie)
     sharc_model_config c;
     small_config(&c, f);
     c.tie_embeddings = tie;
-    ASSERT_OK(sharc_model_init(&x->m, &c));
+    ASSERT_OK(sharc_model_init(&x->m, &c, NULL));
     ASSERT_OK(sharc_model_plan(x->m, B, T, ac));
     sharc_fsdp_config fc;
     sharc_fsdp_config_default(&fc);
-    ASSERT_OK(sharc_fsdp_init(&x->e, sharc_model_units(x->m), sharc_model_num_units(x->m), &fc, NULL));
+    ASSERT_OK(sharc_fsdp_init(&x->e, sharc_model_units(x->m), sharc_model_num_units(x->m), sharc_model_schedule(x->m), &fc, NULL,
+                              sharc_model_device(x->m)));
     sharc_fsdp_init_params(x->e, 42);
     /* make norms and biases non-trivial so their gradients are exercised */
     for (int u = 0; u < sharc_fsdp_num_units(x->e); u++) {
@@ -118,7 +119,7 @@ TEST(model_activation_checkpointing_saves_memory) {
     small_config(&c, SHARC_FAMILY_GPT2);
     c.num_layers = 6;
     sharc_model *m;
-    ASSERT_OK(sharc_model_init(&m, &c));
+    ASSERT_OK(sharc_model_init(&m, &c, NULL));
     sharc_mem_stats s0, s1, s2;
     sharc_mem_get(&s0);
     ASSERT_OK(sharc_model_plan(m, 2, 16, false));
@@ -157,7 +158,7 @@ TEST(model_units_and_names) {
     sharc_model_config c;
     small_config(&c, SHARC_FAMILY_GPT2);
     sharc_model *m;
-    ASSERT_OK(sharc_model_init(&m, &c));
+    ASSERT_OK(sharc_model_init(&m, &c, NULL));
     ASSERT_EQ(sharc_model_num_units(m), 4);
     const sharc_unit_spec *u = sharc_model_units(m);
     ASSERT_TRUE(u[0].root); /* tied wte */
@@ -170,7 +171,7 @@ TEST(model_units_and_names) {
     sharc_model_free(m);
 
     small_config(&c, SHARC_FAMILY_LLAMA);
-    ASSERT_OK(sharc_model_init(&m, &c));
+    ASSERT_OK(sharc_model_init(&m, &c, NULL));
     u = sharc_model_units(m);
     ASSERT_TRUE(!u[0].root);
     ASSERT_TRUE(strcmp(u[3].params[1].name, "lm_head.weight") == 0);
@@ -180,7 +181,7 @@ TEST(model_units_and_names) {
     sharc_model_free(m);
 
     c.num_kv_heads = 2; /* does not divide 3 heads */
-    ASSERT_TRUE(sharc_model_init(&m, &c) == SHARC_ERR_INVALID);
+    ASSERT_TRUE(sharc_model_init(&m, &c, NULL) == SHARC_ERR_INVALID);
     ASSERT_TRUE(strstr(sharc_last_error(), "model.num_kv_heads") != NULL);
 }
 

@@ -24,6 +24,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "sharc/device.h"
 #include "sharc/dtype.h"
 #include "sharc/status.h"
 #include "sharc/units.h"
@@ -60,11 +61,14 @@ const char *sharc_sharding_name(sharc_sharding s);
 
 struct sharc_mesh;
 
-/* The engine for `nunits` units (copied), sharded over mesh->shard and
- * replicated over mesh->replicate; mesh NULL is one process. Collective:
+/* The engine for `nunits` units (copied), used in the order `schedule` says
+ * (copied; NULL: units in order, each read in backward, one at a time),
+ * sharded over mesh->shard and replicated over mesh->replicate (mesh NULL:
+ * one process), its memory on `dev` (NULL: the CPU device). Collective:
  * every rank of the mesh calls it. */
 sharc_status sharc_fsdp_init(sharc_fsdp **out, const sharc_unit_spec *units, int nunits,
-                             const sharc_fsdp_config *cfg, struct sharc_mesh *mesh);
+                             const sharc_unit_schedule *schedule, const sharc_fsdp_config *cfg,
+                             struct sharc_mesh *mesh, sharc_device *dev);
 void sharc_fsdp_free(sharc_fsdp *e);
 
 /* Initialise this rank's shard from (seed, parameter name, element index). */
@@ -103,6 +107,8 @@ typedef struct {
 } sharc_segment;
 
 int sharc_fsdp_num_units(const sharc_fsdp *e);
+/* The device the shards live on (the model that runs with the engine uses the same). */
+sharc_device *sharc_fsdp_device(const sharc_fsdp *e);
 const sharc_unit_spec *sharc_fsdp_unit_spec(const sharc_fsdp *e, int unit);
 int64_t sharc_fsdp_shard_numel(const sharc_fsdp *e, int unit); /* padded */
 float *sharc_fsdp_shard_params(sharc_fsdp *e, int unit);

@@ -295,9 +295,11 @@ static sharc_status inference_load(const inference_source *src, const sharc_conf
     *m = NULL;
     *e = NULL;
     const int T = c->model.family == SHARC_FAMILY_GPT2 ? c->model.max_seq_len : c->train.seq_len;
-    sharc_status st = sharc_model_init(m, &c->model);
+    sharc_status st = sharc_model_init(m, &c->model, NULL);
     if (st == SHARC_OK && plan_B > 0) st = sharc_model_plan(*m, plan_B, T, false);
-    if (st == SHARC_OK) st = sharc_fsdp_init(e, sharc_model_units(*m), sharc_model_num_units(*m), &fc, NULL);
+    if (st == SHARC_OK)
+        st = sharc_fsdp_init(e, sharc_model_units(*m), sharc_model_num_units(*m), sharc_model_schedule(*m), &fc, NULL,
+                             sharc_model_device(*m));
     if (st == SHARC_OK) st = src->ckpt ? sharc_ckpt_load_params(*e, src->path) : sharc_weights_load(*e, src->path);
     if (st != SHARC_OK) {
         sharc_fsdp_free(*e);
@@ -416,8 +418,9 @@ static sharc_status parse_opts(const char *cmd, int argc, char **argv, const cha
 static sharc_status single_engine(const sharc_model_config *mc, sharc_model **m, sharc_fsdp **e) {
     sharc_fsdp_config fc;
     sharc_fsdp_config_default(&fc);
-    SHARC_TRY(sharc_model_init(m, mc));
-    return sharc_fsdp_init(e, sharc_model_units(*m), sharc_model_num_units(*m), &fc, NULL);
+    SHARC_TRY(sharc_model_init(m, mc, NULL));
+    return sharc_fsdp_init(e, sharc_model_units(*m), sharc_model_num_units(*m), sharc_model_schedule(*m), &fc, NULL,
+                           sharc_model_device(*m));
 }
 
 static int cmd_import(int argc, char **argv) {

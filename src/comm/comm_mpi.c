@@ -10,8 +10,8 @@
  * instead, for fp32/fp64/int sums. */
 #include "comm_impl.h"
 #include "sharc/alloc.h"
+#include "sharc/kernels.h"
 #include "sharc/log.h"
-#include "../core/parallel.h"
 
 #include <mpi.h>
 #include <stdlib.h>
@@ -35,6 +35,7 @@ typedef struct {
     bool owns;          /* MPI_Comm_free at the end */
     void *scratch;      /* all-to-all receive buffer, grown on demand (SHARC_MEM_COMM) */
     size_t scratch_bytes;
+    const void **slice; /* (size) the received slices of a local sum (note [rank-order]) */
     bool native_rs;
     int node_local;     /* -1 unknown, 0 no, 1 every rank on this node */
     bool shm_on;        /* note [shm-collectives] allowed */
@@ -121,54 +122,29 @@ static void *scratch(mpi_impl *m, size_t bytes) {
 
 /* ------------------------------------------------------------ local sums */
 
-SHARC_VEC static void sum_f32(float *dst, const float *src, int size, size_t count, size_t lo, size_t hi) {
-    for (size_t i = lo; i < hi; i++) {
-        float s = src[i];
-        for (int r = 1; r < size; r++) s += src[(size_t)r * count + i];
-        dst[i] = s;
-    }
+/* Float sums over ranks, in rank order (note [rank-order]): the CPU kernel
+ * table's sum_ranks, since MPI works on host memory. */
+static bool float_sum(sharc_dtype dt, sharc_reduce_op op) {
+    return op == SHARC_REDUCE_OP_SUM && (dt == SHARC_DT_F32 || dt == SHARC_DT_BF16 || dt == SHARC_DT_F16);
 }
 
-SHARC_VEC static void sum_16(float *tmp, const uint16_t *src, int size, size_t count, size_t lo, size_t hi,
-                             bool bf16) {
-    for (size_t i = lo; i < hi; i++) {
-        /* the first term is taken as is (not 0 + x), like the shared-memory path */
-        uint16_t h0 = src[i];
-        float s = bf16 ? sharc_bf16_to_f32(h0) : sharc_f16_to_f32(h0);
-        for (int r = 1; r < size; r++) {
-            uint16_t h = src[(size_t)r * count + i];
-            s += bf16 ? sharc_bf16_to_f32(h) : sharc_f16_to_f32(h);
-        }
-        tmp[i - lo] = s;
-    }
+static void sum_ranks(void *dst, const void *const *src, int S, size_t n, sharc_dtype dt) {
+    sharc_device *cpu = sharc_device_cpu();
+    sharc_device_kernels(cpu)->sum_ranks(sharc_device_stream(cpu), dst, src, S, (int64_t)n, dt, false);
 }
 
 /* recv (count) = op over ranks of slices (size, count), in rank order. */
-static sharc_status local_reduce(void *recv, const void *slices, size_t count, sharc_dtype dt, sharc_reduce_op op,
-                                 int size) {
-    if (dt == SHARC_DT_F32 && op == SHARC_REDUCE_OP_SUM) {
-        int64_t nc = (int64_t)((count + 65535) / 65536);
-#pragma omp parallel for schedule(static) if (nc > 1)
-        for (int64_t k = 0; k < nc; k++) {
-            size_t lo = (size_t)sharc_chunk_lo(k, nc, (int64_t)count), hi = (size_t)sharc_chunk_lo(k + 1, nc, (int64_t)count);
-            sum_f32(recv, slices, size, count, lo, hi);
-        }
-        return SHARC_OK;
-    }
-    if ((dt == SHARC_DT_BF16 || dt == SHARC_DT_F16) && op == SHARC_REDUCE_OP_SUM) {
-        /* accumulate in fp32, round once to the 16-bit result */
-        float tmp[1024];
-        for (size_t lo = 0; lo < count; lo += 1024) {
-            size_t hi = lo + 1024 < count ? lo + 1024 : count;
-            sum_16(tmp, slices, size, count, lo, hi, dt == SHARC_DT_BF16);
-            sharc_from_f32((uint16_t *)recv + lo, tmp, dt, (int64_t)(hi - lo));
-        }
+static sharc_status local_reduce(mpi_impl *m, void *recv, const void *slices, size_t count, sharc_dtype dt,
+                                 sharc_reduce_op op, int size) {
+    size_t es = sharc_dtype_size(dt);
+    if (float_sum(dt, op)) {
+        for (int r = 0; r < size; r++) m->slice[r] = (const char *)slices + (size_t)r * count * es;
+        sum_ranks(recv, m->slice, size, count, dt);
         return SHARC_OK;
     }
     MPI_Datatype t = reduce_type(dt);
     if (t == MPI_DATATYPE_NULL)
         return sharc_error(SHARC_ERR_UNSUPPORTED, "comm: reduce of %s supports only sum", sharc_dtype_st_name(dt));
-    size_t es = sharc_dtype_size(dt);
     memcpy(recv, slices, count * es);
     for (int r = 1; r < size; r++)
         MPI_TRY(MPI_Reduce_local((const char *)slices + (size_t)r * count * es, recv, (int)count, t, op_of(op)),
@@ -249,7 +225,7 @@ static sharc_status mpi_reduce_scatter(sharc_comm *c, const void *send, void *re
     if (!req) {
         MPI_TRY(MPI_Alltoall(send, (int)count, move_type(dt), slices, (int)count, move_type(dt), comm_of(c)),
                 "MPI_Alltoall");
-        return local_reduce(recv, slices, count, dt, op, c->size);
+        return local_reduce(m, recv, slices, count, dt, op, c->size);
     }
     mpi_req *r = NULL;
     SHARC_TRY(new_req(req, &r));
@@ -274,7 +250,7 @@ static sharc_status all_reduce16(sharc_comm *c, const void *send, void *recv, si
     memcpy(in, send, count * 2);
     memset(in + count, 0, (S * piece - count) * 2);
     MPI_TRY(MPI_Alltoall(in, (int)piece, MPI_UINT16_T, slices, (int)piece, MPI_UINT16_T, comm_of(c)), "MPI_Alltoall");
-    SHARC_TRY(local_reduce(mine, slices, piece, dt, op, c->size));
+    SHARC_TRY(local_reduce(m, mine, slices, piece, dt, op, c->size));
     MPI_TRY(MPI_Allgather(mine, (int)piece, MPI_UINT16_T, in, (int)piece, MPI_UINT16_T, comm_of(c)), "MPI_Allgather");
     memcpy(recv, in, count * 2);
     return SHARC_OK;
@@ -317,9 +293,9 @@ static sharc_status mpi_barrier(sharc_comm *c) {
     return SHARC_OK;
 }
 
-static sharc_status finish_req(mpi_req *r) {
+static sharc_status finish_req(sharc_comm *c, mpi_req *r) {
     sharc_status st = SHARC_OK;
-    if (r->sum_pending) st = local_reduce(r->recv, r->slices, r->count, r->dt, r->op, r->size);
+    if (r->sum_pending) st = local_reduce(c->impl, r->recv, r->slices, r->count, r->dt, r->op, r->size);
     free(r);
     return st;
 }
@@ -331,7 +307,7 @@ static sharc_status mpi_wait(sharc_comm *c, void *h) {
         free(r);
         return mpi_fail(rc, "MPI_Wait");
     }
-    return finish_req(r);
+    return finish_req(c, r);
 }
 
 static sharc_status mpi_test(sharc_comm *c, void *h, bool *done) {
@@ -344,7 +320,7 @@ static sharc_status mpi_test(sharc_comm *c, void *h, bool *done) {
         return mpi_fail(rc, "MPI_Test");
     }
     *done = flag != 0;
-    return flag ? finish_req(r) : SHARC_OK;
+    return flag ? finish_req(c, r) : SHARC_OK;
 }
 
 /* ---------------------------------------------------------------- groups */
@@ -365,8 +341,14 @@ static sharc_status wrap(MPI_Comm comm, sharc_comm **out) {
     int rank, size;
     MPI_Comm_rank(comm, &rank);
     MPI_Comm_size(comm, &size);
+    m->slice = calloc((size_t)size, sizeof *m->slice);
+    if (!m->slice) {
+        free(m);
+        return sharc_error(SHARC_ERR_NOMEM, "comm: out of memory");
+    }
     *out = sharc_comm_new(&mpi_vtable, rank, size, m);
     if (!*out) {
+        free(m->slice);
         free(m);
         return sharc_error(SHARC_ERR_NOMEM, "comm: out of memory");
     }
@@ -491,68 +473,10 @@ static sharc_status shm_all_gather(sharc_comm *c, const void *send, void *recv, 
     return SHARC_OK;
 }
 
-/* dst[0..n) = sum over ranks q of the n elements at src[q] (rank order, fp32 for 16-bit). */
-SHARC_VEC static void sum_f32_ptrs(float *dst, const float *const *src, int S, size_t lo, size_t hi) {
-    for (size_t i = lo; i < hi; i++) {
-        float v = src[0][i];
-        for (int q = 1; q < S; q++) v += src[q][i];
-        dst[i] = v;
-    }
-}
-
-/* bf16 sums: widen (a shift), add in fp32 in rank order, round once. */
-SHARC_VEC static void sum_bf16_ptrs(uint16_t *dst, const uint16_t *const *src, int S, size_t lo, size_t hi) {
-    for (size_t i = lo; i < hi; i++) {
-        float acc = 0.0f;
-        for (int q = 0; q < S; q++) {
-            uint32_t u = (uint32_t)src[q][i] << 16;
-            float f;
-            memcpy(&f, &u, 4);
-            acc = q ? acc + f : f;
-        }
-        uint32_t u;
-        memcpy(&u, &acc, 4);
-        uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-        dst[i] = (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? ((u >> 16) | 0x40u) : r);
-    }
-}
-
-static void sum_pieces(void *dst, const void *const *src, int S, size_t n, sharc_dtype dt) {
-    int64_t nc = (int64_t)((n + 32767) / 32768);
-    if (dt == SHARC_DT_F32) {
-#pragma omp parallel for schedule(static) if (nc > 1)
-        for (int64_t k = 0; k < nc; k++)
-            sum_f32_ptrs(dst, (const float *const *)src, S, (size_t)sharc_chunk_lo(k, nc, (int64_t)n),
-                         (size_t)sharc_chunk_lo(k + 1, nc, (int64_t)n));
-        return;
-    }
-    if (dt == SHARC_DT_BF16) {
-#pragma omp parallel for schedule(static) if (nc > 1)
-        for (int64_t k = 0; k < nc; k++)
-            sum_bf16_ptrs(dst, (const uint16_t *const *)src, S, (size_t)sharc_chunk_lo(k, nc, (int64_t)n),
-                          (size_t)sharc_chunk_lo(k + 1, nc, (int64_t)n));
-        return;
-    }
-    /* fp16: through fp32 in blocks */
-    float tmp[1024], part[1024];
-    for (size_t lo = 0; lo < n; lo += 1024) {
-        size_t len = n - lo < 1024 ? n - lo : 1024;
-        sharc_to_f32(tmp, (const uint16_t *)src[0] + lo, dt, (int64_t)len);
-        for (int q = 1; q < S; q++) {
-            sharc_to_f32(part, (const uint16_t *)src[q] + lo, dt, (int64_t)len);
-            for (size_t i = 0; i < len; i++) tmp[i] += part[i];
-        }
-        sharc_from_f32((uint16_t *)dst + lo, tmp, dt, (int64_t)len);
-    }
-}
-
-static bool shm_reducible(sharc_dtype dt, sharc_reduce_op op) {
-    return op == SHARC_REDUCE_OP_SUM && (dt == SHARC_DT_F32 || dt == SHARC_DT_BF16 || dt == SHARC_DT_F16);
-}
 
 static sharc_status shm_reduce_scatter(sharc_comm *c, const void *send, void *recv, size_t count, sharc_dtype dt,
                                        sharc_reduce_op op) {
-    if (!shm_reducible(dt, op)) return SHARC_ERR_UNSUPPORTED;
+    if (!float_sum(dt, op)) return SHARC_ERR_UNSUPPORTED;
     sharc_comm_shared *s = stage_of(c);
     if (!s) return SHARC_ERR_UNSUPPORTED;
     mpi_impl *m = c->impl;
@@ -569,14 +493,14 @@ static sharc_status shm_reduce_scatter(sharc_comm *c, const void *send, void *re
             memcpy(mine + (size_t)q * len * es, (const char *)send + ((size_t)q * count + e0) * es, len * es);
         SHARC_TRY(mpi_shared_sync(c, s));
         for (int q = 0; q < S; q++) src[q] = half(s, q, piece) + (size_t)c->rank * len * es;
-        sum_pieces((char *)recv + e0 * es, src, S, len, dt);
+        sum_ranks((char *)recv + e0 * es, src, S, len, dt);
     }
     return SHARC_OK;
 }
 
 static sharc_status shm_all_reduce(sharc_comm *c, const void *send, void *recv, size_t count, sharc_dtype dt,
                                   sharc_reduce_op op) {
-    if (!shm_reducible(dt, op)) return SHARC_ERR_UNSUPPORTED;
+    if (!float_sum(dt, op)) return SHARC_ERR_UNSUPPORTED;
     sharc_comm_shared *s = stage_of(c);
     if (!s) return SHARC_ERR_UNSUPPORTED;
     mpi_impl *m = c->impl;
@@ -591,7 +515,7 @@ static sharc_status shm_all_reduce(sharc_comm *c, const void *send, void *recv, 
         memcpy(half(s, c->rank, piece), (const char *)send + e0 * es, len * es);
         SHARC_TRY(mpi_shared_sync(c, s));
         for (int q = 0; q < S; q++) src[q] = half(s, q, piece);
-        sum_pieces((char *)recv + e0 * es, src, S, len, dt);
+        sum_ranks((char *)recv + e0 * es, src, S, len, dt);
     }
     return SHARC_OK;
 }
@@ -610,6 +534,7 @@ static void mpi_free(sharc_comm *c) {
     if (m->stage) mpi_shared_free(m->stage);
     if (m->owns && m->comm != MPI_COMM_NULL) MPI_Comm_free(&m->comm);
     sharc_free(m->scratch);
+    free(m->slice);
     free(m);
     free(c);
 }

@@ -34,13 +34,12 @@
  * grad_accum times fewer bytes. */
 #include "sharc/activity.h"
 #include "sharc/fsdp.h"
-#include "sharc/alloc.h"
+#include "sharc/clock.h"
 #include "sharc/comm.h"
+#include "sharc/kernels.h"
 #include "sharc/log.h"
 #include "sharc/mesh.h"
 #include "sharc/rng.h"
-#include "sharc/clock.h"
-#include "../core/parallel.h"
 #include "layout.h"
 
 #include <math.h>
@@ -69,7 +68,7 @@ typedef struct {
 
 typedef struct {
     int n;
-    bool borrowed;  /* the slots are carved from a shared window, not sharc_alloc'd */
+    bool borrowed;  /* the slots are carved from a shared window, not allocated on the device */
     int64_t *numel; /* (n) capacity of each slot */
     int *reserved;  /* (n) the only unit that may use the slot, or -1 */
     float **buf;
@@ -78,8 +77,14 @@ typedef struct {
 
 struct sharc_fsdp {
     sharc_fsdp_config cfg;
+    sharc_device *dev;       /* where shards, slots and staging live */
+    sharc_stream *stream;    /* the device's default stream: the model's kernels and ours */
+    const sharc_kernels *k;
     int nunits;
     unit_t *units;
+    int *order, *pos;        /* note [unit-schedule]: units in forward order, and each unit's place in it */
+    bool *bwd_params;        /* (nunits) the unit's backward reads its parameters */
+    int max_live;
     sharc_comm *shard, *replicate, *world; /* NULL on one process */
     int S, R;                /* shard and replicate group sizes */
     int shard_rank;
@@ -101,6 +106,7 @@ struct sharc_fsdp {
     uint16_t *stage16_shard; /* (max numel_shard) 16-bit send/recv */
     uint16_t *stage16_full;  /* (max numel_padded) 16-bit full unit */
     float *stage_shard;      /* (max numel_shard) fp32 reduce-scatter result */
+    double *scalar;          /* (1) device scalar: the local sum of squares */
     sharc_fsdp_stats stats;
 };
 
@@ -128,7 +134,8 @@ const char *sharc_sharding_name(sharc_sharding s) {
 
 /* n slots with the given capacities (floats), reserved[i] >= 0 dedicates slot
  * i to one unit; carved back to back from `arena` if it is not NULL. */
-static sharc_status pool_init(pool_t *p, int n, const int64_t *numel, const int *reserved, float *arena) {
+static sharc_status pool_init(sharc_device *dev, pool_t *p, int n, const int64_t *numel, const int *reserved,
+                              float *arena) {
     p->borrowed = arena != NULL;
     p->n = n;
     p->numel = calloc((size_t)(n > 0 ? n : 1), sizeof(int64_t));
@@ -140,7 +147,7 @@ static sharc_status pool_init(pool_t *p, int n, const int64_t *numel, const int 
         p->owner[i] = -1;
         p->numel[i] = numel[i];
         p->reserved[i] = reserved[i];
-        p->buf[i] = arena ? arena : sharc_alloc((size_t)numel[i] * sizeof(float), SHARC_MEM_GATHERED);
+        p->buf[i] = arena ? arena : sharc_device_alloc(dev, (size_t)numel[i] * sizeof(float), SHARC_MEM_GATHERED);
         if (arena) arena += numel[i];
         if (!p->buf[i])
             return sharc_error(SHARC_ERR_NOMEM, "fsdp: cannot allocate a gathered buffer of %lld floats",
@@ -149,8 +156,8 @@ static sharc_status pool_init(pool_t *p, int n, const int64_t *numel, const int 
     return SHARC_OK;
 }
 
-static void pool_free(pool_t *p) {
-    for (int i = 0; i < p->n && p->buf && !p->borrowed; i++) sharc_free(p->buf[i]);
+static void pool_free(sharc_device *dev, pool_t *p) {
+    for (int i = 0; i < p->n && p->buf && !p->borrowed; i++) sharc_device_free(dev, p->buf[i]);
     free(p->buf);
     free(p->owner);
     free(p->numel);
@@ -264,8 +271,33 @@ static sharc_status share_params(sharc_fsdp *e, int64_t total) {
     return SHARC_OK;
 }
 
+/* Copy the model's schedule (or the default: units in order, every unit's
+ * backward reading its parameters, one at a time) and check it. */
+static sharc_status init_schedule(sharc_fsdp *e, const sharc_unit_schedule *sch, int nunits) {
+    e->order = calloc((size_t)nunits, sizeof(int));
+    e->pos = calloc((size_t)nunits, sizeof(int));
+    e->bwd_params = calloc((size_t)nunits, sizeof(bool));
+    if (!e->order || !e->pos || !e->bwd_params) return sharc_error(SHARC_ERR_NOMEM, "fsdp: out of memory");
+    if (sch && sch->n != nunits)
+        return sharc_error(SHARC_ERR_INVALID, "fsdp: the schedule orders %d units, the model has %d", sch->n, nunits);
+    if (sch && sch->max_live < 1)
+        return sharc_error(SHARC_ERR_INVALID, "fsdp: the schedule's max_live is %d, expected >= 1", sch->max_live);
+    for (int u = 0; u < nunits; u++) e->pos[u] = -1;
+    for (int i = 0; i < nunits; i++) {
+        int u = sch ? sch->order[i] : i;
+        if (u < 0 || u >= nunits || e->pos[u] >= 0)
+            return sharc_error(SHARC_ERR_INVALID, "fsdp: the schedule's order[%d] = %d is not a unit or a repeat", i, u);
+        e->order[i] = u;
+        e->pos[u] = i;
+        e->bwd_params[u] = sch ? sch->backward_needs_params[u] : true;
+    }
+    e->max_live = sch ? sch->max_live : 1;
+    return SHARC_OK;
+}
+
 sharc_status sharc_fsdp_init(sharc_fsdp **out, const sharc_unit_spec *units, int nunits,
-                             const sharc_fsdp_config *cfg, struct sharc_mesh *mesh) {
+                             const sharc_unit_schedule *schedule, const sharc_fsdp_config *cfg,
+                             struct sharc_mesh *mesh, sharc_device *dev) {
     *out = NULL;
     if (cfg->param_dtype != SHARC_DT_F32 && cfg->param_dtype != SHARC_DT_BF16 && cfg->param_dtype != SHARC_DT_F16)
         return sharc_error(SHARC_ERR_INVALID, "fsdp.param_dtype: %s, expected fp32, bf16 or fp16",
@@ -276,6 +308,9 @@ sharc_status sharc_fsdp_init(sharc_fsdp **out, const sharc_unit_spec *units, int
     sharc_fsdp *e = calloc(1, sizeof *e);
     if (!e) return sharc_error(SHARC_ERR_NOMEM, "fsdp: out of memory");
     e->cfg = *cfg;
+    e->dev = dev ? dev : sharc_device_cpu();
+    e->stream = sharc_device_stream(e->dev);
+    e->k = sharc_device_kernels(e->dev);
     e->nunits = nunits;
     e->S = mesh ? mesh->dp_shard : 1;
     e->R = mesh ? mesh->dp_replicate : 1;
@@ -294,8 +329,10 @@ sharc_status sharc_fsdp_init(sharc_fsdp **out, const sharc_unit_spec *units, int
         st = sharc_error(SHARC_ERR_NOMEM, "fsdp: out of memory");
         goto fail;
     }
+    if ((st = init_schedule(e, schedule, nunits)) != SHARC_OK) goto fail;
     /* collective first (every rank of the group reaches it), local allocations after */
-    if (e->S > 1 && cfg->param_dtype == SHARC_DT_F32 && e->shard && sharc_comm_shared_memory_allowed(e->shard)) {
+    if (e->S > 1 && cfg->param_dtype == SHARC_DT_F32 && e->shard && sharc_device_is_host(e->dev) &&
+        sharc_comm_shared_memory_allowed(e->shard)) {
         int64_t total = 0;
         for (int u = 0; u < nunits; u++) total += sharc_layout_numel_shard(units[u].numel, e->S) * e->S;
         if ((st = share_params(e, total)) != SHARC_OK) goto fail;
@@ -312,8 +349,8 @@ sharc_status sharc_fsdp_init(sharc_fsdp **out, const sharc_unit_spec *units, int
         t->global_off = global_off;
         global_off += t->numel_padded;
         t->param_shard = e->pglobal ? e->pglobal + t->global_off + t->shard_lo
-                                    : sharc_alloc((size_t)t->numel_shard * sizeof(float), SHARC_MEM_PARAMS);
-        t->grad_shard = sharc_alloc((size_t)t->numel_shard * sizeof(float), SHARC_MEM_GRADS);
+                                    : sharc_device_alloc(e->dev, (size_t)t->numel_shard * sizeof(float), SHARC_MEM_PARAMS);
+        t->grad_shard = sharc_device_alloc(e->dev, (size_t)t->numel_shard * sizeof(float), SHARC_MEM_GRADS);
         if (!t->param_shard || !t->grad_shard) {
             st = sharc_error(SHARC_ERR_NOMEM, "fsdp: cannot allocate unit '%s' (%lld floats)", t->spec.name,
                              (long long)t->numel_shard);
@@ -353,8 +390,9 @@ sharc_status sharc_fsdp_init(sharc_fsdp **out, const sharc_unit_spec *units, int
     if (!e->direct_params) {
         if (e->reshard_after_forward) {
             int prefetch = (cfg->forward_prefetch || cfg->backward_prefetch != SHARC_BACKWARD_PREFETCH_NONE) ? 1 : 0;
-            int live = 1 + prefetch;
+            int live = e->max_live + prefetch;
             if (cfg->limit_all_gathers > 0 && live > cfg->limit_all_gathers) live = cfg->limit_all_gathers;
+            if (live < e->max_live) live = e->max_live; /* the model needs that many at once */
             if (max_plain > 0)
                 for (int i = 0; i < live; i++) sizes[n_gather++] = max_plain;
             for (int u = 0; u < nunits; u++)
@@ -369,16 +407,21 @@ sharc_status sharc_fsdp_init(sharc_fsdp **out, const sharc_unit_spec *units, int
             }
         }
     }
-    st = pool_init(&e->gathered, n_gather, sizes, owners, NULL);
+    st = pool_init(e->dev, &e->gathered, n_gather, sizes, owners, NULL);
     int n_grad = e->direct_grads ? 0 : plan_grad_slots(units, nunits, e->S, cfg->no_sync, sizes, owners);
-    if (st == SHARC_OK) st = pool_init(&e->grads, n_grad, sizes, owners, e->gglobal_mine);
+    if (st == SHARC_OK) st = pool_init(e->dev, &e->grads, n_grad, sizes, owners, e->gglobal_mine);
     free(sizes);
     free(owners);
     if (st != SHARC_OK) goto fail;
+    e->scalar = sharc_device_alloc(e->dev, sizeof(double), SHARC_MEM_OTHER);
+    if (!e->scalar) {
+        st = sharc_error(SHARC_ERR_NOMEM, "fsdp: out of memory");
+        goto fail;
+    }
     if (e->S > 1 || cfg->param_dtype != SHARC_DT_F32 || cfg->reduce_dtype != SHARC_DT_F32) {
-        e->stage16_shard = sharc_alloc((size_t)max_shard * 2, SHARC_MEM_COMM);
-        e->stage16_full = sharc_alloc((size_t)max_padded * 2, SHARC_MEM_COMM);
-        e->stage_shard = sharc_alloc((size_t)max_shard * sizeof(float), SHARC_MEM_COMM);
+        e->stage16_shard = sharc_device_alloc(e->dev, (size_t)max_shard * 2, SHARC_MEM_COMM);
+        e->stage16_full = sharc_device_alloc(e->dev, (size_t)max_padded * 2, SHARC_MEM_COMM);
+        e->stage_shard = sharc_device_alloc(e->dev, (size_t)max_shard * sizeof(float), SHARC_MEM_COMM);
         if (!e->stage16_shard || !e->stage16_full || !e->stage_shard) {
             st = sharc_error(SHARC_ERR_NOMEM, "fsdp: cannot allocate communication buffers");
             goto fail;
@@ -395,11 +438,11 @@ void sharc_fsdp_free(sharc_fsdp *e) {
     if (!e) return;
     for (int u = 0; u < e->nunits && e->units; u++) {
         if (e->units[u].pending) sharc_comm_wait(e->units[u].pending);
-        if (!e->pglobal) sharc_free(e->units[u].param_shard);
-        sharc_free(e->units[u].grad_shard);
+        if (!e->pglobal) sharc_device_free(e->dev, e->units[u].param_shard);
+        sharc_device_free(e->dev, e->units[u].grad_shard);
     }
-    pool_free(&e->gathered);
-    pool_free(&e->grads);
+    pool_free(e->dev, &e->gathered);
+    pool_free(e->dev, &e->grads);
     if (e->gshm) { /* collective, like every engine teardown */
         sharc_comm_shared_free(e->gshm);
         sharc_mem_account(SHARC_MEM_GATHERED, -e->gshared_bytes);
@@ -408,20 +451,15 @@ void sharc_fsdp_free(sharc_fsdp *e) {
         sharc_comm_shared_free(e->pshm);
         sharc_mem_account(SHARC_MEM_PARAMS, -e->pshared_bytes);
     }
-    sharc_free(e->stage16_shard);
-    sharc_free(e->stage16_full);
-    sharc_free(e->stage_shard);
+    sharc_device_free(e->dev, e->stage16_shard);
+    sharc_device_free(e->dev, e->stage16_full);
+    sharc_device_free(e->dev, e->stage_shard);
+    sharc_device_free(e->dev, e->scalar);
     free(e->units);
+    free(e->order);
+    free(e->pos);
+    free(e->bwd_params);
     free(e);
-}
-
-static float init_value(const sharc_param_spec *p, uint64_t seed, uint64_t stream, int64_t i) {
-    switch (p->init) {
-    case SHARC_INIT_ZEROS: return 0.0f;
-    case SHARC_INIT_ONES: return 1.0f;
-    case SHARC_INIT_NORMAL: return p->std * sharc_rng_normal(seed, stream, (uint64_t)i);
-    }
-    return 0.0f;
 }
 
 void sharc_fsdp_init_params(sharc_fsdp *e, uint64_t seed) {
@@ -430,10 +468,12 @@ void sharc_fsdp_init_params(sharc_fsdp *e, uint64_t seed) {
         for (int s = 0; s < t->nseg; s++) {
             const sharc_segment *g = &t->segs[s];
             const sharc_param_spec *p = &t->spec.params[g->param];
-            uint64_t stream = sharc_rng_stream(p->name);
             float *dst = t->param_shard + g->shard_off;
-#pragma omp parallel for schedule(static) if (g->len > 65536)
-            for (int64_t i = 0; i < g->len; i++) dst[i] = init_value(p, seed, stream, g->param_off + i);
+            if (p->init == SHARC_INIT_NORMAL)
+                e->k->init_normal(e->stream, dst, g->len, p->std, seed, sharc_rng_stream(p->name),
+                                  (uint64_t)g->param_off);
+            else
+                e->k->fill(e->stream, dst, p->init == SHARC_INIT_ONES ? 1.0f : 0.0f, g->len);
         }
     }
     sharc_fsdp_params_updated(e);
@@ -462,7 +502,7 @@ static unit_t *unit_at(const sharc_fsdp *e, int u) {
 static void start_gather(sharc_fsdp *e, unit_t *t, bool blocking) {
     sharc_status st;
     if (e->S == 1) {
-        sharc_round_f32(t->gathered, t->param_shard, e->cfg.param_dtype, t->numel_shard);
+        e->k->round(e->stream, t->gathered, t->param_shard, e->cfg.param_dtype, t->numel_shard);
         return;
     }
     if (e->cfg.param_dtype == SHARC_DT_F32) {
@@ -474,10 +514,10 @@ static void start_gather(sharc_fsdp *e, unit_t *t, bool blocking) {
     }
     /* 16-bit: the shard is rounded, gathered as 16-bit, widened on completion
      * (blocking: the staging buffers are shared by all units) */
-    sharc_from_f32(e->stage16_shard, t->param_shard, e->cfg.param_dtype, t->numel_shard);
+    e->k->cast(e->stream, e->stage16_shard, e->cfg.param_dtype, t->param_shard, SHARC_DT_F32, t->numel_shard);
     st = sharc_comm_all_gather(e->shard, e->stage16_shard, e->stage16_full, (size_t)t->numel_shard, e->cfg.param_dtype);
     if (st != SHARC_OK) comm_fatal();
-    sharc_to_f32(t->gathered, e->stage16_full, e->cfg.param_dtype, t->numel_padded);
+    e->k->cast(e->stream, t->gathered, SHARC_DT_F32, e->stage16_full, e->cfg.param_dtype, t->numel_padded);
 }
 
 static void wait_pending(sharc_fsdp *e, unit_t *t) {
@@ -503,8 +543,18 @@ static void prefetch(sharc_fsdp *e, int u) {
     start_gather(e, t, false);
 }
 
-static bool in_backward_needs_params(const sharc_fsdp *e, int u) {
-    return u >= 0 && !e->units[u].spec.backward_without_params;
+/* Note [unit-schedule]: the unit after u in forward order, or -1. */
+static int next_in_forward(const sharc_fsdp *e, int u) {
+    int i = e->pos[u] + 1;
+    return i < e->nunits ? e->order[i] : -1;
+}
+
+/* The next unit that backward will gather after u (backward walks the order
+ * in reverse), skipping units whose backward reads no parameters, or -1. */
+static int next_in_backward(const sharc_fsdp *e, int u) {
+    for (int i = e->pos[u] - 1; i >= 0; i--)
+        if (e->bwd_params[e->order[i]]) return e->order[i];
+    return -1;
 }
 
 const float *sharc_fsdp_gather(sharc_fsdp *e, int u) {
@@ -546,7 +596,7 @@ void sharc_fsdp_forward_done(sharc_fsdp *e, int u) {
     unit_t *t = unit_at(e, u);
     SHARC_CHECK(t->state == UNIT_GATHERED);
     if (e->reshard_after_forward && !t->spec.root) release(e, t);
-    if (e->cfg.forward_prefetch) prefetch(e, u + 1);
+    if (e->cfg.forward_prefetch) prefetch(e, next_in_forward(e, u));
 }
 
 void sharc_fsdp_release(sharc_fsdp *e, int u) { release(e, unit_at(e, u)); }
@@ -562,18 +612,14 @@ float *sharc_fsdp_grad(sharc_fsdp *e, int u) {
             t->full_grad = t->grad_shard;
         } else {
             t->full_grad = pool_get(&e->grads, u, t->numel_padded, true);
-            memset(t->full_grad, 0, (size_t)t->numel_padded * sizeof(float));
+            if (sharc_device_memset0(e->dev, t->full_grad, (size_t)t->numel_padded * sizeof(float), e->stream) !=
+                SHARC_OK)
+                comm_fatal();
         }
     }
     /* BACKWARD_PRE: the next unit's parameters are requested now, while this
      * unit's backward runs (the first call to grad(u) opens its backward). */
-    if (e->cfg.backward_prefetch == SHARC_BACKWARD_PREFETCH_PRE) {
-        for (int v = u - 1; v >= 0; v--)
-            if (in_backward_needs_params(e, v)) {
-                prefetch(e, v);
-                break;
-            }
-    }
+    if (e->cfg.backward_prefetch == SHARC_BACKWARD_PREFETCH_PRE) prefetch(e, next_in_backward(e, u));
     return t->full_grad;
 }
 
@@ -586,18 +632,10 @@ float *sharc_fsdp_grad(sharc_fsdp *e, int u) {
 static void reduce_unit_shared(sharc_fsdp *e, unit_t *t) {
     if (sharc_comm_shared_sync(e->shard, e->gshm) != SHARC_OK) comm_fatal();
     size_t off = (size_t)((char *)t->full_grad - e->gshm->base[e->shard_rank]) + (size_t)t->shard_lo * sizeof(float);
-    const float *src[64];
+    const void *src[64];
     SHARC_CHECK(e->S <= 64);
-    for (int r = 0; r < e->S; r++) src[r] = (const float *)(e->gshm->base[r] + off);
-    float *g = t->grad_shard;
-    const int S = e->S;
-    const int64_t n = t->numel_shard;
-#pragma omp parallel for schedule(static) if (n > 65536)
-    for (int64_t i = 0; i < n; i++) {
-        float acc = src[0][i];
-        for (int r = 1; r < S; r++) acc += src[r][i];
-        g[i] += acc;
-    }
+    for (int r = 0; r < e->S; r++) src[r] = e->gshm->base[r] + off;
+    e->k->sum_ranks(e->stream, t->grad_shard, src, e->S, t->numel_shard, SHARC_DT_F32, true);
     if (sharc_comm_shared_sync(e->shard, e->gshm) != SHARC_OK) comm_fatal();
 }
 
@@ -618,16 +656,13 @@ static void reduce_unit(sharc_fsdp *e, unit_t *t) {
                                        SHARC_REDUCE_OP_SUM);
         if (st != SHARC_OK) comm_fatal();
     } else {
-        sharc_from_f32(e->stage16_full, t->full_grad, e->cfg.reduce_dtype, t->numel_padded);
+        e->k->cast(e->stream, e->stage16_full, e->cfg.reduce_dtype, t->full_grad, SHARC_DT_F32, t->numel_padded);
         st = sharc_comm_reduce_scatter(e->shard, e->stage16_full, e->stage16_shard, (size_t)t->numel_shard,
                                        e->cfg.reduce_dtype, SHARC_REDUCE_OP_SUM);
         if (st != SHARC_OK) comm_fatal();
-        sharc_to_f32(e->stage_shard, e->stage16_shard, e->cfg.reduce_dtype, t->numel_shard);
+        e->k->cast(e->stream, e->stage_shard, SHARC_DT_F32, e->stage16_shard, e->cfg.reduce_dtype, t->numel_shard);
     }
-    float *g = t->grad_shard;
-    const float *r = e->stage_shard;
-#pragma omp parallel for schedule(static) if (t->numel_shard > 65536)
-    for (int64_t i = 0; i < t->numel_shard; i++) g[i] += r[i];
+    e->k->accumulate(e->stream, t->grad_shard, e->stage_shard, t->numel_shard);
     e->stats.reduces++;
     e->stats.wait_s += sharc_clock_now() - t0;
 }
@@ -643,18 +678,14 @@ void sharc_fsdp_backward_done(sharc_fsdp *e, int u) {
         t->full_grad = NULL;
     }
     release(e, t);
-    if (e->cfg.backward_prefetch == SHARC_BACKWARD_PREFETCH_POST) {
-        for (int v = u - 1; v >= 0; v--)
-            if (in_backward_needs_params(e, v)) {
-                prefetch(e, v);
-                break;
-            }
-    }
+    if (e->cfg.backward_prefetch == SHARC_BACKWARD_PREFETCH_POST) prefetch(e, next_in_backward(e, u));
 }
 
 void sharc_fsdp_zero_grad(sharc_fsdp *e) {
     for (int u = 0; u < e->nunits; u++)
-        memset(e->units[u].grad_shard, 0, (size_t)e->units[u].numel_shard * sizeof(float));
+        if (sharc_device_memset0(e->dev, e->units[u].grad_shard, (size_t)e->units[u].numel_shard * sizeof(float),
+                                 e->stream) != SHARC_OK)
+            comm_fatal();
 }
 
 void sharc_fsdp_begin_microbatch(sharc_fsdp *e, bool last) {
@@ -686,10 +717,11 @@ sharc_status sharc_fsdp_finish_grads(sharc_fsdp *e) {
             } else {
                 /* 16-bit on the wire, summed in fp32 by the backend */
                 int64_t n = t->numel_shard;
-                sharc_from_f32(e->stage16_shard, t->grad_shard, e->cfg.reduce_dtype, n);
+                e->k->cast(e->stream, e->stage16_shard, e->cfg.reduce_dtype, t->grad_shard, SHARC_DT_F32, n);
                 st = sharc_comm_all_reduce(e->replicate, e->stage16_shard, e->stage16_shard, (size_t)n,
                                           e->cfg.reduce_dtype, SHARC_REDUCE_OP_SUM);
-                if (st == SHARC_OK) sharc_to_f32(t->grad_shard, e->stage16_shard, e->cfg.reduce_dtype, n);
+                if (st == SHARC_OK)
+                    e->k->cast(e->stream, t->grad_shard, SHARC_DT_F32, e->stage16_shard, e->cfg.reduce_dtype, n);
             }
             if (st != SHARC_OK) return st;
         }
@@ -701,31 +733,17 @@ sharc_status sharc_fsdp_finish_grads(sharc_fsdp *e) {
 
 /* ------------------------------------------------------------------ norm */
 
-/* Sum of squares of n floats: fp32 sums over blocks of 4096 (vectorised),
- * added in double. */
-SHARC_VEC static double sumsq_block(const float *g, int64_t n) {
-    float acc = 0.0f;
-#pragma omp simd reduction(+ : acc)
-    for (int64_t i = 0; i < n; i++) acc += g[i] * g[i];
-    return (double)acc;
-}
-
 double sharc_fsdp_grad_sumsq_local(const sharc_fsdp *e) {
     double total = 0.0;
+    if (sharc_device_memset0(e->dev, e->scalar, sizeof(double), e->stream) != SHARC_OK) comm_fatal();
     for (int u = 0; u < e->nunits; u++) {
         const unit_t *t = &e->units[u];
-        for (int s = 0; s < t->nseg; s++) {
-            const float *g = t->grad_shard + t->segs[s].shard_off;
-            int64_t n = t->segs[s].len, nb = (n + 4095) / 4096;
-            double acc = 0.0;
-#pragma omp parallel for reduction(+ : acc) schedule(static) if (nb > 16)
-            for (int64_t b = 0; b < nb; b++) {
-                int64_t lo = b * 4096, len = n - lo < 4096 ? n - lo : 4096;
-                acc += sumsq_block(g + lo, len);
-            }
-            total += acc;
-        }
+        for (int s = 0; s < t->nseg; s++)
+            e->k->sumsq(e->stream, e->scalar, t->grad_shard + t->segs[s].shard_off, t->segs[s].len);
     }
+    if (sharc_device_copy(e->dev, &total, e->scalar, sizeof total, SHARC_COPY_DEVICE_TO_HOST, e->stream) != SHARC_OK ||
+        sharc_device_synchronize(e->stream) != SHARC_OK)
+        comm_fatal();
     return total;
 }
 
@@ -740,6 +758,7 @@ sharc_status sharc_fsdp_grad_norm(sharc_fsdp *e, double *norm, double *extra) {
 /* ------------------------------------------------------------ accessors */
 
 int sharc_fsdp_num_units(const sharc_fsdp *e) { return e->nunits; }
+sharc_device *sharc_fsdp_device(const sharc_fsdp *e) { return e->dev; }
 const sharc_unit_spec *sharc_fsdp_unit_spec(const sharc_fsdp *e, int u) { return &unit_at(e, u)->spec; }
 int64_t sharc_fsdp_shard_numel(const sharc_fsdp *e, int u) { return unit_at(e, u)->numel_shard; }
 float *sharc_fsdp_shard_params(sharc_fsdp *e, int u) { return unit_at(e, u)->param_shard; }
@@ -771,8 +790,9 @@ sharc_status sharc_fsdp_gather_master(sharc_fsdp *e, int u, float *dst) {
     unit_t *t = unit_at(e, u);
     if (e->S == 1 || e->pglobal) {
         sync_params(e);
-        memcpy(dst, e->pglobal ? e->pglobal + t->global_off : t->param_shard, (size_t)t->numel_padded * sizeof(float));
-        return SHARC_OK;
+        SHARC_TRY(sharc_device_copy(e->dev, dst, e->pglobal ? e->pglobal + t->global_off : t->param_shard,
+                                    (size_t)t->numel_padded * sizeof(float), SHARC_COPY_DEVICE_TO_HOST, e->stream));
+        return sharc_device_synchronize(e->stream);
     }
     return sharc_comm_all_gather(e->shard, t->param_shard, dst, (size_t)t->numel_shard, SHARC_DT_F32);
 }
@@ -806,10 +826,11 @@ sharc_status sharc_fsdp_param_write_local(sharc_fsdp *e, const char *name, const
                            (long long)t->spec.params[p].numel, (long long)numel);
     for (int s = 0; s < t->nseg; s++)
         if (t->segs[s].param == p)
-            memcpy(t->param_shard + t->segs[s].shard_off, src + t->segs[s].param_off,
-                   (size_t)t->segs[s].len * sizeof(float));
+            SHARC_TRY(sharc_device_copy(e->dev, t->param_shard + t->segs[s].shard_off, src + t->segs[s].param_off,
+                                        (size_t)t->segs[s].len * sizeof(float), SHARC_COPY_HOST_TO_DEVICE,
+                                        e->stream));
     e->params_dirty = true;
-    return SHARC_OK;
+    return sharc_device_synchronize(e->stream);
 }
 
 sharc_status sharc_fsdp_param_read_local(const sharc_fsdp *e, const char *name, float *dst, int64_t numel) {
@@ -821,7 +842,8 @@ sharc_status sharc_fsdp_param_read_local(const sharc_fsdp *e, const char *name, 
                            (long long)t->spec.params[p].numel, (long long)numel);
     for (int s = 0; s < t->nseg; s++)
         if (t->segs[s].param == p)
-            memcpy(dst + t->segs[s].param_off, t->param_shard + t->segs[s].shard_off,
-                   (size_t)t->segs[s].len * sizeof(float));
-    return SHARC_OK;
+            SHARC_TRY(sharc_device_copy(e->dev, dst + t->segs[s].param_off, t->param_shard + t->segs[s].shard_off,
+                                        (size_t)t->segs[s].len * sizeof(float), SHARC_COPY_DEVICE_TO_HOST,
+                                        e->stream));
+    return sharc_device_synchronize(e->stream);
 }

@@ -92,7 +92,7 @@ sharc_status sharc_eval_checkpoint(const sharc_eval_options *o, sharc_comm *worl
     if (st == SHARC_OK && c.model.family == SHARC_FAMILY_GPT2 && T > c.model.max_seq_len)
         st = sharc_error(SHARC_ERR_INVALID, "eval: --seq_len %d exceeds the model's max_seq_len %d", T, c.model.max_seq_len);
     if (st == SHARC_OK) st = sharc_blas_init(o->threads);
-    if (st == SHARC_OK) st = sharc_model_init(&m, &c.model);
+    if (st == SHARC_OK) st = sharc_model_init(&m, &c.model, NULL);
     if (st == SHARC_OK) st = sharc_model_plan(m, B, T, false);
     if (st == SHARC_OK) st = sharc_dataset_open(&d, o->data_path, o->format, c.model.vocab_size);
     if (st == SHARC_OK && sharc_dataset_num_tokens(d) <= T)
@@ -105,7 +105,8 @@ sharc_status sharc_eval_checkpoint(const sharc_eval_options *o, sharc_comm *worl
     sharc_fsdp_config fc;
     sharc_fsdp_config_default(&fc);
     fc.strategy = SHARC_SHARDING_FULL_SHARD;
-    st = sharc_fsdp_init(&e, sharc_model_units(m), sharc_model_num_units(m), &fc, &mesh);
+    st = sharc_fsdp_init(&e, sharc_model_units(m), sharc_model_num_units(m), sharc_model_schedule(m), &fc, &mesh,
+                         sharc_model_device(m));
     if ((st = agree(world, st)) != SHARC_OK) goto done;
     st = is_ckpt ? sharc_ckpt_load_params(e, path) : sharc_weights_load(e, path);
     if ((st = agree(world, st)) != SHARC_OK) goto done;

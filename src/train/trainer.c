@@ -225,7 +225,7 @@ sharc_status sharc_trainer_init(sharc_trainer **out, const sharc_config *cfg, sh
     int dp_shard = 1;
     st = sharc_mesh_shard_size(&t->cfg.fsdp.engine, R, &dp_shard);
     if (st == SHARC_OK) st = sharc_blas_init(threads);
-    if (st == SHARC_OK) st = sharc_model_init(&t->model, &t->cfg.model);
+    if (st == SHARC_OK) st = sharc_model_init(&t->model, &t->cfg.model, NULL);
     if (st == SHARC_OK) {
         t->cfg.model = *sharc_model_get_config(t->model); /* with derived defaults */
         st = sharc_model_plan(t->model, tc->batch_size, tc->seq_len, t->cfg.fsdp.activation_checkpointing);
@@ -270,7 +270,8 @@ sharc_status sharc_trainer_init(sharc_trainer **out, const sharc_config *cfg, sh
     if ((st = sharc_mesh_init(&t->mesh, t->world, dp_shard)) != SHARC_OK) goto fail;
     t->mesh_ok = true;
     st = sharc_fsdp_init(&t->engine, sharc_model_units(t->model), sharc_model_num_units(t->model),
-                         &t->cfg.fsdp.engine, &t->mesh);
+                         sharc_model_schedule(t->model), &t->cfg.fsdp.engine, &t->mesh,
+                         sharc_model_device(t->model));
     if ((st = agree(t->world, st)) != SHARC_OK) goto fail;
     sharc_fsdp_init_params(t->engine, tc->seed);
     /* model.init_from: a sharc weights file, or a Hugging Face directory
