@@ -508,7 +508,7 @@ static void start_gather(sharc_fsdp *e, unit_t *t, bool blocking) {
     if (e->cfg.param_dtype == SHARC_DT_F32) {
         if (blocking) st = sharc_comm_all_gather(e->shard, t->param_shard, t->gathered, (size_t)t->numel_shard, SHARC_DT_F32);
         else st = sharc_comm_iall_gather(e->shard, t->param_shard, t->gathered, (size_t)t->numel_shard, SHARC_DT_F32,
-                                        &t->pending);
+                                         e->stream, &t->pending);
         if (st != SHARC_OK) comm_fatal();
         return;
     }
@@ -523,7 +523,7 @@ static void start_gather(sharc_fsdp *e, unit_t *t, bool blocking) {
 static void wait_pending(sharc_fsdp *e, unit_t *t) {
     if (!t->pending) return;
     double t0 = sharc_clock_now();
-    if (sharc_comm_wait(t->pending) != SHARC_OK) comm_fatal();
+    if (sharc_comm_wait_on(t->pending, e->stream) != SHARC_OK) comm_fatal();
     t->pending = NULL;
     e->stats.wait_s += sharc_clock_now() - t0;
 }
@@ -630,13 +630,9 @@ float *sharc_fsdp_grad(sharc_fsdp *e, int u) {
  * sync before (every slot complete), one after (nobody reuses a slot a peer
  * still reads). */
 static void reduce_unit_shared(sharc_fsdp *e, unit_t *t) {
-    if (sharc_comm_shared_sync(e->shard, e->gshm) != SHARC_OK) comm_fatal();
-    size_t off = (size_t)((char *)t->full_grad - e->gshm->base[e->shard_rank]) + (size_t)t->shard_lo * sizeof(float);
-    const void *src[64];
-    SHARC_CHECK(e->S <= 64);
-    for (int r = 0; r < e->S; r++) src[r] = e->gshm->base[r] + off;
-    e->k->sum_ranks(e->stream, t->grad_shard, src, e->S, t->numel_shard, SHARC_DT_F32, true);
-    if (sharc_comm_shared_sync(e->shard, e->gshm) != SHARC_OK) comm_fatal();
+    size_t off = (size_t)((char *)t->full_grad - e->gshm->base[e->shard_rank]);
+    if (sharc_comm_shared_reduce_scatter(e->gshm, off, t->grad_shard, (size_t)t->numel_shard, true) != SHARC_OK)
+        comm_fatal();
 }
 
 /* grad_shard += reduce-scatter(full_grad) over the shard group. */
@@ -645,8 +641,6 @@ static void reduce_unit(sharc_fsdp *e, unit_t *t) {
     sharc_status st;
     if (e->gshm) {
         reduce_unit_shared(e, t);
-        sharc_comm_stats_add(e->shard, SHARC_COLL_REDUCE_SCATTER, t->numel_padded * (int64_t)sizeof(float),
-                             sharc_clock_now() - t0);
         e->stats.reduces++;
         e->stats.wait_s += sharc_clock_now() - t0;
         return;

@@ -109,19 +109,35 @@ static void test_comm(void) {
     double b = r == R - 1 ? 3.25 : -1.0;
     ASSERT_OK(sharc_comm_broadcast(world, &b, 1, SHARC_DT_F64, R - 1));
     ASSERT_TRUE(b == 3.25);
-    /* non-blocking, completed by wait and by test */
+    /* non-blocking, ordered after a stream and before it (wait_on), completed by wait and by test */
     sharc_comm_request *req;
+    sharc_stream *stream = sharc_device_stream(sharc_device_cpu());
     for (size_t i = 0; i < n; i++) send[i] = val(r, i);
-    ASSERT_OK(sharc_comm_iall_gather(world, send, recv, n, SHARC_DT_F32, &req));
-    ASSERT_OK(sharc_comm_wait(req));
+    ASSERT_OK(sharc_comm_iall_gather(world, send, recv, n, SHARC_DT_F32, stream, &req));
+    ASSERT_OK(sharc_comm_wait_on(req, stream));
     for (int q = 0; q < R; q++) ASSERT_TRUE(recv[(size_t)q * n + 5] == val(q, 5));
+    ASSERT_OK(sharc_comm_iall_gather(world, send, recv, n, SHARC_DT_F32, NULL, &req));
+    ASSERT_OK(sharc_comm_wait(req));
+    for (int q = 0; q < R; q++) ASSERT_TRUE(recv[(size_t)q * n + 9] == val(q, 9));
     for (size_t j = 0; j < n * R; j++) send[j] = val(r, j);
-    ASSERT_OK(sharc_comm_ireduce_scatter(world, send, recv, n, SHARC_DT_F32, SHARC_REDUCE_OP_SUM, &req));
+    ASSERT_OK(sharc_comm_ireduce_scatter(world, send, recv, n, SHARC_DT_F32, SHARC_REDUCE_OP_SUM, NULL, &req));
     bool done = false;
     while (!done) ASSERT_OK(sharc_comm_test(req, &done));
     double want = 0;
     for (int q = 0; q < R; q++) want += val(q, (size_t)r * n + 7);
     ASSERT_NEAR(recv[7], want, 1e-6, 1e-6);
+    /* all-to-all: rank r's slice q (n elements) arrives at rank q as slice r, fp32 and 16-bit */
+    for (int q = 0; q < R; q++)
+        for (size_t i = 0; i < n; i++) send[(size_t)q * n + i] = val(r, 1000 * (size_t)q + i);
+    ASSERT_OK(sharc_comm_all_to_all(world, send, recv, n, SHARC_DT_F32));
+    for (int q = 0; q < R; q++)
+        for (size_t i = 0; i < n; i++) ASSERT_TRUE(recv[(size_t)q * n + i] == val(q, 1000 * (size_t)r + i));
+    for (int q = 0; q < R; q++)
+        for (size_t i = 0; i < n; i++) s16[(size_t)q * n + i] = (uint16_t)(r * 4096 + q * 256 + (int)(i % 256));
+    ASSERT_OK(sharc_comm_all_to_all(world, s16, r16, n, SHARC_DT_BF16));
+    for (int q = 0; q < R; q++)
+        for (size_t i = 0; i < n; i++) ASSERT_EQ(r16[(size_t)q * n + i], q * 4096 + r * 256 + (int)(i % 256));
+    ASSERT_TRUE(sharc_comm_all_to_all(world, send, send, n, SHARC_DT_F32) == SHARC_ERR_INVALID);
     /* sub-groups: evens and odds */
     sharc_comm *half;
     ASSERT_OK(sharc_comm_split(world, r % 2, r, &half));
@@ -131,23 +147,43 @@ static void test_comm(void) {
     ASSERT_OK(sharc_comm_all_reduce(half, &one, &cnt, 1, SHARC_DT_I32, SHARC_REDUCE_OP_SUM));
     ASSERT_EQ(cnt, sharc_comm_size(half));
     sharc_comm_free(half);
+    /* statistics: bytes are counted per call */
+    sharc_comm_stats s;
+    sharc_comm_stats_get(world, &s);
+    ASSERT_EQ(s.calls[SHARC_COLL_ALL_GATHER], 3);
+    ASSERT_EQ(s.bytes[SHARC_COLL_ALL_GATHER], 3 * (int64_t)n * 4);
+    ASSERT_EQ(s.calls[SHARC_COLL_ALL_TO_ALL], 2);
+    ASSERT_EQ(s.bytes[SHARC_COLL_ALL_TO_ALL], (int64_t)n * R * (4 + 2));
     /* shared memory: each rank writes its segment, every rank reads all */
     sharc_comm_shared *sh;
-    sharc_status st = sharc_comm_shared_alloc(world, 4096, &sh);
+    sharc_status st = sharc_comm_shared_alloc(world, 4096 + sizeof(float) * n * R, &sh);
     if (st == SHARC_OK) {
         memset(sh->base[r], r + 1, 4096);
         ASSERT_OK(sharc_comm_shared_sync(world, sh));
         for (int q = 0; q < R; q++) ASSERT_EQ((unsigned char)sh->base[q][4095], q + 1);
         ASSERT_OK(sharc_comm_shared_sync(world, sh));
+        /* a reduce-scatter of buffers already in the window: as reduce-scatter, bit for bit,
+         * added to what recv holds, and counted as one */
+        float *in_window = (float *)(sh->base[r] + 4096);
+        float *got = malloc(sizeof(float) * n), *ref = malloc(sizeof(float) * n);
+        for (size_t j = 0; j < n * R; j++) in_window[j] = sharc_rng_normal(3, (uint64_t)r, j);
+        ASSERT_OK(sharc_comm_reduce_scatter(world, in_window, ref, n, SHARC_DT_F32, SHARC_REDUCE_OP_SUM));
+        for (size_t i = 0; i < n; i++) got[i] = 1.0f;
+        sharc_comm_stats_get(world, &s);
+        int64_t rs_calls = s.calls[SHARC_COLL_REDUCE_SCATTER];
+        ASSERT_OK(sharc_comm_shared_reduce_scatter(sh, 4096, got, n, true));
+        sharc_comm_stats_get(world, &s);
+        ASSERT_EQ(s.calls[SHARC_COLL_REDUCE_SCATTER], rs_calls + 1);
+        for (size_t i = 0; i < n; i++) ASSERT_TRUE(got[i] == 1.0f + ref[i]);
+        ASSERT_OK(sharc_comm_shared_reduce_scatter(sh, 4096, got, n, false));
+        ASSERT_TRUE(memcmp(got, ref, sizeof(float) * n) == 0);
+        ASSERT_TRUE(sharc_comm_shared_reduce_scatter(sh, 4096 + 4, got, n, false) == SHARC_ERR_INVALID);
+        free(got);
+        free(ref);
         sharc_comm_shared_free(sh);
     } else {
         ASSERT_TRUE(st == SHARC_ERR_UNSUPPORTED);
     }
-    /* statistics: bytes are counted per call */
-    sharc_comm_stats s;
-    sharc_comm_stats_get(world, &s);
-    ASSERT_EQ(s.calls[SHARC_COLL_ALL_GATHER], 2);
-    ASSERT_EQ(s.bytes[SHARC_COLL_ALL_GATHER], 2 * (int64_t)n * 4);
     /* out-of-place rule */
     ASSERT_TRUE(sharc_comm_all_gather(world, recv, recv, n, SHARC_DT_F32) == SHARC_ERR_INVALID);
     free(send);
