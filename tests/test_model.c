@@ -39,14 +39,16 @@ static void setup(model_ctx *x, sharc_family f, int B, int T, bool ac, bool tie)
                               sharc_model_device(x->m)));
     sharc_fsdp_init_params(x->e, 42);
     /* make norms and biases non-trivial so their gradients are exercised */
+    sharc_fsdp_shard_write_begin(x->e);
     for (int u = 0; u < sharc_fsdp_num_units(x->e); u++) {
         const sharc_unit_spec *s = sharc_fsdp_unit_spec(x->e, u);
-        float *p = sharc_fsdp_shard_params(x->e, u);
+        float *p = sharc_fsdp_shard_write(x->e, u);
         for (int i = 0; i < s->nparams; i++)
             if (s->params[i].ndim == 1)
                 for (int64_t k = 0; k < s->params[i].numel; k++)
                     p[s->params[i].offset + k] += 0.1f * sharc_rng_normal(7, (uint64_t)i, (uint64_t)k);
     }
+    sharc_fsdp_shard_write_end(x->e);
     x->in = malloc(sizeof(int32_t) * (size_t)(B * T));
     x->tgt = malloc(sizeof(int32_t) * (size_t)(B * T));
     for (int i = 0; i < B * T; i++) {
@@ -76,7 +78,11 @@ static void model_fd(sharc_family f, bool tie) {
     ASSERT_NEAR(loss, model_loss(&x), 1e-6, 0);
     for (int u = 0; u < sharc_fsdp_num_units(x.e); u++) {
         const sharc_unit_spec *s = sharc_fsdp_unit_spec(x.e, u);
-        float *p = sharc_fsdp_shard_params(x.e, u), *g = sharc_fsdp_shard_grads(x.e, u);
+        /* fd_check perturbs p between forward passes: one process, whose gather
+         * reads the shard itself and has no shared window to synchronise */
+        sharc_fsdp_shard_write_begin(x.e);
+        float *p = sharc_fsdp_shard_write(x.e, u), *g = sharc_fsdp_shard_grads(x.e, u);
+        sharc_fsdp_shard_write_end(x.e);
         for (int i = 0; i < s->nparams; i++) {
             const sharc_param_spec *ps = &s->params[i];
             fd_check(model_loss, &x, p + ps->offset, g + ps->offset, ps->numel > 300 ? 300 : ps->numel,

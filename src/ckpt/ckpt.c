@@ -1017,7 +1017,7 @@ static sharc_status read_shards(manifest *m, sharc_fsdp *e, sharc_adamw *a /* NU
         const sharc_unit_spec *s = sharc_fsdp_unit_spec(e, u);
         const sharc_segment *segs;
         int ns = sharc_fsdp_shard_segments(e, u, &segs);
-        float *dst[KINDS] = {sharc_fsdp_shard_params(e, u), a ? sharc_adamw_m(a, u) : NULL, a ? sharc_adamw_v(a, u) : NULL};
+        float *dst[KINDS] = {sharc_fsdp_shard_write(e, u), a ? sharc_adamw_m(a, u) : NULL, a ? sharc_adamw_v(a, u) : NULL};
         for (int k = 0; k < ns && st == SHARC_OK; k++) {
             const mf_tensor *t = manifest_find(m, s->params[segs[k].param].name);
             int64_t lo0 = segs[k].param_off, hi0 = lo0 + segs[k].len;
@@ -1047,12 +1047,12 @@ static sharc_status load_local(sharc_ckpt *c, const char *step_dir, manifest *m)
 static sharc_status load_dir(sharc_ckpt *c, const char *step_dir, bool warn) {
     manifest m;
     double t0 = sharc_clock_now();
+    /* on every rank, whatever happens: the shards may be written (the write bracket of sharc/fsdp.h) */
+    sharc_fsdp_shard_write_begin(sharc_trainer_engine(c->t));
     sharc_status st = load_local(c, step_dir, &m);
+    sharc_fsdp_shard_write_end(sharc_trainer_engine(c->t));
     if (st != SHARC_OK && warn) sharc_warn("%s", sharc_last_error());
     sharc_status agreed = agree(c->world, st);
-    /* on every rank, whatever happened: the shards may have been written
-     * (note [shared-params] in src/fsdp/engine.c) */
-    sharc_fsdp_params_updated(sharc_trainer_engine(c->t));
     if (agreed == SHARC_OK) {
         sharc_trainer_set_steps_done(c->t, m.step);
         sharc_adamw_set_steps(sharc_trainer_optimizer(c->t), m.adam_step);
@@ -1286,13 +1286,13 @@ sharc_status sharc_ckpt_read_config(const char *step_dir, sharc_config *cfg) {
 }
 
 sharc_status sharc_ckpt_load_params(sharc_fsdp *e, const char *step_dir) {
-    /* first, whatever happens next: the shards may be written (note
-     * [shared-params] in src/fsdp/engine.c) */
-    sharc_fsdp_params_updated(e);
+    /* whatever happens: the shards may be written (the write bracket of sharc/fsdp.h) */
+    sharc_fsdp_shard_write_begin(e);
     manifest m;
     sharc_status st = manifest_read(&m, step_dir);
     if (st == SHARC_OK) st = read_shards(&m, e, NULL);
     manifest_free(&m);
+    sharc_fsdp_shard_write_end(e);
     return st;
 }
 

@@ -96,8 +96,9 @@ void sharc_adamw_step(sharc_adamw *a, sharc_fsdp *e, float lr, float grad_scale)
     sharc_adamw_scalars sc = {.beta1 = c->beta1, .beta2 = c->beta2, .step_size = (float)((double)lr / bc1),
                               .sqrt_bc2 = (float)sqrt(bc2), .eps = c->eps, .grad_scale = grad_scale};
     float decay_mul = (float)(1.0 - (double)lr * c->weight_decay);
+    sharc_fsdp_shard_write_begin(e);
     for (int u = 0; u < a->nunits; u++) {
-        float *p = sharc_fsdp_shard_params(e, u), *g = sharc_fsdp_shard_grads(e, u);
+        float *p = sharc_fsdp_shard_write(e, u), *g = sharc_fsdp_shard_grads(e, u);
         const sharc_unit_spec *spec = sharc_fsdp_unit_spec(e, u);
         const sharc_segment *segs;
         int nseg = sharc_fsdp_shard_segments(e, u, &segs);
@@ -107,7 +108,7 @@ void sharc_adamw_step(sharc_adamw *a, sharc_fsdp *e, float lr, float grad_scale)
             k->adamw(stream, p + off, g + off, a->m[u] + off, a->v[u] + off, segs[s].len, &sc);
         }
     }
-    sharc_fsdp_params_updated(e);
+    sharc_fsdp_shard_write_end(e);
 }
 
 int64_t sharc_adamw_steps(const sharc_adamw *a) { return a->t; }

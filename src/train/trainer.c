@@ -278,9 +278,11 @@ sharc_status sharc_trainer_init(sharc_trainer **out, const sharc_config *cfg, sh
      * (config.json + safetensors, sharc/hf.h), over the initialised
      * parameters; each rank reads its shards' ranges; the outcome is agreed */
     if (t->cfg.init_from[0] && sharc_hf_is_dir(t->cfg.init_from)) {
+        /* on every rank, whatever the check says (the write bracket of sharc/fsdp.h) */
+        sharc_fsdp_shard_write_begin(t->engine);
         st = sharc_hf_check_config(t->cfg.init_from, &t->cfg.model);
-        sharc_fsdp_params_updated(t->engine); /* on every rank, whatever the check said */
         if (st == SHARC_OK) st = sharc_hf_load(t->engine, t->cfg.init_from);
+        sharc_fsdp_shard_write_end(t->engine);
     } else {
         st = t->cfg.init_from[0] ? sharc_weights_load(t->engine, t->cfg.init_from) : SHARC_OK;
     }

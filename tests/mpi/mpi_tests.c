@@ -21,6 +21,8 @@
  *   mpi_tests hf DATA DIR KEY=VALUE...  Hugging Face export at N ranks into DIR (the
  *                                       script compares it with a 1-rank export), then
  *                                       import into another engine: equal masters
+ *   mpi_tests wide                      one shard group of all ranks (run at 65): the
+ *                                       engine's shared-window reduction sums every rank
  *
  * Every rank prints "ok" on success; any failure exits non-zero. */
 #include "sharc/alloc.h"
@@ -31,6 +33,7 @@
 #include "sharc/hf.h"
 #include "sharc/log.h"
 #include "sharc/mesh.h"
+#include "sharc/model.h"
 #include "sharc/optim.h"
 #include "sharc/rng.h"
 #include "sharc/safetensors.h"
@@ -441,6 +444,16 @@ static void test_memory(int argc, char **argv) {
         TEST_FAIL_AT("gathered peak %lld above bound %lld", (long long)gathered_peak, (long long)gathered_bound);
     if (s.gathered_peak > sharc_fsdp_gathered_limit(e))
         TEST_FAIL_AT("%lld gathered units alive, limit %d", (long long)s.gathered_peak, sharc_fsdp_gathered_limit(e));
+    /* the engine allocated what its plan (src/fsdp/plan.c) says, shared windows included */
+    sharc_mem_stats m1;
+    sharc_mem_get(&m1);
+    const sharc_mem_cat engine_only[] = {SHARC_MEM_PARAMS, SHARC_MEM_GRADS, SHARC_MEM_GATHERED};
+    for (int k = 0; k < 3; k++) {
+        sharc_mem_cat cat = engine_only[k];
+        if (m1.current[cat] - m0.current[cat] != sharc_fsdp_planned_bytes(e, cat))
+            TEST_FAIL_AT("%s: %lld bytes allocated, %lld planned", sharc_mem_cat_name(cat),
+                         (long long)(m1.current[cat] - m0.current[cat]), (long long)sharc_fsdp_planned_bytes(e, cat));
+    }
     if (sharc_comm_rank(world) == 0)
         printf("model state per rank: %lld bytes at %d ranks, %lld at one (ratio %.3f); gathered peak %lld "
                "(limit %d units of %lld bytes)%s\n",
@@ -461,6 +474,17 @@ static void test_gather(int argc, char **argv) {
     sharc_trainer *t;
     ASSERT_OK(sharc_trainer_init(&t, &c, world));
     sharc_fsdp *e = sharc_trainer_engine(t);
+    /* the strategies collectives.c chooses (note [shared-params] for the shared window) */
+    int S = sharc_trainer_mesh(t)->dp_shard;
+    bool f32 = c.fsdp.engine.param_dtype == SHARC_DT_F32, shm = !(getenv("SHARC_COMM_SHM") && !strcmp(getenv("SHARC_COMM_SHM"), "0"));
+    const char *reduce, *gather = sharc_fsdp_strategy_names(e, &reduce);
+    const char *want_gather = S == 1 && f32 ? "direct" : S > 1 && f32 && shm ? "shared window"
+                            : f32 ? "fp32 all-gather" : "16-bit all-gather";
+    const char *want_reduce = S == 1 ? "direct" : S > 1 && f32 && shm ? "shared window" : "fp32 reduce-scatter";
+    if (strcmp(gather, want_gather) || strcmp(reduce, want_reduce))
+        TEST_FAIL_AT("strategies %s / %s, expected %s / %s at %d ranks per shard group", gather, reduce, want_gather,
+                     want_reduce, S);
+    ASSERT_EQ(sharc_fsdp_params_shared(e), !strcmp(want_gather, "shared window"));
     float *master = malloc((size_t)sharc_fsdp_gathered_unit_bytes(e)), *want = malloc((size_t)sharc_fsdp_gathered_unit_bytes(e));
     for (int u = 0; u < sharc_fsdp_num_units(e); u++) {
         const sharc_unit_spec *s = sharc_fsdp_unit_spec(e, u);
@@ -708,6 +732,64 @@ static void test_hf(int argc, char **argv) {
     sharc_trainer_free(b);
 }
 
+/* ---------------------------------------------------------------- wide */
+
+/* A shard group wider than 64 ranks (a 96- or 128-core node at one rank per
+ * core) through the engine's shared gradient window: every rank adds a
+ * known gradient to every unit; each rank's grad shard must hold the sum
+ * over ranks of its slice, in rank order (note [rank-order]). The same at
+ * any width; the old engine aborted above 64. */
+static void test_wide(void) {
+    int R = sharc_comm_size(world), r = sharc_comm_rank(world);
+    sharc_model_config mc;
+    sharc_model_config_default(&mc, SHARC_FAMILY_GPT2);
+    mc.num_layers = 1;
+    mc.embed_dim = 16;
+    mc.num_heads = 2;
+    mc.vocab_size = 29;
+    mc.max_seq_len = 8;
+    sharc_model *m;
+    ASSERT_OK(sharc_model_init(&m, &mc, NULL));
+    sharc_fsdp_config fc;
+    sharc_fsdp_config_default(&fc);
+    sharc_mesh mesh;
+    ASSERT_OK(sharc_mesh_init(&mesh, world, R));
+    sharc_fsdp *e;
+    ASSERT_OK(sharc_fsdp_init(&e, sharc_model_units(m), sharc_model_num_units(m), sharc_model_schedule(m), &fc, &mesh,
+                              NULL));
+    const char *reduce;
+    sharc_fsdp_strategy_names(e, &reduce);
+    if (R > 1 && strcmp(reduce, "shared window")) TEST_FAIL_AT("reduce strategy %s, expected the shared window", reduce);
+    sharc_fsdp_zero_grad(e);
+    sharc_fsdp_begin_microbatch(e, true);
+    int U = sharc_fsdp_num_units(e);
+    for (int u = 0; u < U; u++) {
+        sharc_fsdp_gather(e, u);
+        sharc_fsdp_forward_done(e, u);
+    }
+    for (int u = U - 1; u >= 0; u--) {
+        if (u > 0) sharc_fsdp_gather(e, u);
+        float *g = sharc_fsdp_grad(e, u);
+        int64_t n = sharc_fsdp_shard_numel(e, u) * R;
+        for (int64_t i = 0; i < n; i++) g[i] += (float)(r + 1) * 0.5f + (float)(i % 7);
+        sharc_fsdp_backward_done(e, u);
+    }
+    ASSERT_OK(sharc_fsdp_finish_grads(e));
+    for (int u = 0; u < U; u++) {
+        int64_t ns = sharc_fsdp_shard_numel(e, u);
+        const float *g = sharc_fsdp_shard_grads(e, u);
+        for (int64_t i = 0; i < ns; i++) {
+            int64_t j = (int64_t)r * ns + i;
+            float want = 0.5f + (float)(j % 7);
+            for (int q = 1; q < R; q++) want += (float)(q + 1) * 0.5f + (float)(j % 7);
+            if (g[i] != want) TEST_FAIL_AT("unit %d element %lld: %.9g, expected %.9g", u, (long long)j, g[i], want);
+        }
+    }
+    sharc_fsdp_free(e);
+    sharc_mesh_free(&mesh);
+    sharc_model_free(m);
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
         fprintf(stderr, "usage: mpi_tests comm|parity|memory|mismatch ...\n");
@@ -727,6 +809,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(what, "ckpt_load")) test_ckpt_load(argc - 2, argv + 2);
     else if (!strcmp(what, "badstep")) test_badstep(argc - 2, argv + 2);
     else if (!strcmp(what, "hf")) test_hf(argc - 2, argv + 2);
+    else if (!strcmp(what, "wide")) test_wide();
     else {
         fprintf(stderr, "unknown test %s\n", what);
         return 2;
