@@ -14,7 +14,7 @@
  * skips the step alike (no AdamW update, AdamW's step counter not advanced;
  * the data and the learning-rate schedule move on) and counts it. After
  * train.max_bad_steps such steps in a row the run stops with a message and
- * a non-zero exit. Test hooks (tests/cli/bad_steps.sh, watchdog.sh):
+ * a non-zero exit. Test hooks (tests/cli/mpi_bad_steps.sh, mpi_watchdog.sh):
  * SHARC_TEST_NAN=RANK:STEP[,STEP...] makes that rank's gradient NaN at those
  * steps (1-based); SHARC_TEST_HANG=RANK:STEP makes that rank stop forever at
  * the start of that step (note [watchdog] in src/core/watchdog.c). */
