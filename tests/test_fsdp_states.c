@@ -1,5 +1,5 @@
 /* test_fsdp_states.c: the unit state machine (note [unit-states] in
- * src/fsdp/fsdp_impl.h) and the shard write bracket: a model driving the
+ * src/fsdp/engine.h) and the shard write bracket: a model driving the
  * engine in a wrong order is stopped at the first wrong call with a message
  * naming the call, the unit, its state and the expected ones. Each misuse
  * runs in a child process (the engine aborts); the test reads its stderr. */

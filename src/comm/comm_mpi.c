@@ -10,7 +10,7 @@
  * temporary buffers on every call (docs/ARCHITECTURE.md, "Communication").
  * SHARC_MPI_REDUCE_SCATTER=native selects the MPI call instead, for
  * fp32/fp64/int sums. */
-#include "comm_mpi.h"
+#include "mpi_impl.h"
 #include "sharc/alloc.h"
 #include "sharc/kernels.h"
 #include "sharc/log.h"
@@ -33,13 +33,6 @@ struct mpi_req {
 };
 
 static const sharc_comm_vtable mpi_vtable;
-
-sharc_status sharc_comm_mpi_fail(int rc, const char *what) {
-    char msg[MPI_MAX_ERROR_STRING];
-    int len = 0;
-    MPI_Error_string(rc, msg, &len);
-    return sharc_error(SHARC_ERR_COMM, "comm: %s failed: %.*s", what, len, msg);
-}
 
 static MPI_Comm comm_of(const sharc_comm *c) { return sharc_comm_mpi_of(c); }
 
@@ -82,11 +75,6 @@ static void *scratch(mpi_impl *m, size_t bytes) {
 }
 
 /* ------------------------------------------------------------ local sums */
-
-void sharc_comm_mpi_sum(void *dst, const void *const *src, int S, size_t n, sharc_dtype dt) {
-    sharc_device *cpu = sharc_device_cpu();
-    sharc_device_kernels(cpu)->sum_ranks(sharc_device_stream(cpu), dst, src, S, (int64_t)n, dt, false);
-}
 
 /* recv (count) = op over ranks of slices (size, count), in rank order. */
 static sharc_status local_reduce(mpi_impl *m, void *recv, const void *slices, size_t count, sharc_dtype dt,

@@ -15,7 +15,7 @@
  * Open MPI's own reduce-scatter runs at 1-3 GB/s on the project's machine,
  * this path at memory speed (docs/ARCHITECTURE.md, "Communication"). It is
  * switched off with SHARC_COMM_SHM=0 or sharc_comm_use_shared_memory. */
-#include "comm_mpi.h"
+#include "mpi_impl.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -17,7 +17,7 @@
  *
  * Element work runs through the device's kernel table on the engine's
  * stream; MPI reads host memory, which the CPU device's is. */
-#include "fsdp_impl.h"
+#include "engine.h"
 #include "sharc/clock.h"
 
 static void gather_direct(sharc_fsdp *e, sharc_fsdp_unit *t, bool blocking) { t->param_full = t->param_shard; }

@@ -4,7 +4,7 @@
  * gradients (finish_grads, the norm) and the accessors. How a unit changes
  * state is unit.c, how bytes move is collectives.c / shm.c, how memory is
  * sized is plan.c, and writes to shards go through param_io.c
- * (fsdp_impl.h lists the files).
+ * (engine.h lists the files).
  *
  * Note [engine-buffers]. Memory is planned at init (plan.c): the fp32 shards
  * (params, grads), a pool of gathered-parameter slots and a pool of
@@ -20,7 +20,7 @@
  * the accumulated shard gradients once per step, in sharc_fsdp_finish_grads,
  * which is the same sum as reducing every micro-batch and moves
  * grad_accum times fewer bytes. */
-#include "fsdp_impl.h"
+#include "engine.h"
 #include "sharc/activity.h"
 #include "sharc/clock.h"
 #include "sharc/mesh.h"

@@ -3,7 +3,7 @@
  * shards updated (note [shared-params] in shm.c), initialisation from
  * (seed, name, index), and whole parameters copied in and out of the part
  * this rank holds. */
-#include "fsdp_impl.h"
+#include "engine.h"
 #include "sharc/rng.h"
 
 void sharc_fsdp_shard_write_begin(sharc_fsdp *e) {

@@ -1,7 +1,7 @@
 /* pool.c: sharc_fsdp_pool_*, the gathered-memory slots of note
  * [gathered-bound] (plan.c): a fixed list of buffers, each lent to one unit
  * at a time, some reserved for one unit (root units, SHARD_GRAD_OP). */
-#include "fsdp_impl.h"
+#include "engine.h"
 #include "sharc/log.h"
 
 #include <stdlib.h>

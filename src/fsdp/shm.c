@@ -22,7 +22,7 @@
  * rank's slot in rank order (note [rank-order]) straight into its grad
  * shard, bit-identical to the all-to-all path, with no copy into staging.
  * Its pointer scratch has the group's size, so groups of any size qualify. */
-#include "fsdp_impl.h"
+#include "engine.h"
 #include "sharc/clock.h"
 
 bool sharc_fsdp_shm_eligible(const sharc_fsdp *e) {

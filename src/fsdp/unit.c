@@ -1,9 +1,9 @@
 /* unit.c: sharc_fsdp_unit_*, the unit state machine of note [unit-states]
- * (fsdp_impl.h): each verb moves one unit's parameters or gradient from
+ * (engine.h): each verb moves one unit's parameters or gradient from
  * one state to the next through the strategies of collectives.c; fsdp.c
  * decides when, and checks with sharc_fsdp_unit_expect that the model
  * calls the public verbs in an order that makes sense. */
-#include "fsdp_impl.h"
+#include "engine.h"
 #include "sharc/clock.h"
 
 #include <stdio.h>
@@ -42,17 +42,17 @@ void sharc_fsdp_unit_expect(const sharc_fsdp_unit *t, const char *verb, unsigned
 #define P(s) (1u << SHARC_PARAMS_##s)
 #define G(s) (1u << SHARC_GRAD_##s)
 
-bool sharc_fsdp_unit_unshard(sharc_fsdp *e, sharc_fsdp_unit *t, bool prefetch) {
-    sharc_fsdp_unit_expect(t, prefetch ? "prefetch" : "gather", P(SHARDED), G(NONE) | G(OPEN) | G(HELD));
+bool sharc_fsdp_unit_unshard(sharc_fsdp *e, sharc_fsdp_unit *t, bool ahead) {
+    sharc_fsdp_unit_expect(t, ahead ? "prefetch" : "gather", P(SHARDED), G(NONE) | G(OPEN) | G(HELD));
     if (e->writing)
         sharc_fatal(__FILE__, __LINE__,
                     "fsdp: gather(unit %d '%s') while shards are being written (sharc_fsdp_shard_write_begin "
                     "without sharc_fsdp_shard_write_end)", t->index, t->spec.name);
     if (e->gather->slot) {
-        t->param_full = sharc_fsdp_pool_get(&e->gathered, t->index, t->numel_padded, !prefetch);
+        t->param_full = sharc_fsdp_pool_get(&e->gathered, t->index, t->numel_padded, !ahead);
         if (!t->param_full) return false; /* limit_all_gathers reached: gather on demand instead */
     }
-    e->gather->start(e, t, !prefetch);
+    e->gather->start(e, t, !ahead);
     t->params = t->pending ? SHARC_PARAMS_GATHERING : SHARC_PARAMS_GATHERED;
     return true;
 }

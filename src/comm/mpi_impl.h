@@ -1,13 +1,14 @@
-/* comm_mpi.h (internal): what the two files of the MPI backend share: a
+/* mpi_impl.h (internal): what the two files of the MPI backend share: a
  * group's state, the error helper, and the shared-memory extension
  * (comm_mpi_shm.c) that comm_mpi.c's collectives use on one node. Only
  * comm_mpi.c and comm_mpi_shm.c include it, and so mpi.h. */
-#ifndef SHARC_COMM_MPI_H
-#define SHARC_COMM_MPI_H
+#ifndef SHARC_COMM_MPI_IMPL_H
+#define SHARC_COMM_MPI_IMPL_H
 
 #include <mpi.h>
 
 #include "comm_impl.h"
+#include "sharc/kernels.h"
 
 typedef struct mpi_req mpi_req;
 
@@ -26,7 +27,13 @@ typedef struct {
     uint64_t pieces;     /* pieces exchanged so far: selects the half */
 } mpi_impl;
 
-sharc_status sharc_comm_mpi_fail(int rc, const char *what);
+/* An MPI error as a status, with MPI's own words. */
+static inline sharc_status sharc_comm_mpi_fail(int rc, const char *what) {
+    char msg[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    MPI_Error_string(rc, msg, &len);
+    return sharc_error(SHARC_ERR_COMM, "comm: %s failed: %.*s", what, len, msg);
+}
 
 #define MPI_TRY(call, what)                                                      \
     do {                                                                         \
@@ -41,7 +48,10 @@ static inline MPI_Comm sharc_comm_mpi_of(const sharc_comm *c) { return ((const m
 static inline bool sharc_comm_mpi_float_sum(sharc_dtype dt, sharc_reduce_op op) {
     return op == SHARC_REDUCE_OP_SUM && (dt == SHARC_DT_F32 || dt == SHARC_DT_BF16 || dt == SHARC_DT_F16);
 }
-void sharc_comm_mpi_sum(void *dst, const void *const *src, int S, size_t n, sharc_dtype dt);
+static inline void sharc_comm_mpi_sum(void *dst, const void *const *src, int S, size_t n, sharc_dtype dt) {
+    sharc_device *cpu = sharc_device_cpu();
+    sharc_device_kernels(cpu)->sum_ranks(sharc_device_stream(cpu), dst, src, S, (int64_t)n, dt, false);
+}
 
 /* comm_mpi_shm.c: the windows, and the collectives of note
  * [shm-collectives]; each collective returns SHARC_ERR_UNSUPPORTED when the

@@ -1,4 +1,4 @@
-/* fsdp_impl.h (internal): the engine's objects as its files share them:
+/* engine.h (internal): the engine's objects as its files share them:
  * the engine, its units and their states (unit.c), the slot pools (pool.c),
  * and the strategy tables of the collectives (collectives.c, shm.c). The
  * files, FSDP2's split (docs/ARCHITECTURE.md, "The engine's files"):
@@ -9,8 +9,8 @@
  *   collectives.c  every byte of parameters and gradients that moves between ranks
  *   shm.c          the shared-window strategy (note [shared-params])
  *   param_io.c     writes to shards (the write bracket), parameters by name, initialisation */
-#ifndef SHARC_FSDP_IMPL_H
-#define SHARC_FSDP_IMPL_H
+#ifndef SHARC_FSDP_ENGINE_H
+#define SHARC_FSDP_ENGINE_H
 
 #include "sharc/comm.h"
 #include "sharc/fsdp.h"
@@ -127,8 +127,9 @@ void sharc_fsdp_pool_put(sharc_fsdp_pool *p, const float *buf);
 sharc_fsdp_unit *sharc_fsdp_unit_at(const sharc_fsdp *e, int u);
 /* Abort unless the unit's states are among the allowed (bit masks of 1 << state). */
 void sharc_fsdp_unit_expect(const sharc_fsdp_unit *t, const char *verb, unsigned params_ok, unsigned grad_ok);
-/* SHARDED -> GATHERING or GATHERED. prefetch: only if a slot is free (returns false if not). */
-bool sharc_fsdp_unit_unshard(sharc_fsdp *e, sharc_fsdp_unit *t, bool prefetch);
+/* SHARDED -> GATHERING or GATHERED. ahead (a prefetch): only if a slot is
+ * free (returns false if not), and the gather may be left in flight. */
+bool sharc_fsdp_unit_unshard(sharc_fsdp *e, sharc_fsdp_unit *t, bool ahead);
 /* GATHERING -> GATHERED: the compute stream waits for the gather. */
 void sharc_fsdp_unit_wait(sharc_fsdp *e, sharc_fsdp_unit *t);
 /* GATHERING/GATHERED -> SHARDED: the slot goes back. */
