@@ -57,7 +57,8 @@ run_case() { # build case steps -> "total sharc"
 
 printf "%-10s %-6s %16s %16s\n" build case "Ir/step total" "Ir/step sharc"
 declare -A first
-for b in "$@"; do
+for arg in "$@"; do
+  b=$(cd "$arg" && pwd)
   for c in $CASES; do
     read -r t1 h1 < <(run_case "$b" "$c" "$S1")
     read -r t2 h2 < <(run_case "$b" "$c" "$S2")
