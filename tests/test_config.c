@@ -136,7 +136,7 @@ TEST(config_validate_cross_key_errors) {
 TEST(config_missing_file_names_it) {
     sharc_config c;
     sharc_config_default(&c);
-    ASSERT_TRUE(sharc_config_load_file(&c, "/nonexistent/cfg.yaml") == SHARC_ERR_IO);
+    ASSERT_TRUE(sharc_config_load_file(&c, "/nonexistent/cfg.yaml") == SHARC_ERR_INVALID); /* bad input: exit 2 */
     ASSERT_TRUE(strstr(sharc_last_error(), "/nonexistent/cfg.yaml") != NULL);
 }
 

@@ -338,8 +338,8 @@ TEST(data_format_and_path_errors) {
     expect_error(tmp_path("x.dat"), SHARC_TOKENS_U16, 0, SHARC_ERR_INVALID, "model.vocab_size is 0");
     expect_error(tmp_path("x.dat"), (sharc_token_format)42, 100, SHARC_ERR_INVALID,
                  "unknown token format 42");
-    expect_error(tmp_path("missing.bin"), SHARC_TOKENS_AUTO, 100, SHARC_ERR_IO, "cannot open");
-    expect_error(sharc_test_tmpdir(), SHARC_TOKENS_U16, 100, SHARC_ERR_IO, "is not a regular file");
+    expect_error(tmp_path("missing.bin"), SHARC_TOKENS_AUTO, 100, SHARC_ERR_INVALID, "cannot open");
+    expect_error(sharc_test_tmpdir(), SHARC_TOKENS_U16, 100, SHARC_ERR_INVALID, "is not a regular file");
     sharc_dataset *d = (sharc_dataset *)&d;
     ASSERT_TRUE(sharc_dataset_open(&d, "", SHARC_TOKENS_AUTO, 100) == SHARC_ERR_INVALID);
     ASSERT_TRUE(strstr(sharc_last_error(), "data.path") != NULL);

@@ -50,6 +50,7 @@ typedef struct {
     int threads;      /* 0: the CPUs this process may use */
     char out_dir[SHARC_PATH_MAX];
     char metrics_path[SHARC_PATH_MAX]; /* "" = out_dir/metrics.jsonl */
+    bool overwrite_output_dir; /* a new run may replace another run's outputs in out_dir (note [run-dir]) */
     float epochs;      /* > 0: max_steps = ceil(epochs * windows / sequences per step) (trainer) */
     int timeout;       /* step watchdog: seconds without progress before every rank reports and exits (0: off) */
     int max_bad_steps; /* stop after this many non-finite steps in a row */

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 static double now(void) {
     struct timespec t;
@@ -251,6 +252,12 @@ sharc_status sharc_comm_shared_sync(sharc_comm *c, sharc_comm_shared *s) {
 /* ------------------------------------------------------------- the world */
 
 static bool mpi_world;
+/* note [job-end] (src/cli/main.c): a duplicate of the world used only by
+ * sharc_comm_world_settle, so its all-reduce can never meet a collective a
+ * stuck rank is waiting in; and whether this rank left the world's sequence
+ * of collectives */
+static sharc_comm *verdict;
+static bool world_broken;
 
 sharc_status sharc_comm_world_init(int *argc, char ***argv, sharc_comm **world) {
     *world = NULL;
@@ -262,21 +269,43 @@ sharc_status sharc_comm_world_init(int *argc, char ***argv, sharc_comm **world) 
     SHARC_TRY(sharc_comm_mpi_world_init(argc, argv, world));
     mpi_world = true;
     sharc_log_set_rank((*world)->rank, (*world)->size);
-    return SHARC_OK;
+    return sharc_comm_split(*world, 0, (*world)->rank, &verdict);
 }
 
 void sharc_comm_world_finalize(sharc_comm *world) {
+    sharc_comm_free(verdict);
+    verdict = NULL;
     sharc_comm_free(world);
     if (mpi_world) sharc_comm_mpi_finalize();
     mpi_world = false;
 }
 
-/* Note [agreement] (src/train/trainer.c). */
+bool sharc_comm_world_settle(double seconds) {
+    if (world_broken) return false;
+    if (!verdict || verdict->size == 1) return true;
+    static int32_t one = 1, sum; /* static: a request left pending must not point into a dead frame */
+    sharc_comm_request *r = NULL;
+    bool done = false;
+    sharc_status st = sharc_comm_iallreduce(verdict, &one, &sum, 1, SHARC_DT_I32, SHARC_OP_SUM, &r);
+    for (double t0 = now(); st == SHARC_OK; usleep(10000)) {
+        st = sharc_comm_test(r, &done);
+        if (done || now() - t0 > seconds) break;
+    }
+    world_broken = st != SHARC_OK || !done;
+    return !world_broken;
+}
+
+bool sharc_comm_world_broken(void) { return world_broken; }
+
+/* Note [agreement] (src/train/trainer.c). One all-reduce (min) of
+ * rank * 8 + status: the first failing rank and its status, so that bad
+ * input on one rank is bad input on all (one exit status for the job). */
 sharc_status sharc_comm_agree(sharc_comm *c, sharc_status local, sharc_status code, const char *fmt_rank) {
-    int32_t v = local != SHARC_OK ? sharc_comm_rank(c) : INT32_MAX, first = INT32_MAX;
+    int32_t v = local != SHARC_OK ? sharc_comm_rank(c) * 8 + (int32_t)local : INT32_MAX, first = INT32_MAX;
     sharc_status st = sharc_comm_allreduce(c, &v, &first, 1, SHARC_DT_I32, SHARC_OP_MIN);
     if (st != SHARC_OK) return st;
     if (first == INT32_MAX) return SHARC_OK;
     if (local != SHARC_OK) return local; /* keep this rank's own message */
-    return sharc_error(code, fmt_rank, (int)first);
+    const sharc_status theirs = (sharc_status)(first % 8);
+    return sharc_error(theirs == SHARC_ERR_INVALID || theirs == SHARC_ERR_FORMAT ? theirs : code, fmt_rank, (int)(first / 8));
 }

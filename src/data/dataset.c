@@ -9,6 +9,7 @@
  * the dataset struct and its path are (SHARC_MEM_OTHER). */
 #include "sharc/alloc.h"
 #include "sharc/data.h"
+#include "sharc/fileio.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -236,7 +237,7 @@ sharc_status sharc_dataset_open(sharc_dataset **out, const char *path, sharc_tok
 
     d->fd = open(path, O_RDONLY | O_CLOEXEC);
     if (d->fd < 0) {
-        st = sharc_error(SHARC_ERR_IO, "data: cannot open '%s': %s; check data.path", path,
+        st = sharc_error(sharc_path_status(errno), "data: cannot open '%s': %s; check data.path", path,
                          strerror(errno));
         goto fail;
     }
@@ -246,7 +247,7 @@ sharc_status sharc_dataset_open(sharc_dataset **out, const char *path, sharc_tok
         goto fail;
     }
     if (!S_ISREG(sb.st_mode)) {
-        st = sharc_error(SHARC_ERR_IO, "data: '%s' is not a regular file; data.path must name a "
+        st = sharc_error(SHARC_ERR_INVALID, "data: '%s' is not a regular file; data.path must name a "
                                        "token file", path);
         goto fail;
     }

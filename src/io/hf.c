@@ -88,7 +88,9 @@ static sharc_status read_json(const char *path, json_object **out) {
     if (!root || jerr != json_tokener_success || trailing) {
         json_object_put(root);
         return sharc_error(SHARC_ERR_FORMAT, "'%s' is not valid JSON (%s)", path,
-                           trailing ? "bytes after the value" : json_tokener_error_desc(jerr));
+                           trailing ? "bytes after the value"
+                           : jerr == json_tokener_continue ? "it ends before the JSON value does: a truncated file?"
+                                                           : json_tokener_error_desc(jerr));
     }
     if (!json_object_is_type(root, json_type_object)) {
         json_object_put(root);

@@ -105,9 +105,12 @@ sharc_status sharc_eval_checkpoint(const sharc_eval_options *o, sharc_comm *worl
         st = sharc_error(SHARC_ERR_INVALID, "eval: '%s' has %lld tokens, fewer than one window of %d + 1", o->data_path,
                          (long long)sharc_dataset_num_tokens(d), T);
     /* collective part */
+    bool agreed = true; /* a failure every rank returns (else note [job-end] in src/cli/main.c) */
     if ((st = agree(world, st)) != SHARC_OK) goto done;
+    agreed = false;
     if ((st = sharc_mesh_init(&mesh, world, R)) != SHARC_OK) goto done;
     mesh_ok = true;
+    agreed = true;
     sharc_fsdp_config fc;
     sharc_fsdp_config_default(&fc);
     fc.strategy = SHARC_FULL_SHARD;
@@ -116,7 +119,10 @@ sharc_status sharc_eval_checkpoint(const sharc_eval_options *o, sharc_comm *worl
     st = is_ckpt ? sharc_ckpt_load_params(e, path) : sharc_weights_load(e, path);
     if ((st = agree(world, st)) != SHARC_OK) goto done;
     st = sharc_eval_dataset(m, e, world, d, B, T, o->max_batches, out);
+    agreed = st == SHARC_OK;
 done:
+    /* a rank that failed alone must not free what its peers still wait on */
+    if (!agreed && !sharc_comm_world_settle(10.0)) return st;
     sharc_fsdp_free(e);
     if (mesh_ok) sharc_mesh_free(&mesh);
     sharc_dataset_free(d);
