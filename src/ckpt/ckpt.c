@@ -30,6 +30,7 @@
  * resume scans the step-N directories, because a crash between the rename
  * and `latest` leaves a newer complete checkpoint that `latest` misses. */
 #include "sharc/ckpt.h"
+#include "sharc/activity.h"
 #include "sharc/alloc.h"
 #include "sharc/comm.h"
 #include "sharc/config.h"
@@ -1085,6 +1086,7 @@ static sharc_status read_shards(manifest *m, sharc_fsdp *e, sharc_adamw *a /* NU
     sharc_status st = SHARC_OK;
     for (int u = 0; u < sharc_fsdp_num_units(e) && st == SHARC_OK; u++) {
         const sharc_unit_spec *s = sharc_fsdp_unit_spec(e, u);
+        sharc_activity_phase("loading a checkpoint", u, s->name); /* progress for the watchdog */
         const sharc_segment *segs;
         int ns = sharc_fsdp_shard_segments(e, u, &segs);
         float *dst[KINDS] = {sharc_fsdp_shard_params(e, u), a ? sharc_adamw_m(a, u) : NULL, a ? sharc_adamw_v(a, u) : NULL};

@@ -718,6 +718,7 @@ static int run_on_world(int *argc, char ***argv, sharc_status parsed, int timeou
     const int launched = log_rank_from_launcher();
     sharc_status st = sharc_watchdog_start(timeout, setting);
     sharc_activity_step(0);
+    sharc_activity_phase("start-up", -1, NULL);
     sharc_test_hang_point("init");
     sharc_activity_coll_begin("MPI_Init", launched);
     sharc_comm *world = NULL;

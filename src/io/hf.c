@@ -2,6 +2,7 @@
  * directory, with its index), sharc_hf_read_config, sharc_hf_load and
  * sharc_hf_export. JSON is read and written with json-c. */
 #include "sharc/hf.h"
+#include "sharc/activity.h"
 #include "sharc/alloc.h"
 #include "sharc/fileio.h"
 
@@ -506,6 +507,7 @@ sharc_status sharc_hf_load(sharc_fsdp *e, const char *dir) {
     /* everything checked: read this rank's segments */
     for (int u = 0; u < sharc_fsdp_num_units(e) && st == SHARC_OK; u++) {
         const sharc_unit_spec *s = sharc_fsdp_unit_spec(e, u);
+        sharc_activity_phase("importing", u, s->name); /* progress for the watchdog */
         const sharc_segment *segs;
         int nseg = sharc_fsdp_shard_segments(e, u, &segs);
         float *shard = sharc_fsdp_shard_params(e, u);
@@ -602,6 +604,37 @@ static void remove_tmp_dir(const char *dir) {
     rmdir(dir);
 }
 
+/* What an export that crashed left beside `dir`: DIR.sharc-tmp-PID (note
+ * [stale-tmp] in src/core/fileio.c), removed by the next export to DIR. */
+static void remove_stale_tmp_dirs(const char *dir) {
+    char parent[4200], p[4600];
+    snprintf(parent, sizeof parent, "%s", dir);
+    size_t n = strlen(parent);
+    while (n > 1 && parent[n - 1] == '/') parent[--n] = 0;
+    char *slash = strrchr(parent, '/');
+    const char *base = slash ? slash + 1 : parent;
+    char prefix[512];
+    snprintf(prefix, sizeof prefix, "%s.sharc-tmp-", base);
+    if (!slash) snprintf(parent, sizeof parent, ".");
+    else if (slash == parent) parent[1] = 0;
+    else *slash = 0;
+    DIR *d = opendir(parent);
+    if (!d) return;
+    struct dirent *de;
+    const size_t pl = strlen(prefix);
+    char own[32];
+    snprintf(own, sizeof own, "%ld", (long)getpid());
+    while ((de = readdir(d))) {
+        const char *digits = de->d_name + pl;
+        if (strncmp(de->d_name, prefix, pl) || !*digits || strspn(digits, "0123456789") != strlen(digits) ||
+            !strcmp(digits, own))
+            continue;
+        snprintf(p, sizeof p, "%s/%s", parent, de->d_name);
+        remove_tmp_dir(p);
+    }
+    closedir(d);
+}
+
 /* The target must not exist, or be an empty directory. */
 static sharc_status check_target(const char *dir) {
     struct stat sb;
@@ -685,6 +718,7 @@ sharc_status sharc_hf_export(sharc_fsdp *e, sharc_comm *world, const sharc_model
     uint16_t *hbuf = NULL;
     if (writer && st == SHARC_OK) st = check_target(dir);
     if (writer && st == SHARC_OK) {
+        remove_stale_tmp_dirs(dir);
         if (mkdir(tmp, 0755) != 0) st = sharc_error(SHARC_ERR_IO, "hf export: cannot create '%s': %s", tmp, strerror(errno));
         else made_tmp = true;
     }
@@ -716,6 +750,7 @@ sharc_status sharc_hf_export(sharc_fsdp *e, sharc_comm *world, const sharc_model
     int k = 0;
     for (int u = 0; u < sharc_fsdp_num_units(e) && setup_ok; u++) {
         const sharc_unit_spec *s = sharc_fsdp_unit_spec(e, u);
+        sharc_activity_phase("exporting", u, s->name); /* progress for the watchdog */
         sharc_status g = sharc_fsdp_gather_master(e, u, full);
         if (g != SHARC_OK && ok) {
             st = g;

@@ -257,6 +257,10 @@ static void reset_comm_stats(sharc_trainer *t) {
         if (groups[g]) sharc_comm_stats_reset(groups[g]);
 }
 
+/* How long the ranks of a failure that may be one rank's alone get to show
+ * they failed too (note [job-end] in src/cli/main.c). */
+#define SETTLE_S 10.0
+
 /* ------------------------------------------------------------------ init */
 
 sharc_status sharc_trainer_init(sharc_trainer **out, const sharc_config *cfg, sharc_comm *world) {
@@ -328,10 +332,12 @@ sharc_status sharc_trainer_init(sharc_trainer **out, const sharc_config *cfg, sh
         sharc_trainer_free(t);
         return agreed;
     }
+    /* from here a failure that no agreement reports may be this rank's
+     * alone: note [job-end] in src/cli/main.c */
     if ((st = check_agreement(t->world, &t->cfg, sharc_dataset_num_tokens(t->data),
                               t->val ? sharc_dataset_num_tokens(t->val) : 0)) != SHARC_OK)
-        goto fail;
-    if ((st = sharc_mesh_init(&t->mesh, t->world, dp_shard)) != SHARC_OK) goto fail;
+        goto alone;
+    if ((st = sharc_mesh_init(&t->mesh, t->world, dp_shard)) != SHARC_OK) goto alone;
     t->mesh_ok = true;
     st = sharc_fsdp_init(&t->engine, sharc_model_units(t->model), sharc_model_num_units(t->model),
                          &t->cfg.fsdp.engine, &t->mesh);
@@ -361,11 +367,13 @@ sharc_status sharc_trainer_init(sharc_trainer **out, const sharc_config *cfg, sh
                                                      : sharc_telemetry_measure_peak_flops(sharc_threads_get());
     if ((st = sharc_comm_allreduce(t->world, &t->peak_flops_world, &t->peak_flops_world, 1, SHARC_DT_F64,
                                    SHARC_OP_SUM)) != SHARC_OK)
-        goto fail;
+        goto alone;
     reset_comm_stats(t);
     (void)rank;
     *out = t;
     return SHARC_OK;
+alone: /* every rank fails the fingerprint alike; a collective may fail on one */
+    if (!sharc_comm_world_settle(SETTLE_S)) return st; /* the peers may still use what t holds */
 fail:
     sharc_trainer_free(t);
     return st;
@@ -574,10 +582,6 @@ static void print_banner(const sharc_trainer *t) {
     sharc_info("sharc: peak %.1f GFLOP/s over all ranks for mfu(%%) (%s)", t->peak_flops_world * 1e-9,
                c->log.peak_tflops > 0 ? "log.peak_tflops" : "measured FMA loop");
 }
-
-/* How long the ranks of a failure that may be one rank's alone get to show
- * they failed too (note [job-end] in src/cli/main.c). */
-#define SETTLE_S 10.0
 
 sharc_status sharc_train_run(const sharc_config *cfg, sharc_comm *world) {
     sharc_trainer *t;
