@@ -802,11 +802,36 @@ static char *manifest_build(sharc_ckpt *c, int64_t step, const int64_t *hdr, con
  * inside the unpublished directories, FILE.tmp.PID. Every save's prune and
  * every run that writes DIR (sharc_ckpt_tidy, at start) removes them;
  * step-N.old is renamed back to step-N when no step-N exists, because it is
- * the published checkpoint. */
-static sharc_status clean_leftovers(const char *dir) {
+ * the published checkpoint (a resume does that before it lists DIR: the one
+ * write a run makes before its start-up checks, and it only puts back what
+ * was published). */
+/* step-N.old with a manifest and no step-N: rename it back (the first
+ * half of note [ckpt-leftovers]; before a resume lists DIR, too). */
+static sharc_status restore_interrupted(const char *dir) {
     DIR *d = opendir(dir);
     if (!d) return SHARC_OK;
-    char p[PATHLEN + 300], q[PATHLEN + 300];
+    char p[PATHLEN + 300], q[PATHLEN + 300], m[PATHLEN + 340];
+    sharc_status st = SHARC_OK;
+    struct dirent *de;
+    while (st == SHARC_OK && (de = readdir(d)) != NULL) {
+        const char *dot = strrchr(de->d_name, '.');
+        if (strncmp(de->d_name, "step-", 5) != 0 || !dot || strcmp(dot, ".old") != 0) continue;
+        snprintf(p, sizeof p, "%s/%s", dir, de->d_name);
+        snprintf(q, sizeof q, "%s/%.*s", dir, (int)(dot - de->d_name), de->d_name);
+        snprintf(m, sizeof m, "%s/" MANIFEST_NAME, p);
+        if (exists(q) || !exists(m)) continue;
+        if (rename(p, q) != 0) st = sharc_error(SHARC_ERR_IO, "ckpt: cannot rename '%s': %s", p, strerror(errno));
+        else sharc_warn("ckpt: restored %s from %s (a save of the same step was interrupted)", q, p);
+    }
+    closedir(d);
+    return st;
+}
+
+static sharc_status clean_leftovers(const char *dir) {
+    SHARC_TRY(restore_interrupted(dir));
+    DIR *d = opendir(dir);
+    if (!d) return SHARC_OK;
+    char p[PATHLEN + 300];
     sharc_status st = SHARC_OK;
     struct dirent *de;
     while (st == SHARC_OK && (de = readdir(d)) != NULL) {
@@ -814,16 +839,6 @@ static sharc_status clean_leftovers(const char *dir) {
         if (strncmp(de->d_name, "step-", 5) != 0 || !dot) continue;
         if (strcmp(dot, ".deleting") && strcmp(dot, ".old") && strcmp(dot, ".tmp")) continue;
         snprintf(p, sizeof p, "%s/%s", dir, de->d_name);
-        if (!strcmp(dot, ".old")) {
-            char m[PATHLEN + 340];
-            snprintf(q, sizeof q, "%s/%.*s", dir, (int)(dot - de->d_name), de->d_name);
-            snprintf(m, sizeof m, "%s/" MANIFEST_NAME, p);
-            if (!exists(q) && exists(m)) {
-                if (rename(p, q) != 0) st = sharc_error(SHARC_ERR_IO, "ckpt: cannot rename '%s': %s", p, strerror(errno));
-                else sharc_warn("ckpt: restored %s from %s (a save of the same step was interrupted)", q, p);
-                continue;
-            }
-        }
         st = remove_tree(p);
     }
     closedir(d);
@@ -834,10 +849,12 @@ static sharc_status clean_leftovers(const char *dir) {
     return st;
 }
 
-/* Keep checkpoint `step` of DIR and the keep - 1 newest older ones; with
- * `newer`, checkpoints newer than `step` go too (they belong to a timeline
- * this run replaced). step < 0: every checkpoint goes. Then the leftovers. */
+/* The leftovers first; then keep checkpoint `step` of DIR and the keep - 1
+ * newest older ones; with `newer`, checkpoints newer than `step` go too
+ * (they belong to a timeline this run replaced). step < 0: every
+ * checkpoint goes. */
 static sharc_status prune_dir(const char *dir, int64_t step, int keep, bool newer) {
+    SHARC_TRY(clean_leftovers(dir)); /* first: a restored step-N counts */
     int64_t *steps;
     int n = list_steps(dir, &steps), kept = 1;
     sharc_status st = SHARC_OK;
@@ -860,7 +877,7 @@ static sharc_status prune_dir(const char *dir, int64_t step, int keep, bool newe
         if (st == SHARC_OK) st = remove_tree(q);
     }
     free(steps);
-    return st == SHARC_OK ? clean_leftovers(dir) : st;
+    return st;
 }
 
 static sharc_status prune(sharc_ckpt *c, int64_t step) { return prune_dir(c->dir, step, c->keep, true); }
@@ -1174,7 +1191,9 @@ sharc_status sharc_ckpt_resume(sharc_ckpt *c, const char *what, int64_t *loaded_
         if (loaded_step) *loaded_step = c->done_step;
         return SHARC_OK;
     }
-    /* candidates, newest first, as rank 0 sees them */
+    /* candidates, newest first, as rank 0 sees them (a checkpoint whose
+     * re-save was interrupted put back first: note [ckpt-leftovers]) */
+    if (lead && restore_interrupted(dir) != SHARC_OK) sharc_warn("%s", sharc_last_error());
     int64_t *steps = NULL;
     int64_t n = lead ? list_steps(dir, &steps) : 0;
     SHARC_TRY(sharc_comm_broadcast(c->world, &n, 1, SHARC_DT_I64, 0));
@@ -1188,7 +1207,7 @@ sharc_status sharc_ckpt_resume(sharc_ckpt *c, const char *what, int64_t *loaded_
     if (n == 0) {
         free(steps);
         if (autom) {
-            if (lead) sharc_info("ckpt: no checkpoint in %s; starting at step 0", dir);
+            if (lead) sharc_info("ckpt: no checkpoint in %s to resume from (ckpt.resume=auto)", dir);
             return SHARC_OK;
         }
         return sharc_error(SHARC_ERR_INVALID, "ckpt.resume: '%s' holds no checkpoint (no manifest.json, no step-N "

@@ -131,10 +131,10 @@ static sharc_status check_other_run(sharc_run_dir *d, sharc_ckpt *ck) {
                                       : " and ckpt.resume is none (a new run)";
     /* what to do before the list, so that a long path never cuts it off */
     return sharc_error(SHARC_ERR_INVALID,
-                       "train.out_dir '%s' holds another run%s; nothing was changed. %sto start over and delete "
+                       "train.out_dir '%s' holds another run%s; nothing was changed. %s start over and delete "
                        "it: --train.overwrite_output_dir=true; or choose another --train.out_dir. It holds: %s",
                        sharc_clip(clip, c->train.out_dir), why,
-                       n > 0 && !autom ? "To continue that run: --ckpt.resume=auto; " : "To ", what);
+                       n > 0 && !autom ? "To continue that run: --ckpt.resume=auto; to" : "To", what);
 }
 
 sharc_status sharc_run_dir_check(sharc_run_dir *d, const sharc_config *c, sharc_ckpt *ck, int64_t resumed, int rank) {
