@@ -24,6 +24,9 @@ case "$what" in
                        jq) ;;        # JSON checks of metrics lines in tests/cli scripts
 esac
 case "$what" in
+  test|dev) pkgs+=(strace) ;;        # SIGKILL injected at file-system calls: tests/cli/crash_chain.sh
+esac
+case "$what" in
   dev) pkgs+=(python3-torch) ;;
 esac
 

@@ -4,8 +4,10 @@
  * Note [run-dir]. Nothing the user had is lost:
  *  - A run continues the outputs of its directory (checkpoints in ckpt.dir,
  *    model.safetensors, the metrics file) only when it resumed from a
- *    checkpoint of that ckpt.dir (ckpt.resume=auto, or a path inside it).
- *    Otherwise such outputs belong to another run, and the run is refused
+ *    checkpoint of that ckpt.dir (ckpt.resume=auto, or a path inside it),
+ *    or with ckpt.resume=auto beside a metrics file alone (a run that
+ *    crashed before its first checkpoint: its lines are for steps this run
+ *    does again). Otherwise such outputs belong to another run, and it is refused
  *    with one line naming the directory, what it holds and the flags that
  *    continue it (--ckpt.resume=auto) or start over
  *    (--train.overwrite_output_dir=true, Hugging Face Trainer's name, which
@@ -113,7 +115,10 @@ static sharc_status check_other_run(sharc_run_dir *d, sharc_ckpt *ck) {
     struct stat sb;
     const bool weights = stat(d->weights, &sb) == 0 && S_ISREG(sb.st_mode);
     const bool metrics = stat(d->metrics, &sb) == 0 && S_ISREG(sb.st_mode) && sb.st_size > 0;
-    if (n == 0 && !weights && !metrics) return SHARC_OK;
+    const bool autom = !strcmp(c->ckpt.resume, "auto");
+    /* auto beside metrics alone: a run that crashed before its first
+     * checkpoint; its lines are for steps this run does again */
+    if (n == 0 && !weights && (!metrics || autom)) return SHARC_OK;
     char what[3 * SHARC_PATH_MAX], clip[SHARC_CLIP_BUF];
     what[0] = 0;
     if (n > 0)
@@ -125,7 +130,6 @@ static sharc_status check_other_run(sharc_run_dir *d, sharc_ckpt *ck) {
         d->start_over = true;
         return SHARC_OK;
     }
-    const bool autom = !strcmp(c->ckpt.resume, "auto");
     const char *why = d->resumed >= 0 ? ", and this run resumes from a checkpoint outside its ckpt.dir"
                       : autom         ? ", and ckpt.resume=auto found no checkpoint of it to continue from"
                                       : " and ckpt.resume is none (a new run)";

@@ -6,7 +6,9 @@
 #    or metrics) is refused with exit 2 and one line naming the directory and
 #    the flags that continue it or start over, even a run that would then fail;
 #    nothing in the directory changes (names, sizes, contents);
-#  - --ckpt.resume=auto continues it, --train.overwrite_output_dir=true starts over;
+#  - --ckpt.resume=auto continues it (beside metrics alone, a run that crashed
+#    before its first checkpoint, it starts again), --train.overwrite_output_dir=true
+#    starts over;
 #  - metrics.jsonl (and log.debug's files) keep the lines up to the resumed step
 #    and get the later steps appended: each step exactly once, a line cut by a
 #    crash dropped;
@@ -53,6 +55,10 @@ expect a 2 "holds another run, and this run resumes from a checkpoint outside it
 mkdir c && cp ref/metrics.jsonl ref/model.safetensors c/
 expect c 2 "holds another run, and ckpt.resume=auto found no checkpoint of it to continue from; nothing was changed. To start over" \
   --train.out_dir=c --ckpt.resume=auto
+# auto beside metrics alone (a run that crashed before its first checkpoint) starts again
+mkdir m && cp ref/metrics.jsonl m/ && echo '{"step": 9, "not": "a whole line' >> m/metrics.jsonl
+"$S" train $M --train.out_dir=m --ckpt.resume=auto --train.max_steps=2 >/dev/null 2>&1 || die "auto beside metrics alone"
+[ "$(steps m/metrics.jsonl)" = "1 2 " ] && [ "$(wc -l < m/metrics.jsonl)" -eq 2 ] || die "auto beside metrics: $(cat m/metrics.jsonl)"
 echo "refused: another run's outputs"
 
 # --- continuing: a finished run re-run with auto keeps its history and weights
