@@ -596,12 +596,18 @@ typedef struct {
     yaml_parser_t p;
     sharc_config *c;
     const char *name;
-    size_t len;  /* of the text */
+    const char *text;
+    size_t len;   /* of the text */
     int settings; /* keys applied */
 } yaml_ctx;
 
 static sharc_status yaml_error(const yaml_ctx *y, const yaml_mark_t *m, const char *what) {
-    return sharc_error(SHARC_ERR_INVALID, "config '%s' line %zu: %s", y->name, m->line + 1, what);
+    /* libyaml puts the end of a text that lacks its last newline on a line after it */
+    size_t lines = 0;
+    for (size_t i = 0; i < y->len; i++) lines += y->text[i] == '\n';
+    if (y->len > 0 && y->text[y->len - 1] != '\n') lines++;
+    size_t line = m->line + 1 > lines && lines > 0 ? lines : m->line + 1;
+    return sharc_error(SHARC_ERR_INVALID, "config '%s' line %zu: %s", y->name, line, what);
 }
 
 static sharc_status next_event(yaml_ctx *y, yaml_event_t *ev) {
@@ -705,7 +711,7 @@ sharc_status sharc_config_load_string(sharc_config *c, const char *text, const c
 }
 
 static sharc_status load_pass(sharc_config *c, const char *text, const char *origin, int *settings) {
-    yaml_ctx y = {.c = c, .name = origin, .len = strlen(text)};
+    yaml_ctx y = {.c = c, .name = origin, .text = text, .len = strlen(text)};
     *settings = 0;
     if (!yaml_parser_initialize(&y.p)) return sharc_error(SHARC_ERR_NOMEM, "config: out of memory");
     yaml_parser_set_input_string(&y.p, (const unsigned char *)text, strlen(text));
