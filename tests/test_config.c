@@ -352,7 +352,7 @@ TEST(config_json_file_with_nested_sections) {
     fclose(f);
     sharc_config_default(&c);
     ASSERT_TRUE(sharc_config_load_file(&c, path) == SHARC_ERR_INVALID);
-    ASSERT_TRUE(strstr(sharc_last_error(), "cfg_test.json' line 3: not valid YAML: did not find expected ',' or '}'") != NULL);
+    ASSERT_TRUE(strstr(sharc_last_error(), "cfg_test.json' line 2: not valid YAML: did not find expected ',' or '}' (the text ends there, inside a value: a truncated file?)") != NULL);
     remove(path);
 }
 
@@ -421,4 +421,87 @@ TEST(config_stage_keys_override_the_whole_file) {
     ASSERT_TRUE(c.optim.lr == 0.5f);
     ASSERT_EQ(c.fsdp.engine.backward_prefetch, SHARC_PREFETCH_NONE);
     ASSERT_EQ(c.num_stages, 2);
+}
+
+/* ---- issue 9: what the saved config and the messages promise ---- */
+
+TEST(config_saved_yaml_has_each_section_once) {
+    /* a YAML mapping with a repeated key keeps only one of them in most
+     * readers (PyYAML keeps the last), so each section must appear once */
+    sharc_config c;
+    sharc_config_default(&c);
+    char *yaml = sharc_config_to_yaml(&c);
+    ASSERT_TRUE(yaml != NULL);
+    char seen[16][32];
+    int n = 0;
+    for (const char *p = yaml; *p;) {
+        const char *e = strchr(p, '\n');
+        size_t len = e ? (size_t)(e - p) : strlen(p);
+        if (len > 0 && p[0] != ' ' && p[0] != '#') {
+            ASSERT_TRUE(p[len - 1] == ':' && len < sizeof seen[0]);
+            for (int i = 0; i < n; i++)
+                if (strlen(seen[i]) == len - 1 && !strncmp(seen[i], p, len - 1)) TEST_FAIL_AT("section '%s' twice", seen[i]);
+            ASSERT_TRUE(n < 16);
+            snprintf(seen[n++], sizeof seen[0], "%.*s", (int)len - 1, p);
+        }
+        p += len + (e ? 1 : 0);
+    }
+    ASSERT_EQ(n, 7); /* model data optim train fsdp ckpt log */
+    /* and it reads back to the same configuration, fsdp keys from both former blocks included */
+    sharc_config d;
+    sharc_config_default(&d);
+    ASSERT_OK(sharc_config_set(&c, "fsdp.use_orig_params", "true", "t"));
+    ASSERT_OK(sharc_config_set(&c, "fsdp.sharding_strategy", "NO_SHARD", "t"));
+    free(yaml);
+    yaml = sharc_config_to_yaml(&c);
+    ASSERT_OK(sharc_config_load_string(&d, yaml, "saved"));
+    ASSERT_TRUE(d.fsdp.use_orig_params);
+    ASSERT_EQ(d.fsdp.engine.strategy, SHARC_NO_SHARD);
+    free(yaml);
+}
+
+TEST(config_file_that_sets_nothing_is_refused) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/empty.yaml", sharc_test_tmpdir());
+    static const struct {
+        const char *text, *message;
+    } cases[] = {
+        {"", "the file is empty (0 bytes); expected a mapping of sections"},
+        {"# only a comment\n\n", "the file sets no key; expected a mapping of sections"},
+        {"{}\n", "the file sets no key"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        FILE *f = fopen(path, "w");
+        fputs(cases[i].text, f);
+        fclose(f);
+        sharc_config c;
+        sharc_config_default(&c);
+        sharc_status st = sharc_config_load_file(&c, path);
+        if (st != SHARC_ERR_INVALID || !strstr(sharc_last_error(), cases[i].message) || !strstr(sharc_last_error(), path))
+            TEST_FAIL_AT("case %zu: status %d, '%s'", i, (int)st, sharc_last_error());
+    }
+    remove(path);
+}
+
+TEST(config_long_values_keep_what_was_expected) {
+    static char big[10001];
+    memset(big, '7', 10000);
+    const struct {
+        const char *key, *tail;
+    } cases[] = {
+        {"model.num_layers", "': expected an integer"},
+        {"train.out_dir", "': expected at most 1023 bytes"},
+        {"model.family", "': expected one of gpt2, llama"},
+        {"optim.betas", "': expected a list of two numbers, e.g. [0.9, 0.95]"},
+        {"fsdp.cpu_offload", "': expected true or false"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        sharc_config c;
+        sharc_config_default(&c);
+        ASSERT_TRUE(sharc_config_set(&c, cases[i].key, big, "cli") == SHARC_ERR_INVALID);
+        const char *m = sharc_last_error();
+        size_t n = strlen(m), t = strlen(cases[i].tail);
+        if (n < t || strcmp(m + n - t, cases[i].tail) != 0 || !strstr(m, "... (10000 characters)") || n > 300)
+            TEST_FAIL_AT("case %s: '%s'", cases[i].key, m);
+    }
 }
