@@ -35,12 +35,13 @@ static void usage(FILE *f) {
             "  sharc train [--config FILE.yaml|.json] [--preset NAME] [--section.key=value ...]\n"
             "              [--batch-size N] [--grad-accum N] [--precision P] [--sharding S] [--epochs E]\n"
             "              [--[no-]activation-checkpoint] [--[no-]limit-all-gathers] [--resume] [--ckpt-dir D]\n"
+            "              [--overwrite_output_dir]   (start over in an out_dir that holds another run)\n"
             "              [--stage NAME]   (multi-stage files: run only that stage)\n"
             "  sharc launch -n N [--] sharc train ...   run N ranks under mpirun with the right flags\n"
             "  sharc generate --checkpoint DIR|FILE [--prompt TEXT] [--tokens N]\n"
-            "                 [--temperature T] [--top-k K] [--seed S] [--threads K]\n"
+            "                 [--temperature T] [--top-k K] [--seed S] [--threads K] [--timeout S]\n"
             "  sharc eval --checkpoint RUN_DIR|FILE --data.path VAL [--data.format F] [--infer_batch_size N]\n"
-            "             [--seq_len T] [--eval_batches N] [--threads K]   validation loss and perplexity\n"
+            "             [--seq_len T] [--eval_batches N] [--threads K] [--timeout S]   validation loss and perplexity\n"
             "  sharc plot RUN/metrics.jsonl ... --out DIR   loss, throughput and memory curves (PNG)\n"
             "  sharc config [--config FILE.yaml] [--section.key=value ...]   print the resolved config\n"
             "  sharc config --keys                                          list every config key\n"
@@ -48,17 +49,20 @@ static void usage(FILE *f) {
             "  sharc import --hf HF_DIR --out FILE.safetensors      a Hugging Face model -> sharc weights\n"
             "  sharc export --checkpoint DIR|FILE --out HF_DIR [--dtype fp32|bf16|fp16]\n"
             "               [--max-shard-size BYTES]                sharc weights -> a Hugging Face model\n"
-            "  (--checkpoint: a weights file, a run directory, a checkpoint directory or one step-N directory)\n"
-            "  sharc version\n");
+            "  (--checkpoint: a weights file, a run directory, a checkpoint directory or one step-N directory;\n"
+            "   --timeout S: the watchdog's seconds without progress, 600 by default, 0 off)\n"
+            "  sharc version\n"
+            "exit status: 0 done, 2 bad input (nothing written), 1 another failure, 3 the watchdog\n");
 }
 
 /* Note [exit-status]. 0: done. 2: bad input, SHARC_ERR_INVALID or
  * SHARC_ERR_FORMAT: an option, key or value, a file named that is missing,
- * malformed or of another model, an out_dir holding another run; nothing
- * was written. 1: any other failure (I/O while running, a full disk, out of
- * memory, communication, non-finite steps). 3: the watchdog (note
- * [watchdog]). Agreed failures (note [agreement]) pass bad input on as is,
- * so every rank of a job exits alike. */
+ * malformed or of another model, an out_dir holding another run, ranks that
+ * disagree, settings the run cannot train with (train.max_bad_steps
+ * non-finite steps in a row); nothing was written. 1: any other failure
+ * (I/O while running, a full disk, out of memory, communication). 3: the
+ * watchdog (note [watchdog]). Agreed failures (note [agreement]) pass bad
+ * input on as is, so every rank of a job exits alike. */
 static int exit_status(sharc_status st) {
     return st == SHARC_OK ? 0 : st == SHARC_ERR_INVALID || st == SHARC_ERR_FORMAT ? 2 : 1;
 }
