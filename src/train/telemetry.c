@@ -343,7 +343,7 @@ sharc_status sharc_jsonl_append(sharc_jsonl *j, const char *text, size_t n) {
             const int err = w < 0 ? errno : ENOSPC;
             const bool cut = start >= 0 && ftruncate(j->fd, start) == 0;
             return sharc_error(SHARC_ERR_IO, "cannot write '%s': %s (%s)", j->path, strerror(err),
-                               cut ? "it keeps its whole lines up to this one" : "its last line may be cut short");
+                               cut ? "the file ends with the line before this one" : "its last line may be cut short");
         }
         p += w;
         n -= (size_t)w;

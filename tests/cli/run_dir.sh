@@ -137,7 +137,7 @@ if mount -t tmpfs -o size=5m tmpfs full 2>/dev/null; then
   head -c $((avail - 8192)) /dev/zero > full/filler 2>/dev/null
   err=$("$S" train $M --train.out_dir=f --train.metrics_path=full/m.jsonl --ckpt.every=0 2>&1 >/dev/null); rc=$?
   [ $rc -eq 1 ] || die "full disk: exit $rc: $err"
-  grep -q "error: train: cannot write 'full/m.jsonl': No space left on device (it keeps its whole lines up to this one); stopping at step [0-9]" <<< "$err" ||
+  grep -q "error: train: cannot write 'full/m.jsonl': No space left on device (the file ends with the line before this one); stopping at step [0-9]" <<< "$err" ||
     die "full disk: $err"
   [ -s full/m.jsonl ] && [ "$(tail -c 1 full/m.jsonl | od -An -c | tr -d ' ')" = '\n' ] || die "full disk: the file ends inside a line"
   n=$(wc -l < full/m.jsonl)
