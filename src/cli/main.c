@@ -456,7 +456,7 @@ static int cmd_generate(int argc, char **argv) {
     sharc_status st = parse_options("generate", argc, argv, o, no);
     if (st == SHARC_OK) st = parse_int("generate", "--tokens", opt_value(o, no, "--tokens"), 0, 1 << 24, &ntok);
     if (st == SHARC_OK) st = parse_real("generate", "--temperature", opt_value(o, no, "--temperature"), 0, 1e6, &temperature);
-    if (st == SHARC_OK) st = parse_int("generate", "--top-k", opt_value(o, no, "--top-k"), 0, 256, &top_k);
+    if (st == SHARC_OK) st = parse_int("generate", "--top-k", opt_value(o, no, "--top-k"), 0, 1 << 30, &top_k);
     if (st == SHARC_OK) st = parse_u64("generate", "--seed", opt_value(o, no, "--seed"), &seed);
     if (st == SHARC_OK) st = parse_int("generate", "--threads", opt_value(o, no, "--threads"), 0, 4096, &threads);
     if (st == SHARC_OK) st = parse_timeout("generate", opt_value(o, no, "--timeout"), &timeout);

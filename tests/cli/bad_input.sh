@@ -40,7 +40,7 @@ expect_fail "launch: -np needs a value" "$S" launch -np
 expect_fail "generate: --tokens 'abc': expected an integer in [0, 16777216]" "$S" generate --checkpoint x --tokens abc
 expect_fail "generate: --tokens '-1': expected an integer in [0, 16777216]" "$S" generate --checkpoint x --tokens -1
 expect_fail "generate: --temperature 'hot': expected a number in [0, 1e+06]" "$S" generate --checkpoint x --temperature hot
-expect_fail "generate: --top-k 'many': expected an integer in [0, 256]" "$S" generate --checkpoint x --top-k many
+expect_fail "generate: --top-k 'many': expected an integer in [0, 1073741824]" "$S" generate --checkpoint x --top-k many
 expect_fail "generate: --seed 'xyz': expected an integer in [0, 18446744073709551615]" "$S" generate --checkpoint x --seed xyz
 expect_fail "generate: --threads 'lots': expected an integer in [0, 4096]" "$S" generate --checkpoint x --threads=lots
 expect_fail "generate: --timeout '-5': expected an integer in [0, 2147483647]" "$S" generate --checkpoint x --timeout -5
