@@ -7,7 +7,7 @@
 #include <string.h>
 
 static _Thread_local char error_message[4096];
-static int log_rank = 0;
+static _Atomic int log_rank = 0; /* read by the watchdog thread */
 static int log_world = 1;
 static sharc_log_level log_level = SHARC_LOG_INFO;
 
