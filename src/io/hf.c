@@ -150,7 +150,7 @@ static sharc_status set_open_index(sharc_st_set *s, const char *dir, const char 
         int fi = set_file_index(s, path);
         if (fi < 0) {
             if (!file_exists(path)) {
-                st = sharc_error(SHARC_ERR_IO, "index '%s': shard '%s' (holding '%s') is missing", ipath, path, name);
+                st = sharc_error(SHARC_ERR_INVALID, "index '%s': shard '%s' (holding '%s') is missing", ipath, path, name);
                 break;
             }
             if ((st = set_add_file(s, path)) != SHARC_OK) break;
@@ -199,7 +199,7 @@ sharc_status sharc_st_set_open(sharc_st_set **out, const char *dir) {
             }
         }
     } else {
-        st = sharc_error(SHARC_ERR_IO, "'%s' has neither model.safetensors nor model.safetensors.index.json", dir);
+        st = sharc_error(SHARC_ERR_INVALID, "'%s' has neither model.safetensors nor model.safetensors.index.json", dir);
     }
     if (st != SHARC_OK) {
         sharc_st_set_close(s);

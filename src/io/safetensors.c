@@ -215,7 +215,7 @@ sharc_status sharc_st_open(sharc_st_file **out, const char *path) {
     }
     struct stat sb;
     if (fstat(f->fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-        st = sharc_error(SHARC_ERR_IO, "'%s' is not a regular file", path);
+        st = sharc_error(SHARC_ERR_INVALID, "'%s' is not a regular file", path);
         goto fail;
     }
     uint64_t size = (uint64_t)sb.st_size;

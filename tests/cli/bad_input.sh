@@ -63,6 +63,9 @@ expect_fail "config 'trunc.json' line 1: not valid YAML: did not find expected n
 mkdir -p hfcut && printf '{"model_type": "gpt2", "n_embd": 4' > hfcut/config.json
 expect_fail "'hfcut/config.json' is not valid JSON (it ends before the JSON value does: a truncated file?)" "$S" import --hf hfcut --out x.safetensors
 
+mkdir -p hfnoweights && printf '{"model_type": "gpt2", "n_embd": 48, "n_layer": 2, "n_head": 3, "vocab_size": 256, "n_positions": 16}' > hfnoweights/config.json
+expect_fail "'hfnoweights' has neither model.safetensors nor model.safetensors.index.json" "$S" import --hf hfnoweights --out x.safetensors
+
 # a 10,000-character value: the message still ends with what was expected
 long=$(head -c 10000 /dev/zero | tr '\0' a)
 digits=$(head -c 10000 /dev/zero | tr '\0' 9)
