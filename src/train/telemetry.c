@@ -302,7 +302,7 @@ static sharc_status jsonl_trim(const char *path, int64_t keep_step) {
     }
     sharc_status st = ferror(in) ? sharc_error(SHARC_ERR_IO, "cannot read '%s'", path) : SHARC_OK;
     if (st == SHARC_OK && dropped > 0) {
-        sharc_afile af;
+        sharc_afile af = {.fd = -1};
         rewind(in);
         st = sharc_afile_open(&af, path);
         while (st == SHARC_OK && (len = getline(&line, &cap, in)) > 0)
