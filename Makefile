@@ -13,7 +13,7 @@ CFLAGS  := -std=c11 -D_GNU_SOURCE -g $(OPT) $(WARN) -fopenmp -fno-math-errno -fP
 # src/comm/comm_mpi.c sees its headers.
 MPI_CFLAGS := $(shell pkg-config --cflags mpi-c 2>/dev/null)
 MPI_LIBS   := $(shell pkg-config --libs mpi-c 2>/dev/null)
-LDLIBS  := -fopenmp $(MPI_LIBS) -lyaml -ljson-c -lz -ldl -lmvec -lm -lpthread $(SAN)
+LDLIBS  := -fopenmp $(MPI_LIBS) -lyaml -ljson-c -lonig -lutf8proc -lnettle -lz -ldl -lmvec -lm -lpthread $(SAN)
 
 LIB_SRC := $(wildcard src/core/*.c src/model/*.c src/fsdp/*.c src/optim/*.c src/data/*.c \
                       src/io/*.c src/config/*.c src/train/*.c src/comm/*.c \
