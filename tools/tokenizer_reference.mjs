@@ -6,6 +6,10 @@
 //   node tools/tokenizer_reference.mjs JS_DIST TOKENIZER_DIR NAME [--whole NAME FILE]...
 //        [--lines NAME FILE]... [--jsonl NAME FILE]... > tests/fixtures/tokenizer/NAME.ref
 //
+// or, for tools/openrlhf_reference.py:
+//   node tools/tokenizer_reference.mjs JS_DIST TOKENIZER_DIR NAME --encode-json FILE
+// prints the ids of each string of the JSON list in FILE, as a JSON list.
+//
 // --whole encodes the file as one text (digests per block of 65536 ids),
 // --lines each line without its '\n', --jsonl each record's "text" (one
 // digest per record). add_special_tokens is false throughout. A GPT-2
@@ -60,6 +64,12 @@ if (pt && pt.type === "ByteLevel" && pt.use_regex !== false) {
 }
 const tok = new Tokenizer(tj, tc);
 const enc = (s) => tok.encode(s, { add_special_tokens: false }).ids;
+
+if (rest[0] === "--encode-json") {
+  const texts = JSON.parse(fs.readFileSync(rest[1], "utf8"));
+  process.stdout.write(JSON.stringify(texts.map(enc)) + "\n");
+  process.exit(0);
+}
 
 const out = [];
 out.push(`# reference ids: @huggingface/tokenizers (dist sha256 ${sha256(fs.readFileSync(jsDist))}), add_special_tokens false`);
