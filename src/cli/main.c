@@ -3,8 +3,10 @@
 #include "sharc/blas.h"
 #include "sharc/ckpt.h"
 #include "sharc/comm.h"
+#include "sharc/chat.h"
 #include "sharc/config.h"
 #include "sharc/data.h"
+#include "sharc/dataprep.h"
 #include "sharc/eval.h"
 #include "sharc/fsdp.h"
 #include "sharc/hf.h"
@@ -12,15 +14,18 @@
 #include "sharc/model.h"
 #include "sharc/plot.h"
 #include "sharc/rng.h"
+#include "sharc/tokenizer.h"
 #include "sharc/train.h"
 #include "sharc/weights.h"
 
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <errno.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #define SHARC_VERSION "0.1.0"
@@ -37,6 +42,11 @@ static void usage(FILE *f) {
             "  sharc launch -n N [--] sharc train ...   run N ranks under mpirun with the right flags\n"
             "  sharc generate --checkpoint DIR|FILE [--prompt TEXT] [--tokens N]\n"
             "                 [--temperature T] [--top-k K] [--seed S] [--threads K]\n"
+            "                 [--tokenizer PATH] [--chat]   (default: the run's model.tokenizer; --chat: the prompt\n"
+            "                 as one user turn of the chat template)\n"
+            "  sharc tokenize [--config FILE] [--section.key=value ...] [--out FILE] [--threads N]\n"
+            "                 data.path (text or JSONL) -> tokens with model.tokenizer: llm.c tokens, or a\n"
+            "                 sharc SFT file for JSONL with data.output_key / data.apply_chat_template\n"
             "  sharc eval --checkpoint RUN_DIR|FILE --data.path VAL [--data.format F] [--infer_batch_size N]\n"
             "             [--seq_len T] [--eval_batches N] [--threads K]   validation loss and perplexity\n"
             "  sharc plot RUN/metrics.jsonl ... --out DIR   loss, throughput and memory curves (PNG)\n"
@@ -77,6 +87,17 @@ static const struct {
     {"gradient_checkpointing", "fsdp.activation_checkpointing", "true"},
     {"param_dtype", "fsdp.param_dtype", NULL},
     {"micro_train_batch_size", "train.batch_size", NULL},
+    /* OpenRLHF's SFT flags (sharc/sft.h) */
+    {"dataset", "data.path", NULL},
+    {"input_key", "data.input_key", NULL},
+    {"output_key", "data.output_key", NULL},
+    {"input_template", "data.input_template", NULL},
+    {"max_len", "data.max_len", NULL},
+    {"apply_chat_template", "data.apply_chat_template", "true"},
+    {"multiturn", "data.multiturn", "true"},
+    {"packing_samples", "data.packing_samples", "true"},
+    {"pretrain", "model.init_from", NULL},
+    {"tokenizer", "model.tokenizer", NULL},
 };
 
 /* --config FILE, --section.key=value / --section.key value and the shorthand
@@ -317,13 +338,53 @@ static sharc_status load_for_inference(const char *arg, int plan_B, sharc_config
     return inference_load(src, c, plan_B, m, e);
 }
 
+/* The prompt's ids: bytes for a byte-level model; with a tokenizer the
+ * post-processor's ids (BOS, if it adds one) and the text, or with --chat the
+ * chat format's rendering of one user turn and the generation prompt. */
+static sharc_status generate_prompt(const sharc_config *c, const sharc_tokenizer *t, const char *prompt, bool chat,
+                                    sharc_ids *ids, int32_t *turn_end) {
+    *turn_end = -1;
+    if (!t) {
+        SHARC_TRY(sharc_ids_reserve(ids, strlen(prompt) + 1));
+        ids->n = (size_t)sharc_byte_encode(prompt, (int64_t)strlen(prompt), ids->ids);
+        return SHARC_OK;
+    }
+    sharc_encoder *e;
+    SHARC_TRY(sharc_encoder_init(&e, t));
+    sharc_status st = SHARC_OK;
+    if (chat) {
+        sharc_chat_format f = (sharc_chat_format)c->data.chat_template;
+        if (f == SHARC_CHAT_AUTO) st = sharc_chat_identify(sharc_tokenizer_chat_template(t), "generate --chat: the tokenizer", &f);
+        sharc_chat_msg m = {SHARC_ROLE_USER, prompt, strlen(prompt), NULL, 0};
+        sharc_chat_options o = {.add_generation_prompt = true, .bos = sharc_tokenizer_bos_text(t)};
+        sharc_chat_text text = {0};
+        if (st == SHARC_OK) st = sharc_chat_render(f, &m, 1, &o, &text);
+        if (st == SHARC_OK) st = sharc_encoder_encode(e, text.text, text.len, ids);
+        if (f == SHARC_CHAT_LLAMA3) *turn_end = sharc_tokenizer_token_id(t, "<|eot_id|>", 10);
+        else *turn_end = sharc_tokenizer_token_id(t, "<|im_end|>", 10);
+        sharc_chat_text_free(&text);
+    } else {
+        const int32_t *pre;
+        size_t np = sharc_tokenizer_prefix_ids(t, &pre);
+        for (size_t i = 0; i < np && st == SHARC_OK; i++) st = sharc_ids_push(ids, pre[i]);
+        if (st == SHARC_OK) st = sharc_encoder_encode(e, prompt, strlen(prompt), ids);
+    }
+    sharc_encoder_free(e);
+    return st;
+}
+
 static int cmd_generate(int argc, char **argv) {
-    const char *ckpt = NULL, *prompt = "\n";
+    const char *ckpt = NULL, *prompt = "\n", *tok_path = NULL;
     int ntok = 200, top_k = 40, threads = 0;
+    bool chat = false;
     float temperature = 0.8f;
     unsigned long long seed = 1;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
+        if (!strcmp(a, "--chat")) {
+            chat = true;
+            continue;
+        }
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!v) {
             sharc_error(SHARC_ERR_INVALID, "generate: %s needs a value", a);
@@ -336,6 +397,7 @@ static int cmd_generate(int argc, char **argv) {
         else if (!strcmp(a, "--top-k")) top_k = atoi(v);
         else if (!strcmp(a, "--seed")) seed = strtoull(v, NULL, 10);
         else if (!strcmp(a, "--threads")) threads = atoi(v);
+        else if (!strcmp(a, "--tokenizer")) tok_path = v;
         else {
             sharc_error(SHARC_ERR_INVALID, "generate: unknown option '%s'", a);
             return fail(SHARC_ERR_INVALID);
@@ -354,40 +416,119 @@ static int cmd_generate(int argc, char **argv) {
     inference_source src;
     sharc_status st = inference_resolve(ckpt, &src, &c);
     if (st != SHARC_OK) return fail(st);
-    if (c.model.vocab_size != 256) {
-        sharc_error(SHARC_ERR_UNSUPPORTED, "generate: '%s' has model.vocab_size %d; generate decodes byte-level models (256) only",
-                    src.path, c.model.vocab_size);
-        return fail(SHARC_ERR_UNSUPPORTED);
+    /* the run's tokenizer (model.tokenizer, or model.init_from's), --tokenizer instead */
+    if (tok_path) snprintf(c.tokenizer, sizeof c.tokenizer, "%s", tok_path);
+    sharc_tokenizer *tok = NULL;
+    if ((st = sharc_dataprep_tokenizer(&c, &tok)) != SHARC_OK) return fail(st);
+    if (!tok && c.model.vocab_size != 256) {
+        sharc_error(SHARC_ERR_INVALID, "generate: '%s' has model.vocab_size %d and no model.tokenizer; give --tokenizer "
+                    "PATH (its tokenizer.json or directory)", src.path, c.model.vocab_size);
+        return fail(SHARC_ERR_INVALID);
+    }
+    if (chat && !tok) {
+        sharc_error(SHARC_ERR_INVALID, "generate --chat needs a tokenizer with a chat template (--tokenizer PATH)");
+        return fail(SHARC_ERR_INVALID);
     }
     if ((st = sharc_blas_init(threads)) != SHARC_OK) return fail(st);
+    const int V = c.model.vocab_size;
+    sharc_ids ids = {0};
+    int32_t turn_end = -1, eos = tok ? sharc_tokenizer_eos(tok) : -1;
+    if ((st = generate_prompt(&c, tok, prompt, chat, &ids, &turn_end)) == SHARC_OK && ids.n == 0)
+        st = sharc_ids_push(&ids, tok ? (sharc_tokenizer_bos(tok) >= 0 ? sharc_tokenizer_bos(tok) : eos >= 0 ? eos : 0) : '\n');
+    if (st == SHARC_OK) st = sharc_ids_reserve(&ids, ids.n + (size_t)ntok + 1);
     sharc_model *m = NULL;
     sharc_fsdp *e = NULL;
     int T = c.model.family == SHARC_FAMILY_GPT2 ? c.model.max_seq_len : c.train.seq_len;
-    if ((st = inference_load(&src, &c, 1, &m, &e)) != SHARC_OK) return fail(st);
-    int64_t plen = (int64_t)strlen(prompt);
-    int64_t cap = plen + ntok + 1;
-    int32_t *tokens = malloc(sizeof(int32_t) * (size_t)cap);
-    float *logits = malloc(sizeof(float) * 256);
-    int64_t n = sharc_byte_encode(prompt, plen, tokens);
-    if (n == 0) tokens[n++] = '\n';
-    fwrite(prompt, 1, (size_t)plen, stdout);
+    if (st == SHARC_OK) st = inference_load(&src, &c, 1, &m, &e);
+    float *logits = malloc(sizeof(float) * (size_t)V);
+    if (st == SHARC_OK && !logits) st = sharc_error(SHARC_ERR_NOMEM, "generate: out of memory");
+    if (st != SHARC_OK) {
+        sharc_tokenizer_free(tok);
+        sharc_ids_free(&ids);
+        free(logits);
+        return fail(st);
+    }
+    fputs(prompt, stdout);
+    if (chat) fputc('\n', stdout);
     sharc_rng rng;
     sharc_rng_init(&rng, seed, 0x67656eull);
     for (int i = 0; i < ntok; i++) {
-        int64_t start = n > T ? n - T : 0;
-        sharc_model_logits_last(m, e, tokens + start, (int)(n - start), logits);
-        int next = sharc_sample_logits(logits, 256, temperature, top_k, sharc_rng_next_uniform(&rng));
-        tokens[n++] = next;
+        size_t start = ids.n > (size_t)T ? ids.n - (size_t)T : 0;
+        sharc_model_logits_last(m, e, ids.ids + start, (int)(ids.n - start), logits);
+        int next = sharc_sample_logits(logits, V, temperature, top_k, sharc_rng_next_uniform(&rng));
+        if (tok && (next == eos || next == turn_end)) break; /* the model ended its text */
+        ids.ids[ids.n++] = next;
+        size_t len = 1;
         char ch = (char)next;
-        fwrite(&ch, 1, 1, stdout);
+        const char *bytes = tok ? sharc_tokenizer_token_bytes(tok, next, &len) : &ch;
+        if (len) fwrite(bytes, 1, len, stdout);
         fflush(stdout);
     }
     printf("\n");
-    free(tokens);
+    sharc_ids_free(&ids);
     free(logits);
+    sharc_tokenizer_free(tok);
     sharc_fsdp_free(e);
     sharc_model_free(m);
     return 0;
+}
+
+/* A progress line on stderr when it is a terminal. */
+static void tokenize_progress(size_t done, size_t total, const char *unit, void *ctx) {
+    const double *t0 = ctx;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    double dt = (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec - *t0, frac = total ? (double)done / (double)total : 1.0;
+    char bar[31];
+    int fill = (int)(frac * 30);
+    for (int i = 0; i < 30; i++) bar[i] = i < fill ? '#' : '.';
+    bar[30] = 0;
+    fprintf(stderr, "\rtokenizing [%s] %5.1f%% %zu/%zu %s, %.0f s left  ", bar, 100 * frac, done, total, unit,
+            frac > 0 ? dt * (1 - frac) / frac : 0.0);
+    if (done == total) fprintf(stderr, "\n");
+    fflush(stderr);
+}
+
+/* sharc tokenize: the keys and flags of train, plus --out FILE, --threads N. */
+static int cmd_tokenize(int argc, char **argv) {
+    const char *out = "";
+    int threads = 0;
+    char **rest = calloc((size_t)argc + 1, sizeof *rest);
+    int nrest = 0;
+    sharc_status st = rest ? SHARC_OK : sharc_error(SHARC_ERR_NOMEM, "tokenize: out of memory");
+    for (int i = 0; i < argc && st == SHARC_OK; i++) {
+        bool out_opt = !strcmp(argv[i], "--out"), thr_opt = !strcmp(argv[i], "--threads");
+        if ((out_opt || thr_opt) && i + 1 >= argc) st = sharc_error(SHARC_ERR_INVALID, "tokenize: %s needs a value", argv[i]);
+        else if (out_opt) out = argv[++i];
+        else if (!strncmp(argv[i], "--out=", 6)) out = argv[i] + 6;
+        else if (thr_opt || !strncmp(argv[i], "--threads=", 10)) {
+            const char *v = thr_opt ? argv[++i] : argv[i] + 10;
+            char *end;
+            long n = strtol(v, &end, 10);
+            if (!*v || *end || n < 0 || n > 4096)
+                st = sharc_error(SHARC_ERR_INVALID, "tokenize: --threads '%s': expected an integer in [0, 4096]", v);
+            threads = (int)n;
+        } else rest[nrest++] = argv[i];
+    }
+    sharc_config c;
+    if (st == SHARC_OK) st = parse_config_args(nrest, rest, &c, NULL);
+    free(rest);
+    char tpath[SHARC_PATH_MAX];
+    if (st == SHARC_OK && !sharc_dataprep_tokenizer_path(&c, tpath, sizeof tpath)[0])
+        st = sharc_error(SHARC_ERR_INVALID, "tokenize: set model.tokenizer (or --tokenizer) to a Hugging Face "
+                                            "tokenizer.json or its directory");
+    sharc_tokenizer *t = NULL;
+    if (st == SHARC_OK) st = sharc_tokenizer_load(&t, tpath);
+    if (st == SHARC_OK) st = sharc_blas_init(threads); /* sets OpenMP's threads (0: this process's CPUs) */
+    char written[SHARC_PATH_MAX + 8] = "";
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    double t0 = (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+    if (st == SHARC_OK)
+        st = sharc_dataprep_tokenize(&c, t, out, sharc_threads_get(), isatty(2) ? tokenize_progress : NULL, &t0, written,
+                                     sizeof written);
+    sharc_tokenizer_free(t);
+    return st == SHARC_OK ? 0 : fail(st);
 }
 
 static int cmd_ckpt(int argc, char **argv) {
@@ -587,6 +728,7 @@ int main(int argc, char **argv) {
         return rc;
     }
     if (!strcmp(cmd, "plot")) return cmd_plot(argc - 2, argv + 2);
+    if (!strcmp(cmd, "tokenize")) return cmd_tokenize(argc - 2, argv + 2);
     if (!strcmp(cmd, "generate")) return cmd_generate(argc - 2, argv + 2);
     if (!strcmp(cmd, "config")) return cmd_config(argc - 2, argv + 2);
     if (!strcmp(cmd, "ckpt")) return cmd_ckpt(argc - 2, argv + 2);

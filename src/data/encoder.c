@@ -246,24 +246,24 @@ static sharc_status bpe_word(sharc_encoder *e, const char *w, size_t n, sharc_id
 static sharc_status split(sharc_encoder *e, int level, const char *s, size_t n, sharc_ids *out) {
     if (n == 0) return SHARC_OK;
     if (level == e->t->n_regex) return bpe_word(e, s, n, out);
-    const UChar *start = (const UChar *)s, *end = start + n, *pos = start;
-    while (pos < end) {
-        int r = onig_search(e->re[level], start, end, pos, end, e->region, ONIG_OPTION_NONE);
+    /* done: the text before it is emitted; from: where the next search starts */
+    const UChar *start = (const UChar *)s, *end = start + n, *done = start, *from = start;
+    while (from < end) {
+        int r = onig_search(e->re[level], start, end, from, end, e->region, ONIG_OPTION_NONE);
         if (r == ONIG_MISMATCH) break;
         if (r < 0) return sharc_error(SHARC_ERR_INTERNAL, "tokenizer: regex search failed (%d)", r);
         const UChar *mb = start + e->region->beg[0], *me = start + e->region->end[0];
-        if (me == mb) { /* an empty match splits nothing: step over one character */
-            const UChar *next = mb + 1;
-            while (next < end && (*next & 0xC0) == 0x80) next++;
-            pos = next;
+        if (mb > done) SHARC_TRY(split(e, level + 1, (const char *)done, (size_t)(mb - done), out));
+        done = mb;
+        if (me == mb) { /* an empty match only cuts the gap (as Hugging Face's Split does); step one character */
+            from = mb + 1;
+            while (from < end && (*from & 0xC0) == 0x80) from++;
             continue;
         }
-        if (mb > pos) SHARC_TRY(split(e, level + 1, (const char *)pos, (size_t)(mb - pos), out));
         SHARC_TRY(split(e, level + 1, (const char *)mb, (size_t)(me - mb), out));
-        pos = me;
+        done = from = me;
     }
-    /* the tail after the last match (or an empty match's stepped-over text) */
-    return pos < end ? split(e, level + 1, (const char *)pos, (size_t)(end - pos), out) : SHARC_OK;
+    return done < end ? split(e, level + 1, (const char *)done, (size_t)(end - done), out) : SHARC_OK;
 }
 
 /* ------------------------------------------------------------ normaliser */

@@ -559,7 +559,8 @@ void sharc_sft_free(sharc_sft_data *d) {
 }
 
 sharc_status sharc_sft_build(const sharc_tokenizer *t, const sharc_sft_options *o, const char *jsonl, size_t len,
-                             const char *name, int threads, sharc_sft_data *out) {
+                             const char *name, int threads, void (*progress)(size_t done, size_t total, void *ctx),
+                             void *ctx, sharc_sft_data *out) {
     memset(out, 0, sizeof *out);
     ctx_t c = {.t = t, .o = o, .name = name};
     SHARC_TRY(sharc_sft_check(t, o, &c.format));
@@ -647,6 +648,7 @@ sharc_status sharc_sft_build(const sharc_tokenizer *t, const sharc_sft_options *
             free(r->tokens);
             r->tokens = NULL;
         }
+        if (progress && st == SHARC_OK) progress(b0 + nb, nlines, ctx);
     }
     free(res);
     free(lines);
