@@ -7,7 +7,9 @@
  * A dataset owns its file descriptor and its read-only mapping, or the
  * memory it was given; tokens are converted to int32 on the way out
  * (sharc_dataset_read, sharc_dataset_item). The mapping is page cache, not
- * accounted memory; the dataset struct and its path are (SHARC_MEM_OTHER).
+ * accounted memory; the dataset struct, its path and tokens held in memory
+ * are (SHARC_MEM_OTHER; the latter through sharc_mem_account, being malloc'd
+ * by the tokenizer that grew them).
  *
  * Note [token-fingerprint]. sharc's writers store the sha256 of the
  * tokenizer.json that made the tokens: an SFT file in its header, an llm.c
@@ -57,6 +59,7 @@ struct sharc_dataset {
     uint8_t sha256[32];          /* note [token-fingerprint] */
     bool has_sha256;
     void *mem_tokens, *mem_offsets; /* owned (malloc'd) by from_memory */
+    int64_t mem_bytes;              /* their size, counted as SHARC_MEM_OTHER while held */
 };
 
 const char *sharc_dataset_path(const sharc_dataset *d) { return d->path; }
@@ -369,6 +372,7 @@ void sharc_dataset_free(sharc_dataset *d) {
     if (d->fd >= 0) close(d->fd);
     free(d->mem_tokens);
     free(d->mem_offsets);
+    if (d->mem_bytes) sharc_mem_account(SHARC_MEM_OTHER, -d->mem_bytes);
     sharc_free(d->path);
     sharc_free(d);
 }
@@ -389,6 +393,8 @@ sharc_status sharc_dataset_from_memory(sharc_dataset **out, const char *name, ui
     d->fd = -1;
     d->mem_tokens = tokens;
     d->mem_offsets = offsets;
+    d->mem_bytes = ntokens * 4 + (offsets ? (nsamples + 1) * 8 : 0);
+    sharc_mem_account(SHARC_MEM_OTHER, d->mem_bytes);
     d->tokens = (const unsigned char *)tokens;
     d->ntokens = ntokens;
     d->token_bytes = 4;
