@@ -8,6 +8,7 @@
 #include "sharc/data.h"
 #include "sharc/dataprep.h"
 #include "sharc/eval.h"
+#include "sharc/fileio.h"
 #include "sharc/fsdp.h"
 #include "sharc/hf.h"
 #include "sharc/log.h"
@@ -18,6 +19,7 @@
 #include "sharc/train.h"
 #include "sharc/weights.h"
 
+#include <limits.h>
 #include <math.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -561,6 +563,41 @@ static sharc_status single_engine(const sharc_model_config *mc, sharc_model **m,
     return sharc_fsdp_init(e, sharc_model_units(*m), sharc_model_num_units(*m), &fc, NULL);
 }
 
+/* The tokenizer files beside a run's model.tokenizer, copied into an exported
+ * Hugging Face directory (each atomically). */
+static sharc_status copy_tokenizer(const sharc_config *c, const char *dir) {
+    char src[SHARC_PATH_MAX];
+    if (!sharc_dataprep_tokenizer_path(c, src, sizeof src)[0]) return SHARC_OK;
+    struct stat sb;
+    char from_dir[SHARC_PATH_MAX];
+    snprintf(from_dir, sizeof from_dir, "%s", src);
+    if (stat(src, &sb) == 0 && !S_ISDIR(sb.st_mode)) { /* a tokenizer.json file: its directory */
+        char *slash = strrchr(from_dir, '/');
+        if (slash) *slash = 0;
+        else snprintf(from_dir, sizeof from_dir, ".");
+    }
+    static const char *const files[] = {"tokenizer.json", "tokenizer_config.json", "chat_template.jinja"};
+    for (int i = 0; i < 3; i++) {
+        char from[SHARC_PATH_MAX + 32], to[SHARC_PATH_MAX + 32];
+        snprintf(from, sizeof from, "%s/%s", from_dir, files[i]);
+        if (i == 0 && stat(src, &sb) == 0 && !S_ISDIR(sb.st_mode)) snprintf(from, sizeof from, "%s", src);
+        if (stat(from, &sb) != 0) continue;
+        snprintf(to, sizeof to, "%s/%s", dir, files[i]);
+        char *text;
+        size_t len;
+        SHARC_TRY(sharc_read_file(from, &text, &len));
+        sharc_afile f;
+        sharc_status st = sharc_afile_open(&f, to);
+        if (st == SHARC_OK) {
+            if ((st = sharc_afile_write(&f, text, len)) == SHARC_OK) st = sharc_afile_commit(&f);
+            else sharc_afile_abort(&f);
+        }
+        free(text);
+        SHARC_TRY(st);
+    }
+    return SHARC_OK;
+}
+
 static int cmd_import(int argc, char **argv) {
     static const char *const names[] = {"--hf", "--out"};
     const char *v[2] = {NULL, NULL};
@@ -572,6 +609,18 @@ static int cmd_import(int argc, char **argv) {
     sharc_config_default(&c);
     if ((st = sharc_hf_read_config(v[0], &c.model)) != SHARC_OK) return fail(st);
     if (c.train.seq_len > c.model.max_seq_len) c.train.seq_len = c.model.max_seq_len;
+    /* the directory's tokenizer, when sharc reads it, becomes the weights' model.tokenizer */
+    sharc_config probe = c;
+    snprintf(probe.init_from, sizeof probe.init_from, "%s", v[0]);
+    sharc_tokenizer *tok = NULL;
+    char tpath[SHARC_PATH_MAX];
+    if (sharc_dataprep_tokenizer_path(&probe, tpath, sizeof tpath)[0]) {
+        char abs[PATH_MAX];
+        const char *keep = realpath(tpath, abs) && strlen(abs) < sizeof c.tokenizer ? abs : tpath;
+        if (sharc_dataprep_tokenizer(&probe, &tok) == SHARC_OK) snprintf(c.tokenizer, sizeof c.tokenizer, "%.1023s", keep);
+        else sharc_warn("import: %s; the weights get no model.tokenizer (give generate --tokenizer)", sharc_last_error());
+        sharc_tokenizer_free(tok);
+    }
     if ((st = sharc_config_validate(&c)) != SHARC_OK) return fail(st);
     sharc_model *m = NULL;
     sharc_fsdp *e = NULL;
@@ -609,6 +658,7 @@ static int cmd_export(int argc, char **argv) {
     sharc_fsdp *e = NULL;
     if ((st = load_for_inference(v[0], 0, &c, &m, &e, &src)) == SHARC_OK)
         st = sharc_hf_export(e, NULL, &c.model, v[1], dt, (uint64_t)shard);
+    if (st == SHARC_OK) st = copy_tokenizer(&c, v[1]);
     sharc_fsdp_free(e);
     sharc_model_free(m);
     if (st != SHARC_OK) return fail(st);
@@ -650,7 +700,7 @@ static int cmd_eval(int argc, char **argv, sharc_comm *world) {
         else if (!strcmp(a, "--data.format")) {
             int f = sharc_token_format_parse(v);
             if (f < 0) {
-                sharc_error(SHARC_ERR_INVALID, "eval: --data.format '%s', expected auto, u16, u32, llmc or text", v);
+                sharc_error(SHARC_ERR_INVALID, "eval: --data.format '%s', expected auto, u16, u32, llmc, text, sft or jsonl", v);
                 return fail(SHARC_ERR_INVALID);
             }
             o.format = (sharc_token_format)f;

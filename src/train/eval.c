@@ -5,6 +5,7 @@
 #include "sharc/blas.h"
 #include "sharc/mesh.h"
 #include "sharc/ckpt.h"
+#include "sharc/dataprep.h"
 #include "sharc/weights.h"
 
 #include <math.h>
@@ -94,10 +95,22 @@ sharc_status sharc_eval_checkpoint(const sharc_eval_options *o, sharc_comm *worl
     if (st == SHARC_OK) st = sharc_blas_init(o->threads);
     if (st == SHARC_OK) st = sharc_model_init(&m, &c.model);
     if (st == SHARC_OK) st = sharc_model_plan(m, B, T, false);
-    if (st == SHARC_OK) st = sharc_dataset_open(&d, o->data_path, o->format, c.model.vocab_size);
-    if (st == SHARC_OK && sharc_dataset_num_tokens(d) <= T)
+    /* the run's tokenizer and data keys (sharc/dataprep.h): text and JSONL are tokenized as training did */
+    sharc_tokenizer *tok = NULL;
+    if (st == SHARC_OK) st = sharc_dataprep_tokenizer(&c, &tok);
+    if (st == SHARC_OK) {
+        c.data.format = o->format;
+        if (c.data.max_len > T + 1) c.data.max_len = T + 1;
+        c.train.seq_len = T;
+        st = sharc_dataprep_open(&c, tok, o->data_path, sharc_threads_get(), false, &d);
+    }
+    sharc_tokenizer_free(tok);
+    if (st == SHARC_OK && sharc_dataset_num_items(d, T) < 1)
         st = sharc_error(SHARC_ERR_INVALID, "eval: '%s' has %lld tokens, fewer than one window of %d + 1", o->data_path,
                          (long long)sharc_dataset_num_tokens(d), T);
+    if (st == SHARC_OK && sharc_dataset_longest_sample(d) > T + 1)
+        st = sharc_error(SHARC_ERR_INVALID, "eval: '%s' has a sample of %lld tokens, more than --seq_len + 1 = %d",
+                         o->data_path, (long long)sharc_dataset_longest_sample(d), T + 1);
     /* collective part */
     if ((st = agree(world, st)) != SHARC_OK) goto done;
     if ((st = sharc_mesh_init(&mesh, world, R)) != SHARC_OK) goto done;

@@ -87,6 +87,13 @@ awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < a / 2) }'
 out=$("$S" generate --checkpoint run_jsonl --prompt $'User: What is 3 plus 4?\nAssistant:' --tokens 12 --temperature 0)
 echo "$out"
 grep -q "^Assistant: It is" <<< "$out"
+# export carries the tokenizer files; import records them as model.tokenizer: the same text comes back
+"$S" export --checkpoint run_jsonl --out hf > /dev/null
+cmp hf/tokenizer.json "$TOK/tokenizer.json" && cmp hf/tokenizer_config.json "$TOK/tokenizer_config.json"
+"$S" import --hf hf --out imported.safetensors > /dev/null
+out2=$(cd / && "$S" generate --checkpoint "$TMPDIR/imported.safetensors" --prompt $'User: What is 3 plus 4?\nAssistant:' \
+       --tokens 12 --temperature 0)
+[ "$out2" = "$out" ] || { echo "generate from the imported model: '$out2', from the run: '$out'"; exit 1; }
 # chat records: ChatML recognised from the tokenizer's template, every record kept
 "$S" train $common --data.path=chat.jsonl --data.input_key=messages --apply_chat_template --train.max_steps=3 \
     --train.out_dir=run_chat > log_chat 2>&1 || { cat log_chat; exit 1; }
