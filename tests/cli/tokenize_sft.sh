@@ -99,7 +99,8 @@ out2=$(cd / && "$S" generate --checkpoint "$TMPDIR/imported.safetensors" --promp
     --train.out_dir=run_chat > log_chat 2>&1 || { cat log_chat; exit 1; }
 grep -q "chat.jsonl: 32 records -> 32 SFT samples" log_chat
 # OpenRLHF's packing flag is accepted and said to be not implemented
-"$S" config --packing_samples 2>&1 | grep -q "data.packing_samples = 'true': not implemented"
+cfg=$("$S" config --packing_samples 2>&1)
+grep -q "data.packing_samples = 'true': not implemented" <<< "$cfg"
 
 # --- bad input: one line, naming the key, file or value; nothing written
 expect_fail() { # expected-substring command...
