@@ -268,6 +268,7 @@ TEST(tokenizer_refuses_malformed_files) {
         {"\"add_prefix_space\":false", "\"add_prefix_space\":true", "add_prefix_space = true is not supported"},
         {"\"ll\":257", "\"ll\":256", "model.vocab: id 256 is given to both"},
         {"\"ll\":257", "\"ll\":\"x\"", "model.vocab['ll']: expected an id >= 0"},
+        {"\"ll\":257", "\"ll\":666666671", "id 666666671 for 266 tokens: ids must be nearly contiguous"},
         {"\"type\":\"BPE\"", "\"type\":\"WordPiece\"", "model.type: 'WordPiece' is not supported"},
         {"\"byte_fallback\":false", "\"byte_fallback\":true", "model.byte_fallback = true is not supported"},
         {"\"dropout\":null", "\"dropout\":0.1", "model.dropout = 0.1 is not supported"},

@@ -525,6 +525,13 @@ static sharc_status read_tokens(sharc_tokenizer *t, json_object *root, json_obje
             goto out;
         if (json_object_get_int64(id) > max_id) max_id = json_object_get_int64(id);
     }
+    /* ids index tables: refuse a file whose ids leave more holes than tokens
+     * (one huge id would make them gigabytes) */
+    if (max_id >= (int64_t)(nv + na) + 65536) {
+        st = bad(t, "id %lld for %zu tokens: ids must be nearly contiguous (at most 65536 without a token)",
+                 (long long)max_id, nv + na);
+        goto out;
+    }
     t->num_ids = (int32_t)max_id + 1;
     /* ids: one token each */
     qsort(ve, k, sizeof *ve, cmp_entry_id);
