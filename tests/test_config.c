@@ -452,9 +452,9 @@ TEST(config_sft_keys_and_string_round_trip) {
     ASSERT_TRUE(!strcmp(d.tokenizer, "dir with space/tok"));
     ASSERT_EQ(d.data.chat_template, 2);
     ASSERT_EQ(d.train.loss_normalization, 1);
-    /* a sample must fit one sequence */
+    /* data.max_len may exceed train.seq_len + 1 (sharc tokenize has no sequence length); a
+     * sample that does not fit is refused when training starts (sharc_sampler_init) */
     ASSERT_OK(sharc_config_set(&c, "data.max_len", "200", "test"));
-    ASSERT_TRUE(sharc_config_validate(&c) == SHARC_ERR_INVALID);
-    ASSERT_TRUE(strstr(sharc_last_error(), "data.max_len: 200 exceeds train.seq_len + 1 = 129") != NULL);
+    ASSERT_OK(sharc_config_validate(&c));
 }
 

@@ -748,9 +748,6 @@ sharc_status sharc_config_validate(sharc_config *c) {
                            c->train.seq_len, c->model.max_seq_len);
     if (c->fsdp.engine.reduce_dtype != SHARC_DT_F32 && c->fsdp.engine.reduce_dtype != SHARC_DT_BF16)
         return sharc_error(SHARC_ERR_INVALID, "fsdp.reduce_dtype: fp16, expected fp32 or bf16");
-    if (c->data.max_len > c->train.seq_len + 1)
-        return sharc_error(SHARC_ERR_INVALID, "data.max_len: %d exceeds train.seq_len + 1 = %d; an SFT sample must fit one "
-                           "sequence", c->data.max_len, c->train.seq_len + 1);
     if (c->optim.beta1 >= 1.0f || c->optim.beta2 >= 1.0f)
         return sharc_error(SHARC_ERR_INVALID, "optim.betas: [%g, %g], each must be in [0, 1)",
                            (double)c->optim.beta1, (double)c->optim.beta2);

@@ -116,7 +116,8 @@ small="--model.vocab_size=768 --train.seq_len=32 --model.max_seq_len=32"
 expect_fail "is JSONL (SFT records): set model.tokenizer" "$S" train $small --data.path=sft.jsonl --train.out_dir=bad1
 expect_fail "model.vocab_size: 256 is smaller than the 759 ids of model.tokenizer" "$S" train --model.tokenizer="$TOK" \
     --data.path=sft.jsonl --output_key response --train.out_dir=bad2
-expect_fail "data.max_len: 100 exceeds train.seq_len + 1 = 33" "$S" train $small --max_len 100 --train.out_dir=bad3
+expect_fail "'sft.sft' has a sample of 31 tokens, more than train.seq_len + 1 = 9" "$S" train --model.tokenizer="$TOK" \
+    --model.vocab_size=768 --train.seq_len=8 --data.path=sft.sft --train.out_dir=bad3
 mkdir -p other && sed 's/"version": "1.0"/"version": "1.0" /' "$TOK/tokenizer.json" > other/tokenizer.json
 expect_fail "'sft.sft' was tokenized with another tokenizer" "$S" train $small --model.tokenizer=other --data.path=sft.sft \
     --train.out_dir=bad4
