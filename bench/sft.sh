@@ -11,9 +11,11 @@
 # the KJV text tokenized by `sharc tokenize`; SFT on JSONL records (KJV
 # verses as prompt and response, 60-250 tokens a sample, padded to T, loss on
 # the response only) from the SFT file `sharc tokenize` wrote, and straight
-# from the JSONL (tokenized at start). Each run's figure is the median
-# end-to-end step time of steps 3..STEPS (metrics.jsonl); runs alternate
-# REPEATS times and the best run of each kind is compared. Tokenizer
+# from the JSONL (tokenized at start). Each run's figures are the medians of
+# steps 3..STEPS (metrics.jsonl) of the end-to-end step time and of the
+# step's CPU time per thread (less sensitive to other processes on a shared
+# machine); runs alternate REPEATS times and the best run of each kind is
+# compared. Tokenizer
 # throughput: `sharc tokenize` on the KJV text with each tokenizer present
 # (the small one, and GPT-2 / Llama-3 / Qwen3 from scripts/fetch_tokenizers.sh).
 set -euo pipefail
@@ -40,11 +42,11 @@ cat sft.log
 model="--model.family=llama --model.num_layers=4 --model.embed_dim=256 --model.num_heads=8 --model.num_kv_heads=4
        --model.vocab_size=768 --model.tokenizer=$TOK --train.seq_len=256 --train.batch_size=8 --train.threads=$THREADS
        --train.max_steps=$STEPS --train.log_every=1000 --ckpt.every=0 --log.peak_tflops=0.265"
-median_step() { # run dir: median end-to-end step time of steps 3.. (seconds)
-  grep -o '"time_metrics/end_to_end(s)": [0-9.e+-]*' "$1/metrics.jsonl" | tail -n +3 | cut -d' ' -f2 | sort -g |
+median_of() { # run dir, metric: median of steps 3.. (seconds)
+  grep -o "\"time_metrics/$2\": [0-9.e+-]*" "$1/metrics.jsonl" | tail -n +3 | cut -d' ' -f2 | sort -g |
     awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2}'
 }
-declare -A best
+declare -A best bestcpu
 for r in $(seq 1 "$REPEATS"); do
   for kind in pretrain sft_file sft_jsonl; do
     case $kind in
@@ -55,15 +57,19 @@ for r in $(seq 1 "$REPEATS"); do
     start=$(date +%s.%N)
     "$S" train $model $data --train.out_dir=run_${kind}_$r > log_${kind}_$r 2>&1
     wall=$(awk -v a="$start" -v b="$(date +%s.%N)" 'BEGIN { print b - a }')
-    m=$(median_step run_${kind}_$r)
-    printf "run %d %-10s median step %.4f s (whole run %.1f s)\n" "$r" "$kind" "$m" "$wall"
+    m=$(median_of run_${kind}_$r 'end_to_end(s)')
+    c=$(median_of run_${kind}_$r 'cpu(s)')
+    printf "run %d %-10s median step %.4f s, CPU %.4f s per thread (whole run %.1f s)\n" "$r" "$kind" "$m" "$c" "$wall"
     if [ -z "${best[$kind]:-}" ] || awk -v a="$m" -v b="${best[$kind]}" 'BEGIN { exit !(a < b) }'; then best[$kind]=$m; fi
+    if [ -z "${bestcpu[$kind]:-}" ] || awk -v a="$c" -v b="${bestcpu[$kind]}" 'BEGIN { exit !(a < b) }'; then bestcpu[$kind]=$c; fi
   done
 done
 echo
-printf "%-34s %10s %8s\n" "best run, median step" "seconds" "ratio"
+printf "%-12s %12s %8s %14s %8s\n" "best run" "median step" "ratio" "CPU per thread" "ratio"
 for kind in pretrain sft_file sft_jsonl; do
-  printf "%-34s %10.4f %8.3f\n" "$kind" "${best[$kind]}" "$(awk -v a="${best[$kind]}" -v b="${best[pretrain]}" 'BEGIN { print a / b }')"
+  printf "%-12s %10.4f s %8.3f %12.4f s %8.3f\n" "$kind" "${best[$kind]}" \
+    "$(awk -v a="${best[$kind]}" -v b="${best[pretrain]}" 'BEGIN { print a / b }')" "${bestcpu[$kind]}" \
+    "$(awk -v a="${bestcpu[$kind]}" -v b="${bestcpu[pretrain]}" 'BEGIN { print a / b }')"
 done
 grep -h "SFT samples" log_sft_jsonl_1 | sed 's/^/sft_jsonl start: /'
 echo
