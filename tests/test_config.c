@@ -505,3 +505,38 @@ TEST(config_long_values_keep_what_was_expected) {
             TEST_FAIL_AT("case %s: '%s'", cases[i].key, m);
     }
 }
+/* The SFT keys: defaults (OpenRLHF's), the enums, the cross-key check, and a
+ * template with a newline and quotes surviving the YAML the weights and
+ * checkpoints keep (write, then read back). */
+TEST(config_sft_keys_and_string_round_trip) {
+    sharc_config c, d;
+    sharc_config_default(&c);
+    ASSERT_TRUE(!strcmp(c.data.input_key, "input"));
+    ASSERT_TRUE(!strcmp(c.data.input_template, "User: {}\nAssistant: "));
+    ASSERT_EQ(c.data.max_len, 0);
+    ASSERT_OK(sharc_config_set(&c, "data.chat_template", "qwen3", "test"));
+    ASSERT_EQ(c.data.chat_template, 2);
+    ASSERT_OK(sharc_config_set(&c, "data.loss_mask", "openrlhf", "test"));
+    ASSERT_EQ(c.data.loss_mask, 1);
+    ASSERT_OK(sharc_config_set(&c, "train.loss_normalization", "micro_batch", "test"));
+    ASSERT_EQ(c.train.loss_normalization, 1);
+    ASSERT_OK(sharc_config_set(&c, "data.format", "jsonl", "test"));
+    ASSERT_EQ(c.data.format, SHARC_TOKENS_JSONL);
+    ASSERT_TRUE(sharc_config_set(&c, "data.chat_template", "jinja", "test") == SHARC_ERR_INVALID);
+    ASSERT_TRUE(strstr(sharc_last_error(), "expected one of auto, chatml, qwen3, llama3") != NULL);
+    ASSERT_OK(sharc_config_set(&c, "data.input_template", "Say \"{}\"\n\tthen \\ answer: ", "test"));
+    ASSERT_OK(sharc_config_set(&c, "model.tokenizer", "dir with space/tok", "test"));
+    char *yaml = sharc_config_to_yaml(&c);
+    sharc_config_default(&d);
+    ASSERT_OK(sharc_config_load_string(&d, yaml, "round trip"));
+    free(yaml);
+    ASSERT_TRUE(!strcmp(d.data.input_template, c.data.input_template));
+    ASSERT_TRUE(!strcmp(d.tokenizer, "dir with space/tok"));
+    ASSERT_EQ(d.data.chat_template, 2);
+    ASSERT_EQ(d.train.loss_normalization, 1);
+    /* data.max_len may exceed train.seq_len + 1 (sharc tokenize has no sequence length); a
+     * sample that does not fit is refused when training starts (sharc_sampler_init) */
+    ASSERT_OK(sharc_config_set(&c, "data.max_len", "200", "test"));
+    ASSERT_OK(sharc_config_validate(&c));
+}
+

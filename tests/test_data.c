@@ -324,7 +324,7 @@ TEST(data_format_and_path_errors) {
     const uint16_t t16[3] = {1, 2, 3};
     write_bytes(tmp_path("x.dat"), t16, sizeof t16);
     const char *want = "cannot tell the token format from the extension; set data.format to u16, "
-                       "u32, llmc or text";
+                       "u32, llmc, text, sft or jsonl";
     expect_error(tmp_path("x.dat"), SHARC_TOKENS_AUTO, 100, SHARC_ERR_INVALID, want);
     write_bytes(tmp_path("noext"), t16, sizeof t16);
     expect_error(tmp_path("noext"), SHARC_TOKENS_AUTO, 100, SHARC_ERR_INVALID, want);

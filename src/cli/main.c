@@ -4,25 +4,31 @@
 #include "sharc/blas.h"
 #include "sharc/ckpt.h"
 #include "sharc/comm.h"
+#include "sharc/chat.h"
 #include "sharc/config.h"
 #include "sharc/data.h"
+#include "sharc/dataprep.h"
 #include "sharc/eval.h"
+#include "sharc/fileio.h"
 #include "sharc/fsdp.h"
 #include "sharc/hf.h"
 #include "sharc/log.h"
 #include "sharc/model.h"
 #include "sharc/plot.h"
 #include "sharc/rng.h"
+#include "sharc/tokenizer.h"
 #include "sharc/train.h"
 #include "sharc/weights.h"
 
 #include <limits.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <errno.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #define SHARC_VERSION "0.1.0"
@@ -40,6 +46,11 @@ static void usage(FILE *f) {
             "  sharc launch -n N [--] sharc train ...   run N ranks under mpirun with the right flags\n"
             "  sharc generate --checkpoint DIR|FILE [--prompt TEXT] [--tokens N]\n"
             "                 [--temperature T] [--top-k K] [--seed S] [--threads K] [--timeout S]\n"
+            "                 [--tokenizer PATH] [--chat]   (default: the run's model.tokenizer; --chat: the prompt\n"
+            "                 as one user turn of the chat template)\n"
+            "  sharc tokenize [--config FILE] [--section.key=value ...] [--out FILE] [--threads N]\n"
+            "                 data.path (text or JSONL) -> tokens with model.tokenizer: llm.c tokens, or a\n"
+            "                 sharc SFT file for JSONL with data.output_key / data.apply_chat_template\n"
             "  sharc eval --checkpoint RUN_DIR|FILE --data.path VAL [--data.format F] [--infer_batch_size N]\n"
             "             [--seq_len T] [--eval_batches N] [--threads K] [--timeout S]   validation loss and perplexity\n"
             "  sharc plot RUN/metrics.jsonl ... --out DIR   loss, throughput and memory curves (PNG)\n"
@@ -110,13 +121,15 @@ static sharc_status parse_real(const char *cmd, const char *opt, const char *tex
     return SHARC_OK;
 }
 
-/* The options of generate, eval, export and import: every one takes a
- * value, written "--name value" or "--name=value"; each value lands in the
+/* The options of generate, eval, export and import: each takes a value,
+ * written "--name value" or "--name=value", except switches (default
+ * OPT_SWITCH; a bare "--name" sets the value "1"); each value lands in the
  * slot of its name; anything else is bad input. */
 typedef struct {
     const char *name;
     const char *value; /* the default, then what was given */
 } option;
+static const char OPT_SWITCH[] = "(switch)";
 
 static sharc_status parse_options(const char *cmd, int argc, char **argv, option *opts, int n) {
     char clip[SHARC_CLIP_BUF];
@@ -126,6 +139,11 @@ static sharc_status parse_options(const char *cmd, int argc, char **argv, option
         int k = 0;
         while (k < n && !(strlen(opts[k].name) == len && !strncmp(opts[k].name, a, len))) k++;
         if (k == n) return sharc_error(SHARC_ERR_INVALID, "%s: unknown option '%s'", cmd, sharc_clip(clip, a));
+        if (opts[k].value == OPT_SWITCH) {
+            if (eq) return sharc_error(SHARC_ERR_INVALID, "%s: %s takes no value", cmd, opts[k].name);
+            opts[k].value = "1";
+            continue;
+        }
         if (!eq && i + 1 >= argc) return sharc_error(SHARC_ERR_INVALID, "%s: %s needs a value", cmd, opts[k].name);
         opts[k].value = eq ? eq + 1 : argv[++i];
     }
@@ -175,6 +193,17 @@ static const struct {
     {"gradient_checkpointing", "fsdp.activation_checkpointing", "true"},
     {"param_dtype", "fsdp.param_dtype", NULL},
     {"micro_train_batch_size", "train.batch_size", NULL},
+    /* OpenRLHF's SFT flags (sharc/sft.h) */
+    {"dataset", "data.path", NULL},
+    {"input_key", "data.input_key", NULL},
+    {"output_key", "data.output_key", NULL},
+    {"input_template", "data.input_template", NULL},
+    {"max_len", "data.max_len", NULL},
+    {"apply_chat_template", "data.apply_chat_template", "true"},
+    {"multiturn", "data.multiturn", "true"},
+    {"packing_samples", "data.packing_samples", "true"},
+    {"pretrain", "model.init_from", NULL},
+    {"tokenizer", "model.tokenizer", NULL},
 };
 
 /* --config FILE, --section.key=value / --section.key value and the shorthand
@@ -445,9 +474,45 @@ static sharc_status load_for_inference(const char *arg, int plan_B, sharc_config
     return inference_load(src, c, plan_B, m, e);
 }
 
+/* The prompt's ids: bytes for a byte-level model; with a tokenizer the
+ * post-processor's ids (BOS, if it adds one) and the text, or with --chat the
+ * chat format's rendering of one user turn and the generation prompt. */
+static sharc_status generate_prompt(const sharc_config *c, const sharc_tokenizer *t, const char *prompt, bool chat,
+                                    sharc_ids *ids, int32_t *turn_end) {
+    *turn_end = -1;
+    if (!t) {
+        SHARC_TRY(sharc_ids_reserve(ids, strlen(prompt) + 1));
+        ids->n = (size_t)sharc_byte_encode(prompt, (int64_t)strlen(prompt), ids->ids);
+        return SHARC_OK;
+    }
+    sharc_encoder *e;
+    SHARC_TRY(sharc_encoder_init(&e, t));
+    sharc_status st = SHARC_OK;
+    if (chat) {
+        sharc_chat_format f = (sharc_chat_format)c->data.chat_template;
+        if (f == SHARC_CHAT_AUTO) st = sharc_chat_identify(sharc_tokenizer_chat_template(t), "generate --chat: the tokenizer", &f);
+        sharc_chat_msg m = {SHARC_ROLE_USER, prompt, strlen(prompt), NULL, 0};
+        sharc_chat_options o = {.add_generation_prompt = true, .bos = sharc_tokenizer_bos_text(t)};
+        sharc_chat_text text = {0};
+        if (st == SHARC_OK) st = sharc_chat_render(f, &m, 1, &o, &text);
+        if (st == SHARC_OK) st = sharc_encoder_encode(e, text.text, text.len, ids);
+        if (f == SHARC_CHAT_LLAMA3) *turn_end = sharc_tokenizer_token_id(t, "<|eot_id|>", 10);
+        else *turn_end = sharc_tokenizer_token_id(t, "<|im_end|>", 10);
+        sharc_chat_text_free(&text);
+    } else {
+        const int32_t *pre;
+        size_t np = sharc_tokenizer_prefix_ids(t, &pre);
+        for (size_t i = 0; i < np && st == SHARC_OK; i++) st = sharc_ids_push(ids, pre[i]);
+        if (st == SHARC_OK) st = sharc_encoder_encode(e, prompt, strlen(prompt), ids);
+    }
+    sharc_encoder_free(e);
+    return st;
+}
+
 static int cmd_generate(int argc, char **argv) {
     option o[] = {{"--checkpoint", NULL}, {"--prompt", "\n"}, {"--tokens", "200"}, {"--temperature", "0.8"},
-                  {"--top-k", "40"}, {"--seed", "1"}, {"--threads", "0"}, {"--timeout", DEFAULT_TIMEOUT}};
+                  {"--top-k", "40"}, {"--seed", "1"}, {"--threads", "0"}, {"--timeout", DEFAULT_TIMEOUT},
+                  {"--tokenizer", NULL}, {"--chat", OPT_SWITCH}};
     const int no = (int)(sizeof o / sizeof o[0]);
     long long ntok = 0, top_k = 0, threads = 0;
     unsigned long long seed = 1;
@@ -461,54 +526,132 @@ static int cmd_generate(int argc, char **argv) {
     if (st == SHARC_OK) st = parse_int("generate", "--threads", opt_value(o, no, "--threads"), 0, 4096, &threads);
     if (st == SHARC_OK) st = parse_timeout("generate", opt_value(o, no, "--timeout"), &timeout);
     const char *ckpt = opt_value(o, no, "--checkpoint"), *prompt = opt_value(o, no, "--prompt");
+    const char *tok_path = opt_value(o, no, "--tokenizer");
+    bool chat = opt_value(o, no, "--chat") != OPT_SWITCH;
     if (st == SHARC_OK && !ckpt) st = sharc_error(SHARC_ERR_INVALID, "generate: --checkpoint DIR|FILE is required");
     if (st != SHARC_OK) return fail(st);
     sharc_config c;
     inference_source src;
     if ((st = inference_resolve(ckpt, &src, &c)) != SHARC_OK) return fail(st);
-    if (c.model.vocab_size != 256) {
-        sharc_error(SHARC_ERR_UNSUPPORTED, "generate: '%s' has model.vocab_size %d; generate decodes byte-level models (256) only",
-                    src.path, c.model.vocab_size);
-        return fail(SHARC_ERR_UNSUPPORTED);
+    /* the run's tokenizer (model.tokenizer, or model.init_from's), --tokenizer instead */
+    if (tok_path) snprintf(c.tokenizer, sizeof c.tokenizer, "%s", tok_path);
+    sharc_tokenizer *tok = NULL;
+    if ((st = sharc_dataprep_tokenizer(&c, &tok)) != SHARC_OK) return fail(st);
+    if (!tok && c.model.vocab_size != 256) {
+        sharc_error(SHARC_ERR_INVALID, "generate: '%s' has model.vocab_size %d and no model.tokenizer; give --tokenizer "
+                    "PATH (its tokenizer.json or directory)", src.path, c.model.vocab_size);
+        return fail(SHARC_ERR_INVALID);
     }
-    if ((st = sharc_watchdog_start(timeout, "--timeout")) != SHARC_OK) return fail(st);
-    if ((st = sharc_blas_init((int)threads)) != SHARC_OK) return fail(st);
+    if (chat && !tok) {
+        sharc_tokenizer_free(tok);
+        sharc_error(SHARC_ERR_INVALID, "generate --chat needs a tokenizer with a chat template (--tokenizer PATH)");
+        return fail(SHARC_ERR_INVALID);
+    }
+    if ((st = sharc_watchdog_start(timeout, "--timeout")) != SHARC_OK || (st = sharc_blas_init((int)threads)) != SHARC_OK) {
+        sharc_tokenizer_free(tok);
+        return fail(st);
+    }
+    const int V = c.model.vocab_size;
+    sharc_ids ids = {0};
+    int32_t turn_end = -1, eos = tok ? sharc_tokenizer_eos(tok) : -1;
+    if ((st = generate_prompt(&c, tok, prompt, chat, &ids, &turn_end)) == SHARC_OK && ids.n == 0)
+        st = sharc_ids_push(&ids, tok ? (sharc_tokenizer_bos(tok) >= 0 ? sharc_tokenizer_bos(tok) : eos >= 0 ? eos : 0) : '\n');
+    if (st == SHARC_OK) st = sharc_ids_reserve(&ids, ids.n + (size_t)ntok + 1);
     sharc_model *m = NULL;
     sharc_fsdp *e = NULL;
     int T = c.model.family == SHARC_FAMILY_GPT2 ? c.model.max_seq_len : c.train.seq_len;
-    if ((st = inference_load(&src, &c, 1, &m, &e)) != SHARC_OK) return fail(st);
-    int64_t plen = (int64_t)strlen(prompt);
-    int64_t cap = plen + ntok + 1;
-    int32_t *tokens = malloc(sizeof(int32_t) * (size_t)cap);
-    float *logits = malloc(sizeof(float) * 256);
-    if (!tokens || !logits) {
-        free(tokens);
+    if (st == SHARC_OK) st = inference_load(&src, &c, 1, &m, &e);
+    float *logits = malloc(sizeof(float) * (size_t)V);
+    if (st == SHARC_OK && !logits) st = sharc_error(SHARC_ERR_NOMEM, "generate: out of memory");
+    if (st != SHARC_OK) {
+        sharc_tokenizer_free(tok);
+        sharc_ids_free(&ids);
         free(logits);
-        return fail(sharc_error(SHARC_ERR_NOMEM, "generate: out of memory for %lld tokens", (long long)cap));
+        sharc_fsdp_free(e);
+        sharc_model_free(m);
+        return fail(st);
     }
-    int64_t n = sharc_byte_encode(prompt, plen, tokens);
-    if (n == 0) tokens[n++] = '\n';
-    fwrite(prompt, 1, (size_t)plen, stdout);
+    fputs(prompt, stdout);
+    if (chat) fputc('\n', stdout);
     sharc_rng rng;
     sharc_rng_init(&rng, seed, 0x67656eull);
     sharc_test_hang_point("generate");
     for (long long i = 0; i < ntok; i++) {
         sharc_activity_step(i + 1); /* note [watchdog]: each token is progress */
-        int64_t start = n > T ? n - T : 0;
-        sharc_model_logits_last(m, e, tokens + start, (int)(n - start), logits);
-        int next = sharc_sample_logits(logits, 256, (float)temperature, (int)top_k, sharc_rng_next_uniform(&rng));
-        tokens[n++] = next;
+        size_t start = ids.n > (size_t)T ? ids.n - (size_t)T : 0;
+        sharc_model_logits_last(m, e, ids.ids + start, (int)(ids.n - start), logits);
+        int next = sharc_sample_logits(logits, V, (float)temperature, (int)top_k, sharc_rng_next_uniform(&rng));
+        if (tok && (next == eos || next == turn_end)) break; /* the model ended its text */
+        ids.ids[ids.n++] = next;
+        size_t len = 1;
         char ch = (char)next;
-        fwrite(&ch, 1, 1, stdout);
+        const char *bytes = tok ? sharc_tokenizer_token_bytes(tok, next, &len) : &ch;
+        if (len) fwrite(bytes, 1, len, stdout);
         fflush(stdout);
     }
     printf("\n");
     sharc_watchdog_stop();
-    free(tokens);
+    sharc_ids_free(&ids);
     free(logits);
+    sharc_tokenizer_free(tok);
     sharc_fsdp_free(e);
     sharc_model_free(m);
     return 0;
+}
+
+/* A progress line on stderr when it is a terminal. */
+static void tokenize_progress(size_t done, size_t total, const char *unit, void *ctx) {
+    const double *t0 = ctx;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    double dt = (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec - *t0, frac = total ? (double)done / (double)total : 1.0;
+    char bar[31];
+    int fill = (int)(frac * 30);
+    for (int i = 0; i < 30; i++) bar[i] = i < fill ? '#' : '.';
+    bar[30] = 0;
+    fprintf(stderr, "\rtokenizing [%s] %5.1f%% %zu/%zu %s, %.0f s left  ", bar, 100 * frac, done, total, unit,
+            frac > 0 ? dt * (1 - frac) / frac : 0.0);
+    if (done == total) fprintf(stderr, "\n");
+    fflush(stderr);
+}
+
+/* sharc tokenize: the keys and flags of train, plus --out FILE, --threads N. */
+static int cmd_tokenize(int argc, char **argv) {
+    const char *out = "";
+    int threads = 0;
+    char **rest = calloc((size_t)argc + 1, sizeof *rest);
+    int nrest = 0;
+    sharc_status st = rest ? SHARC_OK : sharc_error(SHARC_ERR_NOMEM, "tokenize: out of memory");
+    for (int i = 0; i < argc && st == SHARC_OK; i++) {
+        bool out_opt = !strcmp(argv[i], "--out"), thr_opt = !strcmp(argv[i], "--threads");
+        if ((out_opt || thr_opt) && i + 1 >= argc) st = sharc_error(SHARC_ERR_INVALID, "tokenize: %s needs a value", argv[i]);
+        else if (out_opt) out = argv[++i];
+        else if (!strncmp(argv[i], "--out=", 6)) out = argv[i] + 6;
+        else if (thr_opt || !strncmp(argv[i], "--threads=", 10)) {
+            long long n = 0;
+            st = parse_int("tokenize", "--threads", thr_opt ? argv[++i] : argv[i] + 10, 0, 4096, &n);
+            threads = (int)n;
+        } else rest[nrest++] = argv[i];
+    }
+    sharc_config c;
+    if (st == SHARC_OK) st = parse_config_args(nrest, rest, &c, NULL);
+    free(rest);
+    char tpath[SHARC_PATH_MAX];
+    if (st == SHARC_OK && !sharc_dataprep_tokenizer_path(&c, tpath, sizeof tpath)[0])
+        st = sharc_error(SHARC_ERR_INVALID, "tokenize: set model.tokenizer (or --tokenizer) to a Hugging Face "
+                                            "tokenizer.json or its directory");
+    sharc_tokenizer *t = NULL;
+    if (st == SHARC_OK) st = sharc_tokenizer_load(&t, tpath);
+    if (st == SHARC_OK) st = sharc_blas_init(threads); /* sets OpenMP's threads (0: this process's CPUs) */
+    char written[SHARC_PATH_MAX + 8] = "";
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    double t0 = (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+    if (st == SHARC_OK)
+        st = sharc_dataprep_tokenize(&c, t, out, sharc_threads_get(), isatty(2) ? tokenize_progress : NULL, &t0, written,
+                                     sizeof written);
+    sharc_tokenizer_free(t);
+    return st == SHARC_OK ? 0 : fail(st);
 }
 
 static int cmd_ckpt(int argc, char **argv) {
@@ -528,6 +671,41 @@ static sharc_status single_engine(const sharc_model_config *mc, sharc_model **m,
     return sharc_fsdp_init(e, sharc_model_units(*m), sharc_model_num_units(*m), &fc, NULL);
 }
 
+/* The tokenizer files beside a run's model.tokenizer, copied into an exported
+ * Hugging Face directory (each atomically). */
+static sharc_status copy_tokenizer(const sharc_config *c, const char *dir) {
+    char src[SHARC_PATH_MAX];
+    if (!sharc_dataprep_tokenizer_path(c, src, sizeof src)[0]) return SHARC_OK;
+    struct stat sb;
+    char from_dir[SHARC_PATH_MAX];
+    snprintf(from_dir, sizeof from_dir, "%s", src);
+    if (stat(src, &sb) == 0 && !S_ISDIR(sb.st_mode)) { /* a tokenizer.json file: its directory */
+        char *slash = strrchr(from_dir, '/');
+        if (slash) *slash = 0;
+        else snprintf(from_dir, sizeof from_dir, ".");
+    }
+    static const char *const files[] = {"tokenizer.json", "tokenizer_config.json", "chat_template.jinja"};
+    for (int i = 0; i < 3; i++) {
+        char from[SHARC_PATH_MAX + 32], to[SHARC_PATH_MAX + 32];
+        snprintf(from, sizeof from, "%s/%s", from_dir, files[i]);
+        if (i == 0 && stat(src, &sb) == 0 && !S_ISDIR(sb.st_mode)) snprintf(from, sizeof from, "%s", src);
+        if (stat(from, &sb) != 0) continue;
+        snprintf(to, sizeof to, "%s/%s", dir, files[i]);
+        char *text;
+        size_t len;
+        SHARC_TRY(sharc_read_file(from, &text, &len));
+        sharc_afile f;
+        sharc_status st = sharc_afile_open(&f, to);
+        if (st == SHARC_OK) {
+            if ((st = sharc_afile_write(&f, text, len)) == SHARC_OK) st = sharc_afile_commit(&f);
+            else sharc_afile_abort(&f);
+        }
+        free(text);
+        SHARC_TRY(st);
+    }
+    return SHARC_OK;
+}
+
 static int cmd_import(int argc, char **argv) {
     option o[] = {{"--hf", NULL}, {"--out", NULL}, {"--timeout", DEFAULT_TIMEOUT}};
     int timeout = 0;
@@ -540,6 +718,18 @@ static int cmd_import(int argc, char **argv) {
     sharc_config_default(&c);
     if ((st = sharc_hf_read_config(o[0].value, &c.model)) != SHARC_OK) return fail(st);
     if (c.train.seq_len > c.model.max_seq_len) c.train.seq_len = c.model.max_seq_len;
+    /* the directory's tokenizer, when sharc reads it, becomes the weights' model.tokenizer */
+    sharc_config probe = c;
+    snprintf(probe.init_from, sizeof probe.init_from, "%s", o[0].value);
+    sharc_tokenizer *tok = NULL;
+    char tpath[SHARC_PATH_MAX];
+    if (sharc_dataprep_tokenizer_path(&probe, tpath, sizeof tpath)[0]) {
+        char abs[PATH_MAX];
+        const char *keep = realpath(tpath, abs) && strlen(abs) < sizeof c.tokenizer ? abs : tpath;
+        if (sharc_dataprep_tokenizer(&probe, &tok) == SHARC_OK) snprintf(c.tokenizer, sizeof c.tokenizer, "%.1023s", keep);
+        else sharc_warn("import: %s; the weights get no model.tokenizer (give generate --tokenizer)", sharc_last_error());
+        sharc_tokenizer_free(tok);
+    }
     if ((st = sharc_config_validate(&c)) != SHARC_OK) return fail(st);
     if ((st = sharc_watchdog_start(timeout, "--timeout")) != SHARC_OK) return fail(st);
     sharc_model *m = NULL;
@@ -583,6 +773,7 @@ static int cmd_export(int argc, char **argv) {
         sharc_test_hang_point("export");
         st = sharc_hf_export(e, NULL, &c.model, o[1].value, dt, (uint64_t)shard);
     }
+    if (st == SHARC_OK) st = copy_tokenizer(&c, o[1].value);
     sharc_watchdog_stop();
     sharc_fsdp_free(e);
     sharc_model_free(m);
@@ -607,7 +798,7 @@ static sharc_status eval_plan_parse(eval_plan *p, int argc, char **argv) {
     int f = sharc_token_format_parse(o[2].value);
     char clip[SHARC_CLIP_BUF];
     if (f < 0)
-        return sharc_error(SHARC_ERR_INVALID, "eval: --data.format '%s': expected auto, u16, u32, llmc or text",
+        return sharc_error(SHARC_ERR_INVALID, "eval: --data.format '%s': expected auto, u16, u32, llmc, text, sft or jsonl",
                            sharc_clip(clip, o[2].value));
     SHARC_TRY(parse_int("eval", "--infer_batch_size", o[3].value, 0, 1 << 20, &b));
     SHARC_TRY(parse_int("eval", "--seq_len", o[4].value, 0, 1 << 24, &t));
@@ -780,6 +971,7 @@ int main(int argc, char **argv) {
     }
     if (!strcmp(cmd, "launch")) return cmd_launch(argc - 2, argv + 2);
     if (!strcmp(cmd, "plot")) return cmd_plot(argc - 2, argv + 2);
+    if (!strcmp(cmd, "tokenize")) return cmd_tokenize(argc - 2, argv + 2);
     if (!strcmp(cmd, "generate")) return cmd_generate(argc - 2, argv + 2);
     if (!strcmp(cmd, "config")) return cmd_config(argc - 2, argv + 2);
     if (!strcmp(cmd, "ckpt")) return cmd_ckpt(argc - 2, argv + 2);

@@ -26,7 +26,10 @@ typedef struct {
 
 static const char *const families[] = {"gpt2", "llama", NULL};
 static const char *const lr_decays[] = {"cosine", "linear", "constant", NULL};
-static const char *const token_formats[] = {"auto", "u16", "u32", "llmc", "text", NULL};
+static const char *const token_formats[] = {"auto", "u16", "u32", "llmc", "text", "sft", "jsonl", NULL};
+static const char *const chat_formats[] = {"auto", "chatml", "qwen3", "llama3", NULL};
+static const char *const loss_masks[] = {"ranges", "openrlhf", NULL};
+static const char *const loss_norms[] = {"global_tokens", "micro_batch", NULL};
 static const char *const strategies[] = {"FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD", NULL};
 static const char *const prefetches[] = {"NONE", "BACKWARD_PRE", "BACKWARD_POST", NULL};
 static const char *const wrap_policies[] = {"transformer_block", "size", "none", NULL};
@@ -48,12 +51,21 @@ static const key_def keys[] = {
     {"model.init_std", K_FLOAT, OFF(model.init_std), 0, 10, NULL, "std of normal weight init (residual outputs / sqrt(2L))"},
     {"model.tie_embeddings", K_BOOL, OFF(model.tie_embeddings), 0, 0, NULL, "LM head shares the token embedding"},
     {"model.init_from", K_STR, OFF(init_from), 0, 0, NULL, "sharc weights file (model.safetensors) loaded after initialisation"},
+    {"model.tokenizer", K_STR, OFF(tokenizer), 0, 0, NULL, "Hugging Face tokenizer.json or its directory (\"\": byte-level, or model.init_from's directory when it holds one)"},
 
     {"data.path", K_STR, OFF(data.path), 0, 0, NULL, "training token file or UTF-8 text"},
     {"data.val_path", K_STR, OFF(data.val_path), 0, 0, NULL, "validation token file (optional)"},
-    {"data.format", K_ENUM, OFF(data.format), 0, 0, token_formats, "auto, u16, u32, llmc or text"},
+    {"data.format", K_ENUM, OFF(data.format), 0, 0, token_formats, "auto, u16, u32, llmc, text, sft (sharc tokenize's SFT file) or jsonl (SFT records)"},
     {"data.shuffle", K_BOOL, OFF(data.shuffle), 0, 0, NULL, "seeded permutation of windows each epoch"},
     {"data.seed", K_U64, OFF(data.seed), 0, 0, NULL, "shuffle seed"},
+    {"data.input_key", K_STR, OFF(data.input_key), 0, 0, NULL, "JSONL: the prompt's key (a string, or a list of messages)"},
+    {"data.output_key", K_STR, OFF(data.output_key), 0, 0, NULL, "JSONL: the response's key (\"\": records of messages, the last one the response)"},
+    {"data.input_template", K_STR, OFF(data.input_template), 0, 0, NULL, "JSONL without a chat template: the prompt, {} = the input (\"\": the input as is)"},
+    {"data.apply_chat_template", K_BOOL, OFF(data.apply_chat_template), 0, 0, NULL, "JSONL: render records with the chat template"},
+    {"data.chat_template", K_ENUM, OFF(data.chat_template), 0, 0, chat_formats, "auto (the tokenizer's, recognised), chatml, qwen3 or llama3"},
+    {"data.max_len", K_INT, OFF(data.max_len), 0, 1 << 24, NULL, "tokens per SFT sample, longer ones cut (0: train.seq_len + 1)"},
+    {"data.multiturn", K_BOOL, OFF(data.multiturn), 0, 0, NULL, "JSONL messages: train every assistant turn, not only the last"},
+    {"data.loss_mask", K_ENUM, OFF(data.loss_mask), 0, 0, loss_masks, "ranges (response tokens by their bytes) or openrlhf (OpenRLHF's exact mask)"},
 
     {"optim.lr", K_FLOAT, OFF(optim.lr), 0, 10, NULL, "peak learning rate"},
     {"optim.min_lr_ratio", K_FLOAT, OFF(optim.min_lr_ratio), 0, 1, NULL, "decay floor as a fraction of lr"},
@@ -80,6 +92,7 @@ static const key_def keys[] = {
     {"train.epochs", K_FLOAT, OFF(train.epochs), 0, 1e9, NULL, "passes over the data (> 0: sets max_steps = ceil(epochs * windows / sequences per step))"},
     {"train.timeout", K_INT, OFF(train.timeout), 0, INT_MAX, NULL, "step watchdog: seconds without progress before every rank reports and exits (0: off)"},
     {"train.max_bad_steps", K_INT, OFF(train.max_bad_steps), 1, INT_MAX, NULL, "stop after this many non-finite (skipped) steps in a row"},
+    {"train.loss_normalization", K_ENUM, OFF(train.loss_normalization), 0, 0, loss_norms, "global_tokens (loss / valid targets of the whole step) or micro_batch (mean of each micro-batch's mean)"},
 
     {"fsdp.sharding_strategy", K_ENUM, OFF(fsdp.engine.strategy), 0, 0, strategies, "FULL_SHARD, SHARD_GRAD_OP, NO_SHARD or HYBRID_SHARD"},
     {"fsdp.fsdp_size", K_INT, OFF(fsdp.engine.fsdp_size), 0, 1 << 24, NULL, "HYBRID_SHARD shard-group size (>= world or <= 1: plain FSDP)"},
@@ -121,6 +134,8 @@ void sharc_config_default(sharc_config *c) {
     c->data.format = SHARC_TOKENS_AUTO;
     c->data.shuffle = true;
     c->data.seed = 1;
+    snprintf(c->data.input_key, sizeof c->data.input_key, "input");
+    snprintf(c->data.input_template, sizeof c->data.input_template, "User: {}\nAssistant: ");
     sharc_optim_config_default(&c->optim);
     c->optim.lr = 2e-3f;
     c->optim.warmup_steps = 20;
@@ -376,6 +391,9 @@ static const alias_def aliases[] = {
     {"model.dtype", A_PRECISION, NULL, NULL, NULL},
     {"model.disable_gradient_checkpointing", A_NOT, "fsdp.activation_checkpointing", NULL, NULL},
     {"epochs", A_KEY, "train.epochs", NULL, NULL},
+    /* OpenRLHF's SFT options (its newer dotted names; the flags are main.c's shorthands) */
+    {"data.dataset", A_KEY, "data.path", NULL, NULL},
+    {"data.packing_samples", A_NOTE, NULL, "false", "not implemented: SFT samples are padded to train.seq_len, one per row"},
 };
 #define NALIASES ((int)(sizeof aliases / sizeof aliases[0]))
 
@@ -786,7 +804,21 @@ static void format_value(const sharc_config *c, const key_def *k, char *out, siz
     case K_U64: snprintf(out, n, "%llu", (unsigned long long)*(const uint64_t *)src); break;
     case K_FLOAT: snprintf(out, n, "%.9g", (double)*(const float *)src); break;
     case K_BOOL: snprintf(out, n, "%s", *(const bool *)src ? "true" : "false"); break;
-    case K_STR: snprintf(out, n, "\"%s\"", src); break;
+    case K_STR: { /* a YAML double-quoted string: what needs it escaped */
+        size_t w = 0;
+        if (n < 8) break;
+        out[w++] = '"';
+        for (const unsigned char *p = (const unsigned char *)src; *p && w + 6 < n; p++) {
+            if (*p == '"' || *p == '\\') out[w++] = '\\', out[w++] = (char)*p;
+            else if (*p == '\n') out[w++] = '\\', out[w++] = 'n';
+            else if (*p == '\t') out[w++] = '\\', out[w++] = 't';
+            else if (*p < 32 || *p == 127) w += (size_t)snprintf(out + w, n - w, "\\x%02x", *p);
+            else out[w++] = (char)*p;
+        }
+        out[w++] = '"';
+        out[w] = 0;
+        break;
+    }
     case K_ENUM: snprintf(out, n, "%s", k->choices[*(const int *)src]); break;
     case K_FLOAT2: snprintf(out, n, "[%.9g, %.9g]", (double)((const float *)src)[0], (double)((const float *)src)[1]); break;
     case K_DTYPE: {

@@ -27,6 +27,7 @@
 #include "sharc/blas.h"
 #include "sharc/ckpt.h"
 #include "sharc/data.h"
+#include "sharc/dataprep.h"
 #include "sharc/eval.h"
 #include "sharc/fileio.h"
 #include "sharc/hf.h"
@@ -58,6 +59,7 @@ struct sharc_trainer {
     sharc_dataset *data;
     sharc_sampler *sampler;
     int32_t *inputs, *targets; /* (grad_accum, B, T) */
+    int64_t *micro_valid;      /* (grad_accum) this rank's valid targets per micro-batch */
     int64_t step;
     double flops_per_token;
     /* test hooks of note [bad-steps] */
@@ -192,6 +194,12 @@ static int fingerprint(const sharc_config *c, fp_item *it) {
     ITEM("ckpt.keep", c->ckpt.keep);
     ITEM("ckpt.async", c->ckpt.async);
     ITEM("train.overwrite_output_dir", c->train.overwrite_output_dir);
+    ITEM("train.loss_normalization", c->train.loss_normalization);
+    ITEM("data.format", c->data.format);
+    ITEM("data.max_len", c->data.max_len);
+    ITEM("data.loss_mask", c->data.loss_mask);
+    ITEM("data.multiturn", c->data.multiturn);
+    ITEM("data.apply_chat_template", c->data.apply_chat_template);
 #undef ITEM
 #undef TEXT
     return n;
@@ -296,8 +304,11 @@ sharc_status sharc_trainer_init(sharc_trainer **out, const sharc_config *cfg, sh
         t->cfg.model = *sharc_model_get_config(t->model); /* with derived defaults */
         st = sharc_model_plan(t->model, tc->batch_size, tc->seq_len, t->cfg.fsdp.activation_checkpointing);
     }
+    /* model.tokenizer: text and JSONL are tokenized here (note [tokenize-once] in sharc/dataprep.h) */
+    sharc_tokenizer *tok = NULL;
+    if (st == SHARC_OK) st = sharc_dataprep_tokenizer(&t->cfg, &tok);
     if (st == SHARC_OK)
-        st = sharc_dataset_open(&t->data, t->cfg.data.path, t->cfg.data.format, t->cfg.model.vocab_size);
+        st = sharc_dataprep_open(&t->cfg, tok, t->cfg.data.path, sharc_threads_get(), rank == 0, &t->data);
     if (st == SHARC_OK) {
         sharc_sampler_config sc = {.seq_len = tc->seq_len, .batch_size = tc->batch_size,
                                    .grad_accum = tc->grad_accum, .dp_size = R,
@@ -315,16 +326,18 @@ sharc_status sharc_trainer_init(sharc_trainer **out, const sharc_config *cfg, sh
             st = sharc_error(SHARC_ERR_INVALID, "log.eval_every: %d, but data.val_path is empty; set a validation file",
                              t->cfg.log.eval_every);
         else
-            st = sharc_dataset_open(&t->val, t->cfg.data.val_path, t->cfg.data.format, t->cfg.model.vocab_size);
-        if (st == SHARC_OK && sharc_dataset_num_tokens(t->val) <= tc->seq_len)
+            st = sharc_dataprep_open(&t->cfg, tok, t->cfg.data.val_path, sharc_threads_get(), rank == 0, &t->val);
+        if (st == SHARC_OK && sharc_dataset_num_items(t->val, tc->seq_len) < 1)
             st = sharc_error(SHARC_ERR_INVALID, "data.val_path: '%s' has %lld tokens, fewer than one window of %d + 1",
                              t->cfg.data.val_path, (long long)sharc_dataset_num_tokens(t->val), tc->seq_len);
     }
+    sharc_tokenizer_free(tok);
     if (st == SHARC_OK) {
         size_t n = (size_t)tc->grad_accum * (size_t)tc->batch_size * (size_t)tc->seq_len;
         t->inputs = sharc_alloc(n * sizeof(int32_t), SHARC_MEM_OTHER);
         t->targets = sharc_alloc(n * sizeof(int32_t), SHARC_MEM_OTHER);
-        if (!t->inputs || !t->targets) st = sharc_error(SHARC_ERR_NOMEM, "train: cannot allocate the batch");
+        t->micro_valid = sharc_alloc((size_t)tc->grad_accum * sizeof(int64_t), SHARC_MEM_OTHER);
+        if (!t->inputs || !t->targets || !t->micro_valid) st = sharc_error(SHARC_ERR_NOMEM, "train: cannot allocate the batch");
     }
     /* collective part */
     sharc_status agreed = agree(t->world, st);
@@ -383,6 +396,7 @@ void sharc_trainer_free(sharc_trainer *t) {
     if (!t) return;
     sharc_free(t->inputs);
     sharc_free(t->targets);
+    sharc_free(t->micro_valid);
     sharc_sampler_free(t->sampler);
     sharc_dataset_free(t->data);
     sharc_dataset_free(t->val);
@@ -442,17 +456,28 @@ sharc_status sharc_trainer_step(sharc_trainer *t, sharc_step_stats *s) {
     int64_t valid = 0;
     for (int m = 0; m < A; m++) {
         sharc_sampler_batch(t->sampler, t->step, m, rank, t->inputs + m * mb, t->targets + m * mb);
-        for (int64_t i = 0; i < mb; i++) valid += t->targets[m * mb + i] >= 0;
+        t->micro_valid[m] = 0;
+        for (int64_t i = 0; i < mb; i++) t->micro_valid[m] += t->targets[m * mb + i] >= 0;
+        valid += t->micro_valid[m];
     }
     sharc_activity_phase("counting the batch's targets", -1, NULL);
     const int64_t local_valid = valid;
     SHARC_TRY(sharc_comm_allreduce(t->world, &valid, &valid, 1, SHARC_DT_I64, SHARC_OP_SUM));
+    /* Note [loss-normalization]. global_tokens: every target weighs 1 / (valid
+     * targets of the whole step, all ranks), so any split into ranks and
+     * micro-batches gives the same loss and gradient. micro_batch: each
+     * micro-batch's own mean, averaged over the A x R micro-batches of the
+     * step (OpenRLHF's older rule; a micro-batch without targets adds 0). */
+    const bool per_micro = tc->loss_normalization == 1;
     float scale = valid > 0 ? 1.0f / (float)valid : 0.0f;
     sharc_fsdp_zero_grad(t->engine);
-    double loss_sum = 0.0, t1 = now_s();
+    double loss_sum = 0.0, local_loss_sum = 0.0, t1 = now_s();
     for (int m = 0; m < A; m++) {
         sharc_fsdp_begin_microbatch(t->engine, m == A - 1);
-        loss_sum += sharc_model_forward_backward(t->model, t->engine, t->inputs + m * mb, t->targets + m * mb, scale);
+        if (per_micro) scale = t->micro_valid[m] > 0 ? 1.0f / ((float)t->micro_valid[m] * (float)A * (float)R) : 0.0f;
+        double l = sharc_model_forward_backward(t->model, t->engine, t->inputs + m * mb, t->targets + m * mb, scale);
+        local_loss_sum += l;
+        loss_sum += per_micro ? l * (double)scale : l;
     }
     SHARC_TRY(sharc_fsdp_finish_grads(t->engine));
     if (rank == t->nan_rank)
@@ -465,7 +490,6 @@ sharc_status sharc_trainer_step(sharc_trainer *t, sharc_step_stats *s) {
                     }
     double t2 = now_s(), norm;
     sharc_activity_phase("gradient norm", -1, NULL);
-    const double local_loss_sum = loss_sum;
     SHARC_TRY(sharc_fsdp_grad_norm(t->engine, &norm, &loss_sum));
     float lr = sharc_lr_at(&t->cfg.optim, t->step, tc->max_steps);
     /* note [bad-steps]: norm and loss_sum are all-reduced, so every rank decides alike */
@@ -476,7 +500,7 @@ sharc_status sharc_trainer_step(sharc_trainer *t, sharc_step_stats *s) {
     double t3 = now_s(), dt = t3 - t0;
     memset(s, 0, sizeof *s);
     s->step = t->step;
-    s->loss = valid > 0 ? loss_sum / (double)valid : 0.0;
+    s->loss = per_micro ? loss_sum : valid > 0 ? loss_sum / (double)valid : 0.0;
     s->lr = lr;
     s->grad_norm = norm;
     s->tokens = (int64_t)A * mb * R;
