@@ -102,6 +102,9 @@ sharc_status sharc_comm_iall_gather(sharc_comm *c, const void *send, void *recv,
 sharc_status sharc_comm_ireduce_scatter(sharc_comm *c, const void *send, void *recv, size_t count,
                                         sharc_dtype dt, sharc_reduce_op op, sharc_stream *after,
                                         sharc_comm_request **req);
+/* Host buffers, no stream (small agreements: sharc_comm_world_settle). */
+sharc_status sharc_comm_iall_reduce(sharc_comm *c, const void *send, void *recv, size_t count, sharc_dtype dt,
+                                    sharc_reduce_op op, sharc_comm_request **req);
 /* The host waits until the request is complete. */
 sharc_status sharc_comm_wait(sharc_comm_request *req);
 /* Work queued on `s` after this call sees the request's result. A backend
@@ -145,11 +148,25 @@ void sharc_comm_use_shared_memory(sharc_comm *c, bool on);
 /* Whether this group may use shared memory (false on backends without it). */
 bool sharc_comm_shared_memory_allowed(const sharc_comm *c);
 
+/* ---- a failure the other ranks may not know of (note [job-end] in src/cli/main.c) ----
+ * After a failure that may be this rank's alone (a collective or the step
+ * failed here): wait at most `seconds` for every rank of the world to call
+ * this too (a non-blocking all-reduce on a communicator of its own). True:
+ * they all failed at the same point, the world can be freed and finalized.
+ * False: some rank is elsewhere (waiting in a collective this one left);
+ * the world is broken (sharc_comm_world_broken) and must not be freed or
+ * finalized, only ended with sharc_comm_abort. True on one rank and on
+ * worlds not made by sharc_comm_world_init. */
+bool sharc_comm_world_settle(double seconds);
+bool sharc_comm_world_broken(void);
+
 /* ---- agreement (note [agreement] in docs/ARCHITECTURE.md) ----
  * Every rank passes its local status; all learn whether any rank failed
  * (one all-reduce). A failing rank gets its own status back (its message
  * kept); the others get `code` with `fmt_rank` ("...rank %d failed...")
- * naming the first failing rank. Collective. */
+ * naming the first failing rank, or that rank's own status when it is bad
+ * input (SHARC_ERR_INVALID, SHARC_ERR_FORMAT), so every rank exits alike.
+ * Collective. */
 sharc_status sharc_comm_agree(sharc_comm *c, sharc_status local, sharc_status code, const char *fmt_rank);
 
 /* ---- statistics ---- */

@@ -30,6 +30,7 @@
  * resume scans the step-N directories, because a crash between the rename
  * and `latest` leaves a newer complete checkpoint that `latest` misses. */
 #include "sharc/ckpt.h"
+#include "sharc/activity.h"
 #include "sharc/alloc.h"
 #include "sharc/comm.h"
 #include "sharc/config.h"
@@ -265,8 +266,10 @@ static sharc_status manifest_read(manifest *m, const char *step_dir) {
     free(text);
     if (!m->root || jerr != json_tokener_success) {
         char w[300];
-        snprintf(w, sizeof w, "not valid JSON (%s)", json_tokener_error_desc(jerr == json_tokener_success ?
-                                                                               json_tokener_continue : jerr));
+        if (jerr == json_tokener_success) jerr = json_tokener_continue; /* nothing parsed */
+        snprintf(w, sizeof w, "not valid JSON (%s)",
+                 jerr == json_tokener_continue ? "it ends before the JSON value does: a truncated file?"
+                                               : json_tokener_error_desc(jerr));
         if (m->root) json_object_put(m->root);
         m->root = NULL;
         return bad(m, w);
@@ -408,7 +411,8 @@ static sharc_status reader_open_file(reader *r, int fi) {
     char p[2 * PATHLEN + 400];
     snprintf(p, sizeof p, "%s/%s", r->m->dir, f->name);
     f->fd = open(p, O_RDONLY | O_CLOEXEC);
-    if (f->fd < 0) return sharc_error(SHARC_ERR_IO, "ckpt '%s': cannot open shard file: %s", p, strerror(errno));
+    if (f->fd < 0)
+        return sharc_error(sharc_path_status(errno), "ckpt '%s': cannot open shard file: %s", p, strerror(errno));
     struct stat sb;
     if (fstat(f->fd, &sb) != 0) return sharc_error(SHARC_ERR_IO, "ckpt '%s': cannot stat: %s", p, strerror(errno));
     if ((int64_t)sb.st_size != f->bytes)
@@ -568,6 +572,34 @@ void sharc_ckpt_free(sharc_ckpt *c) {
 }
 
 const char *sharc_ckpt_last_path(const sharc_ckpt *c) { return c->last; }
+const char *sharc_ckpt_dir(const sharc_ckpt *c) { return c->dir; }
+
+int sharc_ckpt_count(const char *dir, int64_t *newest) {
+    int64_t *steps;
+    int n = list_steps(dir, &steps);
+    if (newest) *newest = n > 0 ? steps[0] : -1;
+    free(steps);
+    return n;
+}
+
+static sharc_status prune_dir(const char *dir, int64_t step, int keep, bool newer);
+static sharc_status clean_leftovers(const char *dir);
+
+sharc_status sharc_ckpt_tidy(sharc_ckpt *c) {
+    if (c->done_step < 0) return clean_leftovers(c->dir);
+    /* a run resumed at train.max_steps saves nothing, so no save would
+     * prune what an earlier ckpt.keep left (note [ckpt-leftovers]) */
+    return prune_dir(c->dir, c->done_step, c->keep, false);
+}
+
+sharc_status sharc_ckpt_remove_all(const char *dir) {
+    SHARC_TRY(prune_dir(dir, -1, 0, false));
+    char p[PATHLEN + 16];
+    snprintf(p, sizeof p, "%s/latest", dir);
+    if (unlink(p) != 0 && errno != ENOENT)
+        return sharc_error(SHARC_ERR_IO, "ckpt: cannot remove '%s': %s", p, strerror(errno));
+    return SHARC_OK;
+}
 
 /* ------------------------------------------------------------- writing */
 
@@ -757,42 +789,92 @@ static char *manifest_build(sharc_ckpt *c, int64_t step, const int64_t *hdr, con
     return text;
 }
 
-/* Keep the published step and the keep - 1 newest older ones; checkpoints
- * newer than it belong to a timeline this run replaced and go too. */
-static sharc_status prune(sharc_ckpt *c, int64_t step) {
+/* Note [ckpt-leftovers]. What crashed saves and prunes leave in DIR:
+ * step-N.tmp (an unpublished save), step-N.deleting (a prune's victim),
+ * step-N.old beside step-N.tmp (a crash between the two renames of a
+ * re-save of step N, whose published copy is step-N.old), latest.tmp.PID and,
+ * inside the unpublished directories, FILE.tmp.PID. Every save's prune and
+ * every run that writes DIR (sharc_ckpt_tidy, at start) removes them;
+ * step-N.old is renamed back to step-N when no step-N exists, because it is
+ * the published checkpoint (a resume does that before it lists DIR: the one
+ * write a run makes before its start-up checks, and it only puts back what
+ * was published). */
+/* step-N.old with a manifest and no step-N: rename it back (the first
+ * half of note [ckpt-leftovers]; before a resume lists DIR, too). */
+static sharc_status restore_interrupted(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return SHARC_OK;
+    char p[PATHLEN + 300], q[PATHLEN + 300], m[PATHLEN + 340];
+    sharc_status st = SHARC_OK;
+    struct dirent *de;
+    while (st == SHARC_OK && (de = readdir(d)) != NULL) {
+        const char *dot = strrchr(de->d_name, '.');
+        if (strncmp(de->d_name, "step-", 5) != 0 || !dot || strcmp(dot, ".old") != 0) continue;
+        snprintf(p, sizeof p, "%s/%s", dir, de->d_name);
+        snprintf(q, sizeof q, "%s/%.*s", dir, (int)(dot - de->d_name), de->d_name);
+        snprintf(m, sizeof m, "%s/" MANIFEST_NAME, p);
+        if (exists(q) || !exists(m)) continue;
+        if (rename(p, q) != 0) st = sharc_error(SHARC_ERR_IO, "ckpt: cannot rename '%s': %s", p, strerror(errno));
+        else sharc_warn("ckpt: restored %s from %s (a save of the same step was interrupted)", q, p);
+    }
+    closedir(d);
+    return st;
+}
+
+static sharc_status clean_leftovers(const char *dir) {
+    SHARC_TRY(restore_interrupted(dir));
+    DIR *d = opendir(dir);
+    if (!d) return SHARC_OK;
+    char p[PATHLEN + 300];
+    sharc_status st = SHARC_OK;
+    struct dirent *de;
+    while (st == SHARC_OK && (de = readdir(d)) != NULL) {
+        const char *dot = strrchr(de->d_name, '.');
+        if (strncmp(de->d_name, "step-", 5) != 0 || !dot) continue;
+        if (strcmp(dot, ".deleting") && strcmp(dot, ".old") && strcmp(dot, ".tmp")) continue;
+        snprintf(p, sizeof p, "%s/%s", dir, de->d_name);
+        st = remove_tree(p);
+    }
+    closedir(d);
+    if (st == SHARC_OK) {
+        snprintf(p, sizeof p, "%s/latest", dir);
+        st = sharc_remove_stale_tmp(p);
+    }
+    return st;
+}
+
+/* The leftovers first; then keep checkpoint `step` of DIR and the keep - 1
+ * newest older ones; with `newer`, checkpoints newer than `step` go too
+ * (they belong to a timeline this run replaced). step < 0: every
+ * checkpoint goes. */
+static sharc_status prune_dir(const char *dir, int64_t step, int keep, bool newer) {
+    SHARC_TRY(clean_leftovers(dir)); /* first: a restored step-N counts */
     int64_t *steps;
-    int n = list_steps(c->dir, &steps), kept = 1;
+    int n = list_steps(dir, &steps), kept = 1;
     sharc_status st = SHARC_OK;
     char p[PATHLEN + 300], q[PATHLEN + 16];
     for (int i = 0; i < n && st == SHARC_OK; i++) {
         if (steps[i] == step) continue;
-        if (steps[i] < step && kept < c->keep) {
+        if (step >= 0 && steps[i] < step && kept < keep) {
             kept++;
             continue;
         }
-        if (steps[i] > step)
-            sharc_warn("ckpt: removing %s/step-%08lld, newer than the run's step %lld (another timeline)", c->dir,
+        if (step >= 0 && steps[i] > step) {
+            if (!newer) continue;
+            sharc_warn("ckpt: removing %s/step-%08lld, newer than the run's step %lld (another timeline)", dir,
                        (long long)steps[i], (long long)step);
-        step_path(p, sizeof p, c->dir, steps[i], "");
-        step_path(q, sizeof q, c->dir, steps[i], ".deleting");
+        }
+        step_path(p, sizeof p, dir, steps[i], "");
+        step_path(q, sizeof q, dir, steps[i], ".deleting");
         if (rename(p, q) != 0) st = sharc_error(SHARC_ERR_IO, "ckpt: cannot rename '%s': %s", p, strerror(errno));
         kill_point("during-prune", step);
         if (st == SHARC_OK) st = remove_tree(q);
     }
     free(steps);
-    /* leftovers of earlier crashes */
-    DIR *d = opendir(c->dir);
-    struct dirent *de;
-    while (d && st == SHARC_OK && (de = readdir(d)) != NULL) {
-        const char *dot = strrchr(de->d_name, '.');
-        if (strncmp(de->d_name, "step-", 5) != 0 || !dot) continue;
-        if (strcmp(dot, ".deleting") && strcmp(dot, ".old") && strcmp(dot, ".tmp")) continue;
-        snprintf(p, sizeof p, "%s/%s", c->dir, de->d_name);
-        st = remove_tree(p);
-    }
-    if (d) closedir(d);
     return st;
 }
+
+static sharc_status prune(sharc_ckpt *c, int64_t step) { return prune_dir(c->dir, step, c->keep, true); }
 
 /* Rank 0: manifest, rename, latest, prune (note [ckpt-commit]). */
 static sharc_status publish(sharc_ckpt *c, int64_t step, const char *manifest_text) {
@@ -1015,6 +1097,7 @@ static sharc_status read_shards(manifest *m, sharc_fsdp *e, sharc_adamw *a /* NU
     sharc_status st = SHARC_OK;
     for (int u = 0; u < sharc_fsdp_num_units(e) && st == SHARC_OK; u++) {
         const sharc_unit_spec *s = sharc_fsdp_unit_spec(e, u);
+        sharc_activity_phase("loading a checkpoint", u, s->name); /* progress for the watchdog */
         const sharc_segment *segs;
         int ns = sharc_fsdp_shard_segments(e, u, &segs);
         float *dst[KINDS] = {sharc_fsdp_shard_write(e, u), a ? sharc_adamw_m(a, u) : NULL, a ? sharc_adamw_v(a, u) : NULL};
@@ -1102,7 +1185,9 @@ sharc_status sharc_ckpt_resume(sharc_ckpt *c, const char *what, int64_t *loaded_
         if (loaded_step) *loaded_step = c->done_step;
         return SHARC_OK;
     }
-    /* candidates, newest first, as rank 0 sees them */
+    /* candidates, newest first, as rank 0 sees them (a checkpoint whose
+     * re-save was interrupted put back first: note [ckpt-leftovers]) */
+    if (lead && restore_interrupted(dir) != SHARC_OK) sharc_warn("%s", sharc_last_error());
     int64_t *steps = NULL;
     int64_t n = lead ? list_steps(dir, &steps) : 0;
     SHARC_TRY(sharc_comm_broadcast(c->world, &n, 1, SHARC_DT_I64, 0));
@@ -1116,7 +1201,7 @@ sharc_status sharc_ckpt_resume(sharc_ckpt *c, const char *what, int64_t *loaded_
     if (n == 0) {
         free(steps);
         if (autom) {
-            if (lead) sharc_info("ckpt: no checkpoint in %s; starting at step 0", dir);
+            if (lead) sharc_info("ckpt: no checkpoint in %s to resume from (ckpt.resume=auto)", dir);
             return SHARC_OK;
         }
         return sharc_error(SHARC_ERR_INVALID, "ckpt.resume: '%s' holds no checkpoint (no manifest.json, no step-N "

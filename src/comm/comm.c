@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 const char *sharc_coll_kind_name(sharc_coll_kind k) {
     static const char *n[SHARC_COLL_NKINDS] = {"all_gather", "reduce_scatter", "all_reduce", "broadcast",
@@ -142,17 +143,31 @@ sharc_status sharc_comm_reduce_scatter(sharc_comm *c, const void *send, void *re
     return do_reduce_scatter(c, send, recv, count, dt, op, NULL, NULL);
 }
 
-sharc_status sharc_comm_all_reduce(sharc_comm *c, const void *send, void *recv, size_t count, sharc_dtype dt,
-                                   sharc_reduce_op op) {
+static sharc_status do_all_reduce(sharc_comm *c, const void *send, void *recv, size_t count, sharc_dtype dt,
+                                  sharc_reduce_op op, sharc_comm_request **req) {
     SHARC_TRY(check_buffers("all-reduce", send, recv, count, dt));
     size_t es = sharc_dtype_size(dt);
     if (send != recv && overlap(send, count * es, recv, count * es))
         return sharc_error(SHARC_ERR_INVALID, "comm: all-reduce buffers partly overlap");
     double t0 = sharc_clock_now();
     sharc_activity_coll_begin(sharc_coll_kind_name(SHARC_COLL_ALL_REDUCE), c->size);
-    sharc_status st = c->vt->all_reduce(c, send, recv, count, dt, op);
+    void *h = NULL;
+    sharc_status st = c->vt->all_reduce(c, send, recv, count, dt, op, req ? &h : NULL);
     sharc_activity_coll_end();
-    return finish(c, SHARC_COLL_ALL_REDUCE, (int64_t)(count * es), t0, st, NULL, NULL);
+    return finish(c, SHARC_COLL_ALL_REDUCE, (int64_t)(count * es), t0, st, h, req);
+}
+
+sharc_status sharc_comm_all_reduce(sharc_comm *c, const void *send, void *recv, size_t count, sharc_dtype dt,
+                                   sharc_reduce_op op) {
+    return do_all_reduce(c, send, recv, count, dt, op, NULL);
+}
+
+/* Host buffers only (no stream to order after): small agreements, such as
+ * the settling of a failed job (sharc_comm_world_settle). */
+sharc_status sharc_comm_iall_reduce(sharc_comm *c, const void *send, void *recv, size_t count, sharc_dtype dt,
+                                    sharc_reduce_op op, sharc_comm_request **req) {
+    *req = NULL;
+    return do_all_reduce(c, send, recv, count, dt, op, req);
 }
 
 sharc_status sharc_comm_all_to_all(sharc_comm *c, const void *send, void *recv, size_t count, sharc_dtype dt) {
@@ -307,6 +322,12 @@ sharc_status sharc_comm_shared_reduce_scatter(sharc_comm_shared *s, size_t offse
 /* ------------------------------------------------------------- the world */
 
 static const sharc_comm_backend_i *world_backend;
+/* note [job-end] (src/cli/main.c): a duplicate of the world used only by
+ * sharc_comm_world_settle, so its all-reduce can never meet a collective a
+ * stuck rank is waiting in; and whether this rank left the world's sequence
+ * of collectives */
+static sharc_comm *verdict;
+static bool world_broken;
 
 sharc_status sharc_comm_world_init(int *argc, char ***argv, sharc_comm **world) {
     *world = NULL;
@@ -322,21 +343,43 @@ sharc_status sharc_comm_world_init(int *argc, char ***argv, sharc_comm **world) 
     SHARC_TRY(b->world_init(argc, argv, world));
     world_backend = b;
     sharc_log_set_rank((*world)->rank, (*world)->size);
-    return SHARC_OK;
+    return sharc_comm_split(*world, 0, (*world)->rank, &verdict);
 }
 
 void sharc_comm_world_finalize(sharc_comm *world) {
+    sharc_comm_free(verdict);
+    verdict = NULL;
     sharc_comm_free(world);
     if (world_backend && world_backend->finalize) world_backend->finalize();
     world_backend = NULL;
 }
 
-/* Note [agreement] (docs/ARCHITECTURE.md). */
+bool sharc_comm_world_settle(double seconds) {
+    if (world_broken) return false;
+    if (!verdict || verdict->size == 1) return true;
+    static int32_t one = 1, sum; /* static: a request left pending must not point into a dead frame */
+    sharc_comm_request *r = NULL;
+    bool done = false;
+    sharc_status st = sharc_comm_iall_reduce(verdict, &one, &sum, 1, SHARC_DT_I32, SHARC_REDUCE_OP_SUM, &r);
+    for (double t0 = sharc_clock_now(); st == SHARC_OK; usleep(10000)) {
+        st = sharc_comm_test(r, &done);
+        if (done || sharc_clock_now() - t0 > seconds) break;
+    }
+    world_broken = st != SHARC_OK || !done;
+    return !world_broken;
+}
+
+bool sharc_comm_world_broken(void) { return world_broken; }
+
+/* Note [agreement] (docs/ARCHITECTURE.md). One all-reduce (min) of
+ * rank * 8 + status: the first failing rank and its status, so that bad
+ * input on one rank is bad input on all (one exit status for the job). */
 sharc_status sharc_comm_agree(sharc_comm *c, sharc_status local, sharc_status code, const char *fmt_rank) {
-    int32_t v = local != SHARC_OK ? sharc_comm_rank(c) : INT32_MAX, first = INT32_MAX;
+    int32_t v = local != SHARC_OK ? sharc_comm_rank(c) * 8 + (int32_t)local : INT32_MAX, first = INT32_MAX;
     sharc_status st = sharc_comm_all_reduce(c, &v, &first, 1, SHARC_DT_I32, SHARC_REDUCE_OP_MIN);
     if (st != SHARC_OK) return st;
     if (first == INT32_MAX) return SHARC_OK;
     if (local != SHARC_OK) return local; /* keep this rank's own message */
-    return sharc_error(code, fmt_rank, (int)first);
+    const sharc_status theirs = (sharc_status)(first % 8);
+    return sharc_error(theirs == SHARC_ERR_INVALID || theirs == SHARC_ERR_FORMAT ? theirs : code, fmt_rank, (int)(first / 8));
 }

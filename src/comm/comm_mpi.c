@@ -208,7 +208,8 @@ static sharc_status all_reduce16(sharc_comm *c, const void *send, void *recv, si
 }
 
 static sharc_status mpi_all_reduce(sharc_comm *c, const void *send, void *recv, size_t count, sharc_dtype dt,
-                                   sharc_reduce_op op) {
+                                   sharc_reduce_op op, void **req) {
+    if (req) *req = NULL; /* the shared-memory and 16-bit paths complete before they return */
     sharc_status shm = sharc_comm_mpi_shm_all_reduce(c, send, recv, count, dt, op);
     if (shm != SHARC_ERR_UNSUPPORTED) return shm;
     SHARC_TRY(check_count(count, 1, "all-reduce"));
@@ -217,8 +218,14 @@ static sharc_status mpi_all_reduce(sharc_comm *c, const void *send, void *recv, 
         return all_reduce16(c, send, recv, count, dt, op);
     if (t == MPI_DATATYPE_NULL)
         return sharc_error(SHARC_ERR_UNSUPPORTED, "comm: all-reduce of %s supports only sum", sharc_dtype_st_name(dt));
-    MPI_TRY(MPI_Allreduce(send == recv ? MPI_IN_PLACE : send, recv, (int)count, t, op_of(op), comm_of(c)),
-            "MPI_Allreduce");
+    const void *s = send == recv ? MPI_IN_PLACE : send;
+    if (!req) {
+        MPI_TRY(MPI_Allreduce(s, recv, (int)count, t, op_of(op), comm_of(c)), "MPI_Allreduce");
+        return SHARC_OK;
+    }
+    mpi_req *r = NULL;
+    SHARC_TRY(new_req(c->impl, req, &r));
+    MPI_TRY(MPI_Iallreduce(s, recv, (int)count, t, op_of(op), comm_of(c), &r->req), "MPI_Iallreduce");
     return SHARC_OK;
 }
 

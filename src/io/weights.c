@@ -1,5 +1,6 @@
 /* weights.c: sharc_weights_*, a model's parameters as one safetensors file. */
 #include "sharc/weights.h"
+#include "sharc/activity.h"
 #include "sharc/alloc.h"
 #include "sharc/safetensors.h"
 
@@ -33,6 +34,7 @@ sharc_status sharc_weights_save(sharc_fsdp *e, sharc_comm *world, const sharc_co
     bool ok = st == SHARC_OK;
     for (int u = 0; u < sharc_fsdp_num_units(e); u++) {
         const sharc_unit_spec *s = sharc_fsdp_unit_spec(e, u);
+        sharc_activity_phase("saving weights", u, s->name); /* progress for the watchdog */
         sharc_status g = full ? sharc_fsdp_gather_master(e, u, full) : SHARC_ERR_NOMEM;
         if (g != SHARC_OK && ok) {
             st = g;
@@ -97,6 +99,7 @@ static sharc_status load_shards(sharc_fsdp *e, const char *path) {
     /* everything checked: now read this rank's segments */
     for (int u = 0; u < sharc_fsdp_num_units(e) && st == SHARC_OK; u++) {
         const sharc_unit_spec *s = sharc_fsdp_unit_spec(e, u);
+        sharc_activity_phase("loading weights", u, s->name); /* progress for the watchdog */
         const sharc_segment *segs;
         int nseg = sharc_fsdp_shard_segments(e, u, &segs);
         float *shard = sharc_fsdp_shard_write(e, u);
