@@ -10,12 +10,12 @@ WARN    := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wno-
 CFLAGS  := -std=c11 -D_GNU_SOURCE -g $(OPT) $(WARN) -fopenmp -fno-math-errno -fPIC \
            -Iinclude -DSHARC_MULTIARCH='"$(MULTIARCH)"' $(SAN) $(EXTRA_CFLAGS)
 # MPI (Open MPI or MPICH, whichever Debian's mpi-c alternative names); only
-# src/comm/comm_mpi.c sees its headers.
+# src/comm/comm_mpi.c and comm_mpi_shm.c see its headers.
 MPI_CFLAGS := $(shell pkg-config --cflags mpi-c 2>/dev/null)
 MPI_LIBS   := $(shell pkg-config --libs mpi-c 2>/dev/null)
-LDLIBS  := -fopenmp $(MPI_LIBS) -lyaml -ljson-c -lz -ldl -lmvec -lm -lpthread $(SAN)
+LDLIBS  := -fopenmp $(MPI_LIBS) -lyaml -ljson-c -lonig -lutf8proc -lnettle -lz -ldl -lmvec -lm -lpthread $(SAN)
 
-LIB_SRC := $(wildcard src/core/*.c src/model/*.c src/fsdp/*.c src/optim/*.c src/data/*.c \
+LIB_SRC := $(wildcard src/core/*.c src/device/*.c src/device/cpu/*.c src/model/*.c src/fsdp/*.c src/optim/*.c src/data/*.c \
                       src/io/*.c src/config/*.c src/train/*.c src/comm/*.c \
                       src/ckpt/*.c)
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o)
@@ -24,15 +24,16 @@ TEST_SRC := $(wildcard tests/*.c)
 TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/%.o)
 BENCH_SRC := $(wildcard bench/*.c)
 
-.PHONY: all deps test run asan clean fixtures bench fmt fuzz hf-fixtures
+.PHONY: all deps test run asan clean fixtures bench fmt fuzz hf-fixtures tokenizer-fixtures
 all: $(BUILD)/libsharc.a $(BUILD)/libsharc.so $(BUILD)/sharc $(BUILD)/sharc_tests $(BUILD)/mpi_tests \
      $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
 
-$(BUILD)/%.o: %.c $(wildcard include/sharc/*.h) $(wildcard src/*/*.h) tests/test.h
+$(BUILD)/%.o: %.c $(wildcard include/sharc/*.h) $(wildcard src/*/*.h src/*/*/*.h tests/*.h)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
 
-$(BUILD)/src/comm/comm_mpi.o: src/comm/comm_mpi.c $(wildcard include/sharc/*.h) $(wildcard src/*/*.h)
+MPI_OBJ := $(BUILD)/src/comm/comm_mpi.o $(BUILD)/src/comm/comm_mpi_shm.o
+$(MPI_OBJ): $(BUILD)/%.o: %.c $(wildcard include/sharc/*.h) $(wildcard src/*/*.h)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(MPI_CFLAGS) -c $< -o $@
 
@@ -90,6 +91,23 @@ hf-fixtures: all
 	/usr/bin/python3 tools/hf_reference.py tests/fixtures/hf_reference.safetensors \
 	    gpt2=$(BUILD)/hf-fixture/gpt2 llama=$(BUILD)/hf-fixture/llama
 
+# Regenerate the tokenizer, chat-template and SFT references under
+# tests/fixtures/{tokenizer,chat,sft} (needs the npm files of
+# scripts/fetch_tokenizers.sh, node, python3-jinja2 and bible-kjv).
+TOKCACHE ?= $(or $(SHARC_TOKENIZERS),$(or $(XDG_CACHE_HOME),$(HOME)/.cache)/sharc/tokenizers)
+tokenizer-fixtures:
+	@scripts/deps.sh test
+	@mkdir -p $(BUILD)
+	bible -f 'Gen1:1-Rev22:21' > $(BUILD)/kjv.txt
+	for n in gpt2 llama3 qwen3; do node tools/tokenizer_reference.mjs $(TOKCACHE)/js/tokenizers.mjs $(TOKCACHE)/$$n $$n \
+	    --whole kjv $(BUILD)/kjv.txt --lines multilingual tests/tokenizer/multilingual.txt \
+	    --jsonl fuzz tests/tokenizer/fuzz.jsonl > tests/fixtures/tokenizer/$$n.ref || exit 1; done
+	node tools/tokenizer_reference.mjs $(TOKCACHE)/js/tokenizers.mjs tests/fixtures/tokenizer/small small \
+	    --whole kjv $(BUILD)/kjv.txt --lines multilingual tests/tokenizer/multilingual.txt \
+	    --jsonl fuzz tests/tokenizer/fuzz.jsonl > tests/fixtures/tokenizer/small.ref
+	/usr/bin/python3 tools/chat_reference.py $(TOKCACHE) tests/fixtures/chat
+	/usr/bin/python3 tools/openrlhf_reference.py $(TOKCACHE) tests/fixtures/sft/cases.ref
+
 # libFuzzer on the safetensors reader (Debian's clang), ASan + UBSan, for
 # FUZZ_SECONDS; new inputs go to $(BUILD)/fuzz-corpus, crashes to $(BUILD)/.
 FUZZ_SECONDS ?= 60
@@ -104,12 +122,21 @@ $(BUILD)/fuzz_hf_json: tests/fuzz/fuzz_hf_json.c src/io/hf.c $(FUZZ_SRC) $(BUILD
 	    -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined tests/fuzz/fuzz_hf_json.c src/io/hf.c \
 	    $(filter-out tests/fuzz/fuzz_safetensors.c,$(FUZZ_SRC)) $(BUILD)/libsharc.a -o $@ -fopenmp=libgomp $(MPI_LIBS) \
 	    -lyaml -ljson-c -lz -ldl -lmvec -lm -lpthread
-fuzz: $(BUILD)/fuzz_safetensors $(BUILD)/fuzz_hf_json
-	@mkdir -p $(BUILD)/fuzz-corpus $(BUILD)/fuzz-corpus-hf
+# tokenizer.json (+ config and a text) into the tokenizer loader and encoder
+FUZZ_TOK_SRC := tests/fuzz/fuzz_tokenizer.c src/data/tokenizer.c src/data/encoder.c src/core/fileio.c src/core/status.c
+$(BUILD)/fuzz_tokenizer: $(FUZZ_TOK_SRC) $(wildcard include/sharc/*.h) src/data/tokenizer_impl.h
+	@mkdir -p $(dir $@)
+	clang -std=c11 -D_GNU_SOURCE -g -O1 -Iinclude -fno-omit-frame-pointer -fopenmp=libgomp \
+	    -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined $(FUZZ_TOK_SRC) -o $@ \
+	    -ljson-c -lonig -lutf8proc -lnettle -lm
+fuzz: $(BUILD)/fuzz_safetensors $(BUILD)/fuzz_hf_json $(BUILD)/fuzz_tokenizer
+	@mkdir -p $(BUILD)/fuzz-corpus $(BUILD)/fuzz-corpus-hf $(BUILD)/fuzz-corpus-tok
 	$(BUILD)/fuzz_safetensors -max_total_time=$(FUZZ_SECONDS) -dict=tests/fuzz/safetensors.dict \
 	    -artifact_prefix=$(BUILD)/ -print_final_stats=1 $(BUILD)/fuzz-corpus tests/fuzz/corpus
 	$(BUILD)/fuzz_hf_json -max_total_time=$(FUZZ_SECONDS) -artifact_prefix=$(BUILD)/ -print_final_stats=1 \
 	    $(BUILD)/fuzz-corpus-hf tests/fuzz/corpus_hf
+	$(BUILD)/fuzz_tokenizer -max_total_time=$(FUZZ_SECONDS) -dict=tests/fuzz/tokenizer.dict -max_len=20000 \
+	    -artifact_prefix=$(BUILD)/ -print_final_stats=1 $(BUILD)/fuzz-corpus-tok tests/fuzz/corpus_tokenizer
 
 bench: all
 	bench/run.sh $(BUILD)

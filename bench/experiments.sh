@@ -88,7 +88,7 @@ for ki in "${order[@]}"; do
     --train.seq_len="$T" --train.batch_size="$B" --train.grad_accum=1 --train.max_steps="$steps" \
     --train.threads=1 --train.log_every=5 --optim.lr=1e-3 --optim.warmup_steps=3 \
     --log.eval_every="$steps" --log.eval_batches=8 --log.peak_tflops="$peak" \
-    $opts --train.out_dir="$out/$name.r$k" > "$out/$name.r$k.log" 2>&1 || { cat "$out/$name.r$k.log"; exit 1; }
+    --train.overwrite_output_dir=true $opts --train.out_dir="$out/$name.r$k" > "$out/$name.r$k.log" 2>&1 || { cat "$out/$name.r$k.log"; exit 1; }
 done
 elapsed=$(( $(date +%s) - start ))
 load_end=$(cut -d' ' -f1-3 /proc/loadavg)

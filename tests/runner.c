@@ -6,7 +6,9 @@
  *   sharc_tests [--filter SUBSTR] [--list] [--one NAME] [--scripts DIR]
  *               [--bin DIR] [--timeout-scale K]
  *
- * A script may set its own timeout with a line "# timeout: SECONDS". */
+ * A script may set its own timeout with a line "# timeout: SECONDS". A test
+ * or script that exits with status 77 (TEST_SKIP in test.h) is reported as
+ * skipped, with the last line it printed. */
 
 #include "test.h"
 
@@ -79,7 +81,23 @@ static void remove_tree(const char *path) {
     if (system(cmd) != 0) fprintf(stderr, "runner: could not remove %s\n", path);
 }
 
-/* Run one test or script in a child process; returns 1 if it passed. */
+static int nskipped;
+
+/* The last non-empty line of a file (a skipped test's reason). */
+static void last_line(const char *path, char *out, size_t n) {
+    FILE *f = fopen(path, "r");
+    char line[1024];
+    out[0] = 0;
+    if (!f) return;
+    while (fgets(line, sizeof line, f)) {
+        line[strcspn(line, "\n")] = 0;
+        if (line[0]) snprintf(out, n, "%s", line);
+    }
+    fclose(f);
+}
+
+/* Run one test or script in a child process; returns 1 if it passed (or
+ * was skipped, counted in nskipped). */
 static int run_child(const char *label, const test_entry *t, const char *script, double timeout) {
     char dir[] = "/tmp/sharc-test-XXXXXX";
     if (!mkdtemp(dir)) {
@@ -125,7 +143,13 @@ static int run_child(const char *label, const test_entry *t, const char *script,
     kill(-pid, SIGKILL); /* anything the test left running in its group */
     double dt = now() - t0;
     int ok = !timed_out && WIFEXITED(status) && WEXITSTATUS(status) == 0;
-    if (ok) {
+    if (!timed_out && WIFEXITED(status) && WEXITSTATUS(status) == SHARC_TEST_SKIP_STATUS) {
+        char why[1024];
+        last_line(log_path, why, sizeof why);
+        printf("skip %-52s %s\n", label, why);
+        nskipped++;
+        ok = 1;
+    } else if (ok) {
         printf("ok   %-52s %7.2fs\n", label, dt);
     } else {
         if (timed_out)
@@ -243,6 +267,6 @@ int main(int argc, char **argv) {
         }
     }
     if (failed) printf("failed:%s\n", failures);
-    printf("%d passed, %d failed\n", passed, failed);
+    printf("%d passed, %d failed, %d skipped\n", passed - nskipped, failed, nskipped);
     return failed ? 1 : 0;
 }

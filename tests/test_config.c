@@ -136,7 +136,7 @@ TEST(config_validate_cross_key_errors) {
 TEST(config_missing_file_names_it) {
     sharc_config c;
     sharc_config_default(&c);
-    ASSERT_TRUE(sharc_config_load_file(&c, "/nonexistent/cfg.yaml") == SHARC_ERR_IO);
+    ASSERT_TRUE(sharc_config_load_file(&c, "/nonexistent/cfg.yaml") == SHARC_ERR_INVALID); /* bad input: exit 2 */
     ASSERT_TRUE(strstr(sharc_last_error(), "/nonexistent/cfg.yaml") != NULL);
 }
 
@@ -182,13 +182,13 @@ TEST(config_seed_lightning_fsdp_block) {
     /* no stage selected: stage keys are checked, not applied */
     ASSERT_EQ(c.num_stages, 2);
     ASSERT_TRUE(!strcmp(c.stages[0], "stage1") && !strcmp(c.stages[1], "stage2"));
-    ASSERT_EQ(c.fsdp.engine.strategy, SHARC_FULL_SHARD);
+    ASSERT_EQ(c.fsdp.engine.strategy, SHARC_SHARDING_FULL_SHARD);
     ASSERT_TRUE(!c.fsdp.cpu_offload);
     sharc_config_default(&c);
     snprintf(c.stage, sizeof c.stage, "stage1");
     ASSERT_OK(sharc_config_load_string(&c, y, "seed.yaml"));
-    ASSERT_EQ(c.fsdp.engine.strategy, SHARC_SHARD_GRAD_OP);
-    ASSERT_EQ(c.fsdp.engine.backward_prefetch, SHARC_BACKWARD_POST);
+    ASSERT_EQ(c.fsdp.engine.strategy, SHARC_SHARDING_SHARD_GRAD_OP);
+    ASSERT_EQ(c.fsdp.engine.backward_prefetch, SHARC_BACKWARD_PREFETCH_POST);
     ASSERT_TRUE(c.fsdp.engine.forward_prefetch);
     ASSERT_EQ(c.fsdp.engine.limit_all_gathers, 2);
     ASSERT_TRUE(c.fsdp.activation_checkpointing && c.fsdp.cpu_offload && !c.fsdp.use_orig_params);
@@ -203,7 +203,7 @@ TEST(config_seed_lightning_fsdp_block) {
     ASSERT_OK(sharc_config_load_string(&c, y, "seed.yaml"));
     ASSERT_EQ(c.train.batch_size, 2);
     ASSERT_EQ(c.train.grad_accum, 4);
-    ASSERT_EQ(c.fsdp.engine.strategy, SHARC_FULL_SHARD);
+    ASSERT_EQ(c.fsdp.engine.strategy, SHARC_SHARDING_FULL_SHARD);
     w.n = 0;
     w.text[0] = 0;
     ASSERT_EQ(sharc_config_warnings(&c, collect, &w), 0);
@@ -304,15 +304,15 @@ TEST(config_presets_and_order) {
     sharc_config c;
     sharc_config_default(&c);
     ASSERT_OK(sharc_config_load_string(&c, "preset: large_scale\nfsdp:\n  forward_prefetch: false\n", "p.yaml"));
-    ASSERT_EQ(c.fsdp.engine.strategy, SHARC_FULL_SHARD);
-    ASSERT_EQ(c.fsdp.engine.backward_prefetch, SHARC_BACKWARD_PRE);
+    ASSERT_EQ(c.fsdp.engine.strategy, SHARC_SHARDING_FULL_SHARD);
+    ASSERT_EQ(c.fsdp.engine.backward_prefetch, SHARC_BACKWARD_PREFETCH_PRE);
     ASSERT_EQ(c.fsdp.engine.limit_all_gathers, 2);
     ASSERT_TRUE(c.fsdp.activation_checkpointing);
     ASSERT_TRUE(!c.fsdp.engine.forward_prefetch); /* a key after the preset wins */
     sharc_config_default(&c);
     ASSERT_OK(sharc_config_set(&c, "fsdp.sharding_strategy", "NO_SHARD", "cli"));
     ASSERT_OK(sharc_config_set(&c, "preset", "single_node_fsdp", "cli")); /* the seed's name */
-    ASSERT_EQ(c.fsdp.engine.strategy, SHARC_FULL_SHARD);
+    ASSERT_EQ(c.fsdp.engine.strategy, SHARC_SHARDING_FULL_SHARD);
     ASSERT_TRUE(c.fsdp.activation_checkpointing);
     ASSERT_EQ(c.fsdp.engine.limit_all_gathers, 0);
     sharc_config_default(&c);
@@ -344,7 +344,7 @@ TEST(config_json_file_with_nested_sections) {
     ASSERT_EQ(c.fsdp.engine.param_dtype, SHARC_DT_BF16);
     ASSERT_EQ(c.fsdp.engine.fsdp_size, 2);
     ASSERT_EQ(c.fsdp.engine.reshard_after_forward, 0);
-    ASSERT_EQ(c.fsdp.engine.strategy, SHARC_FULL_SHARD); /* the preset came last */
+    ASSERT_EQ(c.fsdp.engine.strategy, SHARC_SHARDING_FULL_SHARD); /* the preset came last */
     ASSERT_OK(sharc_config_validate(&c));
     /* malformed JSON: the file and line */
     f = fopen(path, "w");
@@ -352,7 +352,7 @@ TEST(config_json_file_with_nested_sections) {
     fclose(f);
     sharc_config_default(&c);
     ASSERT_TRUE(sharc_config_load_file(&c, path) == SHARC_ERR_INVALID);
-    ASSERT_TRUE(strstr(sharc_last_error(), "cfg_test.json' line 3: not valid YAML: did not find expected ',' or '}'") != NULL);
+    ASSERT_TRUE(strstr(sharc_last_error(), "cfg_test.json' line 2: not valid YAML: did not find expected ',' or '}' (the text ends there, inside a value: a truncated file?)") != NULL);
     remove(path);
 }
 
@@ -406,19 +406,137 @@ TEST(config_stage_keys_override_the_whole_file) {
     sharc_config c;
     sharc_config_default(&c);
     ASSERT_OK(sharc_config_load_string(&c, y, "s.yaml"));
-    ASSERT_EQ(c.fsdp.engine.backward_prefetch, SHARC_PREFETCH_NONE);
+    ASSERT_EQ(c.fsdp.engine.backward_prefetch, SHARC_BACKWARD_PREFETCH_NONE);
     ASSERT_TRUE(c.optim.lr == 0.25f);
     sharc_config_default(&c);
     snprintf(c.stage, sizeof c.stage, "a");
     ASSERT_OK(sharc_config_load_string(&c, y, "s.yaml"));
     /* the preset inside the stage is applied after the stage's own key */
-    ASSERT_EQ(c.fsdp.engine.backward_prefetch, SHARC_BACKWARD_PRE);
+    ASSERT_EQ(c.fsdp.engine.backward_prefetch, SHARC_BACKWARD_PREFETCH_PRE);
     ASSERT_TRUE(c.fsdp.engine.forward_prefetch);
     ASSERT_TRUE(c.optim.lr == 0.25f);
     sharc_config_default(&c);
     snprintf(c.stage, sizeof c.stage, "b");
     ASSERT_OK(sharc_config_load_string(&c, y, "s.yaml"));
     ASSERT_TRUE(c.optim.lr == 0.5f);
-    ASSERT_EQ(c.fsdp.engine.backward_prefetch, SHARC_PREFETCH_NONE);
+    ASSERT_EQ(c.fsdp.engine.backward_prefetch, SHARC_BACKWARD_PREFETCH_NONE);
     ASSERT_EQ(c.num_stages, 2);
 }
+
+/* ---- issue 9: what the saved config and the messages promise ---- */
+
+TEST(config_saved_yaml_has_each_section_once) {
+    /* a YAML mapping with a repeated key keeps only one of them in most
+     * readers (PyYAML keeps the last), so each section must appear once */
+    sharc_config c;
+    sharc_config_default(&c);
+    char *yaml = sharc_config_to_yaml(&c);
+    ASSERT_TRUE(yaml != NULL);
+    char seen[16][32];
+    int n = 0;
+    for (const char *p = yaml; *p;) {
+        const char *e = strchr(p, '\n');
+        size_t len = e ? (size_t)(e - p) : strlen(p);
+        if (len > 0 && p[0] != ' ' && p[0] != '#') {
+            ASSERT_TRUE(p[len - 1] == ':' && len < sizeof seen[0]);
+            for (int i = 0; i < n; i++)
+                if (strlen(seen[i]) == len - 1 && !strncmp(seen[i], p, len - 1)) TEST_FAIL_AT("section '%s' twice", seen[i]);
+            ASSERT_TRUE(n < 16);
+            snprintf(seen[n++], sizeof seen[0], "%.*s", (int)len - 1, p);
+        }
+        p += len + (e ? 1 : 0);
+    }
+    ASSERT_EQ(n, 7); /* model data optim train fsdp ckpt log */
+    /* and it reads back to the same configuration, fsdp keys from both former blocks included */
+    sharc_config d;
+    sharc_config_default(&d);
+    ASSERT_OK(sharc_config_set(&c, "fsdp.use_orig_params", "true", "t"));
+    ASSERT_OK(sharc_config_set(&c, "fsdp.sharding_strategy", "NO_SHARD", "t"));
+    free(yaml);
+    yaml = sharc_config_to_yaml(&c);
+    ASSERT_OK(sharc_config_load_string(&d, yaml, "saved"));
+    ASSERT_TRUE(d.fsdp.use_orig_params);
+    ASSERT_EQ(d.fsdp.engine.strategy, SHARC_SHARDING_NO_SHARD);
+    free(yaml);
+}
+
+TEST(config_file_that_sets_nothing_is_refused) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/empty.yaml", sharc_test_tmpdir());
+    static const struct {
+        const char *text, *message;
+    } cases[] = {
+        {"", "the file is empty (0 bytes); expected a mapping of sections"},
+        {"# only a comment\n\n", "the file sets no key; expected a mapping of sections"},
+        {"{}\n", "the file sets no key"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        FILE *f = fopen(path, "w");
+        fputs(cases[i].text, f);
+        fclose(f);
+        sharc_config c;
+        sharc_config_default(&c);
+        sharc_status st = sharc_config_load_file(&c, path);
+        if (st != SHARC_ERR_INVALID || !strstr(sharc_last_error(), cases[i].message) || !strstr(sharc_last_error(), path))
+            TEST_FAIL_AT("case %zu: status %d, '%s'", i, (int)st, sharc_last_error());
+    }
+    remove(path);
+}
+
+TEST(config_long_values_keep_what_was_expected) {
+    static char big[10001];
+    memset(big, '7', 10000);
+    const struct {
+        const char *key, *tail;
+    } cases[] = {
+        {"model.num_layers", "': expected an integer"},
+        {"train.out_dir", "': expected at most 1023 bytes"},
+        {"model.family", "': expected one of gpt2, llama"},
+        {"optim.betas", "': expected a list of two numbers, e.g. [0.9, 0.95]"},
+        {"fsdp.cpu_offload", "': expected true or false"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        sharc_config c;
+        sharc_config_default(&c);
+        ASSERT_TRUE(sharc_config_set(&c, cases[i].key, big, "cli") == SHARC_ERR_INVALID);
+        const char *m = sharc_last_error();
+        size_t n = strlen(m), t = strlen(cases[i].tail);
+        if (n < t || strcmp(m + n - t, cases[i].tail) != 0 || !strstr(m, "... (10000 characters)") || n > 300)
+            TEST_FAIL_AT("case %s: '%s'", cases[i].key, m);
+    }
+}
+/* The SFT keys: defaults (OpenRLHF's), the enums, the cross-key check, and a
+ * template with a newline and quotes surviving the YAML the weights and
+ * checkpoints keep (write, then read back). */
+TEST(config_sft_keys_and_string_round_trip) {
+    sharc_config c, d;
+    sharc_config_default(&c);
+    ASSERT_TRUE(!strcmp(c.data.input_key, "input"));
+    ASSERT_TRUE(!strcmp(c.data.input_template, "User: {}\nAssistant: "));
+    ASSERT_EQ(c.data.max_len, 0);
+    ASSERT_OK(sharc_config_set(&c, "data.chat_template", "qwen3", "test"));
+    ASSERT_EQ(c.data.chat_template, 2);
+    ASSERT_OK(sharc_config_set(&c, "data.loss_mask", "openrlhf", "test"));
+    ASSERT_EQ(c.data.loss_mask, 1);
+    ASSERT_OK(sharc_config_set(&c, "train.loss_normalization", "micro_batch", "test"));
+    ASSERT_EQ(c.train.loss_normalization, 1);
+    ASSERT_OK(sharc_config_set(&c, "data.format", "jsonl", "test"));
+    ASSERT_EQ(c.data.format, SHARC_TOKENS_JSONL);
+    ASSERT_TRUE(sharc_config_set(&c, "data.chat_template", "jinja", "test") == SHARC_ERR_INVALID);
+    ASSERT_TRUE(strstr(sharc_last_error(), "expected one of auto, chatml, qwen3, llama3") != NULL);
+    ASSERT_OK(sharc_config_set(&c, "data.input_template", "Say \"{}\"\n\tthen \\ answer: ", "test"));
+    ASSERT_OK(sharc_config_set(&c, "model.tokenizer", "dir with space/tok", "test"));
+    char *yaml = sharc_config_to_yaml(&c);
+    sharc_config_default(&d);
+    ASSERT_OK(sharc_config_load_string(&d, yaml, "round trip"));
+    free(yaml);
+    ASSERT_TRUE(!strcmp(d.data.input_template, c.data.input_template));
+    ASSERT_TRUE(!strcmp(d.tokenizer, "dir with space/tok"));
+    ASSERT_EQ(d.data.chat_template, 2);
+    ASSERT_EQ(d.train.loss_normalization, 1);
+    /* data.max_len may exceed train.seq_len + 1 (sharc tokenize has no sequence length); a
+     * sample that does not fit is refused when training starts (sharc_sampler_init) */
+    ASSERT_OK(sharc_config_set(&c, "data.max_len", "200", "test"));
+    ASSERT_OK(sharc_config_validate(&c));
+}
+

@@ -324,7 +324,7 @@ TEST(data_format_and_path_errors) {
     const uint16_t t16[3] = {1, 2, 3};
     write_bytes(tmp_path("x.dat"), t16, sizeof t16);
     const char *want = "cannot tell the token format from the extension; set data.format to u16, "
-                       "u32, llmc or text";
+                       "u32, llmc, text, sft or jsonl";
     expect_error(tmp_path("x.dat"), SHARC_TOKENS_AUTO, 100, SHARC_ERR_INVALID, want);
     write_bytes(tmp_path("noext"), t16, sizeof t16);
     expect_error(tmp_path("noext"), SHARC_TOKENS_AUTO, 100, SHARC_ERR_INVALID, want);
@@ -338,8 +338,8 @@ TEST(data_format_and_path_errors) {
     expect_error(tmp_path("x.dat"), SHARC_TOKENS_U16, 0, SHARC_ERR_INVALID, "model.vocab_size is 0");
     expect_error(tmp_path("x.dat"), (sharc_token_format)42, 100, SHARC_ERR_INVALID,
                  "unknown token format 42");
-    expect_error(tmp_path("missing.bin"), SHARC_TOKENS_AUTO, 100, SHARC_ERR_IO, "cannot open");
-    expect_error(sharc_test_tmpdir(), SHARC_TOKENS_U16, 100, SHARC_ERR_IO, "is not a regular file");
+    expect_error(tmp_path("missing.bin"), SHARC_TOKENS_AUTO, 100, SHARC_ERR_INVALID, "cannot open");
+    expect_error(sharc_test_tmpdir(), SHARC_TOKENS_U16, 100, SHARC_ERR_INVALID, "is not a regular file");
     sharc_dataset *d = (sharc_dataset *)&d;
     ASSERT_TRUE(sharc_dataset_open(&d, "", SHARC_TOKENS_AUTO, 100) == SHARC_ERR_INVALID);
     ASSERT_TRUE(strstr(sharc_last_error(), "data.path") != NULL);

@@ -32,12 +32,19 @@ uint64_t sharc_activity_seq(void);
 void sharc_activity_describe(char *out, size_t n);
 
 /* Start a thread that, when sharc_activity_seq() has not changed for
- * `timeout_s` seconds, prints "[rank r] watchdog: ..." with the description
- * to stderr and ends the process with exit status 3 (_exit: it must not call
- * MPI, which was initialised MPI_THREAD_FUNNELED). timeout_s <= 0: nothing. */
-sharc_status sharc_watchdog_start(int timeout_s, int rank);
-/* Stop and join the thread (no-op if none). */
+ * `timeout_s` seconds, prints "[rank r] watchdog: no progress for N s
+ * (SETTING) at ..." with the description to stderr and ends the process
+ * with exit status 3 (_exit: it must not call MPI, which was initialised
+ * MPI_THREAD_FUNNELED). `setting` (static) names the option that sets the
+ * timeout; r is sharc_log_rank(). Starts nest: a start while running sets
+ * the timeout (timeout_s <= 0: off until the next start), and the thread
+ * ends at the stop that matches the first start. */
+sharc_status sharc_watchdog_start(int timeout_s, const char *setting);
+/* Undo one start; the last one stops and joins the thread. */
 void sharc_watchdog_stop(void);
+/* Test hook: when SHARC_TEST_HANG is "RANK:WHERE" for this rank
+ * (sharc_log_rank) and `where`, stop here forever, as a hung rank would. */
+void sharc_test_hang_point(const char *where);
 
 #ifdef __cplusplus
 }

@@ -62,8 +62,22 @@ sharc_status sharc_ckpt_load(sharc_ckpt *c, const char *step_dir);
 sharc_status sharc_ckpt_save(sharc_ckpt *c);
 /* Wait for an in-flight save and publish it (call before exit). */
 sharc_status sharc_ckpt_wait(sharc_ckpt *c);
-/* The path of the last published checkpoint ("" if none). */
+/* The path of the last published or loaded checkpoint ("" if none). */
 const char *sharc_ckpt_last_path(const sharc_ckpt *c);
+/* The checkpoint directory (ckpt.dir, or train.out_dir/checkpoints). */
+const char *sharc_ckpt_dir(const sharc_ckpt *c);
+/* Before a run writes its checkpoint directory (one rank, no communication):
+ * remove what crashed saves and prunes left (note [ckpt-leftovers] in
+ * src/ckpt/ckpt.c) and, when a checkpoint was loaded, the older checkpoints
+ * beyond ckpt.keep. Newer ones are left for the first save to replace. */
+sharc_status sharc_ckpt_tidy(sharc_ckpt *c);
+
+/* No trainer, no communication: the published checkpoints in `dir` (0 when
+ * none or no such directory); *newest (may be NULL) the newest step or -1. */
+int sharc_ckpt_count(const char *dir, int64_t *newest);
+/* Remove every checkpoint in `dir`, `latest` and the leftovers, each
+ * checkpoint renamed to step-N.deleting first (train.overwrite_output_dir). */
+sharc_status sharc_ckpt_remove_all(const char *dir);
 
 /* Describe a checkpoint (a step directory or a checkpoint directory) and
  * verify every file's checksums. One process, no trainer. */

@@ -38,6 +38,15 @@ typedef struct {
     sharc_token_format format;
     bool shuffle;
     uint64_t seed;
+    /* JSONL SFT records (sharc/sft.h; OpenRLHF's flag names) */
+    char input_key[SHARC_PATH_MAX];      /* the prompt's key: a string, or messages */
+    char output_key[SHARC_PATH_MAX];     /* the response's key ("": messages records) */
+    char input_template[SHARC_PATH_MAX]; /* without a chat template: one {} for the input ("": the input as is) */
+    bool apply_chat_template;
+    int chat_template;                   /* sharc_chat_format: 0 auto (the tokenizer's, recognised) */
+    int max_len;                         /* tokens per SFT sample (0: train.seq_len + 1) */
+    bool multiturn;                      /* train every assistant turn */
+    int loss_mask;                       /* sharc_sft_mask: 0 ranges, 1 openrlhf */
 } sharc_data_config;
 
 typedef struct {
@@ -50,9 +59,11 @@ typedef struct {
     int threads;      /* 0: the CPUs this process may use */
     char out_dir[SHARC_PATH_MAX];
     char metrics_path[SHARC_PATH_MAX]; /* "" = out_dir/metrics.jsonl */
+    bool overwrite_output_dir; /* a new run may replace another run's outputs in out_dir (note [run-dir]) */
     float epochs;      /* > 0: max_steps = ceil(epochs * windows / sequences per step) (trainer) */
     int timeout;       /* step watchdog: seconds without progress before every rank reports and exits (0: off) */
     int max_bad_steps; /* stop after this many non-finite steps in a row */
+    int loss_normalization; /* 0 global_tokens: / valid targets of the global batch; 1 micro_batch: mean of micro-batch means */
 } sharc_train_config;
 
 typedef struct {
@@ -82,6 +93,7 @@ typedef struct sharc_config { /* tagged: sharc/ckpt.h declares it ahead */
     sharc_ckpt_config ckpt;
     sharc_log_config log;
     char init_from[SHARC_PATH_MAX]; /* model.init_from: sharc weights loaded after initialisation ("" = none) */
+    char tokenizer[SHARC_PATH_MAX]; /* model.tokenizer: a tokenizer.json or its directory ("" = byte-level, or init_from's) */
     /* Loader state (not keys). Multi-stage files (training_stages.NAME.*):
      * `stage` selects the stage whose keys are applied ("" = none: they are
      * only checked); every stage name seen is listed in file order. */

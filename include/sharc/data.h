@@ -6,12 +6,20 @@
  *   llmc  llm.c shards: 256 x int32 header (magic 20240520 version 1 -> uint16
  *         tokens; magic 20240801 version 7 -> uint32 tokens), header[2] = token
  *         count, the file size must be exactly 1024 + count x token size
- *   text  raw UTF-8 text through the byte-level tokenizer: token = byte (vocab 256)
- *   auto  llmc if the file starts with an llm.c magic, else by extension:
- *         .txt/.text -> text, .bin/.u16 -> u16, .u32 -> u32; anything else is an
- *         error asking for data.format.
+ *   text  raw UTF-8 text through the byte-level tokenizer: token = byte (vocab 256),
+ *         or, with model.tokenizer, through that tokenizer (sharc/dataprep.h)
+ *   sft   a sharc SFT token file (sharc tokenize): samples of uint32 tokens,
+ *         bit 31 marking the trained targets (format: docs/ARCHITECTURE.md)
+ *   jsonl JSON-lines SFT records, tokenized when training starts
+ *         (sharc/dataprep.h, sharc/sft.h); not a format this file opens
+ *   auto  llmc or sft by the file's magic, else by extension: .txt/.text ->
+ *         text, .bin/.u16 -> u16, .u32 -> u32, .jsonl -> jsonl; anything else
+ *         is an error asking for data.format.
  * Every token is checked against the model's vocabulary when the file is
  * opened; a bad one is reported with its position.
+ *
+ * Datasets are token streams (cut into windows below) or lists of samples
+ * (SFT: one sample per item, padded to T, its untrained targets masked).
  *
  * Note [sampler-rule]: the exact batch of every step, the rule that makes an
  * N-process run comparable with a 1-process run.
@@ -24,7 +32,11 @@
  *   - Data-parallel rank r of R, micro-batch m of A, row i of B takes
  *     j = m x R x B + r x B + i.
  * So the global batch of a step is the same set of windows whatever R is,
- * and with R = 1, A = k it equals R = k, A = 1. */
+ * and with R = 1, A = k it equals R = k, A = 1.
+ * With samples (SFT) the same rule picks samples instead of windows: W is the
+ * number of samples, item k is sample k: inputs its tokens [0, T), pad (0)
+ * after its end; targets its tokens [1, T + 1), -1 where a token is not a
+ * trained target and after its end. */
 #ifndef SHARC_DATA_H
 #define SHARC_DATA_H
 
@@ -42,25 +54,52 @@ typedef enum {
     SHARC_TOKENS_U16,
     SHARC_TOKENS_U32,
     SHARC_TOKENS_LLMC,
-    SHARC_TOKENS_TEXT
+    SHARC_TOKENS_TEXT,
+    SHARC_TOKENS_SFT,
+    SHARC_TOKENS_JSONL
 } sharc_token_format;
 
-/* "auto", "u16", "u32", "llmc", "text" -> format; -1 if unknown. */
+/* "auto", "u16", "u32", "llmc", "text", "sft", "jsonl" -> format; -1 if unknown. */
 int sharc_token_format_parse(const char *s);
 const char *sharc_token_format_name(sharc_token_format f);
 
 typedef struct sharc_dataset sharc_dataset;
 
-/* Open (memory-map) a token file and validate it against vocab_size. */
+/* Open (memory-map) a token file and validate it against vocab_size. AUTO
+ * resolves as above; jsonl (and text with a tokenizer) are sharc/dataprep.h's. */
 sharc_status sharc_dataset_open(sharc_dataset **out, const char *path, sharc_token_format fmt,
                                 int vocab_size);
+/* The format AUTO resolves to for `path` (by magic, then extension). */
+sharc_status sharc_dataset_detect(const char *path, sharc_token_format *out);
+/* A dataset over tokens in memory, taken over (malloc'd; freed with the
+ * dataset): a stream of ntokens ids (offsets NULL), or samples: tokens with
+ * SHARC_SFT_TRAINED bits (sharc/sft.h) and offsets (nsamples + 1). `name`
+ * names it in messages; sha256 (may be NULL) is the tokenizer fingerprint. */
+sharc_status sharc_dataset_from_memory(sharc_dataset **out, const char *name, uint32_t *tokens, int64_t ntokens,
+                                       uint64_t *offsets, int64_t nsamples, const uint8_t *sha256, int vocab_size);
 void sharc_dataset_free(sharc_dataset *d);
 int64_t sharc_dataset_num_tokens(const sharc_dataset *d);
 sharc_token_format sharc_dataset_format(const sharc_dataset *d);
 /* The file the dataset was opened from. */
 const char *sharc_dataset_path(const sharc_dataset *d);
-/* Copy tokens [start, start + n) as int32 (start + n <= num_tokens). */
+/* Copy tokens [start, start + n) as int32 (start + n <= num_tokens; a stream). */
 void sharc_dataset_read(const sharc_dataset *d, int64_t start, int64_t n, int32_t *dst);
+/* Write ids (each < vocab) as an llm.c token file (uint16 when vocab <= 65536,
+ * else uint32), atomically; sha256 (may be NULL), the tokenizer fingerprint,
+ * goes into unused header words (docs/ARCHITECTURE.md, "Token files"). */
+sharc_status sharc_tokens_write_llmc(const char *path, const int32_t *ids, int64_t n, int vocab,
+                                     const uint8_t *sha256);
+/* Samples (SFT), 0 for a token stream. */
+int64_t sharc_dataset_num_samples(const sharc_dataset *d);
+/* Tokens of the longest sample (0 for a stream). */
+int64_t sharc_dataset_longest_sample(const sharc_dataset *d);
+/* The tokenizer fingerprint stored with the tokens (sha256), or NULL. */
+const uint8_t *sharc_dataset_tokenizer_sha256(const sharc_dataset *d);
+/* Items of T positions: windows of a stream ((ntokens - 1) / T), or samples. */
+int64_t sharc_dataset_num_items(const sharc_dataset *d, int T);
+/* Item k as inputs and targets (T each, note [sampler-rule]); returns the
+ * number of targets >= 0. */
+int64_t sharc_dataset_item(const sharc_dataset *d, int64_t k, int T, int32_t *inputs, int32_t *targets);
 
 typedef struct {
     int seq_len;     /* T */

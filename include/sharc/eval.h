@@ -10,7 +10,9 @@
  * batch in the last round run a fully masked one), so the gathers match; the
  * loss sums and target counts are all-reduced in double. The result is the
  * mean over every target of the windows evaluated, whatever R is (up to the
- * order of the fp32/double sums). */
+ * order of the fp32/double sums). An SFT validation set (samples) is read the
+ * same way with sample k in place of window k (sharc_dataset_item): only its
+ * trained targets count. */
 #ifndef SHARC_EVAL_H
 #define SHARC_EVAL_H
 

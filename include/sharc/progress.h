@@ -1,6 +1,7 @@
 /* sharc/progress.h: communication progress while kernels compute (note
- * [progress] in src/core/progress.c). The engine registers a poll function
- * while it has non-blocking collectives in flight; sharc_sgemm calls
+ * [progress] in src/device/progress.c). The engine registers a poll function
+ * while it has non-blocking collectives in flight; the CPU device's
+ * sharc_sgemm (src/device/cpu/blas.c) calls
  * sharc_progress_poll() after each product, and the poll runs only on the
  * thread that registered it, outside parallel regions (MPI is initialised
  * MPI_THREAD_FUNNELED). SHARC_PROGRESS=none turns the polling off. */

@@ -1,7 +1,7 @@
 /* sharc/status.h: the status every fallible call returns, the per-thread
  * error message that goes with it, and the check macro for broken invariants.
  *
- * Convention (GUIDE house rule 4): a function that can fail returns a
+ * Convention: a function that can fail returns a
  * sharc_status and records a one-line message where it fails:
  *     return sharc_error(SHARC_ERR_IO, "ckpt: cannot open '%s': %s", path, strerror(errno));
  * The caller either handles it or passes the status up unchanged; only the
@@ -35,12 +35,24 @@ sharc_status sharc_verror(sharc_status code, const char *fmt, va_list ap);
 /* The message recorded by the last sharc_error on this thread ("" if none). */
 const char *sharc_last_error(void);
 
+/* User input echoed in a message: `s` itself when it is short, else its
+ * first 48 characters, "..." and its length, written to `buf` (of
+ * SHARC_CLIP_BUF bytes), so a huge value never pushes "what was expected"
+ * out of the message. */
+#define SHARC_CLIP_BUF 96
+const char *sharc_clip(char *buf, const char *s);
+
 /* A short name for a status ("invalid input", "I/O error", ...). */
 const char *sharc_status_str(sharc_status code);
 
 /* Abort the whole job with rank and file:line when an invariant is broken. */
 void sharc_fatal(const char *file, int line, const char *fmt, ...)
     __attribute__((noreturn, format(printf, 3, 4)));
+
+/* Called by sharc_fatal after its message, before abort(): the command
+ * installs one that ends the whole job (MPI_Abort, note [job-end] in
+ * src/cli/main.c) so that no other rank waits for this one. */
+void sharc_set_fatal_hook(void (*hook)(void));
 
 #define SHARC_CHECK(cond)                                                      \
     do {                                                                       \

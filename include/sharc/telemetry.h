@@ -65,6 +65,21 @@ void sharc_telemetry_write_json(FILE *f, const sharc_step_stats *s, const sharc_
 /* One JSON line of this rank's own stats (the log.debug files). */
 void sharc_telemetry_write_rank_json(FILE *f, const sharc_step_stats *s, int rank);
 
+/* A JSON-lines file that only ever holds whole lines (the metrics file and
+ * the log.debug files; note [jsonl] in src/train/telemetry.c). */
+typedef struct sharc_jsonl sharc_jsonl;
+/* keep_step < 0: start the file empty (created or truncated). keep_step >= 0
+ * (a run resumed at that step): keep the whole lines whose "step" is at most
+ * keep_step, drop the later ones (steps the run will redo, or a timeline it
+ * replaces) and an unfinished last line, rewriting the file atomically only
+ * if something is dropped; a missing file is created. Then append. */
+sharc_status sharc_jsonl_open(sharc_jsonl **out, const char *path, int64_t keep_step);
+/* Append `n` bytes of whole lines (ending with '\n'). A failed write (a full
+ * disk) cuts the file back to its last whole line and is an error naming it. */
+sharc_status sharc_jsonl_append(sharc_jsonl *j, const char *text, size_t n);
+/* Close (NULL: nothing); an error if the file could not be closed. */
+sharc_status sharc_jsonl_close(sharc_jsonl *j);
+
 /* The console line of a step: with tty a progress bar with ETA rewritten in
  * place ("\r"), else a plain line (the caller decides when to print those). */
 void sharc_telemetry_print_step(FILE *f, bool tty, const sharc_step_stats *s, const sharc_step_global *g,

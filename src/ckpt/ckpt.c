@@ -46,6 +46,7 @@
  * (FULL_SHARD, one rank per shard file); any other resume needs the files
  * gathered into one directory (or a shared filesystem). */
 #include "sharc/ckpt.h"
+#include "sharc/activity.h"
 #include "sharc/alloc.h"
 #include "sharc/comm.h"
 #include "sharc/config.h"
@@ -55,6 +56,7 @@
 #include "sharc/mesh.h"
 #include "sharc/optim.h"
 #include "sharc/train.h"
+#include "sharc/clock.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -64,7 +66,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -73,12 +74,6 @@
 #define PATHLEN (SHARC_CKPT_PATH_MAX + 128)
 
 /* ------------------------------------------------------------ helpers */
-
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
 
 /* Test hook: SHARC_CKPT_KILL_AT=<stage> (and optionally SHARC_CKPT_KILL_STEP=<step>)
  * ends the process at that point of a save, as a crash would. */
@@ -287,8 +282,10 @@ static sharc_status manifest_read(manifest *m, const char *step_dir) {
     free(text);
     if (!m->root || jerr != json_tokener_success) {
         char w[300];
-        snprintf(w, sizeof w, "not valid JSON (%s)", json_tokener_error_desc(jerr == json_tokener_success ?
-                                                                               json_tokener_continue : jerr));
+        if (jerr == json_tokener_success) jerr = json_tokener_continue; /* nothing parsed */
+        snprintf(w, sizeof w, "not valid JSON (%s)",
+                 jerr == json_tokener_continue ? "it ends before the JSON value does: a truncated file?"
+                                               : json_tokener_error_desc(jerr));
         if (m->root) json_object_put(m->root);
         m->root = NULL;
         return bad(m, w);
@@ -430,7 +427,8 @@ static sharc_status reader_open_file(reader *r, int fi) {
     char p[2 * PATHLEN + 400];
     snprintf(p, sizeof p, "%s/%s", r->m->dir, f->name);
     f->fd = open(p, O_RDONLY | O_CLOEXEC);
-    if (f->fd < 0) return sharc_error(SHARC_ERR_IO, "ckpt '%s': cannot open shard file: %s", p, strerror(errno));
+    if (f->fd < 0)
+        return sharc_error(sharc_path_status(errno), "ckpt '%s': cannot open shard file: %s", p, strerror(errno));
     struct stat sb;
     if (fstat(f->fd, &sb) != 0) return sharc_error(SHARC_ERR_IO, "ckpt '%s': cannot stat: %s", p, strerror(errno));
     if ((int64_t)sb.st_size != f->bytes)
@@ -575,7 +573,7 @@ sharc_status sharc_ckpt_init(sharc_ckpt **out, sharc_trainer *t) {
         const int R = sharc_comm_size(world);
         if (st == SHARC_OK) st = (leads = calloc((size_t)R, sizeof *leads)) ? SHARC_OK : sharc_error(SHARC_ERR_NOMEM, "ckpt: out of memory");
         st = agree(world, st);
-        if (st == SHARC_OK) st = sharc_comm_allgather(world, &lead, leads, 1, SHARC_DT_I32);
+        if (st == SHARC_OK) st = sharc_comm_all_gather(world, &lead, leads, 1, SHARC_DT_I32);
         for (int r = 0; r < R && st == SHARC_OK; r++) {
             if (r < sharc_comm_rank(world) && leads[r]) c->host_index++;
             c->hosts += leads[r];
@@ -609,6 +607,34 @@ void sharc_ckpt_free(sharc_ckpt *c) {
 }
 
 const char *sharc_ckpt_last_path(const sharc_ckpt *c) { return c->last; }
+const char *sharc_ckpt_dir(const sharc_ckpt *c) { return c->dir; }
+
+int sharc_ckpt_count(const char *dir, int64_t *newest) {
+    int64_t *steps;
+    int n = list_steps(dir, &steps);
+    if (newest) *newest = n > 0 ? steps[0] : -1;
+    free(steps);
+    return n;
+}
+
+static sharc_status prune_dir(const char *dir, int64_t step, int keep, bool newer);
+static sharc_status clean_leftovers(const char *dir);
+
+sharc_status sharc_ckpt_tidy(sharc_ckpt *c) {
+    if (c->done_step < 0) return clean_leftovers(c->dir);
+    /* a run resumed at train.max_steps saves nothing, so no save would
+     * prune what an earlier ckpt.keep left (note [ckpt-leftovers]) */
+    return prune_dir(c->dir, c->done_step, c->keep, false);
+}
+
+sharc_status sharc_ckpt_remove_all(const char *dir) {
+    SHARC_TRY(prune_dir(dir, -1, 0, false));
+    char p[PATHLEN + 16];
+    snprintf(p, sizeof p, "%s/latest", dir);
+    if (unlink(p) != 0 && errno != ENOENT)
+        return sharc_error(SHARC_ERR_IO, "ckpt: cannot remove '%s': %s", p, strerror(errno));
+    return SHARC_OK;
+}
 
 /* ------------------------------------------------------------- writing */
 
@@ -798,42 +824,92 @@ static char *manifest_build(sharc_ckpt *c, int64_t step, const int64_t *hdr, con
     return text;
 }
 
-/* Keep the published step and the keep - 1 newest older ones; checkpoints
- * newer than it belong to a timeline this run replaced and go too. */
-static sharc_status prune(sharc_ckpt *c, int64_t step) {
+/* Note [ckpt-leftovers]. What crashed saves and prunes leave in DIR:
+ * step-N.tmp (an unpublished save), step-N.deleting (a prune's victim),
+ * step-N.old beside step-N.tmp (a crash between the two renames of a
+ * re-save of step N, whose published copy is step-N.old), latest.tmp.PID and,
+ * inside the unpublished directories, FILE.tmp.PID. Every save's prune and
+ * every run that writes DIR (sharc_ckpt_tidy, at start) removes them;
+ * step-N.old is renamed back to step-N when no step-N exists, because it is
+ * the published checkpoint (a resume does that before it lists DIR: the one
+ * write a run makes before its start-up checks, and it only puts back what
+ * was published). */
+/* step-N.old with a manifest and no step-N: rename it back (the first
+ * half of note [ckpt-leftovers]; before a resume lists DIR, too). */
+static sharc_status restore_interrupted(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return SHARC_OK;
+    char p[PATHLEN + 300], q[PATHLEN + 300], m[PATHLEN + 340];
+    sharc_status st = SHARC_OK;
+    struct dirent *de;
+    while (st == SHARC_OK && (de = readdir(d)) != NULL) {
+        const char *dot = strrchr(de->d_name, '.');
+        if (strncmp(de->d_name, "step-", 5) != 0 || !dot || strcmp(dot, ".old") != 0) continue;
+        snprintf(p, sizeof p, "%s/%s", dir, de->d_name);
+        snprintf(q, sizeof q, "%s/%.*s", dir, (int)(dot - de->d_name), de->d_name);
+        snprintf(m, sizeof m, "%s/" MANIFEST_NAME, p);
+        if (exists(q) || !exists(m)) continue;
+        if (rename(p, q) != 0) st = sharc_error(SHARC_ERR_IO, "ckpt: cannot rename '%s': %s", p, strerror(errno));
+        else sharc_warn("ckpt: restored %s from %s (a save of the same step was interrupted)", q, p);
+    }
+    closedir(d);
+    return st;
+}
+
+static sharc_status clean_leftovers(const char *dir) {
+    SHARC_TRY(restore_interrupted(dir));
+    DIR *d = opendir(dir);
+    if (!d) return SHARC_OK;
+    char p[PATHLEN + 300];
+    sharc_status st = SHARC_OK;
+    struct dirent *de;
+    while (st == SHARC_OK && (de = readdir(d)) != NULL) {
+        const char *dot = strrchr(de->d_name, '.');
+        if (strncmp(de->d_name, "step-", 5) != 0 || !dot) continue;
+        if (strcmp(dot, ".deleting") && strcmp(dot, ".old") && strcmp(dot, ".tmp")) continue;
+        snprintf(p, sizeof p, "%s/%s", dir, de->d_name);
+        st = remove_tree(p);
+    }
+    closedir(d);
+    if (st == SHARC_OK) {
+        snprintf(p, sizeof p, "%s/latest", dir);
+        st = sharc_remove_stale_tmp(p);
+    }
+    return st;
+}
+
+/* The leftovers first; then keep checkpoint `step` of DIR and the keep - 1
+ * newest older ones; with `newer`, checkpoints newer than `step` go too
+ * (they belong to a timeline this run replaced). step < 0: every
+ * checkpoint goes. */
+static sharc_status prune_dir(const char *dir, int64_t step, int keep, bool newer) {
+    SHARC_TRY(clean_leftovers(dir)); /* first: a restored step-N counts */
     int64_t *steps;
-    int n = list_steps(c->dir, &steps), kept = 1;
+    int n = list_steps(dir, &steps), kept = 1;
     sharc_status st = SHARC_OK;
     char p[PATHLEN + 300], q[PATHLEN + 16];
     for (int i = 0; i < n && st == SHARC_OK; i++) {
         if (steps[i] == step) continue;
-        if (steps[i] < step && kept < c->keep) {
+        if (step >= 0 && steps[i] < step && kept < keep) {
             kept++;
             continue;
         }
-        if (steps[i] > step)
-            sharc_warn("ckpt: removing %s/step-%08lld, newer than the run's step %lld (another timeline)", c->dir,
+        if (step >= 0 && steps[i] > step) {
+            if (!newer) continue;
+            sharc_warn("ckpt: removing %s/step-%08lld, newer than the run's step %lld (another timeline)", dir,
                        (long long)steps[i], (long long)step);
-        step_path(p, sizeof p, c->dir, steps[i], "");
-        step_path(q, sizeof q, c->dir, steps[i], ".deleting");
+        }
+        step_path(p, sizeof p, dir, steps[i], "");
+        step_path(q, sizeof q, dir, steps[i], ".deleting");
         if (rename(p, q) != 0) st = sharc_error(SHARC_ERR_IO, "ckpt: cannot rename '%s': %s", p, strerror(errno));
         kill_point("during-prune", step);
         if (st == SHARC_OK) st = remove_tree(q);
     }
     free(steps);
-    /* leftovers of earlier crashes */
-    DIR *d = opendir(c->dir);
-    struct dirent *de;
-    while (d && st == SHARC_OK && (de = readdir(d)) != NULL) {
-        const char *dot = strrchr(de->d_name, '.');
-        if (strncmp(de->d_name, "step-", 5) != 0 || !dot) continue;
-        if (strcmp(dot, ".deleting") && strcmp(dot, ".old") && strcmp(dot, ".tmp")) continue;
-        snprintf(p, sizeof p, "%s/%s", c->dir, de->d_name);
-        st = remove_tree(p);
-    }
-    if (d) closedir(d);
     return st;
 }
+
+static sharc_status prune(sharc_ckpt *c, int64_t step) { return prune_dir(c->dir, step, c->keep, true); }
 
 /* Rank 0: manifest, rename, latest, prune (note [ckpt-commit]). */
 static sharc_status publish(sharc_ckpt *c, int64_t step, const char *manifest_text) {
@@ -873,7 +949,7 @@ static sharc_status bcast_text(sharc_comm *w, char **text) {
     SHARC_TRY(sharc_comm_broadcast(w, &n, 1, SHARC_DT_I64, 0));
     if (sharc_comm_rank(w) != 0) *text = n ? malloc((size_t)n) : NULL;
     int32_t ok = n == 0 || *text != NULL;
-    SHARC_TRY(sharc_comm_allreduce(w, &ok, &ok, 1, SHARC_DT_I32, SHARC_OP_MIN));
+    SHARC_TRY(sharc_comm_all_reduce(w, &ok, &ok, 1, SHARC_DT_I32, SHARC_REDUCE_OP_MIN));
     if (!ok) return sharc_error(SHARC_ERR_NOMEM, "ckpt: out of memory for the manifest");
     if (n) SHARC_TRY(sharc_comm_broadcast(w, *text, (size_t)n, SHARC_DT_U8, 0));
     return SHARC_OK;
@@ -923,7 +999,7 @@ static sharc_status check_hosts_see_tmp(sharc_ckpt *c, const char *tmp, int64_t 
         SHARC_TRY(agree(c->world, st));
     }
     int32_t any = c->local_dir;
-    SHARC_TRY(sharc_comm_allreduce(c->world, &any, &any, 1, SHARC_DT_I32, SHARC_OP_MAX));
+    SHARC_TRY(sharc_comm_all_reduce(c->world, &any, &any, 1, SHARC_DT_I32, SHARC_REDUCE_OP_MAX));
     c->any_local = any != 0;
     /* every host has checked: the token goes (it is no part of the checkpoint) */
     if (rank == 0 || c->local_dir) unlink(p);
@@ -959,7 +1035,7 @@ static sharc_status finish(sharc_ckpt *c) {
     int64_t maxrec = 1, maxchunk = 1;
     st = hdr ? SHARC_OK : sharc_error(SHARC_ERR_NOMEM, "ckpt: out of memory");
     st = agree(c->world, st);
-    if (st == SHARC_OK) st = sharc_comm_allgather(c->world, mine, hdr, 6, SHARC_DT_I64);
+    if (st == SHARC_OK) st = sharc_comm_all_gather(c->world, mine, hdr, 6, SHARC_DT_I64);
     for (int r = 0; r < R && st == SHARC_OK; r++) {
         maxrec = hdr[6 * r + 2] > maxrec ? hdr[6 * r + 2] : maxrec;
         maxchunk = hdr[6 * r + 3] > maxchunk ? hdr[6 * r + 3] : maxchunk;
@@ -979,8 +1055,8 @@ static sharc_status finish(sharc_ckpt *c) {
         }
         for (int64_t k = 0; k < mine[3] && st == SHARC_OK; k++) mychunk[k] = j->chunk_crc[k];
         st = agree(c->world, st);
-        if (st == SHARC_OK) st = sharc_comm_allgather(c->world, myrec, allrec, (size_t)maxrec * 4, SHARC_DT_I64);
-        if (st == SHARC_OK) st = sharc_comm_allgather(c->world, mychunk, allchunk, (size_t)maxchunk, SHARC_DT_I64);
+        if (st == SHARC_OK) st = sharc_comm_all_gather(c->world, myrec, allrec, (size_t)maxrec * 4, SHARC_DT_I64);
+        if (st == SHARC_OK) st = sharc_comm_all_gather(c->world, mychunk, allchunk, (size_t)maxchunk, SHARC_DT_I64);
     }
     sharc_status pub = SHARC_OK;
     int64_t total = 0;
@@ -1015,10 +1091,10 @@ static sharc_status finish(sharc_ckpt *c) {
             if (c->async)
                 sharc_info("ckpt: saved step %lld to %s (%.1f MB; training paused %.3f s to stage it, published %.3f s "
                            "after the start)", (long long)step, c->last, (double)total / 1e6, c->t_staged - c->t_start,
-                           now_s() - c->t_start);
+                           sharc_clock_now() - c->t_start);
             else
                 sharc_info("ckpt: saved step %lld to %s (%.1f MB in %.3f s)", (long long)step, c->last,
-                           (double)total / 1e6, now_s() - c->t_start);
+                           (double)total / 1e6, sharc_clock_now() - c->t_start);
         }
     }
     return st;
@@ -1033,7 +1109,7 @@ sharc_status sharc_ckpt_save(sharc_ckpt *c) {
     char tmp[PATHLEN];
     step_path(tmp, sizeof tmp, c->dir, step, ".tmp");
     sharc_status st = SHARC_OK;
-    c->t_start = now_s();
+    c->t_start = sharc_clock_now();
     if (sharc_comm_rank(c->world) == 0) {
         st = sharc_mkdirs(c->dir);
         if (st == SHARC_OK) st = remove_tree(tmp);
@@ -1058,7 +1134,7 @@ sharc_status sharc_ckpt_save(sharc_ckpt *c) {
             job_run(j);
         }
     }
-    c->t_staged = now_s();
+    c->t_staged = sharc_clock_now();
     return c->async ? SHARC_OK : finish(c);
 }
 
@@ -1130,9 +1206,10 @@ static sharc_status read_shards(manifest *m, sharc_fsdp *e, sharc_adamw *a /* NU
     sharc_status st = SHARC_OK;
     for (int u = 0; u < sharc_fsdp_num_units(e) && st == SHARC_OK; u++) {
         const sharc_unit_spec *s = sharc_fsdp_unit_spec(e, u);
+        sharc_activity_phase("loading a checkpoint", u, s->name); /* progress for the watchdog */
         const sharc_segment *segs;
         int ns = sharc_fsdp_shard_segments(e, u, &segs);
-        float *dst[KINDS] = {sharc_fsdp_shard_params(e, u), a ? sharc_adamw_m(a, u) : NULL, a ? sharc_adamw_v(a, u) : NULL};
+        float *dst[KINDS] = {sharc_fsdp_shard_write(e, u), a ? sharc_adamw_m(a, u) : NULL, a ? sharc_adamw_v(a, u) : NULL};
         for (int k = 0; k < ns && st == SHARC_OK; k++) {
             const mf_tensor *t = manifest_find(m, s->params[segs[k].param].name);
             int64_t lo0 = segs[k].param_off, hi0 = lo0 + segs[k].len;
@@ -1161,13 +1238,13 @@ static sharc_status load_local(sharc_ckpt *c, const char *step_dir, manifest *m)
  * failure as a warning (auto resume falls back). */
 static sharc_status load_dir(sharc_ckpt *c, const char *step_dir, bool warn) {
     manifest m;
-    double t0 = now_s();
+    double t0 = sharc_clock_now();
+    /* on every rank, whatever happens: the shards may be written (the write bracket of sharc/fsdp.h) */
+    sharc_fsdp_shard_write_begin(sharc_trainer_engine(c->t));
     sharc_status st = load_local(c, step_dir, &m);
+    sharc_fsdp_shard_write_end(sharc_trainer_engine(c->t));
     if (st != SHARC_OK && warn) sharc_warn("%s", sharc_last_error());
     sharc_status agreed = agree(c->world, st);
-    /* on every rank, whatever happened: the shards may have been written
-     * (note [shared-params] in src/fsdp/engine.c) */
-    sharc_fsdp_params_updated(sharc_trainer_engine(c->t));
     if (agreed == SHARC_OK) {
         sharc_trainer_set_steps_done(c->t, m.step);
         sharc_adamw_set_steps(sharc_trainer_optimizer(c->t), m.adam_step);
@@ -1177,7 +1254,7 @@ static sharc_status load_dir(sharc_ckpt *c, const char *step_dir, bool warn) {
         int64_t G = (int64_t)cfg->train.batch_size * cfg->train.grad_accum * sharc_comm_size(c->world), v = 0;
         if (sharc_comm_rank(c->world) == 0) {
             sharc_info("ckpt: resumed from %s at step %lld (written by %lld ranks, %s; loaded in %.3f s)", step_dir,
-                       (long long)m.step, (long long)m.world_size, m.strategy, now_s() - t0);
+                       (long long)m.step, (long long)m.world_size, m.strategy, sharc_clock_now() - t0);
             if (get_i64(&m, m.train, "sequences_per_step", &v) == SHARC_OK && v != G)
                 sharc_warn("ckpt: the checkpoint ran %lld sequences per step, this run %lld: the data order differs "
                            "from an uninterrupted run", (long long)v, (long long)G);
@@ -1217,7 +1294,9 @@ sharc_status sharc_ckpt_resume(sharc_ckpt *c, const char *what, int64_t *loaded_
         if (loaded_step) *loaded_step = c->done_step;
         return SHARC_OK;
     }
-    /* candidates, newest first, as rank 0 sees them */
+    /* candidates, newest first, as rank 0 sees them (a checkpoint whose
+     * re-save was interrupted put back first: note [ckpt-leftovers]) */
+    if (lead && restore_interrupted(dir) != SHARC_OK) sharc_warn("%s", sharc_last_error());
     int64_t *steps = NULL;
     int64_t n = lead ? list_steps(dir, &steps) : 0;
     SHARC_TRY(sharc_comm_broadcast(c->world, &n, 1, SHARC_DT_I64, 0));
@@ -1231,7 +1310,7 @@ sharc_status sharc_ckpt_resume(sharc_ckpt *c, const char *what, int64_t *loaded_
     if (n == 0) {
         free(steps);
         if (autom) {
-            if (lead) sharc_info("ckpt: no checkpoint in %s; starting at step 0", dir);
+            if (lead) sharc_info("ckpt: no checkpoint in %s to resume from (ckpt.resume=auto)", dir);
             return SHARC_OK;
         }
         return sharc_error(SHARC_ERR_INVALID, "ckpt.resume: '%s' holds no checkpoint (no manifest.json, no step-N "
@@ -1401,13 +1480,13 @@ sharc_status sharc_ckpt_read_config(const char *step_dir, sharc_config *cfg) {
 }
 
 sharc_status sharc_ckpt_load_params(sharc_fsdp *e, const char *step_dir) {
-    /* first, whatever happens next: the shards may be written (note
-     * [shared-params] in src/fsdp/engine.c) */
-    sharc_fsdp_params_updated(e);
+    /* whatever happens: the shards may be written (the write bracket of sharc/fsdp.h) */
+    sharc_fsdp_shard_write_begin(e);
     manifest m;
     sharc_status st = manifest_read(&m, step_dir);
     if (st == SHARC_OK) st = read_shards(&m, e, NULL);
     manifest_free(&m);
+    sharc_fsdp_shard_write_end(e);
     return st;
 }
 

@@ -28,6 +28,18 @@ static int env_int(const char *name, long *v) {
     return 1;
 }
 
+/* A multi-process backend's launcher started this process (or SHARC_COMM
+ * names such a backend): the registry's probes, every backend but self. */
+static bool launcher_present(void) {
+    const char *force = getenv("SHARC_COMM");
+    for (int i = 0; sharc_comm_backends[i]; i++) {
+        const sharc_comm_backend_i *b = sharc_comm_backends[i];
+        if (b == &sharc_comm_backend_self) continue;
+        if (force ? strcmp(force, b->name) == 0 : b->probe()) return true;
+    }
+    return false;
+}
+
 sharc_status sharc_launch_check_env(void) {
     long ws = 1, rk = 0;
     int has_ws = env_int("WORLD_SIZE", &ws);
@@ -35,9 +47,7 @@ sharc_status sharc_launch_check_env(void) {
         return sharc_error(SHARC_ERR_INVALID, "launch: WORLD_SIZE='%s' is not an integer", getenv("WORLD_SIZE"));
     if (env_int("RANK", &rk) < 0)
         return sharc_error(SHARC_ERR_INVALID, "launch: RANK='%s' is not an integer", getenv("RANK"));
-    const char *force = getenv("SHARC_COMM");
-    bool mpi = force ? strcmp(force, "mpi") == 0 : sharc_comm_mpi_launched();
-    if (mpi || has_ws == 0 || ws <= 1) return SHARC_OK;
+    if (launcher_present() || has_ws == 0 || ws <= 1) return SHARC_OK;
     const char *addr = getenv("MASTER_ADDR"), *port = getenv("MASTER_PORT");
     return sharc_error(
         SHARC_ERR_INVALID,

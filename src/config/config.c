@@ -26,7 +26,10 @@ typedef struct {
 
 static const char *const families[] = {"gpt2", "llama", NULL};
 static const char *const lr_decays[] = {"cosine", "linear", "constant", NULL};
-static const char *const token_formats[] = {"auto", "u16", "u32", "llmc", "text", NULL};
+static const char *const token_formats[] = {"auto", "u16", "u32", "llmc", "text", "sft", "jsonl", NULL};
+static const char *const chat_formats[] = {"auto", "chatml", "qwen3", "llama3", NULL};
+static const char *const loss_masks[] = {"ranges", "openrlhf", NULL};
+static const char *const loss_norms[] = {"global_tokens", "micro_batch", NULL};
 static const char *const strategies[] = {"FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD", NULL};
 static const char *const prefetches[] = {"NONE", "BACKWARD_PRE", "BACKWARD_POST", NULL};
 static const char *const wrap_policies[] = {"transformer_block", "size", "none", NULL};
@@ -48,12 +51,21 @@ static const key_def keys[] = {
     {"model.init_std", K_FLOAT, OFF(model.init_std), 0, 10, NULL, "std of normal weight init (residual outputs / sqrt(2L))"},
     {"model.tie_embeddings", K_BOOL, OFF(model.tie_embeddings), 0, 0, NULL, "LM head shares the token embedding"},
     {"model.init_from", K_STR, OFF(init_from), 0, 0, NULL, "sharc weights file (model.safetensors) loaded after initialisation"},
+    {"model.tokenizer", K_STR, OFF(tokenizer), 0, 0, NULL, "Hugging Face tokenizer.json or its directory (\"\": byte-level, or model.init_from's directory when it holds one)"},
 
     {"data.path", K_STR, OFF(data.path), 0, 0, NULL, "training token file or UTF-8 text"},
     {"data.val_path", K_STR, OFF(data.val_path), 0, 0, NULL, "validation token file (optional)"},
-    {"data.format", K_ENUM, OFF(data.format), 0, 0, token_formats, "auto, u16, u32, llmc or text"},
+    {"data.format", K_ENUM, OFF(data.format), 0, 0, token_formats, "auto, u16, u32, llmc, text, sft (sharc tokenize's SFT file) or jsonl (SFT records)"},
     {"data.shuffle", K_BOOL, OFF(data.shuffle), 0, 0, NULL, "seeded permutation of windows each epoch"},
     {"data.seed", K_U64, OFF(data.seed), 0, 0, NULL, "shuffle seed"},
+    {"data.input_key", K_STR, OFF(data.input_key), 0, 0, NULL, "JSONL: the prompt's key (a string, or a list of messages)"},
+    {"data.output_key", K_STR, OFF(data.output_key), 0, 0, NULL, "JSONL: the response's key (\"\": records of messages, the last one the response)"},
+    {"data.input_template", K_STR, OFF(data.input_template), 0, 0, NULL, "JSONL without a chat template: the prompt, {} = the input (\"\": the input as is)"},
+    {"data.apply_chat_template", K_BOOL, OFF(data.apply_chat_template), 0, 0, NULL, "JSONL: render records with the chat template"},
+    {"data.chat_template", K_ENUM, OFF(data.chat_template), 0, 0, chat_formats, "auto (the tokenizer's, recognised), chatml, qwen3 or llama3"},
+    {"data.max_len", K_INT, OFF(data.max_len), 0, 1 << 24, NULL, "tokens per SFT sample, longer ones cut (0: train.seq_len + 1)"},
+    {"data.multiturn", K_BOOL, OFF(data.multiturn), 0, 0, NULL, "JSONL messages: train every assistant turn, not only the last"},
+    {"data.loss_mask", K_ENUM, OFF(data.loss_mask), 0, 0, loss_masks, "ranges (response tokens by their bytes) or openrlhf (OpenRLHF's exact mask)"},
 
     {"optim.lr", K_FLOAT, OFF(optim.lr), 0, 10, NULL, "peak learning rate"},
     {"optim.min_lr_ratio", K_FLOAT, OFF(optim.min_lr_ratio), 0, 1, NULL, "decay floor as a fraction of lr"},
@@ -76,9 +88,11 @@ static const key_def keys[] = {
     {"train.threads", K_INT, OFF(train.threads), 0, 4096, NULL, "threads per process (0: its CPUs)"},
     {"train.out_dir", K_STR, OFF(train.out_dir), 0, 0, NULL, "run directory: metrics, config, final weights"},
     {"train.metrics_path", K_STR, OFF(train.metrics_path), 0, 0, NULL, "JSON-lines metrics file (default out_dir/metrics.jsonl)"},
+    {"train.overwrite_output_dir", K_BOOL, OFF(train.overwrite_output_dir), 0, 0, NULL, "start over in an out_dir that holds another run: delete its checkpoints, weights and metrics (without it such a run is refused)"},
     {"train.epochs", K_FLOAT, OFF(train.epochs), 0, 1e9, NULL, "passes over the data (> 0: sets max_steps = ceil(epochs * windows / sequences per step))"},
     {"train.timeout", K_INT, OFF(train.timeout), 0, INT_MAX, NULL, "step watchdog: seconds without progress before every rank reports and exits (0: off)"},
     {"train.max_bad_steps", K_INT, OFF(train.max_bad_steps), 1, INT_MAX, NULL, "stop after this many non-finite (skipped) steps in a row"},
+    {"train.loss_normalization", K_ENUM, OFF(train.loss_normalization), 0, 0, loss_norms, "global_tokens (loss / valid targets of the whole step) or micro_batch (mean of each micro-batch's mean)"},
 
     {"fsdp.sharding_strategy", K_ENUM, OFF(fsdp.engine.strategy), 0, 0, strategies, "FULL_SHARD, SHARD_GRAD_OP, NO_SHARD or HYBRID_SHARD"},
     {"fsdp.fsdp_size", K_INT, OFF(fsdp.engine.fsdp_size), 0, 1 << 24, NULL, "HYBRID_SHARD shard-group size (>= world or <= 1: plain FSDP)"},
@@ -120,6 +134,8 @@ void sharc_config_default(sharc_config *c) {
     c->data.format = SHARC_TOKENS_AUTO;
     c->data.shuffle = true;
     c->data.seed = 1;
+    snprintf(c->data.input_key, sizeof c->data.input_key, "input");
+    snprintf(c->data.input_template, sizeof c->data.input_template, "User: {}\nAssistant: ");
     sharc_optim_config_default(&c->optim);
     c->optim.lr = 2e-3f;
     c->optim.warmup_steps = 20;
@@ -163,6 +179,7 @@ static const key_def *find_key(const char *name) {
 static const char *closest_alias(const char *name, int *bd);
 
 static sharc_status unknown_key(const char *name, const char *origin) {
+    char clip[SHARC_CLIP_BUF];
     const char *best = NULL;
     int bd = 4;
     for (int i = 0; i < NKEYS; i++) {
@@ -176,12 +193,14 @@ static sharc_status unknown_key(const char *name, const char *origin) {
     if (alias) best = alias;
     if (best)
         return sharc_error(SHARC_ERR_INVALID, "%s: unknown key '%s'; did you mean '%s'? (sharc config --keys lists them)",
-                           origin, name, best);
-    return sharc_error(SHARC_ERR_INVALID, "%s: unknown key '%s' (sharc config --keys lists them)", origin, name);
+                           origin, sharc_clip(clip, name), best);
+    return sharc_error(SHARC_ERR_INVALID, "%s: unknown key '%s' (sharc config --keys lists them)", origin,
+                       sharc_clip(clip, name));
 }
 
 static sharc_status bad_value(const key_def *k, const char *value, const char *origin, const char *expected) {
-    return sharc_error(SHARC_ERR_INVALID, "%s: %s = '%s': expected %s", origin, k->name, value, expected);
+    char clip[SHARC_CLIP_BUF];
+    return sharc_error(SHARC_ERR_INVALID, "%s: %s = '%s': expected %s", origin, k->name, sharc_clip(clip, value), expected);
 }
 
 static sharc_status parse_number(const key_def *k, const char *value, const char *origin, double *out, bool integer) {
@@ -233,7 +252,7 @@ static sharc_status set_key(sharc_config *c, const key_def *k, const char *value
         else return bad_value(k, value, origin, "true or false");
         return SHARC_OK;
     case K_STR:
-        if (strlen(value) >= SHARC_PATH_MAX) return bad_value(k, value, origin, "a shorter string");
+        if (strlen(value) >= SHARC_PATH_MAX) return bad_value(k, value, origin, "at most 1023 bytes");
         snprintf(dst, SHARC_PATH_MAX, "%s", value);
         return SHARC_OK;
     case K_ENUM: {
@@ -278,6 +297,7 @@ static sharc_status set_key(sharc_config *c, const key_def *k, const char *value
     case K_FLOAT2: {
         /* "[a, b]" or "a,b" */
         char buf[128];
+        if (strlen(value) >= sizeof buf) return bad_value(k, value, origin, "a list of two numbers, e.g. [0.9, 0.95]");
         snprintf(buf, sizeof buf, "%s", value);
         char *p = buf;
         if (*p == '[') p++;
@@ -371,6 +391,9 @@ static const alias_def aliases[] = {
     {"model.dtype", A_PRECISION, NULL, NULL, NULL},
     {"model.disable_gradient_checkpointing", A_NOT, "fsdp.activation_checkpointing", NULL, NULL},
     {"epochs", A_KEY, "train.epochs", NULL, NULL},
+    /* OpenRLHF's SFT options (its newer dotted names; the flags are main.c's shorthands) */
+    {"data.dataset", A_KEY, "data.path", NULL, NULL},
+    {"data.packing_samples", A_NOTE, NULL, "false", "not implemented: SFT samples are padded to train.seq_len, one per row"},
 };
 #define NALIASES ((int)(sizeof aliases / sizeof aliases[0]))
 
@@ -444,10 +467,11 @@ sharc_status sharc_config_set_precision(sharc_config *c, const char *value, cons
             return SHARC_OK;
         }
     }
+    char clip[SHARC_CLIP_BUF];
     return sharc_error(SHARC_ERR_INVALID,
                        "%s: precision '%s': expected fp32, 32-true, bf16, bf16-mixed, bf16-true, fp16, 16-mixed "
                        "(sets fsdp.param_dtype and fsdp.reduce_dtype)",
-                       origin, value);
+                       origin, sharc_clip(clip, value));
 }
 
 static const struct {
@@ -475,17 +499,20 @@ sharc_status sharc_config_apply_preset(sharc_config *c, const char *name, const 
             snprintf(o, sizeof o, "preset %s", presets[i].name);
             return sharc_config_load_string(c, presets[i].yaml, o);
         }
+    char clip[SHARC_CLIP_BUF];
     return sharc_error(SHARC_ERR_INVALID, "%s: preset = '%s': expected one of single_node, multi_node, large_scale",
-                       origin, name);
+                       origin, sharc_clip(clip, name));
 }
 
 /* training_stages.NAME.rest: applied when NAME is the selected stage, else
  * checked on a scratch copy (so a typo in any stage fails at once). */
 static sharc_status set_stage_key(sharc_config *c, const char *key, const char *value, const char *origin) {
+    char clip[SHARC_CLIP_BUF];
     const char *name = key + strlen("training_stages.");
     const char *dot = strchr(name, '.');
     if (!dot || dot == name || (size_t)(dot - name) >= sizeof c->stage)
-        return sharc_error(SHARC_ERR_INVALID, "%s: '%s': expected training_stages.STAGE.section.key", origin, key);
+        return sharc_error(SHARC_ERR_INVALID, "%s: '%s': expected training_stages.STAGE.section.key", origin,
+                           sharc_clip(clip, key));
     char sname[48];
     snprintf(sname, sizeof sname, "%.*s", (int)(dot - name), name);
     bool seen = false;
@@ -514,6 +541,7 @@ static sharc_status set_stage_key(sharc_config *c, const char *key, const char *
 
 sharc_status sharc_config_set(sharc_config *c, const char *key, const char *value, const char *origin) {
     if (c->stage_pass == 2 && strncmp(key, "training_stages.", 16) != 0) return SHARC_OK;
+    char clip[SHARC_CLIP_BUF];
     const key_def *k = find_key(key);
     if (k) return set_key(c, k, value, origin);
     if (!strcmp(key, "preset")) return sharc_config_apply_preset(c, value, origin);
@@ -526,7 +554,7 @@ sharc_status sharc_config_set(sharc_config *c, const char *key, const char *valu
         if (strcmp(canon, key) != 0) {
             sharc_status st = unknown_key(canon, origin);
             char msg[1024];
-            snprintf(msg, sizeof msg, "%s (written '%s')", sharc_last_error(), key);
+            snprintf(msg, sizeof msg, "%s (written '%s')", sharc_last_error(), sharc_clip(clip, key));
             return sharc_error(st, "%s", msg);
         }
         return unknown_key(key, origin);
@@ -536,7 +564,8 @@ sharc_status sharc_config_set(sharc_config *c, const char *key, const char *valu
     case A_NOT: {
         bool b;
         if (!parse_bool(value, &b))
-            return sharc_error(SHARC_ERR_INVALID, "%s: %s = '%s': expected true or false", origin, key, value);
+            return sharc_error(SHARC_ERR_INVALID, "%s: %s = '%s': expected true or false", origin, key,
+                               sharc_clip(clip, value));
         return set_key(c, find_key(a->target), b ? "false" : "true", origin);
     }
     case A_PRECISION: return sharc_config_set_precision(c, value, origin);
@@ -545,7 +574,8 @@ sharc_status sharc_config_set(sharc_config *c, const char *key, const char *valu
         char *end;
         long n = strtol(value, &end, 10);
         if (end == value || *end || n < 0)
-            return sharc_error(SHARC_ERR_INVALID, "%s: %s = '%s': expected a count >= 0", origin, key, value);
+            return sharc_error(SHARC_ERR_INVALID, "%s: %s = '%s': expected a count >= 0", origin, key,
+                               sharc_clip(clip, value));
         bool fwd = strcmp(a->target, "fsdp.forward_prefetch") == 0;
         if (n > 1) add_note(c, key, value, "not implemented: sharc prefetches one unit ahead");
         return set_key(c, find_key(a->target), n == 0 ? (fwd ? "false" : "NONE") : (fwd ? "true" : "BACKWARD_PRE"), origin);
@@ -564,7 +594,8 @@ sharc_status sharc_config_set(sharc_config *c, const char *key, const char *valu
         bool b, q;
         if (a->quiet && (!strcmp(a->quiet, "true") || !strcmp(a->quiet, "false"))) {
             if (!parse_bool(value, &b))
-                return sharc_error(SHARC_ERR_INVALID, "%s: %s = '%s': expected true or false", origin, key, value);
+                return sharc_error(SHARC_ERR_INVALID, "%s: %s = '%s': expected true or false", origin, key,
+                               sharc_clip(clip, value));
             parse_bool(a->quiet, &q);
             if (b == q) return SHARC_OK;
         } else if (!a->quiet || (strcmp(a->quiet, "!") != 0 && !strcasecmp(value, a->quiet))) {
@@ -583,22 +614,34 @@ typedef struct {
     yaml_parser_t p;
     sharc_config *c;
     const char *name;
+    const char *text;
+    size_t len;   /* of the text */
+    int settings; /* keys applied */
 } yaml_ctx;
 
 static sharc_status yaml_error(const yaml_ctx *y, const yaml_mark_t *m, const char *what) {
-    return sharc_error(SHARC_ERR_INVALID, "config '%s' line %zu: %s", y->name, m->line + 1, what);
+    /* libyaml puts the end of a text that lacks its last newline on a line after it */
+    size_t lines = 0;
+    for (size_t i = 0; i < y->len; i++) lines += y->text[i] == '\n';
+    if (y->len > 0 && y->text[y->len - 1] != '\n') lines++;
+    size_t line = m->line + 1 > lines && lines > 0 ? lines : m->line + 1;
+    return sharc_error(SHARC_ERR_INVALID, "config '%s' line %zu: %s", y->name, line, what);
 }
 
 static sharc_status next_event(yaml_ctx *y, yaml_event_t *ev) {
     if (yaml_parser_parse(&y->p, ev)) return SHARC_OK;
     char what[300];
-    snprintf(what, sizeof what, "not valid YAML: %s", y->p.problem ? y->p.problem : "parse error");
+    /* an error at the very end: the text stops inside a value (a truncated file) */
+    bool at_end = y->p.problem_mark.index >= y->len;
+    snprintf(what, sizeof what, "not valid YAML: %s%s", y->p.problem ? y->p.problem : "parse error",
+             at_end ? " (the text ends there, inside a value: a truncated file?)" : "");
     return yaml_error(y, &y->p.problem_mark, what);
 }
 
 static sharc_status apply(yaml_ctx *y, const char *key, const yaml_mark_t *m, const char *value) {
     char origin[600];
     snprintf(origin, sizeof origin, "config '%s' line %zu", y->name, m->line + 1);
+    y->settings++;
     return sharc_config_set(y->c, key, value, origin);
 }
 
@@ -665,22 +708,29 @@ static sharc_status parse_mapping(yaml_ctx *y, const char *prefix, int depth) {
     }
 }
 
-static sharc_status load_pass(sharc_config *c, const char *text, const char *origin);
+static sharc_status load_pass(sharc_config *c, const char *text, const char *origin, int *settings);
 
 /* With a stage selected the text is read twice: the stage's keys override
- * the rest of the file wherever they are written. */
-sharc_status sharc_config_load_string(sharc_config *c, const char *text, const char *origin) {
-    if (!c->stage[0] || c->stage_pass != 0) return load_pass(c, text, origin);
+ * the rest of the file wherever they are written. *settings: keys set. */
+static sharc_status load_text(sharc_config *c, const char *text, const char *origin, int *settings) {
+    if (!c->stage[0] || c->stage_pass != 0) return load_pass(c, text, origin, settings);
     c->stage_pass = 1;
-    sharc_status st = load_pass(c, text, origin);
+    sharc_status st = load_pass(c, text, origin, settings);
     c->stage_pass = 2;
-    if (st == SHARC_OK) st = load_pass(c, text, origin);
+    int again;
+    if (st == SHARC_OK) st = load_pass(c, text, origin, &again);
     c->stage_pass = 0;
     return st;
 }
 
-static sharc_status load_pass(sharc_config *c, const char *text, const char *origin) {
-    yaml_ctx y = {.c = c, .name = origin};
+sharc_status sharc_config_load_string(sharc_config *c, const char *text, const char *origin) {
+    int settings;
+    return load_text(c, text, origin, &settings);
+}
+
+static sharc_status load_pass(sharc_config *c, const char *text, const char *origin, int *settings) {
+    yaml_ctx y = {.c = c, .name = origin, .text = text, .len = strlen(text)};
+    *settings = 0;
     if (!yaml_parser_initialize(&y.p)) return sharc_error(SHARC_ERR_NOMEM, "config: out of memory");
     yaml_parser_set_input_string(&y.p, (const unsigned char *)text, strlen(text));
     sharc_status st = SHARC_OK;
@@ -707,13 +757,21 @@ static sharc_status load_pass(sharc_config *c, const char *text, const char *ori
         yaml_event_delete(&ev);
     }
     yaml_parser_delete(&y.p);
+    *settings = y.settings;
     return st;
 }
 
 sharc_status sharc_config_load_file(sharc_config *c, const char *path) {
     char *text;
-    SHARC_TRY(sharc_read_file(path, &text, NULL));
-    sharc_status st = sharc_config_load_string(c, text, path);
+    size_t len;
+    SHARC_TRY(sharc_read_file(path, &text, &len));
+    int settings = 0;
+    sharc_status st = load_text(c, text, path, &settings);
+    /* a file that sets nothing (0 bytes, only comments, {}) is a mistake: a
+     * truncated copy or the wrong file, never silently the defaults */
+    if (st == SHARC_OK && settings == 0)
+        st = sharc_error(SHARC_ERR_INVALID, "config '%s': %s; expected a mapping of sections (model:, data:, optim:, "
+                         "train:, fsdp:, ...)", path, len == 0 ? "the file is empty (0 bytes)" : "the file sets no key");
     free(text);
     return st;
 }
@@ -746,7 +804,21 @@ static void format_value(const sharc_config *c, const key_def *k, char *out, siz
     case K_U64: snprintf(out, n, "%llu", (unsigned long long)*(const uint64_t *)src); break;
     case K_FLOAT: snprintf(out, n, "%.9g", (double)*(const float *)src); break;
     case K_BOOL: snprintf(out, n, "%s", *(const bool *)src ? "true" : "false"); break;
-    case K_STR: snprintf(out, n, "\"%s\"", src); break;
+    case K_STR: { /* a YAML double-quoted string: what needs it escaped */
+        size_t w = 0;
+        if (n < 8) break;
+        out[w++] = '"';
+        for (const unsigned char *p = (const unsigned char *)src; *p && w + 6 < n; p++) {
+            if (*p == '"' || *p == '\\') out[w++] = '\\', out[w++] = (char)*p;
+            else if (*p == '\n') out[w++] = '\\', out[w++] = 'n';
+            else if (*p == '\t') out[w++] = '\\', out[w++] = 't';
+            else if (*p < 32 || *p == 127) w += (size_t)snprintf(out + w, n - w, "\\x%02x", *p);
+            else out[w++] = (char)*p;
+        }
+        out[w++] = '"';
+        out[w] = 0;
+        break;
+    }
     case K_ENUM: snprintf(out, n, "%s", k->choices[*(const int *)src]); break;
     case K_FLOAT2: snprintf(out, n, "[%.9g, %.9g]", (double)((const float *)src)[0], (double)((const float *)src)[1]); break;
     case K_DTYPE: {
@@ -763,20 +835,23 @@ static void format_value(const sharc_config *c, const key_def *k, char *out, siz
     }
 }
 
+/* Each section once (a YAML mapping with a repeated key keeps only one of
+ * them in most readers), sections in the order they first appear in `keys`. */
 void sharc_config_write_yaml(const sharc_config *c, FILE *f) {
-    char section[64] = "";
     for (int i = 0; i < NKEYS; i++) {
-        const key_def *k = &keys[i];
-        if (k->type == K_FLOAT2) continue; /* beta1/beta2 are written separately */
-        const char *dot = strchr(k->name, '.');
-        size_t sl = (size_t)(dot - k->name);
-        if (strlen(section) != sl || strncmp(section, k->name, sl) != 0) {
-            snprintf(section, sizeof section, "%.*s", (int)sl, k->name);
-            fprintf(f, "%s:\n", section);
+        const char *dot = strchr(keys[i].name, '.');
+        const int sl = (int)(dot - keys[i].name);
+        bool first = true;
+        for (int j = 0; j < i && first; j++) first = !(strncmp(keys[j].name, keys[i].name, (size_t)sl + 1) == 0);
+        if (!first) continue;
+        fprintf(f, "%.*s:\n", sl, keys[i].name);
+        for (int j = i; j < NKEYS; j++) {
+            const key_def *k = &keys[j];
+            if (k->type == K_FLOAT2 || strncmp(k->name, keys[i].name, (size_t)sl + 1) != 0) continue; /* betas: beta1/beta2 */
+            char v[SHARC_PATH_MAX + 8];
+            format_value(c, k, v, sizeof v);
+            fprintf(f, "  %s: %s\n", k->name + sl + 1, v);
         }
-        char v[SHARC_PATH_MAX + 8];
-        format_value(c, k, v, sizeof v);
-        fprintf(f, "  %s: %s\n", dot + 1, v);
     }
 }
 

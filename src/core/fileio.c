@@ -1,7 +1,9 @@
 /* fileio.c: sharc_write_all / pread_all / afile_*: I/O that names the file
- * in every error and publishes files atomically. */
+ * in every error and publishes files atomically, and removes what a crashed
+ * atomic write left behind. */
 #include "sharc/fileio.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
@@ -56,10 +58,18 @@ sharc_status sharc_fsync_dir(const char *path_in_dir) {
     return SHARC_OK;
 }
 
+sharc_status sharc_path_status(int err) {
+    switch (err) {
+    case ENOENT: case ENOTDIR: case EISDIR: case ENAMETOOLONG: case ELOOP: case EACCES: case EPERM:
+        return SHARC_ERR_INVALID;
+    default: return SHARC_ERR_IO;
+    }
+}
+
 sharc_status sharc_read_file(const char *path, char **out, size_t *len) {
     *out = NULL;
     FILE *f = fopen(path, "rb");
-    if (!f) return sharc_error(SHARC_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
+    if (!f) return sharc_error(sharc_path_status(errno), "cannot open '%s': %s", path, strerror(errno));
     size_t cap = 4096, n = 0;
     char *buf = malloc(cap);
     for (;;) {
@@ -104,7 +114,38 @@ sharc_status sharc_mkdirs(const char *dir) {
     return SHARC_OK;
 }
 
+/* Note [stale-tmp]. An atomic write that crashed (kill -9, a power cut)
+ * leaves FINAL.tmp.PID, possibly as large as the file. Nothing else creates
+ * that name, so the next write of FINAL, or a run that is about to write it
+ * (sharc_remove_stale_tmp), removes every FINAL.tmp.<digits> but its own. */
+sharc_status sharc_remove_stale_tmp(const char *final_path) {
+    char dir[4096];
+    const char *slash = strrchr(final_path, '/');
+    const char *base = slash ? slash + 1 : final_path;
+    if (slash) snprintf(dir, sizeof dir, "%.*s", (int)(slash - final_path) + (slash == final_path), final_path);
+    else snprintf(dir, sizeof dir, ".");
+    DIR *d = opendir(dir);
+    if (!d) return SHARC_OK; /* no directory: nothing was left there */
+    const size_t bl = strlen(base);
+    char own[32], p[8300];
+    snprintf(own, sizeof own, "%d", (int)getpid());
+    sharc_status st = SHARC_OK;
+    struct dirent *de;
+    while (st == SHARC_OK && (de = readdir(d)) != NULL) {
+        const char *n = de->d_name;
+        if (strncmp(n, base, bl) != 0 || strncmp(n + bl, ".tmp.", 5) != 0) continue;
+        const char *digits = n + bl + 5;
+        if (!*digits || strspn(digits, "0123456789") != strlen(digits) || !strcmp(digits, own)) continue;
+        snprintf(p, sizeof p, "%s/%s", dir, n);
+        if (unlink(p) != 0 && errno != ENOENT)
+            st = sharc_error(SHARC_ERR_IO, "cannot remove the leftover '%s': %s", p, strerror(errno));
+    }
+    closedir(d);
+    return st;
+}
+
 sharc_status sharc_afile_open(sharc_afile *a, const char *final_path) {
+    SHARC_TRY(sharc_remove_stale_tmp(final_path)); /* note [stale-tmp] */
     snprintf(a->final_path, sizeof a->final_path, "%s", final_path);
     snprintf(a->tmp_path, sizeof a->tmp_path, "%s.tmp.%d", final_path, (int)getpid());
     a->fd = open(a->tmp_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);

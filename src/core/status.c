@@ -6,8 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-static _Thread_local char error_message[1024];
-static int log_rank = 0;
+static _Thread_local char error_message[4096];
+static _Atomic int log_rank = 0; /* read by the watchdog thread */
 static int log_world = 1;
 static sharc_log_level log_level = SHARC_LOG_INFO;
 
@@ -25,6 +25,13 @@ sharc_status sharc_error(sharc_status code, const char *fmt, ...) {
 }
 
 const char *sharc_last_error(void) { return error_message; }
+
+const char *sharc_clip(char *buf, const char *s) {
+    size_t n = strlen(s);
+    if (n < SHARC_CLIP_BUF - 32) return s;
+    snprintf(buf, SHARC_CLIP_BUF, "%.48s... (%zu characters)", s, n);
+    return buf;
+}
 
 const char *sharc_status_str(sharc_status code) {
     switch (code) {
@@ -51,7 +58,7 @@ void sharc_log_set_level(sharc_log_level level) { log_level = level; }
 
 void sharc_log(sharc_log_level level, const char *fmt, ...) {
     if (level < log_level) return;
-    char line[2048];
+    char line[4608];
     int n = 0;
     if (log_world > 1) n = snprintf(line, sizeof line, "[rank %d] ", log_rank);
     if (level == SHARC_LOG_WARN) n += snprintf(line + n, sizeof line - (size_t)n, "warning: ");
@@ -64,6 +71,10 @@ void sharc_log(sharc_log_level level, const char *fmt, ...) {
     fprintf(stderr, "%s\n", line);
 }
 
+static void (*fatal_hook)(void);
+
+void sharc_set_fatal_hook(void (*hook)(void)) { fatal_hook = hook; }
+
 void sharc_fatal(const char *file, int line, const char *fmt, ...) {
     char msg[1024];
     va_list ap;
@@ -72,5 +83,6 @@ void sharc_fatal(const char *file, int line, const char *fmt, ...) {
     va_end(ap);
     fprintf(stderr, "[rank %d] sharc: fatal: %s (%s:%d)\n", log_rank, msg, file, line);
     fflush(stderr);
+    if (fatal_hook) fatal_hook(); /* e.g. MPI_Abort: the other ranks must not wait for this one */
     abort();
 }

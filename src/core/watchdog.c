@@ -11,49 +11,56 @@
  * starts killing processes, and ends the process with _exit(3). It never
  * calls MPI (initialised MPI_THREAD_FUNNELED) and takes no lock the
  * training thread may hold: only write(2) and relaxed loads. The launcher
- * (mpirun, srun) then ends the job with a non-zero status. */
+ * (mpirun, srun) then ends the job with a non-zero status.
+ *
+ * The sharc command starts it before MPI_Init and stops it after
+ * MPI_Finalize, so a stall there is caught too (note [job-end] in
+ * src/cli/main.c); sharc_train_run starts it again inside (starts nest: the
+ * innermost timeout applies, the thread ends with the outermost stop). The
+ * rank printed is the log's (sharc_log_rank), which the command sets from
+ * the launcher's environment before MPI_Init. */
 #include "sharc/activity.h"
+#include "sharc/clock.h"
+#include "sharc/log.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
 
 static pthread_t thread;
 static bool running;
+static int depth;
 static atomic_bool stop;
-static int timeout_s, rank_id;
-
-static double mono(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
+static atomic_int timeout_s;
+static _Atomic(const char *) setting_name;
 
 static void *watch(void *arg) {
     (void)arg;
     uint64_t last = sharc_activity_seq();
-    double since = mono();
+    double since = sharc_clock_now();
     const struct timespec tick = {0, 100 * 1000 * 1000};
     while (!atomic_load(&stop)) {
         nanosleep(&tick, NULL);
         uint64_t s = sharc_activity_seq();
-        double now = mono();
-        if (s != last) {
+        double now = sharc_clock_now();
+        const int limit = atomic_load(&timeout_s);
+        if (s != last || limit <= 0) {
             last = s;
             since = now;
             continue;
         }
-        if (now - since < (double)timeout_s) continue;
-        char what[400], line[600];
+        if (now - since < (double)limit) continue;
+        char what[400], line[700];
         sharc_activity_describe(what, sizeof what);
         int len = snprintf(line, sizeof line,
-                           "[rank %d] watchdog: no progress for %d s (train.timeout) at %s; exiting. "
+                           "[rank %d] watchdog: no progress for %d s (%s) at %s; exiting. "
                            "A rank that hangs or died stops every rank; see the other ranks' lines\n",
-                           rank_id, timeout_s, what);
+                           sharc_log_rank(), limit, atomic_load(&setting_name), what);
         if (len > (int)sizeof line - 1) len = (int)sizeof line - 1;
         ssize_t w = write(STDERR_FILENO, line, (size_t)len);
         (void)w;
@@ -63,20 +70,34 @@ static void *watch(void *arg) {
     return NULL;
 }
 
-sharc_status sharc_watchdog_start(int timeout, int rank) {
+sharc_status sharc_watchdog_start(int timeout, const char *setting) {
+    depth++;
+    atomic_store(&setting_name, setting ? setting : "timeout");
+    atomic_store(&timeout_s, timeout);
     if (timeout <= 0 || running) return SHARC_OK;
-    timeout_s = timeout;
-    rank_id = rank;
     atomic_store(&stop, false);
-    if (pthread_create(&thread, NULL, watch, NULL) != 0)
+    if (pthread_create(&thread, NULL, watch, NULL) != 0) {
+        depth--;
         return sharc_error(SHARC_ERR_INTERNAL, "watchdog: cannot start its thread");
+    }
     running = true;
     return SHARC_OK;
 }
 
 void sharc_watchdog_stop(void) {
-    if (!running) return;
+    if (depth > 0) depth--;
+    if (!running || depth > 0) return;
     atomic_store(&stop, true);
     pthread_join(thread, NULL);
     running = false;
+}
+
+void sharc_test_hang_point(const char *where) {
+    /* SHARC_TEST_HANG=RANK:WHERE (tests/cli/mpi_hangs.sh) */
+    const char *v = getenv("SHARC_TEST_HANG");
+    char want[64];
+    snprintf(want, sizeof want, "%d:%s", sharc_log_rank(), where);
+    if (!v || strcmp(v, want) != 0) return;
+    sharc_activity_phase("stopped by the test hook SHARC_TEST_HANG", -1, NULL);
+    for (;;) pause();
 }

@@ -1,5 +1,6 @@
 /* sampler.c: sharc_sampler_*, the deterministic batch rule of note
- * [sampler-rule] in sharc/data.h. The sampler borrows its dataset and owns
+ * [sampler-rule] in sharc/data.h, over windows of a token stream or samples
+ * (SFT) alike. The sampler borrows its dataset and owns
  * the permutation of one epoch (SHARC_MEM_OTHER).
  *
  * Note [epoch-permutation]: with shuffling, perm_e of epoch e is drawn as
@@ -39,7 +40,13 @@ sharc_status sharc_sampler_init(sharc_sampler **out, const sharc_dataset *d,
     SHARC_TRY(check_positive("train.grad_accum", c->grad_accum));
     SHARC_TRY(check_positive("the data-parallel size", c->dp_size));
     const int64_t ntokens = sharc_dataset_num_tokens(d);
-    const int64_t W = (ntokens - 1) / c->seq_len;
+    const int64_t W = sharc_dataset_num_items(d, c->seq_len);
+    if (sharc_dataset_num_samples(d) > 0 && sharc_dataset_longest_sample(d) > (int64_t)c->seq_len + 1)
+        return sharc_error(SHARC_ERR_INVALID,
+                           "data: '%s' has a sample of %lld tokens, more than train.seq_len + 1 = %lld; "
+                           "tokenize with data.max_len <= %lld or raise train.seq_len",
+                           sharc_dataset_path(d), (long long)sharc_dataset_longest_sample(d),
+                           (long long)c->seq_len + 1, (long long)c->seq_len + 1);
     if (W < 1)
         return sharc_error(SHARC_ERR_INVALID,
                            "data: '%s' holds %lld tokens, fewer than one window of train.seq_len "
@@ -107,8 +114,7 @@ void sharc_sampler_batch(sharc_sampler *s, int64_t step, int micro, int dp_rank,
     for (int64_t i = 0; i < B; i++) {
         const int64_t j = micro * R * B + dp_rank * B + i;
         const int64_t w = sharc_sampler_window_of(s, step * G + j);
-        /* window w = tokens [w T, w T + T + 1) */
-        sharc_dataset_read(s->data, w * T, T, inputs + i * T);
-        sharc_dataset_read(s->data, w * T + 1, T, targets + i * T);
+        /* window w = tokens [w T, w T + T + 1), or sample w padded to T */
+        sharc_dataset_item(s->data, w, (int)T, inputs + i * T, targets + i * T);
     }
 }

@@ -2,6 +2,7 @@
  * directory, with its index), sharc_hf_read_config, sharc_hf_load and
  * sharc_hf_export. JSON is read and written with json-c. */
 #include "sharc/hf.h"
+#include "sharc/activity.h"
 #include "sharc/alloc.h"
 #include "sharc/fileio.h"
 
@@ -88,7 +89,9 @@ static sharc_status read_json(const char *path, json_object **out) {
     if (!root || jerr != json_tokener_success || trailing) {
         json_object_put(root);
         return sharc_error(SHARC_ERR_FORMAT, "'%s' is not valid JSON (%s)", path,
-                           trailing ? "bytes after the value" : json_tokener_error_desc(jerr));
+                           trailing ? "bytes after the value"
+                           : jerr == json_tokener_continue ? "it ends before the JSON value does: a truncated file?"
+                                                           : json_tokener_error_desc(jerr));
     }
     if (!json_object_is_type(root, json_type_object)) {
         json_object_put(root);
@@ -147,7 +150,7 @@ static sharc_status set_open_index(sharc_st_set *s, const char *dir, const char 
         int fi = set_file_index(s, path);
         if (fi < 0) {
             if (!file_exists(path)) {
-                st = sharc_error(SHARC_ERR_IO, "index '%s': shard '%s' (holding '%s') is missing", ipath, path, name);
+                st = sharc_error(SHARC_ERR_INVALID, "index '%s': shard '%s' (holding '%s') is missing", ipath, path, name);
                 break;
             }
             if ((st = set_add_file(s, path)) != SHARC_OK) break;
@@ -196,7 +199,7 @@ sharc_status sharc_st_set_open(sharc_st_set **out, const char *dir) {
             }
         }
     } else {
-        st = sharc_error(SHARC_ERR_IO, "'%s' has neither model.safetensors nor model.safetensors.index.json", dir);
+        st = sharc_error(SHARC_ERR_INVALID, "'%s' has neither model.safetensors nor model.safetensors.index.json", dir);
     }
     if (st != SHARC_OK) {
         sharc_st_set_close(s);
@@ -447,7 +450,7 @@ static sharc_status read_transposed(const sharc_st_file *f, const sharc_st_tenso
     return st;
 }
 
-sharc_status sharc_hf_load(sharc_fsdp *e, const char *dir) {
+static sharc_status load_shards(sharc_fsdp *e, const char *dir) {
     sharc_st_set *set;
     SHARC_TRY(sharc_st_set_open(&set, dir));
     bool gpt2 = engine_is_gpt2(e);
@@ -504,9 +507,10 @@ sharc_status sharc_hf_load(sharc_fsdp *e, const char *dir) {
     /* everything checked: read this rank's segments */
     for (int u = 0; u < sharc_fsdp_num_units(e) && st == SHARC_OK; u++) {
         const sharc_unit_spec *s = sharc_fsdp_unit_spec(e, u);
+        sharc_activity_phase("importing", u, s->name); /* progress for the watchdog */
         const sharc_segment *segs;
         int nseg = sharc_fsdp_shard_segments(e, u, &segs);
-        float *shard = sharc_fsdp_shard_params(e, u);
+        float *shard = sharc_fsdp_shard_write(e, u);
         for (int k = 0; k < nseg && st == SHARC_OK; k++) {
             const sharc_param_spec *ps = &s->params[segs[k].param];
             bool lm = !strcmp(ps->name, "lm_head.weight");
@@ -521,6 +525,15 @@ sharc_status sharc_hf_load(sharc_fsdp *e, const char *dir) {
         }
     }
     sharc_st_set_close(set);
+    return st;
+}
+
+sharc_status sharc_hf_load(sharc_fsdp *e, const char *dir) {
+    /* on every rank whatever happens inside: the shards may be written (the
+     * write bracket of sharc/fsdp.h) */
+    sharc_fsdp_shard_write_begin(e);
+    sharc_status st = load_shards(e, dir);
+    sharc_fsdp_shard_write_end(e);
     return st;
 }
 
@@ -598,6 +611,37 @@ static void remove_tmp_dir(const char *dir) {
         closedir(d);
     }
     rmdir(dir);
+}
+
+/* What an export that crashed left beside `dir`: DIR.sharc-tmp-PID (note
+ * [stale-tmp] in src/core/fileio.c), removed by the next export to DIR. */
+static void remove_stale_tmp_dirs(const char *dir) {
+    char parent[4200], p[4600];
+    snprintf(parent, sizeof parent, "%s", dir);
+    size_t n = strlen(parent);
+    while (n > 1 && parent[n - 1] == '/') parent[--n] = 0;
+    char *slash = strrchr(parent, '/');
+    const char *base = slash ? slash + 1 : parent;
+    char prefix[512];
+    snprintf(prefix, sizeof prefix, "%s.sharc-tmp-", base);
+    if (!slash) snprintf(parent, sizeof parent, ".");
+    else if (slash == parent) parent[1] = 0;
+    else *slash = 0;
+    DIR *d = opendir(parent);
+    if (!d) return;
+    struct dirent *de;
+    const size_t pl = strlen(prefix);
+    char own[32];
+    snprintf(own, sizeof own, "%ld", (long)getpid());
+    while ((de = readdir(d))) {
+        const char *digits = de->d_name + pl;
+        if (strncmp(de->d_name, prefix, pl) || !*digits || strspn(digits, "0123456789") != strlen(digits) ||
+            !strcmp(digits, own))
+            continue;
+        snprintf(p, sizeof p, "%s/%s", parent, de->d_name);
+        remove_tmp_dir(p);
+    }
+    closedir(d);
 }
 
 /* The target must not exist, or be an empty directory. */
@@ -683,6 +727,7 @@ sharc_status sharc_hf_export(sharc_fsdp *e, sharc_comm *world, const sharc_model
     uint16_t *hbuf = NULL;
     if (writer && st == SHARC_OK) st = check_target(dir);
     if (writer && st == SHARC_OK) {
+        remove_stale_tmp_dirs(dir);
         if (mkdir(tmp, 0755) != 0) st = sharc_error(SHARC_ERR_IO, "hf export: cannot create '%s': %s", tmp, strerror(errno));
         else made_tmp = true;
     }
@@ -703,7 +748,7 @@ sharc_status sharc_hf_export(sharc_fsdp *e, sharc_comm *world, const sharc_model
     bool ok = st == SHARC_OK, setup_ok = ok;
     if (world) {
         int32_t bad = !ok, any = 0;
-        sharc_status c = sharc_comm_allreduce(world, &bad, &any, 1, SHARC_DT_I32, SHARC_OP_MAX);
+        sharc_status c = sharc_comm_all_reduce(world, &bad, &any, 1, SHARC_DT_I32, SHARC_REDUCE_OP_MAX);
         if (c != SHARC_OK && ok) st = c;
         setup_ok = c == SHARC_OK && !any;
         ok = ok && setup_ok;
@@ -714,6 +759,7 @@ sharc_status sharc_hf_export(sharc_fsdp *e, sharc_comm *world, const sharc_model
     int k = 0;
     for (int u = 0; u < sharc_fsdp_num_units(e) && setup_ok; u++) {
         const sharc_unit_spec *s = sharc_fsdp_unit_spec(e, u);
+        sharc_activity_phase("exporting", u, s->name); /* progress for the watchdog */
         sharc_status g = sharc_fsdp_gather_master(e, u, full);
         if (g != SHARC_OK && ok) {
             st = g;

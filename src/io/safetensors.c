@@ -121,7 +121,9 @@ static sharc_status parse_header(sharc_st_file *f, const char *json, size_t len)
     char msg[512];
     if (!root || jerr != json_tokener_success) {
         json_object_put(root);
-        snprintf(msg, sizeof msg, "header is not valid JSON (%s)", json_tokener_error_desc(jerr));
+        snprintf(msg, sizeof msg, "header is not valid JSON (%s)",
+                 jerr == json_tokener_continue ? "it ends before the JSON value does: a truncated header?"
+                                               : json_tokener_error_desc(jerr));
         return bad(f->path, msg);
     }
     for (size_t i = used; i < len; i++)
@@ -208,12 +210,12 @@ sharc_status sharc_st_open(sharc_st_file **out, const char *path) {
     char *header = NULL;
     f->fd = open(path, O_RDONLY | O_CLOEXEC);
     if (f->fd < 0) {
-        st = sharc_error(SHARC_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
+        st = sharc_error(sharc_path_status(errno), "cannot open '%s': %s", path, strerror(errno));
         goto fail;
     }
     struct stat sb;
     if (fstat(f->fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-        st = sharc_error(SHARC_ERR_IO, "'%s' is not a regular file", path);
+        st = sharc_error(SHARC_ERR_INVALID, "'%s' is not a regular file", path);
         goto fail;
     }
     uint64_t size = (uint64_t)sb.st_size;

@@ -1,5 +1,6 @@
 /* weights.c: sharc_weights_*, a model's parameters as one safetensors file. */
 #include "sharc/weights.h"
+#include "sharc/activity.h"
 #include "sharc/alloc.h"
 #include "sharc/safetensors.h"
 
@@ -33,6 +34,7 @@ sharc_status sharc_weights_save(sharc_fsdp *e, sharc_comm *world, const sharc_co
     bool ok = st == SHARC_OK;
     for (int u = 0; u < sharc_fsdp_num_units(e); u++) {
         const sharc_unit_spec *s = sharc_fsdp_unit_spec(e, u);
+        sharc_activity_phase("saving weights", u, s->name); /* progress for the watchdog */
         sharc_status g = full ? sharc_fsdp_gather_master(e, u, full) : SHARC_ERR_NOMEM;
         if (g != SHARC_OK && ok) {
             st = g;
@@ -54,10 +56,7 @@ sharc_status sharc_weights_save(sharc_fsdp *e, sharc_comm *world, const sharc_co
     return st;
 }
 
-sharc_status sharc_weights_load(sharc_fsdp *e, const char *path) {
-    /* first, on every rank whatever happens next: the shards may be written
-     * (note [shared-params] in src/fsdp/engine.c) */
-    sharc_fsdp_params_updated(e);
+static sharc_status load_shards(sharc_fsdp *e, const char *path) {
     sharc_st_file *f;
     SHARC_TRY(sharc_st_open(&f, path));
     sharc_status st = SHARC_OK;
@@ -100,15 +99,25 @@ sharc_status sharc_weights_load(sharc_fsdp *e, const char *path) {
     /* everything checked: now read this rank's segments */
     for (int u = 0; u < sharc_fsdp_num_units(e) && st == SHARC_OK; u++) {
         const sharc_unit_spec *s = sharc_fsdp_unit_spec(e, u);
+        sharc_activity_phase("loading weights", u, s->name); /* progress for the watchdog */
         const sharc_segment *segs;
         int nseg = sharc_fsdp_shard_segments(e, u, &segs);
-        float *shard = sharc_fsdp_shard_params(e, u);
+        float *shard = sharc_fsdp_shard_write(e, u);
         for (int k = 0; k < nseg && st == SHARC_OK; k++) {
             const sharc_st_tensor *t = sharc_st_find(f, s->params[segs[k].param].name);
             st = sharc_st_read_f32(f, t, segs[k].param_off, segs[k].len, shard + segs[k].shard_off);
         }
     }
     sharc_st_close(f);
+    return st;
+}
+
+sharc_status sharc_weights_load(sharc_fsdp *e, const char *path) {
+    /* on every rank whatever happens inside: the shards may be written (the
+     * write bracket of sharc/fsdp.h) */
+    sharc_fsdp_shard_write_begin(e);
+    sharc_status st = load_shards(e, path);
+    sharc_fsdp_shard_write_end(e);
     return st;
 }
 

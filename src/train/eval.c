@@ -5,27 +5,21 @@
 #include "sharc/blas.h"
 #include "sharc/mesh.h"
 #include "sharc/ckpt.h"
+#include "sharc/dataprep.h"
 #include "sharc/weights.h"
+#include "sharc/clock.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
-
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
 
 sharc_status sharc_eval_dataset(sharc_model *m, sharc_fsdp *e, sharc_comm *world, const sharc_dataset *d,
                                 int B, int T, int64_t max_batches, sharc_eval_result *out) {
     memset(out, 0, sizeof *out);
     const int R = sharc_comm_size(world), rank = sharc_comm_rank(world);
-    const double t0 = now_s();
-    const int64_t ntok = sharc_dataset_num_tokens(d);
-    const int64_t W = ntok > T ? (ntok - 1) / T : 0;
+    const double t0 = sharc_clock_now();
+    const int64_t W = sharc_dataset_num_items(d, T); /* windows, or SFT samples */
     int64_t nb = (W + B - 1) / B;
     if (max_batches > 0 && nb > max_batches) nb = max_batches;
     const int64_t nwin = nb * B < W ? nb * B : W;
@@ -33,10 +27,9 @@ sharc_status sharc_eval_dataset(sharc_model *m, sharc_fsdp *e, sharc_comm *world
     const int64_t N = (int64_t)B * T;
     int32_t *in = sharc_alloc(sizeof(int32_t) * (size_t)N, SHARC_MEM_OTHER);
     int32_t *tg = sharc_alloc(sizeof(int32_t) * (size_t)N, SHARC_MEM_OTHER);
-    int32_t *win = sharc_alloc(sizeof(int32_t) * (size_t)(T + 1), SHARC_MEM_OTHER);
     /* a local allocation failure must not leave the other ranks in a gather */
-    int32_t bad = (!in || !tg || !win) ? 1 : 0, anybad = 0;
-    sharc_status st = sharc_comm_allreduce(world, &bad, &anybad, 1, SHARC_DT_I32, SHARC_OP_MAX);
+    int32_t bad = (!in || !tg) ? 1 : 0, anybad = 0;
+    sharc_status st = sharc_comm_all_reduce(world, &bad, &anybad, 1, SHARC_DT_I32, SHARC_REDUCE_OP_MAX);
     if (st == SHARC_OK && anybad) st = sharc_error(SHARC_ERR_NOMEM, "eval: cannot allocate a batch of %d x %d tokens", B, T);
     double sums[2] = {0.0, 0.0}; /* loss sum, targets */
     for (int64_t i = 0; i < rounds && st == SHARC_OK; i++) {
@@ -45,10 +38,7 @@ sharc_status sharc_eval_dataset(sharc_model *m, sharc_fsdp *e, sharc_comm *world
             int64_t k = b * B + row;
             int32_t *x = in + (int64_t)row * T, *y = tg + (int64_t)row * T;
             if (b < nb && k < nwin) {
-                sharc_dataset_read(d, k * T, T + 1, win);
-                memcpy(x, win, sizeof(int32_t) * (size_t)T);
-                memcpy(y, win + 1, sizeof(int32_t) * (size_t)T);
-                sums[1] += T;
+                sums[1] += (double)sharc_dataset_item(d, k, T, x, y);
             } else { /* padding: masked targets, a valid token as input */
                 for (int j = 0; j < T; j++) {
                     x[j] = 0;
@@ -60,16 +50,15 @@ sharc_status sharc_eval_dataset(sharc_model *m, sharc_fsdp *e, sharc_comm *world
     }
     sharc_free(in);
     sharc_free(tg);
-    sharc_free(win);
     if (st != SHARC_OK) return st;
-    SHARC_TRY(sharc_comm_allreduce(world, sums, sums, 2, SHARC_DT_F64, SHARC_OP_SUM));
+    SHARC_TRY(sharc_comm_all_reduce(world, sums, sums, 2, SHARC_DT_F64, SHARC_REDUCE_OP_SUM));
     out->loss_sum = sums[0];
     out->targets = (int64_t)sums[1];
     out->windows = nwin;
     out->batches = nb;
     out->loss = out->targets > 0 ? out->loss_sum / (double)out->targets : NAN;
     out->perplexity = exp(out->loss);
-    out->seconds = now_s() - t0;
+    out->seconds = sharc_clock_now() - t0;
     return SHARC_OK;
 }
 
@@ -98,25 +87,44 @@ sharc_status sharc_eval_checkpoint(const sharc_eval_options *o, sharc_comm *worl
     if (st == SHARC_OK && c.model.family == SHARC_FAMILY_GPT2 && T > c.model.max_seq_len)
         st = sharc_error(SHARC_ERR_INVALID, "eval: --seq_len %d exceeds the model's max_seq_len %d", T, c.model.max_seq_len);
     if (st == SHARC_OK) st = sharc_blas_init(o->threads);
-    if (st == SHARC_OK) st = sharc_model_init(&m, &c.model);
+    if (st == SHARC_OK) st = sharc_model_init(&m, &c.model, NULL);
     if (st == SHARC_OK) st = sharc_model_plan(m, B, T, false);
-    if (st == SHARC_OK) st = sharc_dataset_open(&d, o->data_path, o->format, c.model.vocab_size);
-    if (st == SHARC_OK && sharc_dataset_num_tokens(d) <= T)
+    /* the run's tokenizer and data keys (sharc/dataprep.h): text and JSONL are tokenized as training did */
+    sharc_tokenizer *tok = NULL;
+    if (st == SHARC_OK) st = sharc_dataprep_tokenizer(&c, &tok);
+    if (st == SHARC_OK) {
+        c.data.format = o->format;
+        if (c.data.max_len > T + 1) c.data.max_len = T + 1;
+        c.train.seq_len = T;
+        st = sharc_dataprep_open(&c, tok, o->data_path, sharc_threads_get(), false, &d);
+    }
+    sharc_tokenizer_free(tok);
+    if (st == SHARC_OK && sharc_dataset_num_items(d, T) < 1)
         st = sharc_error(SHARC_ERR_INVALID, "eval: '%s' has %lld tokens, fewer than one window of %d + 1", o->data_path,
                          (long long)sharc_dataset_num_tokens(d), T);
+    if (st == SHARC_OK && sharc_dataset_longest_sample(d) > T + 1)
+        st = sharc_error(SHARC_ERR_INVALID, "eval: '%s' has a sample of %lld tokens, more than --seq_len + 1 = %d",
+                         o->data_path, (long long)sharc_dataset_longest_sample(d), T + 1);
     /* collective part */
+    bool agreed = true; /* a failure every rank returns (else note [job-end] in src/cli/main.c) */
     if ((st = agree(world, st)) != SHARC_OK) goto done;
+    agreed = false;
     if ((st = sharc_mesh_init(&mesh, world, R)) != SHARC_OK) goto done;
     mesh_ok = true;
+    agreed = true;
     sharc_fsdp_config fc;
     sharc_fsdp_config_default(&fc);
-    fc.strategy = SHARC_FULL_SHARD;
-    st = sharc_fsdp_init(&e, sharc_model_units(m), sharc_model_num_units(m), &fc, &mesh);
+    fc.strategy = SHARC_SHARDING_FULL_SHARD;
+    st = sharc_fsdp_init(&e, sharc_model_units(m), sharc_model_num_units(m), sharc_model_schedule(m), &fc, &mesh,
+                         sharc_model_device(m));
     if ((st = agree(world, st)) != SHARC_OK) goto done;
     st = is_ckpt ? sharc_ckpt_load_params(e, path) : sharc_weights_load(e, path);
     if ((st = agree(world, st)) != SHARC_OK) goto done;
     st = sharc_eval_dataset(m, e, world, d, B, T, o->max_batches, out);
+    agreed = st == SHARC_OK;
 done:
+    /* a rank that failed alone must not free what its peers still wait on */
+    if (!agreed && !sharc_comm_world_settle(10.0)) return st;
     sharc_fsdp_free(e);
     if (mesh_ok) sharc_mesh_free(&mesh);
     sharc_dataset_free(d);

@@ -45,7 +45,7 @@ static bool get_num(json_object *o, const char *key, double *v) {
 static sharc_status extract(const char *path, const char *out_dir, int i, int *ntrain, int *nval) {
     *ntrain = *nval = 0;
     FILE *in = fopen(path, "r");
-    if (!in) return sharc_error(SHARC_ERR_IO, "plot: cannot open '%s': %s", path, strerror(errno));
+    if (!in) return sharc_error(sharc_path_status(errno), "plot: cannot open '%s': %s", path, strerror(errno));
     char p1[SHARC_PATH_MAX + 32], p2[SHARC_PATH_MAX + 32];
     snprintf(p1, sizeof p1, "%s/run-%d.dat", out_dir, i);
     snprintf(p2, sizeof p2, "%s/val-%d.dat", out_dir, i);

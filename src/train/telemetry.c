@@ -1,11 +1,16 @@
 /* telemetry.c: sharc/telemetry.h: the per-step aggregation over ranks, the
- * calibrated FMA peak that MFU divides by, the JSON metrics and debug lines
- * and the console progress display. */
+ * calibrated FMA peak that MFU divides by, the JSON metrics and debug lines,
+ * the JSON-lines files they go to, and the console progress display. */
 #include "sharc/telemetry.h"
+#include "sharc/clock.h"
+#include "sharc/fileio.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/types.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -112,7 +117,7 @@ sharc_status sharc_telemetry_reduce(sharc_comm *world, const sharc_step_stats *l
     pack(local, mine);
     double *all = malloc(sizeof(double) * SHARC_TEL_NVEC * (size_t)R);
     if (!all) return sharc_error(SHARC_ERR_NOMEM, "telemetry: out of memory");
-    sharc_status st = sharc_comm_allgather(world, mine, all, SHARC_TEL_NVEC, SHARC_DT_F64);
+    sharc_status st = sharc_comm_all_gather(world, mine, all, SHARC_TEL_NVEC, SHARC_DT_F64);
     if (st != SHARC_OK) {
         free(all);
         return st;
@@ -162,12 +167,6 @@ sharc_status sharc_telemetry_reduce(sharc_comm *world, const sharc_step_stats *l
 }
 
 /* ---------------------------------------------------------------- peak */
-
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
 
 static volatile float fma_sink;
 
@@ -222,16 +221,16 @@ static double fma_loop(int64_t iters) {
 /* One thread's FLOP/s: best of 4 runs of about 20 ms each. */
 static double thread_peak(void) {
     int64_t iters = 1 << 14;
-    double t0 = now_s();
+    double t0 = sharc_clock_now();
     fma_loop(iters);
-    double dt = now_s() - t0;
+    double dt = sharc_clock_now() - t0;
     if (dt > 0) iters = (int64_t)((double)iters * 0.02 / dt);
     if (iters < 1024) iters = 1024;
     double best = 0.0;
     for (int rep = 0; rep < 4; rep++) {
-        t0 = now_s();
+        t0 = sharc_clock_now();
         double flops = fma_loop(iters);
-        dt = now_s() - t0;
+        dt = sharc_clock_now() - t0;
         if (dt > 0 && flops / dt > best) best = flops / dt;
     }
     return best;
@@ -321,6 +320,100 @@ void sharc_telemetry_write_rank_json(FILE *f, const sharc_step_stats *s, int ran
     for (int c = 0; c < SHARC_MEM_NCAT; c++)
         fprintf(f, ", \"memory/%s_peak(GiB)\": %.6f", sharc_mem_cat_name(c), (double)s->mem.peak[c] / GIB);
     fprintf(f, ", \"memory/max_active(GiB)\": %.6f}\n", (double)s->mem.peak_total / GIB);
+}
+
+/* ------------------------------------------------------ JSON-lines files
+ *
+ * Note [jsonl]. The metrics file is the run's history: a resumed run keeps
+ * every line up to the step it resumed from and appends after them, so
+ * after any chain of crashes and resumes each step's line is there exactly
+ * once (a crash after a step's line but before its checkpoint makes the
+ * resumed run redo that step; its old line is dropped at the resume, as is
+ * a line a crash cut short). A line is written with one write(2) of whole
+ * lines; if that fails (ENOSPC), the file is cut back to where the line
+ * began, so it never ends inside a line, and the run stops with the error. */
+
+struct sharc_jsonl {
+    int fd;
+    char path[4096];
+};
+
+/* The "step" a sharc line starts with ({"step": N, ...}); -1 if none. */
+static int64_t line_step(const char *line) {
+    long long v;
+    return sscanf(line, "{\"step\": %lld", &v) == 1 ? (int64_t)v : -1;
+}
+
+/* Keep the whole lines of `path` up to keep_step (note [jsonl]); rewritten
+ * atomically only when a line goes. */
+static sharc_status jsonl_trim(const char *path, int64_t keep_step) {
+    FILE *in = fopen(path, "r");
+    if (!in) return errno == ENOENT ? SHARC_OK : sharc_error(SHARC_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t len;
+    int64_t dropped = 0;
+    while ((len = getline(&line, &cap, in)) > 0) {
+        int64_t s = line_step(line);
+        dropped += line[len - 1] != '\n' || s > keep_step;
+    }
+    sharc_status st = ferror(in) ? sharc_error(SHARC_ERR_IO, "cannot read '%s'", path) : SHARC_OK;
+    if (st == SHARC_OK && dropped > 0) {
+        sharc_afile af = {.fd = -1};
+        rewind(in);
+        st = sharc_afile_open(&af, path);
+        while (st == SHARC_OK && (len = getline(&line, &cap, in)) > 0)
+            if (line[len - 1] == '\n' && line_step(line) <= keep_step) st = sharc_afile_write(&af, line, (size_t)len);
+        if (st == SHARC_OK && ferror(in)) st = sharc_error(SHARC_ERR_IO, "cannot read '%s'", path);
+        if (st == SHARC_OK) st = sharc_afile_commit(&af);
+        else if (af.fd >= 0) sharc_afile_abort(&af);
+    }
+    free(line);
+    fclose(in);
+    return st;
+}
+
+sharc_status sharc_jsonl_open(sharc_jsonl **out, const char *path, int64_t keep_step) {
+    *out = NULL;
+    sharc_jsonl *j = calloc(1, sizeof *j);
+    if (!j) return sharc_error(SHARC_ERR_NOMEM, "out of memory");
+    snprintf(j->path, sizeof j->path, "%s", path);
+    sharc_status st = keep_step >= 0 ? jsonl_trim(path, keep_step) : SHARC_OK;
+    if (st == SHARC_OK) {
+        j->fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | (keep_step < 0 ? O_TRUNC : 0), 0644);
+        if (j->fd < 0) st = sharc_error(SHARC_ERR_IO, "cannot open '%s' for writing: %s", path, strerror(errno));
+    }
+    if (st != SHARC_OK) {
+        free(j);
+        return st;
+    }
+    *out = j;
+    return SHARC_OK;
+}
+
+sharc_status sharc_jsonl_append(sharc_jsonl *j, const char *text, size_t n) {
+    const off_t start = lseek(j->fd, 0, SEEK_END);
+    for (const char *p = text; n > 0;) {
+        ssize_t w = write(j->fd, p, n);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) {
+            const int err = w < 0 ? errno : ENOSPC;
+            const bool cut = start >= 0 && ftruncate(j->fd, start) == 0;
+            return sharc_error(SHARC_ERR_IO, "cannot write '%s': %s (%s)", j->path, strerror(err),
+                               cut ? "the file ends with the line before this one" : "its last line may be cut short");
+        }
+        p += w;
+        n -= (size_t)w;
+    }
+    return SHARC_OK;
+}
+
+sharc_status sharc_jsonl_close(sharc_jsonl *j) {
+    if (!j) return SHARC_OK;
+    sharc_status st = close(j->fd) == 0 ? SHARC_OK
+                                        : sharc_error(SHARC_ERR_IO, "cannot close '%s': %s", j->path, strerror(errno));
+    free(j);
+    return st;
 }
 
 /* ------------------------------------------------------------ console */

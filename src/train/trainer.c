@@ -14,16 +14,20 @@
  * skips the step alike (no AdamW update, AdamW's step counter not advanced;
  * the data and the learning-rate schedule move on) and counts it. After
  * train.max_bad_steps such steps in a row the run stops with a message and
- * a non-zero exit. Test hooks (tests/cli/bad_steps.sh, watchdog.sh):
- * SHARC_TEST_NAN=RANK:STEP[,STEP...] makes that rank's gradient NaN at those
- * steps (1-based); SHARC_TEST_HANG=RANK:STEP makes that rank stop forever at
- * the start of that step (note [watchdog] in src/core/watchdog.c). */
+ * a non-zero exit. Test hooks (tests/cli/mpi_bad_steps.sh, mpi_watchdog.sh,
+ * mpi_hangs.sh): SHARC_TEST_NAN=RANK:STEP[,STEP...] makes that rank's
+ * gradient NaN at those steps (1-based); SHARC_TEST_HANG=RANK:STEP makes
+ * that rank stop forever at the start of that step (note [watchdog] in
+ * src/core/watchdog.c); SHARC_TEST_FAIL=RANK:STEP makes that rank's step
+ * fail alone, as a collective failing on one rank would (note [job-end] in
+ * src/cli/main.c). */
 #include "sharc/train.h"
 #include "sharc/activity.h"
 #include "sharc/alloc.h"
 #include "sharc/blas.h"
 #include "sharc/ckpt.h"
 #include "sharc/data.h"
+#include "sharc/dataprep.h"
 #include "sharc/eval.h"
 #include "sharc/fileio.h"
 #include "sharc/hf.h"
@@ -33,13 +37,14 @@
 #include "sharc/prof.h"
 #include "sharc/telemetry.h"
 #include "sharc/weights.h"
+#include "sharc/clock.h"
+#include "run_dir.h"
 
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 struct sharc_trainer {
@@ -54,11 +59,12 @@ struct sharc_trainer {
     sharc_dataset *data;
     sharc_sampler *sampler;
     int32_t *inputs, *targets; /* (grad_accum, B, T) */
+    int64_t *micro_valid;      /* (grad_accum) this rank's valid targets per micro-batch */
     int64_t step;
     double flops_per_token;
     /* test hooks of note [bad-steps] */
-    int nan_rank, hang_rank;
-    int64_t nan_steps[16], hang_step;
+    int nan_rank, hang_rank, fail_rank;
+    int64_t nan_steps[16], hang_step, fail_step;
     int n_nan_steps;
     sharc_dataset *val;       /* data.val_path when log.eval_every > 0 */
     double peak_flops_world;  /* sum over ranks of each rank's peak (telemetry.h) */
@@ -97,23 +103,12 @@ static int default_threads(sharc_comm *world) {
     return cpus > 1 ? cpus : 1;
 }
 
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
-static double cpu_now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
 /* ---------------------------------------------------------- fingerprint */
 
 typedef struct {
     const char *key;
     int64_t value;
+    const char *text; /* a string value (value is its hash), or NULL */
 } fp_item;
 
 static int64_t bits(float f) {
@@ -122,11 +117,19 @@ static int64_t bits(float f) {
     return i;
 }
 
-#define FP_MAX 64
+#define FP_MAX 80
+
+/* FNV-1a: a string's fingerprint. */
+static int64_t text_hash(const char *s) {
+    uint64_t h = 14695981039346656037ull;
+    for (; *s; s++) h = (h ^ (uint8_t)*s) * 1099511628211ull;
+    return (int64_t)h;
+}
 
 static int fingerprint(const sharc_config *c, fp_item *it) {
     int n = 0;
-#define ITEM(k, v) (it[n++] = (fp_item){k, (int64_t)(v)})
+#define ITEM(k, v) (it[n++] = (fp_item){k, (int64_t)(v), NULL})
+#define TEXT(k, v) (it[n++] = (fp_item){k, text_hash(v), v})
     ITEM("model.family", c->model.family);
     ITEM("model.num_layers", c->model.num_layers);
     ITEM("model.embed_dim", c->model.embed_dim);
@@ -163,15 +166,54 @@ static int fingerprint(const sharc_config *c, fp_item *it) {
     ITEM("train.max_bad_steps", c->train.max_bad_steps);
     ITEM("log.eval_every", c->log.eval_every);
     ITEM("log.eval_batches", c->log.eval_batches);
+    ITEM("optim.min_lr_ratio", bits(c->optim.min_lr_ratio));
+    ITEM("optim.decay_steps", c->optim.decay_steps);
+    ITEM("optim.lr_decay", c->optim.decay);
+    ITEM("optim.beta1", bits(c->optim.beta1));
+    ITEM("optim.beta2", bits(c->optim.beta2));
+    ITEM("optim.eps", bits(c->optim.eps));
+    /* where the run reads and writes: one rank elsewhere would fail (or
+     * wait) only at its first save or resume */
+    TEXT("train.out_dir", c->train.out_dir);
+    TEXT("ckpt.dir", c->ckpt.dir);
+    TEXT("ckpt.resume", c->ckpt.resume);
+    TEXT("model.init_from", c->init_from);
+    ITEM("ckpt.every", c->ckpt.every);
+    ITEM("ckpt.keep", c->ckpt.keep);
+    ITEM("ckpt.async", c->ckpt.async);
+    ITEM("train.overwrite_output_dir", c->train.overwrite_output_dir);
+    ITEM("train.loss_normalization", c->train.loss_normalization);
+    ITEM("data.format", c->data.format);
+    ITEM("data.max_len", c->data.max_len);
+    ITEM("data.loss_mask", c->data.loss_mask);
+    ITEM("data.multiturn", c->data.multiturn);
+    ITEM("data.apply_chat_template", c->data.apply_chat_template);
 #undef ITEM
+#undef TEXT
     return n;
 }
 
+/* Both ranks' values of a string item: rank 0's and rank r's, broadcast. */
+static sharc_status disagree_text(sharc_comm *world, const fp_item *it, int r) {
+    int32_t a[SHARC_PATH_MAX / 4 + 1], b[SHARC_PATH_MAX / 4 + 1];
+    memset(a, 0, sizeof a);
+    memset(b, 0, sizeof b);
+    snprintf((char *)a, SHARC_PATH_MAX, "%s", it->text);
+    snprintf((char *)b, SHARC_PATH_MAX, "%s", it->text);
+    SHARC_TRY(sharc_comm_broadcast(world, a, SHARC_PATH_MAX / 4, SHARC_DT_I32, 0));
+    SHARC_TRY(sharc_comm_broadcast(world, b, SHARC_PATH_MAX / 4, SHARC_DT_I32, r));
+    char ca[SHARC_CLIP_BUF], cb[SHARC_CLIP_BUF];
+    return sharc_error(SHARC_ERR_INVALID,
+                       "train: ranks disagree on %s: rank 0 has '%s', rank %d has '%s'; every rank must run the same "
+                       "configuration", it->key, sharc_clip(ca, (const char *)a), r, sharc_clip(cb, (const char *)b));
+}
+
 /* All ranks compare their fingerprints; every rank returns the same verdict. */
-static sharc_status check_agreement(sharc_comm *world, const sharc_config *c, int64_t ntokens) {
+static sharc_status check_agreement(sharc_comm *world, const sharc_config *c, int64_t ntokens, int64_t val_tokens) {
     fp_item it[FP_MAX];
     int n = fingerprint(c, it);
-    it[n++] = (fp_item){"data.path (token count)", ntokens};
+    it[n++] = (fp_item){"data.path (token count)", ntokens, NULL};
+    it[n++] = (fp_item){"data.val_path (token count)", val_tokens, NULL};
     int size = sharc_comm_size(world);
     int64_t *mine = malloc(sizeof(int64_t) * (size_t)n), *all = malloc(sizeof(int64_t) * (size_t)n * (size_t)size);
     if (!mine || !all) {
@@ -180,14 +222,17 @@ static sharc_status check_agreement(sharc_comm *world, const sharc_config *c, in
         return sharc_error(SHARC_ERR_NOMEM, "train: out of memory");
     }
     for (int i = 0; i < n; i++) mine[i] = it[i].value;
-    sharc_status st = sharc_comm_allgather(world, mine, all, (size_t)n, SHARC_DT_I64);
+    sharc_status st = sharc_comm_all_gather(world, mine, all, (size_t)n, SHARC_DT_I64);
+    /* every rank sees the same table, so every rank names the same item */
     for (int r = 1; r < size && st == SHARC_OK; r++)
         for (int i = 0; i < n; i++)
             if (all[(size_t)r * n + i] != all[i]) {
-                st = sharc_error(SHARC_ERR_COMM,
-                                 "train: ranks disagree on %s: rank 0 has %lld, rank %d has %lld; every rank must "
-                                 "run the same configuration",
-                                 it[i].key, (long long)all[i], r, (long long)all[(size_t)r * n + i]);
+                if (it[i].text) st = disagree_text(world, &it[i], r);
+                else
+                    st = sharc_error(SHARC_ERR_INVALID,
+                                     "train: ranks disagree on %s: rank 0 has %lld, rank %d has %lld; every rank must "
+                                     "run the same configuration",
+                                     it[i].key, (long long)all[i], r, (long long)all[(size_t)r * n + i]);
                 break;
             }
     free(mine);
@@ -207,6 +252,10 @@ static void reset_comm_stats(sharc_trainer *t) {
     for (int g = 0; g < 3; g++)
         if (groups[g]) sharc_comm_stats_reset(groups[g]);
 }
+
+/* How long the ranks of a failure that may be one rank's alone get to show
+ * they failed too (note [job-end] in src/cli/main.c). */
+#define SETTLE_S 10.0
 
 /* ------------------------------------------------------------------ init */
 
@@ -230,6 +279,7 @@ sharc_status sharc_trainer_init(sharc_trainer **out, const sharc_config *cfg, sh
     const sharc_train_config *tc = &t->cfg.train;
     t->n_nan_steps = parse_hook("SHARC_TEST_NAN", &t->nan_rank, t->nan_steps, 16);
     if (parse_hook("SHARC_TEST_HANG", &t->hang_rank, &t->hang_step, 1) == 0) t->hang_rank = -1;
+    if (parse_hook("SHARC_TEST_FAIL", &t->fail_rank, &t->fail_step, 1) == 0) t->fail_rank = -1;
     /* every rank, before anything can fail alone: a split, no other collective */
     int threads = tc->threads > 0 ? tc->threads : default_threads(t->world);
 
@@ -237,13 +287,16 @@ sharc_status sharc_trainer_init(sharc_trainer **out, const sharc_config *cfg, sh
     int dp_shard = 1;
     st = sharc_mesh_shard_size(&t->cfg.fsdp.engine, R, &dp_shard);
     if (st == SHARC_OK) st = sharc_blas_init(threads);
-    if (st == SHARC_OK) st = sharc_model_init(&t->model, &t->cfg.model);
+    if (st == SHARC_OK) st = sharc_model_init(&t->model, &t->cfg.model, NULL);
     if (st == SHARC_OK) {
         t->cfg.model = *sharc_model_get_config(t->model); /* with derived defaults */
         st = sharc_model_plan(t->model, tc->batch_size, tc->seq_len, t->cfg.fsdp.activation_checkpointing);
     }
+    /* model.tokenizer: text and JSONL are tokenized here (note [tokenize-once] in sharc/dataprep.h) */
+    sharc_tokenizer *tok = NULL;
+    if (st == SHARC_OK) st = sharc_dataprep_tokenizer(&t->cfg, &tok);
     if (st == SHARC_OK)
-        st = sharc_dataset_open(&t->data, t->cfg.data.path, t->cfg.data.format, t->cfg.model.vocab_size);
+        st = sharc_dataprep_open(&t->cfg, tok, t->cfg.data.path, sharc_threads_get(), rank == 0, &t->data);
     if (st == SHARC_OK) {
         sharc_sampler_config sc = {.seq_len = tc->seq_len, .batch_size = tc->batch_size,
                                    .grad_accum = tc->grad_accum, .dp_size = R,
@@ -261,16 +314,18 @@ sharc_status sharc_trainer_init(sharc_trainer **out, const sharc_config *cfg, sh
             st = sharc_error(SHARC_ERR_INVALID, "log.eval_every: %d, but data.val_path is empty; set a validation file",
                              t->cfg.log.eval_every);
         else
-            st = sharc_dataset_open(&t->val, t->cfg.data.val_path, t->cfg.data.format, t->cfg.model.vocab_size);
-        if (st == SHARC_OK && sharc_dataset_num_tokens(t->val) <= tc->seq_len)
+            st = sharc_dataprep_open(&t->cfg, tok, t->cfg.data.val_path, sharc_threads_get(), rank == 0, &t->val);
+        if (st == SHARC_OK && sharc_dataset_num_items(t->val, tc->seq_len) < 1)
             st = sharc_error(SHARC_ERR_INVALID, "data.val_path: '%s' has %lld tokens, fewer than one window of %d + 1",
                              t->cfg.data.val_path, (long long)sharc_dataset_num_tokens(t->val), tc->seq_len);
     }
+    sharc_tokenizer_free(tok);
     if (st == SHARC_OK) {
         size_t n = (size_t)tc->grad_accum * (size_t)tc->batch_size * (size_t)tc->seq_len;
         t->inputs = sharc_alloc(n * sizeof(int32_t), SHARC_MEM_OTHER);
         t->targets = sharc_alloc(n * sizeof(int32_t), SHARC_MEM_OTHER);
-        if (!t->inputs || !t->targets) st = sharc_error(SHARC_ERR_NOMEM, "train: cannot allocate the batch");
+        t->micro_valid = sharc_alloc((size_t)tc->grad_accum * sizeof(int64_t), SHARC_MEM_OTHER);
+        if (!t->inputs || !t->targets || !t->micro_valid) st = sharc_error(SHARC_ERR_NOMEM, "train: cannot allocate the batch");
     }
     /* collective part */
     sharc_status agreed = agree(t->world, st);
@@ -278,20 +333,27 @@ sharc_status sharc_trainer_init(sharc_trainer **out, const sharc_config *cfg, sh
         sharc_trainer_free(t);
         return agreed;
     }
-    if ((st = check_agreement(t->world, &t->cfg, sharc_dataset_num_tokens(t->data))) != SHARC_OK) goto fail;
-    if ((st = sharc_mesh_init(&t->mesh, t->world, dp_shard)) != SHARC_OK) goto fail;
+    /* from here a failure that no agreement reports may be this rank's
+     * alone: note [job-end] in src/cli/main.c */
+    if ((st = check_agreement(t->world, &t->cfg, sharc_dataset_num_tokens(t->data),
+                              t->val ? sharc_dataset_num_tokens(t->val) : 0)) != SHARC_OK)
+        goto alone;
+    if ((st = sharc_mesh_init(&t->mesh, t->world, dp_shard)) != SHARC_OK) goto alone;
     t->mesh_ok = true;
     st = sharc_fsdp_init(&t->engine, sharc_model_units(t->model), sharc_model_num_units(t->model),
-                         &t->cfg.fsdp.engine, &t->mesh);
+                         sharc_model_schedule(t->model), &t->cfg.fsdp.engine, &t->mesh,
+                         sharc_model_device(t->model));
     if ((st = agree(t->world, st)) != SHARC_OK) goto fail;
     sharc_fsdp_init_params(t->engine, tc->seed);
     /* model.init_from: a sharc weights file, or a Hugging Face directory
      * (config.json + safetensors, sharc/hf.h), over the initialised
      * parameters; each rank reads its shards' ranges; the outcome is agreed */
     if (t->cfg.init_from[0] && sharc_hf_is_dir(t->cfg.init_from)) {
+        /* on every rank, whatever the check says (the write bracket of sharc/fsdp.h) */
+        sharc_fsdp_shard_write_begin(t->engine);
         st = sharc_hf_check_config(t->cfg.init_from, &t->cfg.model);
-        sharc_fsdp_params_updated(t->engine); /* on every rank, whatever the check said */
         if (st == SHARC_OK) st = sharc_hf_load(t->engine, t->cfg.init_from);
+        sharc_fsdp_shard_write_end(t->engine);
     } else {
         st = t->cfg.init_from[0] ? sharc_weights_load(t->engine, t->cfg.init_from) : SHARC_OK;
     }
@@ -307,13 +369,15 @@ sharc_status sharc_trainer_init(sharc_trainer **out, const sharc_config *cfg, sh
     /* MFU's denominator: this rank's cores, measured or given, summed over ranks */
     t->peak_flops_world = t->cfg.log.peak_tflops > 0 ? 1e12 * (double)t->cfg.log.peak_tflops
                                                      : sharc_telemetry_measure_peak_flops(sharc_threads_get());
-    if ((st = sharc_comm_allreduce(t->world, &t->peak_flops_world, &t->peak_flops_world, 1, SHARC_DT_F64,
-                                   SHARC_OP_SUM)) != SHARC_OK)
-        goto fail;
+    if ((st = sharc_comm_all_reduce(t->world, &t->peak_flops_world, &t->peak_flops_world, 1, SHARC_DT_F64,
+                                   SHARC_REDUCE_OP_SUM)) != SHARC_OK)
+        goto alone;
     reset_comm_stats(t);
     (void)rank;
     *out = t;
     return SHARC_OK;
+alone: /* every rank fails the fingerprint alike; a collective may fail on one */
+    if (!sharc_comm_world_settle(SETTLE_S)) return st; /* the peers may still use what t holds */
 fail:
     sharc_trainer_free(t);
     return st;
@@ -323,6 +387,7 @@ void sharc_trainer_free(sharc_trainer *t) {
     if (!t) return;
     sharc_free(t->inputs);
     sharc_free(t->targets);
+    sharc_free(t->micro_valid);
     sharc_sampler_free(t->sampler);
     sharc_dataset_free(t->data);
     sharc_dataset_free(t->val);
@@ -366,12 +431,15 @@ sharc_status sharc_trainer_step(sharc_trainer *t, sharc_step_stats *s) {
     const int A = tc->grad_accum, B = tc->batch_size, T = tc->seq_len;
     const int64_t mb = (int64_t)B * T;
     const int rank = sharc_comm_rank(t->world), R = sharc_comm_size(t->world);
-    double t0 = now_s(), c0 = cpu_now_s();
+    double t0 = sharc_clock_now(), c0 = sharc_clock_cpu_now();
     sharc_activity_step(t->step + 1);
     if (rank == t->hang_rank && t->step + 1 == t->hang_step) {
         sharc_activity_phase("stopped by the test hook SHARC_TEST_HANG", -1, NULL);
         for (;;) pause();
     }
+    if (rank == t->fail_rank && t->step + 1 == t->fail_step)
+        return sharc_error(SHARC_ERR_COMM, "train: step %lld failed on this rank alone (the test hook SHARC_TEST_FAIL)",
+                           (long long)(t->step + 1));
     sharc_fsdp_stats_reset(t->engine);
     sharc_model_timing_reset(t->model);
     sharc_mem_reset_peak();
@@ -379,17 +447,28 @@ sharc_status sharc_trainer_step(sharc_trainer *t, sharc_step_stats *s) {
     int64_t valid = 0;
     for (int m = 0; m < A; m++) {
         sharc_sampler_batch(t->sampler, t->step, m, rank, t->inputs + m * mb, t->targets + m * mb);
-        for (int64_t i = 0; i < mb; i++) valid += t->targets[m * mb + i] >= 0;
+        t->micro_valid[m] = 0;
+        for (int64_t i = 0; i < mb; i++) t->micro_valid[m] += t->targets[m * mb + i] >= 0;
+        valid += t->micro_valid[m];
     }
     sharc_activity_phase("counting the batch's targets", -1, NULL);
     const int64_t local_valid = valid;
-    SHARC_TRY(sharc_comm_allreduce(t->world, &valid, &valid, 1, SHARC_DT_I64, SHARC_OP_SUM));
+    SHARC_TRY(sharc_comm_all_reduce(t->world, &valid, &valid, 1, SHARC_DT_I64, SHARC_REDUCE_OP_SUM));
+    /* Note [loss-normalization]. global_tokens: every target weighs 1 / (valid
+     * targets of the whole step, all ranks), so any split into ranks and
+     * micro-batches gives the same loss and gradient. micro_batch: each
+     * micro-batch's own mean, averaged over the A x R micro-batches of the
+     * step (OpenRLHF's older rule; a micro-batch without targets adds 0). */
+    const bool per_micro = tc->loss_normalization == 1;
     float scale = valid > 0 ? 1.0f / (float)valid : 0.0f;
     sharc_fsdp_zero_grad(t->engine);
-    double loss_sum = 0.0, t1 = now_s();
+    double loss_sum = 0.0, local_loss_sum = 0.0, t1 = sharc_clock_now();
     for (int m = 0; m < A; m++) {
         sharc_fsdp_begin_microbatch(t->engine, m == A - 1);
-        loss_sum += sharc_model_forward_backward(t->model, t->engine, t->inputs + m * mb, t->targets + m * mb, scale);
+        if (per_micro) scale = t->micro_valid[m] > 0 ? 1.0f / ((float)t->micro_valid[m] * (float)A * (float)R) : 0.0f;
+        double l = sharc_model_forward_backward(t->model, t->engine, t->inputs + m * mb, t->targets + m * mb, scale);
+        local_loss_sum += l;
+        loss_sum += per_micro ? l * (double)scale : l;
     }
     SHARC_TRY(sharc_fsdp_finish_grads(t->engine));
     if (rank == t->nan_rank)
@@ -400,9 +479,8 @@ sharc_status sharc_trainer_step(sharc_trainer *t, sharc_step_stats *s) {
                         sharc_fsdp_shard_grads(t->engine, u)[0] = NAN;
                         break;
                     }
-    double t2 = now_s(), norm;
+    double t2 = sharc_clock_now(), norm;
     sharc_activity_phase("gradient norm", -1, NULL);
-    const double local_loss_sum = loss_sum;
     SHARC_TRY(sharc_fsdp_grad_norm(t->engine, &norm, &loss_sum));
     float lr = sharc_lr_at(&t->cfg.optim, t->step, tc->max_steps);
     /* note [bad-steps]: norm and loss_sum are all-reduced, so every rank decides alike */
@@ -410,10 +488,10 @@ sharc_status sharc_trainer_step(sharc_trainer *t, sharc_step_stats *s) {
     sharc_activity_phase("optimizer", -1, NULL);
     if (!bad) sharc_adamw_step(t->opt, t->engine, lr, sharc_clip_coef(&t->cfg.optim, norm));
     t->step++;
-    double t3 = now_s(), dt = t3 - t0;
+    double t3 = sharc_clock_now(), dt = t3 - t0;
     memset(s, 0, sizeof *s);
     s->step = t->step;
-    s->loss = valid > 0 ? loss_sum / (double)valid : 0.0;
+    s->loss = per_micro ? loss_sum : valid > 0 ? loss_sum / (double)valid : 0.0;
     s->lr = lr;
     s->grad_norm = norm;
     s->tokens = (int64_t)A * mb * R;
@@ -436,41 +514,61 @@ sharc_status sharc_trainer_step(sharc_trainer *t, sharc_step_stats *s) {
     s->backward_s = mt.backward_s;
     s->local_loss = local_valid > 0 ? local_loss_sum / (double)local_valid : NAN;
     s->local_tokens = (int64_t)A * mb;
-    s->cpu_s = (cpu_now_s() - c0) / (double)sharc_threads_get();
+    s->cpu_s = (sharc_clock_cpu_now() - c0) / (double)sharc_threads_get();
     return SHARC_OK;
 }
 
 /* ------------------------------------------------------------------- run */
 
-/* Validation over every rank (note [eval-windows] in sharc/eval.h); rank 0
- * writes it to the metrics file. Collective. */
-static sharc_status run_eval(sharc_trainer *t, FILE *metrics, int64_t step) {
+/* Validation over every rank (note [eval-windows] in sharc/eval.h).
+ * Collective; *line (rank 0, malloc'd) is its metrics line. */
+static sharc_status run_eval(sharc_trainer *t, int64_t step, char **line) {
     const sharc_config *c = &t->cfg;
     sharc_eval_result r;
+    *line = NULL;
     SHARC_TRY(sharc_eval_dataset(t->model, t->engine, t->world, t->val, c->train.batch_size, c->train.seq_len,
                                  c->log.eval_batches, &r));
-    if (metrics) {
-        fprintf(metrics,
-                "{\"step\": %lld, \"loss_metrics/val_loss\": %.6f, \"loss_metrics/val_perplexity\": %.6f, "
-                "\"val/targets\": %lld, \"val/windows\": %lld, \"time_metrics/eval(s)\": %.4f}\n",
-                (long long)step, r.loss, r.perplexity, (long long)r.targets, (long long)r.windows, r.seconds);
-        fflush(metrics);
+    if (sharc_comm_rank(t->world) == 0) {
+        if (asprintf(line,
+                     "{\"step\": %lld, \"loss_metrics/val_loss\": %.6f, \"loss_metrics/val_perplexity\": %.6f, "
+                     "\"val/targets\": %lld, \"val/windows\": %lld, \"time_metrics/eval(s)\": %.4f}\n",
+                     (long long)step, r.loss, r.perplexity, (long long)r.targets, (long long)r.windows, r.seconds) < 0)
+            *line = NULL;
         sharc_info("sharc: step %lld validation loss %.4f, perplexity %.3f (%lld windows, %.2f s)", (long long)step,
                    r.loss, r.perplexity, (long long)r.windows, r.seconds);
     }
     return SHARC_OK;
 }
 
-/* log.debug: this rank's own file out_dir/debug/rank-N.log (NULL on failure). */
-static FILE *open_debug(const sharc_config *c, int rank, sharc_status *st) {
-    char dir[SHARC_PATH_MAX + 16], path[SHARC_PATH_MAX + 48];
-    snprintf(dir, sizeof dir, "%s/debug", c->train.out_dir);
-    *st = sharc_mkdirs(dir);
-    if (*st != SHARC_OK) return NULL;
-    snprintf(path, sizeof path, "%s/rank-%d.log", dir, rank);
-    FILE *f = fopen(path, "w");
-    if (!f) *st = sharc_error(SHARC_ERR_IO, "train: cannot create debug log '%s': %s", path, strerror(errno));
-    return f;
+/* A line written by `write` (a telemetry writer) into `j` (note [jsonl]). */
+static sharc_status append_line(sharc_jsonl *j, const char *line) {
+    return line ? sharc_jsonl_append(j, line, strlen(line)) : sharc_error(SHARC_ERR_NOMEM, "train: out of memory");
+}
+
+static char *metrics_line(const sharc_step_stats *s, const sharc_step_global *g) {
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    if (!f) return NULL;
+    sharc_telemetry_write_json(f, s, g);
+    if (fclose(f) != 0) {
+        free(buf);
+        return NULL;
+    }
+    return buf;
+}
+
+static char *debug_line(const sharc_step_stats *s, int rank) {
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    if (!f) return NULL;
+    sharc_telemetry_write_rank_json(f, s, rank);
+    if (fclose(f) != 0) {
+        free(buf);
+        return NULL;
+    }
+    return buf;
 }
 
 static void warn_line(const char *line, void *ctx) {
@@ -478,10 +576,37 @@ static void warn_line(const char *line, void *ctx) {
     sharc_warn("%s", line);
 }
 
+static void print_banner(const sharc_trainer *t) {
+    const sharc_config *c = &t->cfg;
+    const int R = sharc_comm_size(t->world);
+    /* the resolved configuration, then every accepted-but-ignored option, loudly */
+    printf("--- resolved config (saved as %s/config.yaml) ---\n", c->train.out_dir);
+    sharc_config_write_yaml(c, stdout);
+    printf("---\n");
+    fflush(stdout);
+    sharc_config_warnings(c, warn_line, NULL);
+    const sharc_blas_info *bi = sharc_blas_get_info();
+    const sharc_mesh *m = &t->mesh;
+    sharc_info("sharc: %s, %lld parameters, %d rank%s (%s: %d shard x %d replicate), %d threads each, GEMM %s, BLAS %s%s%s",
+               sharc_family_name(c->model.family), (long long)sharc_model_num_params(&c->model), R, R > 1 ? "s" : "",
+               sharc_sharding_name(c->fsdp.engine.strategy), m->dp_shard, m->dp_replicate, sharc_threads_get(),
+               bi->gemm, bi->corename, bi->overridden[0] ? ", OPENBLAS_CORETYPE overridden from " : "", bi->overridden);
+    sharc_info("sharc: data %s: %lld tokens, %lld windows of %d; %d sequences per step", c->data.path,
+               (long long)sharc_dataset_num_tokens(t->data), (long long)sharc_sampler_windows(t->sampler),
+               c->train.seq_len + 1, c->train.batch_size * c->train.grad_accum * R);
+    sharc_info("sharc: peak %.1f GFLOP/s over all ranks for mfu(%%) (%s)", t->peak_flops_world * 1e-9,
+               c->log.peak_tflops > 0 ? "log.peak_tflops" : "measured FMA loop");
+}
+
 sharc_status sharc_train_run(const sharc_config *cfg, sharc_comm *world) {
     sharc_trainer *t;
     /* note [watchdog]: from here to the end, start-up collectives included */
-    SHARC_TRY(sharc_watchdog_start(cfg->train.timeout, world ? sharc_comm_rank(world) : 0));
+    sharc_status st = sharc_watchdog_start(cfg->train.timeout, "train.timeout");
+    if (world) st = agree(world, st);
+    if (st != SHARC_OK) {
+        sharc_watchdog_stop();
+        return st;
+    }
     sharc_activity_step(0);
     sharc_activity_phase("start-up", -1, NULL);
     sharc_status ist = sharc_trainer_init(&t, cfg, world);
@@ -491,82 +616,44 @@ sharc_status sharc_train_run(const sharc_config *cfg, sharc_comm *world) {
     }
     /* checkpoints (sharc/ckpt.h): resume before anything is written */
     sharc_ckpt *ck = NULL;
-    sharc_status cst = sharc_ckpt_init(&ck, t);
-    if (cst == SHARC_OK) cst = sharc_ckpt_resume(ck, t->cfg.ckpt.resume, NULL);
-    if (cst != SHARC_OK) {
-        sharc_ckpt_free(ck);
-        sharc_trainer_free(t);
-        sharc_watchdog_stop();
-        return cst;
-    }
+    int64_t resumed = -1;
+    st = sharc_ckpt_init(&ck, t);
+    if (st == SHARC_OK) st = sharc_ckpt_resume(ck, t->cfg.ckpt.resume, &resumed);
     const sharc_config *c = &t->cfg;
-    const int rank = sharc_comm_rank(t->world), R = sharc_comm_size(t->world);
+    const int rank = sharc_comm_rank(t->world);
     const bool lead = rank == 0;
-    char path[SHARC_PATH_MAX + 64];
-    sharc_status st = SHARC_OK;
-    FILE *metrics = NULL, *debug = NULL;
-    if (lead) {
-        st = sharc_mkdirs(c->train.out_dir);
-        char *yaml = sharc_config_to_yaml(c);
-        if (st == SHARC_OK) {
-            snprintf(path, sizeof path, "%s/config.yaml", c->train.out_dir);
-            st = sharc_write_text_atomic(path, yaml ? yaml : "");
-        }
-        free(yaml);
-        if (st == SHARC_OK) {
-            if (c->train.metrics_path[0]) snprintf(path, sizeof path, "%s", c->train.metrics_path);
-            else snprintf(path, sizeof path, "%s/metrics.jsonl", c->train.out_dir);
-            metrics = fopen(path, "w");
-            if (!metrics) st = sharc_error(SHARC_ERR_IO, "train: cannot create metrics file '%s': %s", path, strerror(errno));
-        }
-    }
-    if (st == SHARC_OK && c->log.debug) {
-        if (!lead) (void)sharc_mkdirs(c->train.out_dir); /* rank 0 makes it too; racing is harmless */
-        debug = open_debug(c, rank, &st);
-    }
-    if ((st = agree(t->world, st)) != SHARC_OK) {
-        if (metrics) fclose(metrics);
+    /* note [run-dir]: every check first, agreed; then the writes, agreed */
+    sharc_run_dir rd;
+    sharc_jsonl *metrics = NULL, *debug = NULL;
+    if (st == SHARC_OK) st = agree(t->world, sharc_run_dir_check(&rd, c, ck, resumed, rank));
+    if (st == SHARC_OK) st = agree(t->world, sharc_run_dir_prepare(&rd, ck, rank, &metrics, &debug));
+    if (st != SHARC_OK) {
+        sharc_jsonl_close(metrics);
+        sharc_jsonl_close(debug);
         sharc_ckpt_free(ck);
-        if (debug) fclose(debug);
         sharc_trainer_free(t);
         sharc_watchdog_stop();
         return st;
     }
-    if (lead) {
-        /* the resolved configuration, then every accepted-but-ignored option, loudly */
-        printf("--- resolved config (saved as %s/config.yaml) ---\n", c->train.out_dir);
-        sharc_config_write_yaml(c, stdout);
-        printf("---\n");
-        fflush(stdout);
-        sharc_config_warnings(c, warn_line, NULL);
-        const sharc_blas_info *bi = sharc_blas_get_info();
-        const sharc_mesh *m = &t->mesh;
-        sharc_info("sharc: %s, %lld parameters, %d rank%s (%s: %d shard x %d replicate), %d threads each, GEMM %s, BLAS %s%s%s",
-                   sharc_family_name(c->model.family), (long long)sharc_model_num_params(&c->model), R, R > 1 ? "s" : "",
-                   sharc_sharding_name(c->fsdp.engine.strategy), m->dp_shard, m->dp_replicate, sharc_threads_get(),
-                   bi->gemm, bi->corename, bi->overridden[0] ? ", OPENBLAS_CORETYPE overridden from " : "", bi->overridden);
-        sharc_info("sharc: data %s: %lld tokens, %lld windows of %d; %d sequences per step", c->data.path,
-                   (long long)sharc_dataset_num_tokens(t->data), (long long)sharc_sampler_windows(t->sampler),
-                   c->train.seq_len + 1, c->train.batch_size * c->train.grad_accum * R);
-    }
-    if (lead)
-        sharc_info("sharc: peak %.1f GFLOP/s over all ranks for mfu(%%) (%s)", t->peak_flops_world * 1e-9,
-                   c->log.peak_tflops > 0 ? "log.peak_tflops" : "measured FMA loop");
+    if (lead) print_banner(t);
     if (getenv("SHARC_PROFILE")) sharc_prof_enable(true);
     reset_comm_stats(t); /* the start-up agreement is not step 1's traffic */
     /* a progress bar only on a terminal; under mpirun Open MPI gives rank 0 a
      * pseudo-terminal even when mpirun's output goes to a file, so not there */
     const bool tty = lead && isatty(fileno(stdout)) && strcmp(sharc_comm_backend(t->world), "self") == 0;
-    double tok_sum = 0.0, time_sum = 0.0, start = now_s();
+    double tok_sum = 0.0, time_sum = 0.0, start = sharc_clock_now();
     int bad_run = 0, bad_total = 0;
+    bool alone = false; /* a failure the other ranks may not share (note [job-end]) */
     for (int64_t i = t->step; i < c->train.max_steps && st == SHARC_OK; i++) {
         sharc_step_stats s;
         sharc_step_global g;
         st = sharc_trainer_step(t, &s);
-        if (st != SHARC_OK) break;
         /* every rank: one all-gather of each rank's stats (sharc/telemetry.h) */
-        st = sharc_telemetry_reduce(t->world, &s, t->flops_per_token, t->peak_flops_world, &g);
-        if (st != SHARC_OK) break;
+        if (st == SHARC_OK) st = sharc_telemetry_reduce(t->world, &s, t->flops_per_token, t->peak_flops_world, &g);
+        if (st != SHARC_OK) {
+            alone = true;
+            break;
+        }
         /* note [bad-steps]: the same verdict on every rank */
         bad_run = s.skipped ? bad_run + 1 : 0;
         bad_total += s.skipped;
@@ -585,33 +672,60 @@ sharc_status sharc_train_run(const sharc_config *cfg, sharc_comm *world) {
         }
         tok_sum += (double)s.tokens;
         time_sum += g.step_s_max;
+        /* the step's lines (note [jsonl]); a write that fails (a full disk) stops every rank */
+        sharc_status out = SHARC_OK;
         if (debug) {
-            sharc_telemetry_write_rank_json(debug, &s, rank);
-            fflush(debug);
+            char *line = debug_line(&s, rank);
+            out = append_line(debug, line);
+            free(line);
         }
         if (lead) {
-            sharc_telemetry_write_json(metrics, &s, &g);
-            fflush(metrics);
+            char *line = metrics_line(&s, &g);
+            if (out == SHARC_OK) out = append_line(metrics, line);
+            free(line);
             if (tty || s.step % c->train.log_every == 0 || s.step == 1 || s.step == c->train.max_steps)
-                sharc_telemetry_print_step(stdout, tty, &s, &g, c->train.max_steps, now_s() - start);
+                sharc_telemetry_print_step(stdout, tty, &s, &g, c->train.max_steps, sharc_clock_now() - start);
             fflush(stdout);
         }
-        if (t->val && s.step % c->log.eval_every == 0) st = run_eval(t, metrics, s.step);
+        if (t->val && s.step % c->log.eval_every == 0) {
+            char *line = NULL;
+            if ((st = run_eval(t, s.step, &line)) != SHARC_OK) {
+                alone = true;
+                break;
+            }
+            if (lead && out == SHARC_OK) out = append_line(metrics, line);
+            free(line);
+        }
+        if (out != SHARC_OK) {
+            char msg[4096];
+            snprintf(msg, sizeof msg, "%s", sharc_last_error());
+            out = sharc_error(out, "train: %s; stopping at step %lld", msg, (long long)s.step);
+        }
+        st = sharc_comm_agree(t->world, out, SHARC_ERR_IO, "train: rank %d cannot write its metrics (see its message)");
         if (st == SHARC_OK && c->ckpt.every > 0 && s.step % c->ckpt.every == 0 && s.step < c->train.max_steps)
             st = sharc_ckpt_save(ck);
         reset_comm_stats(t);
     }
-    if (metrics) fclose(metrics);
-    if (debug) fclose(debug);
+    /* note [job-end]: a rank that failed alone must not free what its peers
+     * still wait on (shared-memory windows are freed collectively) */
+    if (alone && !sharc_comm_world_settle(SETTLE_S)) {
+        sharc_jsonl_close(metrics);
+        sharc_jsonl_close(debug);
+        sharc_watchdog_stop();
+        return st;
+    }
+    sharc_status cst = sharc_jsonl_close(metrics);
+    sharc_status dst = sharc_jsonl_close(debug);
+    if (st == SHARC_OK) st = agree(t->world, cst != SHARC_OK ? cst : dst);
     if (sharc_prof_enabled() && lead) sharc_prof_report(stderr, (int)(c->train.max_steps > 0 ? c->train.max_steps : 1));
     if (st == SHARC_OK) st = sharc_ckpt_save(ck); /* the last step; waits for an async one */
     if (st == SHARC_OK) st = sharc_ckpt_wait(ck);
     sharc_ckpt_free(ck);
     if (st == SHARC_OK) {
-        snprintf(path, sizeof path, "%s/model.safetensors", c->train.out_dir);
-        st = sharc_weights_save(t->engine, t->world, c, path);
+        st = sharc_weights_save(t->engine, t->world, c, rd.weights);
         if (st == SHARC_OK && lead)
-            sharc_info("sharc: %.0f tok/s over the run; weights saved to %s", time_sum > 0 ? tok_sum / time_sum : 0.0, path);
+            sharc_info("sharc: %.0f tok/s over the run; weights saved to %s", time_sum > 0 ? tok_sum / time_sum : 0.0,
+                       rd.weights);
         if (st == SHARC_OK && lead && bad_total)
             sharc_warn("%d step%s skipped for a non-finite loss or grad norm", bad_total, bad_total > 1 ? "s" : "");
     }

@@ -11,7 +11,9 @@
 #  - a corrupt newest checkpoint is skipped with a warning (the ckpt.resume=auto
 #    rule); bad input (a corrupt chunk, a missing manifest, a checkpoint whose
 #    manifest describes another model, not a checkpoint) gets one error line
-#    naming it, a non-zero exit and no output directory.
+#    naming it, a non-zero exit and no output directory;
+#  - what a crashed export (DIR.sharc-tmp-PID) or import (FILE.tmp.PID) left
+#    is gone after the next one.
 set -uo pipefail
 S="$SHARC_BIN/sharc"
 cd "$TMPDIR"
@@ -89,4 +91,13 @@ sed -i 's/num_layers: 2/num_layers: 3/' mixed/manifest.json
 expect_fail mixed "ckpt 'mixed/manifest.json': model.num_layers is 2 in \"model\" but 3 in \"config\""
 expect_fail nothing-here "nothing-here"
 echo "bad checkpoints: one error line each"
+
+# what crashed exports and imports left (note [stale-tmp]) goes at the next one
+mkdir -p left.sharc-tmp-4242 && touch left.sharc-tmp-4242/config.json left.sharc-tmp-4242/model.safetensors.tmp.4242
+export_ok r left
+[ ! -e left.sharc-tmp-4242 ] || die "a crashed export's directory survived the next export"
+head -c 100000 /dev/zero > imported.safetensors.tmp.4242
+"$S" import --hf left --out imported.safetensors >/dev/null 2>&1 || die "import"
+[ ! -e imported.safetensors.tmp.4242 ] || die "a crashed import's file survived the next import"
+echo "leftovers of crashed exports and imports removed"
 echo ok

@@ -4,7 +4,8 @@
 #  - a run killed at every stage of a save (SHARC_CKPT_KILL_AT) keeps a
 #    loadable checkpoint, and auto resume then ends bit for bit where an
 #    uninterrupted run ends (shard files: parameters and both moments;
-#    final weights), for GPT-2 (tied embeddings) and Llama (untied);
+#    final weights), for GPT-2 (tied embeddings) and Llama (untied), with no
+#    leftover of any kind and every step exactly once in metrics.jsonl;
 #  - ckpt.async writes the same files as a synchronous save;
 #  - auto resume skips a newest checkpoint that fails its checksum;
 #  - bad checkpoints: one line naming the file and the problem, non-zero
@@ -50,6 +51,10 @@ for stage in after-shards before-manifest after-manifest before-rename after-ren
   same_ckpt k/checkpoints/step-00000006 ref/checkpoints/step-00000006
   [ "$(data_md5 k/model.safetensors)" = "$(data_md5 ref/model.safetensors)" ] || die "$stage: final weights differ"
   [ "$(ls k/checkpoints)" = "$(printf 'latest\nstep-00000006')" ] || die "$stage: leftovers: $(ls k/checkpoints)"
+  [ "$(cd k && find . -not -path './checkpoints/step-00000006/*' | sort | tr '\n' ' ')" = \
+    ". ./checkpoints ./checkpoints/latest ./checkpoints/step-00000006 ./config.yaml ./metrics.jsonl ./model.safetensors " ] ||
+    die "$stage: leftovers: $(cd k && find . | sort | tr '\n' ' ')"
+  [ "$(jq -r .step k/metrics.jsonl | tr '\n' ' ')" = "1 2 3 4 5 6 " ] || die "$stage: metrics steps $(jq -r .step k/metrics.jsonl)"
 done
 echo "killed at 8 stages: resumed bit-exact"
 

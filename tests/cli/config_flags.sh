@@ -25,6 +25,18 @@ for want in "activation_checkpointing: true" "param_dtype: bf16" "batch_size: 2"
             "warning: fsdp_config.num_to_forward_prefetch = '2': not implemented: sharc prefetches one unit ahead"; do
   has "$want" "$out"
 done
+# OpenRLHF's SFT flags (train_sft.py's names) and the OpenRLHF-style YAML key data.dataset
+out=$("$S" config --pretrain hf_dir --dataset d.jsonl --input_key question --output_key response \
+      --input_template $'Q: {}\nA: ' --apply_chat_template --multiturn --max_len 64 --tokenizer tok.json \
+      --train.seq_len=63 --packing_samples 2>&1) || fail "$out"
+for want in 'init_from: "hf_dir"' 'path: "d.jsonl"' 'input_key: "question"' 'output_key: "response"' \
+            'input_template: "Q: {}\nA: "' "apply_chat_template: true" "multiturn: true" "max_len: 64" \
+            'tokenizer: "tok.json"' "warning: data.packing_samples = 'true': not implemented"; do
+  has "$want" "$out"
+done
+out=$(printf 'data:\n  dataset: x.jsonl\n  loss_mask: openrlhf\ntrain:\n  loss_normalization: micro_batch\n' > o.yaml &&
+      "$S" config --config o.yaml 2>&1) || fail "$out"
+has 'path: "x.jsonl"' "$out"; has "loss_mask: openrlhf" "$out"; has "loss_normalization: micro_batch" "$out"
 # presets: on the command line and in a file, keys after them win
 out=$("$S" config --preset large_scale --fsdp.forward_prefetch=false 2>&1) || fail "$out"
 has "backward_prefetch: BACKWARD_PRE" "$out"; has "forward_prefetch: false" "$out"; has "activation_checkpointing: true" "$out"

@@ -7,8 +7,9 @@
 #    HYBRID_SHARD 2x2: every parameter and moment exactly as saved (against
 #    a gather made by the saving run), then 3 more steps against a one-process
 #    run of all 6 (note [parity-tolerance]); GPT-2 and Llama;
-#  - sharc train at 2 ranks killed during a save resumes bit for bit; its
-#    checkpoint exports (one process) the same weights as the run's file;
+#  - sharc train at 2 ranks killed during a save resumes bit for bit, with no
+#    leftover and every step once in metrics.jsonl; its checkpoint exports
+#    (one process) the same weights as the run's file;
 #  - a missing shard fails every rank with a message, no hang.
 set -euo pipefail
 source "$SHARC_ROOT/tests/cli/mpi_lib.inc"
@@ -60,6 +61,11 @@ set -e
 out=$(mpi 2 "$SHARC_BIN/sharc" train $M --train.out_dir=k --ckpt.resume=auto 2>&1)
 grep -q "resumed from k/checkpoints/step-00000002 at step 2 (written by 2 ranks, FULL_SHARD;" <<< "$out" || { echo "$out"; exit 1; }
 for f in ref/checkpoints/step-00000006/*.bin; do cmp "$f" "k/checkpoints/step-00000006/$(basename $f)"; done
+# no leftover of any kind, every step once in the metrics
+[ "$(cd k && find . -not -path './checkpoints/step-0000000[46]/*' | sort | tr '\n' ' ')" = \
+  ". ./checkpoints ./checkpoints/latest ./checkpoints/step-00000004 ./checkpoints/step-00000006 ./config.yaml ./metrics.jsonl ./model.safetensors " ] ||
+  { echo "leftovers: $(cd k && find . | sort | tr '\n' ' ')"; exit 1; }
+[ "$(jq -r .step k/metrics.jsonl | tr '\n' ' ')" = "1 2 3 4 5 6 " ] || { echo "metrics: $(jq -r .step k/metrics.jsonl)"; exit 1; }
 echo "2 ranks: killed and resumed bit-exact"
 # one process exports the 2-rank checkpoint (resharded on load) as the final weights
 "$SHARC_BIN/sharc" export --checkpoint ref/checkpoints --out e_ck >/dev/null

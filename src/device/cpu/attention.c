@@ -1,0 +1,147 @@
+/* attention.c: sharc_cpu_attention_*, causal attention with grouped-query heads.
+ *
+ * Note [attention-tiling]. Work is done one block of BQ query rows at a time:
+ * the block's scores against every key it may see (at most BQ x T floats,
+ * in the per-thread workspace) are computed with one sgemm, soft-maxed
+ * exactly (the whole row is present, so no online rescaling is needed), and
+ * multiplied into V with a second sgemm. Only the output and the per-row
+ * log-sum-exp are kept. Backward recomputes each block's probabilities from
+ * the log-sum-exp (P = exp(S - lse)) and forms dQ, dK, dV with three more
+ * sgemms, the FlashAttention-2 algebra:
+ *     dP = dO V^T,  D_i = sum_d dO_i O_i,  dS = P * (dP - D),
+ *     dQ = scale dS K,  dK += scale dS^T Q,  dV += P^T dO.
+ * Stored state is O(B*H*T); scratch is O(threads * BQ * T), so a 2048-token
+ * sequence needs 2 x 64 x 2048 floats per thread instead of a T x T matrix.
+ * Forward tasks are (batch, head, query block); backward tasks are (batch,
+ * key/value head) so the dK/dV of a task are written by that task alone. */
+#include "sharc/blas.h"
+#include "cpu.h"
+#include "../../core/parallel.h"
+
+#include <math.h>
+#include <omp.h>
+#include <string.h>
+
+#define BQ 64
+
+/* The kernels run on at most sharc_threads_get() threads, each with its own
+ * 2 x BQ x T slice. */
+int64_t sharc_cpu_attention_workspace(int T) {
+    return (int64_t)sharc_threads_get() * 2 * BQ * (int64_t)T;
+}
+
+/* Causal softmax of rows i0..i0+m-1 over keys 0..kend-1 (row r sees keys
+ * j <= i0 + r); S holds scaled scores with leading dimension kend. */
+SHARC_VEC static void softmax_block(float *S, float *lse, int i0, int m, int kend) {
+    for (int r = 0; r < m; r++) {
+        float *row = S + (int64_t)r * kend;
+        int n = i0 + r + 1;
+        float mx = -INFINITY;
+        for (int j = 0; j < n; j++) mx = row[j] > mx ? row[j] : mx;
+        float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+        for (int j = 0; j < n; j++) {
+            row[j] = expf(row[j] - mx);
+            sum += row[j];
+        }
+        float inv = 1.0f / sum;
+#pragma omp simd
+        for (int j = 0; j < n; j++) row[j] *= inv;
+        for (int j = n; j < kend; j++) row[j] = 0.0f;
+        lse[i0 + r] = mx + logf(sum);
+    }
+}
+
+/* Recompute P from scores and lse, then dS = P * (dP - D) in place in dP. */
+SHARC_VEC static void softmax_back_block(float *S, float *dP, const float *lse, const float *dO,
+                                         const float *O, int ldo, int hd, int i0, int m,
+                                         int kend) {
+    for (int r = 0; r < m; r++) {
+        float *p = S + (int64_t)r * kend, *dp = dP + (int64_t)r * kend;
+        int n = i0 + r + 1;
+        float l = lse[i0 + r];
+        const float *dor = dO + (int64_t)r * ldo, *orow = O + (int64_t)r * ldo;
+        float D = 0.0f;
+        for (int d = 0; d < hd; d++) D += dor[d] * orow[d];
+#pragma omp simd
+        for (int j = 0; j < n; j++) {
+            p[j] = expf(p[j] - l);
+            dp[j] = p[j] * (dp[j] - D);
+        }
+        for (int j = n; j < kend; j++) {
+            p[j] = 0.0f;
+            dp[j] = 0.0f;
+        }
+    }
+}
+
+void sharc_cpu_attention_forward(sharc_stream *s, float *out, float *lse, const float *qkv, int B, int T,
+                                 int NH, int NKV, int hd, float *ws) {
+    const int S = (NH + 2 * NKV) * hd, C = NH * hd, group = NH / NKV;
+    const float scale = 1.0f / sqrtf((float)hd);
+    const int nblk = (T + BQ - 1) / BQ;
+    const int64_t ntask = (int64_t)B * NH * nblk;
+#pragma omp parallel num_threads(sharc_threads_get())
+    {
+        float *Sb = ws + (int64_t)omp_get_thread_num() * 2 * BQ * T;
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t task = 0; task < ntask; task++) {
+            /* largest blocks first: block index runs backwards */
+            int blk = nblk - 1 - (int)(task % nblk);
+            int h = (int)((task / nblk) % NH), b = (int)(task / ((int64_t)nblk * NH));
+            int g = h / group, i0 = blk * BQ, m = T - i0 < BQ ? T - i0 : BQ, kend = i0 + m;
+            const float *base = qkv + (int64_t)b * T * S;
+            const float *Q = base + (int64_t)i0 * S + h * hd;
+            const float *K = base + NH * hd + g * hd;
+            const float *V = base + (NH + NKV) * hd + g * hd;
+            sharc_sgemm(false, true, m, kend, hd, scale, Q, S, K, S, 0.0f, Sb, kend);
+            softmax_block(Sb, lse + ((int64_t)b * NH + h) * T, i0, m, kend);
+            float *O = out + ((int64_t)b * T + i0) * C + h * hd;
+            sharc_sgemm(false, false, m, hd, kend, 1.0f, Sb, kend, V, S, 0.0f, O, C);
+        }
+    }
+}
+
+void sharc_cpu_attention_backward(sharc_stream *s, float *dqkv, const float *dout, const float *qkv,
+                                  const float *out, const float *lse, int B, int T, int NH, int NKV, int hd,
+                                  float *ws) {
+    const int S = (NH + 2 * NKV) * hd, C = NH * hd, group = NH / NKV;
+    const float scale = 1.0f / sqrtf((float)hd);
+    const int nblk = (T + BQ - 1) / BQ;
+    const int64_t ntask = (int64_t)B * NKV;
+#pragma omp parallel num_threads(sharc_threads_get())
+    {
+        float *Sb = ws + (int64_t)omp_get_thread_num() * 2 * BQ * T;
+        float *dPb = Sb + (int64_t)BQ * T;
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t task = 0; task < ntask; task++) {
+            int g = (int)(task % NKV), b = (int)(task / NKV);
+            const float *base = qkv + (int64_t)b * T * S;
+            float *dbase = dqkv + (int64_t)b * T * S;
+            const float *K = base + NH * hd + g * hd;
+            const float *V = base + (NH + NKV) * hd + g * hd;
+            float *dK = dbase + NH * hd + g * hd;
+            float *dV = dbase + (NH + NKV) * hd + g * hd;
+            for (int t = 0; t < T; t++) {
+                memset(dK + (int64_t)t * S, 0, (size_t)hd * sizeof(float));
+                memset(dV + (int64_t)t * S, 0, (size_t)hd * sizeof(float));
+            }
+            for (int h = g * group; h < (g + 1) * group; h++) {
+                const float *lse_h = lse + ((int64_t)b * NH + h) * T;
+                for (int blk = 0; blk < nblk; blk++) {
+                    int i0 = blk * BQ, m = T - i0 < BQ ? T - i0 : BQ, kend = i0 + m;
+                    const float *Q = base + (int64_t)i0 * S + h * hd;
+                    float *dQ = dbase + (int64_t)i0 * S + h * hd;
+                    const float *O = out + ((int64_t)b * T + i0) * C + h * hd;
+                    const float *dO = dout + ((int64_t)b * T + i0) * C + h * hd;
+                    sharc_sgemm(false, true, m, kend, hd, scale, Q, S, K, S, 0.0f, Sb, kend);
+                    sharc_sgemm(false, true, m, kend, hd, 1.0f, dO, C, V, S, 0.0f, dPb, kend);
+                    softmax_back_block(Sb, dPb, lse_h, dO, O, C, hd, i0, m, kend);
+                    sharc_sgemm(false, false, m, hd, kend, scale, dPb, kend, K, S, 0.0f, dQ, S);
+                    sharc_sgemm(true, false, kend, hd, m, scale, dPb, kend, Q, S, 1.0f, dK, S);
+                    sharc_sgemm(true, false, kend, hd, m, 1.0f, Sb, kend, dO, C, 1.0f, dV, S);
+                }
+            }
+        }
+    }
+}
