@@ -11,6 +11,7 @@ typedef enum { SHARC_LOG_DEBUG = 0, SHARC_LOG_INFO, SHARC_LOG_WARN, SHARC_LOG_ER
 /* Set this process's rank and world size (prefix "[rank r]" when size > 1). */
 void sharc_log_set_rank(int rank, int world_size);
 int sharc_log_rank(void);
+int sharc_log_world_size(void);
 void sharc_log_set_level(sharc_log_level level);
 
 /* Write one line to stderr: "[rank r] message". */

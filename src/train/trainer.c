@@ -20,9 +20,12 @@
  * that rank stop forever at the start of that step (note [watchdog] in
  * src/core/watchdog.c); SHARC_TEST_FAIL=RANK:STEP makes that rank's step
  * fail alone, as a collective failing on one rank would (note [job-end] in
- * src/cli/main.c). */
+ * src/cli/main.c); SHARC_TEST_KILL=RANK:STEP makes that rank SIGKILL itself
+ * at the start of that step, as kill -9 would, while the others are in the
+ * step's first collective (note [rank-death] in src/core/watchdog.c). */
 #include "sharc/train.h"
 #include "sharc/activity.h"
+#include "sharc/flight.h"
 #include "sharc/alloc.h"
 #include "sharc/blas.h"
 #include "sharc/ckpt.h"
@@ -40,11 +43,14 @@
 #include "sharc/clock.h"
 #include "run_dir.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 struct sharc_trainer {
@@ -63,8 +69,8 @@ struct sharc_trainer {
     int64_t step;
     double flops_per_token;
     /* test hooks of note [bad-steps] */
-    int nan_rank, hang_rank, fail_rank;
-    int64_t nan_steps[16], hang_step, fail_step;
+    int nan_rank, hang_rank, fail_rank, kill_rank;
+    int64_t nan_steps[16], hang_step, fail_step, kill_step;
     int n_nan_steps;
     sharc_dataset *val;       /* data.val_path when log.eval_every > 0 */
     double peak_flops_world;  /* sum over ranks of each rank's peak (telemetry.h) */
@@ -280,6 +286,7 @@ sharc_status sharc_trainer_init(sharc_trainer **out, const sharc_config *cfg, sh
     t->n_nan_steps = parse_hook("SHARC_TEST_NAN", &t->nan_rank, t->nan_steps, 16);
     if (parse_hook("SHARC_TEST_HANG", &t->hang_rank, &t->hang_step, 1) == 0) t->hang_rank = -1;
     if (parse_hook("SHARC_TEST_FAIL", &t->fail_rank, &t->fail_step, 1) == 0) t->fail_rank = -1;
+    if (parse_hook("SHARC_TEST_KILL", &t->kill_rank, &t->kill_step, 1) == 0) t->kill_rank = -1;
     /* every rank, before anything can fail alone: a split, no other collective */
     int threads = tc->threads > 0 ? tc->threads : default_threads(t->world);
 
@@ -436,6 +443,14 @@ sharc_status sharc_trainer_step(sharc_trainer *t, sharc_step_stats *s) {
     if (rank == t->hang_rank && t->step + 1 == t->hang_step) {
         sharc_activity_phase("stopped by the test hook SHARC_TEST_HANG", -1, NULL);
         for (;;) pause();
+    }
+    if (rank == t->kill_rank && t->step + 1 == t->kill_step) { /* note [rank-death] */
+        struct timespec now;
+        clock_gettime(CLOCK_REALTIME, &now);
+        fprintf(stderr, "[rank %d] SHARC_TEST_KILL: SIGKILL to itself at %lld.%09ld\n", rank, (long long)now.tv_sec,
+                now.tv_nsec);
+        fflush(stderr);
+        raise(SIGKILL);
     }
     if (rank == t->fail_rank && t->step + 1 == t->fail_step)
         return sharc_error(SHARC_ERR_COMM, "train: step %lld failed on this rank alone (the test hook SHARC_TEST_FAIL)",
@@ -598,6 +613,24 @@ static void print_banner(const sharc_trainer *t) {
                c->log.peak_tflops > 0 ? "log.peak_tflops" : "measured FMA loop");
 }
 
+/* Note [flight] (src/core/flight.c): dumps go to out_dir/debug; a previous
+ * run's records go first (rank 0 removes every rank's, each rank its own:
+ * node-local directories), so `sharc doctor` never mixes two runs. */
+static void start_flight(const char *out_dir, int rank) {
+    char d[SHARC_PATH_MAX + 16], f[SHARC_PATH_MAX + 300];
+    snprintf(d, sizeof d, "%s/debug", out_dir);
+    DIR *dir = rank == 0 ? opendir(d) : NULL;
+    for (struct dirent *e; dir && (e = readdir(dir));)
+        if (!strncmp(e->d_name, "flight-rank-", 12)) {
+            snprintf(f, sizeof f, "%s/%s", d, e->d_name);
+            unlink(f);
+        }
+    if (dir) closedir(dir);
+    snprintf(f, sizeof f, "%s/flight-rank-%d.json", d, rank);
+    unlink(f);
+    sharc_flight_set_dir(out_dir);
+}
+
 sharc_status sharc_train_run(const sharc_config *cfg, sharc_comm *world) {
     sharc_trainer *t;
     /* note [watchdog]: from here to the end, start-up collectives included */
@@ -627,6 +660,7 @@ sharc_status sharc_train_run(const sharc_config *cfg, sharc_comm *world) {
     sharc_jsonl *metrics = NULL, *debug = NULL;
     if (st == SHARC_OK) st = agree(t->world, sharc_run_dir_check(&rd, c, ck, resumed, rank));
     if (st == SHARC_OK) st = agree(t->world, sharc_run_dir_prepare(&rd, ck, rank, &metrics, &debug));
+    if (st == SHARC_OK) start_flight(c->train.out_dir, rank);
     if (st != SHARC_OK) {
         sharc_jsonl_close(metrics);
         sharc_jsonl_close(debug);
