@@ -628,6 +628,7 @@ static void start_flight(const char *out_dir, int rank) {
     if (dir) closedir(dir);
     snprintf(f, sizeof f, "%s/flight-rank-%d.json", d, rank);
     unlink(f);
+    if (rank == 0) rmdir(d); /* made for the records alone: nothing left behind (log.debug's logs keep it) */
     sharc_flight_set_dir(out_dir);
 }
 
