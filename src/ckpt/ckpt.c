@@ -3,8 +3,8 @@
  * protocol into save (every ckpt.every steps and at the end), wait, resume
  * (a path, or auto with fallback) and tidy. Every call is collective over
  * the world and agreed (note [agreement]). The other files of src/ckpt/
- * are listed in ckpt_impl.h. */
-#include "ckpt_impl.h"
+ * are listed in internal.h. */
+#include "internal.h"
 #include "sharc/activity.h"
 #include "sharc/alloc.h"
 #include "sharc/config.h"
@@ -26,54 +26,27 @@ static double now_s(void) {
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-/* Note [agreement] (trainer.c): every rank gets the same verdict. */
-sharc_status sharc_ckpt_agree(sharc_comm *world, sharc_status local) {
+/* Note [agreement]: every rank gets the same verdict. */
+static sharc_status agree(sharc_comm *world, sharc_status local) {
     return sharc_comm_agree(world, local, SHARC_ERR_IO, "ckpt: rank %d failed (see its message)");
 }
 
-sharc_status sharc_ckpt_init(sharc_ckpt **out, sharc_trainer *t) {
+sharc_status sharc_ckpt_init(sharc_ckpt **out, const sharc_ckpt_state *state) {
     *out = NULL;
     sharc_ckpt *c = calloc(1, sizeof *c);
     sharc_status st = c ? SHARC_OK : sharc_error(SHARC_ERR_NOMEM, "ckpt: out of memory");
-    sharc_comm *world = sharc_trainer_world(t);
     if (st == SHARC_OK) {
-        const sharc_config *cfg = sharc_trainer_config(t);
-        c->t = t;
-        c->world = world;
-        c->mesh = sharc_trainer_mesh(t);
+        const sharc_config *cfg = state->cfg;
+        c->s = *state;
         c->keep = cfg->ckpt.keep < 1 ? 1 : cfg->ckpt.keep;
         c->async = cfg->ckpt.async;
         c->done_step = -1;
         if (cfg->ckpt.dir[0]) snprintf(c->dir, sizeof c->dir, "%s", cfg->ckpt.dir);
         else snprintf(c->dir, sizeof c->dir, "%.1000s/checkpoints", cfg->train.out_dir);
-        c->writer = c->mesh->replicate_rank == 0;
-        sharc_fsdp *e = sharc_trainer_engine(t);
-        int nu = sharc_fsdp_num_units(e), nrec = 0;
-        for (int u = 0; u < nu; u++) {
-            const sharc_segment *segs;
-            c->nglobal += sharc_fsdp_unit_spec(e, u)->nparams;
-            nrec += sharc_fsdp_shard_segments(e, u, &segs);
-        }
-        c->gp_unit = calloc((size_t)c->nglobal + 1, sizeof(int));
-        c->gp_param = calloc((size_t)c->nglobal + 1, sizeof(int));
-        c->recs = calloc((size_t)nrec + 1, sizeof *c->recs);
-        if (!c->gp_unit || !c->gp_param || !c->recs) st = sharc_error(SHARC_ERR_NOMEM, "ckpt: out of memory");
-        for (int u = 0, g = 0; u < nu && st == SHARC_OK; u++) {
-            int first = g;
-            for (int p = 0; p < sharc_fsdp_unit_spec(e, u)->nparams; p++, g++) {
-                c->gp_unit[g] = u;
-                c->gp_param[g] = p;
-            }
-            const sharc_segment *segs;
-            int ns = sharc_fsdp_shard_segments(e, u, &segs);
-            for (int k = 0; k < ns; k++) {
-                c->recs[c->nrecs++] = (sharc_ckpt_rec){first + segs[k].param, segs[k].param_off,
-                                                  segs[k].param_off + segs[k].len, c->file_bytes};
-                c->file_bytes += (int64_t)KINDS * 4 * segs[k].len;
-            }
-        }
+        c->writes = state->mesh->replicate_rank == 0;
+        st = sharc_ckpt_plan_init(&c->plan, state->engine);
     }
-    st = sharc_ckpt_agree(world, st);
+    st = agree(state->world, st);
     if (st != SHARC_OK) {
         sharc_ckpt_free(c);
         return st;
@@ -84,12 +57,8 @@ sharc_status sharc_ckpt_init(sharc_ckpt **out, sharc_trainer *t) {
 
 void sharc_ckpt_free(sharc_ckpt *c) {
     if (!c) return;
-    if (c->thread_running) pthread_join(c->thread, NULL);
-    sharc_ckpt_job_clear(&c->job);
-    sharc_free(c->stage);
-    free(c->gp_unit);
-    free(c->gp_param);
-    free(c->recs);
+    sharc_ckpt_writer_free(&c->w);
+    sharc_ckpt_plan_free(&c->plan);
     free(c);
 }
 
@@ -120,76 +89,90 @@ sharc_status sharc_ckpt_remove_all(const char *dir) {
     return SHARC_OK;
 }
 
+/* Every rank's header, ranges and chunk crcs, all-gathered into *w (its
+ * arrays malloc'd). Collective and agreed. */
+static sharc_status exchange(sharc_ckpt *c, sharc_ckpt_written *w) {
+    sharc_comm *world = c->s.world;
+    const sharc_ckpt_job *j = &c->w.job;
+    const sharc_ckpt_plan *p = &c->plan;
+    const int R = sharc_comm_size(world);
+    memset(w, 0, sizeof *w);
+    w->R = R;
+    int64_t mine[6] = {c->writes, c->s.mesh->shard_rank, c->writes ? p->nrecs : 0, c->writes ? j->nchunks : 0,
+                       c->writes ? j->bytes : 0, c->writes ? j->crc : 0};
+    int64_t *hdr = malloc(sizeof(int64_t) * 6 * (size_t)R);
+    w->hdr = hdr;
+    w->maxrec = w->maxchunk = 1;
+    sharc_status st = hdr ? SHARC_OK : sharc_error(SHARC_ERR_NOMEM, "ckpt: out of memory");
+    st = agree(world, st);
+    if (st == SHARC_OK) st = sharc_comm_allgather(world, mine, hdr, 6, SHARC_DT_I64);
+    for (int r = 0; r < R && st == SHARC_OK; r++) {
+        w->maxrec = hdr[6 * r + 2] > w->maxrec ? hdr[6 * r + 2] : w->maxrec;
+        w->maxchunk = hdr[6 * r + 3] > w->maxchunk ? hdr[6 * r + 3] : w->maxchunk;
+    }
+    if (st != SHARC_OK) return st;
+    int64_t *myrec = calloc((size_t)w->maxrec * 4, sizeof(int64_t));
+    int64_t *allrec = calloc((size_t)w->maxrec * 4 * (size_t)R, sizeof(int64_t));
+    int64_t *mychunk = calloc((size_t)w->maxchunk, sizeof(int64_t));
+    int64_t *allchunk = calloc((size_t)w->maxchunk * (size_t)R, sizeof(int64_t));
+    w->recs = allrec;
+    w->chunks = allchunk;
+    st = myrec && allrec && mychunk && allchunk ? SHARC_OK : sharc_error(SHARC_ERR_NOMEM, "ckpt: out of memory");
+    for (int k = 0; k < mine[2] && st == SHARC_OK; k++) {
+        myrec[4 * k] = p->recs[k].gp;
+        myrec[4 * k + 1] = p->recs[k].begin;
+        myrec[4 * k + 2] = p->recs[k].end;
+        myrec[4 * k + 3] = p->recs[k].offset;
+    }
+    for (int64_t k = 0; k < mine[3] && st == SHARC_OK; k++) mychunk[k] = j->chunk_crc[k];
+    st = agree(world, st);
+    if (st == SHARC_OK) st = sharc_comm_allgather(world, myrec, allrec, (size_t)w->maxrec * 4, SHARC_DT_I64);
+    if (st == SHARC_OK) st = sharc_comm_allgather(world, mychunk, allchunk, (size_t)w->maxchunk, SHARC_DT_I64);
+    free(myrec);
+    free(mychunk);
+    return st;
+}
+
+static void written_free(sharc_ckpt_written *w) {
+    free((void *)w->hdr);
+    free((void *)w->recs);
+    free((void *)w->chunks);
+    memset(w, 0, sizeof *w);
+}
 
 /* Note [ckpt-async]: the second half of a save, on the main thread: wait for
  * the file, agree, exchange ranges and checksums, rank 0 publishes. */
 static sharc_status finish(sharc_ckpt *c) {
     if (!c->pending) return SHARC_OK;
-    sharc_ckpt_job *j = &c->job;
-    if (c->thread_running) {
-        pthread_join(c->thread, NULL);
-        c->thread_running = false;
-    }
+    sharc_ckpt_writer_join(&c->w);
     const int64_t step = c->pending_step;
     c->pending = false;
     sharc_ckpt_commit_kill_point("after-shards", step);
-    sharc_status st = j->st;
-    if (st != SHARC_OK) sharc_error(st, "%s", j->err);
-    st = sharc_ckpt_agree(c->world, st);
-    const int R = sharc_comm_size(c->world), rank = sharc_comm_rank(c->world);
+    sharc_status st = c->writes ? c->w.job.st : SHARC_OK;
+    if (st != SHARC_OK) sharc_error(st, "%s", c->w.job.err);
+    st = agree(c->s.world, st);
+    const int rank = sharc_comm_rank(c->s.world);
     char tmp[PATHLEN];
     sharc_ckpt_commit_step_path(tmp, sizeof tmp, c->dir, step, ".tmp");
     if (st != SHARC_OK) {
         if (rank == 0) sharc_ckpt_commit_remove_tree(tmp);
-        sharc_ckpt_job_clear(j);
         return st;
     }
-    int64_t mine[6] = {c->writer, c->mesh->shard_rank, c->writer ? c->nrecs : 0, c->writer ? j->nchunks : 0,
-                       c->writer ? j->bytes : 0, c->writer ? j->crc : 0};
-    int64_t *hdr = malloc(sizeof(int64_t) * 6 * (size_t)R);
-    int64_t maxrec = 1, maxchunk = 1;
-    st = hdr ? SHARC_OK : sharc_error(SHARC_ERR_NOMEM, "ckpt: out of memory");
-    st = sharc_ckpt_agree(c->world, st);
-    if (st == SHARC_OK) st = sharc_comm_allgather(c->world, mine, hdr, 6, SHARC_DT_I64);
-    for (int r = 0; r < R && st == SHARC_OK; r++) {
-        maxrec = hdr[6 * r + 2] > maxrec ? hdr[6 * r + 2] : maxrec;
-        maxchunk = hdr[6 * r + 3] > maxchunk ? hdr[6 * r + 3] : maxchunk;
-    }
-    int64_t *myrec = NULL, *allrec = NULL, *mychunk = NULL, *allchunk = NULL;
-    if (st == SHARC_OK) {
-        myrec = calloc((size_t)maxrec * 4, sizeof(int64_t));
-        allrec = calloc((size_t)maxrec * 4 * (size_t)R, sizeof(int64_t));
-        mychunk = calloc((size_t)maxchunk, sizeof(int64_t));
-        allchunk = calloc((size_t)maxchunk * (size_t)R, sizeof(int64_t));
-        st = myrec && allrec && mychunk && allchunk ? SHARC_OK : sharc_error(SHARC_ERR_NOMEM, "ckpt: out of memory");
-        for (int k = 0; k < mine[2] && st == SHARC_OK; k++) {
-            myrec[4 * k] = c->recs[k].gp;
-            myrec[4 * k + 1] = c->recs[k].begin;
-            myrec[4 * k + 2] = c->recs[k].end;
-            myrec[4 * k + 3] = c->recs[k].offset;
-        }
-        for (int64_t k = 0; k < mine[3] && st == SHARC_OK; k++) mychunk[k] = j->chunk_crc[k];
-        st = sharc_ckpt_agree(c->world, st);
-        if (st == SHARC_OK) st = sharc_comm_allgather(c->world, myrec, allrec, (size_t)maxrec * 4, SHARC_DT_I64);
-        if (st == SHARC_OK) st = sharc_comm_allgather(c->world, mychunk, allchunk, (size_t)maxchunk, SHARC_DT_I64);
-    }
+    sharc_ckpt_written w;
+    st = exchange(c, &w);
     sharc_status pub = SHARC_OK;
     int64_t total = 0;
-    for (int r = 0; r < R && st == SHARC_OK; r++) total += hdr[6 * r + 4];
+    for (int r = 0; r < w.R && st == SHARC_OK; r++) total += w.hdr[6 * r + 4];
     if (st == SHARC_OK && rank == 0) {
-        char *text = sharc_ckpt_manifest_build(c, step, hdr, allrec, maxrec, allchunk, maxchunk);
-        pub = text ? sharc_ckpt_commit_publish(c, step, text) : sharc_error(SHARC_ERR_NOMEM, "ckpt: cannot build the manifest");
+        char *text = sharc_ckpt_manifest_build(&c->s, &c->plan, step, c->pending_adam_step, &w);
+        pub = text ? sharc_ckpt_commit_publish(c->dir, step, c->keep, text)
+                   : sharc_error(SHARC_ERR_NOMEM, "ckpt: cannot build the manifest");
         free(text);
         if (pub != SHARC_OK) sharc_ckpt_commit_remove_tree(tmp);
     }
-    free(hdr);
-    free(myrec);
-    free(allrec);
-    free(mychunk);
-    free(allchunk);
-    sharc_ckpt_job_clear(j);
+    written_free(&w);
     if (st != SHARC_OK) return st;
-    st = sharc_ckpt_agree(c->world, pub);
+    st = agree(c->s.world, pub);
     if (st == SHARC_OK) {
         c->done_step = step;
         sharc_ckpt_commit_step_path(c->last, sizeof c->last, c->dir, step, "");
@@ -208,36 +191,20 @@ static sharc_status finish(sharc_ckpt *c) {
 
 sharc_status sharc_ckpt_wait(sharc_ckpt *c) { return finish(c); }
 
-sharc_status sharc_ckpt_save(sharc_ckpt *c) {
+sharc_status sharc_ckpt_save(sharc_ckpt *c, int64_t step) {
     SHARC_TRY(finish(c));
-    const int64_t step = sharc_trainer_steps_done(c->t);
     if (step == c->done_step) return SHARC_OK;
-    char tmp[PATHLEN];
-    sharc_ckpt_commit_step_path(tmp, sizeof tmp, c->dir, step, ".tmp");
-    sharc_status st = SHARC_OK;
     c->t_start = now_s();
-    if (sharc_comm_rank(c->world) == 0) {
-        st = sharc_mkdirs(c->dir);
-        if (st == SHARC_OK) st = sharc_ckpt_commit_remove_tree(tmp);
-        if (st == SHARC_OK && mkdir(tmp, 0755) != 0)
-            st = sharc_error(SHARC_ERR_IO, "ckpt: cannot create '%s': %s", tmp, strerror(errno));
-    }
-    SHARC_TRY(sharc_ckpt_agree(c->world, st));
-    sharc_ckpt_job *j = &c->job;
-    sharc_ckpt_job_clear(j);
+    SHARC_TRY(agree(c->s.world, sharc_comm_rank(c->s.world) == 0 ? sharc_ckpt_commit_begin(c->dir, step)
+                                                                           : SHARC_OK));
     c->pending = true;
     c->pending_step = step;
-    c->pending_adam_step = sharc_adamw_steps(sharc_trainer_optimizer(c->t));
-    if (c->writer) {
-        j->st = sharc_ckpt_job_prepare(c, tmp, c->async);
-        if (j->st != SHARC_OK) {
-            snprintf(j->err, sizeof j->err, "%s", sharc_last_error());
-        } else if (c->async) {
-            if (pthread_create(&c->thread, NULL, sharc_ckpt_shard_write, j) == 0) c->thread_running = true;
-            else sharc_ckpt_shard_write(j);
-        } else {
-            sharc_ckpt_shard_write(j);
-        }
+    c->pending_adam_step = sharc_adamw_steps(c->s.optim);
+    if (c->writes) {
+        char tmp[PATHLEN], path[PATHLEN + 64];
+        sharc_ckpt_commit_step_path(tmp, sizeof tmp, c->dir, step, ".tmp");
+        snprintf(path, sizeof path, "%s/shard-%05d-of-%05d.bin", tmp, c->s.mesh->shard_rank, c->s.mesh->dp_shard);
+        sharc_ckpt_writer_start(&c->w, &c->plan, c->s.engine, c->s.optim, path, c->async);
     }
     c->t_staged = now_s();
     return c->async ? SHARC_OK : finish(c);
@@ -245,31 +212,32 @@ sharc_status sharc_ckpt_save(sharc_ckpt *c) {
 
 /* ------------------------------------------------------------- loading */
 
+/* This rank's part of a checkpoint, read into the live shards and moments. */
 static sharc_status load_local(sharc_ckpt *c, const char *step_dir, sharc_ckpt_manifest *m) {
     SHARC_TRY(sharc_ckpt_manifest_read(m, step_dir));
-    SHARC_TRY(sharc_ckpt_manifest_check_model(m, &sharc_trainer_config(c->t)->model, false));
-    return sharc_ckpt_shard_read(m, sharc_trainer_engine(c->t), sharc_trainer_optimizer(c->t));
+    SHARC_TRY(sharc_ckpt_manifest_check_model(m, &c->s.cfg->model, false));
+    return sharc_ckpt_shard_read(m, c->s.engine, c->s.optim);
 }
 
-/* Load and agree; on success set the step. `warn`: report this rank's
+/* Load one step directory and agree; on success AdamW's step count is the
+ * checkpoint's and c->done_step its step. `warn`: report this rank's
  * failure as a warning (auto resume falls back). */
 static sharc_status load_dir(sharc_ckpt *c, const char *step_dir, bool warn) {
     sharc_ckpt_manifest m;
     double t0 = now_s();
     sharc_status st = load_local(c, step_dir, &m);
     if (st != SHARC_OK && warn) sharc_warn("%s", sharc_last_error());
-    sharc_status agreed = sharc_ckpt_agree(c->world, st);
+    sharc_status agreed = agree(c->s.world, st);
     /* on every rank, whatever happened: the shards may have been written
      * (note [shared-params] in src/fsdp/engine.c) */
-    sharc_fsdp_params_updated(sharc_trainer_engine(c->t));
+    sharc_fsdp_params_updated(c->s.engine);
     if (agreed == SHARC_OK) {
-        sharc_trainer_set_steps_done(c->t, m.step);
-        sharc_adamw_set_steps(sharc_trainer_optimizer(c->t), m.adam_step);
+        sharc_adamw_set_steps(c->s.optim, m.adam_step);
         c->done_step = m.step;
         snprintf(c->last, sizeof c->last, "%s", step_dir);
-        const sharc_config *cfg = sharc_trainer_config(c->t);
-        int64_t G = (int64_t)cfg->train.batch_size * cfg->train.grad_accum * sharc_comm_size(c->world), v = 0;
-        if (sharc_comm_rank(c->world) == 0) {
+        const sharc_config *cfg = c->s.cfg;
+        int64_t G = (int64_t)cfg->train.batch_size * cfg->train.grad_accum * sharc_comm_size(c->s.world), v = 0;
+        if (sharc_comm_rank(c->s.world) == 0) {
             sharc_info("ckpt: resumed from %s at step %lld (written by %lld ranks, %s; loaded in %.3f s)", step_dir,
                        (long long)m.step, (long long)m.world_size, m.strategy, now_s() - t0);
             if (sharc_ckpt_manifest_get_i64(&m, m.train, "sequences_per_step", &v) == SHARC_OK && v != G)
@@ -282,11 +250,6 @@ static sharc_status load_dir(sharc_ckpt *c, const char *step_dir, bool warn) {
     }
     sharc_ckpt_manifest_free(&m);
     return agreed;
-}
-
-sharc_status sharc_ckpt_load(sharc_ckpt *c, const char *step_dir) {
-    SHARC_TRY(finish(c));
-    return load_dir(c, step_dir, false);
 }
 
 /* Rank 0 decides, everyone hears: a path broadcast as int32 words. */
@@ -302,12 +265,14 @@ static sharc_status bcast_path(sharc_comm *w, char *path /* (PATHLEN) */) {
 sharc_status sharc_ckpt_resume(sharc_ckpt *c, const char *what, int64_t *loaded_step) {
     if (loaded_step) *loaded_step = -1;
     if (!what || !what[0] || !strcmp(what, "none")) return SHARC_OK;
-    const bool lead = sharc_comm_rank(c->world) == 0, autom = !strcmp(what, "auto");
+    SHARC_TRY(finish(c));
+    sharc_comm *world = c->s.world;
+    const bool lead = sharc_comm_rank(world) == 0, autom = !strcmp(what, "auto");
     const char *dir = autom ? c->dir : what;
     char man[PATHLEN + 32];
     snprintf(man, sizeof man, "%s/" MANIFEST_NAME, what);
     if (!autom && (sharc_ckpt_exists(man) || !sharc_ckpt_is_dir(what))) { /* a step directory (or a bad path: load names it) */
-        SHARC_TRY(sharc_ckpt_load(c, what));
+        SHARC_TRY(load_dir(c, what, false));
         if (loaded_step) *loaded_step = c->done_step;
         return SHARC_OK;
     }
@@ -316,10 +281,10 @@ sharc_status sharc_ckpt_resume(sharc_ckpt *c, const char *what, int64_t *loaded_
     if (lead && sharc_ckpt_commit_restore(dir) != SHARC_OK) sharc_warn("%s", sharc_last_error());
     int64_t *steps = NULL;
     int64_t n = lead ? sharc_ckpt_commit_list(dir, &steps) : 0;
-    SHARC_TRY(sharc_comm_broadcast(c->world, &n, 1, SHARC_DT_I64, 0));
+    SHARC_TRY(sharc_comm_broadcast(world, &n, 1, SHARC_DT_I64, 0));
     if (!lead && n > 0) steps = calloc((size_t)n, sizeof *steps);
-    sharc_status st = sharc_ckpt_agree(c->world, n > 0 && !steps ? sharc_error(SHARC_ERR_NOMEM, "ckpt: out of memory") : SHARC_OK);
-    if (st == SHARC_OK && n > 0) st = sharc_comm_broadcast(c->world, steps, (size_t)n, SHARC_DT_I64, 0);
+    sharc_status st = agree(world, n > 0 && !steps ? sharc_error(SHARC_ERR_NOMEM, "ckpt: out of memory") : SHARC_OK);
+    if (st == SHARC_OK && n > 0) st = sharc_comm_broadcast(world, steps, (size_t)n, SHARC_DT_I64, 0);
     if (st != SHARC_OK) {
         free(steps);
         return st;
@@ -337,7 +302,7 @@ sharc_status sharc_ckpt_resume(sharc_ckpt *c, const char *what, int64_t *loaded_
     st = SHARC_ERR_IO;
     for (int64_t i = 0; i < n; i++) {
         sharc_ckpt_commit_step_path(p, sizeof p, dir, steps[i], "");
-        SHARC_TRY(bcast_path(c->world, p));
+        SHARC_TRY(bcast_path(world, p));
         st = load_dir(c, p, autom);
         if (st == SHARC_OK || !autom) break;
         if (lead)

@@ -16,7 +16,7 @@
  * published checkpoint loadable. `latest` is for people and tools: auto
  * resume scans the step-N directories, because a crash between the rename
  * and `latest` leaves a newer complete checkpoint that `latest` misses. */
-#include "ckpt_impl.h"
+#include "internal.h"
 #include "sharc/fileio.h"
 #include "sharc/log.h"
 
@@ -26,8 +26,6 @@
 #include <string.h>
 #include <unistd.h>
 
-/* Test hook: SHARC_CKPT_KILL_AT=<stage> (and optionally SHARC_CKPT_KILL_STEP=<step>)
- * ends the process at that point of a save, as a crash would. */
 void sharc_ckpt_commit_kill_point(const char *stage, int64_t step) {
     const char *at = getenv("SHARC_CKPT_KILL_AT");
     if (!at || strcmp(at, stage) != 0) return;
@@ -38,7 +36,6 @@ void sharc_ckpt_commit_kill_point(const char *stage, int64_t step) {
     _exit(86);
 }
 
-/* "step-%08lld" exactly -> step, else -1. */
 int64_t sharc_ckpt_commit_parse_step(const char *name) {
     if (strncmp(name, "step-", 5) != 0) return -1;
     const char *p = name + 5;
@@ -55,7 +52,6 @@ void sharc_ckpt_commit_step_path(char *out, size_t n, const char *dir, int64_t s
     snprintf(out, n, "%s/step-%08lld%s", dir, (long long)step, suffix);
 }
 
-/* Remove a directory of plain files (a checkpoint); missing is fine. */
 sharc_status sharc_ckpt_commit_remove_tree(const char *dir) {
     DIR *d = opendir(dir);
     if (!d) return errno == ENOENT ? SHARC_OK : sharc_error(SHARC_ERR_IO, "ckpt: cannot open '%s': %s", dir, strerror(errno));
@@ -79,7 +75,6 @@ static int cmp_desc(const void *a, const void *b) {
     return x < y ? 1 : x > y ? -1 : 0;
 }
 
-/* Published checkpoints (step-N directories with a manifest), newest first. */
 int sharc_ckpt_commit_list(const char *dir, int64_t **out) {
     *out = NULL;
     DIR *d = opendir(dir);
@@ -116,8 +111,6 @@ int sharc_ckpt_commit_list(const char *dir, int64_t **out) {
  * the published checkpoint (a resume does that before it lists DIR: the one
  * write a run makes before its start-up checks, and it only puts back what
  * was published). */
-/* step-N.old with a manifest and no step-N: rename it back (the first
- * half of note [ckpt-leftovers]; before a resume lists DIR, too). */
 sharc_status sharc_ckpt_commit_restore(const char *dir) {
     DIR *d = opendir(dir);
     if (!d) return SHARC_OK;
@@ -160,10 +153,6 @@ sharc_status sharc_ckpt_commit_clean(const char *dir) {
     return st;
 }
 
-/* The leftovers first; then keep checkpoint `step` of DIR and the keep - 1
- * newest older ones; with `newer`, checkpoints newer than `step` go too
- * (they belong to a timeline this run replaced). step < 0: every
- * checkpoint goes. */
 sharc_status sharc_ckpt_commit_prune(const char *dir, int64_t step, int keep, bool newer) {
     SHARC_TRY(sharc_ckpt_commit_clean(dir)); /* first: a restored step-N counts */
     int64_t *steps;
@@ -191,14 +180,20 @@ sharc_status sharc_ckpt_commit_prune(const char *dir, int64_t step, int keep, bo
     return st;
 }
 
-static sharc_status prune(sharc_ckpt *c, int64_t step) { return sharc_ckpt_commit_prune(c->dir, step, c->keep, true); }
+sharc_status sharc_ckpt_commit_begin(const char *dir, int64_t step) {
+    char tmp[PATHLEN];
+    sharc_ckpt_commit_step_path(tmp, sizeof tmp, dir, step, ".tmp");
+    SHARC_TRY(sharc_mkdirs(dir));
+    SHARC_TRY(sharc_ckpt_commit_remove_tree(tmp));
+    if (mkdir(tmp, 0755) != 0) return sharc_error(SHARC_ERR_IO, "ckpt: cannot create '%s': %s", tmp, strerror(errno));
+    return SHARC_OK;
+}
 
-/* Rank 0: manifest, rename, latest, prune (note [ckpt-commit]). */
-sharc_status sharc_ckpt_commit_publish(sharc_ckpt *c, int64_t step, const char *manifest_text) {
+sharc_status sharc_ckpt_commit_publish(const char *dir, int64_t step, int keep, const char *manifest_text) {
     char tmp[PATHLEN], fin[PATHLEN], old[PATHLEN], p[PATHLEN + 64];
-    sharc_ckpt_commit_step_path(tmp, sizeof tmp, c->dir, step, ".tmp");
-    sharc_ckpt_commit_step_path(fin, sizeof fin, c->dir, step, "");
-    sharc_ckpt_commit_step_path(old, sizeof old, c->dir, step, ".old");
+    sharc_ckpt_commit_step_path(tmp, sizeof tmp, dir, step, ".tmp");
+    sharc_ckpt_commit_step_path(fin, sizeof fin, dir, step, "");
+    sharc_ckpt_commit_step_path(old, sizeof old, dir, step, ".old");
     sharc_ckpt_commit_kill_point("before-manifest", step);
     snprintf(p, sizeof p, "%s/" MANIFEST_NAME, tmp);
     SHARC_TRY(sharc_write_text_atomic(p, manifest_text));
@@ -216,11 +211,11 @@ sharc_status sharc_ckpt_commit_publish(sharc_ckpt *c, int64_t step, const char *
     sharc_ckpt_commit_kill_point("after-rename", step);
     if (replaced) SHARC_TRY(sharc_ckpt_commit_remove_tree(old));
     sharc_ckpt_commit_kill_point("before-latest", step);
-    snprintf(p, sizeof p, "%s/latest", c->dir);
+    snprintf(p, sizeof p, "%s/latest", dir);
     char text[64];
     snprintf(text, sizeof text, "step-%08lld\n", (long long)step);
     SHARC_TRY(sharc_write_text_atomic(p, text));
     sharc_ckpt_commit_kill_point("after-latest", step);
-    return prune(c, step);
+    return sharc_ckpt_commit_prune(dir, step, keep, true);
 }
 

@@ -2,7 +2,7 @@
  * sharc_ckpt_inspect (`sharc ckpt inspect`), sharc_ckpt_resolve, and the
  * weights of a checkpoint for sharc export, generate and eval
  * (sharc_ckpt_read_config, sharc_ckpt_load_params, sharc_ckpt_find_weights). */
-#include "ckpt_impl.h"
+#include "internal.h"
 #include "sharc/config.h"
 #include "sharc/log.h"
 

@@ -2,7 +2,7 @@
  * (json-c): read and checked field by field, built from every rank's ranges
  * and checksums, and the model it names (docs/ARCHITECTURE.md, "Checkpoints",
  * **Manifest**). */
-#include "ckpt_impl.h"
+#include "internal.h"
 #include "sharc/config.h"
 #include "sharc/fileio.h"
 
@@ -62,8 +62,6 @@ static int cmp_range(const void *a, const void *b) {
     return x->begin < y->begin ? -1 : x->begin > y->begin;
 }
 
-/* Read and check a step directory's manifest: every field typed, every range
- * inside its file, every tensor's ranges tiling [0, numel). */
 sharc_status sharc_ckpt_manifest_read(sharc_ckpt_manifest *m, const char *step_dir) {
     memset(m, 0, sizeof *m);
     snprintf(m->dir, sizeof m->dir, "%s", step_dir);
@@ -230,14 +228,12 @@ static json_object *model_json(const sharc_model_config *m) {
     return o;
 }
 
-/* The manifest text (rank 0), from every rank's header
- *   hdr[6 r .. 6 r + 5] = writer, shard_rank, nrecs, nchunks, bytes, crc
- * and its padded records (4 int64 each) and chunk crcs. */
-char *sharc_ckpt_manifest_build(sharc_ckpt *c, int64_t step, const int64_t *hdr, const int64_t *recs, int64_t maxrec,
-                            const int64_t *chunks, int64_t maxchunk) {
-    const sharc_config *cfg = sharc_trainer_config(c->t);
-    sharc_fsdp *e = sharc_trainer_engine(c->t);
-    const int R = sharc_comm_size(c->world), S = c->mesh->dp_shard;
+char *sharc_ckpt_manifest_build(const sharc_ckpt_state *st, const sharc_ckpt_plan *plan, int64_t step,
+                                int64_t adam_step, const sharc_ckpt_written *w) {
+    const sharc_config *cfg = st->cfg;
+    const sharc_fsdp *e = st->engine;
+    const int R = w->R, S = st->mesh->dp_shard;
+    const int64_t *hdr = w->hdr, *recs = w->recs, *chunks = w->chunks, maxrec = w->maxrec, maxchunk = w->maxchunk;
     json_object *root = json_object_new_object();
     json_object_object_add(root, "format", json_object_new_string("sharc-checkpoint"));
     json_add_i64(root, "format_version", SHARC_CKPT_FORMAT_VERSION);
@@ -245,12 +241,12 @@ char *sharc_ckpt_manifest_build(sharc_ckpt *c, int64_t step, const int64_t *hdr,
     json_add_i64(root, "world_size", R);
     json_object_object_add(root, "strategy", json_object_new_string(sharc_sharding_name(cfg->fsdp.engine.strategy)));
     json_add_i64(root, "dp_shard", S);
-    json_add_i64(root, "dp_replicate", c->mesh->dp_replicate);
+    json_add_i64(root, "dp_replicate", st->mesh->dp_replicate);
     json_object_object_add(root, "model", model_json(&cfg->model));
     json_object *tr = json_object_new_object();
     int64_t G = (int64_t)cfg->train.batch_size * cfg->train.grad_accum * R;
     json_add_i64(tr, "step", step);
-    json_add_i64(tr, "adam_step", c->pending_adam_step);
+    json_add_i64(tr, "adam_step", adam_step);
     json_object_object_add(tr, "next_lr", json_object_new_double((double)sharc_lr_at(&cfg->optim, step, cfg->train.max_steps)));
     json_add_i64(tr, "max_steps", cfg->train.max_steps);
     json_add_i64(tr, "sequences_per_step", G);
@@ -289,8 +285,8 @@ char *sharc_ckpt_manifest_build(sharc_ckpt *c, int64_t step, const int64_t *hdr,
     }
     json_object_object_add(root, "files", files);
     json_object *tensors = json_object_new_array();
-    for (int g = 0; g < c->nglobal; g++) {
-        const sharc_param_spec *p = &sharc_fsdp_unit_spec(e, c->gp_unit[g])->params[c->gp_param[g]];
+    for (int g = 0; g < plan->nglobal; g++) {
+        const sharc_param_spec *p = &sharc_fsdp_unit_spec(e, plan->gp_unit[g])->params[plan->gp_param[g]];
         json_object *t = json_object_new_object(), *shape = json_object_new_array(), *ranges = json_object_new_array();
         json_object_object_add(t, "name", json_object_new_string(p->name));
         json_object_object_add(t, "dtype", json_object_new_string("F32"));
@@ -320,8 +316,6 @@ char *sharc_ckpt_manifest_build(sharc_ckpt *c, int64_t step, const int64_t *hdr,
     return text;
 }
 
-/* `own`: mc is the checkpoint's own "config" (it must agree with "model"),
- * else this run's model. */
 sharc_status sharc_ckpt_manifest_check_model(const sharc_ckpt_manifest *m, const sharc_model_config *mc, bool own) {
     json_object *want = model_json(mc);
     sharc_status st = SHARC_OK;

@@ -16,7 +16,7 @@
  * per-chunk checksums in its metadata anyway; with the index in the manifest
  * a shard file is plain data that a reader preads by byte range.
  */
-#include "ckpt_impl.h"
+#include "internal.h"
 #include "sharc/activity.h"
 #include "sharc/fileio.h"
 
@@ -83,9 +83,6 @@ static sharc_status reader_read(sharc_ckpt_reader *r, int fi, int64_t pos, int64
 
 /* ------------------------------------------------------------- writing */
 
-/* Write the job's pieces to its file (temporary name, fsync, rename),
- * computing the whole-file and per-chunk crc32 on the way. No MPI here: this
- * runs on the background thread under ckpt.async. */
 void *sharc_ckpt_shard_write(void *arg) {
     sharc_ckpt_job *j = arg;
     sharc_afile af;
@@ -151,10 +148,6 @@ static sharc_status check_tensors(const sharc_ckpt_manifest *m, sharc_fsdp *e) {
     return SHARC_OK;
 }
 
-/* This rank's elements of every parameter (and, with an optimizer, of both
- * moments) from a read manifest into the live shards: the names and shapes
- * are checked first, then only the chunks overlapping this rank's segments
- * are read, each verified against its crc32. No communication. */
 sharc_status sharc_ckpt_shard_read(sharc_ckpt_manifest *m, sharc_fsdp *e, sharc_adamw *a /* NULL: parameters only */) {
     SHARC_TRY(check_tensors(m, e));
     sharc_ckpt_reader rd = {.m = m, .file = -1, .chunk = -1, .buf = malloc((size_t)m->chunk_bytes)};
@@ -186,8 +179,6 @@ sharc_status sharc_ckpt_shard_read(sharc_ckpt_manifest *m, sharc_fsdp *e, sharc_
 
 /* This rank's part of a checkpoint, read into the live shards. */
 
-/* Every chunk of every file and each file's whole crc32; `out` (may be NULL)
- * gets a line per file, *total (may be NULL) their bytes. */
 sharc_status sharc_ckpt_shard_verify(sharc_ckpt_manifest *m, FILE *out, int64_t *total) {
     sharc_ckpt_reader rd = {.m = m, .file = -1, .chunk = -1, .buf = malloc((size_t)m->chunk_bytes)};
     sharc_status st = rd.buf ? SHARC_OK : sharc_error(SHARC_ERR_NOMEM, "ckpt: out of memory");

@@ -408,14 +408,25 @@ void sharc_trainer_free(sharc_trainer *t) {
     free(t);
 }
 
-sharc_model *sharc_trainer_model(sharc_trainer *t) { return t->model; }
 sharc_fsdp *sharc_trainer_engine(sharc_trainer *t) { return t->engine; }
 sharc_adamw *sharc_trainer_optimizer(sharc_trainer *t) { return t->opt; }
 const sharc_config *sharc_trainer_config(const sharc_trainer *t) { return &t->cfg; }
 sharc_comm *sharc_trainer_world(sharc_trainer *t) { return t->world; }
 const sharc_mesh *sharc_trainer_mesh(const sharc_trainer *t) { return &t->mesh; }
 int64_t sharc_trainer_steps_done(const sharc_trainer *t) { return t->step; }
-void sharc_trainer_set_steps_done(sharc_trainer *t, int64_t step) { t->step = step; }
+
+sharc_ckpt_state sharc_trainer_ckpt_state(sharc_trainer *t) {
+    return (sharc_ckpt_state){.world = t->world, .mesh = &t->mesh, .engine = t->engine, .optim = t->opt,
+                              .cfg = &t->cfg};
+}
+
+sharc_status sharc_trainer_resume(sharc_trainer *t, sharc_ckpt *ck, const char *what, int64_t *loaded_step) {
+    int64_t step = -1;
+    sharc_status st = sharc_ckpt_resume(ck, what, &step);
+    if (st == SHARC_OK && step >= 0) t->step = step;
+    if (loaded_step) *loaded_step = step;
+    return st;
+}
 
 /* ------------------------------------------------------------------ step */
 
@@ -626,8 +637,9 @@ sharc_status sharc_train_run(const sharc_config *cfg, sharc_comm *world) {
     /* checkpoints (sharc/ckpt.h): resume before anything is written */
     sharc_ckpt *ck = NULL;
     int64_t resumed = -1;
-    st = sharc_ckpt_init(&ck, t);
-    if (st == SHARC_OK) st = sharc_ckpt_resume(ck, t->cfg.ckpt.resume, &resumed);
+    const sharc_ckpt_state cs = sharc_trainer_ckpt_state(t);
+    st = sharc_ckpt_init(&ck, &cs);
+    if (st == SHARC_OK) st = sharc_trainer_resume(t, ck, t->cfg.ckpt.resume, &resumed);
     const sharc_config *c = &t->cfg;
     const int rank = sharc_comm_rank(t->world);
     const bool lead = rank == 0;
@@ -712,7 +724,7 @@ sharc_status sharc_train_run(const sharc_config *cfg, sharc_comm *world) {
         }
         st = sharc_comm_agree(t->world, out, SHARC_ERR_IO, "train: rank %d cannot write its metrics (see its message)");
         if (st == SHARC_OK && c->ckpt.every > 0 && s.step % c->ckpt.every == 0 && s.step < c->train.max_steps)
-            st = sharc_ckpt_save(ck);
+            st = sharc_ckpt_save(ck, t->step);
         reset_comm_stats(t);
     }
     /* note [job-end]: a rank that failed alone must not free what its peers
@@ -727,7 +739,7 @@ sharc_status sharc_train_run(const sharc_config *cfg, sharc_comm *world) {
     sharc_status dst = sharc_jsonl_close(debug);
     if (st == SHARC_OK) st = agree(t->world, cst != SHARC_OK ? cst : dst);
     if (sharc_prof_enabled() && lead) sharc_prof_report(stderr, (int)(c->train.max_steps > 0 ? c->train.max_steps : 1));
-    if (st == SHARC_OK) st = sharc_ckpt_save(ck); /* the last step; waits for an async one */
+    if (st == SHARC_OK) st = sharc_ckpt_save(ck, t->step); /* the last step; waits for an async one */
     if (st == SHARC_OK) st = sharc_ckpt_wait(ck);
     sharc_ckpt_free(ck);
     if (st == SHARC_OK) {

@@ -1,15 +1,18 @@
-/* ckpt_impl.h (internal): the checkpointer's objects as its files share
- * them. The files, by concern (docs/ARCHITECTURE.md, "Checkpoints"):
+/* internal.h (src/ckpt only): the checkpointer's objects as its files
+ * share them, and each file's functions. The files, by concern
+ * (docs/ARCHITECTURE.md, "Checkpoints"):
  *
  *   ckpt.c        sharc_ckpt_*: the manager (init, save, wait, resume, tidy)
+ *   plan.c        the range plan: which elements this rank's file holds where (note [ckpt-layout])
+ *   writer.c      the writer of this rank's file, in the background under ckpt.async (note [ckpt-async])
+ *   shard_file.c  the shard files: written with their checksums, read back verified chunk by chunk
  *   manifest.c    the manifest: read and checked, built, the model it names
- *   shard_file.c  the shard files: written with their checksums, read back
- *                 verified chunk by chunk (note [ckpt-layout])
- *   writer.c      what a rank writes and the background writer (note [ckpt-async])
- *   commit.c      the directory protocol: publish, prune, leftovers (note [ckpt-commit])
- *   inspect.c     reading a checkpoint with no trainer: inspect, resolve, weights */
-#ifndef SHARC_CKPT_IMPL_H
-#define SHARC_CKPT_IMPL_H
+ *   commit.c      the directory protocol: begin, publish, prune, leftovers (note [ckpt-commit])
+ *   inspect.c     a checkpoint with no trainer: inspect, resolve, weights for export/generate/eval
+ *
+ * Nothing here knows the trainer: the manager is handed sharc_ckpt_state. */
+#ifndef SHARC_CKPT_INTERNAL_H
+#define SHARC_CKPT_INTERNAL_H
 
 #include "sharc/ckpt.h"
 #include "sharc/comm.h"
@@ -17,7 +20,6 @@
 #include "sharc/mesh.h"
 #include "sharc/model.h"
 #include "sharc/optim.h"
-#include "sharc/train.h"
 
 #include <json-c/json.h>
 #include <pthread.h>
@@ -87,11 +89,26 @@ typedef struct {
     int64_t chunk;
 } sharc_ckpt_reader;
 
-/* ----------------------------------------------------------- ckpt.c */
+/* ----------------------------------------------------------- plan.c */
 
+/* One range of this rank's file (note [ckpt-layout]). */
 typedef struct {
-    int64_t gp, begin, end, offset; /* global parameter index, elements, byte offset in the file */
+    int64_t gp;     /* global parameter index: units in order, their parameters in order */
+    int64_t begin, end; /* the parameter's elements [begin, end) */
+    int64_t offset; /* byte offset in the file of the parameter's elements; both moments follow */
 } sharc_ckpt_rec;
+
+/* The range plan: a pure function of the engine's unit specs and this
+ * rank's shard segments, the same at every save. */
+typedef struct {
+    int nglobal;             /* parameters over all units */
+    int *gp_unit, *gp_param; /* (nglobal) each global parameter's unit and index in it */
+    sharc_ckpt_rec *recs;    /* (nrecs) this rank's ranges, in unit and segment order */
+    int nrecs;
+    int64_t file_bytes;      /* this rank's file: KINDS x 4 bytes per element of its segments */
+} sharc_ckpt_plan;
+
+/* ---------------------------------------------------------- writer.c */
 
 typedef struct {
     const float *data;
@@ -110,32 +127,42 @@ typedef struct {
     char err[1024];
 } sharc_ckpt_job;
 
+/* The writer of this rank's file (note [ckpt-async]). */
+typedef struct {
+    sharc_ckpt_job job;
+    bool running;     /* the background thread holds `job` */
+    pthread_t thread;
+    float *stage;     /* ckpt.async: (file_bytes / 4) the staged copy, kept from one save to the next (SHARC_MEM_OTHER) */
+} sharc_ckpt_writer;
+
+/* --------------------------------------------------------- manifest.c */
+
+/* Every rank's part of a save, all-gathered for the manifest (ckpt.c). */
+typedef struct {
+    int R;                 /* ranks in the world */
+    const int64_t *hdr;    /* (R, 6) writer, shard_rank, nrecs, nchunks, bytes, crc */
+    const int64_t *recs;   /* (R, maxrec, 4) gp, begin, end, offset */
+    int64_t maxrec;
+    const int64_t *chunks; /* (R, maxchunk) chunk crcs */
+    int64_t maxchunk;
+} sharc_ckpt_written;
+
+/* ----------------------------------------------------------- ckpt.c */
+
 struct sharc_ckpt {
-    sharc_trainer *t; /* borrowed */
-    sharc_comm *world;
-    const sharc_mesh *mesh;
+    sharc_ckpt_state s; /* borrowed */
     char dir[SHARC_CKPT_PATH_MAX];
     int keep;
-    bool async, writer;
-    int nglobal;         /* parameters over all units */
-    int *gp_unit, *gp_param; /* (nglobal) */
-    sharc_ckpt_rec *recs;     /* (nrecs) this rank's layout, note [ckpt-layout] */
-    int nrecs;
-    int64_t file_bytes;
+    bool async, writes; /* ckpt.async; this rank writes a file (replicate group 0) */
+    sharc_ckpt_plan plan;
+    sharc_ckpt_writer w;
     /* in flight (note [ckpt-async]) */
-    bool pending, thread_running;
+    bool pending;
     int64_t pending_step, pending_adam_step; /* captured when the save starts */
     double t_start, t_staged;                /* when the save started, when its state was staged */
-    pthread_t thread;
-    sharc_ckpt_job job;
-    float *stage; /* ckpt.async: (file_bytes / 4) the staged copy, kept from one save to the next (SHARC_MEM_OTHER) */
     int64_t done_step; /* last step published or loaded, -1 */
     char last[PATHLEN];
 };
-
-
-/* Note [agreement]: every rank gets the same verdict. */
-sharc_status sharc_ckpt_agree(sharc_comm *world, sharc_status local);
 
 /* manifest.c */
 void sharc_ckpt_manifest_free(sharc_ckpt_manifest *m);
@@ -148,11 +175,10 @@ sharc_status sharc_ckpt_manifest_get_arr(const sharc_ckpt_manifest *m, json_obje
  * inside its file, every tensor's ranges tiling [0, numel). */
 sharc_status sharc_ckpt_manifest_read(sharc_ckpt_manifest *m, const char *step_dir);
 const sharc_ckpt_tensor *sharc_ckpt_manifest_find(const sharc_ckpt_manifest *m, const char *name);
-/* The manifest text (rank 0), from every rank's header
- *   hdr[6 r .. 6 r + 5] = writer, shard_rank, nrecs, nchunks, bytes, crc
- * and its padded records (4 int64 each) and chunk crcs. */
-char *sharc_ckpt_manifest_build(sharc_ckpt *c, int64_t step, const int64_t *hdr, const int64_t *recs, int64_t maxrec,
-                                const int64_t *chunks, int64_t maxchunk);
+/* The manifest text (rank 0) of the save of `step` (AdamW's `adam_step`)
+ * of state `s` laid out by plan `p`, from what every rank wrote. */
+char *sharc_ckpt_manifest_build(const sharc_ckpt_state *s, const sharc_ckpt_plan *p, int64_t step, int64_t adam_step,
+                                const sharc_ckpt_written *w);
 /* `own`: mc is the checkpoint's own "config" (it must agree with "model"),
  * else this run's model. */
 sharc_status sharc_ckpt_manifest_check_model(const sharc_ckpt_manifest *m, const sharc_model_config *mc, bool own);
@@ -171,11 +197,19 @@ sharc_status sharc_ckpt_shard_read(sharc_ckpt_manifest *m, sharc_fsdp *e, sharc_
  * gets a line per file, *total (may be NULL) their bytes. */
 sharc_status sharc_ckpt_shard_verify(sharc_ckpt_manifest *m, FILE *out, int64_t *total);
 
+/* plan.c */
+sharc_status sharc_ckpt_plan_init(sharc_ckpt_plan *p, const struct sharc_fsdp *e);
+void sharc_ckpt_plan_free(sharc_ckpt_plan *p);
+
 /* writer.c */
-/* Fill the job for this rank's file: pieces on the live shards, or (async)
- * on a staged copy of them. */
-sharc_status sharc_ckpt_job_prepare(sharc_ckpt *c, const char *tmp_dir, bool stage);
-void sharc_ckpt_job_clear(sharc_ckpt_job *j);
+/* Write this rank's file `path` (plan `p`, shards of `e`, moments of `a`):
+ * at once, or with `async` from a copy staged in memory by a background
+ * thread. A failure is kept in the job (st, err) for sharc_ckpt_writer_join. */
+void sharc_ckpt_writer_start(sharc_ckpt_writer *w, const sharc_ckpt_plan *p, struct sharc_fsdp *e,
+                             struct sharc_adamw *a, const char *path, bool async);
+/* Wait for the write; the job holds its outcome until the next start. */
+void sharc_ckpt_writer_join(sharc_ckpt_writer *w);
+void sharc_ckpt_writer_free(sharc_ckpt_writer *w);
 
 /* commit.c */
 /* Test hook: SHARC_CKPT_KILL_AT=<stage> (and optionally SHARC_CKPT_KILL_STEP=<step>)
@@ -197,7 +231,10 @@ sharc_status sharc_ckpt_commit_clean(const char *dir);
  * (they belong to a timeline this run replaced). step < 0: every
  * checkpoint goes. */
 sharc_status sharc_ckpt_commit_prune(const char *dir, int64_t step, int keep, bool newer);
-/* Rank 0: manifest, rename, latest, prune (note [ckpt-commit]). */
-sharc_status sharc_ckpt_commit_publish(sharc_ckpt *c, int64_t step, const char *manifest_text);
+/* Rank 0, before the writers: DIR and an empty DIR/step-N.tmp (a stale one removed). */
+sharc_status sharc_ckpt_commit_begin(const char *dir, int64_t step);
+/* Rank 0, after every writer: manifest, rename, latest, prune to `keep`
+ * (note [ckpt-commit]). */
+sharc_status sharc_ckpt_commit_publish(const char *dir, int64_t step, int keep, const char *manifest_text);
 
 #endif
