@@ -6,8 +6,10 @@
  * collective; then all ranks all-reduce their status, so a rank that failed
  * makes every rank stop with a message instead of leaving them blocked in a
  * collective it never reaches. Then a fingerprint of every value that must
- * match (model shape, sharding, batch, seeds) is all-gathered and compared;
- * a difference is one message naming the key and two ranks' values.
+ * match (the keys the config table marks `agree`: model shape, sharding,
+ * batch, seeds, paths written; and the data files' token counts) is
+ * all-gathered and compared; a difference is one message naming the key
+ * and two ranks' values.
  *
  * Note [bad-steps]. The loss and the gradient norm are all-reduced values,
  * so every rank sees the same ones: when either is not finite, every rank
@@ -117,96 +119,8 @@ static double cpu_now_s(void) {
 
 /* ---------------------------------------------------------- fingerprint */
 
-typedef struct {
-    const char *key;
-    int64_t value;
-    const char *text; /* a string value (value is its hash), or NULL */
-} fp_item;
-
-static int64_t bits(float f) {
-    int32_t i;
-    memcpy(&i, &f, 4);
-    return i;
-}
-
-#define FP_MAX 80
-
-/* FNV-1a: a string's fingerprint. */
-static int64_t text_hash(const char *s) {
-    uint64_t h = 14695981039346656037ull;
-    for (; *s; s++) h = (h ^ (uint8_t)*s) * 1099511628211ull;
-    return (int64_t)h;
-}
-
-static int fingerprint(const sharc_config *c, fp_item *it) {
-    int n = 0;
-#define ITEM(k, v) (it[n++] = (fp_item){k, (int64_t)(v), NULL})
-#define TEXT(k, v) (it[n++] = (fp_item){k, text_hash(v), v})
-    ITEM("model.family", c->model.family);
-    ITEM("model.num_layers", c->model.num_layers);
-    ITEM("model.embed_dim", c->model.embed_dim);
-    ITEM("model.num_heads", c->model.num_heads);
-    ITEM("model.num_kv_heads", c->model.num_kv_heads);
-    ITEM("model.ff_hidden_dim", c->model.ff_hidden_dim);
-    ITEM("model.vocab_size", c->model.vocab_size);
-    ITEM("model.max_seq_len", c->model.max_seq_len);
-    ITEM("model.tie_embeddings", c->model.tie_embeddings);
-    ITEM("model.norm_eps", bits(c->model.norm_eps));
-    ITEM("model.rope_theta", bits(c->model.rope_theta));
-    ITEM("model.init_std", bits(c->model.init_std));
-    ITEM("train.batch_size", c->train.batch_size);
-    ITEM("train.grad_accum", c->train.grad_accum);
-    ITEM("train.seq_len", c->train.seq_len);
-    ITEM("train.max_steps", c->train.max_steps);
-    ITEM("train.seed", c->train.seed);
-    ITEM("data.shuffle", c->data.shuffle);
-    ITEM("data.seed", c->data.seed);
-    ITEM("optim.lr", bits(c->optim.lr));
-    ITEM("optim.weight_decay", bits(c->optim.weight_decay));
-    ITEM("optim.max_grad_norm", bits(c->optim.max_grad_norm));
-    ITEM("optim.warmup_steps", c->optim.warmup_steps);
-    ITEM("fsdp.sharding_strategy", c->fsdp.engine.strategy);
-    ITEM("fsdp.fsdp_size", c->fsdp.engine.fsdp_size);
-    ITEM("fsdp.reshard_after_forward", c->fsdp.engine.reshard_after_forward);
-    ITEM("fsdp.param_dtype", c->fsdp.engine.param_dtype);
-    ITEM("fsdp.reduce_dtype", c->fsdp.engine.reduce_dtype);
-    ITEM("fsdp.forward_prefetch", c->fsdp.engine.forward_prefetch);
-    ITEM("fsdp.backward_prefetch", c->fsdp.engine.backward_prefetch);
-    ITEM("fsdp.limit_all_gathers", c->fsdp.engine.limit_all_gathers);
-    ITEM("fsdp.no_sync", c->fsdp.engine.no_sync);
-    ITEM("fsdp.activation_checkpointing", c->fsdp.activation_checkpointing);
-    ITEM("train.max_bad_steps", c->train.max_bad_steps);
-    ITEM("log.eval_every", c->log.eval_every);
-    ITEM("log.eval_batches", c->log.eval_batches);
-    ITEM("optim.min_lr_ratio", bits(c->optim.min_lr_ratio));
-    ITEM("optim.decay_steps", c->optim.decay_steps);
-    ITEM("optim.lr_decay", c->optim.decay);
-    ITEM("optim.beta1", bits(c->optim.beta1));
-    ITEM("optim.beta2", bits(c->optim.beta2));
-    ITEM("optim.eps", bits(c->optim.eps));
-    /* where the run reads and writes: one rank elsewhere would fail (or
-     * wait) only at its first save or resume */
-    TEXT("train.out_dir", c->train.out_dir);
-    TEXT("ckpt.dir", c->ckpt.dir);
-    TEXT("ckpt.resume", c->ckpt.resume);
-    TEXT("model.init_from", c->init_from);
-    ITEM("ckpt.every", c->ckpt.every);
-    ITEM("ckpt.keep", c->ckpt.keep);
-    ITEM("ckpt.async", c->ckpt.async);
-    ITEM("train.overwrite_output_dir", c->train.overwrite_output_dir);
-    ITEM("train.loss_normalization", c->train.loss_normalization);
-    ITEM("data.format", c->data.format);
-    ITEM("data.max_len", c->data.max_len);
-    ITEM("data.loss_mask", c->data.loss_mask);
-    ITEM("data.multiturn", c->data.multiturn);
-    ITEM("data.apply_chat_template", c->data.apply_chat_template);
-#undef ITEM
-#undef TEXT
-    return n;
-}
-
 /* Both ranks' values of a string item: rank 0's and rank r's, broadcast. */
-static sharc_status disagree_text(sharc_comm *world, const fp_item *it, int r) {
+static sharc_status disagree_text(sharc_comm *world, const sharc_config_agreed *it, int r) {
     int32_t a[SHARC_PATH_MAX / 4 + 1], b[SHARC_PATH_MAX / 4 + 1];
     memset(a, 0, sizeof a);
     memset(b, 0, sizeof b);
@@ -222,17 +136,19 @@ static sharc_status disagree_text(sharc_comm *world, const fp_item *it, int r) {
 
 /* All ranks compare their fingerprints; every rank returns the same verdict. */
 static sharc_status check_agreement(sharc_comm *world, const sharc_config *c, int64_t ntokens, int64_t val_tokens) {
-    fp_item it[FP_MAX];
-    int n = fingerprint(c, it);
-    it[n++] = (fp_item){"data.path (token count)", ntokens, NULL};
-    it[n++] = (fp_item){"data.val_path (token count)", val_tokens, NULL};
-    int size = sharc_comm_size(world);
+    /* the keys the table marks, then what the data files hold (their paths may differ between nodes) */
+    int n = sharc_config_agreed_values(c, NULL, 0) + 2, size = sharc_comm_size(world);
+    sharc_config_agreed *it = malloc(sizeof *it * (size_t)n);
     int64_t *mine = malloc(sizeof(int64_t) * (size_t)n), *all = malloc(sizeof(int64_t) * (size_t)n * (size_t)size);
-    if (!mine || !all) {
+    if (!it || !mine || !all) {
+        free(it);
         free(mine);
         free(all);
         return sharc_error(SHARC_ERR_NOMEM, "train: out of memory");
     }
+    sharc_config_agreed_values(c, it, n - 2);
+    it[n - 2] = (sharc_config_agreed){"data.path (token count)", ntokens, NULL};
+    it[n - 1] = (sharc_config_agreed){"data.val_path (token count)", val_tokens, NULL};
     for (int i = 0; i < n; i++) mine[i] = it[i].value;
     sharc_status st = sharc_comm_allgather(world, mine, all, (size_t)n, SHARC_DT_I64);
     /* every rank sees the same table, so every rank names the same item */
@@ -247,6 +163,7 @@ static sharc_status check_agreement(sharc_comm *world, const sharc_config *c, in
                                      it[i].key, (long long)all[i], r, (long long)all[(size_t)r * n + i]);
                 break;
             }
+    free(it);
     free(mine);
     free(all);
     return st;
