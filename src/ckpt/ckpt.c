@@ -5,6 +5,7 @@
  * the world and agreed (note [agreement]). The other files of src/ckpt/
  * are listed in internal.h. */
 #include "internal.h"
+#include "sharc/fault.h"
 #include "sharc/activity.h"
 #include "sharc/alloc.h"
 #include "sharc/config.h"
@@ -147,7 +148,7 @@ static sharc_status finish(sharc_ckpt *c) {
     sharc_ckpt_writer_join(&c->w);
     const int64_t step = c->pending_step;
     c->pending = false;
-    sharc_ckpt_commit_kill_point("after-shards", step);
+    sharc_fault_at("ckpt:after-shards", step);
     sharc_status st = c->writes ? c->w.job.st : SHARC_OK;
     if (st != SHARC_OK) sharc_error(st, "%s", c->w.job.err);
     st = agree(c->s.world, st);

@@ -17,6 +17,7 @@
  * resume scans the step-N directories, because a crash between the rename
  * and `latest` leaves a newer complete checkpoint that `latest` misses. */
 #include "internal.h"
+#include "sharc/fault.h"
 #include "sharc/fileio.h"
 #include "sharc/log.h"
 
@@ -25,16 +26,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-
-void sharc_ckpt_commit_kill_point(const char *stage, int64_t step) {
-    const char *at = getenv("SHARC_CKPT_KILL_AT");
-    if (!at || strcmp(at, stage) != 0) return;
-    const char *ks = getenv("SHARC_CKPT_KILL_STEP");
-    if (ks && strtoll(ks, NULL, 10) != step) return;
-    fprintf(stderr, "[rank %d] ckpt: killed at '%s' of step %lld (SHARC_CKPT_KILL_AT)\n", sharc_log_rank(), stage,
-            (long long)step);
-    _exit(86);
-}
 
 int64_t sharc_ckpt_commit_parse_step(const char *name) {
     if (strncmp(name, "step-", 5) != 0) return -1;
@@ -173,7 +164,7 @@ sharc_status sharc_ckpt_commit_prune(const char *dir, int64_t step, int keep, bo
         sharc_ckpt_commit_step_path(p, sizeof p, dir, steps[i], "");
         sharc_ckpt_commit_step_path(q, sizeof q, dir, steps[i], ".deleting");
         if (rename(p, q) != 0) st = sharc_error(SHARC_ERR_IO, "ckpt: cannot rename '%s': %s", p, strerror(errno));
-        sharc_ckpt_commit_kill_point("during-prune", step);
+        sharc_fault_at("ckpt:during-prune", step);
         if (st == SHARC_OK) st = sharc_ckpt_commit_remove_tree(q);
     }
     free(steps);
@@ -194,11 +185,11 @@ sharc_status sharc_ckpt_commit_publish(const char *dir, int64_t step, int keep, 
     sharc_ckpt_commit_step_path(tmp, sizeof tmp, dir, step, ".tmp");
     sharc_ckpt_commit_step_path(fin, sizeof fin, dir, step, "");
     sharc_ckpt_commit_step_path(old, sizeof old, dir, step, ".old");
-    sharc_ckpt_commit_kill_point("before-manifest", step);
+    sharc_fault_at("ckpt:before-manifest", step);
     snprintf(p, sizeof p, "%s/" MANIFEST_NAME, tmp);
     SHARC_TRY(sharc_write_text_atomic(p, manifest_text));
-    sharc_ckpt_commit_kill_point("after-manifest", step);
-    sharc_ckpt_commit_kill_point("before-rename", step);
+    sharc_fault_at("ckpt:after-manifest", step);
+    sharc_fault_at("ckpt:before-rename", step);
     bool replaced = false;
     if (sharc_ckpt_exists(fin)) { /* the same step saved before (e.g. after falling back from a corrupt one) */
         SHARC_TRY(sharc_ckpt_commit_remove_tree(old));
@@ -208,14 +199,14 @@ sharc_status sharc_ckpt_commit_publish(const char *dir, int64_t step, int keep, 
     }
     if (rename(tmp, fin) != 0) return sharc_error(SHARC_ERR_IO, "ckpt: cannot rename '%s' to '%s': %s", tmp, fin, strerror(errno));
     SHARC_TRY(sharc_fsync_dir(fin));
-    sharc_ckpt_commit_kill_point("after-rename", step);
+    sharc_fault_at("ckpt:after-rename", step);
     if (replaced) SHARC_TRY(sharc_ckpt_commit_remove_tree(old));
-    sharc_ckpt_commit_kill_point("before-latest", step);
+    sharc_fault_at("ckpt:before-latest", step);
     snprintf(p, sizeof p, "%s/latest", dir);
     char text[64];
     snprintf(text, sizeof text, "step-%08lld\n", (long long)step);
     SHARC_TRY(sharc_write_text_atomic(p, text));
-    sharc_ckpt_commit_kill_point("after-latest", step);
+    sharc_fault_at("ckpt:after-latest", step);
     return sharc_ckpt_commit_prune(dir, step, keep, true);
 }
 

@@ -212,9 +212,6 @@ void sharc_ckpt_writer_join(sharc_ckpt_writer *w);
 void sharc_ckpt_writer_free(sharc_ckpt_writer *w);
 
 /* commit.c */
-/* Test hook: SHARC_CKPT_KILL_AT=<stage> (and optionally SHARC_CKPT_KILL_STEP=<step>)
- * ends the process at that point of a save, as a crash would. */
-void sharc_ckpt_commit_kill_point(const char *stage, int64_t step);
 /* "step-%08lld" exactly -> step, else -1. */
 int64_t sharc_ckpt_commit_parse_step(const char *name);
 void sharc_ckpt_commit_step_path(char *out, size_t n, const char *dir, int64_t step, const char *suffix);

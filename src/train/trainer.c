@@ -16,13 +16,11 @@
  * skips the step alike (no AdamW update, AdamW's step counter not advanced;
  * the data and the learning-rate schedule move on) and counts it. After
  * train.max_bad_steps such steps in a row the run stops with a message and
- * a non-zero exit. Test hooks (tests/cli/mpi_bad_steps.sh, mpi_watchdog.sh,
- * mpi_hangs.sh): SHARC_TEST_NAN=RANK:STEP[,STEP...] makes that rank's
- * gradient NaN at those steps (1-based); SHARC_TEST_HANG=RANK:STEP makes
- * that rank stop forever at the start of that step (note [watchdog] in
- * src/core/watchdog.c); SHARC_TEST_FAIL=RANK:STEP makes that rank's step
- * fail alone, as a collective failing on one rank would (note [job-end] in
- * src/cli/main.c). */
+ * a non-zero exit.
+ *
+ * The step has two fault sites (sharc/fault.h): "step" at its start (a hang,
+ * a lone failure, a fatal error) and "grads" once the gradients are
+ * reduced (non-finite gradients on one rank, for note [bad-steps]). */
 #include "sharc/train.h"
 #include "sharc/activity.h"
 #include "sharc/alloc.h"
@@ -31,6 +29,7 @@
 #include "sharc/data.h"
 #include "sharc/dataprep.h"
 #include "sharc/eval.h"
+#include "sharc/fault.h"
 #include "sharc/fileio.h"
 #include "sharc/hf.h"
 #include "sharc/log.h"
@@ -64,30 +63,9 @@ struct sharc_trainer {
     int64_t *micro_valid;      /* (grad_accum) this rank's valid targets per micro-batch */
     int64_t step;
     double flops_per_token;
-    /* test hooks of note [bad-steps] */
-    int nan_rank, hang_rank, fail_rank;
-    int64_t nan_steps[16], hang_step, fail_step;
-    int n_nan_steps;
     sharc_dataset *val;       /* data.val_path when log.eval_every > 0 */
     double peak_flops_world;  /* sum over ranks of each rank's peak (telemetry.h) */
 };
-
-/* SHARC_TEST_NAN / SHARC_TEST_HANG: "RANK:STEP[,STEP...]". */
-static int parse_hook(const char *env, int *rank, int64_t *steps, int max) {
-    const char *v = getenv(env);
-    *rank = -1;
-    if (!v || !*v) return 0;
-    char *end;
-    *rank = (int)strtol(v, &end, 10);
-    if (*end != ':') return 0;
-    int n = 0;
-    for (const char *p = end + 1; *p && n < max;) {
-        steps[n++] = strtoll(p, &end, 10);
-        if (end == p) break;
-        p = *end == ',' ? end + 1 : end;
-    }
-    return n;
-}
 
 /* train.threads = 0: the CPUs this rank may use; when that is the whole node
  * (no binding), the node's CPUs divided by the ranks on it. Collective. */
@@ -206,9 +184,6 @@ sharc_status sharc_trainer_init(sharc_trainer **out, const sharc_config *cfg, sh
     }
     const int R = sharc_comm_size(t->world), rank = sharc_comm_rank(t->world);
     const sharc_train_config *tc = &t->cfg.train;
-    t->n_nan_steps = parse_hook("SHARC_TEST_NAN", &t->nan_rank, t->nan_steps, 16);
-    if (parse_hook("SHARC_TEST_HANG", &t->hang_rank, &t->hang_step, 1) == 0) t->hang_rank = -1;
-    if (parse_hook("SHARC_TEST_FAIL", &t->fail_rank, &t->fail_step, 1) == 0) t->fail_rank = -1;
     /* every rank, before anything can fail alone: a split, no other collective */
     int threads = tc->threads > 0 ? tc->threads : default_threads(t->world);
 
@@ -363,6 +338,16 @@ static void comm_totals(sharc_trainer *t, sharc_comm_stats *sum) {
     }
 }
 
+/* The fault SHARC_FAULT_NAN: this rank's first gradient element is NaN, so
+ * the all-reduced norm is (note [bad-steps]). */
+static void poison_grads(sharc_fsdp *e) {
+    for (int u = 0; u < sharc_fsdp_num_units(e); u++)
+        if (sharc_fsdp_shard_numel(e, u) > 0) {
+            sharc_fsdp_shard_grads(e, u)[0] = NAN;
+            return;
+        }
+}
+
 sharc_status sharc_trainer_step(sharc_trainer *t, sharc_step_stats *s) {
     const sharc_train_config *tc = &t->cfg.train;
     const int A = tc->grad_accum, B = tc->batch_size, T = tc->seq_len;
@@ -370,11 +355,7 @@ sharc_status sharc_trainer_step(sharc_trainer *t, sharc_step_stats *s) {
     const int rank = sharc_comm_rank(t->world), R = sharc_comm_size(t->world);
     double t0 = now_s(), c0 = cpu_now_s();
     sharc_activity_step(t->step + 1);
-    if (rank == t->hang_rank && t->step + 1 == t->hang_step) {
-        sharc_activity_phase("stopped by the test hook SHARC_TEST_HANG", -1, NULL);
-        for (;;) pause();
-    }
-    if (rank == t->fail_rank && t->step + 1 == t->fail_step)
+    if (sharc_fault_at("step", t->step + 1) == SHARC_FAULT_FAIL)
         return sharc_error(SHARC_ERR_COMM, "train: step %lld failed on this rank alone (the test hook SHARC_TEST_FAIL)",
                            (long long)(t->step + 1));
     sharc_fsdp_stats_reset(t->engine);
@@ -408,14 +389,7 @@ sharc_status sharc_trainer_step(sharc_trainer *t, sharc_step_stats *s) {
         loss_sum += per_micro ? l * (double)scale : l;
     }
     SHARC_TRY(sharc_fsdp_finish_grads(t->engine));
-    if (rank == t->nan_rank)
-        for (int i = 0; i < t->n_nan_steps; i++)
-            if (t->nan_steps[i] == t->step + 1)
-                for (int u = 0; u < sharc_fsdp_num_units(t->engine); u++)
-                    if (sharc_fsdp_shard_numel(t->engine, u) > 0) {
-                        sharc_fsdp_shard_grads(t->engine, u)[0] = NAN;
-                        break;
-                    }
+    if (sharc_fault_at("grads", t->step + 1) == SHARC_FAULT_NAN) poison_grads(t->engine);
     double t2 = now_s(), norm;
     sharc_activity_phase("gradient norm", -1, NULL);
     SHARC_TRY(sharc_fsdp_grad_norm(t->engine, &norm, &loss_sum));
