@@ -825,14 +825,9 @@ sharc_status sharc_hf_export(sharc_fsdp *e, sharc_comm *world, const sharc_model
     /* agree on the set-up (buffers everywhere, the target and temporary
      * directory on rank 0) before the first gather: if it failed anywhere,
      * no rank gathers at all */
-    bool ok = st == SHARC_OK, setup_ok = ok;
-    if (world) {
-        int32_t bad = !ok, any = 0;
-        sharc_status c = sharc_comm_allreduce(world, &bad, &any, 1, SHARC_DT_I32, SHARC_OP_MAX);
-        if (c != SHARC_OK && ok) st = c;
-        setup_ok = c == SHARC_OK && !any;
-        ok = ok && setup_ok;
-    }
+    if (world) st = sharc_comm_agree(world, st, SHARC_ERR_IO, "hf export: setting up failed on rank %d (see its message)");
+    const bool setup_ok = st == SHARC_OK;
+    bool ok = setup_ok;
     /* every rank takes part in every gather, even after a later local
      * failure; rank 0 streams the files */
     sharc_st_stream *out = NULL;
