@@ -274,7 +274,6 @@ sharc_status sharc_trainer_init(sharc_trainer **out, const sharc_config *cfg, sh
                                    SHARC_OP_SUM)) != SHARC_OK)
         goto alone;
     reset_comm_stats(t);
-    (void)rank;
     *out = t;
     return SHARC_OK;
 alone: /* every rank fails the fingerprint alike; a collective may fail on one */
