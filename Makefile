@@ -10,12 +10,12 @@ WARN    := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wno-
 CFLAGS  := -std=c11 -D_GNU_SOURCE -g $(OPT) $(WARN) -fopenmp -fno-math-errno -fPIC \
            -Iinclude -DSHARC_MULTIARCH='"$(MULTIARCH)"' $(SAN) $(EXTRA_CFLAGS)
 # MPI (Open MPI or MPICH, whichever Debian's mpi-c alternative names); only
-# src/comm/comm_mpi.c sees its headers.
+# src/comm/comm_mpi.c and comm_mpi_shm.c see its headers.
 MPI_CFLAGS := $(shell pkg-config --cflags mpi-c 2>/dev/null)
 MPI_LIBS   := $(shell pkg-config --libs mpi-c 2>/dev/null)
 LDLIBS  := -fopenmp $(MPI_LIBS) -lyaml -ljson-c -lonig -lutf8proc -lnettle -lz -ldl -lmvec -lm -lpthread $(SAN)
 
-LIB_SRC := $(wildcard src/core/*.c src/model/*.c src/fsdp/*.c src/optim/*.c src/data/*.c \
+LIB_SRC := $(wildcard src/core/*.c src/device/*.c src/device/cpu/*.c src/model/*.c src/fsdp/*.c src/optim/*.c src/data/*.c \
                       src/io/*.c src/config/*.c src/train/*.c src/comm/*.c \
                       src/ckpt/*.c)
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o)
@@ -28,11 +28,12 @@ BENCH_SRC := $(wildcard bench/*.c)
 all: $(BUILD)/libsharc.a $(BUILD)/libsharc.so $(BUILD)/sharc $(BUILD)/sharc_tests $(BUILD)/mpi_tests \
      $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
 
-$(BUILD)/%.o: %.c $(wildcard include/sharc/*.h) $(wildcard src/*/*.h) tests/test.h
+$(BUILD)/%.o: %.c $(wildcard include/sharc/*.h) $(wildcard src/*/*.h src/*/*/*.h tests/*.h)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
 
-$(BUILD)/src/comm/comm_mpi.o: src/comm/comm_mpi.c $(wildcard include/sharc/*.h) $(wildcard src/*/*.h)
+MPI_OBJ := $(BUILD)/src/comm/comm_mpi.o $(BUILD)/src/comm/comm_mpi_shm.o
+$(MPI_OBJ): $(BUILD)/%.o: %.c $(wildcard include/sharc/*.h) $(wildcard src/*/*.h)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(MPI_CFLAGS) -c $< -o $@
 

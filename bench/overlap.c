@@ -10,19 +10,13 @@
  * sits in MPI_Wait (MPI_THREAD_MULTIPLE). Overlap = (a + b - c) / min(a, b):
  * 1 is perfect, 0 is none. Prints one JSON line per variant from rank 0. */
 #include "sharc/blas.h"
+#include "sharc/clock.h"
 
 #include <mpi.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-
-static double now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
 
 static float *A, *B, *C;
 static const int N = 512;
@@ -46,7 +40,7 @@ typedef struct {
 static void *wait_thread(void *p) {
     waiter *w = p;
     MPI_Wait(w->req, MPI_STATUS_IGNORE);
-    w->done_at = now();
+    w->done_at = sharc_clock_now();
     return NULL;
 }
 
@@ -73,25 +67,25 @@ int main(int argc, char **argv) {
 
     /* (b) the all-gather alone */
     MPI_Barrier(MPI_COMM_WORLD);
-    double t0 = now();
+    double t0 = sharc_clock_now();
     for (int k = 0; k < 3; k++) MPI_Allgather(send, (int)count, MPI_FLOAT, recv, (int)count, MPI_FLOAT, MPI_COMM_WORLD);
-    double comm = (now() - t0) / 3;
+    double comm = (sharc_clock_now() - t0) / 3;
     /* (a) compute sized to take about as long */
-    t0 = now();
+    t0 = sharc_clock_now();
     compute(4, NULL);
-    double per = (now() - t0) / 4;
+    double per = (sharc_clock_now() - t0) / 4;
     int reps = (int)(comm / per) + 1;
     MPI_Barrier(MPI_COMM_WORLD);
-    t0 = now();
+    t0 = sharc_clock_now();
     compute(reps, NULL);
-    double comp = now() - t0;
+    double comp = sharc_clock_now() - t0;
 
     const char *names[3] = {"no progress calls", "MPI_Test between sgemms", "helper thread in MPI_Wait"};
     for (int v = 0; v < 3; v++) {
         if (v == 2 && provided < MPI_THREAD_MULTIPLE) continue;
         MPI_Barrier(MPI_COMM_WORLD);
         MPI_Request req;
-        t0 = now();
+        t0 = sharc_clock_now();
         MPI_Iallgather(send, (int)count, MPI_FLOAT, recv, (int)count, MPI_FLOAT, MPI_COMM_WORLD, &req);
         if (v == 2) {
             waiter w = {&req, 0};
@@ -103,7 +97,7 @@ int main(int argc, char **argv) {
             compute(reps, v == 1 ? &req : NULL);
             MPI_Wait(&req, MPI_STATUS_IGNORE);
         }
-        double both = now() - t0;
+        double both = sharc_clock_now() - t0;
         double overlap = (comp + comm - both) / (comp < comm ? comp : comm);
         double worst;
         MPI_Reduce(&overlap, &worst, 1, MPI_DOUBLE, MPI_MIN, 0, MPI_COMM_WORLD);

@@ -25,19 +25,13 @@
 #include "sharc/optim.h"
 #include "sharc/prof.h"
 #include "sharc/rng.h"
+#include "sharc/clock.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
-#include <time.h>
-
-static double now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
 
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
@@ -106,8 +100,8 @@ static int sgemm_ceiling(double min_time) {
                 if (form == 0) sharc_sgemm(false, true, M, N, K, 1.0f, x, K, w, K, 0.0f, y, N);
                 else if (form == 1) sharc_sgemm(false, false, M, K, N, 1.0f, y, N, w, K, 0.0f, dx, K);
                 else sharc_sgemm(true, false, N, K, M, 1.0f, y, N, x, K, 1.0f, dw, K);
-                if (++reps == 0) t0 = now();
-                dt = now() - t0;
+                if (++reps == 0) t0 = sharc_clock_now();
+                dt = sharc_clock_now() - t0;
             } while (reps < 1 || dt < min_time);
             double gf = 2.0 * M * N * K * reps / dt * 1e-9;
             if (gf > best) {
@@ -203,8 +197,9 @@ int main(int argc, char **argv) {
     sharc_fsdp_config_default(&fc);
     sharc_optim_config oc;
     sharc_optim_config_default(&oc); /* betas 0.9/0.95, eps 1e-8, wd 0.1, max norm 1 */
-    if (sharc_model_init(&m, &c) != SHARC_OK || sharc_model_plan(m, B, T, ac) != SHARC_OK ||
-        sharc_fsdp_init(&e, sharc_model_units(m), sharc_model_num_units(m), &fc, NULL) != SHARC_OK ||
+    if (sharc_model_init(&m, &c, NULL) != SHARC_OK || sharc_model_plan(m, B, T, ac) != SHARC_OK ||
+        sharc_fsdp_init(&e, sharc_model_units(m), sharc_model_num_units(m), sharc_model_schedule(m), &fc, NULL,
+                        sharc_model_device(m)) != SHARC_OK ||
         sharc_adamw_init(&opt, e, &oc) != SHARC_OK) {
         fprintf(stderr, "step: %s\n", sharc_last_error());
         return 1;
@@ -223,17 +218,17 @@ int main(int argc, char **argv) {
             tg[i] = (int32_t)(sharc_rng_u64(8, (uint64_t)s, (uint64_t)i) % (uint64_t)c.vocab_size);
         }
         if (s == 1 && getenv("SHARC_PROFILE")) sharc_prof_enable(true); /* after the warm-up step */
-        double t0 = now();
+        double t0 = sharc_clock_now();
         SHARC_PROF("step.zero_grad", sharc_fsdp_zero_grad(e));
-        double t1 = now();
+        double t1 = sharc_clock_now();
         double loss = sharc_model_forward_backward(m, e, in, tg, 1.0f / (float)N) / (double)N;
-        double t2 = now();
+        double t2 = sharc_clock_now();
         double norm;
         float coef;
         SHARC_PROF("step.grad_norm", norm = sqrt(sharc_fsdp_grad_sumsq_local(e)); coef = sharc_clip_coef(&oc, norm));
-        double t3 = now();
+        double t3 = sharc_clock_now();
         SHARC_PROF("step.adamw", sharc_adamw_step(opt, e, 1e-4f, coef));
-        double t4 = now();
+        double t4 = sharc_clock_now();
         if (s == 0) first_loss = loss;
         last_loss = loss;
         if (s > 0) {
@@ -252,9 +247,9 @@ int main(int argc, char **argv) {
     if (fwd_steps > 0) {
         double *ft = calloc((size_t)fwd_steps, sizeof(double));
         for (int s = 0; s < fwd_steps; s++) {
-            double t0 = now();
+            double t0 = sharc_clock_now();
             sharc_model_forward_loss(m, e, in, tg);
-            ft[s] = now() - t0;
+            ft[s] = sharc_clock_now() - t0;
         }
         fwd_ms = median(ft, fwd_steps) * 1e3;
         free(ft);

@@ -182,13 +182,13 @@ TEST(config_seed_lightning_fsdp_block) {
     /* no stage selected: stage keys are checked, not applied */
     ASSERT_EQ(c.num_stages, 2);
     ASSERT_TRUE(!strcmp(c.stages[0], "stage1") && !strcmp(c.stages[1], "stage2"));
-    ASSERT_EQ(c.fsdp.engine.strategy, SHARC_FULL_SHARD);
+    ASSERT_EQ(c.fsdp.engine.strategy, SHARC_SHARDING_FULL_SHARD);
     ASSERT_TRUE(!c.fsdp.cpu_offload);
     sharc_config_default(&c);
     snprintf(c.stage, sizeof c.stage, "stage1");
     ASSERT_OK(sharc_config_load_string(&c, y, "seed.yaml"));
-    ASSERT_EQ(c.fsdp.engine.strategy, SHARC_SHARD_GRAD_OP);
-    ASSERT_EQ(c.fsdp.engine.backward_prefetch, SHARC_BACKWARD_POST);
+    ASSERT_EQ(c.fsdp.engine.strategy, SHARC_SHARDING_SHARD_GRAD_OP);
+    ASSERT_EQ(c.fsdp.engine.backward_prefetch, SHARC_BACKWARD_PREFETCH_POST);
     ASSERT_TRUE(c.fsdp.engine.forward_prefetch);
     ASSERT_EQ(c.fsdp.engine.limit_all_gathers, 2);
     ASSERT_TRUE(c.fsdp.activation_checkpointing && c.fsdp.cpu_offload && !c.fsdp.use_orig_params);
@@ -203,7 +203,7 @@ TEST(config_seed_lightning_fsdp_block) {
     ASSERT_OK(sharc_config_load_string(&c, y, "seed.yaml"));
     ASSERT_EQ(c.train.batch_size, 2);
     ASSERT_EQ(c.train.grad_accum, 4);
-    ASSERT_EQ(c.fsdp.engine.strategy, SHARC_FULL_SHARD);
+    ASSERT_EQ(c.fsdp.engine.strategy, SHARC_SHARDING_FULL_SHARD);
     w.n = 0;
     w.text[0] = 0;
     ASSERT_EQ(sharc_config_warnings(&c, collect, &w), 0);
@@ -304,15 +304,15 @@ TEST(config_presets_and_order) {
     sharc_config c;
     sharc_config_default(&c);
     ASSERT_OK(sharc_config_load_string(&c, "preset: large_scale\nfsdp:\n  forward_prefetch: false\n", "p.yaml"));
-    ASSERT_EQ(c.fsdp.engine.strategy, SHARC_FULL_SHARD);
-    ASSERT_EQ(c.fsdp.engine.backward_prefetch, SHARC_BACKWARD_PRE);
+    ASSERT_EQ(c.fsdp.engine.strategy, SHARC_SHARDING_FULL_SHARD);
+    ASSERT_EQ(c.fsdp.engine.backward_prefetch, SHARC_BACKWARD_PREFETCH_PRE);
     ASSERT_EQ(c.fsdp.engine.limit_all_gathers, 2);
     ASSERT_TRUE(c.fsdp.activation_checkpointing);
     ASSERT_TRUE(!c.fsdp.engine.forward_prefetch); /* a key after the preset wins */
     sharc_config_default(&c);
     ASSERT_OK(sharc_config_set(&c, "fsdp.sharding_strategy", "NO_SHARD", "cli"));
     ASSERT_OK(sharc_config_set(&c, "preset", "single_node_fsdp", "cli")); /* the seed's name */
-    ASSERT_EQ(c.fsdp.engine.strategy, SHARC_FULL_SHARD);
+    ASSERT_EQ(c.fsdp.engine.strategy, SHARC_SHARDING_FULL_SHARD);
     ASSERT_TRUE(c.fsdp.activation_checkpointing);
     ASSERT_EQ(c.fsdp.engine.limit_all_gathers, 0);
     sharc_config_default(&c);
@@ -344,7 +344,7 @@ TEST(config_json_file_with_nested_sections) {
     ASSERT_EQ(c.fsdp.engine.param_dtype, SHARC_DT_BF16);
     ASSERT_EQ(c.fsdp.engine.fsdp_size, 2);
     ASSERT_EQ(c.fsdp.engine.reshard_after_forward, 0);
-    ASSERT_EQ(c.fsdp.engine.strategy, SHARC_FULL_SHARD); /* the preset came last */
+    ASSERT_EQ(c.fsdp.engine.strategy, SHARC_SHARDING_FULL_SHARD); /* the preset came last */
     ASSERT_OK(sharc_config_validate(&c));
     /* malformed JSON: the file and line */
     f = fopen(path, "w");
@@ -406,20 +406,20 @@ TEST(config_stage_keys_override_the_whole_file) {
     sharc_config c;
     sharc_config_default(&c);
     ASSERT_OK(sharc_config_load_string(&c, y, "s.yaml"));
-    ASSERT_EQ(c.fsdp.engine.backward_prefetch, SHARC_PREFETCH_NONE);
+    ASSERT_EQ(c.fsdp.engine.backward_prefetch, SHARC_BACKWARD_PREFETCH_NONE);
     ASSERT_TRUE(c.optim.lr == 0.25f);
     sharc_config_default(&c);
     snprintf(c.stage, sizeof c.stage, "a");
     ASSERT_OK(sharc_config_load_string(&c, y, "s.yaml"));
     /* the preset inside the stage is applied after the stage's own key */
-    ASSERT_EQ(c.fsdp.engine.backward_prefetch, SHARC_BACKWARD_PRE);
+    ASSERT_EQ(c.fsdp.engine.backward_prefetch, SHARC_BACKWARD_PREFETCH_PRE);
     ASSERT_TRUE(c.fsdp.engine.forward_prefetch);
     ASSERT_TRUE(c.optim.lr == 0.25f);
     sharc_config_default(&c);
     snprintf(c.stage, sizeof c.stage, "b");
     ASSERT_OK(sharc_config_load_string(&c, y, "s.yaml"));
     ASSERT_TRUE(c.optim.lr == 0.5f);
-    ASSERT_EQ(c.fsdp.engine.backward_prefetch, SHARC_PREFETCH_NONE);
+    ASSERT_EQ(c.fsdp.engine.backward_prefetch, SHARC_BACKWARD_PREFETCH_NONE);
     ASSERT_EQ(c.num_stages, 2);
 }
 
@@ -456,7 +456,7 @@ TEST(config_saved_yaml_has_each_section_once) {
     yaml = sharc_config_to_yaml(&c);
     ASSERT_OK(sharc_config_load_string(&d, yaml, "saved"));
     ASSERT_TRUE(d.fsdp.use_orig_params);
-    ASSERT_EQ(d.fsdp.engine.strategy, SHARC_NO_SHARD);
+    ASSERT_EQ(d.fsdp.engine.strategy, SHARC_SHARDING_NO_SHARD);
     free(yaml);
 }
 
@@ -559,7 +559,7 @@ TEST(config_defaults_and_agreement_come_from_the_key_table) {
     ASSERT_TRUE(c.model.norm_eps == 1e-5f && c.model.init_std == 0.02f && c.model.tie_embeddings);
     ASSERT_TRUE(c.optim.lr == 2e-3f && c.optim.beta1 == 0.9f && c.optim.beta2 == 0.95f && c.optim.eps == 1e-8f);
     ASSERT_EQ(c.fsdp.engine.reshard_after_forward, -1); /* auto */
-    ASSERT_EQ(c.fsdp.engine.backward_prefetch, SHARC_BACKWARD_PRE);
+    ASSERT_EQ(c.fsdp.engine.backward_prefetch, SHARC_BACKWARD_PREFETCH_PRE);
     ASSERT_EQ(c.ckpt.keep, 2);
     ASSERT_TRUE(!strcmp(c.ckpt.resume, "none") && !strcmp(c.train.out_dir, "runs/kjv"));
     ASSERT_TRUE(!strcmp(c.data.input_template, "User: {}\nAssistant: "));

@@ -28,7 +28,7 @@ static void tiny(sharc_config *c) {
 /* Mean loss of windows [0, nwin) computed one window per forward. */
 static double reference(const sharc_config *c, sharc_fsdp *e, const sharc_dataset *d, int64_t nwin) {
     sharc_model *m1;
-    ASSERT_OK(sharc_model_init(&m1, &c->model));
+    ASSERT_OK(sharc_model_init(&m1, &c->model, NULL));
     ASSERT_OK(sharc_model_plan(m1, 1, T, false));
     int32_t win[T + 1];
     double sum = 0.0;
@@ -57,11 +57,12 @@ TEST(eval_matches_window_by_window_forward) {
 
     sharc_model *m;
     sharc_fsdp *e;
-    ASSERT_OK(sharc_model_init(&m, &c.model));
+    ASSERT_OK(sharc_model_init(&m, &c.model, NULL));
     ASSERT_OK(sharc_model_plan(m, B, T, false));
     sharc_fsdp_config fc;
     sharc_fsdp_config_default(&fc);
-    ASSERT_OK(sharc_fsdp_init(&e, sharc_model_units(m), sharc_model_num_units(m), &fc, NULL));
+    ASSERT_OK(sharc_fsdp_init(&e, sharc_model_units(m), sharc_model_num_units(m), sharc_model_schedule(m), &fc, NULL,
+                              sharc_model_device(m)));
     sharc_fsdp_init_params(e, 7);
     sharc_comm *self;
     ASSERT_OK(sharc_comm_self(&self));

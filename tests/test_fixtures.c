@@ -24,7 +24,7 @@
  * tolerance, LayerNorm / RMSNorm eps 1e-6 instead of 1e-5 by 210x / 90x (the
  * fixture's narrow rows, std 0.05, make eps visible), interleaved instead of
  * rotate-half RoPE, or a missing 1/sqrt(hd), by O(1).  */
-#include "sharc/kernels.h"
+#include "kernel_table.h"
 #include "sharc/safetensors.h"
 #include "test.h"
 
@@ -118,9 +118,9 @@ TEST(fixture_matmul) {
     float *x = get("matmul.x", N * IC), *w = get("matmul.w", OC * IC), *b = get("matmul.b", OC);
     float *dy = get("matmul.dy", N * OC);
     float *y = zeros(N * OC), *dx = zeros(N * IC), *dw = zeros(OC * IC), *db = zeros(OC);
-    sharc_matmul_forward(y, x, w, b, N, IC, OC);
+    kt()->matmul_forward(ks(), y, x, w, b, N, IC, OC);
     check("matmul.y", y, N * OC);
-    sharc_matmul_backward(dx, dw, db, dy, x, w, N, IC, OC);
+    kt()->matmul_backward(ks(), dx, dw, db, dy, x, w, N, IC, OC);
     check("matmul.dx", dx, N * IC);
     check("matmul.dw", dw, OC * IC);
     check("matmul.db", db, OC);
@@ -137,13 +137,13 @@ static void norm_case(bool rms) {
     float *dy = get(NAME("dy"), N * C), *dres = get(NAME("dres"), N * C);
     float *y = zeros(N * C), *mean = zeros(N), *rstd = zeros(N);
     float *dx = zeros(N * C), *dw = zeros(C), *db = zeros(C);
-    if (rms) sharc_rmsnorm_forward(y, rstd, x, w, N, C, 1e-5f);
-    else sharc_layernorm_forward(y, mean, rstd, x, w, b, N, C, 1e-5f);
+    if (rms) kt()->rmsnorm_forward(ks(), y, rstd, x, w, N, C, 1e-5f);
+    else kt()->layernorm_forward(ks(), y, mean, rstd, x, w, b, N, C, 1e-5f);
     check_rows(NAME("y"), y, N * C, C);
     if (!rms) check(NAME("mean"), mean, N);
     check(NAME("rstd"), rstd, N);
-    if (rms) sharc_rmsnorm_backward(dx, dw, dy, NULL, x, w, rstd, N, C);
-    else sharc_layernorm_backward(dx, dw, db, dy, NULL, x, w, mean, rstd, N, C);
+    if (rms) kt()->rmsnorm_backward(ks(), dx, dw, dy, NULL, x, w, rstd, N, C);
+    else kt()->layernorm_backward(ks(), dx, dw, db, dy, NULL, x, w, mean, rstd, N, C);
     check_rows(NAME("dx"), dx, N * C, C);
     check(NAME("dw"), dw, C);
     if (!rms) check(NAME("db"), db, C);
@@ -154,8 +154,8 @@ static void norm_case(bool rms) {
         want[i] = (float)((double)dres[i] + (double)dx_ref[i]);
         dx2[i] = 1e6f; /* garbage the kernel must overwrite */
     }
-    if (rms) sharc_rmsnorm_backward(dx2, dw2, dy, dres, x, w, rstd, N, C);
-    else sharc_layernorm_backward(dx2, dw2, db2, dy, dres, x, w, mean, rstd, N, C);
+    if (rms) kt()->rmsnorm_backward(ks(), dx2, dw2, dy, dres, x, w, rstd, N, C);
+    else kt()->layernorm_backward(ks(), dx2, dw2, db2, dy, dres, x, w, mean, rstd, N, C);
     compare(rms ? "rmsnorm.dx + dres" : "layernorm.dx + dres", dx2, want, N * C, C);
 #undef NAME
     done();
@@ -168,9 +168,9 @@ TEST(fixture_gelu) {
     enum { n = 101 };
     open_kernels();
     float *x = get("gelu.x", n), *dy = get("gelu.dy", n), *y = zeros(n), *dx = zeros(n);
-    sharc_gelu_forward(y, x, n);
+    kt()->gelu_forward(ks(), y, x, n);
     check("gelu.y", y, n);
-    sharc_gelu_backward(dx, dy, x, n);
+    kt()->gelu_backward(ks(), dx, dy, x, n);
     check("gelu.dx", dx, n);
     done();
 }
@@ -180,9 +180,9 @@ TEST(fixture_swiglu) {
     open_kernels();
     float *x = get("swiglu.x", N * 2 * I), *dy = get("swiglu.dy", N * I);
     float *y = zeros(N * I), *dx = zeros(N * 2 * I);
-    sharc_swiglu_forward(y, x, N, I);
+    kt()->swiglu_forward(ks(), y, x, N, I);
     check("swiglu.y", y, N * I);
-    sharc_swiglu_backward(dx, dy, x, N, I);
+    kt()->swiglu_backward(ks(), dx, dy, x, N, I);
     check("swiglu.dx", dx, N * 2 * I);
     done();
 }
@@ -191,9 +191,9 @@ TEST(fixture_add) {
     enum { n = 101 };
     open_kernels();
     float *a = get("add.a", n), *b = get("add.b", n), *y = zeros(n);
-    sharc_add(y, a, b, n);
+    kt()->add(ks(), y, a, b, n);
     check("add.y", y, n);
-    sharc_add(a, a, b, n); /* in place */
+    kt()->add(ks(), a, a, b, n); /* in place */
     check("add.y", a, n);
     done();
 }
@@ -205,16 +205,16 @@ TEST(fixture_embedding) {
     float *wte = get("embedding.wte", V * C), *wpe = get("embedding.wpe", T * C);
     float *dy = get("embedding.dy", B * T * C);
     float *x = zeros(B * T * C), *dwte = zeros(V * C), *dwpe = zeros(T * C);
-    sharc_embedding_forward(x, tok, wte, wpe, B, T, C);
+    kt()->embedding_forward(ks(), x, tok, wte, wpe, B, T, C, 0);
     check("embedding.y", x, B * T * C);
-    sharc_embedding_backward(dwte, dwpe, dy, tok, B, T, C);
+    kt()->embedding_backward(ks(), dwte, dwpe, dy, tok, B, T, C, 0);
     check("embedding.dwte", dwte, V * C); /* repeated ids summed, unused rows 0 */
     check("embedding.dwpe", dwpe, T * C);
     /* Llama: no position table */
-    sharc_embedding_forward(x, tok, wte, NULL, B, T, C);
+    kt()->embedding_forward(ks(), x, tok, wte, NULL, B, T, C, 0);
     check("embedding.y_nopos", x, B * T * C);
     memset(dwte, 0, sizeof(float) * V * C);
-    sharc_embedding_backward(dwte, NULL, dy, tok, B, T, C);
+    kt()->embedding_backward(ks(), dwte, NULL, dy, tok, B, T, C, 0);
     check("embedding.dwte", dwte, V * C);
     done();
 }
@@ -225,14 +225,14 @@ TEST(fixture_rope) {
     float *cs = zeros(T * hd / 2), *sn = zeros(T * hd / 2);
     /* sharc's fp32 table (HF: angle t * inv_freq in fp32) vs the exact one:
      * angles up to 6 rad carry a rounding error of ~5e-7 */
-    sharc_rope_table(cs, sn, T, hd, 10000.0f);
+    kt()->rope_table(ks(), cs, sn, T, hd, 10000.0f, 0);
     check("rope.cos", cs, T * hd / 2);
     check("rope.sin", sn, T * hd / 2);
     float *qkv = get("rope.qkv", n);
-    sharc_rope_forward(qkv, cs, sn, B, T, NH, NKV, hd);
+    kt()->rope_forward(ks(), qkv, cs, sn, B, T, NH, NKV, hd);
     check("rope.y", qkv, n); /* q and k heads rotated, v untouched */
     float *d = get("rope.dy", n);
-    sharc_rope_backward(d, cs, sn, B, T, NH, NKV, hd);
+    kt()->rope_backward(ks(), d, cs, sn, B, T, NH, NKV, hd);
     check("rope.dqkv", d, n);
     done();
 }
@@ -244,12 +244,12 @@ static void attention_case(const char *k, int B, int T, int NH, int NKV, int hd)
     open_kernels();
     float *qkv = get(NAME("qkv"), nqkv), *dy = get(NAME("dy"), nout);
     float *out = zeros(nout), *lse = zeros((int64_t)B * NH * T), *dqkv = zeros(nqkv);
-    float *ws = zeros(sharc_attention_workspace(T));
-    sharc_attention_forward(out, lse, qkv, B, T, NH, NKV, hd, ws);
+    float *ws = zeros(kt()->attention_workspace(T));
+    kt()->attention_forward(ks(), out, lse, qkv, B, T, NH, NKV, hd, ws);
     check(NAME("y"), out, nout);
     check(NAME("lse"), lse, (int64_t)B * NH * T);
     for (int64_t i = 0; i < nqkv; i++) dqkv[i] = -7.0f; /* written (=), not added */
-    sharc_attention_backward(dqkv, dy, qkv, out, lse, B, T, NH, NKV, hd, ws);
+    kt()->attention_backward(ks(), dqkv, dy, qkv, out, lse, B, T, NH, NKV, hd, ws);
     check(NAME("dqkv"), dqkv, nqkv);
 #undef NAME
     done();
@@ -271,9 +271,9 @@ TEST(fixture_xent) {
     /* loss only: logits untouched */
     float *copy = zeros(N * V);
     memcpy(copy, logits, sizeof(float) * N * V);
-    double s0 = sharc_xent_forward_backward(copy, losses, tgt, N, V, 1.0f / 12.0f, false);
+    double s0 = xent_sum(copy, losses, tgt, N, V, 1.0f / 12.0f, false);
     ASSERT_TRUE(memcmp(copy, logits, sizeof(float) * N * V) == 0);
-    double total = sharc_xent_forward_backward(logits, losses, tgt, N, V, 1.0f / 12.0f, true);
+    double total = xent_sum(logits, losses, tgt, N, V, 1.0f / 12.0f, true);
     check("xent.losses", losses, N);
     check("xent.dlogits", logits, N * V);
     fprintf(stderr, "  xent sum %.9g vs %.9g\n", total, (double)sum_ref[0]);
@@ -290,12 +290,12 @@ TEST(fixture_lmhead_xent) {
     const float *sum_ref = get("lmhead.loss_sum", 1);
     float *dx = zeros(N * C), *dw = zeros(V * C), *ws = zeros(8 * V);
     /* a chunk of 8 rows that does not divide N */
-    double total = sharc_lmhead_xent(dx, dw, x, w, tgt, 1.0f / 28.0f, N, C, V, ws, 8);
+    double total = lmhead_sum(dx, dw, x, w, tgt, 1.0f / 28.0f, N, C, V, ws, 8);
     fprintf(stderr, "  lmhead sum %.9g vs %.9g\n", total, (double)sum_ref[0]);
     ASSERT_NEAR(total, sum_ref[0], RTOL, 0);
     check("lmhead.dx", dx, N * C);
     check("lmhead.dw", dw, V * C);
-    double only = sharc_lmhead_xent(NULL, NULL, x, w, tgt, 1.0f, N, C, V, ws, 8);
+    double only = lmhead_sum(NULL, NULL, x, w, tgt, 1.0f, N, C, V, ws, 8);
     ASSERT_NEAR(only, sum_ref[0], RTOL, 0);
     done();
 }

@@ -44,11 +44,12 @@ static void tiny_config(sharc_model_config *c, sharc_family fam) {
 
 static void tiny_build(tiny *t, const sharc_model_config *c) {
     t->cfg = *c;
-    ASSERT_OK(sharc_model_init(&t->m, c));
+    ASSERT_OK(sharc_model_init(&t->m, c, NULL));
     ASSERT_OK(sharc_model_plan(t->m, 1, c->max_seq_len, false));
     sharc_fsdp_config fc;
     sharc_fsdp_config_default(&fc);
-    ASSERT_OK(sharc_fsdp_init(&t->e, sharc_model_units(t->m), sharc_model_num_units(t->m), &fc, NULL));
+    ASSERT_OK(sharc_fsdp_init(&t->e, sharc_model_units(t->m), sharc_model_num_units(t->m), sharc_model_schedule(t->m), &fc, NULL,
+                              sharc_model_device(t->m)));
 }
 
 static void tiny_free(tiny *t) {

@@ -4,7 +4,7 @@
 #include "grad_check.h"
 #include "sharc/alloc.h"
 #include "sharc/blas.h"
-#include "sharc/kernels.h"
+#include "kernel_table.h"
 
 #include <string.h>
 
@@ -20,7 +20,7 @@ typedef struct {
 
 static double mm_loss(void *p) {
     mm_ctx *c = p;
-    sharc_matmul_forward(c->y, c->x, c->w, c->b, c->N, c->IC, c->OC);
+    kt()->matmul_forward(ks(), c->y, c->x, c->w, c->b, c->N, c->IC, c->OC);
     return dot_d(c->y, c->R, (int64_t)c->N * c->OC);
 }
 
@@ -32,14 +32,14 @@ TEST(matmul_finite_difference) {
     c.y = zeros(c.N * c.OC);
     c.R = randn(c.N * c.OC, 4, 1.0f);
     float *dx = zeros(c.N * c.IC), *dw = zeros(c.OC * c.IC), *db = zeros(c.OC);
-    sharc_matmul_backward(dx, dw, db, c.R, c.x, c.w, c.N, c.IC, c.OC);
+    kt()->matmul_backward(ks(), dx, dw, db, c.R, c.x, c.w, c.N, c.IC, c.OC);
     fd_check(mm_loss, &c, c.x, dx, c.N * c.IC, EPS, RTOL, ATOL, "x");
     fd_check(mm_loss, &c, c.w, dw, c.OC * c.IC, EPS, RTOL, ATOL, "w");
     fd_check(mm_loss, &c, c.b, db, c.OC, EPS, RTOL, ATOL, "b");
     /* parameter gradients accumulate: a second backward doubles them */
     float *dw2 = malloc(sizeof(float) * (size_t)(c.OC * c.IC));
     memcpy(dw2, dw, sizeof(float) * (size_t)(c.OC * c.IC));
-    sharc_matmul_backward(NULL, dw, db, c.R, c.x, c.w, c.N, c.IC, c.OC);
+    kt()->matmul_backward(ks(), NULL, dw, db, c.R, c.x, c.w, c.N, c.IC, c.OC);
     for (int i = 0; i < c.OC * c.IC; i++) ASSERT_NEAR(dw[i], 2.0f * dw2[i], 1e-6, 1e-6);
 }
 
@@ -52,8 +52,8 @@ typedef struct {
 
 static double norm_loss(void *p) {
     norm_ctx *c = p;
-    if (c->rms) sharc_rmsnorm_forward(c->y, c->rstd, c->x, c->w, c->N, c->C, 1e-5f);
-    else sharc_layernorm_forward(c->y, c->mean, c->rstd, c->x, c->w, c->b, c->N, c->C, 1e-5f);
+    if (c->rms) kt()->rmsnorm_forward(ks(), c->y, c->rstd, c->x, c->w, c->N, c->C, 1e-5f);
+    else kt()->layernorm_forward(ks(), c->y, c->mean, c->rstd, c->x, c->w, c->b, c->N, c->C, 1e-5f);
     return dot_d(c->y, c->R, (int64_t)c->N * c->C);
 }
 
@@ -70,15 +70,15 @@ static void norm_case(int rms, int N, int C) {
     float *dres = randn(N * C, 14, 1.0f);
     float *dx = zeros(N * C), *dw = zeros(C), *db = zeros(C);
     norm_loss(&c);
-    if (rms) sharc_rmsnorm_backward(dx, dw, c.R, NULL, c.x, c.w, c.rstd, N, C);
-    else sharc_layernorm_backward(dx, dw, db, c.R, NULL, c.x, c.w, c.mean, c.rstd, N, C);
+    if (rms) kt()->rmsnorm_backward(ks(), dx, dw, c.R, NULL, c.x, c.w, c.rstd, N, C);
+    else kt()->layernorm_backward(ks(), dx, dw, db, c.R, NULL, c.x, c.w, c.mean, c.rstd, N, C);
     fd_check(norm_loss, &c, c.x, dx, N * C, EPS, RTOL, ATOL, "x");
     fd_check(norm_loss, &c, c.w, dw, C, EPS, RTOL, ATOL, "w");
     if (!rms) fd_check(norm_loss, &c, c.b, db, C, EPS, RTOL, ATOL, "b");
     /* the residual input is added: dx2 = dres + dx */
     float *dx2 = zeros(N * C);
-    if (rms) sharc_rmsnorm_backward(dx2, dw, c.R, dres, c.x, c.w, c.rstd, N, C);
-    else sharc_layernorm_backward(dx2, dw, db, c.R, dres, c.x, c.w, c.mean, c.rstd, N, C);
+    if (rms) kt()->rmsnorm_backward(ks(), dx2, dw, c.R, dres, c.x, c.w, c.rstd, N, C);
+    else kt()->layernorm_backward(ks(), dx2, dw, db, c.R, dres, c.x, c.w, c.mean, c.rstd, N, C);
     for (int i = 0; i < N * C; i++) ASSERT_NEAR(dx2[i], dx[i] + dres[i], 1e-5, 1e-5);
 }
 
@@ -97,8 +97,8 @@ typedef struct {
 
 static double act_loss(void *p) {
     act_ctx *c = p;
-    if (c->swiglu) sharc_swiglu_forward(c->y, c->x, c->N, c->I);
-    else sharc_gelu_forward(c->y, c->x, c->n);
+    if (c->swiglu) kt()->swiglu_forward(ks(), c->y, c->x, c->N, c->I);
+    else kt()->gelu_forward(ks(), c->y, c->x, c->n);
     return dot_d(c->y, c->R, c->swiglu ? c->N * c->I : c->n);
 }
 
@@ -108,11 +108,11 @@ TEST(gelu_finite_difference) {
     c.y = zeros(c.n);
     c.R = randn(c.n, 21, 1.0f);
     float *dx = zeros(c.n);
-    sharc_gelu_backward(dx, c.R, c.x, c.n);
+    kt()->gelu_backward(ks(), dx, c.R, c.x, c.n);
     fd_check(act_loss, &c, c.x, dx, c.n, 1e-3f, RTOL, ATOL, "x");
     /* spot values of the tanh form */
     float xs[3] = {-1.0f, 0.5f, 3.0f}, ys[3];
-    sharc_gelu_forward(ys, xs, 3);
+    kt()->gelu_forward(ks(), ys, xs, 3);
     ASSERT_NEAR(ys[0], -0.158808f, 1e-5, 1e-6);
     ASSERT_NEAR(ys[1], 0.345714f, 1e-5, 1e-6);
     ASSERT_NEAR(ys[2], 2.996363f, 1e-5, 1e-6);
@@ -121,8 +121,8 @@ TEST(gelu_finite_difference) {
 TEST(gelu_large_parallel_matches_scalar) {
     int64_t n = 200003;
     float *x = randn(n, 22, 3.0f), *y = zeros(n), *dy = randn(n, 23, 1.0f), *dx = zeros(n);
-    sharc_gelu_forward(y, x, n);
-    sharc_gelu_backward(dx, dy, x, n);
+    kt()->gelu_forward(ks(), y, x, n);
+    kt()->gelu_backward(ks(), dx, dy, x, n);
     for (int64_t i = 0; i < n; i += 997) {
         double v = x[i];
         double t = tanh(0.7978845608028654 * (v + 0.044715 * v * v * v));
@@ -137,7 +137,7 @@ TEST(swiglu_finite_difference) {
     c.y = zeros(c.N * c.I);
     c.R = randn(c.N * c.I, 25, 1.0f);
     float *dx = zeros(c.N * 2 * c.I);
-    sharc_swiglu_backward(dx, c.R, c.x, c.N, c.I);
+    kt()->swiglu_backward(ks(), dx, c.R, c.x, c.N, c.I);
     fd_check(act_loss, &c, c.x, dx, c.N * 2 * c.I, 1e-3f, RTOL, ATOL, "x");
 }
 
@@ -150,7 +150,7 @@ typedef struct {
 
 static double emb_loss(void *p) {
     emb_ctx *c = p;
-    sharc_embedding_forward(c->x, c->tok, c->wte, c->wpe, c->B, c->T, c->C);
+    kt()->embedding_forward(ks(), c->x, c->tok, c->wte, c->wpe, c->B, c->T, c->C, 0);
     return dot_d(c->x, c->R, (int64_t)c->B * c->T * c->C);
 }
 
@@ -164,13 +164,13 @@ TEST(embedding_finite_difference) {
     c.tok = malloc(sizeof(int32_t) * (size_t)(c.B * c.T));
     for (int i = 0; i < c.B * c.T; i++) c.tok[i] = (i * 7) % 5; /* repeated tokens */
     float *dwte = zeros(V * c.C), *dwpe = zeros(c.T * c.C);
-    sharc_embedding_backward(dwte, dwpe, c.R, c.tok, c.B, c.T, c.C);
+    kt()->embedding_backward(ks(), dwte, dwpe, c.R, c.tok, c.B, c.T, c.C, 0);
     fd_check(emb_loss, &c, c.wte, dwte, V * c.C, EPS, RTOL, ATOL, "wte");
     fd_check(emb_loss, &c, c.wpe, dwpe, c.T * c.C, EPS, RTOL, ATOL, "wpe");
     /* without positions (Llama) */
     c.wpe = NULL;
     memset(dwte, 0, sizeof(float) * (size_t)(V * c.C));
-    sharc_embedding_backward(dwte, NULL, c.R, c.tok, c.B, c.T, c.C);
+    kt()->embedding_backward(ks(), dwte, NULL, c.R, c.tok, c.B, c.T, c.C, 0);
     fd_check(emb_loss, &c, c.wte, dwte, V * c.C, EPS, RTOL, ATOL, "wte (no wpe)");
 }
 
@@ -184,7 +184,7 @@ static double rope_loss(void *p) {
     rope_ctx *c = p;
     int64_t n = (int64_t)c->B * c->T * (c->NH + 2 * c->NKV) * c->hd;
     memcpy(c->qkv, c->in, sizeof(float) * (size_t)n);
-    sharc_rope_forward(c->qkv, c->cs, c->sn, c->B, c->T, c->NH, c->NKV, c->hd);
+    kt()->rope_forward(ks(), c->qkv, c->cs, c->sn, c->B, c->T, c->NH, c->NKV, c->hd);
     return dot_d(c->qkv, c->R, n);
 }
 
@@ -196,10 +196,10 @@ TEST(rope_finite_difference) {
     c.R = randn(n, 41, 1.0f);
     c.cs = zeros(c.T * c.hd / 2);
     c.sn = zeros(c.T * c.hd / 2);
-    sharc_rope_table(c.cs, c.sn, c.T, c.hd, 10000.0f);
+    kt()->rope_table(ks(), c.cs, c.sn, c.T, c.hd, 10000.0f, 0);
     float *d = malloc(sizeof(float) * (size_t)n);
     memcpy(d, c.R, sizeof(float) * (size_t)n);
-    sharc_rope_backward(d, c.cs, c.sn, c.B, c.T, c.NH, c.NKV, c.hd);
+    kt()->rope_backward(ks(), d, c.cs, c.sn, c.B, c.T, c.NH, c.NKV, c.hd);
     fd_check(rope_loss, &c, c.in, d, n, EPS, RTOL, ATOL, "qkv");
     /* values are not rotated; position 0 is the identity */
     rope_loss(&c);
@@ -217,7 +217,7 @@ typedef struct {
 
 static double att_loss(void *p) {
     att_ctx *c = p;
-    sharc_attention_forward(c->out, c->lse, c->qkv, c->B, c->T, c->NH, c->NKV, c->hd, c->ws);
+    kt()->attention_forward(ks(), c->out, c->lse, c->qkv, c->B, c->T, c->NH, c->NKV, c->hd, c->ws);
     return dot_d(c->out, c->R, (int64_t)c->B * c->T * c->NH * c->hd);
 }
 
@@ -228,10 +228,10 @@ static void attention_fd_case(int B, int T, int NH, int NKV, int hd) {
     c.out = zeros(nout);
     c.lse = zeros(B * NH * T);
     c.R = randn(nout, 51, 1.0f);
-    c.ws = zeros(sharc_attention_workspace(T));
+    c.ws = zeros(kt()->attention_workspace(T));
     float *dqkv = randn(nqkv, 52, 9.0f); /* garbage: backward must overwrite all of it */
     att_loss(&c);
-    sharc_attention_backward(dqkv, c.R, c.qkv, c.out, c.lse, B, T, NH, NKV, hd, c.ws);
+    kt()->attention_backward(ks(), dqkv, c.R, c.qkv, c.out, c.lse, B, T, NH, NKV, hd, c.ws);
     fd_check(att_loss, &c, c.qkv, dqkv, nqkv, EPS, RTOL, ATOL, "qkv");
 }
 
@@ -251,7 +251,7 @@ typedef struct {
 static double xe_loss(void *p) {
     xe_ctx *c = p;
     memcpy(c->work, c->logits, sizeof(float) * (size_t)(c->N * c->V));
-    return sharc_xent_forward_backward(c->work, NULL, c->tgt, c->N, c->V, 1.0f, false);
+    return xent_sum(c->work, NULL, c->tgt, c->N, c->V, 1.0f, false);
 }
 
 TEST(xent_finite_difference_with_mask) {
@@ -264,7 +264,7 @@ TEST(xent_finite_difference_with_mask) {
     float *g = malloc(sizeof(float) * (size_t)(c.N * c.V));
     memcpy(g, c.logits, sizeof(float) * (size_t)(c.N * c.V));
     float losses[13];
-    double total = sharc_xent_forward_backward(g, losses, c.tgt, c.N, c.V, 1.0f, true);
+    double total = xent_sum(g, losses, c.tgt, c.N, c.V, 1.0f, true);
     ASSERT_EQ(losses[4], 0);
     for (int j = 0; j < c.V; j++) ASSERT_EQ(g[4 * c.V + j], 0);
     double s = 0;
@@ -282,17 +282,17 @@ TEST(lmhead_fused_matches_unfused) {
     float scale = 1.0f / 28.0f;
     /* unfused reference: full logits, xent, two matmul backwards */
     float *logits = zeros(N * V), *dx_ref = zeros(N * C), *dw_ref = zeros(V * C);
-    sharc_matmul_forward(logits, x, w, NULL, N, C, V);
-    double ref = sharc_xent_forward_backward(logits, NULL, tgt, N, V, scale, true);
-    sharc_matmul_backward(dx_ref, dw_ref, NULL, logits, x, w, N, C, V);
+    kt()->matmul_forward(ks(), logits, x, w, NULL, N, C, V);
+    double ref = xent_sum(logits, NULL, tgt, N, V, scale, true);
+    kt()->matmul_backward(ks(), dx_ref, dw_ref, NULL, logits, x, w, N, C, V);
     /* fused with a chunk that does not divide N */
     float *ws = zeros(8 * V), *dx = zeros(N * C), *dw = zeros(V * C);
-    double got = sharc_lmhead_xent(dx, dw, x, w, tgt, scale, N, C, V, ws, 8);
+    double got = lmhead_sum(dx, dw, x, w, tgt, scale, N, C, V, ws, 8);
     ASSERT_NEAR(got, ref, 1e-6, 1e-6);
     ASSERT_ALLCLOSE(dx, dx_ref, N * C, 1e-5, 1e-7);
     ASSERT_ALLCLOSE(dw, dw_ref, V * C, 1e-5, 1e-7);
     /* loss only */
-    double only = sharc_lmhead_xent(NULL, NULL, x, w, tgt, scale, N, C, V, ws, 8);
+    double only = lmhead_sum(NULL, NULL, x, w, tgt, scale, N, C, V, ws, 8);
     ASSERT_NEAR(only, ref, 1e-6, 1e-6);
 }
 
@@ -303,12 +303,12 @@ TEST(attention_long_sequence_without_t_squared_memory) {
     const int B = 1, T = 2048, NH = 2, NKV = 1, hd = 16, S = (NH + 2 * NKV) * hd;
     int64_t nqkv = (int64_t)B * T * S, nout = (int64_t)B * T * NH * hd;
     float *qkv = randn(nqkv, 80, 1.0f), *out = zeros(nout), *lse = zeros(B * NH * T);
-    int64_t ws_floats = sharc_attention_workspace(T);
+    int64_t ws_floats = kt()->attention_workspace(T);
     /* scratch: 2 x 64 x T floats per thread, a sixteenth of one T x T matrix */
     ASSERT_EQ(ws_floats, (int64_t)sharc_threads_get() * 2 * 64 * T);
     ASSERT_TRUE(ws_floats / sharc_threads_get() * 16 <= (int64_t)T * T);
     float *ws = zeros(ws_floats);
-    sharc_attention_forward(out, lse, qkv, B, T, NH, NKV, hd, ws);
+    kt()->attention_forward(ks(), out, lse, qkv, B, T, NH, NKV, hd, ws);
     const int rows[4] = {0, 63, 1000, 2047};
     double *p = malloc(sizeof(double) * T);
     for (int h = 0; h < NH; h++)
@@ -333,14 +333,14 @@ TEST(attention_long_sequence_without_t_squared_memory) {
         }
     /* backward: directional derivative along a random v versus central differences */
     float *dout = randn(nout, 81, 1.0f), *dqkv = zeros(nqkv), *v = randn(nqkv, 82, 1.0f);
-    sharc_attention_backward(dqkv, dout, qkv, out, lse, B, T, NH, NKV, hd, ws);
+    kt()->attention_backward(ks(), dqkv, dout, qkv, out, lse, B, T, NH, NKV, hd, ws);
     double analytic = dot_d(dqkv, v, nqkv);
     const float eps = 1e-3f;
     float *shifted = zeros(nqkv);
     double l[2];
     for (int sgn = 0; sgn < 2; sgn++) {
         for (int64_t i = 0; i < nqkv; i++) shifted[i] = qkv[i] + (sgn ? -eps : eps) * v[i];
-        sharc_attention_forward(out, lse, shifted, B, T, NH, NKV, hd, ws);
+        kt()->attention_forward(ks(), out, lse, shifted, B, T, NH, NKV, hd, ws);
         l[sgn] = dot_d(out, dout, nout);
     }
     ASSERT_NEAR(analytic, (l[0] - l[1]) / (2.0 * eps), 2e-3, 1e-2);

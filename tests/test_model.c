@@ -31,21 +31,24 @@ static void setup(model_ctx *x, sharc_family f, int B, int T, bool ac, bool tie)
     sharc_model_config c;
     small_config(&c, f);
     c.tie_embeddings = tie;
-    ASSERT_OK(sharc_model_init(&x->m, &c));
+    ASSERT_OK(sharc_model_init(&x->m, &c, NULL));
     ASSERT_OK(sharc_model_plan(x->m, B, T, ac));
     sharc_fsdp_config fc;
     sharc_fsdp_config_default(&fc);
-    ASSERT_OK(sharc_fsdp_init(&x->e, sharc_model_units(x->m), sharc_model_num_units(x->m), &fc, NULL));
+    ASSERT_OK(sharc_fsdp_init(&x->e, sharc_model_units(x->m), sharc_model_num_units(x->m), sharc_model_schedule(x->m), &fc, NULL,
+                              sharc_model_device(x->m)));
     sharc_fsdp_init_params(x->e, 42);
     /* make norms and biases non-trivial so their gradients are exercised */
+    sharc_fsdp_shard_write_begin(x->e);
     for (int u = 0; u < sharc_fsdp_num_units(x->e); u++) {
         const sharc_unit_spec *s = sharc_fsdp_unit_spec(x->e, u);
-        float *p = sharc_fsdp_shard_params(x->e, u);
+        float *p = sharc_fsdp_shard_write(x->e, u);
         for (int i = 0; i < s->nparams; i++)
             if (s->params[i].ndim == 1)
                 for (int64_t k = 0; k < s->params[i].numel; k++)
                     p[s->params[i].offset + k] += 0.1f * sharc_rng_normal(7, (uint64_t)i, (uint64_t)k);
     }
+    sharc_fsdp_shard_write_end(x->e);
     x->in = malloc(sizeof(int32_t) * (size_t)(B * T));
     x->tgt = malloc(sizeof(int32_t) * (size_t)(B * T));
     for (int i = 0; i < B * T; i++) {
@@ -75,7 +78,11 @@ static void model_fd(sharc_family f, bool tie) {
     ASSERT_NEAR(loss, model_loss(&x), 1e-6, 0);
     for (int u = 0; u < sharc_fsdp_num_units(x.e); u++) {
         const sharc_unit_spec *s = sharc_fsdp_unit_spec(x.e, u);
-        float *p = sharc_fsdp_shard_params(x.e, u), *g = sharc_fsdp_shard_grads(x.e, u);
+        /* fd_check perturbs p between forward passes: one process, whose gather
+         * reads the shard itself and has no shared window to synchronise */
+        sharc_fsdp_shard_write_begin(x.e);
+        float *p = sharc_fsdp_shard_write(x.e, u), *g = sharc_fsdp_shard_grads(x.e, u);
+        sharc_fsdp_shard_write_end(x.e);
         for (int i = 0; i < s->nparams; i++) {
             const sharc_param_spec *ps = &s->params[i];
             fd_check(model_loss, &x, p + ps->offset, g + ps->offset, ps->numel > 300 ? 300 : ps->numel,
@@ -118,7 +125,7 @@ TEST(model_activation_checkpointing_saves_memory) {
     small_config(&c, SHARC_FAMILY_GPT2);
     c.num_layers = 6;
     sharc_model *m;
-    ASSERT_OK(sharc_model_init(&m, &c));
+    ASSERT_OK(sharc_model_init(&m, &c, NULL));
     sharc_mem_stats s0, s1, s2;
     sharc_mem_get(&s0);
     ASSERT_OK(sharc_model_plan(m, 2, 16, false));
@@ -157,7 +164,7 @@ TEST(model_units_and_names) {
     sharc_model_config c;
     small_config(&c, SHARC_FAMILY_GPT2);
     sharc_model *m;
-    ASSERT_OK(sharc_model_init(&m, &c));
+    ASSERT_OK(sharc_model_init(&m, &c, NULL));
     ASSERT_EQ(sharc_model_num_units(m), 4);
     const sharc_unit_spec *u = sharc_model_units(m);
     ASSERT_TRUE(u[0].root); /* tied wte */
@@ -170,7 +177,7 @@ TEST(model_units_and_names) {
     sharc_model_free(m);
 
     small_config(&c, SHARC_FAMILY_LLAMA);
-    ASSERT_OK(sharc_model_init(&m, &c));
+    ASSERT_OK(sharc_model_init(&m, &c, NULL));
     u = sharc_model_units(m);
     ASSERT_TRUE(!u[0].root);
     ASSERT_TRUE(strcmp(u[3].params[1].name, "lm_head.weight") == 0);
@@ -180,7 +187,7 @@ TEST(model_units_and_names) {
     sharc_model_free(m);
 
     c.num_kv_heads = 2; /* does not divide 3 heads */
-    ASSERT_TRUE(sharc_model_init(&m, &c) == SHARC_ERR_INVALID);
+    ASSERT_TRUE(sharc_model_init(&m, &c, NULL) == SHARC_ERR_INVALID);
     ASSERT_TRUE(strstr(sharc_last_error(), "model.num_kv_heads") != NULL);
 }
 

@@ -206,12 +206,13 @@ static void parity(sharc_family family) {
     const int64_t per_step = (int64_t)A * B * T;
 
     sharc_model *m;
-    ASSERT_OK(sharc_model_init(&m, &c));
+    ASSERT_OK(sharc_model_init(&m, &c, NULL));
     ASSERT_OK(sharc_model_plan(m, B, T, false));
     sharc_fsdp_config fc;
     sharc_fsdp_config_default(&fc);
     sharc_fsdp *e;
-    ASSERT_OK(sharc_fsdp_init(&e, sharc_model_units(m), sharc_model_num_units(m), &fc, NULL));
+    ASSERT_OK(sharc_fsdp_init(&e, sharc_model_units(m), sharc_model_num_units(m), sharc_model_schedule(m), &fc, NULL,
+                              sharc_model_device(m)));
 
     /* every parameter from the fixture; and the fixture has no parameter
      * sharc lacks: init + grad. + final. per parameter, plus 5 run tensors */

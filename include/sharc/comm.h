@@ -3,13 +3,16 @@
  * One dispatcher (src/comm/comm.c) checks arguments once, times every call
  * and counts its bytes, then calls the backend through a small table of
  * function pointers (ggml-backend style). Backends: "self" (one rank) and
- * "mpi" (Open MPI or MPICH); a NCCL backend is one more file. No MPI type
- * appears outside src/comm/comm_mpi.c.
+ * "mpi" (Open MPI or MPICH), listed in src/comm/registry.c with how each
+ * recognises its launcher; shared memory is an optional extension of a
+ * backend's table. No MPI type appears outside src/comm/comm_mpi*.c.
  *
- * Conventions (NCCL's): counts are elements, all-gather and reduce-scatter
- * counts are per rank; collectives are out-of-place (send and recv must not
- * overlap), except all-reduce, which accepts send == recv. Every rank makes
- * the same calls in the same order. */
+ * Conventions (NCCL's): counts are elements, all-gather, reduce-scatter and
+ * all-to-all counts are per rank; collectives are out-of-place (send and
+ * recv must not overlap), except all-reduce, which accepts send == recv.
+ * Every rank makes the same calls in the same order. Buffers are host memory
+ * for the backends of this build; blocking calls return with the result in
+ * place. */
 #ifndef SHARC_COMM_H
 #define SHARC_COMM_H
 
@@ -17,6 +20,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "sharc/device.h"
 #include "sharc/dtype.h"
 #include "sharc/status.h"
 
@@ -27,14 +31,15 @@ extern "C" {
 typedef struct sharc_comm sharc_comm;
 typedef struct sharc_comm_request sharc_comm_request;
 
-typedef enum { SHARC_OP_SUM = 0, SHARC_OP_MAX, SHARC_OP_MIN } sharc_reduce_op;
+typedef enum { SHARC_REDUCE_OP_SUM = 0, SHARC_REDUCE_OP_MAX, SHARC_REDUCE_OP_MIN } sharc_reduce_op;
 
 typedef enum {
-    SHARC_COLL_ALLGATHER = 0,
+    SHARC_COLL_ALL_GATHER = 0,
     SHARC_COLL_REDUCE_SCATTER,
-    SHARC_COLL_ALLREDUCE,
+    SHARC_COLL_ALL_REDUCE,
     SHARC_COLL_BROADCAST,
     SHARC_COLL_BARRIER,
+    SHARC_COLL_ALL_TO_ALL,
     SHARC_COLL_NKINDS
 } sharc_coll_kind;
 
@@ -50,12 +55,14 @@ const char *sharc_coll_kind_name(sharc_coll_kind k);
 
 /* ---- creating groups ---- */
 
-/* The job's world. Under an MPI launcher (mpirun, mpiexec, srun: detected
- * from their environment variables) this initialises MPI (MPI_THREAD_FUNNELED)
- * and returns MPI_COMM_WORLD; otherwise a one-rank "self" group, without MPI.
- * SHARC_COMM=self|mpi forces the choice. Call once, from the program's main. */
+/* The job's world, from the first backend of src/comm/registry.c whose
+ * launcher started this process: under an MPI launcher (mpirun, mpiexec,
+ * srun: detected from their environment variables) MPI is initialised
+ * (MPI_THREAD_FUNNELED) and the world is MPI_COMM_WORLD; otherwise a one-rank
+ * "self" group, without MPI. SHARC_COMM=NAME (self, mpi) forces the backend.
+ * Call once, from the program's main. */
 sharc_status sharc_comm_world_init(int *argc, char ***argv, sharc_comm **world);
-/* Free the world and finalise MPI if it was initialised. */
+/* Free the world and finalise its backend (MPI) if it was initialised. */
 void sharc_comm_world_finalize(sharc_comm *world);
 /* A one-rank group. */
 sharc_status sharc_comm_self(sharc_comm **out);
@@ -72,23 +79,38 @@ const char *sharc_comm_backend(const sharc_comm *c);
 void sharc_comm_abort(sharc_comm *c, int code);
 
 /* ---- blocking collectives ---- */
-sharc_status sharc_comm_allgather(sharc_comm *c, const void *send, void *recv, size_t count,
+sharc_status sharc_comm_all_gather(sharc_comm *c, const void *send, void *recv, size_t count,
                                   sharc_dtype dt);
 sharc_status sharc_comm_reduce_scatter(sharc_comm *c, const void *send, void *recv, size_t count,
                                        sharc_dtype dt, sharc_reduce_op op);
-sharc_status sharc_comm_allreduce(sharc_comm *c, const void *send, void *recv, size_t count,
+sharc_status sharc_comm_all_reduce(sharc_comm *c, const void *send, void *recv, size_t count,
                                   sharc_dtype dt, sharc_reduce_op op);
+/* recv(size, count) slice q = rank q's send slice r (send is (size, count)):
+ * every rank sends its q-th slice to rank q (the exchange of sequence
+ * parallelism). Out of place. */
+sharc_status sharc_comm_all_to_all(sharc_comm *c, const void *send, void *recv, size_t count, sharc_dtype dt);
 sharc_status sharc_comm_broadcast(sharc_comm *c, void *buf, size_t count, sharc_dtype dt, int root);
 sharc_status sharc_comm_barrier(sharc_comm *c);
 
-/* ---- non-blocking: a request is completed (and freed) by wait, or by a test that reports done ---- */
-sharc_status sharc_comm_iallgather(sharc_comm *c, const void *send, void *recv, size_t count,
-                                   sharc_dtype dt, sharc_comm_request **req);
+/* ---- non-blocking: a request is completed (and recycled) by wait or wait_on,
+ * or by a test that reports done ----
+ * `after` (may be NULL) is the stream whose work so far produced `send`: the
+ * collective starts after it (backends without streams synchronize it on
+ * the host first, a no-op on the CPU device). */
+sharc_status sharc_comm_iall_gather(sharc_comm *c, const void *send, void *recv, size_t count, sharc_dtype dt,
+                                    sharc_stream *after, sharc_comm_request **req);
 sharc_status sharc_comm_ireduce_scatter(sharc_comm *c, const void *send, void *recv, size_t count,
-                                        sharc_dtype dt, sharc_reduce_op op, sharc_comm_request **req);
-sharc_status sharc_comm_iallreduce(sharc_comm *c, const void *send, void *recv, size_t count,
-                                   sharc_dtype dt, sharc_reduce_op op, sharc_comm_request **req);
+                                        sharc_dtype dt, sharc_reduce_op op, sharc_stream *after,
+                                        sharc_comm_request **req);
+/* Host buffers, no stream (small agreements: sharc_comm_world_settle). */
+sharc_status sharc_comm_iall_reduce(sharc_comm *c, const void *send, void *recv, size_t count, sharc_dtype dt,
+                                    sharc_reduce_op op, sharc_comm_request **req);
+/* The host waits until the request is complete. */
 sharc_status sharc_comm_wait(sharc_comm_request *req);
+/* Work queued on `s` after this call sees the request's result. A backend
+ * that orders collectives on streams makes s wait without the host (an
+ * event); the others wait on the host here (MPI). */
+sharc_status sharc_comm_wait_on(sharc_comm_request *req, sharc_stream *s);
 sharc_status sharc_comm_test(sharc_comm_request *req, bool *done);
 
 /* ---- shared memory (optional: backends without it return SHARC_ERR_UNSUPPORTED) ----
@@ -96,11 +118,12 @@ sharc_status sharc_comm_test(sharc_comm_request *req, bool *done);
  * base[r] is rank r's part, readable and writable by every rank of the group.
  * Used for the zero-copy exchanges of note [shm-collectives]. */
 typedef struct {
-    sharc_comm *comm; /* the group; free the segment before the group */
+    sharc_comm *comm;  /* the group; free the segment before the group */
     int size;
-    size_t bytes;     /* per rank */
-    char **base;      /* (size) */
+    size_t bytes;      /* per rank */
+    char **base;       /* (size) */
     void *impl;
+    const void **part; /* (size) the dispatcher's scratch for sums over the parts */
 } sharc_comm_shared;
 
 sharc_status sharc_comm_shared_alloc(sharc_comm *c, size_t bytes, sharc_comm_shared **out);
@@ -108,6 +131,15 @@ void sharc_comm_shared_free(sharc_comm_shared *s);
 /* Make this rank's stores to shared memory visible and wait for every rank
  * of the group (memory barrier + barrier). */
 sharc_status sharc_comm_shared_sync(sharc_comm *c, sharc_comm_shared *s);
+/* A reduce-scatter whose inputs already lie in the window: every rank's
+ * (size, count) buffer of fp32 starts at byte `offset` of its own part; after
+ * one sync, rank r sums slice r of all of them in rank order (note
+ * [rank-order]) and adds it into recv (count floats, `add`) or writes it;
+ * a second sync lets every rank reuse its buffer. Counted as a
+ * reduce-scatter of count * size floats (and its two syncs as barriers).
+ * Collective over the window's group. */
+sharc_status sharc_comm_shared_reduce_scatter(sharc_comm_shared *s, size_t offset, float *recv, size_t count,
+                                              bool add);
 
 /* Allow (default) or forbid the shared-memory paths of note [shm-collectives]
  * for this group's all-gather, reduce-scatter and all-reduce; every rank of
@@ -128,7 +160,7 @@ bool sharc_comm_shared_memory_allowed(const sharc_comm *c);
 bool sharc_comm_world_settle(double seconds);
 bool sharc_comm_world_broken(void);
 
-/* ---- agreement (note [agreement] in src/train/trainer.c) ----
+/* ---- agreement (note [agreement] in docs/ARCHITECTURE.md) ----
  * Every rank passes its local status; all learn whether any rank failed
  * (one all-reduce). A failing rank gets its own status back (its message
  * kept); the others get `code` with `fmt_rank` ("...rank %d failed...")
@@ -140,8 +172,6 @@ sharc_status sharc_comm_agree(sharc_comm *c, sharc_status local, sharc_status co
 /* ---- statistics ---- */
 void sharc_comm_stats_get(const sharc_comm *c, sharc_comm_stats *out);
 void sharc_comm_stats_reset(sharc_comm *c);
-/* Count work done outside the backend (e.g. the shared-memory paths) as a collective. */
-void sharc_comm_stats_add(sharc_comm *c, sharc_coll_kind k, int64_t bytes, double seconds);
 
 #ifdef __cplusplus
 }

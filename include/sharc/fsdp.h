@@ -1,29 +1,36 @@
 /* sharc/fsdp.h: the engine that owns every parameter, gradient and shard.
  *
- * The model's layer loop is the schedule (GUIDE: "no autograd, no hooks"):
+ * The model's layer loop is the schedule (no autograd, no hooks; the model
+ * declares its order, sharc/units.h):
  *
  *   forward   w = sharc_fsdp_gather(e, u); ...compute...; sharc_fsdp_forward_done(e, u);
  *   backward  w = sharc_fsdp_gather(e, u); g = sharc_fsdp_grad(e, u);
  *             ...compute, g += ...; sharc_fsdp_backward_done(e, u);
  *
- * A unit whose backward needs no parameters (the embedding) may skip the
- * backward gather. For forward-only passes (evaluation, generation) each
- * unit ends with sharc_fsdp_release instead.
+ * A unit whose backward needs no parameters (the embedding) skips the
+ * backward gather. For forward-only passes (evaluation, generation) units
+ * still gathered at the end (the head, root units) end with
+ * sharc_fsdp_release. Every verb checks the unit's state and aborts with a
+ * message naming the unit, its state and the expected ones when the order
+ * is wrong (note [unit-states] in src/fsdp/fsdp_impl.h).
  *
  * gather returns the unit's full fp32 parameters (a flat buffer laid out as
- * the unit spec says); grad returns a full-size gradient buffer that the
- * model accumulates into (+=). backward_done hands the gradient to the
- * engine, which reduces it into this rank's shard. On one process every
- * call is a pass-through to the shard itself.
+ * the unit spec says) on the engine's device; grad returns a full-size
+ * gradient buffer that the model accumulates into (+=). backward_done hands
+ * the gradient to the engine, which reduces it into this rank's shard. With
+ * a shard group of one rank and fp32 parameters gather returns the shard
+ * itself and grad the grad shard (16-bit param_dtype rounds into a slot).
  *
  * The optimizer and checkpoints see only shards: sharc_fsdp_shard_* and the
- * segment list that maps a shard back to parameter names and element ranges. */
+ * segment list that maps a shard back to parameter names and element ranges.
+ * Shards are written only inside sharc_fsdp_shard_write_begin/_end. */
 #ifndef SHARC_FSDP_H
 #define SHARC_FSDP_H
 
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "sharc/device.h"
 #include "sharc/dtype.h"
 #include "sharc/status.h"
 #include "sharc/units.h"
@@ -35,13 +42,17 @@ extern "C" {
 typedef struct sharc_fsdp sharc_fsdp;
 
 typedef enum {
-    SHARC_FULL_SHARD = 0, /* ZeRO-3: parameters, gradients, optimizer state sharded */
-    SHARC_SHARD_GRAD_OP,  /* ZeRO-2: parameters stay gathered from forward to backward */
-    SHARC_NO_SHARD,       /* DDP: everything replicated, gradients all-reduced */
-    SHARC_HYBRID_SHARD    /* shard inside groups of fsdp_size, replicate across them */
+    SHARC_SHARDING_FULL_SHARD = 0, /* ZeRO-3: parameters, gradients, optimizer state sharded */
+    SHARC_SHARDING_SHARD_GRAD_OP,  /* ZeRO-2: parameters stay gathered from forward to backward */
+    SHARC_SHARDING_NO_SHARD,       /* DDP: everything replicated, gradients all-reduced */
+    SHARC_SHARDING_HYBRID_SHARD    /* shard inside groups of fsdp_size, replicate across them */
 } sharc_sharding;
 
-typedef enum { SHARC_PREFETCH_NONE = 0, SHARC_BACKWARD_PRE, SHARC_BACKWARD_POST } sharc_backward_prefetch;
+typedef enum {
+    SHARC_BACKWARD_PREFETCH_NONE = 0,
+    SHARC_BACKWARD_PREFETCH_PRE,
+    SHARC_BACKWARD_PREFETCH_POST
+} sharc_backward_prefetch;
 
 typedef struct {
     sharc_sharding strategy;
@@ -60,11 +71,14 @@ const char *sharc_sharding_name(sharc_sharding s);
 
 struct sharc_mesh;
 
-/* The engine for `nunits` units (copied), sharded over mesh->shard and
- * replicated over mesh->replicate; mesh NULL is one process. Collective:
+/* The engine for `nunits` units (copied), used in the order `schedule` says
+ * (copied; NULL: units in order, each read in backward, one at a time),
+ * sharded over mesh->shard and replicated over mesh->replicate (mesh NULL:
+ * one process), its memory on `dev` (NULL: the CPU device). Collective:
  * every rank of the mesh calls it. */
 sharc_status sharc_fsdp_init(sharc_fsdp **out, const sharc_unit_spec *units, int nunits,
-                             const sharc_fsdp_config *cfg, struct sharc_mesh *mesh);
+                             const sharc_unit_schedule *schedule, const sharc_fsdp_config *cfg,
+                             struct sharc_mesh *mesh, sharc_device *dev);
 void sharc_fsdp_free(sharc_fsdp *e);
 
 /* Initialise this rank's shard from (seed, parameter name, element index). */
@@ -75,7 +89,8 @@ const float *sharc_fsdp_gather(sharc_fsdp *e, int unit);
 void sharc_fsdp_forward_done(sharc_fsdp *e, int unit);
 float *sharc_fsdp_grad(sharc_fsdp *e, int unit);
 void sharc_fsdp_backward_done(sharc_fsdp *e, int unit);
-/* Forward-only use is over (evaluation): drop the gathered copy, no gradient. */
+/* Forward-only use is over (evaluation): drop the gathered copy (nothing if
+ * the unit is sharded); the unit must have no open gradient. */
 void sharc_fsdp_release(sharc_fsdp *e, int unit);
 /* Zero the sharded gradients (start of an optimizer step). */
 void sharc_fsdp_zero_grad(sharc_fsdp *e);
@@ -85,14 +100,25 @@ void sharc_fsdp_begin_microbatch(sharc_fsdp *e, bool last);
  * all-reduce of HYBRID_SHARD and NO_SHARD). Collective. */
 sharc_status sharc_fsdp_finish_grads(sharc_fsdp *e);
 
-/* Tell the engine this rank's parameter shards were written (the optimizer,
- * loading weights or a checkpoint): with shared parameters (note
- * [shared-params]) the next gather first waits until every rank of the shard
- * group has finished writing. Every rank of the group calls it alike. */
-void sharc_fsdp_params_updated(sharc_fsdp *e);
+/* ---- writing parameter shards ----
+ * Every write to this rank's parameter shards (initialisation, loading
+ * weights or a checkpoint, the optimizer) happens between begin and end,
+ * which every rank of the shard group calls alike, even one whose load
+ * failed: end marks the shards updated, so with shared parameters (note
+ * [shared-params] in src/fsdp/shm.c) the next gather first waits until every
+ * rank has finished writing. begin checks that no unit holds gathered
+ * parameters or an open gradient; brackets nest (the outermost one counts).
+ * sharc_fsdp_shard_write is the writable shard, only inside a bracket. */
+void sharc_fsdp_shard_write_begin(sharc_fsdp *e);
+float *sharc_fsdp_shard_write(sharc_fsdp *e, int unit);
+void sharc_fsdp_shard_write_end(sharc_fsdp *e);
 /* True when the shard group reads each other's parameter shards in place
  * from one shared-memory window, so gathers copy nothing (note [shared-params]). */
 bool sharc_fsdp_params_shared(const sharc_fsdp *e);
+/* The strategies chosen at init for gathering parameters and (in *reduce,
+ * may be NULL) reducing gradients, by name ("direct", "shared window",
+ * "fp32 all-gather", "16-bit all-gather", ... : src/fsdp/collectives.c). */
+const char *sharc_fsdp_strategy_names(const sharc_fsdp *e, const char **reduce);
 
 /* ---- shards ---- */
 typedef struct {
@@ -103,9 +129,13 @@ typedef struct {
 } sharc_segment;
 
 int sharc_fsdp_num_units(const sharc_fsdp *e);
+/* The device the shards live on (the model that runs with the engine uses the same). */
+sharc_device *sharc_fsdp_device(const sharc_fsdp *e);
 const sharc_unit_spec *sharc_fsdp_unit_spec(const sharc_fsdp *e, int unit);
 int64_t sharc_fsdp_shard_numel(const sharc_fsdp *e, int unit); /* padded */
-float *sharc_fsdp_shard_params(sharc_fsdp *e, int unit);
+/* This rank's fp32 parameter shard (numel_shard floats, read-only: see
+ * sharc_fsdp_shard_write) and gradient shard. */
+const float *sharc_fsdp_shard_params(const sharc_fsdp *e, int unit);
 float *sharc_fsdp_shard_grads(sharc_fsdp *e, int unit);
 /* The pieces of parameters this rank's shard of `unit` holds (padding excluded). */
 int sharc_fsdp_shard_segments(const sharc_fsdp *e, int unit, const sharc_segment **out);
@@ -131,8 +161,12 @@ void sharc_fsdp_stats_reset(sharc_fsdp *e);
 int64_t sharc_fsdp_gathered_unit_bytes(const sharc_fsdp *e);
 int sharc_fsdp_gathered_limit(const sharc_fsdp *e);
 /* Bytes of every gathered-parameter and full-gradient buffer the engine
- * holds: the bound of note [gathered-bound] in engine.c. */
+ * holds: the bound of note [gathered-bound] in src/fsdp/plan.c. */
 int64_t sharc_fsdp_gathered_capacity_bytes(const sharc_fsdp *e);
+/* What the engine's memory plan gives this rank in a category (params,
+ * grads, gathered, comm, other; shared windows included), which is what it
+ * allocated at init. */
+int64_t sharc_fsdp_planned_bytes(const sharc_fsdp *e, sharc_mem_cat cat);
 
 /* Copy a whole parameter (numel floats, by global name) into / out of the
  * part this rank holds. read_local fills only the elements this rank holds. */

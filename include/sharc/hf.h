@@ -57,9 +57,13 @@ sharc_status sharc_hf_check_config(const char *dir, const sharc_model_config *ru
  * ignorable buffer. Each rank reads only the element ranges its shards hold
  * (for a transposed source, the columns of the source rows it needs).
  * Not collective: the caller agrees on the returned status across ranks.
- * model.init_from, on every rank after the engine exists:
+ * It writes inside its own shard write bracket (sharc/fsdp.h); a caller that
+ * may skip it on some ranks brackets around it. model.init_from, on every
+ * rank after the engine exists:
+ *     sharc_fsdp_shard_write_begin(engine);
  *     st = sharc_hf_check_config(dir, &cfg.model);
  *     if (st == SHARC_OK) st = sharc_hf_load(engine, dir);
+ *     sharc_fsdp_shard_write_end(engine);
  *     then one all-reduce (MAX) of (st != SHARC_OK), as note [agreement]. */
 sharc_status sharc_hf_load(sharc_fsdp *e, const char *dir);
 

@@ -1,107 +1,166 @@
-/* sharc/kernels.h: the CPU fp32 transformer kernels, forward and backward.
+/* sharc/kernels.h: the kernel table a device carries (sharc_device_kernels):
+ * the transformer's layers forward and backward, and the element work of
+ * the engine, the optimizer and the collectives, each a function pointer
+ * that takes the stream its work goes on first.
  *
- * Conventions (GUIDE house rule 6, llm.c argument order):
- *   - arguments are outputs first, then const inputs, then dimensions;
+ *   const sharc_kernels *k = sharc_device_kernels(dev);
+ *   k->matmul_forward(stream, y, x, w, b, N, IC, OC);
+ *
+ * Conventions (llm.c's argument order, docs/ARCHITECTURE.md "Kernels"):
+ *   - after the stream: outputs first, then const inputs, then dimensions;
  *   - parameter gradients (dw, db) ACCUMULATE (+=), so gradient accumulation
- *     over micro-batches and tied weights come for free;
+ *     over micro-batches and tied weights come for free; a parameter
+ *     gradient pointer may be NULL (a frozen parameter: nothing is computed);
  *   - activation gradients (dx) are WRITTEN (=). Where a residual gradient must
  *     be added, the kernel takes it as `dres` (nullable) and writes dx = dres + ...;
  *   - N is the number of rows (tokens, B*T); matrices are row-major;
- *   - linear weights use nn.Linear's layout, w (out_features, in_features).
- * Every kernel is a pure function of its arguments (no hidden state) and is
- * checked against finite differences and PyTorch fixtures in tests/. */
+ *   - linear weights use nn.Linear's layout, w (out_features, in_features);
+ *   - every pointer is device memory of the table's device, scalars that a
+ *     kernel produces included (the loss sums: read them with a
+ *     device-to-host copy); token ids and targets too;
+ *   - `t0` is the position of the first of the T rows of a sequence (0 unless
+ *     a sequence is split over ranks).
+ * Every kernel is a pure function of its arguments (no hidden state).
+ * Results must not depend on the number of threads or their timing: sums
+ * run in a fixed order. The CPU table is checked against finite differences
+ * and PyTorch fixtures in tests/, the element work against plain loops.
+ *
+ * Note [kernel-table]. The dispatcher (src/device/device.c) checks a
+ * backend's table once, when the device is opened: required slots must be
+ * present; optional ones (marked) may be NULL and are filled with a fallback
+ * built from other slots, computing the same values. A new kind of kernel
+ * (a bf16 matmul, a fused AdamW over several tensors) is a new optional slot
+ * whose fallback is the existing path, so only backends that have it change. */
 #ifndef SHARC_KERNELS_H
 #define SHARC_KERNELS_H
 
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "sharc/device.h"
+#include "sharc/dtype.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-/* ---- linear: y(N,OC) = x(N,IC) @ w(OC,IC)^T + b(OC); b may be NULL ---- */
-void sharc_matmul_forward(float *y, const float *x, const float *w, const float *b, int64_t N,
-                          int IC, int OC);
-/* dx(N,IC) = dy @ w (skipped if dx is NULL); dw(OC,IC) += dy^T @ x; db(OC) += colsum(dy)
- * (db skipped if NULL). */
-void sharc_matmul_backward(float *dx, float *dw, float *db, const float *dy, const float *x,
-                           const float *w, int64_t N, int IC, int OC);
+/* The per-step scalars of one AdamW update (torch 1.13's order):
+ *   g' = g * grad_scale;  p *= decay_mul;  m = beta1 m + (1 - beta1) g';
+ *   v = beta2 v + (1 - beta2) g'^2;  p -= step_size * m / (sqrt(v) / sqrt_bc2 + eps)
+ * with decay_mul = 1 - lr * weight_decay (1 without decay), step_size = lr / (1 - beta1^t),
+ * sqrt_bc2 = sqrt(1 - beta2^t), computed in double by the caller and rounded to float. */
+typedef struct {
+    float decay_mul, beta1, beta2, step_size, sqrt_bc2, eps, grad_scale;
+} sharc_adamw_scalars;
 
-/* ---- LayerNorm over the last dim C: y = (x - mean) * rstd * w + b ---- */
-void sharc_layernorm_forward(float *y, float *mean, float *rstd, const float *x, const float *w,
-                             const float *b, int64_t N, int C, float eps);
-void sharc_layernorm_backward(float *dx, float *dw, float *db, const float *dy, const float *dres,
-                              const float *x, const float *w, const float *mean,
-                              const float *rstd, int64_t N, int C);
+typedef struct sharc_kernels {
+    /* ---- linear: y(N,OC) = x(N,IC) @ w(OC,IC)^T + b(OC); b may be NULL ---- */
+    void (*matmul_forward)(sharc_stream *s, float *y, const float *x, const float *w, const float *b, int64_t N,
+                           int IC, int OC);
+    /* dx(N,IC) = dy @ w; dw(OC,IC) += dy^T @ x; db(OC) += colsum(dy); each skipped if NULL */
+    void (*matmul_backward)(sharc_stream *s, float *dx, float *dw, float *db, const float *dy, const float *x,
+                            const float *w, int64_t N, int IC, int OC);
 
-/* ---- RMSNorm (Llama): y = x * rstd * w, rstd = 1/sqrt(mean(x^2) + eps) ---- */
-void sharc_rmsnorm_forward(float *y, float *rstd, const float *x, const float *w, int64_t N, int C,
-                           float eps);
-void sharc_rmsnorm_backward(float *dx, float *dw, const float *dy, const float *dres,
-                            const float *x, const float *w, const float *rstd, int64_t N, int C);
+    /* ---- LayerNorm over the last dim C: y = (x - mean) * rstd * w + b (b nullable);
+     * mean, rstd (N) are kept for backward ---- */
+    void (*layernorm_forward)(sharc_stream *s, float *y, float *mean, float *rstd, const float *x, const float *w,
+                              const float *b, int64_t N, int C, float eps);
+    void (*layernorm_backward)(sharc_stream *s, float *dx, float *dw, float *db, const float *dy, const float *dres,
+                               const float *x, const float *w, const float *mean, const float *rstd, int64_t N,
+                               int C);
+    /* ---- RMSNorm (Llama): y = x * rstd * w, rstd = 1/sqrt(mean(x^2) + eps) ---- */
+    void (*rmsnorm_forward)(sharc_stream *s, float *y, float *rstd, const float *x, const float *w, int64_t N, int C,
+                            float eps);
+    void (*rmsnorm_backward)(sharc_stream *s, float *dx, float *dw, const float *dy, const float *dres,
+                             const float *x, const float *w, const float *rstd, int64_t N, int C);
 
-/* ---- GELU, tanh form: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) ---- */
-void sharc_gelu_forward(float *y, const float *x, int64_t n);
-void sharc_gelu_backward(float *dx, const float *dy, const float *x, int64_t n);
+    /* ---- GELU, tanh form: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) ---- */
+    void (*gelu_forward)(sharc_stream *s, float *y, const float *x, int64_t n);
+    void (*gelu_backward)(sharc_stream *s, float *dx, const float *dy, const float *x, int64_t n);
+    /* ---- SwiGLU: x(N, 2I) holds [gate | up] per row; y(N, I) = silu(gate) * up ---- */
+    void (*swiglu_forward)(sharc_stream *s, float *y, const float *x, int64_t N, int I);
+    void (*swiglu_backward)(sharc_stream *s, float *dx, const float *dy, const float *x, int64_t N, int I);
+    /* ---- residual: y = a + b (y may alias a or b). (optional: sum_ranks of {a, b}) ---- */
+    void (*add)(sharc_stream *s, float *y, const float *a, const float *b, int64_t n);
 
-/* ---- SwiGLU: x(N, 2I) holds [gate | up] per row; y(N, I) = silu(gate) * up ---- */
-void sharc_swiglu_forward(float *y, const float *x, int64_t N, int I);
-void sharc_swiglu_backward(float *dx, const float *dy, const float *x, int64_t N, int I);
+    /* ---- token (+ learned position) embedding ----
+     * x(B,T,C) = wte[tokens] (+ wpe[t0 + t] if wpe); tokens (B*T) in [0, V), checked by the caller.
+     * Backward: dwte(V,C) += scatter(dx) (skipped if NULL); dwpe += sum over the batch (skipped if NULL). */
+    void (*embedding_forward)(sharc_stream *s, float *x, const int32_t *tokens, const float *wte, const float *wpe,
+                              int B, int T, int C, int t0);
+    void (*embedding_backward)(sharc_stream *s, float *dwte, float *dwpe, const float *dx, const int32_t *tokens,
+                               int B, int T, int C, int t0);
 
-/* ---- residual: y = a + b (y may alias a or b) ---- */
-void sharc_add(float *y, const float *a, const float *b, int64_t n);
-
-/* ---- token (+ learned position) embedding ----
- * x(B,T,C) = wte[tokens] (+ wpe[t] if wpe); tokens in [0, V) (checked by the caller). */
-void sharc_embedding_forward(float *x, const int32_t *tokens, const float *wte, const float *wpe,
-                             int B, int T, int C);
-/* dwte(V,C) += scatter(dx); dwpe(T,C) += sum over batch (skipped if NULL). */
-void sharc_embedding_backward(float *dwte, float *dwpe, const float *dx, const int32_t *tokens,
-                              int B, int T, int C);
-
-/* ---- RoPE, Hugging Face rotate-half convention ----
- * Tables cos, sin (T, hd/2): angle(t, i) = t * theta^(-2i/hd).
- * qkv (B, T, (NH + 2*NKV) * hd): the NH query heads then NKV key heads are
- * rotated in place; values untouched. Backward applies the inverse rotation
- * to dqkv in place. */
-void sharc_rope_table(float *cos_t, float *sin_t, int T, int hd, float theta);
-void sharc_rope_forward(float *qkv, const float *cos_t, const float *sin_t, int B, int T, int NH,
-                        int NKV, int hd);
-void sharc_rope_backward(float *dqkv, const float *cos_t, const float *sin_t, int B, int T, int NH,
+    /* ---- RoPE, Hugging Face rotate-half convention ----
+     * Tables cos, sin (T, hd/2): angle(t, i) = (t0 + t) * theta^(-2i/hd).
+     * qkv (B, T, (NH + 2*NKV) * hd): the NH query heads then NKV key heads are
+     * rotated in place; values untouched. Backward applies the inverse
+     * rotation to dqkv in place. */
+    void (*rope_table)(sharc_stream *s, float *cos_t, float *sin_t, int T, int hd, float theta, int t0);
+    void (*rope_forward)(sharc_stream *s, float *qkv, const float *cos_t, const float *sin_t, int B, int T, int NH,
                          int NKV, int hd);
+    void (*rope_backward)(sharc_stream *s, float *dqkv, const float *cos_t, const float *sin_t, int B, int T, int NH,
+                          int NKV, int hd);
 
-/* ---- causal multi-head attention with grouped-query heads ----
- * qkv (B, T, (NH + 2*NKV) * hd): per token the NH query heads, then NKV key
- * heads, then NKV value heads. Query head h uses key/value head h / (NH/NKV).
- * out (B, T, NH*hd); lse (B, NH, T) the log-sum-exp of each softmax row, the
- * only per-row state kept for backward (no T x T matrix is stored: backward
- * recomputes the probabilities, FlashAttention-style, one block of query
- * rows at a time). ws: workspace of sharc_attention_workspace(T) floats. */
-int64_t sharc_attention_workspace(int T);
-void sharc_attention_forward(float *out, float *lse, const float *qkv, int B, int T, int NH,
-                             int NKV, int hd, float *ws);
-/* dqkv is written (=) for every query, key and value element. */
-void sharc_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *out,
-                              const float *lse, int B, int T, int NH, int NKV, int hd, float *ws);
+    /* ---- causal multi-head attention with grouped-query heads ----
+     * qkv (B, T, (NH + 2*NKV) * hd): per token the NH query heads, then NKV key
+     * heads, then NKV value heads. Query head h uses key/value head h / (NH/NKV).
+     * out (B, T, NH*hd); lse (B, NH, T) the log-sum-exp of each softmax row, the
+     * only per-row state kept for backward (no T x T matrix is stored:
+     * backward recomputes the probabilities, FlashAttention-style). ws: a
+     * workspace of attention_workspace(T) floats (the count may depend on the
+     * thread count at the time of the call: plan after setting it). */
+    int64_t (*attention_workspace)(int T);
+    void (*attention_forward)(sharc_stream *s, float *out, float *lse, const float *qkv, int B, int T, int NH,
+                              int NKV, int hd, float *ws);
+    /* dqkv is written (=) for every query, key and value element. */
+    void (*attention_backward)(sharc_stream *s, float *dqkv, const float *dout, const float *qkv, const float *out,
+                               const float *lse, int B, int T, int NH, int NKV, int hd, float *ws);
 
-/* ---- softmax cross-entropy over V classes, rows with target < 0 are masked ----
- * losses[r] = logsumexp(logits[r]) - logits[r][target[r]] (0 for masked rows).
- * If want_grad, logits are overwritten in place with
- * dlogits = (softmax - onehot(target)) * scale (0 for masked rows).
- * Returns the sum of the losses of unmasked rows. */
-double sharc_xent_forward_backward(float *logits, float *losses, const int32_t *targets,
-                                   int64_t N, int V, float scale, bool want_grad);
+    /* ---- softmax cross-entropy over V classes, rows with target < 0 masked ----
+     * losses[r] = logsumexp(logits[r]) - logits[r][target[r]] (0 for masked
+     * rows; losses nullable). If want_grad, logits are overwritten in place
+     * with dlogits = (softmax - onehot(target)) * scale (0 for masked rows).
+     * *loss_sum (one double) = the sum of the unmasked rows' losses. */
+    void (*xent_forward_backward)(sharc_stream *s, double *loss_sum, float *logits, float *losses,
+                                  const int32_t *targets, int64_t N, int V, float scale, bool want_grad);
+    /* ---- fused LM head + cross-entropy, chunked over rows (note [fused-head]) ----
+     * For rows of x(N, C) and head weight w(V, C): logits = x @ w^T, then the
+     * loss and (if dx != NULL) dx(N, C) = dlogits @ w, dw(V, C) += dlogits^T @ x,
+     * with dlogits scaled by `scale` (d total_loss / d row_loss). Only `chunk`
+     * rows of logits exist at once, in ws (chunk * V floats). *loss_sum (one
+     * double) = the sum of the unmasked rows' losses. */
+    void (*lmhead_xent)(sharc_stream *s, double *loss_sum, float *dx, float *dw, const float *x, const float *w,
+                        const int32_t *targets, float scale, int64_t N, int C, int V, float *ws, int64_t chunk);
 
-/* ---- fused LM head + cross-entropy, chunked over rows ----
- * For rows of x(N, C) and head weight w(V, C): logits = x @ w^T, then the loss
- * and (if dx != NULL) dx(N, C) = dlogits @ w, dw(V, C) += dlogits^T @ x, with
- * dlogits scaled by `scale` (d total_loss / d row_loss). Only `chunk` rows of
- * logits exist at once, in ws (chunk * V floats): never a full N x V buffer.
- * Returns the sum of the unmasked rows' losses. */
-double sharc_lmhead_xent(float *dx, float *dw, const float *x, const float *w,
-                         const int32_t *targets, float scale, int64_t N, int C, int V, float *ws,
-                         int64_t chunk);
+    /* ---- element work of the engine, the optimizer and the collectives ---- */
+    /* dst = src converted, n elements: F32 -> F32/BF16/F16 (round to nearest
+     * even) or BF16/F16 -> F32 (exact). */
+    void (*cast)(sharc_stream *s, void *dst, sharc_dtype dst_dt, const void *src, sharc_dtype src_dt, int64_t n);
+    /* dst = src rounded to dt (BF16, F16) and widened back; a copy for F32 (dst may be src). */
+    void (*round)(sharc_stream *s, float *dst, const float *src, sharc_dtype dt, int64_t n);
+    /* dst += src. (optional: sum_ranks of {src} added) */
+    void (*accumulate)(sharc_stream *s, float *dst, const float *src, int64_t n);
+    /* Note [rank-order]: dst[i] (+)= src[0][i] + src[1][i] + ... + src[S-1][i],
+     * summed in that order in fp32 starting from src[0][i] itself (not 0 +
+     * src[0][i]), so every path that reduces over ranks, and every rank,
+     * computes bit-identical sums. dt F32: fp32 in and out, `add` adds the
+     * sum to dst; dt BF16/F16: 16-bit in and out, widened exactly, rounded
+     * once (add must be false). dst may be one of the sources. */
+    void (*sum_ranks)(sharc_stream *s, void *dst, const void *const *src, int S, int64_t n, sharc_dtype dt,
+                      bool add);
+    /* *acc += sum of x[i]^2: fp32 sums over blocks of 4096, added in double. */
+    void (*sumsq)(sharc_stream *s, double *acc, const float *x, int64_t n);
+    /* One AdamW update of n elements (sharc_adamw_scalars). */
+    void (*adamw)(sharc_stream *s, float *p, const float *g, float *m, float *v, int64_t n,
+                  const sharc_adamw_scalars *k);
+    /* dst[i] = value. */
+    void (*fill)(sharc_stream *s, float *dst, float value, int64_t n);
+    /* dst[i] = std * N(0,1) drawn at (seed, stream, first + i) (sharc/rng.h): the
+     * value of an element does not depend on which rank or chunk computes it. */
+    void (*init_normal)(sharc_stream *s, float *dst, int64_t n, float std, uint64_t seed, uint64_t stream,
+                        uint64_t first);
+} sharc_kernels;
 
 #ifdef __cplusplus
 }

@@ -16,6 +16,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "sharc/device.h"
 #include "sharc/fsdp.h"
 #include "sharc/status.h"
 #include "sharc/units.h"
@@ -53,12 +54,18 @@ double sharc_model_flops_per_token(const sharc_model_config *c, int T);
 
 typedef struct sharc_model sharc_model;
 
-/* Build the unit list for a config (no activations yet). */
-sharc_status sharc_model_init(sharc_model **out, const sharc_model_config *cfg);
+/* Build the unit list for a config (no activations yet); activations will
+ * live on `dev` and its kernels run the model (NULL: the CPU device). The
+ * engine the model runs with must be on the same device. */
+sharc_status sharc_model_init(sharc_model **out, const sharc_model_config *cfg, sharc_device *dev);
 void sharc_model_free(sharc_model *m);
 const sharc_model_config *sharc_model_get_config(const sharc_model *m);
 int sharc_model_num_units(const sharc_model *m);
 const sharc_unit_spec *sharc_model_units(const sharc_model *m);
+/* The order the layer loops use the units in (note [unit-schedule] in
+ * src/model/model.c): what the engine prefetches by. */
+const sharc_unit_schedule *sharc_model_schedule(const sharc_model *m);
+sharc_device *sharc_model_device(const sharc_model *m);
 
 /* Plan activation memory for micro-batches of B sequences of T tokens.
  * With activation_checkpointing only each block's input is kept and the
@@ -74,8 +81,9 @@ double sharc_model_forward_backward(sharc_model *m, sharc_fsdp *e, const int32_t
 /* Forward only, for evaluation: the loss sum over unmasked targets. */
 double sharc_model_forward_loss(sharc_model *m, sharc_fsdp *e, const int32_t *inputs,
                                 const int32_t *targets);
-/* Forward only, logits (V) of the last position of sequence 0 of a plan of
- * B = 1 and T = len: inputs has len tokens (len <= the planned T). */
+/* Forward only, logits (V floats of host memory) of the last position of
+ * sequence 0 of a plan of B = 1 and T = len: inputs has len tokens (len <=
+ * the planned T). */
 void sharc_model_logits_last(sharc_model *m, sharc_fsdp *e, const int32_t *inputs, int len,
                              float *logits);
 

@@ -9,6 +9,8 @@
 #include <stdbool.h>
 #include <stdio.h>
 
+#include "sharc/clock.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -17,7 +19,6 @@ void sharc_prof_enable(bool on);
 bool sharc_prof_enabled(void);
 /* Start / stop a region; ids come from sharc_prof_id(name) (cached by the macro). */
 int sharc_prof_id(const char *name);
-double sharc_prof_now(void);
 void sharc_prof_add(int id, double seconds);
 /* Print regions sorted by total time and reset. */
 void sharc_prof_report(FILE *f, int steps);
@@ -28,9 +29,9 @@ void sharc_prof_report(FILE *f, int steps);
         if (sharc_prof_enabled()) {                                              \
             static int sharc_prof_id_ = -1;                                      \
             if (sharc_prof_id_ < 0) sharc_prof_id_ = sharc_prof_id(name);        \
-            double sharc_prof_t0_ = sharc_prof_now();                            \
+            double sharc_prof_t0_ = sharc_clock_now();                            \
             stmt;                                                                \
-            sharc_prof_add(sharc_prof_id_, sharc_prof_now() - sharc_prof_t0_);   \
+            sharc_prof_add(sharc_prof_id_, sharc_clock_now() - sharc_prof_t0_);   \
         } else {                                                                 \
             stmt;                                                                \
         }                                                                        \

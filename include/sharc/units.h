@@ -39,10 +39,20 @@ typedef struct {
      * backward is done, and its gradient buffer collects contributions from
      * other units (the embedding tied to the LM head). */
     bool root;
-    /* The unit's backward reads only its gradient buffer, not its parameters
-     * (the embedding): no gather, no prefetch in backward. */
-    bool backward_without_params;
 } sharc_unit_spec;
+
+/* The order a model uses its units in (note [unit-schedule] in
+ * src/model/model.c), declared beside the specs: the engine prefetches by
+ * walking it (forward in order, backward in reverse) and sizes its
+ * gathered-memory slots from max_live. */
+typedef struct {
+    int n;                             /* entries of order: the number of units */
+    const int *order;                  /* (n) unit indices in the order the forward pass gathers them */
+    const bool *backward_needs_params; /* (n) by unit index: its backward reads its parameters; false
+                                        * (the embedding): no gather and no prefetch in backward */
+    int max_live;                      /* most non-root units gathered at once by the model itself,
+                                        * prefetch aside (1: one block at a time) */
+} sharc_unit_schedule;
 
 /* Append a parameter to a unit (offsets are assigned in order). */
 void sharc_unit_add_param(sharc_unit_spec *u, const char *name, int ndim, const int64_t *shape,

@@ -5,6 +5,7 @@
  * the world and agreed (note [agreement]). The other files of src/ckpt/
  * are listed in internal.h. */
 #include "internal.h"
+#include "sharc/clock.h"
 #include "sharc/fault.h"
 #include "sharc/activity.h"
 #include "sharc/alloc.h"
@@ -16,16 +17,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 /* ------------------------------------------------------------ helpers */
-
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
 
 /* Note [agreement]: every rank gets the same verdict. */
 static sharc_status agree(sharc_comm *world, sharc_status local) {
@@ -106,7 +100,7 @@ static sharc_status exchange(sharc_ckpt *c, sharc_ckpt_written *w) {
     w->maxrec = w->maxchunk = 1;
     sharc_status st = hdr ? SHARC_OK : sharc_error(SHARC_ERR_NOMEM, "ckpt: out of memory");
     st = agree(world, st);
-    if (st == SHARC_OK) st = sharc_comm_allgather(world, mine, hdr, 6, SHARC_DT_I64);
+    if (st == SHARC_OK) st = sharc_comm_all_gather(world, mine, hdr, 6, SHARC_DT_I64);
     for (int r = 0; r < R && st == SHARC_OK; r++) {
         w->maxrec = hdr[6 * r + 2] > w->maxrec ? hdr[6 * r + 2] : w->maxrec;
         w->maxchunk = hdr[6 * r + 3] > w->maxchunk ? hdr[6 * r + 3] : w->maxchunk;
@@ -127,8 +121,8 @@ static sharc_status exchange(sharc_ckpt *c, sharc_ckpt_written *w) {
     }
     for (int64_t k = 0; k < mine[3] && st == SHARC_OK; k++) mychunk[k] = j->chunk_crc[k];
     st = agree(world, st);
-    if (st == SHARC_OK) st = sharc_comm_allgather(world, myrec, allrec, (size_t)w->maxrec * 4, SHARC_DT_I64);
-    if (st == SHARC_OK) st = sharc_comm_allgather(world, mychunk, allchunk, (size_t)w->maxchunk, SHARC_DT_I64);
+    if (st == SHARC_OK) st = sharc_comm_all_gather(world, myrec, allrec, (size_t)w->maxrec * 4, SHARC_DT_I64);
+    if (st == SHARC_OK) st = sharc_comm_all_gather(world, mychunk, allchunk, (size_t)w->maxchunk, SHARC_DT_I64);
     free(myrec);
     free(mychunk);
     return st;
@@ -181,10 +175,10 @@ static sharc_status finish(sharc_ckpt *c) {
             if (c->async)
                 sharc_info("ckpt: saved step %lld to %s (%.1f MB; training paused %.3f s to stage it, published %.3f s "
                            "after the start)", (long long)step, c->last, (double)total / 1e6, c->t_staged - c->t_start,
-                           now_s() - c->t_start);
+                           sharc_clock_now() - c->t_start);
             else
                 sharc_info("ckpt: saved step %lld to %s (%.1f MB in %.3f s)", (long long)step, c->last,
-                           (double)total / 1e6, now_s() - c->t_start);
+                           (double)total / 1e6, sharc_clock_now() - c->t_start);
         }
     }
     return st;
@@ -195,7 +189,7 @@ sharc_status sharc_ckpt_wait(sharc_ckpt *c) { return finish(c); }
 sharc_status sharc_ckpt_save(sharc_ckpt *c, int64_t step) {
     SHARC_TRY(finish(c));
     if (step == c->done_step) return SHARC_OK;
-    c->t_start = now_s();
+    c->t_start = sharc_clock_now();
     SHARC_TRY(agree(c->s.world, sharc_comm_rank(c->s.world) == 0 ? sharc_ckpt_commit_begin(c->dir, step)
                                                                            : SHARC_OK));
     c->pending = true;
@@ -207,7 +201,7 @@ sharc_status sharc_ckpt_save(sharc_ckpt *c, int64_t step) {
         snprintf(path, sizeof path, "%s/shard-%05d-of-%05d.bin", tmp, c->s.mesh->shard_rank, c->s.mesh->dp_shard);
         sharc_ckpt_writer_start(&c->w, &c->plan, c->s.engine, c->s.optim, path, c->async);
     }
-    c->t_staged = now_s();
+    c->t_staged = sharc_clock_now();
     return c->async ? SHARC_OK : finish(c);
 }
 
@@ -225,13 +219,13 @@ static sharc_status load_local(sharc_ckpt *c, const char *step_dir, sharc_ckpt_m
  * failure as a warning (auto resume falls back). */
 static sharc_status load_dir(sharc_ckpt *c, const char *step_dir, bool warn) {
     sharc_ckpt_manifest m;
-    double t0 = now_s();
+    double t0 = sharc_clock_now();
+    /* on every rank, whatever happens: the shards may be written (the write bracket of sharc/fsdp.h) */
+    sharc_fsdp_shard_write_begin(c->s.engine);
     sharc_status st = load_local(c, step_dir, &m);
+    sharc_fsdp_shard_write_end(c->s.engine);
     if (st != SHARC_OK && warn) sharc_warn("%s", sharc_last_error());
     sharc_status agreed = agree(c->s.world, st);
-    /* on every rank, whatever happened: the shards may have been written
-     * (note [shared-params] in src/fsdp/engine.c) */
-    sharc_fsdp_params_updated(c->s.engine);
     if (agreed == SHARC_OK) {
         sharc_adamw_set_steps(c->s.optim, m.adam_step);
         c->done_step = m.step;
@@ -240,7 +234,7 @@ static sharc_status load_dir(sharc_ckpt *c, const char *step_dir, bool warn) {
         int64_t G = (int64_t)cfg->train.batch_size * cfg->train.grad_accum * sharc_comm_size(c->s.world), v = 0;
         if (sharc_comm_rank(c->s.world) == 0) {
             sharc_info("ckpt: resumed from %s at step %lld (written by %lld ranks, %s; loaded in %.3f s)", step_dir,
-                       (long long)m.step, (long long)m.world_size, m.strategy, now_s() - t0);
+                       (long long)m.step, (long long)m.world_size, m.strategy, sharc_clock_now() - t0);
             if (sharc_ckpt_manifest_get_i64(&m, m.train, "sequences_per_step", &v) == SHARC_OK && v != G)
                 sharc_warn("ckpt: the checkpoint ran %lld sequences per step, this run %lld: the data order differs "
                            "from an uninterrupted run", (long long)v, (long long)G);

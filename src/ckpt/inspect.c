@@ -131,13 +131,13 @@ sharc_status sharc_ckpt_read_config(const char *step_dir, sharc_config *cfg) {
 }
 
 sharc_status sharc_ckpt_load_params(sharc_fsdp *e, const char *step_dir) {
-    /* first, whatever happens next: the shards may be written (note
-     * [shared-params] in src/fsdp/engine.c) */
-    sharc_fsdp_params_updated(e);
+    /* whatever happens: the shards may be written (the write bracket of sharc/fsdp.h) */
+    sharc_fsdp_shard_write_begin(e);
     sharc_ckpt_manifest m;
     sharc_status st = sharc_ckpt_manifest_read(&m, step_dir);
     if (st == SHARC_OK) st = sharc_ckpt_shard_read(&m, e, NULL);
     sharc_ckpt_manifest_free(&m);
+    sharc_fsdp_shard_write_end(e);
     return st;
 }
 

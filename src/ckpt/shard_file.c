@@ -159,7 +159,7 @@ sharc_status sharc_ckpt_shard_read(sharc_ckpt_manifest *m, sharc_fsdp *e, sharc_
         sharc_activity_phase("loading a checkpoint", u, s->name); /* progress for the watchdog */
         const sharc_segment *segs;
         int ns = sharc_fsdp_shard_segments(e, u, &segs);
-        float *dst[KINDS] = {sharc_fsdp_shard_params(e, u), a ? sharc_adamw_m(a, u) : NULL, a ? sharc_adamw_v(a, u) : NULL};
+        float *dst[KINDS] = {sharc_fsdp_shard_write(e, u), a ? sharc_adamw_m(a, u) : NULL, a ? sharc_adamw_v(a, u) : NULL};
         for (int k = 0; k < ns && st == SHARC_OK; k++) {
             const sharc_ckpt_tensor *t = sharc_ckpt_manifest_find(m, s->params[segs[k].param].name);
             int64_t lo0 = segs[k].param_off, hi0 = lo0 + segs[k].len;

@@ -1,5 +1,6 @@
 /* main.c: the sharc command. The only place that prints a failure's message
  * and decides the exit status. */
+#include "sharc/clock.h"
 #include "sharc/activity.h"
 #include "sharc/blas.h"
 #include "sharc/ckpt.h"
@@ -453,9 +454,11 @@ static sharc_status inference_load(const inference_source *src, const sharc_conf
     *m = NULL;
     *e = NULL;
     const int T = c->model.family == SHARC_FAMILY_GPT2 ? c->model.max_seq_len : c->train.seq_len;
-    sharc_status st = sharc_model_init(m, &c->model);
+    sharc_status st = sharc_model_init(m, &c->model, NULL);
     if (st == SHARC_OK && plan_B > 0) st = sharc_model_plan(*m, plan_B, T, false);
-    if (st == SHARC_OK) st = sharc_fsdp_init(e, sharc_model_units(*m), sharc_model_num_units(*m), &fc, NULL);
+    if (st == SHARC_OK)
+        st = sharc_fsdp_init(e, sharc_model_units(*m), sharc_model_num_units(*m), sharc_model_schedule(*m), &fc, NULL,
+                             sharc_model_device(*m));
     if (st == SHARC_OK) st = src->ckpt ? sharc_ckpt_load_params(*e, src->path) : sharc_weights_load(*e, src->path);
     if (st != SHARC_OK) {
         sharc_fsdp_free(*e);
@@ -603,9 +606,7 @@ static int cmd_generate(int argc, char **argv) {
 /* A progress line on stderr when it is a terminal. */
 static void tokenize_progress(size_t done, size_t total, const char *unit, void *ctx) {
     const double *t0 = ctx;
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    double dt = (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec - *t0, frac = total ? (double)done / (double)total : 1.0;
+    double dt = sharc_clock_now() - *t0, frac = total ? (double)done / (double)total : 1.0;
     char bar[31];
     int fill = (int)(frac * 30);
     for (int i = 0; i < 30; i++) bar[i] = i < fill ? '#' : '.';
@@ -645,9 +646,7 @@ static int cmd_tokenize(int argc, char **argv) {
     if (st == SHARC_OK) st = sharc_tokenizer_load(&t, tpath);
     if (st == SHARC_OK) st = sharc_blas_init(threads); /* sets OpenMP's threads (0: this process's CPUs) */
     char written[SHARC_PATH_MAX + 8] = "";
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    double t0 = (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+    double t0 = sharc_clock_now();
     if (st == SHARC_OK)
         st = sharc_dataprep_tokenize(&c, t, out, sharc_threads_get(), isatty(2) ? tokenize_progress : NULL, &t0, written,
                                      sizeof written);
@@ -668,8 +667,9 @@ static int cmd_ckpt(int argc, char **argv) {
 static sharc_status single_engine(const sharc_model_config *mc, sharc_model **m, sharc_fsdp **e) {
     sharc_fsdp_config fc;
     sharc_fsdp_config_default(&fc);
-    SHARC_TRY(sharc_model_init(m, mc));
-    return sharc_fsdp_init(e, sharc_model_units(*m), sharc_model_num_units(*m), &fc, NULL);
+    SHARC_TRY(sharc_model_init(m, mc, NULL));
+    return sharc_fsdp_init(e, sharc_model_units(*m), sharc_model_num_units(*m), sharc_model_schedule(*m), &fc, NULL,
+                           sharc_model_device(*m));
 }
 
 /* The tokenizer files beside a run's model.tokenizer, copied into an exported

@@ -1,32 +1,49 @@
-/* comm_impl.h (internal): what a backend provides. The dispatcher in
- * comm.c validates arguments and keeps statistics; a backend only moves bytes.
- * Entries with `req`: NULL means blocking, otherwise the backend stores its
- * own handle there (or NULL if the operation already completed). Optional entries
- * may be NULL; the dispatcher falls back or reports SHARC_ERR_UNSUPPORTED. */
+/* comm_impl.h (internal): what a communication backend provides. The
+ * dispatcher in comm.c validates arguments and keeps statistics; a backend
+ * only moves bytes. Entries with `req`: NULL means blocking, otherwise the
+ * backend stores its own handle there (or NULL if the operation already
+ * completed); `s` is the stream the caller's data was produced on (NULL for
+ * host memory that is ready now). Optional entries are marked and may be
+ * NULL; the dispatcher falls back or reports SHARC_ERR_UNSUPPORTED. */
 #ifndef SHARC_COMM_IMPL_H
 #define SHARC_COMM_IMPL_H
 
 #include "sharc/comm.h"
 
+/* (optional extension) Shared memory between the ranks of a node-local
+ * group: the windows of note [shm-collectives] and note [shared-params]. */
+typedef struct sharc_comm_shm_i {
+    /* a window of `bytes` per rank; SHARC_ERR_UNSUPPORTED when the group spans nodes */
+    sharc_status (*alloc)(sharc_comm *c, size_t bytes, sharc_comm_shared **out);
+    void (*free)(sharc_comm_shared *s);
+    /* this rank's stores visible to all, and every rank has arrived (memory barrier + barrier) */
+    sharc_status (*sync)(sharc_comm *c, sharc_comm_shared *s);
+    void (*use)(sharc_comm *c, bool on);  /* allow or forbid the shared-memory paths */
+    bool (*allowed)(const sharc_comm *c); /* whether they are allowed */
+} sharc_comm_shm_i;
+
 typedef struct sharc_comm_vtable {
     const char *name;
-    sharc_status (*allgather)(sharc_comm *c, const void *send, void *recv, size_t count, sharc_dtype dt,
-                              void **req);
-    sharc_status (*reduce_scatter)(sharc_comm *c, const void *send, void *recv, size_t count,
-                                   sharc_dtype dt, sharc_reduce_op op, void **req);
-    sharc_status (*allreduce)(sharc_comm *c, const void *send, void *recv, size_t count, sharc_dtype dt,
-                              sharc_reduce_op op, void **req);
+    sharc_status (*all_gather)(sharc_comm *c, const void *send, void *recv, size_t count, sharc_dtype dt,
+                               sharc_stream *s, void **req);
+    sharc_status (*reduce_scatter)(sharc_comm *c, const void *send, void *recv, size_t count, sharc_dtype dt,
+                                   sharc_reduce_op op, sharc_stream *s, void **req);
+    sharc_status (*all_reduce)(sharc_comm *c, const void *send, void *recv, size_t count, sharc_dtype dt,
+                               sharc_reduce_op op, void **req);
+    sharc_status (*all_to_all)(sharc_comm *c, const void *send, void *recv, size_t count, sharc_dtype dt);
     sharc_status (*broadcast)(sharc_comm *c, void *buf, size_t count, sharc_dtype dt, int root);
     sharc_status (*barrier)(sharc_comm *c);
     sharc_status (*split)(sharc_comm *c, int color, int key, sharc_comm **out);
     sharc_status (*split_node)(sharc_comm *c, sharc_comm **out);
     sharc_status (*wait)(sharc_comm *c, void *req);
     sharc_status (*test)(sharc_comm *c, void *req, bool *done);
-    sharc_status (*shared_alloc)(sharc_comm *c, size_t bytes, sharc_comm_shared **out); /* optional */
-    void (*shared_free)(sharc_comm_shared *s);
-    sharc_status (*shared_sync)(sharc_comm *c, sharc_comm_shared *s);
-    void (*use_shared_memory)(sharc_comm *c, bool on); /* optional */
-    bool (*shared_memory_allowed)(const sharc_comm *c); /* optional: false if absent */
+    /* (optional) order the request before later work on stream s without a
+     * host wait; NULL: the dispatcher waits on the host (sharc_comm_wait_on) */
+    sharc_status (*wait_on)(sharc_comm *c, void *req, sharc_stream *s);
+    /* (optional) whether the backend orders collectives on streams itself;
+     * false: the dispatcher synchronizes a caller's stream before posting */
+    bool streams;
+    const sharc_comm_shm_i *shm; /* (optional) NULL: no shared memory */
     void (*abort)(sharc_comm *c, int code);
     void (*free)(sharc_comm *c);
 } sharc_comm_vtable;
@@ -36,6 +53,7 @@ struct sharc_comm {
     int rank, size;
     void *impl;
     sharc_comm_stats stats;
+    sharc_comm_request *spare; /* completed requests kept for reuse (a list through next) */
 };
 
 /* A request as the dispatcher sees it: the backend's handle plus what to
@@ -45,14 +63,27 @@ struct sharc_comm_request {
     sharc_coll_kind kind;
     void *impl;
     double t_start;
+    sharc_comm_request *next; /* on the comm's spare list */
 };
 
 sharc_comm *sharc_comm_new(const sharc_comm_vtable *vt, int rank, int size, void *impl);
-extern const sharc_comm_vtable sharc_comm_self_vtable;
+/* Free the dispatcher's part of a group (the spare requests and the struct);
+ * a backend's free calls it last. */
+void sharc_comm_release(sharc_comm *c);
 
-/* The MPI backend (comm_mpi.c); absent in builds without MPI. */
-sharc_status sharc_comm_mpi_world_init(int *argc, char ***argv, sharc_comm **world);
-void sharc_comm_mpi_finalize(void);
-int sharc_comm_mpi_launched(void);
+/* A backend as the world sees it (registry.c): whether this process was
+ * started by its launcher, and how to make the world from it. */
+typedef struct sharc_comm_backend_i {
+    const char *name;
+    bool (*probe)(void);
+    sharc_status (*world_init)(int *argc, char ***argv, sharc_comm **world);
+    void (*finalize)(void); /* (optional) after the world is freed */
+} sharc_comm_backend_i;
+
+/* The backends of this build, in the order the world is chosen from (the
+ * first whose probe says yes), NULL-terminated (registry.c). */
+extern const sharc_comm_backend_i *const sharc_comm_backends[];
+extern const sharc_comm_backend_i sharc_comm_backend_self;
+extern const sharc_comm_backend_i sharc_comm_backend_mpi;
 
 #endif

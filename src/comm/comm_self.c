@@ -1,6 +1,7 @@
-/* comm_self.c: the one-rank backend. Every collective is a copy (or
- * nothing); shared memory is plain memory, so the engine's shared-memory
- * paths run, and are tested, at one rank too. */
+/* comm_self.c: the one-rank backend, and its registry entry (the world of a
+ * process started without a launcher). Every collective is a copy (or
+ * nothing); shared memory is plain memory (a window of one part), and the
+ * shared-memory collectives are never chosen. */
 #include "comm_impl.h"
 #include "sharc/alloc.h"
 
@@ -12,21 +13,25 @@ static sharc_status self_copy(const void *send, void *recv, size_t count, sharc_
     return SHARC_OK;
 }
 
-static sharc_status self_allgather(sharc_comm *c, const void *send, void *recv, size_t count, sharc_dtype dt,
-                                   void **req) {
+static sharc_status self_all_gather(sharc_comm *c, const void *send, void *recv, size_t count, sharc_dtype dt,
+                                    sharc_stream *s, void **req) {
     if (req) *req = NULL;
     return self_copy(send, recv, count, dt);
 }
 
 static sharc_status self_reduce_scatter(sharc_comm *c, const void *send, void *recv, size_t count,
-                                        sharc_dtype dt, sharc_reduce_op op, void **req) {
+                                        sharc_dtype dt, sharc_reduce_op op, sharc_stream *s, void **req) {
     if (req) *req = NULL;
     return self_copy(send, recv, count, dt);
 }
 
-static sharc_status self_allreduce(sharc_comm *c, const void *send, void *recv, size_t count, sharc_dtype dt,
-                                   sharc_reduce_op op, void **req) {
+static sharc_status self_all_reduce(sharc_comm *c, const void *send, void *recv, size_t count, sharc_dtype dt,
+                                    sharc_reduce_op op, void **req) {
     if (req) *req = NULL;
+    return self_copy(send, recv, count, dt);
+}
+
+static sharc_status self_all_to_all(sharc_comm *c, const void *send, void *recv, size_t count, sharc_dtype dt) {
     return self_copy(send, recv, count, dt);
 }
 
@@ -68,28 +73,45 @@ static void self_shared_free(sharc_comm_shared *s) {
 }
 
 static sharc_status self_shared_sync(sharc_comm *c, sharc_comm_shared *s) { return SHARC_OK; }
+static void self_use(sharc_comm *c, bool on) {}
+static bool self_allowed(const sharc_comm *c) { return false; }
 static void self_abort(sharc_comm *c, int code) {}
-static void self_free(sharc_comm *c) { free(c); }
 
-const sharc_comm_vtable sharc_comm_self_vtable = {
+static const sharc_comm_shm_i self_shm = {
+    .alloc = self_shared_alloc,
+    .free = self_shared_free,
+    .sync = self_shared_sync,
+    .use = self_use,
+    .allowed = self_allowed,
+};
+
+static const sharc_comm_vtable self_vtable = {
     .name = "self",
-    .allgather = self_allgather,
+    .all_gather = self_all_gather,
     .reduce_scatter = self_reduce_scatter,
-    .allreduce = self_allreduce,
+    .all_reduce = self_all_reduce,
+    .all_to_all = self_all_to_all,
     .broadcast = self_broadcast,
     .barrier = self_barrier,
     .split = self_split,
     .split_node = self_split_node,
     .wait = self_wait,
     .test = self_test,
-    .shared_alloc = self_shared_alloc,
-    .shared_free = self_shared_free,
-    .shared_sync = self_shared_sync,
+    .shm = &self_shm,
     .abort = self_abort,
-    .free = self_free,
+    .free = sharc_comm_release,
 };
 
 sharc_status sharc_comm_self(sharc_comm **out) {
-    *out = sharc_comm_new(&sharc_comm_self_vtable, 0, 1, NULL);
+    *out = sharc_comm_new(&self_vtable, 0, 1, NULL);
     return *out ? SHARC_OK : sharc_error(SHARC_ERR_NOMEM, "comm: out of memory");
 }
+
+static bool self_probe(void) { return true; }
+static sharc_status self_world_init(int *argc, char ***argv, sharc_comm **world) { return sharc_comm_self(world); }
+
+const sharc_comm_backend_i sharc_comm_backend_self = {
+    .name = "self",
+    .probe = self_probe,
+    .world_init = self_world_init,
+};

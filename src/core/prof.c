@@ -3,7 +3,6 @@
 
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #define MAX_REGIONS 128
 
@@ -15,12 +14,6 @@ static long counts[MAX_REGIONS];
 
 void sharc_prof_enable(bool on) { enabled = on; }
 bool sharc_prof_enabled(void) { return enabled; }
-
-double sharc_prof_now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
 
 int sharc_prof_id(const char *name) {
     for (int i = 0; i < nregions; i++)

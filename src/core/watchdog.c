@@ -20,6 +20,7 @@
  * rank printed is the log's (sharc_log_rank), which the command sets from
  * the launcher's environment before MPI_Init. */
 #include "sharc/activity.h"
+#include "sharc/clock.h"
 #include "sharc/log.h"
 
 #include <pthread.h>
@@ -38,21 +39,15 @@ static atomic_bool stop;
 static atomic_int timeout_s;
 static _Atomic(const char *) setting_name;
 
-static double mono(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
 static void *watch(void *arg) {
     (void)arg;
     uint64_t last = sharc_activity_seq();
-    double since = mono();
+    double since = sharc_clock_now();
     const struct timespec tick = {0, 100 * 1000 * 1000};
     while (!atomic_load(&stop)) {
         nanosleep(&tick, NULL);
         uint64_t s = sharc_activity_seq();
-        double now = mono();
+        double now = sharc_clock_now();
         const int limit = atomic_load(&timeout_s);
         if (s != last || limit <= 0) {
             last = s;

@@ -12,10 +12,10 @@ static void divisors(int n, char *out, size_t len) {
 
 sharc_status sharc_mesh_shard_size(const sharc_fsdp_config *cfg, int world_size, int *dp_shard) {
     switch (cfg->strategy) {
-    case SHARC_FULL_SHARD:
-    case SHARC_SHARD_GRAD_OP: *dp_shard = world_size; return SHARC_OK;
-    case SHARC_NO_SHARD: *dp_shard = 1; return SHARC_OK;
-    case SHARC_HYBRID_SHARD: {
+    case SHARC_SHARDING_FULL_SHARD:
+    case SHARC_SHARDING_SHARD_GRAD_OP: *dp_shard = world_size; return SHARC_OK;
+    case SHARC_SHARDING_NO_SHARD: *dp_shard = 1; return SHARC_OK;
+    case SHARC_SHARDING_HYBRID_SHARD: {
         int f = cfg->fsdp_size;
         if (f >= world_size || f <= 1) {
             *dp_shard = world_size;

@@ -555,7 +555,7 @@ static sharc_status read_transposed(const sharc_st_file *f, const sharc_st_tenso
     return st;
 }
 
-sharc_status sharc_hf_load(sharc_fsdp *e, const char *dir) {
+static sharc_status load_shards(sharc_fsdp *e, const char *dir) {
     sharc_st_set *set;
     SHARC_TRY(sharc_st_set_open(&set, dir));
     const hf_family *fam = engine_family(e);
@@ -617,7 +617,7 @@ sharc_status sharc_hf_load(sharc_fsdp *e, const char *dir) {
         sharc_activity_phase("importing", u, s->name); /* progress for the watchdog */
         const sharc_segment *segs;
         int nseg = sharc_fsdp_shard_segments(e, u, &segs);
-        float *shard = sharc_fsdp_shard_params(e, u);
+        float *shard = sharc_fsdp_shard_write(e, u);
         for (int k = 0; k < nseg && st == SHARC_OK; k++) {
             const sharc_param_spec *ps = &s->params[segs[k].param];
             hf_name(hname, sizeof hname, prefix, ps->name);
@@ -631,6 +631,15 @@ sharc_status sharc_hf_load(sharc_fsdp *e, const char *dir) {
         }
     }
     sharc_st_set_close(set);
+    return st;
+}
+
+sharc_status sharc_hf_load(sharc_fsdp *e, const char *dir) {
+    /* on every rank whatever happens inside: the shards may be written (the
+     * write bracket of sharc/fsdp.h) */
+    sharc_fsdp_shard_write_begin(e);
+    sharc_status st = load_shards(e, dir);
+    sharc_fsdp_shard_write_end(e);
     return st;
 }
 

@@ -56,10 +56,7 @@ sharc_status sharc_weights_save(sharc_fsdp *e, sharc_comm *world, const sharc_co
     return st;
 }
 
-sharc_status sharc_weights_load(sharc_fsdp *e, const char *path) {
-    /* first, on every rank whatever happens next: the shards may be written
-     * (note [shared-params] in src/fsdp/engine.c) */
-    sharc_fsdp_params_updated(e);
+static sharc_status load_shards(sharc_fsdp *e, const char *path) {
     sharc_st_file *f;
     SHARC_TRY(sharc_st_open(&f, path));
     sharc_status st = SHARC_OK;
@@ -105,13 +102,22 @@ sharc_status sharc_weights_load(sharc_fsdp *e, const char *path) {
         sharc_activity_phase("loading weights", u, s->name); /* progress for the watchdog */
         const sharc_segment *segs;
         int nseg = sharc_fsdp_shard_segments(e, u, &segs);
-        float *shard = sharc_fsdp_shard_params(e, u);
+        float *shard = sharc_fsdp_shard_write(e, u);
         for (int k = 0; k < nseg && st == SHARC_OK; k++) {
             const sharc_st_tensor *t = sharc_st_find(f, s->params[segs[k].param].name);
             st = sharc_st_read_f32(f, t, segs[k].param_off, segs[k].len, shard + segs[k].shard_off);
         }
     }
     sharc_st_close(f);
+    return st;
+}
+
+sharc_status sharc_weights_load(sharc_fsdp *e, const char *path) {
+    /* on every rank whatever happens inside: the shards may be written (the
+     * write bracket of sharc/fsdp.h) */
+    sharc_fsdp_shard_write_begin(e);
+    sharc_status st = load_shards(e, path);
+    sharc_fsdp_shard_write_end(e);
     return st;
 }
 

@@ -4,19 +4,31 @@
  *
  * The model owns activations, never parameters: every weight pointer comes
  * from sharc_fsdp_gather and every weight gradient goes into the buffer from
- * sharc_fsdp_grad, one unit at a time, in the order of note [unit-schedule]:
+ * sharc_fsdp_grad, one unit at a time. Activations live on the model's
+ * device and every kernel runs through its kernel table, on its default
+ * stream (sharc/device.h, sharc/kernels.h).
+ *
+ * Note [unit-schedule]. The layer loops below are the schedule, and the
+ * model declares it to the engine (sharc_model_schedule, sharc/units.h):
  *
  *   forward:  embed, block 0 .. block L-1, then the head, whose forward and
- *             backward run together (note [fused-head] in xent.c);
+ *             backward run together (note [fused-head] in src/device/cpu/xent.c);
  *   backward: block L-1 .. block 0, embed.
+ *
+ * i.e. order = (embed, block 0, ..., block L-1, head), walked backwards in
+ * backward; every unit but the embedding reads its parameters in backward
+ * (the embedding's backward needs only its gradient buffer and the token
+ * ids); one block is gathered at a time (max_live 1). The engine's prefetch
+ * walks this order, so a model whose blocks are several units (experts)
+ * declares a different order and max_live, and the engine needs no change.
  *
  * Tied embeddings (GPT-2, optional for Llama): the head borrows "wte" from the
  * embed unit, which is therefore a root unit (note [root-unit] in units.h):
  * gathered from its forward to its backward, its gradient buffer receiving
  * the head's contribution first and the embedding's last. */
 #include "sharc/model.h"
-#include "sharc/alloc.h"
 #include "sharc/blas.h"
+#include "sharc/clock.h"
 #include "sharc/kernels.h"
 #include "sharc/log.h"
 #include "sharc/prof.h"
@@ -31,8 +43,10 @@
  * cost 20% more head time, the shorter sgemms being less efficient). */
 #define HEAD_CHUNK_BYTES (128ll << 20)
 
-/* The activations of one block (note [block-activations]). With
- * activation checkpointing there is one set, reused by every block. */
+/* The activations one block keeps from its forward for its backward. Without
+ * activation checkpointing there is one set per block; with it, one set that
+ * every block reuses, refilled by recomputing the block's forward from its
+ * input (x[l], always kept) right before its backward. */
 typedef struct {
     float *ln1, *ln1_mean, *ln1_rstd; /* (N,C), (N), (N) */
     float *qkv;                       /* (N, QKV) after RoPE */
@@ -45,8 +59,15 @@ typedef struct {
 
 struct sharc_model {
     sharc_model_config cfg;
+    sharc_device *dev;         /* where activations live and kernels run */
+    sharc_stream *s;           /* the device's default stream */
+    const sharc_kernels *k;    /* the device's kernel table */
     int nunits;
     sharc_unit_spec *units;
+    int *order;                /* (nunits) note [unit-schedule] */
+    bool *backward_needs_params; /* (nunits) */
+    sharc_unit_schedule schedule;
+    int head_w;                /* index of lm_head.weight in the head unit, -1 when tied */
     /* derived sizes */
     int L, C, NH, NKV, hd, QKV, F, Fa, V;
     /* plan */
@@ -61,7 +82,7 @@ struct sharc_model {
     float *att_ws, *head_ws;
     int64_t head_chunk;
     float *rope_cos, *rope_sin; /* (T, hd/2) */
-    int32_t *masked;            /* (N) all -1: targets for a loss-free forward */
+    double *loss;               /* (1) device scalar: the loss sum of the last head */
     sharc_model_timing timing;  /* accumulated forward / backward seconds */
 };
 
@@ -174,7 +195,6 @@ static void build_units(sharc_model *m) {
         add(e, "model.embed_tokens.weight", m->V, m->C, SHARC_INIT_NORMAL, std);
     }
     e->root = c->tie_embeddings;
-    e->backward_without_params = true;
 
     for (int l = 0; l < m->L; l++) {
         sharc_unit_spec *u = &m->units[1 + l];
@@ -217,15 +237,30 @@ static void build_units(sharc_model *m) {
         add(h, "model.norm.weight", m->C, 0, SHARC_INIT_ONES, 0);
     }
     if (!c->tie_embeddings) add(h, "lm_head.weight", m->V, m->C, SHARC_INIT_NORMAL, std);
+    m->head_w = c->tie_embeddings ? -1 : sharc_unit_find_param(h, "lm_head.weight");
+
+    /* note [unit-schedule] */
+    m->order = calloc((size_t)m->nunits, sizeof(int));
+    m->backward_needs_params = calloc((size_t)m->nunits, sizeof(bool));
+    SHARC_CHECK(m->order != NULL && m->backward_needs_params != NULL);
+    for (int u = 0; u < m->nunits; u++) {
+        m->order[u] = u;
+        m->backward_needs_params[u] = u != 0;
+    }
+    m->schedule = (sharc_unit_schedule){
+        .n = m->nunits, .order = m->order, .backward_needs_params = m->backward_needs_params, .max_live = 1};
 }
 
-sharc_status sharc_model_init(sharc_model **out, const sharc_model_config *cfg) {
+sharc_status sharc_model_init(sharc_model **out, const sharc_model_config *cfg, sharc_device *dev) {
     *out = NULL;
     sharc_model_config c = *cfg;
     SHARC_TRY(sharc_model_config_validate(&c));
     sharc_model *m = calloc(1, sizeof *m);
     if (!m) return sharc_error(SHARC_ERR_NOMEM, "model: out of memory");
     m->cfg = c;
+    m->dev = dev ? dev : sharc_device_cpu();
+    m->s = sharc_device_stream(m->dev);
+    m->k = sharc_device_kernels(m->dev);
     m->L = c.num_layers;
     m->C = c.embed_dim;
     m->NH = c.num_heads;
@@ -241,41 +276,45 @@ sharc_status sharc_model_init(sharc_model **out, const sharc_model_config *cfg) 
 }
 
 static void free_plan(sharc_model *m) {
-    sharc_free(m->x);
+    sharc_device_free(m->dev, m->x);
     for (int s = 0; s < m->nsets; s++) {
         block_acts *a = &m->sets[s];
         float *bufs[] = {a->ln1, a->ln1_mean, a->ln1_rstd, a->qkv, a->att, a->lse,
                          a->xmid, a->ln2, a->ln2_mean, a->ln2_rstd, a->fc, a->fca};
-        for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) sharc_free(bufs[i]);
+        for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) sharc_device_free(m->dev, bufs[i]);
     }
     free(m->sets);
     m->sets = NULL;
     m->nsets = 0;
     float *bufs[] = {m->lnf, m->lnf_mean, m->lnf_rstd, m->tmp, m->dres, m->dxmid, m->dtmp,
                      m->dqkv, m->dfc, m->dfca, m->att_ws, m->head_ws, m->rope_cos, m->rope_sin};
-    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) sharc_free(bufs[i]);
-    sharc_free(m->masked);
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) sharc_device_free(m->dev, bufs[i]);
+    sharc_device_free(m->dev, m->loss);
     m->x = NULL;
     m->lnf = m->lnf_mean = m->lnf_rstd = m->tmp = m->dres = m->dxmid = m->dtmp = NULL;
     m->dqkv = m->dfc = m->dfca = m->att_ws = m->head_ws = m->rope_cos = m->rope_sin = NULL;
-    m->masked = NULL;
+    m->loss = NULL;
 }
 
 void sharc_model_free(sharc_model *m) {
     if (!m) return;
     free_plan(m);
     free(m->units);
+    free(m->order);
+    free(m->backward_needs_params);
     free(m);
 }
 
 const sharc_model_config *sharc_model_get_config(const sharc_model *m) { return &m->cfg; }
 int sharc_model_num_units(const sharc_model *m) { return m->nunits; }
 const sharc_unit_spec *sharc_model_units(const sharc_model *m) { return m->units; }
+const sharc_unit_schedule *sharc_model_schedule(const sharc_model *m) { return &m->schedule; }
+sharc_device *sharc_model_device(const sharc_model *m) { return m->dev; }
 
 /* ------------------------------------------------------------------ plan */
 
-static float *act(int64_t n, bool *ok) {
-    float *p = sharc_alloc((size_t)n * sizeof(float), SHARC_MEM_ACTIVATIONS);
+static float *act(sharc_model *m, int64_t n, bool *ok) {
+    float *p = sharc_device_alloc(m->dev, (size_t)n * sizeof(float), SHARC_MEM_ACTIVATIONS);
     if (!p) *ok = false;
     return p;
 }
@@ -293,54 +332,53 @@ sharc_status sharc_model_plan(sharc_model *m, int B, int T, bool activation_chec
     m->plan_threads = sharc_threads_get();
     int64_t N = (int64_t)B * T, C = m->C;
     bool ok = true;
-    m->x = act((int64_t)(m->L + 1) * N * C, &ok);
+    m->x = act(m, (int64_t)(m->L + 1) * N * C, &ok);
     m->nsets = activation_checkpointing ? 1 : m->L;
     m->sets = calloc((size_t)m->nsets, sizeof(block_acts));
     if (!m->sets) return sharc_error(SHARC_ERR_NOMEM, "model: out of memory");
     for (int s = 0; s < m->nsets; s++) {
         block_acts *a = &m->sets[s];
-        a->ln1 = act(N * C, &ok);
-        a->ln1_mean = act(N, &ok);
-        a->ln1_rstd = act(N, &ok);
-        a->qkv = act(N * m->QKV, &ok);
-        a->att = act(N * C, &ok);
-        a->lse = act((int64_t)B * m->NH * T, &ok);
-        a->xmid = act(N * C, &ok);
-        a->ln2 = act(N * C, &ok);
-        a->ln2_mean = act(N, &ok);
-        a->ln2_rstd = act(N, &ok);
-        a->fc = act(N * m->F, &ok);
-        a->fca = act(N * m->Fa, &ok);
+        a->ln1 = act(m, N * C, &ok);
+        a->ln1_mean = act(m, N, &ok);
+        a->ln1_rstd = act(m, N, &ok);
+        a->qkv = act(m, N * m->QKV, &ok);
+        a->att = act(m, N * C, &ok);
+        a->lse = act(m, (int64_t)B * m->NH * T, &ok);
+        a->xmid = act(m, N * C, &ok);
+        a->ln2 = act(m, N * C, &ok);
+        a->ln2_mean = act(m, N, &ok);
+        a->ln2_rstd = act(m, N, &ok);
+        a->fc = act(m, N * m->F, &ok);
+        a->fca = act(m, N * m->Fa, &ok);
     }
-    m->lnf = act(N * C, &ok);
-    m->lnf_mean = act(N, &ok);
-    m->lnf_rstd = act(N, &ok);
-    m->tmp = act(N * C, &ok);
-    m->dres = act(N * C, &ok);
-    m->dxmid = act(N * C, &ok);
-    m->dtmp = act(N * C, &ok);
-    m->dqkv = act(N * m->QKV, &ok);
-    m->dfc = act(N * m->F, &ok);
-    m->dfca = act(N * m->Fa, &ok);
-    m->att_ws = act(sharc_attention_workspace(T), &ok);
+    m->lnf = act(m, N * C, &ok);
+    m->lnf_mean = act(m, N, &ok);
+    m->lnf_rstd = act(m, N, &ok);
+    m->tmp = act(m, N * C, &ok);
+    m->dres = act(m, N * C, &ok);
+    m->dxmid = act(m, N * C, &ok);
+    m->dtmp = act(m, N * C, &ok);
+    m->dqkv = act(m, N * m->QKV, &ok);
+    m->dfc = act(m, N * m->F, &ok);
+    m->dfca = act(m, N * m->Fa, &ok);
+    m->att_ws = act(m, m->k->attention_workspace(T), &ok);
     int64_t chunk = HEAD_CHUNK_BYTES / ((int64_t)m->V * (int64_t)sizeof(float));
     if (chunk < 16) chunk = 16;
     if (chunk > N) chunk = N;
     m->head_chunk = chunk;
-    m->head_ws = act(chunk * m->V, &ok);
-    m->rope_cos = act((int64_t)T * (m->hd / 2 > 0 ? m->hd / 2 : 1), &ok);
-    m->rope_sin = act((int64_t)T * (m->hd / 2 > 0 ? m->hd / 2 : 1), &ok);
-    m->masked = sharc_alloc((size_t)N * sizeof(int32_t), SHARC_MEM_ACTIVATIONS);
-    if (!ok || !m->masked) {
+    m->head_ws = act(m, chunk * m->V, &ok);
+    m->rope_cos = act(m, (int64_t)T * (m->hd / 2 > 0 ? m->hd / 2 : 1), &ok);
+    m->rope_sin = act(m, (int64_t)T * (m->hd / 2 > 0 ? m->hd / 2 : 1), &ok);
+    m->loss = sharc_device_alloc(m->dev, sizeof(double), SHARC_MEM_ACTIVATIONS);
+    if (!ok || !m->loss) {
         free_plan(m);
         return sharc_error(SHARC_ERR_NOMEM,
                            "model: cannot allocate activations for batch %d x %d tokens; lower "
                            "train.batch_size or set fsdp.activation_checkpointing: true",
                            B, T);
     }
-    for (int64_t i = 0; i < N; i++) m->masked[i] = -1;
     if (m->cfg.family == SHARC_FAMILY_LLAMA)
-        sharc_rope_table(m->rope_cos, m->rope_sin, T, m->hd, m->cfg.rope_theta);
+        m->k->rope_table(m->s, m->rope_cos, m->rope_sin, T, m->hd, m->cfg.rope_theta, 0);
     return SHARC_OK;
 }
 
@@ -381,56 +419,60 @@ static block_ptrs block_view(const sharc_model *m, int l, float *base) {
 static void norm_fwd(const sharc_model *m, float *y, float *mean, float *rstd, const float *x,
                      const float *w, const float *b, int64_t N) {
     if (m->cfg.family == SHARC_FAMILY_GPT2)
-        sharc_layernorm_forward(y, mean, rstd, x, w, b, N, m->C, m->cfg.norm_eps);
+        m->k->layernorm_forward(m->s, y, mean, rstd, x, w, b, N, m->C, m->cfg.norm_eps);
     else
-        sharc_rmsnorm_forward(y, rstd, x, w, N, m->C, m->cfg.norm_eps);
+        m->k->rmsnorm_forward(m->s, y, rstd, x, w, N, m->C, m->cfg.norm_eps);
 }
 
 static void norm_bwd(const sharc_model *m, float *dx, float *dw, float *db, const float *dy,
                      const float *dres, const float *x, const float *w, const float *mean,
                      const float *rstd, int64_t N) {
     if (m->cfg.family == SHARC_FAMILY_GPT2)
-        sharc_layernorm_backward(dx, dw, db, dy, dres, x, w, mean, rstd, N, m->C);
+        m->k->layernorm_backward(m->s, dx, dw, db, dy, dres, x, w, mean, rstd, N, m->C);
     else
-        sharc_rmsnorm_backward(dx, dw, dy, dres, x, w, rstd, N, m->C);
+        m->k->rmsnorm_backward(m->s, dx, dw, dy, dres, x, w, rstd, N, m->C);
 }
 
 static void block_forward(sharc_model *m, const block_ptrs *w, block_acts *a, const float *x,
                           float *y, int B, int T) {
+    const sharc_kernels *k = m->k;
+    sharc_stream *s = m->s;
     int64_t N = (int64_t)B * T;
     bool llama = m->cfg.family == SHARC_FAMILY_LLAMA;
     SHARC_PROF("fwd.norm", norm_fwd(m, a->ln1, a->ln1_mean, a->ln1_rstd, x, w->ln1w, w->ln1b, N));
-    SHARC_PROF("fwd.matmul.qkv", sharc_matmul_forward(a->qkv, a->ln1, w->wqkv, w->bqkv, N, m->C, m->QKV));
-    if (llama) SHARC_PROF("fwd.rope", sharc_rope_forward(a->qkv, m->rope_cos, m->rope_sin, B, T, m->NH, m->NKV, m->hd));
-    SHARC_PROF("fwd.attention", sharc_attention_forward(a->att, a->lse, a->qkv, B, T, m->NH, m->NKV, m->hd, m->att_ws));
-    SHARC_PROF("fwd.matmul.attproj", sharc_matmul_forward(m->tmp, a->att, w->wo, w->bo, N, m->C, m->C));
-    SHARC_PROF("fwd.residual", sharc_add(a->xmid, x, m->tmp, N * m->C));
+    SHARC_PROF("fwd.matmul.qkv", k->matmul_forward(s, a->qkv, a->ln1, w->wqkv, w->bqkv, N, m->C, m->QKV));
+    if (llama) SHARC_PROF("fwd.rope", k->rope_forward(s, a->qkv, m->rope_cos, m->rope_sin, B, T, m->NH, m->NKV, m->hd));
+    SHARC_PROF("fwd.attention", k->attention_forward(s, a->att, a->lse, a->qkv, B, T, m->NH, m->NKV, m->hd, m->att_ws));
+    SHARC_PROF("fwd.matmul.attproj", k->matmul_forward(s, m->tmp, a->att, w->wo, w->bo, N, m->C, m->C));
+    SHARC_PROF("fwd.residual", k->add(s, a->xmid, x, m->tmp, N * m->C));
     SHARC_PROF("fwd.norm", norm_fwd(m, a->ln2, a->ln2_mean, a->ln2_rstd, a->xmid, w->ln2w, w->ln2b, N));
-    SHARC_PROF("fwd.matmul.fc", sharc_matmul_forward(a->fc, a->ln2, w->wfc, w->bfc, N, m->C, m->F));
-    if (llama) SHARC_PROF("fwd.act", sharc_swiglu_forward(a->fca, a->fc, N, m->Fa));
-    else SHARC_PROF("fwd.act", sharc_gelu_forward(a->fca, a->fc, N * m->Fa));
+    SHARC_PROF("fwd.matmul.fc", k->matmul_forward(s, a->fc, a->ln2, w->wfc, w->bfc, N, m->C, m->F));
+    if (llama) SHARC_PROF("fwd.act", k->swiglu_forward(s, a->fca, a->fc, N, m->Fa));
+    else SHARC_PROF("fwd.act", k->gelu_forward(s, a->fca, a->fc, N * m->Fa));
     if (!y) return; /* recomputing for backward: the block output is not needed */
-    SHARC_PROF("fwd.matmul.fcproj", sharc_matmul_forward(m->tmp, a->fca, w->wproj, w->bproj, N, m->Fa, m->C));
-    SHARC_PROF("fwd.residual", sharc_add(y, a->xmid, m->tmp, N * m->C));
+    SHARC_PROF("fwd.matmul.fcproj", k->matmul_forward(s, m->tmp, a->fca, w->wproj, w->bproj, N, m->Fa, m->C));
+    SHARC_PROF("fwd.residual", k->add(s, y, a->xmid, m->tmp, N * m->C));
 }
 
 /* dres: in, d loss / d y; out, d loss / d x (the block input). */
 static void block_backward(sharc_model *m, const block_ptrs *w, const block_ptrs *g,
                            const block_acts *a, const float *x, float *dres) {
+    const sharc_kernels *k = m->k;
+    sharc_stream *s = m->s;
     int B = m->B, T = m->T;
     int64_t N = (int64_t)B * T;
     bool llama = m->cfg.family == SHARC_FAMILY_LLAMA;
-    SHARC_PROF("bwd.matmul.fcproj", sharc_matmul_backward(m->dfca, g->wproj, g->bproj, dres, a->fca, w->wproj, N, m->Fa, m->C));
-    if (llama) SHARC_PROF("bwd.act", sharc_swiglu_backward(m->dfc, m->dfca, a->fc, N, m->Fa));
-    else SHARC_PROF("bwd.act", sharc_gelu_backward(m->dfc, m->dfca, a->fc, N * m->Fa));
-    SHARC_PROF("bwd.matmul.fc", sharc_matmul_backward(m->dtmp, g->wfc, g->bfc, m->dfc, a->ln2, w->wfc, N, m->C, m->F));
+    SHARC_PROF("bwd.matmul.fcproj", k->matmul_backward(s, m->dfca, g->wproj, g->bproj, dres, a->fca, w->wproj, N, m->Fa, m->C));
+    if (llama) SHARC_PROF("bwd.act", k->swiglu_backward(s, m->dfc, m->dfca, a->fc, N, m->Fa));
+    else SHARC_PROF("bwd.act", k->gelu_backward(s, m->dfc, m->dfca, a->fc, N * m->Fa));
+    SHARC_PROF("bwd.matmul.fc", k->matmul_backward(s, m->dtmp, g->wfc, g->bfc, m->dfc, a->ln2, w->wfc, N, m->C, m->F));
     SHARC_PROF("bwd.norm", norm_bwd(m, m->dxmid, g->ln2w, g->ln2b, m->dtmp, dres, a->xmid, w->ln2w, a->ln2_mean,
              a->ln2_rstd, N));
-    SHARC_PROF("bwd.matmul.attproj", sharc_matmul_backward(m->dtmp, g->wo, g->bo, m->dxmid, a->att, w->wo, N, m->C, m->C));
-    SHARC_PROF("bwd.attention", sharc_attention_backward(m->dqkv, m->dtmp, a->qkv, a->att, a->lse, B, T, m->NH, m->NKV,
+    SHARC_PROF("bwd.matmul.attproj", k->matmul_backward(s, m->dtmp, g->wo, g->bo, m->dxmid, a->att, w->wo, N, m->C, m->C));
+    SHARC_PROF("bwd.attention", k->attention_backward(s, m->dqkv, m->dtmp, a->qkv, a->att, a->lse, B, T, m->NH, m->NKV,
                              m->hd, m->att_ws));
-    if (llama) SHARC_PROF("bwd.rope", sharc_rope_backward(m->dqkv, m->rope_cos, m->rope_sin, B, T, m->NH, m->NKV, m->hd));
-    SHARC_PROF("bwd.matmul.qkv", sharc_matmul_backward(m->dtmp, g->wqkv, g->bqkv, m->dqkv, a->ln1, w->wqkv, N, m->C, m->QKV));
+    if (llama) SHARC_PROF("bwd.rope", k->rope_backward(s, m->dqkv, m->rope_cos, m->rope_sin, B, T, m->NH, m->NKV, m->hd));
+    SHARC_PROF("bwd.matmul.qkv", k->matmul_backward(s, m->dtmp, g->wqkv, g->bqkv, m->dqkv, a->ln1, w->wqkv, N, m->C, m->QKV));
     SHARC_PROF("bwd.norm", norm_bwd(m, dres, g->ln1w, g->ln1b, m->dtmp, m->dxmid, x, w->ln1w, a->ln1_mean, a->ln1_rstd, N));
 }
 
@@ -438,7 +480,10 @@ static void block_backward(sharc_model *m, const block_ptrs *w, const block_ptrs
 
 static float *xl(const sharc_model *m, int l) { return m->x + (int64_t)l * m->B * m->T * m->C; }
 
-static void check_tokens(const sharc_model *m, const int32_t *tok, int64_t N) {
+static void check_inputs(const sharc_model *m, sharc_fsdp *e, const int32_t *tok, int64_t N) {
+    if (sharc_fsdp_device(e) != m->dev)
+        sharc_fatal(__FILE__, __LINE__, "model: on device %s, its engine on %s", sharc_device_name(m->dev),
+                    sharc_device_name(sharc_fsdp_device(e)));
     if (sharc_threads_get() > m->plan_threads)
         sharc_fatal(__FILE__, __LINE__, "model: %d threads but workspaces were planned for %d; set the thread count before sharc_model_plan",
                     sharc_threads_get(), m->plan_threads);
@@ -448,20 +493,36 @@ static void check_tokens(const sharc_model *m, const int32_t *tok, int64_t N) {
                         tok[i], (long long)i, m->V);
 }
 
-/* The head weight (V, C) and, for training, its gradient buffer. */
+/* The loss sum the last head kernel left in the device scalar. */
+static double read_loss(sharc_model *m) {
+    double loss = 0.0;
+    if (sharc_device_copy(m->dev, &loss, m->loss, sizeof loss, SHARC_COPY_DEVICE_TO_HOST, m->s) != SHARC_OK ||
+        sharc_device_synchronize(m->s) != SHARC_OK)
+        sharc_fatal(__FILE__, __LINE__, "model: reading the loss: %s", sharc_last_error());
+    return loss;
+}
+
+/* The head unit's final-norm weight and bias (NULL for RMSNorm) in its buffer hp. */
+static void head_norm(const sharc_model *m, const float *hp, const float **nw, const float **nb) {
+    const sharc_unit_spec *hs = &m->units[m->L + 1];
+    *nw = hp + hs->params[0].offset;
+    *nb = m->cfg.family == SHARC_FAMILY_GPT2 ? hp + hs->params[1].offset : NULL;
+}
+
+/* The head weight (V, C): the embed unit's wte when tied, else the head's own. */
 static const float *head_weight(sharc_model *m, sharc_fsdp *e, const float *hp) {
     if (m->cfg.tie_embeddings) return sharc_fsdp_gather(e, 0) + m->units[0].params[0].offset;
-    return hp + m->units[m->L + 1].params[sharc_unit_find_param(&m->units[m->L + 1], "lm_head.weight")].offset;
+    return hp + m->units[m->L + 1].params[m->head_w].offset;
 }
 
 /* Embedding and blocks; with `store` false every block reuses set 0. */
 static void forward_body(sharc_model *m, sharc_fsdp *e, const int32_t *inputs, int B, int T,
                          bool store) {
     int64_t N = (int64_t)B * T;
-    check_tokens(m, inputs, N);
+    check_inputs(m, e, inputs, N);
     const float *ep = sharc_fsdp_gather(e, 0);
     const float *wpe = m->cfg.family == SHARC_FAMILY_GPT2 ? ep + m->units[0].params[1].offset : NULL;
-    SHARC_PROF("fwd.embedding", sharc_embedding_forward(xl(m, 0), inputs, ep, wpe, B, T, m->C));
+    SHARC_PROF("fwd.embedding", m->k->embedding_forward(m->s, xl(m, 0), inputs, ep, wpe, B, T, m->C, 0));
     sharc_fsdp_forward_done(e, 0);
     for (int l = 0; l < m->L; l++) {
         block_ptrs w = block_view(m, l, (float *)sharc_fsdp_gather(e, 1 + l));
@@ -471,27 +532,34 @@ static void forward_body(sharc_model *m, sharc_fsdp *e, const int32_t *inputs, i
     }
 }
 
+/* After a forward-only pass: the head and the embed unit (a root unit when
+ * tied, so still gathered; under SHARD_GRAD_OP kept gathered too) are released. */
+static void release_head(sharc_model *m, sharc_fsdp *e) {
+    sharc_fsdp_release(e, m->L + 1);
+    sharc_fsdp_release(e, 0);
+}
+
 double sharc_model_forward_backward(sharc_model *m, sharc_fsdp *e, const int32_t *inputs,
                                     const int32_t *targets, float loss_scale) {
     const int B = m->B, T = m->T, L = m->L, H = L + 1;
     const int64_t N = (int64_t)B * T;
-    double t0 = sharc_prof_now();
+    double t0 = sharc_clock_now();
     forward_body(m, e, inputs, B, T, true);
 
     /* head: final norm, fused LM head + loss + backward */
     const sharc_unit_spec *hs = &m->units[H];
     const float *hp = sharc_fsdp_gather(e, H);
     float *hg = sharc_fsdp_grad(e, H);
-    const float *nw = hp + hs->params[0].offset, *nb = m->cfg.family == SHARC_FAMILY_GPT2 ? hp + hs->params[1].offset : NULL;
+    const float *nw, *nb;
+    head_norm(m, hp, &nw, &nb);
     norm_fwd(m, m->lnf, m->lnf_mean, m->lnf_rstd, xl(m, L), nw, nb, N);
-    double t1 = sharc_prof_now();
+    double t1 = sharc_clock_now();
     m->timing.forward_s += t1 - t0;
     const float *wh = head_weight(m, e, hp);
     float *gh = m->cfg.tie_embeddings ? sharc_fsdp_grad(e, 0) + m->units[0].params[0].offset
-                                      : hg + hs->params[sharc_unit_find_param(hs, "lm_head.weight")].offset;
-    double loss;
-    SHARC_PROF("head.lm_xent", loss = sharc_lmhead_xent(m->dtmp, gh, m->lnf, wh, targets, loss_scale, N,
-                                                      m->C, m->V, m->head_ws, m->head_chunk));
+                                      : hg + hs->params[m->head_w].offset;
+    SHARC_PROF("head.lm_xent", m->k->lmhead_xent(m->s, m->loss, m->dtmp, gh, m->lnf, wh, targets, loss_scale, N,
+                                                 m->C, m->V, m->head_ws, m->head_chunk));
     norm_bwd(m, m->dres, hg + hs->params[0].offset,
              nb ? hg + hs->params[1].offset : NULL, m->dtmp, NULL, xl(m, L), nw, m->lnf_mean,
              m->lnf_rstd, N);
@@ -510,9 +578,11 @@ double sharc_model_forward_backward(sharc_model *m, sharc_fsdp *e, const int32_t
     /* the embedding's backward needs no parameters, only its gradient buffer */
     float *eg = sharc_fsdp_grad(e, 0);
     float *gwpe = m->cfg.family == SHARC_FAMILY_GPT2 ? eg + m->units[0].params[1].offset : NULL;
-    SHARC_PROF("bwd.embedding", sharc_embedding_backward(eg + m->units[0].params[0].offset, gwpe, m->dres, inputs, B, T, m->C));
+    SHARC_PROF("bwd.embedding", m->k->embedding_backward(m->s, eg + m->units[0].params[0].offset, gwpe, m->dres,
+                                                          inputs, B, T, m->C, 0));
     sharc_fsdp_backward_done(e, 0);
-    m->timing.backward_s += sharc_prof_now() - t1;
+    double loss = read_loss(m);
+    m->timing.backward_s += sharc_clock_now() - t1;
     return loss;
 }
 
@@ -520,17 +590,16 @@ double sharc_model_forward_loss(sharc_model *m, sharc_fsdp *e, const int32_t *in
                                 const int32_t *targets) {
     const int B = m->B, T = m->T, L = m->L, H = L + 1;
     const int64_t N = (int64_t)B * T;
-    double t0 = sharc_prof_now();
+    double t0 = sharc_clock_now();
     forward_body(m, e, inputs, B, T, false);
-    const sharc_unit_spec *hs = &m->units[H];
-    const float *hp = sharc_fsdp_gather(e, H);
-    const float *nw = hp + hs->params[0].offset, *nb = m->cfg.family == SHARC_FAMILY_GPT2 ? hp + hs->params[1].offset : NULL;
+    const float *hp = sharc_fsdp_gather(e, H), *nw, *nb;
+    head_norm(m, hp, &nw, &nb);
     norm_fwd(m, m->lnf, m->lnf_mean, m->lnf_rstd, xl(m, L), nw, nb, N);
-    double loss = sharc_lmhead_xent(NULL, NULL, m->lnf, head_weight(m, e, hp), targets, 1.0f, N,
-                                    m->C, m->V, m->head_ws, m->head_chunk);
-    sharc_fsdp_release(e, H);
-    sharc_fsdp_release(e, 0); /* a root unit stays gathered until released */
-    m->timing.forward_s += sharc_prof_now() - t0;
+    m->k->lmhead_xent(m->s, m->loss, NULL, NULL, m->lnf, head_weight(m, e, hp), targets, 1.0f, N, m->C, m->V,
+                      m->head_ws, m->head_chunk);
+    release_head(m, e);
+    double loss = read_loss(m);
+    m->timing.forward_s += sharc_clock_now() - t0;
     return loss;
 }
 
@@ -539,12 +608,15 @@ void sharc_model_logits_last(sharc_model *m, sharc_fsdp *e, const int32_t *input
     SHARC_CHECK(len >= 1 && len <= m->T);
     const int L = m->L, H = L + 1;
     forward_body(m, e, inputs, 1, len, false);
-    const sharc_unit_spec *hs = &m->units[H];
-    const float *hp = sharc_fsdp_gather(e, H);
-    const float *nw = hp + hs->params[0].offset, *nb = m->cfg.family == SHARC_FAMILY_GPT2 ? hp + hs->params[1].offset : NULL;
+    const float *hp = sharc_fsdp_gather(e, H), *nw, *nb;
+    head_norm(m, hp, &nw, &nb);
     const float *last = xl(m, L) + (int64_t)(len - 1) * m->C;
     norm_fwd(m, m->lnf, m->lnf_mean, m->lnf_rstd, last, nw, nb, 1);
-    sharc_matmul_forward(logits, m->lnf, head_weight(m, e, hp), NULL, 1, m->C, m->V);
-    sharc_fsdp_release(e, H);
-    sharc_fsdp_release(e, 0);
+    /* into the head's workspace (device memory, at least V floats), then to the host */
+    m->k->matmul_forward(m->s, m->head_ws, m->lnf, head_weight(m, e, hp), NULL, 1, m->C, m->V);
+    release_head(m, e);
+    if (sharc_device_copy(m->dev, logits, m->head_ws, (size_t)m->V * sizeof(float), SHARC_COPY_DEVICE_TO_HOST,
+                          m->s) != SHARC_OK ||
+        sharc_device_synchronize(m->s) != SHARC_OK)
+        sharc_fatal(__FILE__, __LINE__, "model: reading the logits: %s", sharc_last_error());
 }

@@ -1,9 +1,10 @@
 /* adamw.c: sharc_adamw_*, sharc_lr_at and sharc_clip_coef: the optimizer
- * over this rank's shards only. Note [padding-excluded]: the update runs on
- * the shard's parameter segments, so padding is never touched. */
+ * over this rank's shards only, its moments on the engine's device and its
+ * update the device's adamw kernel (sharc/kernels.h). Note
+ * [padding-excluded]: the update runs on the shard's parameter segments, so
+ * padding is never touched. */
 #include "sharc/optim.h"
-#include "sharc/alloc.h"
-#include "../core/parallel.h"
+#include "sharc/kernels.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -41,8 +42,9 @@ float sharc_clip_coef(const sharc_optim_config *c, double grad_norm) {
 
 struct sharc_adamw {
     sharc_optim_config cfg;
+    sharc_device *dev; /* the engine's */
     int nunits;
-    float **m, **v;
+    float **m, **v;    /* (nunits) each (numel_shard), device memory */
     int64_t t;
 };
 
@@ -51,6 +53,7 @@ sharc_status sharc_adamw_init(sharc_adamw **out, sharc_fsdp *e, const sharc_opti
     sharc_adamw *a = calloc(1, sizeof *a);
     if (!a) return sharc_error(SHARC_ERR_NOMEM, "adamw: out of memory");
     a->cfg = *c;
+    a->dev = sharc_fsdp_device(e);
     a->nunits = sharc_fsdp_num_units(e);
     a->m = calloc((size_t)a->nunits, sizeof(float *));
     a->v = calloc((size_t)a->nunits, sizeof(float *));
@@ -60,8 +63,8 @@ sharc_status sharc_adamw_init(sharc_adamw **out, sharc_fsdp *e, const sharc_opti
     }
     for (int u = 0; u < a->nunits; u++) {
         size_t bytes = (size_t)sharc_fsdp_shard_numel(e, u) * sizeof(float);
-        a->m[u] = sharc_alloc(bytes, SHARC_MEM_OPTIM);
-        a->v[u] = sharc_alloc(bytes, SHARC_MEM_OPTIM);
+        a->m[u] = sharc_device_alloc(a->dev, bytes, SHARC_MEM_OPTIM);
+        a->v[u] = sharc_device_alloc(a->dev, bytes, SHARC_MEM_OPTIM);
         if (!a->m[u] || !a->v[u]) {
             sharc_adamw_free(a);
             return sharc_error(SHARC_ERR_NOMEM, "adamw: cannot allocate moments (%zu bytes)", bytes);
@@ -74,26 +77,12 @@ sharc_status sharc_adamw_init(sharc_adamw **out, sharc_fsdp *e, const sharc_opti
 void sharc_adamw_free(sharc_adamw *a) {
     if (!a) return;
     for (int u = 0; u < a->nunits; u++) {
-        if (a->m) sharc_free(a->m[u]);
-        if (a->v) sharc_free(a->v[u]);
+        if (a->m) sharc_device_free(a->dev, a->m[u]);
+        if (a->v) sharc_device_free(a->dev, a->v[u]);
     }
     free(a->m);
     free(a->v);
     free(a);
-}
-
-SHARC_VEC static void adamw_range(float *p, const float *g, float *m, float *v, int64_t n,
-                                  float decay_mul, float b1, float b2, float step_size,
-                                  float sqrt_bc2, float eps, float gscale) {
-    for (int64_t i = 0; i < n; i++) {
-        float gi = g[i] * gscale;
-        float pi = p[i] * decay_mul;
-        float mi = b1 * m[i] + (1.0f - b1) * gi;
-        float vi = b2 * v[i] + (1.0f - b2) * gi * gi;
-        m[i] = mi;
-        v[i] = vi;
-        p[i] = pi - step_size * mi / (sqrtf(vi) / sqrt_bc2 + eps);
-    }
 }
 
 void sharc_adamw_step(sharc_adamw *a, sharc_fsdp *e, float lr, float grad_scale) {
@@ -102,26 +91,24 @@ void sharc_adamw_step(sharc_adamw *a, sharc_fsdp *e, float lr, float grad_scale)
     /* scalars in double, as PyTorch computes them in Python */
     double bc1 = 1.0 - pow((double)c->beta1, (double)a->t);
     double bc2 = 1.0 - pow((double)c->beta2, (double)a->t);
-    float step_size = (float)((double)lr / bc1), sqrt_bc2 = (float)sqrt(bc2);
+    const sharc_kernels *k = sharc_device_kernels(a->dev);
+    sharc_stream *stream = sharc_device_stream(a->dev);
+    sharc_adamw_scalars sc = {.beta1 = c->beta1, .beta2 = c->beta2, .step_size = (float)((double)lr / bc1),
+                              .sqrt_bc2 = (float)sqrt(bc2), .eps = c->eps, .grad_scale = grad_scale};
+    float decay_mul = (float)(1.0 - (double)lr * c->weight_decay);
+    sharc_fsdp_shard_write_begin(e);
     for (int u = 0; u < a->nunits; u++) {
-        float *p = sharc_fsdp_shard_params(e, u), *g = sharc_fsdp_shard_grads(e, u);
+        float *p = sharc_fsdp_shard_write(e, u), *g = sharc_fsdp_shard_grads(e, u);
         const sharc_unit_spec *spec = sharc_fsdp_unit_spec(e, u);
         const sharc_segment *segs;
         int nseg = sharc_fsdp_shard_segments(e, u, &segs);
         for (int s = 0; s < nseg; s++) {
-            int64_t off = segs[s].shard_off, n = segs[s].len;
-            float decay_mul = spec->params[segs[s].param].decay ? (float)(1.0 - (double)lr * c->weight_decay) : 1.0f;
-            int64_t nc = (n + 65535) / 65536;
-#pragma omp parallel for schedule(static) if (nc > 1)
-            for (int64_t k = 0; k < nc; k++) {
-                int64_t lo = sharc_chunk_lo(k, nc, n), hi = sharc_chunk_lo(k + 1, nc, n);
-                adamw_range(p + off + lo, g + off + lo, a->m[u] + off + lo, a->v[u] + off + lo,
-                            hi - lo, decay_mul, c->beta1, c->beta2, step_size, sqrt_bc2,
-                            c->eps, grad_scale);
-            }
+            int64_t off = segs[s].shard_off;
+            sc.decay_mul = spec->params[segs[s].param].decay ? decay_mul : 1.0f;
+            k->adamw(stream, p + off, g + off, a->m[u] + off, a->v[u] + off, segs[s].len, &sc);
         }
     }
-    sharc_fsdp_params_updated(e);
+    sharc_fsdp_shard_write_end(e);
 }
 
 int64_t sharc_adamw_steps(const sharc_adamw *a) { return a->t; }

@@ -1,5 +1,6 @@
 /* dataprep.c: sharc_dataprep_*, a run's tokenizer and datasets from its
  * configuration (sharc/dataprep.h, note [tokenize-once]). */
+#include "sharc/clock.h"
 #include "sharc/dataprep.h"
 
 #include "sharc/activity.h"
@@ -107,12 +108,6 @@ static void unmap_file(mapped *m) {
     memset(m, 0, sizeof *m);
 }
 
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
 /* keeps the step watchdog (note [watchdog]) seeing progress while tokenizing */
 static sharc_status text_progress(sharc_ids *ids, size_t done, size_t total, void *ctx) {
     (void)ids, (void)done, (void)total, (void)ctx;
@@ -137,7 +132,7 @@ sharc_status sharc_dataprep_open(const sharc_config *c, const sharc_tokenizer *t
     sharc_token_format fmt;
     SHARC_TRY(sharc_dataprep_format(c, path, &fmt));
     const int vocab = c->model.vocab_size;
-    const double t0 = now_s();
+    const double t0 = sharc_clock_now();
     if (fmt == SHARC_TOKENS_JSONL) {
         if (!t)
             return sharc_error(SHARC_ERR_INVALID, "data: '%s' is JSONL (SFT records): set model.tokenizer (or a "
@@ -154,7 +149,7 @@ sharc_status sharc_dataprep_open(const sharc_config *c, const sharc_tokenizer *t
             sharc_info("sharc: %s: %zu records -> %zu SFT samples, %zu tokens, %zu trained (mask %s); dropped %zu empty, %zu "
                        "with a prompt of data.max_len - 2 = %d tokens or more; %zu cut to %d tokens (%.2f s)",
                        path, d.records, d.nsamples, d.ntokens, d.trained, o.mask == SHARC_SFT_MASK_OPENRLHF ? "openrlhf" : "ranges",
-                       d.dropped_empty, d.dropped_long, o.max_len - 2, d.truncated, o.max_len, now_s() - t0);
+                       d.dropped_empty, d.dropped_long, o.max_len - 2, d.truncated, o.max_len, sharc_clock_now() - t0);
         return sharc_dataset_from_memory(out, path, d.tokens, (int64_t)d.ntokens, d.offsets, (int64_t)d.nsamples,
                                          sharc_tokenizer_sha256(t), vocab);
     }
@@ -172,7 +167,7 @@ sharc_status sharc_dataprep_open(const sharc_config *c, const sharc_tokenizer *t
         }
         if (report)
             sharc_info("sharc: %s: %zu bytes -> %zu tokens with %s (%.2f s)", path, m.len ? m.len : 0, ids.n,
-                       sharc_tokenizer_path(t), now_s() - t0);
+                       sharc_tokenizer_path(t), sharc_clock_now() - t0);
         /* int32 ids >= 0 are their uint32 bits */
         return sharc_dataset_from_memory(out, path, (uint32_t *)ids.ids, (int64_t)ids.n, NULL, 0,
                                          sharc_tokenizer_sha256(t), vocab);
@@ -326,7 +321,7 @@ sharc_status sharc_dataprep_tokenize(const sharc_config *c, const sharc_tokenize
     snprintf(written, written_len, "%s", target);
     mapped m;
     SHARC_TRY(map_file(path, &m));
-    const double t0 = now_s();
+    const double t0 = sharc_clock_now();
     progress_fwd pf = {progress, ctx, fmt == SHARC_TOKENS_TEXT ? "bytes" : "records"};
     sharc_status st;
     if (sft) {
@@ -342,7 +337,7 @@ sharc_status sharc_dataprep_tokenize(const sharc_config *c, const sharc_tokenize
                            "%d tokens; %.1f MB/s (%.2f s)",
                            path, (double)m.len / 1e6, d.records, target, d.nsamples, d.ntokens, d.trained,
                            o.mask == SHARC_SFT_MASK_OPENRLHF ? "openrlhf" : "ranges", d.dropped_empty, d.dropped_long,
-                           o.max_len - 2, d.truncated, o.max_len, (double)m.len / 1e6 / (now_s() - t0), now_s() - t0);
+                           o.max_len - 2, d.truncated, o.max_len, (double)m.len / 1e6 / (sharc_clock_now() - t0), sharc_clock_now() - t0);
             sharc_sft_free(&d);
         }
     } else {
@@ -355,7 +350,7 @@ sharc_status sharc_dataprep_tokenize(const sharc_config *c, const sharc_tokenize
                 sharc_info("sharc tokenize: %s (%.1f MB) -> %s: %zu tokens (llm.c, %s)%s; %.1f MB/s (%.2f s)", path,
                            (double)m.len / 1e6, target, ids.n, sharc_tokenizer_num_ids(t) <= 65536 ? "uint16" : "uint32",
                            fmt == SHARC_TOKENS_JSONL ? ", each document followed by EOS" : "",
-                           (double)m.len / 1e6 / (now_s() - t0), now_s() - t0);
+                           (double)m.len / 1e6 / (sharc_clock_now() - t0), sharc_clock_now() - t0);
         }
         sharc_ids_free(&ids);
     }

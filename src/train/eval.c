@@ -7,24 +7,18 @@
 #include "sharc/ckpt.h"
 #include "sharc/dataprep.h"
 #include "sharc/weights.h"
+#include "sharc/clock.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
-
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
 
 sharc_status sharc_eval_dataset(sharc_model *m, sharc_fsdp *e, sharc_comm *world, const sharc_dataset *d,
                                 int B, int T, int64_t max_batches, sharc_eval_result *out) {
     memset(out, 0, sizeof *out);
     const int R = sharc_comm_size(world), rank = sharc_comm_rank(world);
-    const double t0 = now_s();
+    const double t0 = sharc_clock_now();
     const int64_t W = sharc_dataset_num_items(d, T); /* windows, or SFT samples */
     int64_t nb = (W + B - 1) / B;
     if (max_batches > 0 && nb > max_batches) nb = max_batches;
@@ -57,14 +51,14 @@ sharc_status sharc_eval_dataset(sharc_model *m, sharc_fsdp *e, sharc_comm *world
     sharc_free(in);
     sharc_free(tg);
     if (st != SHARC_OK) return st;
-    SHARC_TRY(sharc_comm_allreduce(world, sums, sums, 2, SHARC_DT_F64, SHARC_OP_SUM));
+    SHARC_TRY(sharc_comm_all_reduce(world, sums, sums, 2, SHARC_DT_F64, SHARC_REDUCE_OP_SUM));
     out->loss_sum = sums[0];
     out->targets = (int64_t)sums[1];
     out->windows = nwin;
     out->batches = nb;
     out->loss = out->targets > 0 ? out->loss_sum / (double)out->targets : NAN;
     out->perplexity = exp(out->loss);
-    out->seconds = now_s() - t0;
+    out->seconds = sharc_clock_now() - t0;
     return SHARC_OK;
 }
 
@@ -93,7 +87,7 @@ sharc_status sharc_eval_checkpoint(const sharc_eval_options *o, sharc_comm *worl
     if (st == SHARC_OK && c.model.family == SHARC_FAMILY_GPT2 && T > c.model.max_seq_len)
         st = sharc_error(SHARC_ERR_INVALID, "eval: --seq_len %d exceeds the model's max_seq_len %d", T, c.model.max_seq_len);
     if (st == SHARC_OK) st = sharc_blas_init(o->threads);
-    if (st == SHARC_OK) st = sharc_model_init(&m, &c.model);
+    if (st == SHARC_OK) st = sharc_model_init(&m, &c.model, NULL);
     if (st == SHARC_OK) st = sharc_model_plan(m, B, T, false);
     /* the run's tokenizer and data keys (sharc/dataprep.h): text and JSONL are tokenized as training did */
     sharc_tokenizer *tok = NULL;
@@ -120,8 +114,9 @@ sharc_status sharc_eval_checkpoint(const sharc_eval_options *o, sharc_comm *worl
     agreed = true;
     sharc_fsdp_config fc;
     sharc_fsdp_config_default(&fc);
-    fc.strategy = SHARC_FULL_SHARD;
-    st = sharc_fsdp_init(&e, sharc_model_units(m), sharc_model_num_units(m), &fc, &mesh);
+    fc.strategy = SHARC_SHARDING_FULL_SHARD;
+    st = sharc_fsdp_init(&e, sharc_model_units(m), sharc_model_num_units(m), sharc_model_schedule(m), &fc, &mesh,
+                         sharc_model_device(m));
     if ((st = agree(world, st)) != SHARC_OK) goto done;
     st = is_ckpt ? sharc_ckpt_load_params(e, path) : sharc_weights_load(e, path);
     if ((st = agree(world, st)) != SHARC_OK) goto done;

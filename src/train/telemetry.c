@@ -2,6 +2,7 @@
  * calibrated FMA peak that MFU divides by, the JSON metrics and debug lines,
  * the JSON-lines files they go to, and the console progress display. */
 #include "sharc/telemetry.h"
+#include "sharc/clock.h"
 #include "sharc/fileio.h"
 
 #include <errno.h>
@@ -68,7 +69,7 @@ sharc_status sharc_telemetry_reduce(sharc_comm *world, const sharc_step_stats *l
     pack(local, mine);
     double *all = malloc(sizeof(double) * SHARC_TEL_NVEC * (size_t)R);
     if (!all) return sharc_error(SHARC_ERR_NOMEM, "telemetry: out of memory");
-    sharc_status st = sharc_comm_allgather(world, mine, all, SHARC_TEL_NVEC, SHARC_DT_F64);
+    sharc_status st = sharc_comm_all_gather(world, mine, all, SHARC_TEL_NVEC, SHARC_DT_F64);
     if (st != SHARC_OK) {
         free(all);
         return st;
@@ -121,12 +122,6 @@ sharc_status sharc_telemetry_reduce(sharc_comm *world, const sharc_step_stats *l
 }
 
 /* ---------------------------------------------------------------- peak */
-
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
 
 static volatile float fma_sink;
 
@@ -181,16 +176,16 @@ static double fma_loop(int64_t iters) {
 /* One thread's FLOP/s: best of 4 runs of about 20 ms each. */
 static double thread_peak(void) {
     int64_t iters = 1 << 14;
-    double t0 = now_s();
+    double t0 = sharc_clock_now();
     fma_loop(iters);
-    double dt = now_s() - t0;
+    double dt = sharc_clock_now() - t0;
     if (dt > 0) iters = (int64_t)((double)iters * 0.02 / dt);
     if (iters < 1024) iters = 1024;
     double best = 0.0;
     for (int rep = 0; rep < 4; rep++) {
-        t0 = now_s();
+        t0 = sharc_clock_now();
         double flops = fma_loop(iters);
-        dt = now_s() - t0;
+        dt = sharc_clock_now() - t0;
         if (dt > 0 && flops / dt > best) best = flops / dt;
     }
     return best;

@@ -38,6 +38,7 @@
 #include "sharc/prof.h"
 #include "sharc/telemetry.h"
 #include "sharc/weights.h"
+#include "sharc/clock.h"
 #include "run_dir.h"
 
 #include <errno.h>
@@ -45,7 +46,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 struct sharc_trainer {
@@ -83,18 +83,6 @@ static int default_threads(sharc_comm *world) {
     return cpus > 1 ? cpus : 1;
 }
 
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
-static double cpu_now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
 /* ---------------------------------------------------------- fingerprint */
 
 /* Both ranks' values of a string item: rank 0's and rank r's, broadcast. */
@@ -128,7 +116,7 @@ static sharc_status check_agreement(sharc_comm *world, const sharc_config *c, in
     it[n - 2] = (sharc_config_agreed){"data.path (token count)", ntokens, NULL};
     it[n - 1] = (sharc_config_agreed){"data.val_path (token count)", val_tokens, NULL};
     for (int i = 0; i < n; i++) mine[i] = it[i].value;
-    sharc_status st = sharc_comm_allgather(world, mine, all, (size_t)n, SHARC_DT_I64);
+    sharc_status st = sharc_comm_all_gather(world, mine, all, (size_t)n, SHARC_DT_I64);
     /* every rank sees the same table, so every rank names the same item */
     for (int r = 1; r < size && st == SHARC_OK; r++)
         for (int i = 0; i < n; i++)
@@ -191,7 +179,7 @@ sharc_status sharc_trainer_init(sharc_trainer **out, const sharc_config *cfg, sh
     int dp_shard = 1;
     st = sharc_mesh_shard_size(&t->cfg.fsdp.engine, R, &dp_shard);
     if (st == SHARC_OK) st = sharc_blas_init(threads);
-    if (st == SHARC_OK) st = sharc_model_init(&t->model, &t->cfg.model);
+    if (st == SHARC_OK) st = sharc_model_init(&t->model, &t->cfg.model, NULL);
     if (st == SHARC_OK) {
         t->cfg.model = *sharc_model_get_config(t->model); /* with derived defaults */
         st = sharc_model_plan(t->model, tc->batch_size, tc->seq_len, t->cfg.fsdp.activation_checkpointing);
@@ -245,16 +233,19 @@ sharc_status sharc_trainer_init(sharc_trainer **out, const sharc_config *cfg, sh
     if ((st = sharc_mesh_init(&t->mesh, t->world, dp_shard)) != SHARC_OK) goto alone;
     t->mesh_ok = true;
     st = sharc_fsdp_init(&t->engine, sharc_model_units(t->model), sharc_model_num_units(t->model),
-                         &t->cfg.fsdp.engine, &t->mesh);
+                         sharc_model_schedule(t->model), &t->cfg.fsdp.engine, &t->mesh,
+                         sharc_model_device(t->model));
     if ((st = agree(t->world, st)) != SHARC_OK) goto fail;
     sharc_fsdp_init_params(t->engine, tc->seed);
     /* model.init_from: a sharc weights file, or a Hugging Face directory
      * (config.json + safetensors, sharc/hf.h), over the initialised
      * parameters; each rank reads its shards' ranges; the outcome is agreed */
     if (t->cfg.init_from[0] && sharc_hf_is_dir(t->cfg.init_from)) {
+        /* on every rank, whatever the check says (the write bracket of sharc/fsdp.h) */
+        sharc_fsdp_shard_write_begin(t->engine);
         st = sharc_hf_check_config(t->cfg.init_from, &t->cfg.model);
-        sharc_fsdp_params_updated(t->engine); /* on every rank, whatever the check said */
         if (st == SHARC_OK) st = sharc_hf_load(t->engine, t->cfg.init_from);
+        sharc_fsdp_shard_write_end(t->engine);
     } else {
         st = t->cfg.init_from[0] ? sharc_weights_load(t->engine, t->cfg.init_from) : SHARC_OK;
     }
@@ -270,8 +261,8 @@ sharc_status sharc_trainer_init(sharc_trainer **out, const sharc_config *cfg, sh
     /* MFU's denominator: this rank's cores, measured or given, summed over ranks */
     t->peak_flops_world = t->cfg.log.peak_tflops > 0 ? 1e12 * (double)t->cfg.log.peak_tflops
                                                      : sharc_telemetry_measure_peak_flops(sharc_threads_get());
-    if ((st = sharc_comm_allreduce(t->world, &t->peak_flops_world, &t->peak_flops_world, 1, SHARC_DT_F64,
-                                   SHARC_OP_SUM)) != SHARC_OK)
+    if ((st = sharc_comm_all_reduce(t->world, &t->peak_flops_world, &t->peak_flops_world, 1, SHARC_DT_F64,
+                                   SHARC_REDUCE_OP_SUM)) != SHARC_OK)
         goto alone;
     reset_comm_stats(t);
     *out = t;
@@ -352,7 +343,7 @@ sharc_status sharc_trainer_step(sharc_trainer *t, sharc_step_stats *s) {
     const int A = tc->grad_accum, B = tc->batch_size, T = tc->seq_len;
     const int64_t mb = (int64_t)B * T;
     const int rank = sharc_comm_rank(t->world), R = sharc_comm_size(t->world);
-    double t0 = now_s(), c0 = cpu_now_s();
+    double t0 = sharc_clock_now(), c0 = sharc_clock_cpu_now();
     sharc_activity_step(t->step + 1);
     if (sharc_fault_at("step", t->step + 1) == SHARC_FAULT_FAIL)
         return sharc_error(SHARC_ERR_COMM, "train: step %lld failed on this rank alone (the test hook SHARC_TEST_FAIL)",
@@ -370,7 +361,7 @@ sharc_status sharc_trainer_step(sharc_trainer *t, sharc_step_stats *s) {
     }
     sharc_activity_phase("counting the batch's targets", -1, NULL);
     const int64_t local_valid = valid;
-    SHARC_TRY(sharc_comm_allreduce(t->world, &valid, &valid, 1, SHARC_DT_I64, SHARC_OP_SUM));
+    SHARC_TRY(sharc_comm_all_reduce(t->world, &valid, &valid, 1, SHARC_DT_I64, SHARC_REDUCE_OP_SUM));
     /* Note [loss-normalization]. global_tokens: every target weighs 1 / (valid
      * targets of the whole step, all ranks), so any split into ranks and
      * micro-batches gives the same loss and gradient. micro_batch: each
@@ -379,7 +370,7 @@ sharc_status sharc_trainer_step(sharc_trainer *t, sharc_step_stats *s) {
     const bool per_micro = tc->loss_normalization == 1;
     float scale = valid > 0 ? 1.0f / (float)valid : 0.0f;
     sharc_fsdp_zero_grad(t->engine);
-    double loss_sum = 0.0, local_loss_sum = 0.0, t1 = now_s();
+    double loss_sum = 0.0, local_loss_sum = 0.0, t1 = sharc_clock_now();
     for (int m = 0; m < A; m++) {
         sharc_fsdp_begin_microbatch(t->engine, m == A - 1);
         if (per_micro) scale = t->micro_valid[m] > 0 ? 1.0f / ((float)t->micro_valid[m] * (float)A * (float)R) : 0.0f;
@@ -389,7 +380,7 @@ sharc_status sharc_trainer_step(sharc_trainer *t, sharc_step_stats *s) {
     }
     SHARC_TRY(sharc_fsdp_finish_grads(t->engine));
     if (sharc_fault_at("grads", t->step + 1) == SHARC_FAULT_NAN) poison_grads(t->engine);
-    double t2 = now_s(), norm;
+    double t2 = sharc_clock_now(), norm;
     sharc_activity_phase("gradient norm", -1, NULL);
     SHARC_TRY(sharc_fsdp_grad_norm(t->engine, &norm, &loss_sum));
     float lr = sharc_lr_at(&t->cfg.optim, t->step, tc->max_steps);
@@ -398,7 +389,7 @@ sharc_status sharc_trainer_step(sharc_trainer *t, sharc_step_stats *s) {
     sharc_activity_phase("optimizer", -1, NULL);
     if (!bad) sharc_adamw_step(t->opt, t->engine, lr, sharc_clip_coef(&t->cfg.optim, norm));
     t->step++;
-    double t3 = now_s(), dt = t3 - t0;
+    double t3 = sharc_clock_now(), dt = t3 - t0;
     memset(s, 0, sizeof *s);
     s->step = t->step;
     s->loss = per_micro ? loss_sum : valid > 0 ? loss_sum / (double)valid : 0.0;
@@ -424,7 +415,7 @@ sharc_status sharc_trainer_step(sharc_trainer *t, sharc_step_stats *s) {
     s->backward_s = mt.backward_s;
     s->local_loss = local_valid > 0 ? local_loss_sum / (double)local_valid : NAN;
     s->local_tokens = (int64_t)A * mb;
-    s->cpu_s = (cpu_now_s() - c0) / (double)sharc_threads_get();
+    s->cpu_s = (sharc_clock_cpu_now() - c0) / (double)sharc_threads_get();
     return SHARC_OK;
 }
 
@@ -552,7 +543,7 @@ sharc_status sharc_train_run(const sharc_config *cfg, sharc_comm *world) {
     /* a progress bar only on a terminal; under mpirun Open MPI gives rank 0 a
      * pseudo-terminal even when mpirun's output goes to a file, so not there */
     const bool tty = lead && isatty(fileno(stdout)) && strcmp(sharc_comm_backend(t->world), "self") == 0;
-    double tok_sum = 0.0, time_sum = 0.0, start = now_s();
+    double tok_sum = 0.0, time_sum = 0.0, start = sharc_clock_now();
     int bad_run = 0, bad_total = 0;
     bool alone = false; /* a failure the other ranks may not share (note [job-end]) */
     for (int64_t i = t->step; i < c->train.max_steps && st == SHARC_OK; i++) {
@@ -595,7 +586,7 @@ sharc_status sharc_train_run(const sharc_config *cfg, sharc_comm *world) {
             if (out == SHARC_OK) out = append_line(metrics, line);
             free(line);
             if (tty || s.step % c->train.log_every == 0 || s.step == 1 || s.step == c->train.max_steps)
-                sharc_telemetry_print_step(stdout, tty, &s, &g, c->train.max_steps, now_s() - start);
+                sharc_telemetry_print_step(stdout, tty, &s, &g, c->train.max_steps, sharc_clock_now() - start);
             fflush(stdout);
         }
         if (t->val && s.step % c->log.eval_every == 0) {

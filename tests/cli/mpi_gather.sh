@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # timeout: 120
 # Gathered parameters equal the fp32 masters rounded to fsdp.param_dtype, at
-# 1-4 ranks and every strategy.
+# 1-4 ranks and every strategy, and the engine chose the gather and reduce
+# strategies src/fsdp/collectives.c says it should.
 set -euo pipefail
 source "$SHARC_ROOT/tests/cli/mpi_lib.inc"
 cd "$TMPDIR"
@@ -13,5 +14,9 @@ for n in 1 2 3 4; do
         || { echo "$n ranks, $dt, $s:"; echo "$out"; exit 1; }
     done
   done
+done
+# private shards and MPI all-gathers (SHARC_COMM_SHM=0): the fp32 all-gather strategy
+for n in 2 3; do
+  out=$(SHARC_COMM_SHM=0 mpi $n "$SHARC_BIN/mpi_tests" gather text.txt 2>&1) || { echo "$n ranks, no shm:"; echo "$out"; exit 1; }
 done
 echo ok

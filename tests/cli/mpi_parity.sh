@@ -39,7 +39,7 @@ for fam in gpt2 llama; do
   check 3 $m fsdp.backward_prefetch=NONE fsdp.limit_all_gathers=1
   check 2 $m fsdp.reshard_after_forward=false
   # private shards and MPI all-gathers instead of parameters shared in place
-  # (note [shared-params] in src/fsdp/engine.c; SHARC_COMM_SHM=0 also turns off
+  # (note [shared-params] in src/fsdp/shm.c; SHARC_COMM_SHM=0 also turns off
   # the shared-memory reduce-scatter)
   SHARC_COMM_SHM=0 check 3 $m fsdp.sharding_strategy=FULL_SHARD train.grad_accum=2
   SHARC_COMM_SHM=0 check 4 $m fsdp.sharding_strategy=HYBRID_SHARD fsdp.fsdp_size=2 fsdp.activation_checkpointing=true

@@ -16,7 +16,7 @@ common=(--model.num_layers=$L --model.embed_dim=$C --model.num_heads=4 --model.m
 
 # SHARC_COMM_SHM=0: MPI collectives, whose bytes follow the theory below; with
 # shared memory FULL_SHARD reads parameters in place (note [shared-params] in
-# src/fsdp/engine.c): no all-gather bytes, the rest unchanged
+# src/fsdp/shm.c): no all-gather bytes, the rest unchanged
 for run in FULL_SHARD:0 NO_SHARD:0 FULL_SHARD:1; do
   strat=${run%:*} shm=${run#*:}
   SHARC_COMM_SHM=$shm mpi 2 "$S" train "${common[@]}" --fsdp.sharding_strategy=$strat --train.out_dir=run_${strat}$shm > out_${strat}$shm.txt 2> err_${strat}$shm.txt

@@ -21,6 +21,8 @@
  *   mpi_tests hf DATA DIR KEY=VALUE...  Hugging Face export at N ranks into DIR (the
  *                                       script compares it with a 1-rank export), then
  *                                       import into another engine: equal masters
+ *   mpi_tests wide                      one shard group of all ranks (run at 65): the
+ *                                       engine's shared-window reduction sums every rank
  *
  * Every rank prints "ok" on success; any failure exits non-zero. */
 #include "sharc/alloc.h"
@@ -31,6 +33,7 @@
 #include "sharc/hf.h"
 #include "sharc/log.h"
 #include "sharc/mesh.h"
+#include "sharc/model.h"
 #include "sharc/optim.h"
 #include "sharc/rng.h"
 #include "sharc/safetensors.h"
@@ -64,13 +67,13 @@ static void test_comm(void) {
     const size_t n = 1003; /* odd */
     float *send = malloc(sizeof(float) * n * R), *recv = malloc(sizeof(float) * n * R);
     for (size_t i = 0; i < n; i++) send[i] = val(r, i);
-    ASSERT_OK(sharc_comm_allgather(world, send, recv, n, SHARC_DT_F32));
+    ASSERT_OK(sharc_comm_all_gather(world, send, recv, n, SHARC_DT_F32));
     for (int q = 0; q < R; q++)
         for (size_t i = 0; i < n; i++) ASSERT_TRUE(recv[(size_t)q * n + i] == val(q, i));
 
     /* reduce-scatter: rank q sends val(q, j) at position j of the R x n buffer */
     for (size_t j = 0; j < n * R; j++) send[j] = val(r, j);
-    ASSERT_OK(sharc_comm_reduce_scatter(world, send, recv, n, SHARC_DT_F32, SHARC_OP_SUM));
+    ASSERT_OK(sharc_comm_reduce_scatter(world, send, recv, n, SHARC_DT_F32, SHARC_REDUCE_OP_SUM));
     for (size_t i = 0; i < n; i++) {
         double want = 0;
         for (int q = 0; q < R; q++) want += val(q, (size_t)r * n + i);
@@ -79,7 +82,7 @@ static void test_comm(void) {
     /* bf16 reduce-scatter: inputs exactly representable, sums accumulated in fp32 then rounded */
     uint16_t *s16 = malloc(2 * n * R), *r16 = malloc(2 * n * R);
     for (size_t j = 0; j < n * R; j++) s16[j] = sharc_f32_to_bf16(val(r, j));
-    ASSERT_OK(sharc_comm_reduce_scatter(world, s16, r16, n, SHARC_DT_BF16, SHARC_OP_SUM));
+    ASSERT_OK(sharc_comm_reduce_scatter(world, s16, r16, n, SHARC_DT_BF16, SHARC_REDUCE_OP_SUM));
     for (size_t i = 0; i < n; i++) {
         float want = 0;
         for (int q = 0; q < R; q++) want += sharc_bf16_to_f32(sharc_f32_to_bf16(val(q, (size_t)r * n + i)));
@@ -87,8 +90,8 @@ static void test_comm(void) {
     }
     /* all-reduce, in place and out of place, fp32 / f64 / i64 / bf16, max */
     for (size_t i = 0; i < n; i++) send[i] = val(r, i);
-    ASSERT_OK(sharc_comm_allreduce(world, send, recv, n, SHARC_DT_F32, SHARC_OP_SUM));
-    ASSERT_OK(sharc_comm_allreduce(world, send, send, n, SHARC_DT_F32, SHARC_OP_MAX));
+    ASSERT_OK(sharc_comm_all_reduce(world, send, recv, n, SHARC_DT_F32, SHARC_REDUCE_OP_SUM));
+    ASSERT_OK(sharc_comm_all_reduce(world, send, send, n, SHARC_DT_F32, SHARC_REDUCE_OP_MAX));
     for (size_t i = 0; i < n; i++) {
         double want = 0;
         for (int q = 0; q < R; q++) want += val(q, i);
@@ -96,60 +99,96 @@ static void test_comm(void) {
         ASSERT_TRUE(send[i] == val(R - 1, i));
     }
     for (size_t i = 0; i < n; i++) s16[i] = sharc_f32_to_bf16(val(r, i));
-    ASSERT_OK(sharc_comm_allreduce(world, s16, s16, n, SHARC_DT_BF16, SHARC_OP_SUM));
+    ASSERT_OK(sharc_comm_all_reduce(world, s16, s16, n, SHARC_DT_BF16, SHARC_REDUCE_OP_SUM));
     for (size_t i = 0; i < n; i++) {
         float want = 0;
         for (int q = 0; q < R; q++) want += sharc_bf16_to_f32(sharc_f32_to_bf16(val(q, i)));
         ASSERT_TRUE(s16[i] == sharc_f32_to_bf16(want));
     }
     int64_t big = (int64_t)1 << 40 | r, total;
-    ASSERT_OK(sharc_comm_allreduce(world, &big, &total, 1, SHARC_DT_I64, SHARC_OP_SUM));
+    ASSERT_OK(sharc_comm_all_reduce(world, &big, &total, 1, SHARC_DT_I64, SHARC_REDUCE_OP_SUM));
     ASSERT_EQ(total, ((int64_t)1 << 40) * R + (int64_t)R * (R - 1) / 2);
     /* broadcast from the last rank */
     double b = r == R - 1 ? 3.25 : -1.0;
     ASSERT_OK(sharc_comm_broadcast(world, &b, 1, SHARC_DT_F64, R - 1));
     ASSERT_TRUE(b == 3.25);
-    /* non-blocking, completed by wait and by test */
+    /* non-blocking, ordered after a stream and before it (wait_on), completed by wait and by test */
     sharc_comm_request *req;
+    sharc_stream *stream = sharc_device_stream(sharc_device_cpu());
     for (size_t i = 0; i < n; i++) send[i] = val(r, i);
-    ASSERT_OK(sharc_comm_iallgather(world, send, recv, n, SHARC_DT_F32, &req));
-    ASSERT_OK(sharc_comm_wait(req));
+    ASSERT_OK(sharc_comm_iall_gather(world, send, recv, n, SHARC_DT_F32, stream, &req));
+    ASSERT_OK(sharc_comm_wait_on(req, stream));
     for (int q = 0; q < R; q++) ASSERT_TRUE(recv[(size_t)q * n + 5] == val(q, 5));
+    ASSERT_OK(sharc_comm_iall_gather(world, send, recv, n, SHARC_DT_F32, NULL, &req));
+    ASSERT_OK(sharc_comm_wait(req));
+    for (int q = 0; q < R; q++) ASSERT_TRUE(recv[(size_t)q * n + 9] == val(q, 9));
     for (size_t j = 0; j < n * R; j++) send[j] = val(r, j);
-    ASSERT_OK(sharc_comm_ireduce_scatter(world, send, recv, n, SHARC_DT_F32, SHARC_OP_SUM, &req));
+    ASSERT_OK(sharc_comm_ireduce_scatter(world, send, recv, n, SHARC_DT_F32, SHARC_REDUCE_OP_SUM, NULL, &req));
     bool done = false;
     while (!done) ASSERT_OK(sharc_comm_test(req, &done));
     double want = 0;
     for (int q = 0; q < R; q++) want += val(q, (size_t)r * n + 7);
     ASSERT_NEAR(recv[7], want, 1e-6, 1e-6);
+    /* all-to-all: rank r's slice q (n elements) arrives at rank q as slice r, fp32 and 16-bit */
+    for (int q = 0; q < R; q++)
+        for (size_t i = 0; i < n; i++) send[(size_t)q * n + i] = val(r, 1000 * (size_t)q + i);
+    ASSERT_OK(sharc_comm_all_to_all(world, send, recv, n, SHARC_DT_F32));
+    for (int q = 0; q < R; q++)
+        for (size_t i = 0; i < n; i++) ASSERT_TRUE(recv[(size_t)q * n + i] == val(q, 1000 * (size_t)r + i));
+    for (int q = 0; q < R; q++)
+        for (size_t i = 0; i < n; i++) s16[(size_t)q * n + i] = (uint16_t)(r * 4096 + q * 256 + (int)(i % 256));
+    ASSERT_OK(sharc_comm_all_to_all(world, s16, r16, n, SHARC_DT_BF16));
+    for (int q = 0; q < R; q++)
+        for (size_t i = 0; i < n; i++) ASSERT_EQ(r16[(size_t)q * n + i], q * 4096 + r * 256 + (int)(i % 256));
+    ASSERT_TRUE(sharc_comm_all_to_all(world, send, send, n, SHARC_DT_F32) == SHARC_ERR_INVALID);
     /* sub-groups: evens and odds */
     sharc_comm *half;
     ASSERT_OK(sharc_comm_split(world, r % 2, r, &half));
     ASSERT_EQ(sharc_comm_size(half), (R - r % 2 + 1) / 2);
     ASSERT_EQ(sharc_comm_rank(half), r / 2);
     int32_t one = 1, cnt = 0;
-    ASSERT_OK(sharc_comm_allreduce(half, &one, &cnt, 1, SHARC_DT_I32, SHARC_OP_SUM));
+    ASSERT_OK(sharc_comm_all_reduce(half, &one, &cnt, 1, SHARC_DT_I32, SHARC_REDUCE_OP_SUM));
     ASSERT_EQ(cnt, sharc_comm_size(half));
     sharc_comm_free(half);
+    /* statistics: bytes are counted per call */
+    sharc_comm_stats s;
+    sharc_comm_stats_get(world, &s);
+    ASSERT_EQ(s.calls[SHARC_COLL_ALL_GATHER], 3);
+    ASSERT_EQ(s.bytes[SHARC_COLL_ALL_GATHER], 3 * (int64_t)n * 4);
+    ASSERT_EQ(s.calls[SHARC_COLL_ALL_TO_ALL], 2);
+    ASSERT_EQ(s.bytes[SHARC_COLL_ALL_TO_ALL], (int64_t)n * R * (4 + 2));
     /* shared memory: each rank writes its segment, every rank reads all */
     sharc_comm_shared *sh;
-    sharc_status st = sharc_comm_shared_alloc(world, 4096, &sh);
+    sharc_status st = sharc_comm_shared_alloc(world, 4096 + sizeof(float) * n * R, &sh);
     if (st == SHARC_OK) {
         memset(sh->base[r], r + 1, 4096);
         ASSERT_OK(sharc_comm_shared_sync(world, sh));
         for (int q = 0; q < R; q++) ASSERT_EQ((unsigned char)sh->base[q][4095], q + 1);
         ASSERT_OK(sharc_comm_shared_sync(world, sh));
+        /* a reduce-scatter of buffers already in the window: as reduce-scatter, bit for bit,
+         * added to what recv holds, and counted as one */
+        float *in_window = (float *)(sh->base[r] + 4096);
+        float *got = malloc(sizeof(float) * n), *ref = malloc(sizeof(float) * n);
+        for (size_t j = 0; j < n * R; j++) in_window[j] = sharc_rng_normal(3, (uint64_t)r, j);
+        ASSERT_OK(sharc_comm_reduce_scatter(world, in_window, ref, n, SHARC_DT_F32, SHARC_REDUCE_OP_SUM));
+        for (size_t i = 0; i < n; i++) got[i] = 1.0f;
+        sharc_comm_stats_get(world, &s);
+        int64_t rs_calls = s.calls[SHARC_COLL_REDUCE_SCATTER];
+        ASSERT_OK(sharc_comm_shared_reduce_scatter(sh, 4096, got, n, true));
+        sharc_comm_stats_get(world, &s);
+        ASSERT_EQ(s.calls[SHARC_COLL_REDUCE_SCATTER], rs_calls + 1);
+        for (size_t i = 0; i < n; i++) ASSERT_TRUE(got[i] == 1.0f + ref[i]);
+        ASSERT_OK(sharc_comm_shared_reduce_scatter(sh, 4096, got, n, false));
+        ASSERT_TRUE(memcmp(got, ref, sizeof(float) * n) == 0);
+        ASSERT_TRUE(sharc_comm_shared_reduce_scatter(sh, 4096 + 4, got, n, false) == SHARC_ERR_INVALID);
+        free(got);
+        free(ref);
         sharc_comm_shared_free(sh);
     } else {
         ASSERT_TRUE(st == SHARC_ERR_UNSUPPORTED);
     }
-    /* statistics: bytes are counted per call */
-    sharc_comm_stats s;
-    sharc_comm_stats_get(world, &s);
-    ASSERT_EQ(s.calls[SHARC_COLL_ALLGATHER], 2);
-    ASSERT_EQ(s.bytes[SHARC_COLL_ALLGATHER], 2 * (int64_t)n * 4);
     /* out-of-place rule */
-    ASSERT_TRUE(sharc_comm_allgather(world, recv, recv, n, SHARC_DT_F32) == SHARC_ERR_INVALID);
+    ASSERT_TRUE(sharc_comm_all_gather(world, recv, recv, n, SHARC_DT_F32) == SHARC_ERR_INVALID);
     free(send);
     free(recv);
     free(s16);
@@ -167,14 +206,14 @@ static void test_comm_shm_vs_mpi(void) {
     const size_t n = (3u << 20) + 7; /* 12 MB per rank: several pieces */
     float *send = malloc(sizeof(float) * n * R), *a = malloc(sizeof(float) * n * R), *b = malloc(sizeof(float) * n * R);
     for (size_t j = 0; j < n * R; j++) send[j] = sharc_rng_normal(5, (uint64_t)r, j);
-    ASSERT_OK(sharc_comm_allgather(shm, send, a, n, SHARC_DT_F32));
-    ASSERT_OK(sharc_comm_allgather(plain, send, b, n, SHARC_DT_F32));
+    ASSERT_OK(sharc_comm_all_gather(shm, send, a, n, SHARC_DT_F32));
+    ASSERT_OK(sharc_comm_all_gather(plain, send, b, n, SHARC_DT_F32));
     ASSERT_TRUE(memcmp(a, b, sizeof(float) * n * R) == 0);
-    ASSERT_OK(sharc_comm_reduce_scatter(shm, send, a, n, SHARC_DT_F32, SHARC_OP_SUM));
-    ASSERT_OK(sharc_comm_reduce_scatter(plain, send, b, n, SHARC_DT_F32, SHARC_OP_SUM));
+    ASSERT_OK(sharc_comm_reduce_scatter(shm, send, a, n, SHARC_DT_F32, SHARC_REDUCE_OP_SUM));
+    ASSERT_OK(sharc_comm_reduce_scatter(plain, send, b, n, SHARC_DT_F32, SHARC_REDUCE_OP_SUM));
     ASSERT_TRUE(memcmp(a, b, sizeof(float) * n) == 0);
-    ASSERT_OK(sharc_comm_allreduce(shm, send, a, n, SHARC_DT_F32, SHARC_OP_SUM));
-    ASSERT_OK(sharc_comm_allreduce(plain, send, b, n, SHARC_DT_F32, SHARC_OP_SUM));
+    ASSERT_OK(sharc_comm_all_reduce(shm, send, a, n, SHARC_DT_F32, SHARC_REDUCE_OP_SUM));
+    ASSERT_OK(sharc_comm_all_reduce(plain, send, b, n, SHARC_DT_F32, SHARC_REDUCE_OP_SUM));
     for (size_t i = 0; i < n; i += 4099) { /* MPI's all-reduce sums in its own order */
         double want = 0.0;
         for (int q = 0; q < R; q++) want += sharc_rng_normal(5, (uint64_t)q, i);
@@ -183,16 +222,16 @@ static void test_comm_shm_vs_mpi(void) {
     }
     uint16_t *s16 = malloc(2 * n * R), *a16 = malloc(2 * n * R), *b16 = malloc(2 * n * R);
     for (size_t j = 0; j < n * R; j++) s16[j] = sharc_f32_to_bf16(send[j]);
-    ASSERT_OK(sharc_comm_reduce_scatter(shm, s16, a16, n, SHARC_DT_BF16, SHARC_OP_SUM));
-    ASSERT_OK(sharc_comm_reduce_scatter(plain, s16, b16, n, SHARC_DT_BF16, SHARC_OP_SUM));
+    ASSERT_OK(sharc_comm_reduce_scatter(shm, s16, a16, n, SHARC_DT_BF16, SHARC_REDUCE_OP_SUM));
+    ASSERT_OK(sharc_comm_reduce_scatter(plain, s16, b16, n, SHARC_DT_BF16, SHARC_REDUCE_OP_SUM));
     ASSERT_TRUE(memcmp(a16, b16, 2 * n) == 0);
-    ASSERT_OK(sharc_comm_allreduce(shm, s16, a16, n, SHARC_DT_BF16, SHARC_OP_SUM));
-    ASSERT_OK(sharc_comm_allreduce(plain, s16, b16, n, SHARC_DT_BF16, SHARC_OP_SUM));
+    ASSERT_OK(sharc_comm_all_reduce(shm, s16, a16, n, SHARC_DT_BF16, SHARC_REDUCE_OP_SUM));
+    ASSERT_OK(sharc_comm_all_reduce(plain, s16, b16, n, SHARC_DT_BF16, SHARC_REDUCE_OP_SUM));
     ASSERT_TRUE(memcmp(a16, b16, 2 * n) == 0);
     /* many small collectives in a row reuse the two halves safely */
     for (int k = 0; k < 50; k++) {
         float x[3] = {(float)(r + k), 1.0f, (float)k}, y[3];
-        ASSERT_OK(sharc_comm_allreduce(shm, x, y, 3, SHARC_DT_F32, SHARC_OP_SUM));
+        ASSERT_OK(sharc_comm_all_reduce(shm, x, y, 3, SHARC_DT_F32, SHARC_REDUCE_OP_SUM));
         ASSERT_TRUE(y[0] == (float)(R * (R - 1) / 2 + R * k) && y[1] == (float)R && y[2] == (float)(R * k));
     }
     free(send);
@@ -341,7 +380,7 @@ static void test_parity(int argc, char **argv) {
     if (worst_param > 1.0)
         TEST_FAIL_AT("final parameters differ by %.3g, %.2f x the bound of note [parity-tolerance]", abs_worst, worst_param);
     double all[2] = {worst_loss, abs_worst};
-    ASSERT_OK(sharc_comm_allreduce(world, all, all, 2, SHARC_DT_F64, SHARC_OP_MAX));
+    ASSERT_OK(sharc_comm_all_reduce(world, all, all, 2, SHARC_DT_F64, SHARC_REDUCE_OP_MAX));
     if (sharc_comm_rank(world) == 0)
         printf("parity at %d ranks: worst loss %.2e relative, worst parameter %.2e absolute (%.1e of the lr sum)\n", R,
                all[0], all[1], all[1] / lr_sum);
@@ -395,7 +434,7 @@ static void test_memory(int argc, char **argv) {
         if (sharc_fsdp_unit_spec(e, u)->root) roots += padded;
         else max_plain = padded > max_plain ? padded : max_plain;
     }
-    int prefetch = c.fsdp.engine.forward_prefetch || c.fsdp.engine.backward_prefetch != SHARC_PREFETCH_NONE;
+    int prefetch = c.fsdp.engine.forward_prefetch || c.fsdp.engine.backward_prefetch != SHARC_BACKWARD_PREFETCH_NONE;
     /* note [shared-params]: a node-local fp32 group reads the parameters in place, no slots */
     int64_t param_slots = sharc_fsdp_params_shared(e) ? 0 : (1 + prefetch) * max_plain + roots;
     int64_t formula = R > 1 ? param_slots + max_plain + roots : 0;
@@ -405,6 +444,16 @@ static void test_memory(int argc, char **argv) {
         TEST_FAIL_AT("gathered peak %lld above bound %lld", (long long)gathered_peak, (long long)gathered_bound);
     if (s.gathered_peak > sharc_fsdp_gathered_limit(e))
         TEST_FAIL_AT("%lld gathered units alive, limit %d", (long long)s.gathered_peak, sharc_fsdp_gathered_limit(e));
+    /* the engine allocated what its plan (src/fsdp/plan.c) says, shared windows included */
+    sharc_mem_stats m1;
+    sharc_mem_get(&m1);
+    const sharc_mem_cat engine_only[] = {SHARC_MEM_PARAMS, SHARC_MEM_GRADS, SHARC_MEM_GATHERED};
+    for (int k = 0; k < 3; k++) {
+        sharc_mem_cat cat = engine_only[k];
+        if (m1.current[cat] - m0.current[cat] != sharc_fsdp_planned_bytes(e, cat))
+            TEST_FAIL_AT("%s: %lld bytes allocated, %lld planned", sharc_mem_cat_name(cat),
+                         (long long)(m1.current[cat] - m0.current[cat]), (long long)sharc_fsdp_planned_bytes(e, cat));
+    }
     if (sharc_comm_rank(world) == 0)
         printf("model state per rank: %lld bytes at %d ranks, %lld at one (ratio %.3f); gathered peak %lld "
                "(limit %d units of %lld bytes)%s\n",
@@ -425,6 +474,17 @@ static void test_gather(int argc, char **argv) {
     sharc_trainer *t;
     ASSERT_OK(sharc_trainer_init(&t, &c, world));
     sharc_fsdp *e = sharc_trainer_engine(t);
+    /* the strategies collectives.c chooses (note [shared-params] for the shared window) */
+    int S = sharc_trainer_mesh(t)->dp_shard;
+    bool f32 = c.fsdp.engine.param_dtype == SHARC_DT_F32, shm = !(getenv("SHARC_COMM_SHM") && !strcmp(getenv("SHARC_COMM_SHM"), "0"));
+    const char *reduce, *gather = sharc_fsdp_strategy_names(e, &reduce);
+    const char *want_gather = S == 1 && f32 ? "direct" : S > 1 && f32 && shm ? "shared window"
+                            : f32 ? "fp32 all-gather" : "16-bit all-gather";
+    const char *want_reduce = S == 1 ? "direct" : S > 1 && f32 && shm ? "shared window" : "fp32 reduce-scatter";
+    if (strcmp(gather, want_gather) || strcmp(reduce, want_reduce))
+        TEST_FAIL_AT("strategies %s / %s, expected %s / %s at %d ranks per shard group", gather, reduce, want_gather,
+                     want_reduce, S);
+    ASSERT_EQ(sharc_fsdp_params_shared(e), !strcmp(want_gather, "shared window"));
     float *master = malloc((size_t)sharc_fsdp_gathered_unit_bytes(e)), *want = malloc((size_t)sharc_fsdp_gathered_unit_bytes(e));
     for (int u = 0; u < sharc_fsdp_num_units(e); u++) {
         const sharc_unit_spec *s = sharc_fsdp_unit_spec(e, u);
@@ -490,9 +550,9 @@ static void test_ckpt_save(int argc, char **argv) {
         int64_t ns = sharc_fsdp_shard_numel(e, u);
         for (int k = 0; k < 3; k++) bufs[3 * u + k] = malloc(sizeof(float) * (size_t)(ns * mesh->dp_shard));
         ASSERT_OK(sharc_fsdp_gather_master(e, u, bufs[3 * u]));
-        ASSERT_OK(sharc_comm_allgather(mesh->shard, sharc_adamw_m(sharc_trainer_optimizer(t), u), bufs[3 * u + 1],
+        ASSERT_OK(sharc_comm_all_gather(mesh->shard, sharc_adamw_m(sharc_trainer_optimizer(t), u), bufs[3 * u + 1],
                                        (size_t)ns, SHARC_DT_F32));
-        ASSERT_OK(sharc_comm_allgather(mesh->shard, sharc_adamw_v(sharc_trainer_optimizer(t), u), bufs[3 * u + 2],
+        ASSERT_OK(sharc_comm_all_gather(mesh->shard, sharc_adamw_v(sharc_trainer_optimizer(t), u), bufs[3 * u + 2],
                                        (size_t)ns, SHARC_DT_F32));
         for (int p = 0; p < s->nparams; p++)
             for (int k = 0; k < 3; k++) {
@@ -575,7 +635,7 @@ static void test_ckpt_load(int argc, char **argv) {
     double abs_worst, worst = compare_params(e, sharc_trainer_engine(one), lr_sum, c.model.embed_dim, &abs_worst);
     if (worst > 1.0) TEST_FAIL_AT("resumed parameters differ by %.3g, %.2f x the bound of note [parity-tolerance]", abs_worst, worst);
     double all[3] = {worst_loss, abs_worst, (double)checked};
-    ASSERT_OK(sharc_comm_allreduce(world, all, all, 3, SHARC_DT_F64, SHARC_OP_MAX));
+    ASSERT_OK(sharc_comm_all_reduce(world, all, all, 3, SHARC_DT_F64, SHARC_REDUCE_OP_MAX));
     if (sharc_comm_rank(world) == 0)
         printf("resumed at %d ranks %s: saved values exact; then worst loss %.2e relative, worst parameter %.2e\n", R,
                sharc_sharding_name(c.fsdp.engine.strategy), all[0], all[1]);
@@ -659,7 +719,7 @@ static void test_hf(int argc, char **argv) {
         TEST_FAIL_AT("unexpected message: %s", sharc_last_error());
     sharc_status st = sharc_hf_load(eb, argv[1]);
     int32_t bad = st != SHARC_OK, any = 0;
-    ASSERT_OK(sharc_comm_allreduce(world, &bad, &any, 1, SHARC_DT_I32, SHARC_OP_MAX));
+    ASSERT_OK(sharc_comm_all_reduce(world, &bad, &any, 1, SHARC_DT_I32, SHARC_REDUCE_OP_MAX));
     if (any) TEST_FAIL_AT("hf load failed on a rank: %s", sharc_last_error());
     float *x = malloc((size_t)sharc_fsdp_gathered_unit_bytes(ea)), *y = malloc((size_t)sharc_fsdp_gathered_unit_bytes(ea));
     for (int u = 0; u < sharc_fsdp_num_units(ea); u++) {
@@ -672,6 +732,64 @@ static void test_hf(int argc, char **argv) {
     free(y);
     sharc_trainer_free(a);
     sharc_trainer_free(b);
+}
+
+/* ---------------------------------------------------------------- wide */
+
+/* A shard group wider than 64 ranks (a 96- or 128-core node at one rank per
+ * core) through the engine's shared gradient window: every rank adds a
+ * known gradient to every unit; each rank's grad shard must hold the sum
+ * over ranks of its slice, in rank order (note [rank-order]). The same at
+ * any width; the old engine aborted above 64. */
+static void test_wide(void) {
+    int R = sharc_comm_size(world), r = sharc_comm_rank(world);
+    sharc_model_config mc;
+    sharc_model_config_default(&mc, SHARC_FAMILY_GPT2);
+    mc.num_layers = 1;
+    mc.embed_dim = 16;
+    mc.num_heads = 2;
+    mc.vocab_size = 29;
+    mc.max_seq_len = 8;
+    sharc_model *m;
+    ASSERT_OK(sharc_model_init(&m, &mc, NULL));
+    sharc_fsdp_config fc;
+    sharc_fsdp_config_default(&fc);
+    sharc_mesh mesh;
+    ASSERT_OK(sharc_mesh_init(&mesh, world, R));
+    sharc_fsdp *e;
+    ASSERT_OK(sharc_fsdp_init(&e, sharc_model_units(m), sharc_model_num_units(m), sharc_model_schedule(m), &fc, &mesh,
+                              NULL));
+    const char *reduce;
+    sharc_fsdp_strategy_names(e, &reduce);
+    if (R > 1 && strcmp(reduce, "shared window")) TEST_FAIL_AT("reduce strategy %s, expected the shared window", reduce);
+    sharc_fsdp_zero_grad(e);
+    sharc_fsdp_begin_microbatch(e, true);
+    int U = sharc_fsdp_num_units(e);
+    for (int u = 0; u < U; u++) {
+        sharc_fsdp_gather(e, u);
+        sharc_fsdp_forward_done(e, u);
+    }
+    for (int u = U - 1; u >= 0; u--) {
+        if (u > 0) sharc_fsdp_gather(e, u);
+        float *g = sharc_fsdp_grad(e, u);
+        int64_t n = sharc_fsdp_shard_numel(e, u) * R;
+        for (int64_t i = 0; i < n; i++) g[i] += (float)(r + 1) * 0.5f + (float)(i % 7);
+        sharc_fsdp_backward_done(e, u);
+    }
+    ASSERT_OK(sharc_fsdp_finish_grads(e));
+    for (int u = 0; u < U; u++) {
+        int64_t ns = sharc_fsdp_shard_numel(e, u);
+        const float *g = sharc_fsdp_shard_grads(e, u);
+        for (int64_t i = 0; i < ns; i++) {
+            int64_t j = (int64_t)r * ns + i;
+            float want = 0.5f + (float)(j % 7);
+            for (int q = 1; q < R; q++) want += (float)(q + 1) * 0.5f + (float)(j % 7);
+            if (g[i] != want) TEST_FAIL_AT("unit %d element %lld: %.9g, expected %.9g", u, (long long)j, g[i], want);
+        }
+    }
+    sharc_fsdp_free(e);
+    sharc_mesh_free(&mesh);
+    sharc_model_free(m);
 }
 
 int main(int argc, char **argv) {
@@ -693,6 +811,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(what, "ckpt_load")) test_ckpt_load(argc - 2, argv + 2);
     else if (!strcmp(what, "badstep")) test_badstep(argc - 2, argv + 2);
     else if (!strcmp(what, "hf")) test_hf(argc - 2, argv + 2);
+    else if (!strcmp(what, "wide")) test_wide();
     else {
         fprintf(stderr, "unknown test %s\n", what);
         return 2;

@@ -1,4 +1,4 @@
-/* xent.c: sharc_xent_forward_backward and sharc_lmhead_xent, the softmax
+/* xent.c: sharc_cpu_xent_forward_backward and sharc_cpu_lmhead_xent, the softmax
  * cross-entropy and the LM head fused with it.
  *
  * Note [fused-head]. The logits of GPT-2 at B*T = 1024 are 1024 x 50257 floats
@@ -9,9 +9,9 @@
  * batch) is known before the forward pass, which is what makes fusing the
  * head's backward into its forward possible. */
 #include "sharc/blas.h"
-#include "sharc/kernels.h"
+#include "cpu.h"
 #include "sharc/prof.h"
-#include "../core/parallel.h"
+#include "../../core/parallel.h"
 
 #include <math.h>
 #include <stddef.h>
@@ -47,11 +47,12 @@ SHARC_VEC static double xent_rows(float *logits, float *losses, const int32_t *t
     return total;
 }
 
-double sharc_xent_forward_backward(float *logits, float *losses, const int32_t *targets,
-                                   int64_t N, int V, float scale, bool want_grad) {
+/* The loss sum of rows [0, N): per-chunk sums added in chunk order, so the
+ * result does not depend on timing. */
+static double xent_sum(float *logits, float *losses, const int32_t *targets, int64_t N, int V, float scale,
+                       bool want_grad) {
     int64_t nc = sharc_par_chunks(N, V, sharc_threads_get());
     double total = 0.0;
-    /* per-chunk sums added in chunk order: the result does not depend on timing */
     double part[256];
     if (nc > 256) nc = 256;
 #pragma omp parallel for schedule(static) if (nc > 1)
@@ -62,18 +63,23 @@ double sharc_xent_forward_backward(float *logits, float *losses, const int32_t *
     return total;
 }
 
-double sharc_lmhead_xent(float *dx, float *dw, const float *x, const float *w,
-                         const int32_t *targets, float scale, int64_t N, int C, int V, float *ws,
-                         int64_t chunk) {
+void sharc_cpu_xent_forward_backward(sharc_stream *s, double *loss_sum, float *logits, float *losses,
+                                     const int32_t *targets, int64_t N, int V, float scale, bool want_grad) {
+    *loss_sum = xent_sum(logits, losses, targets, N, V, scale, want_grad);
+}
+
+void sharc_cpu_lmhead_xent(sharc_stream *s, double *loss_sum, float *dx, float *dw, const float *x,
+                           const float *w, const int32_t *targets, float scale, int64_t N, int C, int V, float *ws,
+                           int64_t chunk) {
     double total = 0.0;
     for (int64_t r0 = 0; r0 < N; r0 += chunk) {
         int64_t m = N - r0 < chunk ? N - r0 : chunk;
         SHARC_PROF("head.logits", sharc_sgemm(false, true, (int)m, V, C, 1.0f, x + r0 * C, C, w, C, 0.0f, ws, V));
-        SHARC_PROF("head.xent", total += sharc_xent_forward_backward(ws, NULL, targets + r0, m, V, scale, dx != NULL));
+        SHARC_PROF("head.xent", total += xent_sum(ws, NULL, targets + r0, m, V, scale, dx != NULL));
         if (dx) {
             SHARC_PROF("head.dx", sharc_sgemm(false, false, (int)m, C, V, 1.0f, ws, V, w, C, 0.0f, dx + r0 * C, C));
-            SHARC_PROF("head.dw", sharc_sgemm(true, false, V, C, (int)m, 1.0f, ws, V, x + r0 * C, C, 1.0f, dw, C));
+            if (dw) SHARC_PROF("head.dw", sharc_sgemm(true, false, V, C, (int)m, 1.0f, ws, V, x + r0 * C, C, 1.0f, dw, C));
         }
     }
-    return total;
+    *loss_sum = total;
 }

@@ -1,12 +1,12 @@
-/* norm.c: sharc_layernorm_* and sharc_rmsnorm_*, row-wise normalisation.
+/* norm.c: sharc_cpu_layernorm_* and sharc_cpu_rmsnorm_*, row-wise normalisation.
  * Weight/bias gradients are reduced over rows through per-chunk partial sums
  * (one slice per chunk of rows), then added in a fixed order, so results do
  * not depend on thread timing. */
 #include "sharc/alloc.h"
 #include "sharc/blas.h"
-#include "sharc/kernels.h"
+#include "cpu.h"
 #include "sharc/status.h"
-#include "../core/parallel.h"
+#include "../../core/parallel.h"
 
 #include <math.h>
 
@@ -32,8 +32,8 @@ SHARC_VEC static void layernorm_rows(float *y, float *mean, float *rstd, const f
     }
 }
 
-void sharc_layernorm_forward(float *y, float *mean, float *rstd, const float *x, const float *w,
-                             const float *b, int64_t N, int C, float eps) {
+void sharc_cpu_layernorm_forward(sharc_stream *s, float *y, float *mean, float *rstd, const float *x,
+                                 const float *w, const float *b, int64_t N, int C, float eps) {
     int64_t nc = sharc_par_chunks(N, C, sharc_threads_get());
 #pragma omp parallel for schedule(static) if (nc > 1)
     for (int64_t c = 0; c < nc; c++)
@@ -53,7 +53,7 @@ SHARC_VEC static void layernorm_back_rows(float *dx, float *dw, float *db, const
             float g = dyr[i] * w[i];
             sum_g += g;
             sum_gx += g * xhat;
-            dw[i] += dyr[i] * xhat;
+            if (dw) dw[i] += dyr[i] * xhat;
             if (db) db[i] += dyr[i];
         }
         sum_g /= (float)C;
@@ -80,20 +80,20 @@ static float *partials(int64_t nc, int C) {
     return p;
 }
 
-void sharc_layernorm_backward(float *dx, float *dw, float *db, const float *dy, const float *dres,
-                              const float *x, const float *w, const float *mean,
-                              const float *rstd, int64_t N, int C) {
+void sharc_cpu_layernorm_backward(sharc_stream *s, float *dx, float *dw, float *db, const float *dy,
+                                  const float *dres, const float *x, const float *w, const float *mean,
+                                  const float *rstd, int64_t N, int C) {
     int64_t nc = sharc_par_chunks(N, C, sharc_threads_get());
     if (nc == 1) {
         layernorm_back_rows(dx, dw, db, dy, dres, x, w, mean, rstd, 0, N, C);
         return;
     }
-    float *p = partials(nc, C);
+    float *p = dw || db ? partials(nc, C) : NULL;
 #pragma omp parallel for schedule(static)
     for (int64_t c = 0; c < nc; c++)
-        layernorm_back_rows(dx, p + c * C, db ? p + (nc + c) * C : NULL, dy, dres, x, w, mean,
+        layernorm_back_rows(dx, dw ? p + c * C : NULL, db ? p + (nc + c) * C : NULL, dy, dres, x, w, mean,
                             rstd, c * N / nc, (c + 1) * N / nc, C);
-    add_partials(dw, p, nc, C);
+    if (dw) add_partials(dw, p, nc, C);
     if (db) add_partials(db, p + nc * C, nc, C);
     sharc_free(p);
 }
@@ -111,8 +111,8 @@ SHARC_VEC static void rmsnorm_rows(float *y, float *rstd, const float *x, const 
     }
 }
 
-void sharc_rmsnorm_forward(float *y, float *rstd, const float *x, const float *w, int64_t N, int C,
-                           float eps) {
+void sharc_cpu_rmsnorm_forward(sharc_stream *s, float *y, float *rstd, const float *x, const float *w, int64_t N,
+                               int C, float eps) {
     int64_t nc = sharc_par_chunks(N, C, sharc_threads_get());
 #pragma omp parallel for schedule(static) if (nc > 1)
     for (int64_t c = 0; c < nc; c++)
@@ -128,7 +128,7 @@ SHARC_VEC static void rmsnorm_back_rows(float *dx, float *dw, const float *dy, c
         float dot = 0.0f;
         for (int i = 0; i < C; i++) {
             dot += dyr[i] * w[i] * xr[i];
-            dw[i] += dyr[i] * xr[i] * s;
+            if (dw) dw[i] += dyr[i] * xr[i] * s;
         }
         /* y = x s w, s = (mean(x^2)+eps)^-1/2, ds/dx_i = -s^3 x_i / C */
         float k = dot * s * s * s / (float)C;
@@ -141,17 +141,17 @@ SHARC_VEC static void rmsnorm_back_rows(float *dx, float *dw, const float *dy, c
     }
 }
 
-void sharc_rmsnorm_backward(float *dx, float *dw, const float *dy, const float *dres,
-                            const float *x, const float *w, const float *rstd, int64_t N, int C) {
+void sharc_cpu_rmsnorm_backward(sharc_stream *s, float *dx, float *dw, const float *dy, const float *dres,
+                                const float *x, const float *w, const float *rstd, int64_t N, int C) {
     int64_t nc = sharc_par_chunks(N, C, sharc_threads_get());
     if (nc == 1) {
         rmsnorm_back_rows(dx, dw, dy, dres, x, w, rstd, 0, N, C);
         return;
     }
-    float *p = partials(nc, C);
+    float *p = dw ? partials(nc, C) : NULL;
 #pragma omp parallel for schedule(static)
     for (int64_t c = 0; c < nc; c++)
-        rmsnorm_back_rows(dx, p + c * C, dy, dres, x, w, rstd, c * N / nc, (c + 1) * N / nc, C);
-    add_partials(dw, p, nc, C);
+        rmsnorm_back_rows(dx, dw ? p + c * C : NULL, dy, dres, x, w, rstd, c * N / nc, (c + 1) * N / nc, C);
+    if (dw) add_partials(dw, p, nc, C);
     sharc_free(p);
 }

@@ -1,9 +1,9 @@
-/* activation.c: sharc_gelu_*, sharc_swiglu_* and sharc_add, the element-wise
+/* activation.c: sharc_cpu_gelu_*, sharc_cpu_swiglu_* and sharc_cpu_add, the element-wise
  * kernels. Loops are written so GCC vectorises them with glibc's vector
  * math (libmvec) for tanhf/expf: see SHARC_VEC in core/parallel.h. */
 #include "sharc/blas.h"
-#include "sharc/kernels.h"
-#include "../core/parallel.h"
+#include "cpu.h"
+#include "../../core/parallel.h"
 
 #include <math.h>
 
@@ -40,20 +40,20 @@ static int64_t elem_chunks(int64_t n) {
     return sharc_par_chunks((n + 1023) / 1024, 1024, sharc_threads_get());
 }
 
-void sharc_gelu_forward(float *y, const float *x, int64_t n) {
+void sharc_cpu_gelu_forward(sharc_stream *s, float *y, const float *x, int64_t n) {
     int64_t nc = elem_chunks(n);
 #pragma omp parallel for schedule(static) if (nc > 1)
     for (int64_t c = 0; c < nc; c++) gelu_range(y, x, sharc_chunk_lo(c, nc, n), sharc_chunk_lo(c + 1, nc, n));
 }
 
-void sharc_gelu_backward(float *dx, const float *dy, const float *x, int64_t n) {
+void sharc_cpu_gelu_backward(sharc_stream *s, float *dx, const float *dy, const float *x, int64_t n) {
     int64_t nc = elem_chunks(n);
 #pragma omp parallel for schedule(static) if (nc > 1)
     for (int64_t c = 0; c < nc; c++)
         gelu_back_range(dx, dy, x, sharc_chunk_lo(c, nc, n), sharc_chunk_lo(c + 1, nc, n));
 }
 
-void sharc_add(float *y, const float *a, const float *b, int64_t n) {
+void sharc_cpu_add(sharc_stream *s, float *y, const float *a, const float *b, int64_t n) {
     int64_t nc = elem_chunks(n);
 #pragma omp parallel for schedule(static) if (nc > 1)
     for (int64_t c = 0; c < nc; c++) add_range(y, a, b, sharc_chunk_lo(c, nc, n), sharc_chunk_lo(c + 1, nc, n));
@@ -83,13 +83,14 @@ SHARC_VEC static void swiglu_back_rows(float *dx, const float *dy, const float *
     }
 }
 
-void sharc_swiglu_forward(float *y, const float *x, int64_t N, int I) {
+void sharc_cpu_swiglu_forward(sharc_stream *s, float *y, const float *x, int64_t N, int I) {
     int64_t nc = sharc_par_chunks(N, I, sharc_threads_get());
 #pragma omp parallel for schedule(static) if (nc > 1)
     for (int64_t c = 0; c < nc; c++) swiglu_rows(y, x, c * N / nc, (c + 1) * N / nc, I);
 }
 
-void sharc_swiglu_backward(float *dx, const float *dy, const float *x, int64_t N, int I) {
+void sharc_cpu_swiglu_backward(sharc_stream *s, float *dx, const float *dy, const float *x, int64_t N,
+                               int I) {
     int64_t nc = sharc_par_chunks(N, I, sharc_threads_get());
 #pragma omp parallel for schedule(static) if (nc > 1)
     for (int64_t c = 0; c < nc; c++) swiglu_back_rows(dx, dy, x, c * N / nc, (c + 1) * N / nc, I);

@@ -1,7 +1,7 @@
-/* matmul.c: sharc_matmul_*, the linear layer on top of sharc_sgemm. */
+/* matmul.c: sharc_cpu_matmul_*, the linear layer on top of sharc_sgemm. */
 #include "sharc/blas.h"
-#include "sharc/kernels.h"
-#include "../core/parallel.h"
+#include "cpu.h"
+#include "../../core/parallel.h"
 
 #include <omp.h>
 
@@ -20,8 +20,8 @@ SHARC_VEC static void colsum_cols(float *db, const float *dy, int64_t N, int OC,
     }
 }
 
-void sharc_matmul_forward(float *y, const float *x, const float *w, const float *b, int64_t N,
-                          int IC, int OC) {
+void sharc_cpu_matmul_forward(sharc_stream *s, float *y, const float *x, const float *w, const float *b, int64_t N,
+                              int IC, int OC) {
     sharc_sgemm(false, true, (int)N, OC, IC, 1.0f, x, IC, w, IC, 0.0f, y, OC);
     if (!b) return;
     int64_t nc = sharc_par_chunks(N, OC, sharc_threads_get());
@@ -29,10 +29,10 @@ void sharc_matmul_forward(float *y, const float *x, const float *w, const float 
     for (int64_t c = 0; c < nc; c++) add_bias_rows(y, b, c * N / nc, (c + 1) * N / nc, OC);
 }
 
-void sharc_matmul_backward(float *dx, float *dw, float *db, const float *dy, const float *x,
-                           const float *w, int64_t N, int IC, int OC) {
+void sharc_cpu_matmul_backward(sharc_stream *s, float *dx, float *dw, float *db, const float *dy, const float *x,
+                               const float *w, int64_t N, int IC, int OC) {
     if (dx) sharc_sgemm(false, false, (int)N, IC, OC, 1.0f, dy, OC, w, IC, 0.0f, dx, IC);
-    sharc_sgemm(true, false, OC, IC, (int)N, 1.0f, dy, OC, x, IC, 1.0f, dw, IC);
+    if (dw) sharc_sgemm(true, false, OC, IC, (int)N, 1.0f, dy, OC, x, IC, 1.0f, dw, IC);
     if (!db) return;
     /* split the columns: each thread owns a slice of db, no reduction needed */
     int64_t nc = sharc_par_chunks(OC, N, sharc_threads_get());

@@ -1,21 +1,23 @@
-/* rope.c: sharc_rope_*, rotary position embeddings in Hugging Face's
+/* rope.c: sharc_cpu_rope_*, rotary position embeddings in Hugging Face's
  * rotate-half convention: element i of a head is paired with element i + hd/2
- * and rotated by angle t * theta^(-2i/hd). (Meta's original code pairs
- * neighbours 2i, 2i+1; converting between the two is a row permutation of
- * the q/k projection weights done at import, see FORMATS.md.) */
+ * and rotated by angle t * theta^(-2i/hd) at position t. (Meta's original
+ * checkpoints pair neighbours 2i, 2i+1 instead; the two differ by a row
+ * permutation of the q/k projection weights. sharc reads Hugging Face files,
+ * which are already in rotate-half order: docs/ARCHITECTURE.md, "Names and
+ * layouts".) */
 #include "sharc/blas.h"
-#include "sharc/kernels.h"
-#include "../core/parallel.h"
+#include "cpu.h"
+#include "../../core/parallel.h"
 
 #include <math.h>
 
-void sharc_rope_table(float *cos_t, float *sin_t, int T, int hd, float theta) {
+void sharc_cpu_rope_table(sharc_stream *s, float *cos_t, float *sin_t, int T, int hd, float theta, int t0) {
     int half = hd / 2;
     for (int i = 0; i < half; i++) {
         /* computed as PyTorch/HF do: inv_freq in fp32, angle = t * inv_freq in fp32 */
         float inv_freq = 1.0f / powf(theta, (float)(2 * i) / (float)hd);
         for (int t = 0; t < T; t++) {
-            float a = (float)t * inv_freq;
+            float a = (float)(t0 + t) * inv_freq;
             cos_t[t * half + i] = cosf(a);
             sin_t[t * half + i] = sinf(a);
         }
@@ -51,12 +53,12 @@ static void rope_apply(float *qkv, const float *cos_t, const float *sin_t, int B
         rope_rows(qkv, cos_t, sin_t, c * N / nc, (c + 1) * N / nc, T, NH + NKV, stride, hd, sign);
 }
 
-void sharc_rope_forward(float *qkv, const float *cos_t, const float *sin_t, int B, int T, int NH,
-                        int NKV, int hd) {
+void sharc_cpu_rope_forward(sharc_stream *s, float *qkv, const float *cos_t, const float *sin_t, int B, int T,
+                            int NH, int NKV, int hd) {
     rope_apply(qkv, cos_t, sin_t, B, T, NH, NKV, hd, 1.0f);
 }
 
-void sharc_rope_backward(float *dqkv, const float *cos_t, const float *sin_t, int B, int T, int NH,
-                         int NKV, int hd) {
+void sharc_cpu_rope_backward(sharc_stream *s, float *dqkv, const float *cos_t, const float *sin_t, int B, int T,
+                             int NH, int NKV, int hd) {
     rope_apply(dqkv, cos_t, sin_t, B, T, NH, NKV, hd, -1.0f);
 }

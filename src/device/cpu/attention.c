@@ -1,4 +1,4 @@
-/* attention.c: sharc_attention_*, causal attention with grouped-query heads.
+/* attention.c: sharc_cpu_attention_*, causal attention with grouped-query heads.
  *
  * Note [attention-tiling]. Work is done one block of BQ query rows at a time:
  * the block's scores against every key it may see (at most BQ x T floats,
@@ -15,8 +15,8 @@
  * Forward tasks are (batch, head, query block); backward tasks are (batch,
  * key/value head) so the dK/dV of a task are written by that task alone. */
 #include "sharc/blas.h"
-#include "sharc/kernels.h"
-#include "../core/parallel.h"
+#include "cpu.h"
+#include "../../core/parallel.h"
 
 #include <math.h>
 #include <omp.h>
@@ -26,7 +26,7 @@
 
 /* The kernels run on at most sharc_threads_get() threads, each with its own
  * 2 x BQ x T slice. */
-int64_t sharc_attention_workspace(int T) {
+int64_t sharc_cpu_attention_workspace(int T) {
     return (int64_t)sharc_threads_get() * 2 * BQ * (int64_t)T;
 }
 
@@ -75,8 +75,8 @@ SHARC_VEC static void softmax_back_block(float *S, float *dP, const float *lse, 
     }
 }
 
-void sharc_attention_forward(float *out, float *lse, const float *qkv, int B, int T, int NH,
-                             int NKV, int hd, float *ws) {
+void sharc_cpu_attention_forward(sharc_stream *s, float *out, float *lse, const float *qkv, int B, int T,
+                                 int NH, int NKV, int hd, float *ws) {
     const int S = (NH + 2 * NKV) * hd, C = NH * hd, group = NH / NKV;
     const float scale = 1.0f / sqrtf((float)hd);
     const int nblk = (T + BQ - 1) / BQ;
@@ -102,8 +102,9 @@ void sharc_attention_forward(float *out, float *lse, const float *qkv, int B, in
     }
 }
 
-void sharc_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *out,
-                              const float *lse, int B, int T, int NH, int NKV, int hd, float *ws) {
+void sharc_cpu_attention_backward(sharc_stream *s, float *dqkv, const float *dout, const float *qkv,
+                                  const float *out, const float *lse, int B, int T, int NH, int NKV, int hd,
+                                  float *ws) {
     const int S = (NH + 2 * NKV) * hd, C = NH * hd, group = NH / NKV;
     const float scale = 1.0f / sqrtf((float)hd);
     const int nblk = (T + BQ - 1) / BQ;

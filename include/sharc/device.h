@@ -1,0 +1,100 @@
+/* sharc/device.h: where sharc's tensors live and its kernels run.
+ *
+ * A device owns memory (accounted per sharc_mem category, like sharc_alloc),
+ * streams (ordered queues of work) and events (points in a stream that
+ * another stream can wait for), and carries a kernel table (sharc/kernels.h).
+ * The model, the engine and the optimizer allocate through a device and call
+ * kernels through its table, so a new backend is a new table, not an edit of
+ * the callers (note [device-layer] in docs/ARCHITECTURE.md).
+ *
+ * Backends: "cpu" (host memory, one implicit stream: work runs when it is
+ * called, so streams never wait and events are points already reached).
+ *
+ * Conventions: every call that takes a stream puts its work on that stream
+ * (NULL: the device's default stream); the host waits only in
+ * sharc_device_synchronize and sharc_device_event_synchronize. Copies and
+ * memsets are asynchronous with respect to the host on devices with real
+ * streams; memory handed to them must stay valid until the stream reaches them. */
+#ifndef SHARC_DEVICE_H
+#define SHARC_DEVICE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "sharc/alloc.h"
+#include "sharc/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct sharc_device sharc_device;
+typedef struct sharc_stream sharc_stream;
+typedef struct sharc_event sharc_event;
+struct sharc_kernels;
+
+typedef enum {
+    SHARC_COPY_HOST_TO_DEVICE = 0,
+    SHARC_COPY_DEVICE_TO_HOST,
+    SHARC_COPY_DEVICE_TO_DEVICE,
+    SHARC_COPY_COUNT
+} sharc_copy_kind;
+
+/* ---- devices ---- */
+
+/* Open device `index` of the backend called `name` ("cpu"); devices live for
+ * the whole process (opening one twice returns the same device). Errors name
+ * the backend and list the ones this build has. */
+sharc_status sharc_device_open(const char *name, int index, sharc_device **out);
+/* The CPU device (never fails). */
+sharc_device *sharc_device_cpu(void);
+const char *sharc_device_name(const sharc_device *d);
+/* True when the device's memory is host memory that the CPU (and MPI) may
+ * read and write directly (the CPU backend). */
+bool sharc_device_is_host(const sharc_device *d);
+/* The device's kernel table, every slot filled (sharc/kernels.h). */
+const struct sharc_kernels *sharc_device_kernels(const sharc_device *d);
+
+/* ---- memory ---- */
+
+/* `bytes` of device memory, zero-filled and 64-byte aligned, counted under
+ * `cat`: in the host counters of sharc/alloc.h for a host device, in the
+ * device's own counters otherwise (sharc_device_mem_get). NULL on failure,
+ * with an error naming the device, the size and the category. */
+void *sharc_device_alloc(sharc_device *d, size_t bytes, sharc_mem_cat cat);
+/* Free a block from sharc_device_alloc of the same device (NULL: nothing). */
+void sharc_device_free(sharc_device *d, void *p);
+/* Current and peak bytes per category of this device's memory. */
+void sharc_device_mem_get(const sharc_device *d, sharc_mem_stats *out);
+
+/* dst = src (`bytes`), in the direction `kind` says, on stream s. */
+sharc_status sharc_device_copy(sharc_device *d, void *dst, const void *src, size_t bytes, sharc_copy_kind kind,
+                               sharc_stream *s);
+/* p[0, bytes) = 0 on stream s. */
+sharc_status sharc_device_memset0(sharc_device *d, void *p, size_t bytes, sharc_stream *s);
+
+/* ---- streams and events ---- */
+
+/* The default stream, on which the model's kernels run. */
+sharc_stream *sharc_device_stream(sharc_device *d);
+/* Another stream (e.g. for collectives); on a device with one implicit
+ * stream, that stream. Free with sharc_device_stream_free. */
+sharc_status sharc_device_stream_new(sharc_device *d, sharc_stream **out);
+void sharc_device_stream_free(sharc_stream *s);
+/* The host waits until everything queued on s is done. */
+sharc_status sharc_device_synchronize(sharc_stream *s);
+
+sharc_status sharc_device_event_new(sharc_device *d, sharc_event **out);
+void sharc_device_event_free(sharc_event *ev);
+/* Mark the point stream s has been given so far. */
+sharc_status sharc_device_event_record(sharc_event *ev, sharc_stream *s);
+/* Work queued on s after this call runs after the recorded point; the host
+ * does not wait. */
+sharc_status sharc_device_event_wait(sharc_event *ev, sharc_stream *s);
+/* The host waits until the recorded point is reached. */
+sharc_status sharc_device_event_synchronize(sharc_event *ev);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

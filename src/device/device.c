@@ -1,0 +1,277 @@
+/* device.c: sharc_device_*, the dispatcher in front of every device backend
+ * (sharc/device.h): opening devices from the registry, argument checks,
+ * the per-category memory accounts, streams, events, and the fallbacks for
+ * a backend's optional slots (note [kernel-table] in sharc/kernels.h). */
+#include "device_impl.h"
+#include "sharc/log.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_DEVICES_PER_BACKEND 16
+
+/* Devices live for the whole process: opened once, never freed. */
+static sharc_device *opened[8][MAX_DEVICES_PER_BACKEND];
+static pthread_mutex_t open_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static sharc_status new_device(const sharc_device_i *iface, int index, sharc_device **out) {
+    sharc_device *d = calloc(1, sizeof *d);
+    sharc_stream *s0 = calloc(1, sizeof *s0);
+    if (!d || !s0) {
+        free(d);
+        free(s0);
+        return sharc_error(SHARC_ERR_NOMEM, "device: out of memory");
+    }
+    d->i = iface;
+    d->index = index;
+    d->kernels = *iface->kernels;
+    pthread_mutex_init(&d->lock, NULL);
+    s0->dev = d;
+    d->stream0 = s0;
+    sharc_status st = sharc_device_kernels_complete(iface->name, &d->kernels);
+    if (st == SHARC_OK && iface->open) st = iface->open(d, index);
+    if (st == SHARC_OK && iface->stream_new) st = iface->stream_new(d, s0);
+    if (st != SHARC_OK) {
+        free(s0);
+        free(d);
+        return st;
+    }
+    *out = d;
+    return SHARC_OK;
+}
+
+sharc_status sharc_device_open(const char *name, int index, sharc_device **out) {
+    *out = NULL;
+    char names[256] = "";
+    for (int b = 0; sharc_device_backends[b]; b++) {
+        const sharc_device_i *iface = sharc_device_backends[b];
+        snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", b ? ", " : "", iface->name);
+        if (strcmp(iface->name, name) != 0) continue;
+        int n = iface->count();
+        if (index < 0 || index >= n || index >= MAX_DEVICES_PER_BACKEND)
+            return sharc_error(SHARC_ERR_INVALID, "device: %s device %d does not exist (this machine has %d)", name,
+                               index, n);
+        pthread_mutex_lock(&open_lock);
+        sharc_status st = SHARC_OK;
+        if (!opened[b][index]) st = new_device(iface, index, &opened[b][index]);
+        *out = opened[b][index];
+        pthread_mutex_unlock(&open_lock);
+        return st;
+    }
+    return sharc_error(SHARC_ERR_UNSUPPORTED, "device: no backend named '%s' in this build (it has: %s)", name,
+                       names);
+}
+
+sharc_device *sharc_device_cpu(void) {
+    sharc_device *d;
+    if (sharc_device_open("cpu", 0, &d) != SHARC_OK) sharc_fatal(__FILE__, __LINE__, "%s", sharc_last_error());
+    return d;
+}
+
+const char *sharc_device_name(const sharc_device *d) { return d->i->name; }
+bool sharc_device_is_host(const sharc_device *d) { return d->i->host_memory; }
+const sharc_kernels *sharc_device_kernels(const sharc_device *d) { return &d->kernels; }
+
+/* ---------------------------------------------------------------- memory */
+
+/* Count `bytes` under `cat` (negative: returned): the host counters for a
+ * host device, the device's own otherwise. Called with d->lock held. */
+static void account(sharc_device *d, int cat, int64_t bytes) {
+    if (d->i->host_memory) {
+        sharc_mem_account((sharc_mem_cat)cat, bytes);
+        return;
+    }
+    sharc_mem_stats *m = &d->mem;
+    m->current[cat] += bytes;
+    m->current_total += bytes;
+    if (m->current[cat] > m->peak[cat]) m->peak[cat] = m->current[cat];
+    if (m->current_total > m->peak_total) m->peak_total = m->current_total;
+}
+
+void *sharc_device_alloc(sharc_device *d, size_t bytes, sharc_mem_cat cat) {
+    if (cat < 0 || cat >= SHARC_MEM_NCAT) {
+        sharc_error(SHARC_ERR_INVALID, "device %s: allocation of %zu bytes in unknown category %d", d->i->name,
+                    bytes, (int)cat);
+        return NULL;
+    }
+    pthread_mutex_lock(&d->lock);
+    if (d->nblocks == d->cap) {
+        size_t cap = d->cap ? 2 * d->cap : 64;
+        sharc_device_block *b = realloc(d->blocks, cap * sizeof *b);
+        if (!b) {
+            pthread_mutex_unlock(&d->lock);
+            sharc_error(SHARC_ERR_NOMEM, "device %s: out of memory", d->i->name);
+            return NULL;
+        }
+        d->blocks = b;
+        d->cap = cap;
+    }
+    void *p = d->i->alloc(d, bytes);
+    if (!p) {
+        pthread_mutex_unlock(&d->lock);
+        sharc_error(SHARC_ERR_NOMEM, "device %s: cannot allocate %zu bytes for %s", d->i->name, bytes,
+                    sharc_mem_cat_name(cat));
+        return NULL;
+    }
+    d->blocks[d->nblocks++] = (sharc_device_block){.p = p, .bytes = bytes, .cat = (int)cat};
+    account(d, (int)cat, (int64_t)bytes);
+    pthread_mutex_unlock(&d->lock);
+    return p;
+}
+
+void sharc_device_free(sharc_device *d, void *p) {
+    if (!p) return;
+    pthread_mutex_lock(&d->lock);
+    /* newest first: buffers are mostly freed in reverse order of allocation */
+    size_t k = d->nblocks;
+    while (k > 0 && d->blocks[k - 1].p != p) k--;
+    if (k == 0) sharc_fatal(__FILE__, __LINE__, "device %s: free of %p, which it did not allocate", d->i->name, p);
+    sharc_device_block b = d->blocks[k - 1];
+    d->blocks[k - 1] = d->blocks[--d->nblocks];
+    account(d, b.cat, -(int64_t)b.bytes);
+    pthread_mutex_unlock(&d->lock);
+    d->i->free(d, p);
+}
+
+void sharc_device_mem_get(const sharc_device *d, sharc_mem_stats *out) {
+    if (d->i->host_memory) {
+        sharc_mem_get(out);
+        return;
+    }
+    sharc_device *m = (sharc_device *)d;
+    pthread_mutex_lock(&m->lock);
+    *out = d->mem;
+    pthread_mutex_unlock(&m->lock);
+}
+
+static sharc_stream *stream_of(sharc_device *d, sharc_stream *s) {
+    if (!s) return d->stream0;
+    if (s->dev != d)
+        sharc_fatal(__FILE__, __LINE__, "device %s: a stream of device %s used on it", d->i->name, s->dev->i->name);
+    return s;
+}
+
+sharc_status sharc_device_copy(sharc_device *d, void *dst, const void *src, size_t bytes, sharc_copy_kind kind,
+                               sharc_stream *s) {
+    if (kind < 0 || kind >= SHARC_COPY_COUNT)
+        return sharc_error(SHARC_ERR_INVALID, "device %s: copy of unknown kind %d", d->i->name, (int)kind);
+    if (bytes == 0) return SHARC_OK;
+    if (!dst || !src) return sharc_error(SHARC_ERR_INVALID, "device %s: copy of %zu bytes with a NULL pointer", d->i->name, bytes);
+    const char *a = dst, *b = src;
+    if (kind == SHARC_COPY_DEVICE_TO_DEVICE && a < b + bytes && b < a + bytes && a != b)
+        return sharc_error(SHARC_ERR_INVALID, "device %s: copy of %zu bytes between overlapping buffers", d->i->name,
+                           bytes);
+    if (a == b) return SHARC_OK;
+    return d->i->copy(d, dst, src, bytes, kind, stream_of(d, s));
+}
+
+sharc_status sharc_device_memset0(sharc_device *d, void *p, size_t bytes, sharc_stream *s) {
+    if (bytes == 0) return SHARC_OK;
+    if (!p) return sharc_error(SHARC_ERR_INVALID, "device %s: memset of %zu bytes at NULL", d->i->name, bytes);
+    return d->i->memset0(d, p, bytes, stream_of(d, s));
+}
+
+/* ------------------------------------------------------ streams, events */
+
+sharc_stream *sharc_device_stream(sharc_device *d) { return d->stream0; }
+
+sharc_status sharc_device_stream_new(sharc_device *d, sharc_stream **out) {
+    *out = d->stream0;
+    if (!d->i->stream_new) return SHARC_OK; /* one implicit stream */
+    sharc_stream *s = calloc(1, sizeof *s);
+    if (!s) return sharc_error(SHARC_ERR_NOMEM, "device %s: out of memory", d->i->name);
+    s->dev = d;
+    sharc_status st = d->i->stream_new(d, s);
+    if (st != SHARC_OK) {
+        free(s);
+        return st;
+    }
+    *out = s;
+    return SHARC_OK;
+}
+
+void sharc_device_stream_free(sharc_stream *s) {
+    if (!s || s == s->dev->stream0) return;
+    if (s->dev->i->stream_free) s->dev->i->stream_free(s);
+    free(s);
+}
+
+sharc_status sharc_device_synchronize(sharc_stream *s) { return s->dev->i->synchronize(s); }
+
+sharc_status sharc_device_event_new(sharc_device *d, sharc_event **out) {
+    *out = NULL;
+    sharc_event *ev = calloc(1, sizeof *ev);
+    if (!ev) return sharc_error(SHARC_ERR_NOMEM, "device %s: out of memory", d->i->name);
+    ev->dev = d;
+    if (d->i->event_new) {
+        sharc_status st = d->i->event_new(ev);
+        if (st != SHARC_OK) {
+            free(ev);
+            return st;
+        }
+    }
+    *out = ev;
+    return SHARC_OK;
+}
+
+void sharc_device_event_free(sharc_event *ev) {
+    if (!ev) return;
+    if (ev->dev->i->event_free) ev->dev->i->event_free(ev);
+    free(ev);
+}
+
+sharc_status sharc_device_event_record(sharc_event *ev, sharc_stream *s) {
+    s = stream_of(ev->dev, s);
+    if (!ev->dev->i->event_record) return sharc_device_synchronize(s); /* fallback: the point is reached now */
+    return ev->dev->i->event_record(ev, s);
+}
+
+sharc_status sharc_device_event_wait(sharc_event *ev, sharc_stream *s) {
+    s = stream_of(ev->dev, s);
+    if (!ev->dev->i->event_wait) return SHARC_OK; /* fallback: record already waited */
+    return ev->dev->i->event_wait(ev, s);
+}
+
+sharc_status sharc_device_event_synchronize(sharc_event *ev) {
+    if (!ev->dev->i->event_synchronize) return SHARC_OK;
+    return ev->dev->i->event_synchronize(ev);
+}
+
+/* ------------------------------------------------ kernel-table fallbacks */
+
+static void add_by_sum_ranks(sharc_stream *s, float *y, const float *a, const float *b, int64_t n) {
+    const void *src[2] = {a, b};
+    s->dev->kernels.sum_ranks(s, y, src, 2, n, SHARC_DT_F32, false);
+}
+
+static void accumulate_by_sum_ranks(sharc_stream *s, float *dst, const float *src, int64_t n) {
+    const void *one[1] = {src};
+    s->dev->kernels.sum_ranks(s, dst, one, 1, n, SHARC_DT_F32, true);
+}
+
+/* Every slot: whether a backend must provide it. Kept in the order of the
+ * struct; the static assertion below catches a slot added to sharc_kernels
+ * and not here. */
+#define SHARC_KERNEL_SLOTS(X)                                                                                  \
+    X(matmul_forward, 1) X(matmul_backward, 1) X(layernorm_forward, 1) X(layernorm_backward, 1)                 \
+    X(rmsnorm_forward, 1) X(rmsnorm_backward, 1) X(gelu_forward, 1) X(gelu_backward, 1) X(swiglu_forward, 1)    \
+    X(swiglu_backward, 1) X(add, 0) X(embedding_forward, 1) X(embedding_backward, 1) X(rope_table, 1)          \
+    X(rope_forward, 1) X(rope_backward, 1) X(attention_workspace, 1) X(attention_forward, 1)                  \
+    X(attention_backward, 1) X(xent_forward_backward, 1) X(lmhead_xent, 1) X(cast, 1) X(round, 1)              \
+    X(accumulate, 0) X(sum_ranks, 1) X(sumsq, 1) X(adamw, 1) X(fill, 1) X(init_normal, 1)
+
+#define COUNT_SLOT(name, required) +1
+_Static_assert(sizeof(sharc_kernels) == (0 SHARC_KERNEL_SLOTS(COUNT_SLOT)) * sizeof(void (*)(void)),
+               "every slot of sharc_kernels is listed in SHARC_KERNEL_SLOTS");
+
+sharc_status sharc_device_kernels_complete(const char *backend, sharc_kernels *k) {
+#define CHECK_SLOT(name, required)                                                                          \
+    if ((required) && !k->name)                                                                             \
+        return sharc_error(SHARC_ERR_INTERNAL, "device %s: the backend's kernel table has no '%s'", backend, #name);
+    SHARC_KERNEL_SLOTS(CHECK_SLOT)
+#undef CHECK_SLOT
+    if (!k->add) k->add = add_by_sum_ranks;
+    if (!k->accumulate) k->accumulate = accumulate_by_sum_ranks;
+    return SHARC_OK;
+}

@@ -1,0 +1,77 @@
+/* device_impl.h (internal): what a device backend provides, and the objects
+ * the dispatcher (device.c) hands out. A backend moves bytes and runs
+ * kernels; the dispatcher checks arguments, keeps the memory accounts and
+ * fills the optional slots (note [kernel-table] in sharc/kernels.h).
+ * Optional slots are marked; a NULL there gets the fallback named beside it. */
+#ifndef SHARC_DEVICE_IMPL_H
+#define SHARC_DEVICE_IMPL_H
+
+#include <pthread.h>
+
+#include "sharc/device.h"
+#include "sharc/kernels.h"
+
+typedef struct sharc_device_i {
+    const char *name;  /* "cpu" */
+    bool host_memory;  /* its memory is host memory (sharc_device_is_host) */
+    int (*count)(void); /* how many devices of this kind this machine has */
+    /* (optional) per-device state, e.g. a driver context; NULL: none */
+    sharc_status (*open)(sharc_device *d, int index);
+    /* zero-filled, 64-byte aligned; NULL on failure (the dispatcher reports it) */
+    void *(*alloc)(sharc_device *d, size_t bytes);
+    void (*free)(sharc_device *d, void *p);
+    sharc_status (*memset0)(sharc_device *d, void *p, size_t bytes, sharc_stream *s);
+    sharc_status (*copy)(sharc_device *d, void *dst, const void *src, size_t bytes, sharc_copy_kind kind,
+                         sharc_stream *s);
+    /* (optional) a new queue; NULL: one implicit stream, every stream is the default one */
+    sharc_status (*stream_new)(sharc_device *d, sharc_stream *s);
+    void (*stream_free)(sharc_stream *s);                           /* with stream_new */
+    sharc_status (*synchronize)(sharc_stream *s);
+    /* (optional) events; NULL: record synchronizes the stream (the host
+     * waits there), after which wait has nothing left to wait for */
+    sharc_status (*event_new)(sharc_event *ev);
+    void (*event_free)(sharc_event *ev);
+    sharc_status (*event_record)(sharc_event *ev, sharc_stream *s);
+    sharc_status (*event_wait)(sharc_event *ev, sharc_stream *s);
+    sharc_status (*event_synchronize)(sharc_event *ev);
+    const sharc_kernels *kernels; /* optional slots may be NULL: the dispatcher fills them */
+} sharc_device_i;
+
+/* One block of device memory, for the accounts. */
+typedef struct {
+    void *p;
+    size_t bytes;
+    int cat; /* sharc_mem_cat; -1: a free entry */
+} sharc_device_block;
+
+struct sharc_device {
+    const sharc_device_i *i;
+    int index;
+    void *impl;               /* the backend's, from open */
+    sharc_kernels kernels;    /* the backend's table, optional slots filled */
+    sharc_stream *stream0;    /* the default stream */
+    pthread_mutex_t lock;     /* the accounts below */
+    sharc_device_block *blocks; /* open-addressed by pointer: which category a block is counted under */
+    size_t nblocks, cap;
+    sharc_mem_stats mem;      /* for a device that is not host memory */
+};
+
+struct sharc_stream {
+    sharc_device *dev;
+    void *impl;
+};
+
+struct sharc_event {
+    sharc_device *dev;
+    void *impl;
+};
+
+/* The backends of this build (registry.c), NULL-terminated. */
+extern const sharc_device_i *const sharc_device_backends[];
+extern const sharc_device_i sharc_cpu_device_i;
+
+/* Fill the optional slots of a backend's table with their fallbacks and
+ * check the required ones; an error names the backend and the slot. */
+sharc_status sharc_device_kernels_complete(const char *backend, sharc_kernels *k);
+
+#endif

@@ -1,0 +1,115 @@
+/* collectives.c: every byte of parameters and gradients that moves between
+ * the ranks of the engine (FSDP2's _fsdp_collectives.py): the strategies a
+ * unit's gather and reduction use, chosen once at init from the group size,
+ * the dtypes and shared memory, the replicate all-reduce, and the gather
+ * of master weights for saving. The shared-window strategy is shm.c. No
+ * other file of the engine calls sharc_comm_* with parameter or gradient
+ * data.
+ *
+ *   gather  direct             one process, fp32: the shard is the whole unit
+ *           shared window      note [shared-params] (shm.c): read in place
+ *           fp32 all-gather    into a slot, non-blocking for prefetch
+ *           16-bit all-gather  round the shard to param_dtype, gather, widen
+ *                              (one process: round into a slot)
+ *   reduce  direct             one process: the model accumulated into the shard
+ *           shared window      shm.c: each rank sums its slice of every slot in place
+ *           fp32 reduce-scatter, 16-bit reduce-scatter (reduce_dtype), then += into the shard
+ *
+ * Element work runs through the device's kernel table on the engine's
+ * stream; MPI reads host memory, which the CPU device's is. */
+#include "engine.h"
+#include "sharc/clock.h"
+
+static void gather_direct(sharc_fsdp *e, sharc_fsdp_unit *t, bool blocking) { t->param_full = t->param_shard; }
+
+static void gather_f32(sharc_fsdp *e, sharc_fsdp_unit *t, bool blocking) {
+    e->stats.gathers++;
+    size_t n = (size_t)t->numel_shard;
+    sharc_status st = blocking ? sharc_comm_all_gather(e->shard, t->param_shard, t->param_full, n, SHARC_DT_F32)
+                               : sharc_comm_iall_gather(e->shard, t->param_shard, t->param_full, n, SHARC_DT_F32,
+                                                        e->stream, &t->pending);
+    if (st != SHARC_OK) SHARC_FSDP_COMM_FATAL();
+}
+
+/* 16-bit: the shard is rounded, gathered as 16-bit, widened at once (the
+ * staging buffers serve every unit, so even a prefetch completes here). */
+static void gather_16(sharc_fsdp *e, sharc_fsdp_unit *t, bool blocking) {
+    e->stats.gathers++;
+    sharc_dtype dt = e->cfg.param_dtype;
+    if (e->S == 1) {
+        e->k->round(e->stream, t->param_full, t->param_shard, dt, t->numel_shard);
+        return;
+    }
+    e->k->cast(e->stream, e->stage16_shard, dt, t->param_shard, SHARC_DT_F32, t->numel_shard);
+    if (sharc_comm_all_gather(e->shard, e->stage16_shard, e->stage16_full, (size_t)t->numel_shard, dt) != SHARC_OK)
+        SHARC_FSDP_COMM_FATAL();
+    e->k->cast(e->stream, t->param_full, SHARC_DT_F32, e->stage16_full, dt, t->numel_padded);
+}
+
+static const sharc_fsdp_gather_i gather_direct_i = {.name = "direct", .slot = false, .start = gather_direct};
+static const sharc_fsdp_gather_i gather_f32_i = {.name = "fp32 all-gather", .slot = true, .start = gather_f32};
+static const sharc_fsdp_gather_i gather_16_i = {.name = "16-bit all-gather", .slot = true, .start = gather_16};
+
+static void reduce_f32(sharc_fsdp *e, sharc_fsdp_unit *t) {
+    if (sharc_comm_reduce_scatter(e->shard, t->grad_full, e->stage_shard, (size_t)t->numel_shard, SHARC_DT_F32,
+                                  SHARC_REDUCE_OP_SUM) != SHARC_OK)
+        SHARC_FSDP_COMM_FATAL();
+    e->k->accumulate(e->stream, t->grad_shard, e->stage_shard, t->numel_shard);
+}
+
+static void reduce_16(sharc_fsdp *e, sharc_fsdp_unit *t) {
+    sharc_dtype dt = e->cfg.reduce_dtype;
+    e->k->cast(e->stream, e->stage16_full, dt, t->grad_full, SHARC_DT_F32, t->numel_padded);
+    if (sharc_comm_reduce_scatter(e->shard, e->stage16_full, e->stage16_shard, (size_t)t->numel_shard, dt,
+                                  SHARC_REDUCE_OP_SUM) != SHARC_OK)
+        SHARC_FSDP_COMM_FATAL();
+    e->k->cast(e->stream, e->stage_shard, SHARC_DT_F32, e->stage16_shard, dt, t->numel_shard);
+    e->k->accumulate(e->stream, t->grad_shard, e->stage_shard, t->numel_shard);
+}
+
+static const sharc_fsdp_reduce_i reduce_direct_i = {.name = "direct", .slot = false, .reduce = NULL};
+static const sharc_fsdp_reduce_i reduce_f32_i = {.name = "fp32 reduce-scatter", .slot = true, .reduce = reduce_f32};
+static const sharc_fsdp_reduce_i reduce_16_i = {.name = "16-bit reduce-scatter", .slot = true, .reduce = reduce_16};
+
+void sharc_fsdp_coll_choose(sharc_fsdp *e) {
+    if (e->pglobal) e->gather = &sharc_fsdp_gather_shared;
+    else if (e->S == 1 && e->cfg.param_dtype == SHARC_DT_F32) e->gather = &gather_direct_i;
+    else if (e->cfg.param_dtype == SHARC_DT_F32) e->gather = &gather_f32_i;
+    else e->gather = &gather_16_i;
+    if (e->S == 1) e->reduce = &reduce_direct_i;
+    else if (e->gshm) e->reduce = &sharc_fsdp_reduce_shared;
+    else if (e->cfg.reduce_dtype == SHARC_DT_F32) e->reduce = &reduce_f32_i;
+    else e->reduce = &reduce_16_i;
+}
+
+sharc_status sharc_fsdp_coll_all_reduce_replicas(sharc_fsdp *e) {
+    double t0 = sharc_clock_now();
+    sharc_dtype dt = e->cfg.reduce_dtype;
+    for (int u = 0; u < e->nunits; u++) {
+        sharc_fsdp_unit *t = &e->units[u];
+        int64_t n = t->numel_shard;
+        if (dt == SHARC_DT_F32) {
+            SHARC_TRY(sharc_comm_all_reduce(e->replicate, t->grad_shard, t->grad_shard, (size_t)n, SHARC_DT_F32,
+                                            SHARC_REDUCE_OP_SUM));
+        } else {
+            /* 16-bit on the wire, summed in fp32 by the backend */
+            e->k->cast(e->stream, e->stage16_shard, dt, t->grad_shard, SHARC_DT_F32, n);
+            SHARC_TRY(sharc_comm_all_reduce(e->replicate, e->stage16_shard, e->stage16_shard, (size_t)n, dt,
+                                            SHARC_REDUCE_OP_SUM));
+            e->k->cast(e->stream, t->grad_shard, SHARC_DT_F32, e->stage16_shard, dt, n);
+        }
+    }
+    e->stats.wait_s += sharc_clock_now() - t0;
+    return SHARC_OK;
+}
+
+sharc_status sharc_fsdp_gather_master(sharc_fsdp *e, int u, float *dst) {
+    sharc_fsdp_unit *t = sharc_fsdp_unit_at(e, u);
+    if (e->S == 1 || e->pglobal) {
+        sharc_fsdp_shm_sync_params(e);
+        SHARC_TRY(sharc_device_copy(e->dev, dst, e->pglobal ? e->pglobal + t->global_off : t->param_shard,
+                                    (size_t)t->numel_padded * sizeof(float), SHARC_COPY_DEVICE_TO_HOST, e->stream));
+        return sharc_device_synchronize(e->stream);
+    }
+    return sharc_comm_all_gather(e->shard, t->param_shard, dst, (size_t)t->numel_shard, SHARC_DT_F32);
+}

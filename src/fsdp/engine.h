@@ -1,0 +1,160 @@
+/* engine.h (internal): the engine's objects as its files share them:
+ * the engine, its units and their states (unit.c), the slot pools (pool.c),
+ * and the strategy tables of the collectives (collectives.c, shm.c). The
+ * files, FSDP2's split (docs/ARCHITECTURE.md, "The engine's files"):
+ *
+ *   fsdp.c         sharc_fsdp_*: init/free, the public verbs, prefetch by the schedule, accessors
+ *   plan.c         the memory plan (pure)          layout.c  the shard arithmetic (pure)
+ *   unit.c         the unit state machine          pool.c    the gathered-memory slots
+ *   collectives.c  every byte of parameters and gradients that moves between ranks
+ *   shm.c          the shared-window strategy (note [shared-params])
+ *   param_io.c     writes to shards (the write bracket), parameters by name, initialisation */
+#ifndef SHARC_FSDP_ENGINE_H
+#define SHARC_FSDP_ENGINE_H
+
+#include "sharc/comm.h"
+#include "sharc/fsdp.h"
+#include "sharc/kernels.h"
+#include "layout.h"
+#include "plan.h"
+
+/* Note [unit-states]. A unit's parameters and its gradient each have a
+ * state; every verb checks both and names the unit, the state and the ones
+ * it expected when they are wrong (FSDP2's _assert_in_states).
+ *
+ *   parameters  SHARDED --gather/prefetch--> GATHERING --wait--> GATHERED --reshard--> SHARDED
+ *               (a gather that completes at once goes SHARDED -> GATHERED)
+ *   gradient    NONE --grad--> OPEN --backward_done--> REDUCING --> NONE
+ *                              OPEN --backward_done, no_sync--> HELD --grad--> OPEN
+ *                                                               HELD --finish_grads--> REDUCING --> NONE */
+typedef enum { SHARC_PARAMS_SHARDED = 0, SHARC_PARAMS_GATHERING, SHARC_PARAMS_GATHERED } sharc_params_state;
+typedef enum { SHARC_GRAD_NONE = 0, SHARC_GRAD_OPEN, SHARC_GRAD_REDUCING, SHARC_GRAD_HELD } sharc_grad_state;
+
+typedef struct {
+    sharc_unit_spec spec;
+    int index;
+    int64_t numel_shard;   /* padded shard size */
+    int64_t numel_padded;  /* numel_shard x shard group size */
+    int64_t shard_lo;      /* first element of this rank's shard in the flat buffer */
+    int64_t global_off;    /* first element of the unit in the shared parameter window */
+    float *param_shard;    /* (numel_shard) fp32 master parameters, SHARC_MEM_PARAMS */
+    float *grad_shard;     /* (numel_shard) gradients, SHARC_MEM_GRADS */
+    sharc_segment segs[SHARC_MAX_UNIT_PARAMS];
+    int nseg;
+    sharc_params_state params;
+    sharc_grad_state grad;
+    float *param_full;     /* (numel_padded) while GATHERING/GATHERED: a slot, the shard, or the shared window */
+    float *grad_full;      /* (numel_padded) while OPEN/HELD: a slot, or the grad shard */
+    sharc_comm_request *pending; /* the gather in flight while GATHERING */
+} sharc_fsdp_unit;
+
+typedef struct {
+    int n;
+    bool borrowed;   /* the slots are carved from a shared window, not allocated on the device */
+    int64_t *numel;  /* (n) capacity of each slot */
+    int *reserved;   /* (n) the only unit that may use the slot, or -1 */
+    float **buf;
+    int *owner;      /* unit holding the slot, -1 if free */
+    int alive, peak; /* slots lent now, most lent at once since the last reset */
+} sharc_fsdp_pool;
+
+/* How a unit's parameters become whole (collectives.c; shm.c): chosen once at init. */
+typedef struct {
+    const char *name;
+    bool slot; /* the gathered parameters need a slot of the pool */
+    /* make t->param_full hold the unit's parameters (a slot it holds, if
+     * `slot`): done before returning, or posted and left in t->pending
+     * (only when !blocking) */
+    void (*start)(sharc_fsdp *e, sharc_fsdp_unit *t, bool blocking);
+} sharc_fsdp_gather_i;
+
+/* How a unit's full gradient reaches the shards: grad_shard += the sum over
+ * the shard group of its slice of every rank's grad_full. */
+typedef struct {
+    const char *name;
+    bool slot; /* grad_full is a slot (false: it is the grad shard itself, nothing to reduce) */
+    void (*reduce)(sharc_fsdp *e, sharc_fsdp_unit *t);
+} sharc_fsdp_reduce_i;
+
+struct sharc_fsdp {
+    sharc_fsdp_config cfg;
+    sharc_device *dev;       /* where shards, slots and staging live */
+    sharc_stream *stream;    /* the device's default stream: the model's kernels and ours */
+    const sharc_kernels *k;
+    int nunits;
+    sharc_fsdp_unit *units;
+    int *order, *pos;        /* note [unit-schedule]: units in forward order, and each unit's place in it */
+    bool *bwd_params;        /* (nunits) the unit's backward reads its parameters */
+    int max_live;
+    sharc_comm *shard, *replicate, *world; /* NULL on one process */
+    int S, R;                /* shard and replicate group sizes */
+    int shard_rank;
+    bool reshard_after_forward;
+    const sharc_fsdp_gather_i *gather; /* the strategies, chosen at init */
+    const sharc_fsdp_reduce_i *reduce;
+    sharc_fsdp_plan plan;
+    /* note [shared-params] (shm.c) */
+    sharc_comm_shared *pshm; /* every unit's padded parameters, or NULL */
+    float *pglobal;          /* (plan.total_padded) the window's base, borrowed from pshm */
+    bool params_dirty;       /* shards written since the group last synchronised */
+    sharc_comm_shared *gshm; /* this group's gradient slots, each rank's in its own part, or NULL */
+    bool reduce_now;         /* this micro-batch reduces (false under no_sync before the last) */
+    bool in_backward;        /* for the activity record (note [watchdog]) */
+    int writing;             /* depth of sharc_fsdp_shard_write_begin/_end brackets */
+    sharc_fsdp_pool gathered, grads;
+    /* communication staging (SHARC_MEM_COMM) */
+    uint16_t *stage16_shard; /* (max numel_shard) 16-bit send/recv */
+    uint16_t *stage16_full;  /* (max numel_padded) 16-bit full unit */
+    float *stage_shard;      /* (max numel_shard) fp32 reduce-scatter result */
+    double *scalar;          /* (1) device scalar: the local sum of squares */
+    sharc_fsdp_stats stats;
+};
+
+/* A comm error inside the step: the job cannot go on (status.c aborts with
+ * rank and file:line). */
+#define SHARC_FSDP_COMM_FATAL() sharc_fatal(__FILE__, __LINE__, "fsdp: %s", sharc_last_error())
+
+/* pool.c */
+sharc_status sharc_fsdp_pool_init(sharc_device *dev, sharc_fsdp_pool *p, int n, const int64_t *numel,
+                                  const int *reserved, float *arena);
+void sharc_fsdp_pool_free(sharc_device *dev, sharc_fsdp_pool *p);
+/* The unit's reserved slot, else the smallest free unreserved slot that
+ * holds `numel` floats; NULL if none (must: a schedule bug, fatal). */
+float *sharc_fsdp_pool_get(sharc_fsdp_pool *p, int unit, int64_t numel, bool must);
+void sharc_fsdp_pool_put(sharc_fsdp_pool *p, const float *buf);
+
+/* unit.c: the verbs of note [unit-states]; fsdp.c decides when. */
+sharc_fsdp_unit *sharc_fsdp_unit_at(const sharc_fsdp *e, int u);
+/* Abort unless the unit's states are among the allowed (bit masks of 1 << state). */
+void sharc_fsdp_unit_expect(const sharc_fsdp_unit *t, const char *verb, unsigned params_ok, unsigned grad_ok);
+/* SHARDED -> GATHERING or GATHERED. ahead (a prefetch): only if a slot is
+ * free (returns false if not), and the gather may be left in flight. */
+bool sharc_fsdp_unit_unshard(sharc_fsdp *e, sharc_fsdp_unit *t, bool ahead);
+/* GATHERING -> GATHERED: the compute stream waits for the gather. */
+void sharc_fsdp_unit_wait(sharc_fsdp *e, sharc_fsdp_unit *t);
+/* GATHERING/GATHERED -> SHARDED: the slot goes back. */
+void sharc_fsdp_unit_reshard(sharc_fsdp *e, sharc_fsdp_unit *t);
+/* NONE/HELD -> OPEN (a zeroed slot, or the grad shard); OPEN stays OPEN. */
+float *sharc_fsdp_unit_grad_open(sharc_fsdp *e, sharc_fsdp_unit *t);
+/* OPEN/HELD -> REDUCING -> NONE: reduced into the shard, the slot goes back. */
+void sharc_fsdp_unit_reduce(sharc_fsdp *e, sharc_fsdp_unit *t);
+/* OPEN -> HELD: kept unreduced for the next micro-batch (fsdp.no_sync). */
+void sharc_fsdp_unit_hold(sharc_fsdp_unit *t);
+
+/* collectives.c */
+void sharc_fsdp_coll_choose(sharc_fsdp *e);
+/* The replicate group's all-reduce of every grad shard (HYBRID_SHARD, NO_SHARD). */
+sharc_status sharc_fsdp_coll_all_reduce_replicas(sharc_fsdp *e);
+
+/* shm.c: note [shared-params] */
+bool sharc_fsdp_shm_eligible(const sharc_fsdp *e);
+/* Collective over the shard group: the parameter window, then (fp32
+ * reduction) the gradient window; either may end up NULL (nodes, layout). */
+sharc_status sharc_fsdp_shm_init(sharc_fsdp *e, const sharc_fsdp_plan *plan);
+void sharc_fsdp_shm_free(sharc_fsdp *e);
+/* Every rank finished writing its shards before anyone reads them. */
+void sharc_fsdp_shm_sync_params(sharc_fsdp *e);
+extern const sharc_fsdp_gather_i sharc_fsdp_gather_shared;
+extern const sharc_fsdp_reduce_i sharc_fsdp_reduce_shared;
+
+#endif

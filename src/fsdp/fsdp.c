@@ -1,0 +1,375 @@
+/* fsdp.c: sharc_fsdp_*, the engine's public verbs: init and free, the
+ * schedule the model drives (gather, forward_done, grad, backward_done,
+ * release), prefetch along the model's unit schedule, the end of a step's
+ * gradients (finish_grads, the norm) and the accessors. How a unit changes
+ * state is unit.c, how bytes move is collectives.c / shm.c, how memory is
+ * sized is plan.c, and writes to shards go through param_io.c
+ * (engine.h lists the files).
+ *
+ * Note [engine-buffers]. Memory is planned at init (plan.c): the fp32 shards
+ * (params, grads), a pool of gathered-parameter slots and a pool of
+ * full-gradient slots, and communication staging. After init the engine
+ * allocates nothing (the collectives it calls recycle their requests). With
+ * a shard group of one rank (one process, NO_SHARD) and fp32 parameters,
+ * gather returns the shard itself and gradients accumulate straight into
+ * the grad shard.
+ *
+ * Note [reduction-order]. A unit's gradient is reduce-scattered over the
+ * shard group when its backward is done (every micro-batch, or only the last
+ * with fsdp.no_sync); the replicate group (HYBRID_SHARD, NO_SHARD) all-reduces
+ * the accumulated shard gradients once per step, in sharc_fsdp_finish_grads,
+ * which is the same sum as reducing every micro-batch and moves
+ * grad_accum times fewer bytes. */
+#include "engine.h"
+#include "sharc/activity.h"
+#include "sharc/clock.h"
+#include "sharc/mesh.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define P(s) (1u << SHARC_PARAMS_##s)
+#define G(s) (1u << SHARC_GRAD_##s)
+
+void sharc_fsdp_config_default(sharc_fsdp_config *c) {
+    memset(c, 0, sizeof *c);
+    c->strategy = SHARC_SHARDING_FULL_SHARD;
+    c->reshard_after_forward = -1;
+    c->fsdp_size = 0;
+    c->param_dtype = SHARC_DT_F32;
+    c->reduce_dtype = SHARC_DT_F32;
+    c->forward_prefetch = false;
+    c->backward_prefetch = SHARC_BACKWARD_PREFETCH_PRE;
+    c->limit_all_gathers = 0;
+    c->no_sync = false;
+}
+
+const char *sharc_sharding_name(sharc_sharding s) {
+    static const char *n[] = {"FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD"};
+    return (s >= 0 && s <= SHARC_SHARDING_HYBRID_SHARD) ? n[s] : "?";
+}
+
+/* ------------------------------------------------------------------ init */
+
+/* Copy the model's schedule (or the default: units in order, every unit's
+ * backward reading its parameters, one at a time) and check it. */
+static sharc_status init_schedule(sharc_fsdp *e, const sharc_unit_schedule *sch, int nunits) {
+    e->order = calloc((size_t)nunits, sizeof(int));
+    e->pos = calloc((size_t)nunits, sizeof(int));
+    e->bwd_params = calloc((size_t)nunits, sizeof(bool));
+    if (!e->order || !e->pos || !e->bwd_params) return sharc_error(SHARC_ERR_NOMEM, "fsdp: out of memory");
+    if (sch && sch->n != nunits)
+        return sharc_error(SHARC_ERR_INVALID, "fsdp: the schedule orders %d units, the model has %d", sch->n, nunits);
+    if (sch && sch->max_live < 1)
+        return sharc_error(SHARC_ERR_INVALID, "fsdp: the schedule's max_live is %d, expected >= 1", sch->max_live);
+    for (int u = 0; u < nunits; u++) e->pos[u] = -1;
+    for (int i = 0; i < nunits; i++) {
+        int u = sch ? sch->order[i] : i;
+        if (u < 0 || u >= nunits || e->pos[u] >= 0)
+            return sharc_error(SHARC_ERR_INVALID, "fsdp: the schedule's order[%d] = %d is not a unit or a repeat", i, u);
+        e->order[i] = u;
+        e->pos[u] = i;
+        e->bwd_params[u] = sch ? sch->backward_needs_params[u] : true;
+    }
+    e->max_live = sch ? sch->max_live : 1;
+    return SHARC_OK;
+}
+
+static sharc_status make_plan(sharc_fsdp *e, const sharc_unit_spec *units) {
+    sharc_fsdp_plan_free(&e->plan);
+    sharc_fsdp_plan_in in = {.S = e->S,
+                             .shard_rank = e->shard_rank,
+                             .max_live = e->max_live,
+                             .params_in_place = e->pglobal || (e->S == 1 && e->cfg.param_dtype == SHARC_DT_F32),
+                             .grads_in_place = e->S == 1,
+                             .grads_shared = e->gshm != NULL};
+    return sharc_fsdp_plan_make(&e->plan, units, e->nunits, &e->cfg, &in);
+}
+
+sharc_status sharc_fsdp_init(sharc_fsdp **out, const sharc_unit_spec *units, int nunits,
+                             const sharc_unit_schedule *schedule, const sharc_fsdp_config *cfg,
+                             struct sharc_mesh *mesh, sharc_device *dev) {
+    *out = NULL;
+    if (cfg->param_dtype != SHARC_DT_F32 && cfg->param_dtype != SHARC_DT_BF16 && cfg->param_dtype != SHARC_DT_F16)
+        return sharc_error(SHARC_ERR_INVALID, "fsdp.param_dtype: %s, expected fp32, bf16 or fp16",
+                           sharc_dtype_st_name(cfg->param_dtype));
+    if (cfg->reduce_dtype != SHARC_DT_F32 && cfg->reduce_dtype != SHARC_DT_BF16)
+        return sharc_error(SHARC_ERR_INVALID, "fsdp.reduce_dtype: %s, expected fp32 or bf16",
+                           sharc_dtype_st_name(cfg->reduce_dtype));
+    sharc_fsdp *e = calloc(1, sizeof *e);
+    if (!e) return sharc_error(SHARC_ERR_NOMEM, "fsdp: out of memory");
+    e->cfg = *cfg;
+    e->dev = dev ? dev : sharc_device_cpu();
+    e->stream = sharc_device_stream(e->dev);
+    e->k = sharc_device_kernels(e->dev);
+    e->nunits = nunits;
+    e->S = mesh ? mesh->dp_shard : 1;
+    e->R = mesh ? mesh->dp_replicate : 1;
+    e->shard_rank = mesh ? mesh->shard_rank : 0;
+    e->shard = mesh ? mesh->shard : NULL;
+    e->replicate = mesh ? mesh->replicate : NULL;
+    e->world = mesh ? mesh->world : NULL;
+    e->reshard_after_forward = cfg->reshard_after_forward >= 0 ? cfg->reshard_after_forward != 0
+                                                               : cfg->strategy != SHARC_SHARDING_SHARD_GRAD_OP;
+    e->reduce_now = true;
+    e->units = calloc((size_t)nunits, sizeof(sharc_fsdp_unit));
+    sharc_status st = SHARC_OK;
+    if (!e->units) {
+        st = sharc_error(SHARC_ERR_NOMEM, "fsdp: out of memory");
+        goto fail;
+    }
+    if ((st = init_schedule(e, schedule, nunits)) != SHARC_OK) goto fail;
+    if ((st = make_plan(e, units)) != SHARC_OK) goto fail;
+    /* collective first (every rank of the group reaches it), local allocations after */
+    if (sharc_fsdp_shm_eligible(e)) {
+        if ((st = sharc_fsdp_shm_init(e, &e->plan)) != SHARC_OK) goto fail;
+        if (e->pglobal && (st = make_plan(e, units)) != SHARC_OK) goto fail;
+    }
+    for (int u = 0; u < nunits; u++) {
+        sharc_fsdp_unit *t = &e->units[u];
+        const sharc_fsdp_unit_plan *up = &e->plan.units[u];
+        t->spec = units[u];
+        t->index = u;
+        t->numel_shard = up->numel_shard;
+        t->numel_padded = up->numel_padded;
+        t->shard_lo = up->shard_lo;
+        t->global_off = up->global_off;
+        t->param_shard = e->pglobal ? e->pglobal + t->global_off + t->shard_lo
+                                    : sharc_device_alloc(e->dev, (size_t)t->numel_shard * sizeof(float),
+                                                         SHARC_MEM_PARAMS);
+        t->grad_shard = sharc_device_alloc(e->dev, (size_t)t->numel_shard * sizeof(float), SHARC_MEM_GRADS);
+        if (!t->param_shard || !t->grad_shard) {
+            st = sharc_error(SHARC_ERR_NOMEM, "fsdp: cannot allocate unit '%s' (%lld floats)", t->spec.name,
+                             (long long)t->numel_shard);
+            goto fail;
+        }
+        t->nseg = sharc_layout_segments(&t->spec, t->shard_lo, t->shard_lo + t->numel_shard, t->segs);
+    }
+    const sharc_fsdp_plan *pl = &e->plan;
+    st = sharc_fsdp_pool_init(e->dev, &e->gathered, pl->n_param_slots, pl->param_slot_numel, pl->param_slot_owner,
+                              NULL);
+    if (st == SHARC_OK)
+        st = sharc_fsdp_pool_init(e->dev, &e->grads, pl->n_grad_slots, pl->grad_slot_numel, pl->grad_slot_owner,
+                                  e->gshm ? (float *)e->gshm->base[e->shard_rank] : NULL);
+    if (st != SHARC_OK) goto fail;
+    if (pl->stage_shard > 0) {
+        e->stage16_shard = sharc_device_alloc(e->dev, (size_t)pl->stage16_shard * 2, SHARC_MEM_COMM);
+        e->stage16_full = sharc_device_alloc(e->dev, (size_t)pl->stage16_full * 2, SHARC_MEM_COMM);
+        e->stage_shard = sharc_device_alloc(e->dev, (size_t)pl->stage_shard * sizeof(float), SHARC_MEM_COMM);
+        if (!e->stage16_shard || !e->stage16_full || !e->stage_shard) {
+            st = sharc_error(SHARC_ERR_NOMEM, "fsdp: cannot allocate communication buffers");
+            goto fail;
+        }
+    }
+    e->scalar = sharc_device_alloc(e->dev, sizeof(double), SHARC_MEM_OTHER);
+    if (!e->scalar) {
+        st = sharc_error(SHARC_ERR_NOMEM, "fsdp: out of memory");
+        goto fail;
+    }
+    sharc_fsdp_coll_choose(e);
+    *out = e;
+    return SHARC_OK;
+fail:
+    sharc_fsdp_free(e);
+    return st;
+}
+
+void sharc_fsdp_free(sharc_fsdp *e) {
+    if (!e) return;
+    for (int u = 0; u < e->nunits && e->units; u++) {
+        sharc_fsdp_unit *t = &e->units[u];
+        if (t->pending) sharc_comm_wait(t->pending);
+        if (!e->pglobal) sharc_device_free(e->dev, t->param_shard);
+        sharc_device_free(e->dev, t->grad_shard);
+    }
+    sharc_fsdp_pool_free(e->dev, &e->gathered);
+    sharc_fsdp_pool_free(e->dev, &e->grads);
+    sharc_fsdp_shm_free(e);
+    sharc_device_free(e->dev, e->stage16_shard);
+    sharc_device_free(e->dev, e->stage16_full);
+    sharc_device_free(e->dev, e->stage_shard);
+    sharc_device_free(e->dev, e->scalar);
+    sharc_fsdp_plan_free(&e->plan);
+    free(e->units);
+    free(e->order);
+    free(e->pos);
+    free(e->bwd_params);
+    free(e);
+}
+
+/* -------------------------------------------------------------- prefetch */
+
+/* Note [unit-schedule]: the unit after u in forward order, or -1. */
+static int next_in_forward(const sharc_fsdp *e, int u) {
+    int i = e->pos[u] + 1;
+    return i < e->nunits ? e->order[i] : -1;
+}
+
+/* The next unit that backward will gather after u (backward walks the order
+ * in reverse), skipping units whose backward reads no parameters, or -1. */
+static int next_in_backward(const sharc_fsdp *e, int u) {
+    for (int i = e->pos[u] - 1; i >= 0; i--)
+        if (e->bwd_params[e->order[i]]) return e->order[i];
+    return -1;
+}
+
+/* Start gathering unit u ahead of its use if its strategy takes a slot and
+ * one is free (fsdp.limit_all_gathers may leave none: then it is gathered
+ * on demand). */
+static void prefetch(sharc_fsdp *e, int u) {
+    if (u < 0 || !e->gather->slot) return;
+    sharc_fsdp_unit *t = &e->units[u];
+    if (t->params != SHARC_PARAMS_SHARDED) return;
+    sharc_fsdp_unit_unshard(e, t, true);
+}
+
+/* ------------------------------------------------------------- the verbs */
+
+const float *sharc_fsdp_gather(sharc_fsdp *e, int u) {
+    sharc_fsdp_unit *t = sharc_fsdp_unit_at(e, u);
+    sharc_activity_phase(e->in_backward ? "backward" : "forward", u, t->spec.name);
+    if (t->params == SHARC_PARAMS_SHARDED) {
+        double t0 = sharc_clock_now();
+        sharc_fsdp_unit_unshard(e, t, false);
+        if (e->gather->slot) e->stats.wait_s += sharc_clock_now() - t0;
+    } else {
+        sharc_fsdp_unit_wait(e, t);
+    }
+    return t->param_full;
+}
+
+void sharc_fsdp_forward_done(sharc_fsdp *e, int u) {
+    sharc_fsdp_unit *t = sharc_fsdp_unit_at(e, u);
+    sharc_fsdp_unit_expect(t, "forward_done", P(GATHERED), G(NONE) | G(HELD));
+    if (e->reshard_after_forward && !t->spec.root) sharc_fsdp_unit_reshard(e, t);
+    if (e->cfg.forward_prefetch) prefetch(e, next_in_forward(e, u));
+}
+
+void sharc_fsdp_release(sharc_fsdp *e, int u) {
+    sharc_fsdp_unit *t = sharc_fsdp_unit_at(e, u);
+    sharc_fsdp_unit_expect(t, "release", P(SHARDED) | P(GATHERING) | P(GATHERED), G(NONE) | G(HELD));
+    sharc_fsdp_unit_reshard(e, t);
+}
+
+float *sharc_fsdp_grad(sharc_fsdp *e, int u) {
+    sharc_fsdp_unit *t = sharc_fsdp_unit_at(e, u);
+    e->in_backward = true;
+    sharc_activity_phase("backward", u, t->spec.name);
+    /* a unit whose backward reads its parameters has them gathered by now */
+    if (e->bwd_params[u]) sharc_fsdp_unit_expect(t, "grad", P(GATHERED), G(NONE) | G(OPEN) | G(HELD));
+    float *g = sharc_fsdp_unit_grad_open(e, t);
+    /* BACKWARD_PRE: the next unit's parameters are requested now, while this
+     * unit's backward runs (the first call to grad(u) opens its backward). */
+    if (e->cfg.backward_prefetch == SHARC_BACKWARD_PREFETCH_PRE) prefetch(e, next_in_backward(e, u));
+    return g;
+}
+
+void sharc_fsdp_backward_done(sharc_fsdp *e, int u) {
+    sharc_fsdp_unit *t = sharc_fsdp_unit_at(e, u);
+    sharc_activity_phase("backward, reducing gradients", u, t->spec.name);
+    sharc_fsdp_unit_expect(t, "backward_done", P(SHARDED) | P(GATHERED), G(OPEN));
+    if (!e->reduce->slot || e->reduce_now) sharc_fsdp_unit_reduce(e, t);
+    else sharc_fsdp_unit_hold(t);
+    sharc_fsdp_unit_reshard(e, t);
+    if (e->cfg.backward_prefetch == SHARC_BACKWARD_PREFETCH_POST) prefetch(e, next_in_backward(e, u));
+}
+
+void sharc_fsdp_zero_grad(sharc_fsdp *e) {
+    for (int u = 0; u < e->nunits; u++) {
+        sharc_fsdp_unit *t = &e->units[u];
+        sharc_fsdp_unit_expect(t, "zero_grad", P(SHARDED) | P(GATHERING) | P(GATHERED), G(NONE));
+        if (sharc_device_memset0(e->dev, t->grad_shard, (size_t)t->numel_shard * sizeof(float), e->stream) !=
+            SHARC_OK)
+            SHARC_FSDP_COMM_FATAL();
+    }
+}
+
+void sharc_fsdp_begin_microbatch(sharc_fsdp *e, bool last) {
+    e->reduce_now = !e->cfg.no_sync || last;
+    e->in_backward = false;
+}
+
+sharc_status sharc_fsdp_finish_grads(sharc_fsdp *e) {
+    sharc_activity_phase("finishing gradients", -1, NULL);
+    e->in_backward = false;
+    for (int u = 0; u < e->nunits; u++) {
+        sharc_fsdp_unit *t = &e->units[u];
+        sharc_fsdp_unit_expect(t, "finish_grads", t->spec.root ? P(SHARDED) | P(GATHERED) : P(SHARDED),
+                               G(NONE) | G(HELD));
+        /* no_sync leftovers (cannot happen when the last micro-batch reduced) */
+        if (t->grad == SHARC_GRAD_HELD) sharc_fsdp_unit_reduce(e, t);
+    }
+    if (e->R > 1) SHARC_TRY(sharc_fsdp_coll_all_reduce_replicas(e));
+    e->reduce_now = true;
+    return SHARC_OK;
+}
+
+/* ------------------------------------------------------------------ norm */
+
+double sharc_fsdp_grad_sumsq_local(const sharc_fsdp *e) {
+    double total = 0.0;
+    if (sharc_device_memset0(e->dev, e->scalar, sizeof(double), e->stream) != SHARC_OK) SHARC_FSDP_COMM_FATAL();
+    for (int u = 0; u < e->nunits; u++) {
+        const sharc_fsdp_unit *t = &e->units[u];
+        for (int s = 0; s < t->nseg; s++)
+            e->k->sumsq(e->stream, e->scalar, t->grad_shard + t->segs[s].shard_off, t->segs[s].len);
+    }
+    if (sharc_device_copy(e->dev, &total, e->scalar, sizeof total, SHARC_COPY_DEVICE_TO_HOST, e->stream) !=
+            SHARC_OK ||
+        sharc_device_synchronize(e->stream) != SHARC_OK)
+        SHARC_FSDP_COMM_FATAL();
+    return total;
+}
+
+sharc_status sharc_fsdp_grad_norm(sharc_fsdp *e, double *norm, double *extra) {
+    double v[2] = {sharc_fsdp_grad_sumsq_local(e) / e->R, extra ? *extra : 0.0};
+    if (e->world) SHARC_TRY(sharc_comm_all_reduce(e->world, v, v, 2, SHARC_DT_F64, SHARC_REDUCE_OP_SUM));
+    *norm = sqrt(v[0]);
+    if (extra) *extra = v[1];
+    return SHARC_OK;
+}
+
+/* ------------------------------------------------------------ accessors */
+
+int sharc_fsdp_num_units(const sharc_fsdp *e) { return e->nunits; }
+sharc_device *sharc_fsdp_device(const sharc_fsdp *e) { return e->dev; }
+const sharc_unit_spec *sharc_fsdp_unit_spec(const sharc_fsdp *e, int u) { return &sharc_fsdp_unit_at(e, u)->spec; }
+int64_t sharc_fsdp_shard_numel(const sharc_fsdp *e, int u) { return sharc_fsdp_unit_at(e, u)->numel_shard; }
+const float *sharc_fsdp_shard_params(const sharc_fsdp *e, int u) { return sharc_fsdp_unit_at(e, u)->param_shard; }
+float *sharc_fsdp_shard_grads(sharc_fsdp *e, int u) { return sharc_fsdp_unit_at(e, u)->grad_shard; }
+
+int sharc_fsdp_shard_segments(const sharc_fsdp *e, int u, const sharc_segment **out) {
+    const sharc_fsdp_unit *t = sharc_fsdp_unit_at(e, u);
+    *out = t->segs;
+    return t->nseg;
+}
+
+const char *sharc_fsdp_strategy_names(const sharc_fsdp *e, const char **reduce) {
+    if (reduce) *reduce = e->reduce->name;
+    return e->gather->name;
+}
+
+void sharc_fsdp_stats_get(const sharc_fsdp *e, sharc_fsdp_stats *out) {
+    *out = e->stats;
+    out->gathered_peak = e->gathered.peak;
+}
+
+void sharc_fsdp_stats_reset(sharc_fsdp *e) {
+    memset(&e->stats, 0, sizeof e->stats);
+    e->gathered.peak = e->gathered.alive;
+}
+
+int64_t sharc_fsdp_gathered_unit_bytes(const sharc_fsdp *e) {
+    int64_t mx = 0;
+    for (int u = 0; u < e->nunits; u++) mx = e->units[u].numel_padded > mx ? e->units[u].numel_padded : mx;
+    return mx * (int64_t)sizeof(float);
+}
+
+int sharc_fsdp_gathered_limit(const sharc_fsdp *e) { return e->gathered.n; }
+
+int64_t sharc_fsdp_gathered_capacity_bytes(const sharc_fsdp *e) { return e->plan.bytes[SHARC_MEM_GATHERED]; }
+
+int64_t sharc_fsdp_planned_bytes(const sharc_fsdp *e, sharc_mem_cat cat) {
+    return cat >= 0 && cat < SHARC_MEM_NCAT ? e->plan.bytes[cat] : 0;
+}

@@ -1,0 +1,99 @@
+/* param_io.c: writes to this rank's parameter shards and parameters by
+ * name: the write bracket (sharc_fsdp_shard_write_*), which alone marks the
+ * shards updated (note [shared-params] in shm.c), initialisation from
+ * (seed, name, index), and whole parameters copied in and out of the part
+ * this rank holds. */
+#include "engine.h"
+#include "sharc/rng.h"
+
+void sharc_fsdp_shard_write_begin(sharc_fsdp *e) {
+    if (e->writing++ > 0) return; /* nested: the outermost bracket checks and marks */
+    for (int u = 0; u < e->nunits; u++)
+        sharc_fsdp_unit_expect(&e->units[u], "shard_write_begin", 1u << SHARC_PARAMS_SHARDED, 1u << SHARC_GRAD_NONE);
+}
+
+float *sharc_fsdp_shard_write(sharc_fsdp *e, int u) {
+    sharc_fsdp_unit *t = sharc_fsdp_unit_at(e, u);
+    if (!e->writing)
+        sharc_fatal(__FILE__, __LINE__,
+                    "fsdp: shard of unit %d '%s' written outside sharc_fsdp_shard_write_begin/_end", u, t->spec.name);
+    return t->param_shard;
+}
+
+void sharc_fsdp_shard_write_end(sharc_fsdp *e) {
+    SHARC_CHECK(e->writing > 0);
+    if (--e->writing > 0) return;
+    /* the device's writes are done before anyone reads them; with shared
+     * parameters the next gather synchronises the group */
+    if (sharc_device_synchronize(e->stream) != SHARC_OK) SHARC_FSDP_COMM_FATAL();
+    e->params_dirty = true;
+}
+
+bool sharc_fsdp_params_shared(const sharc_fsdp *e) { return e->pglobal != NULL; }
+
+void sharc_fsdp_init_params(sharc_fsdp *e, uint64_t seed) {
+    sharc_fsdp_shard_write_begin(e);
+    for (int u = 0; u < e->nunits; u++) {
+        sharc_fsdp_unit *t = &e->units[u];
+        float *shard = sharc_fsdp_shard_write(e, u);
+        for (int s = 0; s < t->nseg; s++) {
+            const sharc_segment *g = &t->segs[s];
+            const sharc_param_spec *p = &t->spec.params[g->param];
+            float *dst = shard + g->shard_off;
+            if (p->init == SHARC_INIT_NORMAL)
+                e->k->init_normal(e->stream, dst, g->len, p->std, seed, sharc_rng_stream(p->name),
+                                  (uint64_t)g->param_off);
+            else
+                e->k->fill(e->stream, dst, p->init == SHARC_INIT_ONES ? 1.0f : 0.0f, g->len);
+        }
+    }
+    sharc_fsdp_shard_write_end(e);
+}
+
+sharc_status sharc_fsdp_find_param(const sharc_fsdp *e, const char *name, int *unit, int *param) {
+    for (int u = 0; u < e->nunits; u++) {
+        int p = sharc_unit_find_param(&e->units[u].spec, name);
+        if (p >= 0) {
+            *unit = u;
+            *param = p;
+            return SHARC_OK;
+        }
+    }
+    return sharc_error(SHARC_ERR_INVALID, "fsdp: no parameter named '%s' in this model", name);
+}
+
+/* The unit and index of parameter `name`, whose size must be numel. */
+static sharc_status find_sized(const sharc_fsdp *e, const char *name, int64_t numel, int *u, int *p) {
+    SHARC_TRY(sharc_fsdp_find_param(e, name, u, p));
+    const sharc_param_spec *ps = &e->units[*u].spec.params[*p];
+    if (numel != ps->numel)
+        return sharc_error(SHARC_ERR_INVALID, "fsdp: parameter '%s' has %lld elements, got %lld", name,
+                           (long long)ps->numel, (long long)numel);
+    return SHARC_OK;
+}
+
+sharc_status sharc_fsdp_param_write_local(sharc_fsdp *e, const char *name, const float *src, int64_t numel) {
+    int u, p;
+    sharc_status st = find_sized(e, name, numel, &u, &p);
+    sharc_fsdp_shard_write_begin(e); /* whatever the outcome: every rank of the group calls it alike */
+    const sharc_fsdp_unit *t = st == SHARC_OK ? &e->units[u] : NULL;
+    for (int s = 0; t && st == SHARC_OK && s < t->nseg; s++)
+        if (t->segs[s].param == p)
+            st = sharc_device_copy(e->dev, sharc_fsdp_shard_write(e, u) + t->segs[s].shard_off,
+                                   src + t->segs[s].param_off, (size_t)t->segs[s].len * sizeof(float),
+                                   SHARC_COPY_HOST_TO_DEVICE, e->stream);
+    sharc_fsdp_shard_write_end(e);
+    return st;
+}
+
+sharc_status sharc_fsdp_param_read_local(const sharc_fsdp *e, const char *name, float *dst, int64_t numel) {
+    int u, p;
+    SHARC_TRY(find_sized(e, name, numel, &u, &p));
+    const sharc_fsdp_unit *t = &e->units[u];
+    for (int s = 0; s < t->nseg; s++)
+        if (t->segs[s].param == p)
+            SHARC_TRY(sharc_device_copy(e->dev, dst + t->segs[s].param_off, t->param_shard + t->segs[s].shard_off,
+                                        (size_t)t->segs[s].len * sizeof(float), SHARC_COPY_DEVICE_TO_HOST,
+                                        e->stream));
+    return sharc_device_synchronize(e->stream);
+}

@@ -1,0 +1,112 @@
+/* unit.c: sharc_fsdp_unit_*, the unit state machine of note [unit-states]
+ * (engine.h): each verb moves one unit's parameters or gradient from
+ * one state to the next through the strategies of collectives.c; fsdp.c
+ * decides when, and checks with sharc_fsdp_unit_expect that the model
+ * calls the public verbs in an order that makes sense. */
+#include "engine.h"
+#include "sharc/clock.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static const char *const params_names[] = {"SHARDED", "GATHERING", "GATHERED"};
+static const char *const grad_names[] = {"NONE", "OPEN", "REDUCING", "HELD"};
+
+sharc_fsdp_unit *sharc_fsdp_unit_at(const sharc_fsdp *e, int u) {
+    if (u < 0 || u >= e->nunits)
+        sharc_fatal(__FILE__, __LINE__, "fsdp: unit %d does not exist (the model has %d units)", u, e->nunits);
+    return &e->units[u];
+}
+
+static void names_of(char *out, size_t len, unsigned mask, const char *const *names, int n) {
+    out[0] = 0;
+    for (int s = 0; s < n; s++)
+        if (mask & (1u << s))
+            snprintf(out + strlen(out), len - strlen(out), "%s%s", out[0] ? " or " : "", names[s]);
+}
+
+void sharc_fsdp_unit_expect(const sharc_fsdp_unit *t, const char *verb, unsigned params_ok, unsigned grad_ok) {
+    char want[64];
+    if (!(params_ok & (1u << t->params))) {
+        names_of(want, sizeof want, params_ok, params_names, 3);
+        sharc_fatal(__FILE__, __LINE__, "fsdp: %s(unit %d '%s'): its parameters are %s, expected %s", verb, t->index,
+                    t->spec.name, params_names[t->params], want);
+    }
+    if (!(grad_ok & (1u << t->grad))) {
+        names_of(want, sizeof want, grad_ok, grad_names, 4);
+        sharc_fatal(__FILE__, __LINE__, "fsdp: %s(unit %d '%s'): its gradient is %s, expected %s", verb, t->index,
+                    t->spec.name, grad_names[t->grad], want);
+    }
+}
+
+#define P(s) (1u << SHARC_PARAMS_##s)
+#define G(s) (1u << SHARC_GRAD_##s)
+
+bool sharc_fsdp_unit_unshard(sharc_fsdp *e, sharc_fsdp_unit *t, bool ahead) {
+    sharc_fsdp_unit_expect(t, ahead ? "prefetch" : "gather", P(SHARDED), G(NONE) | G(OPEN) | G(HELD));
+    if (e->writing)
+        sharc_fatal(__FILE__, __LINE__,
+                    "fsdp: gather(unit %d '%s') while shards are being written (sharc_fsdp_shard_write_begin "
+                    "without sharc_fsdp_shard_write_end)", t->index, t->spec.name);
+    if (e->gather->slot) {
+        t->param_full = sharc_fsdp_pool_get(&e->gathered, t->index, t->numel_padded, !ahead);
+        if (!t->param_full) return false; /* limit_all_gathers reached: gather on demand instead */
+    }
+    e->gather->start(e, t, !ahead);
+    t->params = t->pending ? SHARC_PARAMS_GATHERING : SHARC_PARAMS_GATHERED;
+    return true;
+}
+
+void sharc_fsdp_unit_wait(sharc_fsdp *e, sharc_fsdp_unit *t) {
+    sharc_fsdp_unit_expect(t, "wait", P(GATHERING) | P(GATHERED), G(NONE) | G(OPEN) | G(HELD));
+    if (t->pending) {
+        double t0 = sharc_clock_now();
+        if (sharc_comm_wait_on(t->pending, e->stream) != SHARC_OK) SHARC_FSDP_COMM_FATAL();
+        t->pending = NULL;
+        e->stats.wait_s += sharc_clock_now() - t0;
+    }
+    t->params = SHARC_PARAMS_GATHERED;
+}
+
+void sharc_fsdp_unit_reshard(sharc_fsdp *e, sharc_fsdp_unit *t) {
+    if (t->params == SHARC_PARAMS_SHARDED) return;
+    sharc_fsdp_unit_wait(e, t); /* a prefetch still in flight writes into the slot */
+    if (e->gather->slot) sharc_fsdp_pool_put(&e->gathered, t->param_full);
+    t->param_full = NULL;
+    t->params = SHARC_PARAMS_SHARDED;
+}
+
+float *sharc_fsdp_unit_grad_open(sharc_fsdp *e, sharc_fsdp_unit *t) {
+    sharc_fsdp_unit_expect(t, "grad", P(SHARDED) | P(GATHERED), G(NONE) | G(OPEN) | G(HELD));
+    if (t->grad == SHARC_GRAD_NONE) {
+        if (!e->reduce->slot) {
+            t->grad_full = t->grad_shard;
+        } else {
+            t->grad_full = sharc_fsdp_pool_get(&e->grads, t->index, t->numel_padded, true);
+            if (sharc_device_memset0(e->dev, t->grad_full, (size_t)t->numel_padded * sizeof(float), e->stream) !=
+                SHARC_OK)
+                SHARC_FSDP_COMM_FATAL();
+        }
+    }
+    t->grad = SHARC_GRAD_OPEN;
+    return t->grad_full;
+}
+
+void sharc_fsdp_unit_reduce(sharc_fsdp *e, sharc_fsdp_unit *t) {
+    sharc_fsdp_unit_expect(t, "reduce", P(SHARDED) | P(GATHERING) | P(GATHERED), G(OPEN) | G(HELD));
+    t->grad = SHARC_GRAD_REDUCING;
+    if (e->reduce->slot) {
+        double t0 = sharc_clock_now();
+        e->reduce->reduce(e, t);
+        e->stats.reduces++;
+        e->stats.wait_s += sharc_clock_now() - t0;
+        sharc_fsdp_pool_put(&e->grads, t->grad_full);
+    }
+    t->grad_full = NULL;
+    t->grad = SHARC_GRAD_NONE;
+}
+
+void sharc_fsdp_unit_hold(sharc_fsdp_unit *t) {
+    sharc_fsdp_unit_expect(t, "hold", P(SHARDED) | P(GATHERING) | P(GATHERED), G(OPEN));
+    t->grad = SHARC_GRAD_HELD;
+}

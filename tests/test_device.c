@@ -1,0 +1,284 @@
+/* test_device.c: the device layer (sharc/device.h) and the element kernels
+ * of the kernel table (sharc/kernels.h). References: the byte counters of
+ * sharc/alloc.h, plain memcpy/memset, plain loops over the scalar
+ * conversions of sharc/dtype.h and the generator of sharc/rng.h, AdamW's
+ * formula in double, and the kernels themselves called without the new
+ * options (a NULL weight gradient, a position offset) on the equivalent
+ * inputs. */
+#include "../src/device/device_impl.h"
+#include "grad_check.h"
+#include "kernel_table.h"
+#include "sharc/blas.h"
+
+#include <string.h>
+
+static int64_t cur(sharc_mem_cat c) {
+    sharc_mem_stats m;
+    sharc_mem_get(&m);
+    return m.current[c];
+}
+
+TEST(device_open_and_errors) {
+    sharc_device *d;
+    ASSERT_OK(sharc_device_open("cpu", 0, &d));
+    ASSERT_TRUE(d == sharc_device_cpu());
+    ASSERT_TRUE(sharc_device_is_host(d));
+    ASSERT_TRUE(strcmp(sharc_device_name(d), "cpu") == 0);
+    ASSERT_TRUE(sharc_device_open("tpu", 0, &d) == SHARC_ERR_UNSUPPORTED);
+    ASSERT_TRUE(strstr(sharc_last_error(), "'tpu'") && strstr(sharc_last_error(), "cpu"));
+    ASSERT_TRUE(sharc_device_open("cpu", 1, &d) == SHARC_ERR_INVALID);
+    ASSERT_TRUE(strstr(sharc_last_error(), "cpu device 1"));
+}
+
+TEST(device_alloc_is_accounted_zeroed_aligned) {
+    sharc_device *d = sharc_device_cpu();
+    int64_t a0 = cur(SHARC_MEM_ACTIVATIONS), o0 = cur(SHARC_MEM_OPTIM);
+    unsigned char *a = sharc_device_alloc(d, 1000, SHARC_MEM_ACTIVATIONS);
+    float *b = sharc_device_alloc(d, 4096 * sizeof(float), SHARC_MEM_OPTIM);
+    ASSERT_TRUE(a && b);
+    ASSERT_EQ(cur(SHARC_MEM_ACTIVATIONS) - a0, 1000);
+    ASSERT_EQ(cur(SHARC_MEM_OPTIM) - o0, 4096 * 4);
+    ASSERT_EQ((uintptr_t)a % 64, 0);
+    ASSERT_EQ((uintptr_t)b % 64, 0);
+    for (int i = 0; i < 1000; i++) ASSERT_EQ(a[i], 0);
+    for (int i = 0; i < 4096; i++) ASSERT_TRUE(b[i] == 0.0f);
+    sharc_mem_stats dm;
+    sharc_device_mem_get(d, &dm); /* a host device reports the host counters */
+    ASSERT_EQ(dm.current[SHARC_MEM_OPTIM], cur(SHARC_MEM_OPTIM));
+    sharc_device_free(d, a); /* out of allocation order */
+    ASSERT_EQ(cur(SHARC_MEM_ACTIVATIONS), a0);
+    sharc_device_free(d, b);
+    ASSERT_EQ(cur(SHARC_MEM_OPTIM), o0);
+    sharc_device_free(d, NULL);
+    ASSERT_TRUE(sharc_device_alloc(d, 8, (sharc_mem_cat)99) == NULL);
+    ASSERT_TRUE(strstr(sharc_last_error(), "category 99"));
+}
+
+TEST(device_copy_memset_streams_events) {
+    sharc_device *d = sharc_device_cpu();
+    float *x = sharc_device_alloc(d, 64 * sizeof(float), SHARC_MEM_OTHER);
+    float *y = sharc_device_alloc(d, 64 * sizeof(float), SHARC_MEM_OTHER);
+    float host[64], back[64];
+    for (int i = 0; i < 64; i++) host[i] = (float)i * 0.5f - 3.0f;
+    sharc_stream *s;
+    ASSERT_OK(sharc_device_stream_new(d, &s));
+    ASSERT_TRUE(s == sharc_device_stream(d)); /* one implicit stream on the CPU */
+    ASSERT_OK(sharc_device_copy(d, x, host, sizeof host, SHARC_COPY_HOST_TO_DEVICE, s));
+    ASSERT_OK(sharc_device_copy(d, y, x, sizeof host, SHARC_COPY_DEVICE_TO_DEVICE, NULL));
+    sharc_event *ev;
+    ASSERT_OK(sharc_device_event_new(d, &ev));
+    ASSERT_OK(sharc_device_event_record(ev, s));
+    ASSERT_OK(sharc_device_event_wait(ev, sharc_device_stream(d)));
+    ASSERT_OK(sharc_device_event_synchronize(ev));
+    sharc_device_event_free(ev);
+    ASSERT_OK(sharc_device_copy(d, back, y, sizeof back, SHARC_COPY_DEVICE_TO_HOST, s));
+    ASSERT_OK(sharc_device_synchronize(s));
+    ASSERT_TRUE(memcmp(back, host, sizeof host) == 0);
+    ASSERT_OK(sharc_device_memset0(d, y + 8, 16 * sizeof(float), s));
+    ASSERT_OK(sharc_device_copy(d, back, y, sizeof back, SHARC_COPY_DEVICE_TO_HOST, s));
+    for (int i = 0; i < 64; i++) ASSERT_TRUE(back[i] == (i >= 8 && i < 24 ? 0.0f : host[i]));
+    /* refused with a message, nothing written */
+    ASSERT_TRUE(sharc_device_copy(d, x + 4, x, 16 * sizeof(float), SHARC_COPY_DEVICE_TO_DEVICE, s) ==
+                SHARC_ERR_INVALID);
+    ASSERT_TRUE(strstr(sharc_last_error(), "overlapping"));
+    ASSERT_TRUE(sharc_device_copy(d, NULL, x, 4, SHARC_COPY_DEVICE_TO_HOST, s) == SHARC_ERR_INVALID);
+    ASSERT_TRUE(sharc_device_copy(d, y, x, 4, (sharc_copy_kind)7, s) == SHARC_ERR_INVALID);
+    sharc_device_stream_free(s);
+    sharc_device_free(d, x);
+    sharc_device_free(d, y);
+}
+
+/* Note [kernel-table]: a backend without the optional slots gets fallbacks
+ * that compute the same values; one without a required slot is refused. */
+TEST(kernel_table_fallbacks_and_required_slots) {
+    sharc_kernels k = *kt();
+    k.add = NULL;
+    k.accumulate = NULL;
+    ASSERT_OK(sharc_device_kernels_complete("test", &k));
+    ASSERT_TRUE(k.add != NULL && k.accumulate != NULL && k.add != kt()->add);
+    const int64_t n = 70001;
+    float *a = randn(n, 1, 1.0f), *b = randn(n, 2, 1.0f), *y = zeros(n), *ref = zeros(n);
+    k.add(ks(), y, a, b, n);
+    kt()->add(ks(), ref, a, b, n);
+    ASSERT_TRUE(memcmp(y, ref, sizeof(float) * (size_t)n) == 0);
+    for (int64_t i = 0; i < n; i++) ASSERT_TRUE(y[i] == a[i] + b[i]);
+    k.accumulate(ks(), y, a, n);
+    for (int64_t i = 0; i < n; i++) ASSERT_TRUE(y[i] == ref[i] + a[i]);
+    sharc_kernels bad = *kt();
+    bad.sumsq = NULL;
+    ASSERT_TRUE(sharc_device_kernels_complete("test", &bad) == SHARC_ERR_INTERNAL);
+    ASSERT_TRUE(strstr(sharc_last_error(), "'sumsq'"));
+    free(a);
+    free(b);
+    free(y);
+    free(ref);
+}
+
+/* note [rank-order]: sum_ranks against the plain loop, bit for bit, fp32
+ * (written and added) and 16-bit, at sizes that split into several chunks */
+TEST(kernel_sum_ranks_is_the_rank_ordered_loop) {
+    sharc_threads_set(2);
+    const int64_t n = 3 * 32768 + 77;
+    for (int S = 1; S <= 5; S++) {
+        float *src[5];
+        uint16_t *b16[5], *h16[5];
+        for (int r = 0; r < S; r++) {
+            src[r] = randn(n, 10 + (uint64_t)r, 1.0f);
+            b16[r] = malloc(2 * (size_t)n);
+            h16[r] = malloc(2 * (size_t)n);
+            for (int64_t i = 0; i < n; i++) {
+                b16[r][i] = sharc_f32_to_bf16(src[r][i]);
+                h16[r][i] = sharc_f32_to_f16(src[r][i]);
+            }
+        }
+        float *dst = zeros(n), *acc = randn(n, 99, 1.0f), *acc0 = malloc(sizeof(float) * (size_t)n);
+        memcpy(acc0, acc, sizeof(float) * (size_t)n);
+        uint16_t *d16 = malloc(2 * (size_t)n), *e16 = malloc(2 * (size_t)n);
+        kt()->sum_ranks(ks(), dst, (const void *const *)src, S, n, SHARC_DT_F32, false);
+        kt()->sum_ranks(ks(), acc, (const void *const *)src, S, n, SHARC_DT_F32, true);
+        kt()->sum_ranks(ks(), d16, (const void *const *)b16, S, n, SHARC_DT_BF16, false);
+        kt()->sum_ranks(ks(), e16, (const void *const *)h16, S, n, SHARC_DT_F16, false);
+        for (int64_t i = 0; i < n; i++) {
+            float s = src[0][i], sb = sharc_bf16_to_f32(b16[0][i]), sh = sharc_f16_to_f32(h16[0][i]);
+            for (int r = 1; r < S; r++) {
+                s += src[r][i];
+                sb += sharc_bf16_to_f32(b16[r][i]);
+                sh += sharc_f16_to_f32(h16[r][i]);
+            }
+            if (!(dst[i] == s && acc[i] == acc0[i] + s && d16[i] == sharc_f32_to_bf16(sb) &&
+                  e16[i] == sharc_f32_to_f16(sh)))
+                TEST_FAIL_AT("S=%d at %lld: %.9g vs %.9g, %.9g vs %.9g, bf16 %u vs %u, f16 %u vs %u", S,
+                             (long long)i, dst[i], s, acc[i], acc0[i] + s, d16[i], sharc_f32_to_bf16(sb), e16[i],
+                             sharc_f32_to_f16(sh));
+        }
+        for (int r = 0; r < S; r++) {
+            free(src[r]);
+            free(b16[r]);
+            free(h16[r]);
+        }
+        free(dst);
+        free(acc);
+        free(acc0);
+        free(d16);
+        free(e16);
+    }
+}
+
+TEST(kernel_cast_round_fill_init) {
+    const int64_t n = 70003;
+    float *x = randn(n, 3, 10.0f), *y = zeros(n);
+    uint16_t *h = malloc(2 * (size_t)n);
+    kt()->cast(ks(), h, SHARC_DT_BF16, x, SHARC_DT_F32, n);
+    for (int64_t i = 0; i < n; i++) ASSERT_EQ(h[i], sharc_f32_to_bf16(x[i]));
+    kt()->cast(ks(), y, SHARC_DT_F32, h, SHARC_DT_BF16, n);
+    for (int64_t i = 0; i < n; i++) ASSERT_TRUE(y[i] == sharc_bf16_to_f32(h[i]));
+    kt()->cast(ks(), h, SHARC_DT_F16, x, SHARC_DT_F32, n);
+    for (int64_t i = 0; i < n; i++) ASSERT_EQ(h[i], sharc_f32_to_f16(x[i]));
+    kt()->round(ks(), y, x, SHARC_DT_F16, n);
+    for (int64_t i = 0; i < n; i++) ASSERT_TRUE(y[i] == sharc_f16_to_f32(sharc_f32_to_f16(x[i])));
+    kt()->round(ks(), y, x, SHARC_DT_F32, n);
+    ASSERT_TRUE(memcmp(y, x, sizeof(float) * (size_t)n) == 0);
+    kt()->fill(ks(), y, 1.5f, n);
+    for (int64_t i = 0; i < n; i++) ASSERT_TRUE(y[i] == 1.5f);
+    kt()->init_normal(ks(), y, n, 0.02f, 42, 7, 1000);
+    for (int64_t i = 0; i < n; i++) ASSERT_TRUE(y[i] == 0.02f * sharc_rng_normal(42, 7, 1000 + (uint64_t)i));
+    free(x);
+    free(y);
+    free(h);
+}
+
+TEST(kernel_sumsq_and_adamw) {
+    sharc_threads_set(1);
+    const int64_t n = 20 * 4096 + 5;
+    float *g = randn(n, 4, 0.3f);
+    double acc = 1.0, ref = 0.0;
+    kt()->sumsq(ks(), &acc, g, n);
+    for (int64_t i = 0; i < n; i++) ref += (double)g[i] * g[i];
+    ASSERT_NEAR(acc, 1.0 + ref, 1e-6, 0); /* accumulates into *acc */
+    float *p = randn(n, 5, 0.02f), *m = randn(n, 6, 0.01f), *v = zeros(n);
+    for (int64_t i = 0; i < n; i++) v[i] = 1e-4f * (float)(i % 13);
+    float *p0 = malloc(sizeof(float) * (size_t)n), *m0 = malloc(sizeof(float) * (size_t)n),
+          *v0 = malloc(sizeof(float) * (size_t)n);
+    memcpy(p0, p, sizeof(float) * (size_t)n);
+    memcpy(m0, m, sizeof(float) * (size_t)n);
+    memcpy(v0, v, sizeof(float) * (size_t)n);
+    const double lr = 1e-3, wd = 0.1, b1 = 0.9, b2 = 0.95, eps = 1e-8, scale = 0.5;
+    const int t = 3;
+    double bc1 = 1.0 - pow(b1, t), bc2 = 1.0 - pow(b2, t);
+    sharc_adamw_scalars k = {.decay_mul = (float)(1.0 - lr * wd), .beta1 = (float)b1, .beta2 = (float)b2,
+                             .step_size = (float)(lr / bc1), .sqrt_bc2 = (float)sqrt(bc2), .eps = (float)eps,
+                             .grad_scale = (float)scale};
+    kt()->adamw(ks(), p, g, m, v, n, &k);
+    for (int64_t i = 0; i < n; i++) { /* torch 1.13's AdamW, in double */
+        double gi = (double)g[i] * scale, mi = b1 * m0[i] + (1 - b1) * gi, vi = b2 * v0[i] + (1 - b2) * gi * gi;
+        double pi = (double)p0[i] * (1 - lr * wd) - lr / bc1 * mi / (sqrt(vi) / sqrt(bc2) + eps);
+        /* fp32 against double: a few roundings of terms up to 0.04 (m), 2e-3 (v), 0.1 (p) */
+        ASSERT_NEAR(m[i], mi, 1e-5, 1e-8);
+        ASSERT_NEAR(v[i], vi, 1e-5, 1e-10);
+        ASSERT_NEAR(p[i], pi, 1e-6, 1e-8);
+    }
+    free(g);
+    free(p);
+    free(m);
+    free(v);
+    free(p0);
+    free(m0);
+    free(v0);
+}
+
+/* A NULL weight gradient (a frozen parameter) computes nothing for it and
+ * the same input gradient. */
+TEST(kernel_null_weight_gradient_is_frozen) {
+    const int N = 37, IC = 19, OC = 23;
+    float *x = randn(N * IC, 1, 1.0f), *w = randn(OC * IC, 2, 0.5f), *dy = randn(N * OC, 3, 1.0f);
+    float *dx1 = zeros(N * IC), *dx2 = zeros(N * IC), *dw = zeros(OC * IC), *db1 = zeros(OC), *db2 = zeros(OC);
+    kt()->matmul_backward(ks(), dx1, dw, db1, dy, x, w, N, IC, OC);
+    kt()->matmul_backward(ks(), dx2, NULL, db2, dy, x, w, N, IC, OC);
+    ASSERT_TRUE(memcmp(dx1, dx2, sizeof(float) * N * IC) == 0);
+    ASSERT_TRUE(memcmp(db1, db2, sizeof(float) * OC) == 0);
+    /* norms: at a size that splits into per-thread partial sums too */
+    sharc_threads_set(2);
+    const int R = 600, C = 64;
+    float *xr = randn(R * C, 4, 1.0f), *g = randn(C, 5, 1.0f), *bb = randn(C, 6, 1.0f), *d = randn(R * C, 7, 1.0f);
+    float *y = zeros(R * C), *mean = zeros(R), *rstd = zeros(R), *gx1 = zeros(R * C), *gx2 = zeros(R * C);
+    float *gw = zeros(C), *gb1 = zeros(C), *gb2 = zeros(C);
+    kt()->layernorm_forward(ks(), y, mean, rstd, xr, g, bb, R, C, 1e-5f);
+    kt()->layernorm_backward(ks(), gx1, gw, gb1, d, NULL, xr, g, mean, rstd, R, C);
+    kt()->layernorm_backward(ks(), gx2, NULL, gb2, d, NULL, xr, g, mean, rstd, R, C);
+    ASSERT_TRUE(memcmp(gx1, gx2, sizeof(float) * R * C) == 0);
+    ASSERT_TRUE(memcmp(gb1, gb2, sizeof(float) * C) == 0);
+    kt()->rmsnorm_forward(ks(), y, rstd, xr, g, R, C, 1e-5f);
+    kt()->rmsnorm_backward(ks(), gx1, gw, d, NULL, xr, g, rstd, R, C);
+    kt()->rmsnorm_backward(ks(), gx2, NULL, d, NULL, xr, g, rstd, R, C);
+    ASSERT_TRUE(memcmp(gx1, gx2, sizeof(float) * R * C) == 0);
+    /* embedding: only the position table's gradient */
+    int32_t tok[6] = {1, 0, 2, 2, 1, 0};
+    float *dpe1 = zeros(3 * 4), *dpe2 = zeros(3 * 4), *dte = zeros(3 * 4), *de = randn(6 * 4, 8, 1.0f);
+    kt()->embedding_backward(ks(), dte, dpe1, de, tok, 2, 3, 4, 0);
+    kt()->embedding_backward(ks(), NULL, dpe2, de, tok, 2, 3, 4, 0);
+    ASSERT_TRUE(memcmp(dpe1, dpe2, sizeof(float) * 12) == 0);
+}
+
+/* Position offsets (a sequence split over ranks): positions t0.. of the
+ * tables are the rows a whole-sequence call uses from t0 on. */
+TEST(kernel_position_offsets) {
+    const int T = 9, t0 = 5, hd = 8, C = 6, V = 4, B = 2;
+    float *c1 = zeros((T + t0) * hd / 2), *s1 = zeros((T + t0) * hd / 2), *c2 = zeros(T * hd / 2),
+          *s2 = zeros(T * hd / 2);
+    kt()->rope_table(ks(), c1, s1, T + t0, hd, 10000.0f, 0);
+    kt()->rope_table(ks(), c2, s2, T, hd, 10000.0f, t0);
+    ASSERT_TRUE(memcmp(c1 + t0 * hd / 2, c2, sizeof(float) * T * hd / 2) == 0);
+    ASSERT_TRUE(memcmp(s1 + t0 * hd / 2, s2, sizeof(float) * T * hd / 2) == 0);
+    float *wte = randn(V * C, 1, 1.0f), *wpe = randn((T + t0) * C, 2, 1.0f);
+    int32_t tok[B * T];
+    for (int i = 0; i < B * T; i++) tok[i] = (i * 7) % V;
+    float *x1 = zeros(B * T * C), *x2 = zeros(B * T * C);
+    kt()->embedding_forward(ks(), x1, tok, wte, wpe, B, T, C, t0);
+    kt()->embedding_forward(ks(), x2, tok, wte, wpe + t0 * C, B, T, C, 0);
+    ASSERT_TRUE(memcmp(x1, x2, sizeof(float) * B * T * C) == 0);
+    float *d1 = zeros((T + t0) * C), *d2 = zeros((T + t0) * C), *dx = randn(B * T * C, 3, 1.0f);
+    kt()->embedding_backward(ks(), NULL, d1, dx, tok, B, T, C, t0);
+    kt()->embedding_backward(ks(), NULL, d2 + t0 * C, dx, tok, B, T, C, 0);
+    ASSERT_TRUE(memcmp(d1, d2, sizeof(float) * (T + t0) * C) == 0);
+    for (int i = 0; i < t0 * C; i++) ASSERT_TRUE(d1[i] == 0.0f);
+}

@@ -1,0 +1,125 @@
+/* test_plan.c: the engine's memory plan (src/fsdp/plan.c, note
+ * [gathered-bound]) against the formula written out here from the shard
+ * arithmetic, and against what an engine allocates (the byte counters of
+ * sharc/alloc.h). */
+#include "../src/fsdp/plan.h"
+#include "../src/fsdp/layout.h"
+#include "sharc/model.h"
+#include "test.h"
+
+#include <string.h>
+
+/* three units of odd sizes, the first a root (a tied embedding) */
+static void specs(sharc_unit_spec *u) {
+    memset(u, 0, 3 * sizeof *u);
+    int64_t a[2] = {37, 5}, b[2] = {61, 7}, c[1] = {29};
+    sharc_unit_add_param(&u[0], "wte", 2, a, SHARC_INIT_NORMAL, 0.02f, true);
+    u[0].root = true;
+    sharc_unit_add_param(&u[1], "w", 2, b, SHARC_INIT_NORMAL, 0.02f, true);
+    sharc_unit_add_param(&u[1], "b", 1, c, SHARC_INIT_ZEROS, 0, false);
+    sharc_unit_add_param(&u[2], "n", 1, c, SHARC_INIT_ONES, 0, false);
+}
+
+static int64_t sum_i64(const int64_t *v, int n) {
+    int64_t s = 0;
+    for (int i = 0; i < n; i++) s += v[i];
+    return s;
+}
+
+TEST(plan_follows_the_gathered_bound) {
+    sharc_unit_spec u[3];
+    specs(u);
+    for (int S = 1; S <= 4; S++)
+        for (int variant = 0; variant < 7; variant++) {
+            sharc_fsdp_config c;
+            sharc_fsdp_config_default(&c);
+            int max_live = 1;
+            if (variant == 1) c.backward_prefetch = SHARC_BACKWARD_PREFETCH_NONE;
+            if (variant == 2) c.limit_all_gathers = 1;
+            if (variant == 3) c.strategy = SHARC_SHARDING_SHARD_GRAD_OP;
+            if (variant == 4) c.no_sync = true;
+            if (variant == 5) c.param_dtype = SHARC_DT_BF16;
+            if (variant == 6) max_live = 2;
+            sharc_fsdp_plan_in in = {.S = S, .shard_rank = S - 1, .max_live = max_live,
+                                     .params_in_place = S == 1 && c.param_dtype == SHARC_DT_F32,
+                                     .grads_in_place = S == 1};
+            sharc_fsdp_plan p;
+            ASSERT_OK(sharc_fsdp_plan_make(&p, u, 3, &c, &in));
+            /* the formula, from the shard arithmetic alone */
+            int64_t padded[3], shard[3], off = 0, shards = 0;
+            for (int k = 0; k < 3; k++) {
+                shard[k] = sharc_layout_numel_shard(u[k].numel, S);
+                padded[k] = shard[k] * S;
+                ASSERT_EQ(p.units[k].numel_shard, shard[k]);
+                ASSERT_EQ(p.units[k].shard_lo, shard[k] * (S - 1));
+                ASSERT_EQ(p.units[k].global_off, off);
+                off += padded[k];
+                shards += shard[k];
+            }
+            int64_t max_plain = padded[1] > padded[2] ? padded[1] : padded[2], roots = padded[0];
+            int prefetch = variant == 1 ? 0 : 1;
+            int64_t params = 0, grads = 0;
+            if (!in.params_in_place) {
+                if (variant == 3) params = padded[0] + padded[1] + padded[2];
+                else if (variant == 2) params = 1 * max_plain + roots;
+                else params = (max_live + prefetch) * max_plain + roots;
+            }
+            if (!in.grads_in_place) grads = variant == 4 ? padded[0] + padded[1] + padded[2] : max_live * max_plain + roots;
+            ASSERT_EQ(sum_i64(p.param_slot_numel, p.n_param_slots), params);
+            ASSERT_EQ(p.grad_slots_numel, grads);
+            ASSERT_EQ(p.bytes[SHARC_MEM_GATHERED], 4 * (params + grads));
+            ASSERT_EQ(p.bytes[SHARC_MEM_PARAMS], 4 * shards);
+            ASSERT_EQ(p.bytes[SHARC_MEM_GRADS], 4 * shards);
+            ASSERT_EQ(p.total_padded, off);
+            bool staging = S > 1 || variant == 5;
+            int64_t max_shard = shard[0] > shard[1] ? shard[0] : shard[1];
+            max_shard = max_shard > shard[2] ? max_shard : shard[2];
+            int64_t max_padded = max_shard * S;
+            ASSERT_EQ(p.bytes[SHARC_MEM_COMM], staging ? 2 * max_shard + 2 * max_padded + 4 * max_shard : 0);
+            /* a root unit's slots are its own */
+            bool root_param_slot = false, root_grad_slot = false;
+            for (int i = 0; i < p.n_param_slots; i++) root_param_slot |= p.param_slot_owner[i] == 0;
+            for (int i = 0; i < p.n_grad_slots; i++) root_grad_slot |= p.grad_slot_owner[i] == 0;
+            ASSERT_EQ(root_param_slot, !in.params_in_place);
+            ASSERT_EQ(root_grad_slot, !in.grads_in_place);
+            sharc_fsdp_plan_free(&p);
+        }
+}
+
+/* What an engine allocates per category is what its plan says, at one
+ * process in fp32 (no slots) and bf16 (parameter slots and staging). */
+TEST(plan_is_what_the_engine_allocates) {
+    sharc_model_config mc;
+    sharc_model_config_default(&mc, SHARC_FAMILY_GPT2);
+    mc.num_layers = 2;
+    mc.embed_dim = 48;
+    mc.num_heads = 3;
+    mc.vocab_size = 61;
+    mc.max_seq_len = 16;
+    sharc_model *m;
+    ASSERT_OK(sharc_model_init(&m, &mc, NULL));
+    for (int dt = 0; dt < 2; dt++) {
+        sharc_fsdp_config fc;
+        sharc_fsdp_config_default(&fc);
+        fc.param_dtype = dt ? SHARC_DT_BF16 : SHARC_DT_F32;
+        sharc_mem_stats a, b;
+        sharc_mem_get(&a);
+        sharc_fsdp *e;
+        ASSERT_OK(sharc_fsdp_init(&e, sharc_model_units(m), sharc_model_num_units(m), sharc_model_schedule(m), &fc,
+                                  NULL, NULL));
+        sharc_mem_get(&b);
+        for (int cat = 0; cat < SHARC_MEM_NCAT; cat++)
+            if (b.current[cat] - a.current[cat] != sharc_fsdp_planned_bytes(e, (sharc_mem_cat)cat))
+                TEST_FAIL_AT("%s: allocated %lld bytes, planned %lld (%s)", sharc_mem_cat_name((sharc_mem_cat)cat),
+                             (long long)(b.current[cat] - a.current[cat]),
+                             (long long)sharc_fsdp_planned_bytes(e, (sharc_mem_cat)cat), dt ? "bf16" : "fp32");
+        ASSERT_TRUE(sharc_fsdp_planned_bytes(e, SHARC_MEM_GATHERED) == (dt ? sharc_fsdp_gathered_capacity_bytes(e) : 0));
+        const char *reduce;
+        ASSERT_TRUE(strcmp(sharc_fsdp_strategy_names(e, &reduce), dt ? "16-bit all-gather" : "direct") == 0);
+        ASSERT_TRUE(strcmp(reduce, "direct") == 0);
+        sharc_fsdp_free(e);
+        sharc_mem_get(&b);
+        for (int cat = 0; cat < SHARC_MEM_NCAT; cat++) ASSERT_EQ(b.current[cat], a.current[cat]);
+    }
+    sharc_model_free(m);
+}
