@@ -49,9 +49,6 @@ void sharc_watchdog_stop(void);
  * and exit with 128 + 15 (note [rank-death] in src/core/watchdog.c); with
  * no watchdog running, SIGTERM ends the process as by default. */
 void sharc_watchdog_catch_term(void);
-/* Test hook: when SHARC_TEST_HANG is "RANK:WHERE" for this rank
- * (sharc_log_rank) and `where`, stop here forever, as a hung rank would. */
-void sharc_test_hang_point(const char *where);
 
 #ifdef __cplusplus
 }
