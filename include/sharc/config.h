@@ -94,6 +94,9 @@ typedef struct sharc_config { /* tagged: sharc/ckpt.h declares it ahead */
     sharc_log_config log;
     char init_from[SHARC_PATH_MAX]; /* model.init_from: sharc weights loaded after initialisation ("" = none) */
     char tokenizer[SHARC_PATH_MAX]; /* model.tokenizer: a tokenizer.json or its directory ("" = byte-level, or init_from's) */
+    /* note [frozen-params] (src/fsdp/units.c): comma-separated lists ("" = none) */
+    char freeze_module_prefix[SHARC_PATH_MAX]; /* model.freeze_module_prefix: name prefixes frozen (ROLL) */
+    char trainable[SHARC_PATH_MAX];            /* train.trainable: fnmatch globs; when set, the rest is frozen */
     /* Loader state (not keys). Multi-stage files (training_stages.NAME.*):
      * `stage` selects the stage whose keys are applied ("" = none: they are
      * only checked); every stage name seen is listed in file order. */

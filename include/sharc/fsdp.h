@@ -87,6 +87,9 @@ void sharc_fsdp_init_params(sharc_fsdp *e, uint64_t seed);
 /* ---- the schedule ---- */
 const float *sharc_fsdp_gather(sharc_fsdp *e, int unit);
 void sharc_fsdp_forward_done(sharc_fsdp *e, int unit);
+/* NULL for a unit whose parameters are all frozen (note [frozen-params] in
+ * src/fsdp/units.c): its backward computes no weight gradient, and its
+ * backward_done reduces nothing. */
 float *sharc_fsdp_grad(sharc_fsdp *e, int unit);
 void sharc_fsdp_backward_done(sharc_fsdp *e, int unit);
 /* Forward-only use is over (evaluation): drop the gathered copy (nothing if
@@ -134,7 +137,8 @@ sharc_device *sharc_fsdp_device(const sharc_fsdp *e);
 const sharc_unit_spec *sharc_fsdp_unit_spec(const sharc_fsdp *e, int unit);
 int64_t sharc_fsdp_shard_numel(const sharc_fsdp *e, int unit); /* padded */
 /* This rank's fp32 parameter shard (numel_shard floats, read-only: see
- * sharc_fsdp_shard_write) and gradient shard. */
+ * sharc_fsdp_shard_write) and gradient shard (NULL for a unit whose
+ * parameters are all frozen, note [frozen-params] in src/fsdp/units.c). */
 const float *sharc_fsdp_shard_params(const sharc_fsdp *e, int unit);
 float *sharc_fsdp_shard_grads(sharc_fsdp *e, int unit);
 /* The pieces of parameters this rank's shard of `unit` holds (padding excluded). */

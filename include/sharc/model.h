@@ -62,6 +62,10 @@ void sharc_model_free(sharc_model *m);
 const sharc_model_config *sharc_model_get_config(const sharc_model *m);
 int sharc_model_num_units(const sharc_model *m);
 const sharc_unit_spec *sharc_model_units(const sharc_model *m);
+/* Freeze parameters by model.freeze_module_prefix / train.trainable (note
+ * [frozen-params] in src/fsdp/units.c, sharc_units_freeze); before the
+ * engine is made from sharc_model_units. *nfrozen (may be NULL): how many. */
+sharc_status sharc_model_freeze(sharc_model *m, const char *prefixes, const char *trainable, int *nfrozen);
 /* The order the layer loops use the units in (note [unit-schedule] in
  * src/model/model.c): what the engine prefetches by. */
 const sharc_unit_schedule *sharc_model_schedule(const sharc_model *m);

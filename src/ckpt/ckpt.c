@@ -613,11 +613,17 @@ static void *job_run(void *arg) {
     const bool opened = j->st == SHARC_OK;
     uLong crc = crc32(0L, Z_NULL, 0), ccrc = crc;
     int64_t fill = 0, k = 0;
+    static const float zeros[4096]; /* the moments of frozen parameters (note [frozen-params]) */
     for (int i = 0; i < j->npieces && j->st == SHARC_OK; i++) {
         const char *p = (const char *)j->pieces[i].data;
+        const bool zero = p == NULL;
         int64_t left = j->pieces[i].n * 4;
         while (left > 0 && j->st == SHARC_OK) {
             int64_t take = SHARC_CKPT_CHUNK_BYTES - fill < left ? SHARC_CKPT_CHUNK_BYTES - fill : left;
+            if (zero) {
+                p = (const char *)zeros;
+                if (take > (int64_t)sizeof zeros) take = (int64_t)sizeof zeros;
+            }
             crc = crc32(crc, (const Bytef *)p, (uInt)take);
             ccrc = crc32(ccrc, (const Bytef *)p, (uInt)take);
             j->st = sharc_afile_write(&af, p, (size_t)take);
@@ -667,12 +673,14 @@ static sharc_status job_prepare(sharc_ckpt *c, const char *tmp_dir, bool stage) 
     for (int u = 0; u < sharc_fsdp_num_units(e); u++) {
         const sharc_segment *segs;
         int ns = sharc_fsdp_shard_segments(e, u, &segs);
+        /* a frozen unit has no moments: zeros are written in their place (data NULL) */
         const float *src[KINDS] = {sharc_fsdp_shard_params(e, u), sharc_adamw_m(a, u), sharc_adamw_v(a, u)};
         for (int k = 0; k < ns; k++)
             for (int kind = 0; kind < KINDS; kind++) {
-                const float *p = src[kind] + segs[k].shard_off;
+                const float *p = src[kind] ? src[kind] + segs[k].shard_off : NULL;
                 if (dst) {
-                    memcpy(dst, p, (size_t)segs[k].len * sizeof(float));
+                    if (p) memcpy(dst, p, (size_t)segs[k].len * sizeof(float));
+                    else memset(dst, 0, (size_t)segs[k].len * sizeof(float));
                     p = dst;
                     dst += segs[k].len;
                 }
@@ -782,6 +790,14 @@ static char *manifest_build(sharc_ckpt *c, int64_t step, const int64_t *hdr, con
         json_object_array_add(tensors, t);
     }
     json_object_object_add(root, "tensors", tensors);
+    /* note [frozen-params]: the names frozen in this run; their moments are stored as zeros */
+    json_object *frozen = json_object_new_array();
+    for (int u = 0; u < sharc_fsdp_num_units(e); u++) {
+        const sharc_unit_spec *s = sharc_fsdp_unit_spec(e, u);
+        for (int p = 0; p < s->nparams; p++)
+            if (s->params[p].frozen) json_object_array_add(frozen, json_object_new_string(s->params[p].name));
+    }
+    json_object_object_add(root, "frozen", frozen);
     free(who);
     const char *s = json_object_to_json_string_ext(root, JSON_C_TO_STRING_PRETTY | JSON_C_TO_STRING_NOSLASHESCAPE);
     char *text = s ? strdup(s) : NULL;
@@ -1109,7 +1125,8 @@ static sharc_status read_shards(manifest *m, sharc_fsdp *e, sharc_adamw *a /* NU
                 int64_t lo = r->begin > lo0 ? r->begin : lo0, hi = r->end < hi0 ? r->end : hi0;
                 if (lo >= hi) continue;
                 for (int kind = 0; kind < kinds && st == SHARC_OK; kind++)
-                    st = reader_read(&rd, (int)r->file, r->offset + ((int64_t)kind * (r->end - r->begin) + lo - r->begin) * 4,
+                    if (dst[kind]) /* a frozen unit has no moments to read */
+                        st = reader_read(&rd, (int)r->file, r->offset + ((int64_t)kind * (r->end - r->begin) + lo - r->begin) * 4,
                                      (hi - lo) * 4, dst[kind] + segs[k].shard_off + (lo - lo0));
             }
         }
@@ -1118,10 +1135,52 @@ static sharc_status read_shards(manifest *m, sharc_fsdp *e, sharc_adamw *a /* NU
     return st;
 }
 
+/* Note [frozen-params]: a resumed run trains the parameters its checkpoint
+ * trained. The manifest's "frozen" list (absent in older checkpoints: none)
+ * must name exactly the parameters this run freezes; the first one that
+ * differs is named. (Moments of parameters frozen there are zeros, so
+ * unfreezing on resume would silently restart their Adam state.) */
+static sharc_status check_frozen(const manifest *m, sharc_fsdp *e) {
+    json_object *list = NULL;
+    if (json_object_object_get_ex(m->root, "frozen", &list) && !json_object_is_type(list, json_type_array))
+        return bad(m, "\"frozen\" is not a list");
+    size_t n = list ? json_object_array_length(list) : 0;
+    for (size_t i = 0; i < n; i++) {
+        json_object *x = json_object_array_get_idx(list, i);
+        int u, p;
+        if (!json_object_is_type(x, json_type_string) ||
+            sharc_fsdp_find_param(e, json_object_get_string(x), &u, &p) != SHARC_OK)
+            return bad(m, "\"frozen\" holds an entry that is not a parameter name of this model");
+        if (!sharc_fsdp_unit_spec(e, u)->params[p].frozen)
+            return sharc_error(SHARC_ERR_INVALID,
+                               "ckpt '%s': parameter '%s' is frozen in the checkpoint but trains in this run "
+                               "(model.freeze_module_prefix, train.trainable): resume with the checkpoint's frozen "
+                               "set, or export its weights (sharc export) and start a new run from them "
+                               "(model.init_from)", m->path, json_object_get_string(x));
+    }
+    for (int u = 0; u < sharc_fsdp_num_units(e); u++) {
+        const sharc_unit_spec *s = sharc_fsdp_unit_spec(e, u);
+        for (int p = 0; p < s->nparams; p++) {
+            if (!s->params[p].frozen) continue;
+            bool there = false;
+            for (size_t i = 0; i < n && !there; i++)
+                there = strcmp(json_object_get_string(json_object_array_get_idx(list, i)), s->params[p].name) == 0;
+            if (!there)
+                return sharc_error(SHARC_ERR_INVALID,
+                                   "ckpt '%s': parameter '%s' is frozen in this run but trained in the checkpoint "
+                                   "(model.freeze_module_prefix, train.trainable): resume with the checkpoint's "
+                                   "frozen set, or export its weights (sharc export) and start a new run from them "
+                                   "(model.init_from)", m->path, s->params[p].name);
+        }
+    }
+    return SHARC_OK;
+}
+
 /* This rank's part of a checkpoint, read into the live shards. */
 static sharc_status load_local(sharc_ckpt *c, const char *step_dir, manifest *m) {
     SHARC_TRY(manifest_read(m, step_dir));
     SHARC_TRY(check_model(m, &sharc_trainer_config(c->t)->model, false));
+    SHARC_TRY(check_frozen(m, sharc_trainer_engine(c->t)));
     return read_shards(m, sharc_trainer_engine(c->t), sharc_trainer_optimizer(c->t));
 }
 

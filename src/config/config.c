@@ -51,6 +51,7 @@ static const key_def keys[] = {
     {"model.init_std", K_FLOAT, OFF(model.init_std), 0, 10, NULL, "std of normal weight init (residual outputs / sqrt(2L))"},
     {"model.tie_embeddings", K_BOOL, OFF(model.tie_embeddings), 0, 0, NULL, "LM head shares the token embedding"},
     {"model.init_from", K_STR, OFF(init_from), 0, 0, NULL, "sharc weights file (model.safetensors) loaded after initialisation"},
+    {"model.freeze_module_prefix", K_STR, OFF(freeze_module_prefix), 0, 0, NULL, "parameter name prefixes to freeze, a list or comma-separated (ROLL): gathered, no gradient, no AdamW state"},
     {"model.tokenizer", K_STR, OFF(tokenizer), 0, 0, NULL, "Hugging Face tokenizer.json or its directory (\"\": byte-level, or model.init_from's directory when it holds one)"},
 
     {"data.path", K_STR, OFF(data.path), 0, 0, NULL, "training token file or UTF-8 text"},
@@ -92,6 +93,7 @@ static const key_def keys[] = {
     {"train.epochs", K_FLOAT, OFF(train.epochs), 0, 1e9, NULL, "passes over the data (> 0: sets max_steps = ceil(epochs * windows / sequences per step))"},
     {"train.timeout", K_INT, OFF(train.timeout), 0, INT_MAX, NULL, "step watchdog: seconds without progress before every rank reports and exits (0: off)"},
     {"train.max_bad_steps", K_INT, OFF(train.max_bad_steps), 1, INT_MAX, NULL, "stop after this many non-finite (skipped) steps in a row"},
+    {"train.trainable", K_STR, OFF(trainable), 0, 0, NULL, "fnmatch globs of the parameters that train, a list or comma-separated (\"\": all); the others are frozen"},
     {"train.loss_normalization", K_ENUM, OFF(train.loss_normalization), 0, 0, loss_norms, "global_tokens (loss / valid targets of the whole step) or micro_batch (mean of each micro-batch's mean)"},
 
     {"fsdp.sharding_strategy", K_ENUM, OFF(fsdp.engine.strategy), 0, 0, strategies, "FULL_SHARD, SHARD_GRAD_OP, NO_SHARD or HYBRID_SHARD"},
@@ -657,6 +659,14 @@ static sharc_status parse_list(yaml_ctx *y, const char *key, const yaml_mark_t *
         }
         if (ev.type != YAML_SCALAR_EVENT) {
             sharc_status st = yaml_error(y, &ev.start_mark, "a list may hold only plain values");
+            yaml_event_delete(&ev);
+            return st;
+        }
+        size_t have = strlen(joined), add = strlen((const char *)ev.data.scalar.value) + (have ? 1 : 0);
+        if (have + add >= sizeof joined) { /* never a silently shorter list */
+            char what[160];
+            snprintf(what, sizeof what, "the list for '%s' is longer than %zu bytes", key, sizeof joined - 1);
+            sharc_status st = yaml_error(y, &ev.start_mark, what);
             yaml_event_delete(&ev);
             return st;
         }

@@ -14,7 +14,10 @@
  * process. So, all padded, fp32:
  *   parameters  FULL_SHARD:    (max_live + prefetch) x max non-root unit + sum of root units
  *               SHARD_GRAD_OP: sum of all units
- *   gradients   max_live x max non-root unit + sum of root units (every unit with no_sync) */
+ *   gradients   max_live x max non-root unit + sum of root units (every unit with no_sync)
+ * where for gradients (slots and shards) only trainable units count: a unit
+ * whose parameters are all frozen has no gradient memory (note
+ * [frozen-params] in src/fsdp/units.c). */
 #include "plan.h"
 #include "layout.h"
 
@@ -45,7 +48,7 @@ sharc_status sharc_fsdp_plan_make(sharc_fsdp_plan *p, const sharc_unit_spec *uni
         return sharc_error(SHARC_ERR_NOMEM, "fsdp: out of memory");
     }
     const int S = in->S;
-    int64_t max_plain = 0, max_shard = 0, max_padded = 0, shards = 0;
+    int64_t max_plain = 0, max_shard = 0, max_padded = 0, shards = 0, grad_shards = 0, max_plain_grad = 0;
     for (int u = 0; u < nunits; u++) {
         sharc_fsdp_unit_plan *t = &p->units[u];
         t->numel_shard = sharc_layout_numel_shard(units[u].numel, S);
@@ -55,6 +58,10 @@ sharc_status sharc_fsdp_plan_make(sharc_fsdp_plan *p, const sharc_unit_spec *uni
         p->total_padded += t->numel_padded;
         shards += t->numel_shard;
         if (!units[u].root && t->numel_padded > max_plain) max_plain = t->numel_padded;
+        if (sharc_unit_trainable(&units[u])) {
+            grad_shards += t->numel_shard;
+            if (!units[u].root && t->numel_padded > max_plain_grad) max_plain_grad = t->numel_padded;
+        }
         if (t->numel_shard > max_shard) max_shard = t->numel_shard;
         if (t->numel_padded > max_padded) max_padded = t->numel_padded;
     }
@@ -90,14 +97,14 @@ sharc_status sharc_fsdp_plan_make(sharc_fsdp_plan *p, const sharc_unit_spec *uni
     k = 0;
     if (!in->grads_in_place) {
         for (int u = 0; u < nunits; u++)
-            if (cfg->no_sync || units[u].root) {
+            if ((cfg->no_sync || units[u].root) && sharc_unit_trainable(&units[u])) {
                 p->grad_slot_owner[k] = u;
                 p->grad_slot_numel[k++] = p->units[u].numel_padded;
             }
-        if (!cfg->no_sync && max_plain > 0)
+        if (!cfg->no_sync && max_plain_grad > 0)
             for (int i = 0; i < in->max_live; i++) {
                 p->grad_slot_owner[k] = -1;
-                p->grad_slot_numel[k++] = max_plain;
+                p->grad_slot_numel[k++] = max_plain_grad;
             }
     }
     p->n_grad_slots = k;
@@ -111,7 +118,7 @@ sharc_status sharc_fsdp_plan_make(sharc_fsdp_plan *p, const sharc_unit_spec *uni
     int64_t gathered = p->grad_slots_numel;
     for (int i = 0; i < p->n_param_slots; i++) gathered += p->param_slot_numel[i];
     p->bytes[SHARC_MEM_PARAMS] = shards * (int64_t)sizeof(float);
-    p->bytes[SHARC_MEM_GRADS] = shards * (int64_t)sizeof(float);
+    p->bytes[SHARC_MEM_GRADS] = grad_shards * (int64_t)sizeof(float);
     p->bytes[SHARC_MEM_GATHERED] = gathered * (int64_t)sizeof(float);
     p->bytes[SHARC_MEM_COMM] = 2 * (p->stage16_shard + p->stage16_full) + (int64_t)sizeof(float) * p->stage_shard;
     p->bytes[SHARC_MEM_OTHER] = (int64_t)sizeof(double); /* the device scalar of the gradient norm */

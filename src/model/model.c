@@ -25,7 +25,12 @@
  * Tied embeddings (GPT-2, optional for Llama): the head borrows "wte" from the
  * embed unit, which is therefore a root unit (note [root-unit] in units.h):
  * gathered from its forward to its backward, its gradient buffer receiving
- * the head's contribution first and the embedding's last. */
+ * the head's contribution first and the embedding's last.
+ *
+ * Frozen parameters (note [frozen-params] in src/fsdp/units.c): their weight
+ * gradient pointers are NULL, so the kernels skip those products; a unit
+ * with nothing trainable gets NULL from sharc_fsdp_grad; the blocks before
+ * the first trainable unit run no backward at all (released instead). */
 #include "sharc/model.h"
 #include "sharc/blas.h"
 #include "sharc/clock.h"
@@ -309,6 +314,10 @@ const sharc_model_config *sharc_model_get_config(const sharc_model *m) { return 
 int sharc_model_num_units(const sharc_model *m) { return m->nunits; }
 const sharc_unit_spec *sharc_model_units(const sharc_model *m) { return m->units; }
 const sharc_unit_schedule *sharc_model_schedule(const sharc_model *m) { return &m->schedule; }
+
+sharc_status sharc_model_freeze(sharc_model *m, const char *prefixes, const char *trainable, int *nfrozen) {
+    return sharc_units_freeze(m->units, m->nunits, prefixes, trainable, nfrozen);
+}
 sharc_device *sharc_model_device(const sharc_model *m) { return m->dev; }
 
 /* ------------------------------------------------------------------ plan */
@@ -389,31 +398,48 @@ typedef struct {
     float *ln1w, *ln1b, *wqkv, *bqkv, *wo, *bo, *ln2w, *ln2b, *wfc, *bfc, *wproj, *bproj;
 } block_ptrs;
 
-static block_ptrs block_view(const sharc_model *m, int l, float *base) {
+/* For gradients (`grads`), a frozen parameter's pointer is NULL (and so is
+ * every pointer when base is NULL, a unit with nothing trainable); a fused
+ * matrix (Llama's q, k, v or gate, up) has one if any of its parts trains,
+ * the frozen parts' gradients then being computed but never used (note
+ * [frozen-params]). */
+static block_ptrs block_view(const sharc_model *m, int l, float *base, bool grads) {
     const sharc_param_spec *p = m->units[1 + l].params;
+#define AT(i) (base && !(grads && p[i].frozen) ? base + p[i].offset : NULL)
+#define AT3(i) (base && !(grads && p[i].frozen && p[i + 1].frozen && p[i + 2].frozen) ? base + p[i].offset : NULL)
+#define AT2(i) (base && !(grads && p[i].frozen && p[i + 1].frozen) ? base + p[i].offset : NULL)
     block_ptrs b = {0};
     if (m->cfg.family == SHARC_FAMILY_GPT2) {
-        b.ln1w = base + p[0].offset;
-        b.ln1b = base + p[1].offset;
-        b.wqkv = base + p[2].offset;
-        b.bqkv = base + p[3].offset;
-        b.wo = base + p[4].offset;
-        b.bo = base + p[5].offset;
-        b.ln2w = base + p[6].offset;
-        b.ln2b = base + p[7].offset;
-        b.wfc = base + p[8].offset;
-        b.bfc = base + p[9].offset;
-        b.wproj = base + p[10].offset;
-        b.bproj = base + p[11].offset;
+        b.ln1w = AT(0);
+        b.ln1b = AT(1);
+        b.wqkv = AT(2);
+        b.bqkv = AT(3);
+        b.wo = AT(4);
+        b.bo = AT(5);
+        b.ln2w = AT(6);
+        b.ln2b = AT(7);
+        b.wfc = AT(8);
+        b.bfc = AT(9);
+        b.wproj = AT(10);
+        b.bproj = AT(11);
     } else {
-        b.ln1w = base + p[0].offset;
-        b.wqkv = base + p[1].offset; /* q, k, v adjacent: one (QKV, C) matrix */
-        b.wo = base + p[4].offset;
-        b.ln2w = base + p[5].offset;
-        b.wfc = base + p[6].offset; /* gate, up adjacent: one (2I, C) matrix */
-        b.wproj = base + p[8].offset;
+        b.ln1w = AT(0);
+        b.wqkv = AT3(1); /* q, k, v adjacent: one (QKV, C) matrix */
+        b.wo = AT(4);
+        b.ln2w = AT(5);
+        b.wfc = AT2(6); /* gate, up adjacent: one (2I, C) matrix */
+        b.wproj = AT(8);
     }
+#undef AT
+#undef AT2
+#undef AT3
     return b;
+}
+
+/* Parameter `i` of unit `u` inside the unit's gradient buffer g, or NULL
+ * when g is NULL or the parameter is frozen. */
+static float *grad_at(const sharc_model *m, int u, float *g, int i) {
+    return g && !m->units[u].params[i].frozen ? g + m->units[u].params[i].offset : NULL;
 }
 
 static void norm_fwd(const sharc_model *m, float *y, float *mean, float *rstd, const float *x,
@@ -525,7 +551,7 @@ static void forward_body(sharc_model *m, sharc_fsdp *e, const int32_t *inputs, i
     SHARC_PROF("fwd.embedding", m->k->embedding_forward(m->s, xl(m, 0), inputs, ep, wpe, B, T, m->C, 0));
     sharc_fsdp_forward_done(e, 0);
     for (int l = 0; l < m->L; l++) {
-        block_ptrs w = block_view(m, l, (float *)sharc_fsdp_gather(e, 1 + l));
+        block_ptrs w = block_view(m, l, (float *)sharc_fsdp_gather(e, 1 + l), false);
         block_acts *a = &m->sets[store && !m->ac ? l : 0];
         block_forward(m, &w, a, xl(m, l), xl(m, l + 1), B, T);
         sharc_fsdp_forward_done(e, 1 + l);
@@ -547,7 +573,6 @@ double sharc_model_forward_backward(sharc_model *m, sharc_fsdp *e, const int32_t
     forward_body(m, e, inputs, B, T, true);
 
     /* head: final norm, fused LM head + loss + backward */
-    const sharc_unit_spec *hs = &m->units[H];
     const float *hp = sharc_fsdp_gather(e, H);
     float *hg = sharc_fsdp_grad(e, H);
     const float *nw, *nb;
@@ -556,19 +581,24 @@ double sharc_model_forward_backward(sharc_model *m, sharc_fsdp *e, const int32_t
     double t1 = sharc_clock_now();
     m->timing.forward_s += t1 - t0;
     const float *wh = head_weight(m, e, hp);
-    float *gh = m->cfg.tie_embeddings ? sharc_fsdp_grad(e, 0) + m->units[0].params[0].offset
-                                      : hg + hs->params[m->head_w].offset;
+    float *gh = m->cfg.tie_embeddings ? grad_at(m, 0, sharc_fsdp_grad(e, 0), 0) : grad_at(m, H, hg, m->head_w);
+    /* note [frozen-params]: the first unit whose backward runs (units in forward order = index order) */
+    int from = 0;
+    while (from < H && !sharc_unit_trainable(&m->units[from])) from++;
     SHARC_PROF("head.lm_xent", m->k->lmhead_xent(m->s, m->loss, m->dtmp, gh, m->lnf, wh, targets, loss_scale, N,
                                                  m->C, m->V, m->head_ws, m->head_chunk));
-    norm_bwd(m, m->dres, hg + hs->params[0].offset,
-             nb ? hg + hs->params[1].offset : NULL, m->dtmp, NULL, xl(m, L), nw, m->lnf_mean,
-             m->lnf_rstd, N);
+    norm_bwd(m, m->dres, grad_at(m, H, hg, 0), nb ? grad_at(m, H, hg, 1) : NULL, m->dtmp, NULL, xl(m, L), nw,
+             m->lnf_mean, m->lnf_rstd, N);
     sharc_fsdp_backward_done(e, H);
 
     for (int l = L - 1; l >= 0; l--) {
+        if (1 + l < from) { /* frozen, and so is everything before it: no backward */
+            sharc_fsdp_release(e, 1 + l);
+            continue;
+        }
         float *wp = (float *)sharc_fsdp_gather(e, 1 + l);
-        block_ptrs w = block_view(m, l, wp);
-        block_ptrs g = block_view(m, l, sharc_fsdp_grad(e, 1 + l));
+        block_ptrs w = block_view(m, l, wp, false);
+        block_ptrs g = block_view(m, l, sharc_fsdp_grad(e, 1 + l), true);
         block_acts *a = &m->sets[m->ac ? 0 : l];
         if (m->ac) block_forward(m, &w, a, xl(m, l), NULL, B, T); /* recompute */
         block_backward(m, &w, &g, a, xl(m, l), m->dres);
@@ -577,9 +607,11 @@ double sharc_model_forward_backward(sharc_model *m, sharc_fsdp *e, const int32_t
 
     /* the embedding's backward needs no parameters, only its gradient buffer */
     float *eg = sharc_fsdp_grad(e, 0);
-    float *gwpe = m->cfg.family == SHARC_FAMILY_GPT2 ? eg + m->units[0].params[1].offset : NULL;
-    SHARC_PROF("bwd.embedding", m->k->embedding_backward(m->s, eg + m->units[0].params[0].offset, gwpe, m->dres,
-                                                          inputs, B, T, m->C, 0));
+    float *gwte = grad_at(m, 0, eg, 0);
+    float *gwpe = m->cfg.family == SHARC_FAMILY_GPT2 ? grad_at(m, 0, eg, 1) : NULL;
+    if (gwte || gwpe)
+        SHARC_PROF("bwd.embedding",
+                   m->k->embedding_backward(m->s, gwte, gwpe, m->dres, inputs, B, T, m->C, 0));
     sharc_fsdp_backward_done(e, 0);
     double loss = read_loss(m);
     m->timing.backward_s += sharc_clock_now() - t1;

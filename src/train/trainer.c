@@ -288,6 +288,7 @@ sharc_status sharc_trainer_init(sharc_trainer **out, const sharc_config *cfg, sh
     st = sharc_mesh_shard_size(&t->cfg.fsdp.engine, R, &dp_shard);
     if (st == SHARC_OK) st = sharc_blas_init(threads);
     if (st == SHARC_OK) st = sharc_model_init(&t->model, &t->cfg.model, NULL);
+    if (st == SHARC_OK) st = sharc_model_freeze(t->model, t->cfg.freeze_module_prefix, t->cfg.trainable, NULL);
     if (st == SHARC_OK) {
         t->cfg.model = *sharc_model_get_config(t->model); /* with derived defaults */
         st = sharc_model_plan(t->model, tc->batch_size, tc->seq_len, t->cfg.fsdp.activation_checkpointing);
@@ -475,7 +476,7 @@ sharc_status sharc_trainer_step(sharc_trainer *t, sharc_step_stats *s) {
         for (int i = 0; i < t->n_nan_steps; i++)
             if (t->nan_steps[i] == t->step + 1)
                 for (int u = 0; u < sharc_fsdp_num_units(t->engine); u++)
-                    if (sharc_fsdp_shard_numel(t->engine, u) > 0) {
+                    if (sharc_fsdp_shard_numel(t->engine, u) > 0 && sharc_fsdp_shard_grads(t->engine, u)) {
                         sharc_fsdp_shard_grads(t->engine, u)[0] = NAN;
                         break;
                     }
