@@ -21,6 +21,11 @@
  *   mpi_tests hf DATA DIR KEY=VALUE...  Hugging Face export at N ranks into DIR (the
  *                                       script compares it with a 1-rank export), then
  *                                       import into another engine: equal masters
+ *   mpi_tests frozen DATA KEY=VALUE ... the run with model.freeze_module_prefix /
+ *                                       train.trainable against the same run without
+ *                                       (note [frozen-params]): same loss and trainable
+ *                                       gradients and updates bit for bit, frozen
+ *                                       parameters unchanged, fewer bytes reduced and held
  *   mpi_tests wide                      one shard group of all ranks (run at 65): the
  *                                       engine's shared-window reduction sums every rank
  *
@@ -463,6 +468,133 @@ static void test_memory(int argc, char **argv) {
     sharc_trainer_free(t);
 }
 
+/* ---------------------------------------------------------------- frozen */
+
+/* Note [frozen-params] against the same run without freezing, same ranks,
+ * same strategy, clipping off (so an update depends only on its own
+ * gradient): after step 1 the loss, every trainable gradient and every
+ * trainable parameter are bit-identical, and for 4 more steps the frozen
+ * parameters never change. A frozen unit holds no gradient shard and no
+ * moments (exact bytes), and its reduce-scatter / all-reduce bytes are gone
+ * (exact bytes). */
+static void test_frozen(int argc, char **argv) {
+    ASSERT_TRUE(argc >= 1);
+    sharc_config c, cref;
+    base_config(&c, argv[0]);
+    c.optim.max_grad_norm = 0.0f;
+    apply_args(&c, argc - 1, argv + 1);
+    ASSERT_TRUE(c.freeze_module_prefix[0] || c.trainable[0]);
+    cref = c;
+    cref.freeze_module_prefix[0] = cref.trainable[0] = 0;
+    sharc_mem_stats m0, m1, m2;
+    sharc_mem_get(&m0);
+    sharc_trainer *ref, *t;
+    ASSERT_OK(sharc_trainer_init(&ref, &cref, world));
+    sharc_mem_get(&m1);
+    ASSERT_OK(sharc_trainer_init(&t, &c, world));
+    sharc_mem_get(&m2);
+    sharc_fsdp *e = sharc_trainer_engine(t), *er = sharc_trainer_engine(ref);
+    const int U = sharc_fsdp_num_units(e), S = sharc_trainer_mesh(t)->dp_shard, R = sharc_comm_size(world);
+    /* frozen parameters before training; trainable shard sizes */
+    int64_t trainable_shard = 0, frozen_shard = 0, frozen_padded = 0, nfrozen = 0;
+    float **init = calloc((size_t)U, sizeof *init);
+    for (int u = 0; u < U; u++) {
+        const sharc_unit_spec *s = sharc_fsdp_unit_spec(e, u);
+        int64_t ns = sharc_fsdp_shard_numel(e, u);
+        for (int p = 0; p < s->nparams; p++) nfrozen += s->params[p].frozen;
+        if (sharc_unit_trainable(s)) {
+            trainable_shard += ns;
+            ASSERT_TRUE(sharc_fsdp_shard_grads(e, u) != NULL && sharc_adamw_m(sharc_trainer_optimizer(t), u) != NULL);
+        } else {
+            frozen_shard += ns;
+            frozen_padded += ns * S;
+            ASSERT_TRUE(sharc_fsdp_shard_grads(e, u) == NULL && sharc_adamw_m(sharc_trainer_optimizer(t), u) == NULL);
+        }
+        init[u] = malloc(sizeof(float) * (size_t)(ns > 0 ? ns : 1));
+        memcpy(init[u], sharc_fsdp_shard_params(e, u), sizeof(float) * (size_t)ns);
+    }
+    ASSERT_TRUE(nfrozen > 0);
+    /* held: no gradient shard and no moments for frozen units */
+    int64_t g_ref = m1.current[SHARC_MEM_GRADS] - m0.current[SHARC_MEM_GRADS];
+    int64_t g_t = m2.current[SHARC_MEM_GRADS] - m1.current[SHARC_MEM_GRADS];
+    int64_t o_ref = m1.current[SHARC_MEM_OPTIM] - m0.current[SHARC_MEM_OPTIM];
+    int64_t o_t = m2.current[SHARC_MEM_OPTIM] - m1.current[SHARC_MEM_OPTIM];
+    ASSERT_EQ(g_t, 4 * trainable_shard);
+    ASSERT_EQ(g_t, sharc_fsdp_planned_bytes(e, SHARC_MEM_GRADS));
+    ASSERT_EQ(o_t, 8 * trainable_shard);
+    ASSERT_EQ(g_ref - g_t, 4 * frozen_shard);
+    ASSERT_EQ(o_ref - o_t, 8 * frozen_shard);
+    ASSERT_TRUE(sharc_fsdp_planned_bytes(e, SHARC_MEM_GATHERED) <= sharc_fsdp_planned_bytes(er, SHARC_MEM_GATHERED));
+
+    sharc_step_stats a, b;
+    ASSERT_OK(sharc_trainer_step(ref, &b));
+    ASSERT_OK(sharc_trainer_step(t, &a));
+    if (memcmp(&a.loss, &b.loss, sizeof a.loss) != 0)
+        TEST_FAIL_AT("step 1 loss %.17g frozen vs %.17g without", a.loss, b.loss);
+    int64_t compared = 0;
+    for (int u = 0; u < U; u++) {
+        const sharc_unit_spec *s = sharc_fsdp_unit_spec(e, u);
+        const sharc_segment *segs;
+        int nseg = sharc_fsdp_shard_segments(e, u, &segs);
+        const float *g = sharc_fsdp_shard_grads(e, u), *gr = sharc_fsdp_shard_grads(er, u);
+        const float *p = sharc_fsdp_shard_params(e, u), *pr = sharc_fsdp_shard_params(er, u);
+        for (int k = 0; k < nseg; k++) {
+            const sharc_param_spec *ps = &s->params[segs[k].param];
+            for (int64_t i = segs[k].shard_off; i < segs[k].shard_off + segs[k].len; i++) {
+                if (ps->frozen) {
+                    if (memcmp(&p[i], &init[u][i], 4) != 0)
+                        TEST_FAIL_AT("frozen %s changed at step 1: %.9g -> %.9g", ps->name, init[u][i], p[i]);
+                    continue;
+                }
+                if (memcmp(&g[i], &gr[i], 4) != 0)
+                    TEST_FAIL_AT("%s: gradient %.9g frozen vs %.9g without (shard element %lld)", ps->name, g[i],
+                                 gr[i], (long long)i);
+                if (memcmp(&p[i], &pr[i], 4) != 0)
+                    TEST_FAIL_AT("%s: after step 1 %.9g frozen vs %.9g without", ps->name, p[i], pr[i]);
+                compared++;
+            }
+        }
+    }
+    /* reduced: no reduce-scatter (full unit, per micro-batch) or replicate
+     * all-reduce (shard, per step) of the frozen units' gradients */
+    if (c.fsdp.engine.reduce_dtype == SHARC_DT_F32) {
+        int A = c.train.grad_accum, R_rep = R / S;
+        int64_t rs = b.comm.bytes[SHARC_COLL_REDUCE_SCATTER] - a.comm.bytes[SHARC_COLL_REDUCE_SCATTER];
+        int64_t ar = b.comm.bytes[SHARC_COLL_ALL_REDUCE] - a.comm.bytes[SHARC_COLL_ALL_REDUCE];
+        int64_t want_rs = S > 1 ? (int64_t)(c.fsdp.engine.no_sync ? 1 : A) * 4 * frozen_padded : 0;
+        int64_t want_ar = R_rep > 1 ? 4 * frozen_shard : 0;
+        if (rs != want_rs || ar != want_ar)
+            TEST_FAIL_AT("bytes saved: reduce-scatter %lld (expected %lld), all-reduce %lld (expected %lld)",
+                         (long long)rs, (long long)want_rs, (long long)ar, (long long)want_ar);
+    }
+    for (int s = 1; s < 5; s++) {
+        ASSERT_OK(sharc_trainer_step(t, &a));
+        ASSERT_TRUE(isfinite(a.loss) && !a.skipped);
+    }
+    for (int u = 0; u < U; u++) {
+        const sharc_unit_spec *s = sharc_fsdp_unit_spec(e, u);
+        const sharc_segment *segs;
+        int nseg = sharc_fsdp_shard_segments(e, u, &segs);
+        const float *p = sharc_fsdp_shard_params(e, u);
+        for (int k = 0; k < nseg; k++)
+            if (s->params[segs[k].param].frozen &&
+                memcmp(p + segs[k].shard_off, init[u] + segs[k].shard_off, 4 * (size_t)segs[k].len) != 0)
+                TEST_FAIL_AT("frozen %s changed within 5 steps", s->params[segs[k].param].name);
+        free(init[u]);
+    }
+    free(init);
+    if (sharc_comm_rank(world) == 0)
+        printf("frozen at %d ranks: %lld parameters frozen; grads %lld -> %lld bytes, moments %lld -> %lld bytes per "
+               "rank; reduce-scatter %lld -> %lld, all-reduce %lld -> %lld bytes in step 1; %lld trainable elements "
+               "bit-identical\n",
+               R, (long long)nfrozen, (long long)g_ref, (long long)g_t, (long long)o_ref, (long long)o_t,
+               (long long)b.comm.bytes[SHARC_COLL_REDUCE_SCATTER], (long long)a.comm.bytes[SHARC_COLL_REDUCE_SCATTER],
+               (long long)b.comm.bytes[SHARC_COLL_ALL_REDUCE], (long long)a.comm.bytes[SHARC_COLL_ALL_REDUCE],
+               (long long)compared);
+    sharc_trainer_free(t);
+    sharc_trainer_free(ref);
+}
+
 /* ---------------------------------------------------------------- gather */
 
 /* Every unit's gathered parameters equal the fp32 master values rounded to
@@ -547,12 +679,15 @@ static void test_ckpt_save(int argc, char **argv) {
     for (int u = 0; u < nu; u++) {
         const sharc_unit_spec *s = sharc_fsdp_unit_spec(e, u);
         int64_t ns = sharc_fsdp_shard_numel(e, u);
-        for (int k = 0; k < 3; k++) bufs[3 * u + k] = malloc(sizeof(float) * (size_t)(ns * mesh->dp_shard));
+        for (int k = 0; k < 3; k++) bufs[3 * u + k] = calloc((size_t)(ns * mesh->dp_shard), sizeof(float));
         ASSERT_OK(sharc_fsdp_gather_master(e, u, bufs[3 * u]));
-        ASSERT_OK(sharc_comm_all_gather(mesh->shard, sharc_adamw_m(sharc_trainer_optimizer(t), u), bufs[3 * u + 1],
-                                       (size_t)ns, SHARC_DT_F32));
-        ASSERT_OK(sharc_comm_all_gather(mesh->shard, sharc_adamw_v(sharc_trainer_optimizer(t), u), bufs[3 * u + 2],
-                                       (size_t)ns, SHARC_DT_F32));
+        /* a frozen unit has no moments (note [frozen-params]): the checkpoint holds zeros */
+        if (sharc_adamw_m(sharc_trainer_optimizer(t), u)) {
+            ASSERT_OK(sharc_comm_all_gather(mesh->shard, sharc_adamw_m(sharc_trainer_optimizer(t), u),
+                                           bufs[3 * u + 1], (size_t)ns, SHARC_DT_F32));
+            ASSERT_OK(sharc_comm_all_gather(mesh->shard, sharc_adamw_v(sharc_trainer_optimizer(t), u),
+                                           bufs[3 * u + 2], (size_t)ns, SHARC_DT_F32));
+        }
         for (int p = 0; p < s->nparams; p++)
             for (int k = 0; k < 3; k++) {
                 snprintf(names[n], sizeof names[n], "%c.%s", "pmv"[k], s->params[p].name);
@@ -605,6 +740,12 @@ static void test_ckpt_load(int argc, char **argv) {
                 ASSERT_TRUE(rt != NULL);
                 float *want = malloc(sizeof(float) * (size_t)segs[k].len);
                 ASSERT_OK(sharc_st_read_f32(ref, rt, segs[k].param_off, segs[k].len, want));
+                if (!have[kind]) { /* a frozen unit's moments: not loaded, saved as zeros */
+                    for (int64_t i = 0; i < segs[k].len; i++)
+                        if (want[i] != 0.0f) TEST_FAIL_AT("%s: a frozen unit's saved moment is %g", name, want[i]);
+                    free(want);
+                    continue;
+                }
                 if (memcmp(want, have[kind] + segs[k].shard_off, sizeof(float) * (size_t)segs[k].len) != 0)
                     TEST_FAIL_AT("%s [%lld, %lld) differs from the saved values", name, (long long)segs[k].param_off,
                                  (long long)(segs[k].param_off + segs[k].len));
@@ -810,6 +951,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(what, "badstep")) test_badstep(argc - 2, argv + 2);
     else if (!strcmp(what, "hf")) test_hf(argc - 2, argv + 2);
     else if (!strcmp(what, "wide")) test_wide();
+    else if (!strcmp(what, "frozen")) test_frozen(argc - 2, argv + 2);
     else {
         fprintf(stderr, "unknown test %s\n", what);
         return 2;
