@@ -140,6 +140,34 @@ TEST(model_activation_checkpointing_saves_memory) {
     sharc_model_free(m);
 }
 
+/* The planner's activation bytes (sharc_model_activation_bytes) are exactly
+ * what sharc_model_plan allocates: both families, checkpointing on and off,
+ * a sequence that is not a multiple of the attention block, a head chunked
+ * in several pieces (V large against HEAD_CHUNK_BYTES) and a short one. */
+TEST(model_activation_bytes_match_the_plan) {
+    for (int fam = 0; fam < 2; fam++)
+        for (int ac = 0; ac < 2; ac++)
+            for (int shape = 0; shape < 3; shape++) {
+                sharc_model_config c;
+                small_config(&c, fam ? SHARC_FAMILY_LLAMA : SHARC_FAMILY_GPT2);
+                c.num_layers = 3;
+                c.max_seq_len = 200;
+                if (shape == 2) c.vocab_size = 300000; /* 16-row head chunks */
+                int B = shape == 1 ? 3 : 1, T = shape == 1 ? 131 : 16;
+                sharc_model *m;
+                ASSERT_OK(sharc_model_init(&m, &c, NULL));
+                sharc_mem_stats s0, s1;
+                sharc_mem_get(&s0);
+                ASSERT_OK(sharc_model_plan(m, B, T, ac));
+                sharc_mem_get(&s1);
+                int64_t got = s1.current[SHARC_MEM_ACTIVATIONS] - s0.current[SHARC_MEM_ACTIVATIONS];
+                if (got != sharc_model_activation_bytes(m, B, T, ac))
+                    TEST_FAIL_AT("family %d ac %d shape %d: %lld allocated, %lld planned", fam, ac, shape,
+                                 (long long)got, (long long)sharc_model_activation_bytes(m, B, T, ac));
+                sharc_model_free(m);
+            }
+}
+
 /* Two micro-batches of one sequence, each scaled by 1/total, accumulate to
  * the gradient of one batch of two sequences. */
 TEST(model_micro_batches_accumulate) {

@@ -75,6 +75,9 @@ sharc_device *sharc_model_device(const sharc_model *m);
  * With activation_checkpointing only each block's input is kept and the
  * block is recomputed in backward. */
 sharc_status sharc_model_plan(sharc_model *m, int B, int T, bool activation_checkpointing);
+/* The bytes sharc_model_plan(m, B, T, ac) allocates, without allocating
+ * (the attention workspace at the current sharc_threads_get()). */
+int64_t sharc_model_activation_bytes(const sharc_model *m, int B, int T, bool activation_checkpointing);
 
 /* One micro-batch forward + backward: inputs, targets (B*T; target < 0 is
  * masked). Gradients are accumulated (+=) through the engine with each

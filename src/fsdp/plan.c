@@ -124,3 +124,29 @@ sharc_status sharc_fsdp_plan_make(sharc_fsdp_plan *p, const sharc_unit_spec *uni
     p->bytes[SHARC_MEM_OTHER] = (int64_t)sizeof(double); /* the device scalar of the gradient norm */
     return SHARC_OK;
 }
+
+sharc_status sharc_fsdp_plan_bytes(const sharc_unit_spec *units, int nunits, const sharc_unit_schedule *schedule,
+                                   const sharc_fsdp_config *cfg, int S, bool shared, sharc_fsdp_plan_summary *out) {
+    if (S < 1) return sharc_error(SHARC_ERR_INVALID, "fsdp: a shard group of %d ranks", S);
+    shared = shared && S > 1 && cfg->param_dtype == SHARC_DT_F32;
+    /* as sharc_fsdp_init makes it (fsdp.c make_plan, after the shared windows) */
+    sharc_fsdp_plan_in in = {.S = S,
+                             .shard_rank = 0,
+                             .max_live = schedule ? schedule->max_live : 1,
+                             .params_in_place = shared || (S == 1 && cfg->param_dtype == SHARC_DT_F32),
+                             .grads_in_place = S == 1,
+                             .grads_shared = shared && cfg->reduce_dtype == SHARC_DT_F32};
+    sharc_fsdp_plan p;
+    SHARC_TRY(sharc_fsdp_plan_make(&p, units, nunits, cfg, &in));
+    memset(out, 0, sizeof *out);
+    for (int c = 0; c < SHARC_MEM_NCAT; c++) out->bytes[c] = p.bytes[c];
+    for (int u = 0; u < nunits; u++) {
+        if (sharc_unit_trainable(&units[u])) {
+            out->trainable_shard += p.units[u].numel_shard;
+            if (p.units[u].numel_shard > out->max_trainable_shard) out->max_trainable_shard = p.units[u].numel_shard;
+        }
+        if (p.units[u].numel_padded > out->max_padded) out->max_padded = p.units[u].numel_padded;
+    }
+    sharc_fsdp_plan_free(&p);
+    return SHARC_OK;
+}

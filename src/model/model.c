@@ -328,6 +328,24 @@ static float *act(sharc_model *m, int64_t n, bool *ok) {
     return p;
 }
 
+/* What sharc_model_plan below allocates (SHARC_MEM_ACTIVATIONS), buffer for
+ * buffer: the planner's activations (tests/test_model.c holds the two equal). */
+int64_t sharc_model_activation_bytes(const sharc_model *m, int B, int T, bool activation_checkpointing) {
+    int64_t N = (int64_t)B * T, C = m->C, f = 0;
+    int64_t sets = activation_checkpointing ? 1 : m->L;
+    f += (int64_t)(m->L + 1) * N * C;                                                 /* x */
+    f += sets * (4 * N * C + 4 * N + N * m->QKV + (int64_t)B * m->NH * T + N * m->F + N * m->Fa); /* block_acts */
+    f += 2 * N + N * C;                                                               /* lnf, mean, rstd */
+    f += 4 * N * C + N * m->QKV + N * m->F + N * m->Fa;                               /* tmp, dres, dxmid, dtmp, dqkv, dfc, dfca */
+    f += m->k->attention_workspace(T);
+    int64_t chunk = HEAD_CHUNK_BYTES / ((int64_t)m->V * (int64_t)sizeof(float));
+    if (chunk < 16) chunk = 16;
+    if (chunk > N) chunk = N;
+    f += chunk * m->V;                                                                /* head_ws */
+    f += 2 * (int64_t)T * (m->hd / 2 > 0 ? m->hd / 2 : 1);                            /* rope tables */
+    return f * (int64_t)sizeof(float) + (int64_t)sizeof(double);                     /* + the loss scalar */
+}
+
 sharc_status sharc_model_plan(sharc_model *m, int B, int T, bool activation_checkpointing) {
     if (B < 1 || T < 1) return sharc_error(SHARC_ERR_INVALID, "model: batch %d x %d tokens, expected >= 1", B, T);
     if (m->cfg.family == SHARC_FAMILY_GPT2 && T > m->cfg.max_seq_len)

@@ -32,6 +32,7 @@
 #include "sharc/fileio.h"
 #include "sharc/hf.h"
 #include "sharc/log.h"
+#include "sharc/memplan.h"
 #include "sharc/mesh.h"
 #include "sharc/optim.h"
 #include "sharc/prof.h"
@@ -636,7 +637,22 @@ sharc_status sharc_train_run(const sharc_config *cfg, sharc_comm *world) {
         sharc_watchdog_stop();
         return st;
     }
+    /* note [memory-plan]: the plan, and at the end the measured peaks beside it */
+    sharc_memplan plan;
+    bool planned = false;
+    int64_t run_peak[SHARC_MEM_NCAT] = {0};
+    {
+        /* where shared memory is allowed the collectives stay on the node */
+        int R = sharc_comm_size(t->world), S = t->mesh.dp_shard;
+        int rpn = sharc_comm_shared_memory_allowed(t->world) ? R
+                  : S > 1 && sharc_comm_shared_memory_allowed(t->mesh.shard) ? S : 1;
+        planned = sharc_memplan_make(&plan, c, sharc_comm_size(t->world), rpn, sharc_threads_get()) == SHARC_OK;
+    }
     if (lead) print_banner(t);
+    if (lead && planned) {
+        sharc_memplan_print(stdout, &plan, c, NULL);
+        fflush(stdout);
+    }
     if (getenv("SHARC_PROFILE")) sharc_prof_enable(true);
     reset_comm_stats(t); /* the start-up agreement is not step 1's traffic */
     /* a progress bar only on a terminal; under mpirun Open MPI gives rank 0 a
@@ -673,6 +689,7 @@ sharc_status sharc_train_run(const sharc_config *cfg, sharc_comm *world) {
         }
         tok_sum += (double)s.tokens;
         time_sum += g.step_s_max;
+        for (int k = 0; k < SHARC_MEM_NCAT; k++) run_peak[k] = g.mem_peak[k] > run_peak[k] ? g.mem_peak[k] : run_peak[k];
         /* the step's lines (note [jsonl]); a write that fails (a full disk) stops every rank */
         sharc_status out = SHARC_OK;
         if (debug) {
@@ -727,6 +744,10 @@ sharc_status sharc_train_run(const sharc_config *cfg, sharc_comm *world) {
         if (st == SHARC_OK && lead)
             sharc_info("sharc: %.0f tok/s over the run; weights saved to %s", time_sum > 0 ? tok_sum / time_sum : 0.0,
                        rd.weights);
+        if (st == SHARC_OK && lead && planned && time_sum > 0) {
+            printf("measured peaks (the largest rank, every step) beside the plan:\n");
+            sharc_memplan_print(stdout, &plan, c, run_peak);
+        }
         if (st == SHARC_OK && lead && bad_total)
             sharc_warn("%d step%s skipped for a non-finite loss or grad norm", bad_total, bad_total > 1 ? "s" : "");
     }

@@ -26,6 +26,9 @@
  *                                       (note [frozen-params]): same loss and trainable
  *                                       gradients and updates bit for bit, frozen
  *                                       parameters unchanged, fewer bytes reduced and held
+ *   mpi_tests memplan DATA KEY=VALUE ...  every strategy x activation checkpointing on/off:
+ *                                       each category's measured peak over 2 steps against
+ *                                       the memory plan (sharc/memplan.h)
  *   mpi_tests wide                      one shard group of all ranks (run at 65): the
  *                                       engine's shared-window reduction sums every rank
  *
@@ -37,6 +40,8 @@
 #include "sharc/fsdp.h"
 #include "sharc/hf.h"
 #include "sharc/log.h"
+#include "sharc/blas.h"
+#include "sharc/memplan.h"
 #include "sharc/mesh.h"
 #include "sharc/model.h"
 #include "sharc/optim.h"
@@ -595,6 +600,64 @@ static void test_frozen(int argc, char **argv) {
     sharc_trainer_free(ref);
 }
 
+/* --------------------------------------------------------------- memplan */
+
+/* Note [memory-plan]: for FULL_SHARD, SHARD_GRAD_OP, NO_SHARD (and
+ * HYBRID_SHARD 2 x N/2 at an even world), each with activation
+ * checkpointing off and on, the peak of every planned category over two
+ * steps on this rank equals the plan (sharc_memplan_make, with the rank
+ * placement the trainer sees): params, grads, optim, gathered, activations
+ * and comm exactly; "other" holds the dataset, which the plan leaves out, so
+ * only plan <= peak is asserted there. */
+static void test_memplan(int argc, char **argv) {
+    ASSERT_TRUE(argc >= 1);
+    const int R = sharc_comm_size(world);
+    const char *strategies[] = {"FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD"};
+    double worst = 0.0;
+    int runs = 0;
+    for (int si = 0; si < 4; si++)
+        for (int ac = 0; ac < 2; ac++) {
+            if (si == 3 && (R < 4 || R % 2)) continue;
+            sharc_config c;
+            base_config(&c, argv[0]);
+            c.train.max_steps = 2;
+            ASSERT_OK(sharc_config_set(&c, "fsdp.sharding_strategy", strategies[si], "test"));
+            if (si == 3) c.fsdp.engine.fsdp_size = 2;
+            c.fsdp.activation_checkpointing = ac;
+            apply_args(&c, argc - 1, argv + 1);
+            sharc_trainer *t;
+            ASSERT_OK(sharc_trainer_init(&t, &c, world));
+            const sharc_mesh *mesh = sharc_trainer_mesh(t);
+            /* as the trainer places ranks for its plan (sharc_train_run) */
+            int rpn = sharc_comm_shared_memory_allowed(world) ? R
+                      : mesh->dp_shard > 1 && sharc_comm_shared_memory_allowed(mesh->shard) ? mesh->dp_shard : 1;
+            sharc_memplan p;
+            ASSERT_OK(sharc_memplan_make(&p, sharc_trainer_config(t), R, rpn, sharc_threads_get()));
+            int64_t peak[SHARC_MEM_NCAT] = {0};
+            for (int s = 0; s < 2; s++) {
+                sharc_step_stats st;
+                ASSERT_OK(sharc_trainer_step(t, &st));
+                for (int k = 0; k < SHARC_MEM_NCAT; k++) peak[k] = st.mem.peak[k] > peak[k] ? st.mem.peak[k] : peak[k];
+            }
+            for (int k = 0; k < SHARC_MEM_NCAT; k++) {
+                bool exact = k != SHARC_MEM_OTHER;
+                if (exact ? peak[k] != p.bytes[k] : peak[k] < p.bytes[k])
+                    TEST_FAIL_AT("%s, activation checkpointing %d, %s: measured peak %lld bytes, planned %lld",
+                                 strategies[si], ac, sharc_mem_cat_name((sharc_mem_cat)k), (long long)peak[k],
+                                 (long long)p.bytes[k]);
+                if (exact && p.bytes[k] > 0) {
+                    double r = fabs((double)peak[k] / (double)p.bytes[k] - 1.0);
+                    worst = r > worst ? r : worst;
+                }
+            }
+            runs++;
+            sharc_trainer_free(t);
+        }
+    if (sharc_comm_rank(world) == 0)
+        printf("memory plan at %d ranks: %d configurations, every planned category's peak equal to the plan "
+               "(worst relative difference %.2g)\n", R, runs, worst);
+}
+
 /* ---------------------------------------------------------------- gather */
 
 /* Every unit's gathered parameters equal the fp32 master values rounded to
@@ -952,6 +1015,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(what, "hf")) test_hf(argc - 2, argv + 2);
     else if (!strcmp(what, "wide")) test_wide();
     else if (!strcmp(what, "frozen")) test_frozen(argc - 2, argv + 2);
+    else if (!strcmp(what, "memplan")) test_memplan(argc - 2, argv + 2);
     else {
         fprintf(stderr, "unknown test %s\n", what);
         return 2;
