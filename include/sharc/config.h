@@ -71,6 +71,8 @@ typedef struct {
 typedef struct {
     sharc_fsdp_config engine; /* sharding_strategy, fsdp_size, dtypes, prefetch, ... */
     bool activation_checkpointing;
+    bool apply_tiled_mlp;  /* note [tiled-mlp] in src/model/model.c */
+    int tiled_num_shards;  /* its chunks per block (may differ between ranks) */
     bool cpu_offload;     /* accepted, not implemented: a warning at start (sharc_config_warnings) */
     bool use_orig_params; /* accepted from FSDP1 configs; no meaning here */
     int wrap_policy;      /* 0 transformer_block (the only one implemented), 1 size, 2 none */

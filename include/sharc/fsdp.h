@@ -60,8 +60,10 @@ typedef struct {
     int fsdp_size;              /* HYBRID_SHARD shard-group size */
     sharc_dtype param_dtype;    /* F32, BF16 or F16: parameters are gathered and computed rounded to it */
     sharc_dtype reduce_dtype;   /* F32 or BF16: gradients are reduced in it, accumulated in fp32 */
-    bool forward_prefetch;      /* gather unit u+1 while u runs forward */
+    bool forward_prefetch;      /* gather the next units while u runs forward */
     sharc_backward_prefetch backward_prefetch;
+    int forward_prefetch_depth;  /* units gathered ahead in forward (>= 1; MindSpeed-MM's num_to_forward_prefetch) */
+    int backward_prefetch_depth; /* units gathered ahead in backward (>= 1; num_to_backward_prefetch) */
     int limit_all_gathers;      /* at most this many gathered non-root units alive (0: no limit) */
     bool no_sync;               /* keep unsharded gradients across micro-batches, reduce once per step */
 } sharc_fsdp_config;

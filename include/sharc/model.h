@@ -75,6 +75,10 @@ sharc_device *sharc_model_device(const sharc_model *m);
  * With activation_checkpointing only each block's input is kept and the
  * block is recomputed in backward. */
 sharc_status sharc_model_plan(sharc_model *m, int B, int T, bool activation_checkpointing);
+/* Note [tiled-mlp] (src/model/model.c; fsdp.apply_tiled_mlp, fsdp.tiled_num_shards):
+ * run each block's MLP over `tiles` chunks of rows (<= 1: untiled), keeping
+ * no (B*T, F) intermediates; takes effect at the next sharc_model_plan. */
+void sharc_model_set_tiled_mlp(sharc_model *m, int tiles);
 /* The bytes sharc_model_plan(m, B, T, ac) allocates, without allocating
  * (the attention workspace at the current sharc_threads_get()). */
 int64_t sharc_model_activation_bytes(const sharc_model *m, int B, int T, bool activation_checkpointing);

@@ -41,6 +41,8 @@ void sharc_fsdp_config_default(sharc_fsdp_config *c) {
     c->reduce_dtype = SHARC_DT_F32;
     c->forward_prefetch = false;
     c->backward_prefetch = SHARC_BACKWARD_PREFETCH_PRE;
+    c->forward_prefetch_depth = 1;
+    c->backward_prefetch_depth = 1;
     c->limit_all_gathers = 0;
     c->no_sync = false;
 }
@@ -233,12 +235,31 @@ static int next_in_backward(const sharc_fsdp *e, int u) {
 
 /* Start gathering unit u ahead of its use if its strategy takes a slot and
  * one is free (fsdp.limit_all_gathers may leave none: then it is gathered
- * on demand). */
-static void prefetch(sharc_fsdp *e, int u) {
-    if (u < 0 || !e->gather->slot) return;
+ * on demand). Returns false when no slot was free. */
+static bool prefetch(sharc_fsdp *e, int u) {
+    if (u < 0 || !e->gather->slot) return true;
     sharc_fsdp_unit *t = &e->units[u];
-    if (t->params != SHARC_PARAMS_SHARDED) return;
-    sharc_fsdp_unit_unshard(e, t, true);
+    if (t->params != SHARC_PARAMS_SHARDED) return true;
+    return sharc_fsdp_unit_unshard(e, t, true);
+}
+
+/* Note [prefetch-depth]. The `depth` units after u in forward order (or in
+ * backward order), in that order: a unit already gathered or in flight
+ * counts, the walk stops at the first unit no slot is free for, so the
+ * nearest units are always the ones in flight. The plan gives max_live +
+ * depth slots (fsdp.limit_all_gathers caps them), so at depth d up to d
+ * all-gathers are in flight at once; which units are gathered, and so every
+ * value computed, does not depend on d. */
+static void prefetch_forward(sharc_fsdp *e, int u) {
+    int depth = e->cfg.forward_prefetch_depth > 1 ? e->cfg.forward_prefetch_depth : 1;
+    for (int k = 0; k < depth && (u = next_in_forward(e, u)) >= 0; k++)
+        if (!prefetch(e, u)) return;
+}
+
+static void prefetch_backward(sharc_fsdp *e, int u) {
+    int depth = e->cfg.backward_prefetch_depth > 1 ? e->cfg.backward_prefetch_depth : 1;
+    for (int k = 0; k < depth && (u = next_in_backward(e, u)) >= 0; k++)
+        if (!prefetch(e, u)) return;
 }
 
 /* ------------------------------------------------------------- the verbs */
@@ -260,7 +281,7 @@ void sharc_fsdp_forward_done(sharc_fsdp *e, int u) {
     sharc_fsdp_unit *t = sharc_fsdp_unit_at(e, u);
     sharc_fsdp_unit_expect(t, "forward_done", P(GATHERED), G(NONE) | G(HELD));
     if (e->reshard_after_forward && !t->spec.root) sharc_fsdp_unit_reshard(e, t);
-    if (e->cfg.forward_prefetch) prefetch(e, next_in_forward(e, u));
+    if (e->cfg.forward_prefetch) prefetch_forward(e, u);
 }
 
 void sharc_fsdp_release(sharc_fsdp *e, int u) {
@@ -279,7 +300,7 @@ float *sharc_fsdp_grad(sharc_fsdp *e, int u) {
     float *g = t->trainable ? sharc_fsdp_unit_grad_open(e, t) : NULL;
     /* BACKWARD_PRE: the next unit's parameters are requested now, while this
      * unit's backward runs (the first call to grad(u) opens its backward). */
-    if (e->cfg.backward_prefetch == SHARC_BACKWARD_PREFETCH_PRE) prefetch(e, next_in_backward(e, u));
+    if (e->cfg.backward_prefetch == SHARC_BACKWARD_PREFETCH_PRE) prefetch_backward(e, u);
     return g;
 }
 
@@ -294,7 +315,7 @@ void sharc_fsdp_backward_done(sharc_fsdp *e, int u) {
         sharc_fsdp_unit_hold(t);
     }
     sharc_fsdp_unit_reshard(e, t);
-    if (e->cfg.backward_prefetch == SHARC_BACKWARD_PREFETCH_POST) prefetch(e, next_in_backward(e, u));
+    if (e->cfg.backward_prefetch == SHARC_BACKWARD_PREFETCH_POST) prefetch_backward(e, u);
 }
 
 void sharc_fsdp_zero_grad(sharc_fsdp *e) {

@@ -4,15 +4,16 @@
  *
  * Note [gathered-bound]. Gathered memory is planned as slots lent to units.
  * Parameters: with reshard_after_forward (FULL_SHARD), max_live slots of the
- * largest non-root unit for the units the model holds at once, one more if
- * prefetch is on (fsdp.limit_all_gathers caps the total, never below
+ * largest non-root unit for the units the model holds at once, one more per
+ * unit prefetched ahead (the larger of the forward and backward depths, note
+ * [prefetch-depth] in fsdp.c; fsdp.limit_all_gathers caps the total, never below
  * max_live), and one exact-size slot per root unit; without it
  * (SHARD_GRAD_OP) every unit keeps an exact-size slot from its forward to its
  * backward; none when gathers need no slot (one process in fp32, or the
  * shared window). Gradients: max_live slots of the largest non-root unit
  * plus one per root unit, or one per unit with fsdp.no_sync; none at one
  * process. So, all padded, fp32:
- *   parameters  FULL_SHARD:    (max_live + prefetch) x max non-root unit + sum of root units
+ *   parameters  FULL_SHARD:    (max_live + prefetch depth) x max non-root unit + sum of root units
  *               SHARD_GRAD_OP: sum of all units
  *   gradients   max_live x max non-root unit + sum of root units (every unit with no_sync)
  * where for gradients (slots and shards) only trainable units count: a unit
@@ -37,7 +38,14 @@ sharc_status sharc_fsdp_plan_make(sharc_fsdp_plan *p, const sharc_unit_spec *uni
                                   const sharc_fsdp_config *cfg, const sharc_fsdp_plan_in *in) {
     memset(p, 0, sizeof *p);
     p->nunits = nunits;
-    size_t n = (size_t)nunits + (size_t)in->max_live + 1; /* most slots a list can have */
+    /* note [prefetch-depth] in fsdp.c: as many slots as units prefetched ahead (at most every unit) */
+    int fd = cfg->forward_prefetch ? (cfg->forward_prefetch_depth > 1 ? cfg->forward_prefetch_depth : 1) : 0;
+    int bd = cfg->backward_prefetch != SHARC_BACKWARD_PREFETCH_NONE
+                 ? (cfg->backward_prefetch_depth > 1 ? cfg->backward_prefetch_depth : 1)
+                 : 0;
+    int prefetch = fd > bd ? fd : bd;
+    if (prefetch > nunits) prefetch = nunits;
+    size_t n = (size_t)nunits + (size_t)in->max_live + (size_t)prefetch + 1; /* most slots a list can have */
     p->units = calloc((size_t)(nunits > 0 ? nunits : 1), sizeof *p->units);
     p->param_slot_numel = calloc(n, sizeof(int64_t));
     p->grad_slot_numel = calloc(n, sizeof(int64_t));
@@ -71,7 +79,6 @@ sharc_status sharc_fsdp_plan_make(sharc_fsdp_plan *p, const sharc_unit_spec *uni
     int k = 0;
     if (!in->params_in_place) {
         if (reshard) {
-            int prefetch = cfg->forward_prefetch || cfg->backward_prefetch != SHARC_BACKWARD_PREFETCH_NONE;
             int live = in->max_live + prefetch;
             if (cfg->limit_all_gathers > 0 && live > cfg->limit_all_gathers) live = cfg->limit_all_gathers;
             if (live < in->max_live) live = in->max_live; /* the model needs that many at once */

@@ -58,8 +58,8 @@ typedef struct {
     float *att, *lse;                 /* (N,C), (B,NH,T) */
     float *xmid;                      /* (N,C) residual after attention */
     float *ln2, *ln2_mean, *ln2_rstd; /* (N,C), (N), (N) */
-    float *fc;                        /* (N, F) MLP pre-activation */
-    float *fca;                       /* (N, Fa) MLP activation */
+    float *fc;                        /* (N, F) MLP pre-activation (NULL with a tiled MLP) */
+    float *fca;                       /* (N, Fa) MLP activation (NULL with a tiled MLP) */
 } block_acts;
 
 struct sharc_model {
@@ -79,6 +79,9 @@ struct sharc_model {
     int B, T;
     int plan_threads; /* the thread count the workspaces were sized for */
     bool ac;
+    int tiles;         /* note [tiled-mlp]: the MLP runs over this many row chunks (1: untiled) */
+    int64_t tile_rows; /* rows of one chunk: ceil(B*T / tiles) */
+    float *tfc, *tfca; /* (tile_rows, F), (tile_rows, Fa): one chunk's MLP intermediates, every block's */
     int nsets;
     float *x;          /* (L+1, N, C) residual stream: x[l] is block l's input */
     block_acts *sets;  /* nsets */
@@ -292,12 +295,14 @@ static void free_plan(sharc_model *m) {
     m->sets = NULL;
     m->nsets = 0;
     float *bufs[] = {m->lnf, m->lnf_mean, m->lnf_rstd, m->tmp, m->dres, m->dxmid, m->dtmp,
-                     m->dqkv, m->dfc, m->dfca, m->att_ws, m->head_ws, m->rope_cos, m->rope_sin};
+                     m->dqkv, m->dfc, m->dfca, m->att_ws, m->head_ws, m->rope_cos, m->rope_sin,
+                     m->tfc, m->tfca};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) sharc_device_free(m->dev, bufs[i]);
     sharc_device_free(m->dev, m->loss);
     m->x = NULL;
     m->lnf = m->lnf_mean = m->lnf_rstd = m->tmp = m->dres = m->dxmid = m->dtmp = NULL;
     m->dqkv = m->dfc = m->dfca = m->att_ws = m->head_ws = m->rope_cos = m->rope_sin = NULL;
+    m->tfc = m->tfca = NULL;
     m->loss = NULL;
 }
 
@@ -328,15 +333,42 @@ static float *act(sharc_model *m, int64_t n, bool *ok) {
     return p;
 }
 
+/* Note [tiled-mlp] (ROLL's apply_tiled_mlp / tiled_num_shards, DeepSpeed's
+ * TiledMLP). The MLP is row-wise, so with `tiles` > 1 each block runs it over
+ * chunks of ceil(B*T / tiles) rows (the flattened batch x sequence, the last
+ * chunk shorter): forward keeps only the MLP's input (ln2, which the block
+ * keeps anyway) and, per chunk, computes fc, the activation and the down
+ * projection into its rows of the output; backward recomputes each chunk's
+ * fc and activation from ln2 and runs that chunk's backward, the weight
+ * gradients of every chunk accumulating (+=) into the unit's one gradient
+ * buffer, reduce-scattered once after the block as always. So the
+ * (B*T, F) and (B*T, Fa) intermediates of every block, and their gradients,
+ * become one chunk's, shared by all blocks, for one more fc matmul and
+ * activation per block in backward. Outputs and input gradients are the
+ * untiled ones row for row; weight gradients are the same sums taken chunk
+ * by chunk (fp32 rounding). The number of chunks may differ between ranks
+ * (the gather stays per unit). */
+void sharc_model_set_tiled_mlp(sharc_model *m, int tiles) { m->tiles = tiles > 1 ? tiles : 1; }
+
+/* Rows of MLP intermediates alive at once for N rows (N when untiled). */
+static int64_t mlp_rows(const sharc_model *m, int64_t N) {
+    int64_t t = m->tiles > 1 ? m->tiles : 1;
+    return t > 1 ? (N + t - 1) / t : N;
+}
+
 /* What sharc_model_plan below allocates (SHARC_MEM_ACTIVATIONS), buffer for
  * buffer: the planner's activations (tests/test_model.c holds the two equal). */
 int64_t sharc_model_activation_bytes(const sharc_model *m, int B, int T, bool activation_checkpointing) {
     int64_t N = (int64_t)B * T, C = m->C, f = 0;
     int64_t sets = activation_checkpointing ? 1 : m->L;
+    int64_t R = mlp_rows(m, N); /* note [tiled-mlp]: rows of MLP intermediates alive */
+    bool tiled = R < N;
     f += (int64_t)(m->L + 1) * N * C;                                                 /* x */
-    f += sets * (4 * N * C + 4 * N + N * m->QKV + (int64_t)B * m->NH * T + N * m->F + N * m->Fa); /* block_acts */
+    f += sets * (4 * N * C + 4 * N + N * m->QKV + (int64_t)B * m->NH * T);          /* block_acts */
+    if (!tiled) f += sets * (N * m->F + N * m->Fa);                                   /* fc, fca per set */
+    else f += R * m->F + R * m->Fa;                                                   /* tfc, tfca */
     f += 2 * N + N * C;                                                               /* lnf, mean, rstd */
-    f += 4 * N * C + N * m->QKV + N * m->F + N * m->Fa;                               /* tmp, dres, dxmid, dtmp, dqkv, dfc, dfca */
+    f += 4 * N * C + N * m->QKV + R * m->F + R * m->Fa;                               /* tmp, dres, dxmid, dtmp, dqkv, dfc, dfca */
     f += m->k->attention_workspace(T);
     int64_t chunk = HEAD_CHUNK_BYTES / ((int64_t)m->V * (int64_t)sizeof(float));
     if (chunk < 16) chunk = 16;
@@ -359,6 +391,8 @@ sharc_status sharc_model_plan(sharc_model *m, int B, int T, bool activation_chec
     m->plan_threads = sharc_threads_get();
     int64_t N = (int64_t)B * T, C = m->C;
     bool ok = true;
+    m->tile_rows = mlp_rows(m, N); /* note [tiled-mlp] */
+    const bool tiled = m->tile_rows < N;
     m->x = act(m, (int64_t)(m->L + 1) * N * C, &ok);
     m->nsets = activation_checkpointing ? 1 : m->L;
     m->sets = calloc((size_t)m->nsets, sizeof(block_acts));
@@ -375,8 +409,14 @@ sharc_status sharc_model_plan(sharc_model *m, int B, int T, bool activation_chec
         a->ln2 = act(m, N * C, &ok);
         a->ln2_mean = act(m, N, &ok);
         a->ln2_rstd = act(m, N, &ok);
-        a->fc = act(m, N * m->F, &ok);
-        a->fca = act(m, N * m->Fa, &ok);
+        if (!tiled) {
+            a->fc = act(m, N * m->F, &ok);
+            a->fca = act(m, N * m->Fa, &ok);
+        }
+    }
+    if (tiled) {
+        m->tfc = act(m, m->tile_rows * m->F, &ok);
+        m->tfca = act(m, m->tile_rows * m->Fa, &ok);
     }
     m->lnf = act(m, N * C, &ok);
     m->lnf_mean = act(m, N, &ok);
@@ -386,8 +426,8 @@ sharc_status sharc_model_plan(sharc_model *m, int B, int T, bool activation_chec
     m->dxmid = act(m, N * C, &ok);
     m->dtmp = act(m, N * C, &ok);
     m->dqkv = act(m, N * m->QKV, &ok);
-    m->dfc = act(m, N * m->F, &ok);
-    m->dfca = act(m, N * m->Fa, &ok);
+    m->dfc = act(m, m->tile_rows * m->F, &ok);
+    m->dfca = act(m, m->tile_rows * m->Fa, &ok);
     m->att_ws = act(m, m->k->attention_workspace(T), &ok);
     int64_t chunk = HEAD_CHUNK_BYTES / ((int64_t)m->V * (int64_t)sizeof(float));
     if (chunk < 16) chunk = 16;
@@ -477,6 +517,15 @@ static void norm_bwd(const sharc_model *m, float *dx, float *dw, float *db, cons
         m->k->rmsnorm_backward(m->s, dx, dw, dy, dres, x, w, rstd, N, m->C);
 }
 
+/* Note [tiled-mlp]: one chunk of n rows of the MLP input (ln2 rows) through
+ * fc and the activation, into the shared chunk buffers tfc, tfca. */
+static void mlp_chunk_forward(sharc_model *m, const block_ptrs *w, const float *ln2, int64_t n) {
+    const sharc_kernels *k = m->k;
+    SHARC_PROF("fwd.matmul.fc", k->matmul_forward(m->s, m->tfc, ln2, w->wfc, w->bfc, n, m->C, m->F));
+    if (m->cfg.family == SHARC_FAMILY_LLAMA) SHARC_PROF("fwd.act", k->swiglu_forward(m->s, m->tfca, m->tfc, n, m->Fa));
+    else SHARC_PROF("fwd.act", k->gelu_forward(m->s, m->tfca, m->tfc, n * m->Fa));
+}
+
 static void block_forward(sharc_model *m, const block_ptrs *w, block_acts *a, const float *x,
                           float *y, int B, int T) {
     const sharc_kernels *k = m->k;
@@ -490,6 +539,17 @@ static void block_forward(sharc_model *m, const block_ptrs *w, block_acts *a, co
     SHARC_PROF("fwd.matmul.attproj", k->matmul_forward(s, m->tmp, a->att, w->wo, w->bo, N, m->C, m->C));
     SHARC_PROF("fwd.residual", k->add(s, a->xmid, x, m->tmp, N * m->C));
     SHARC_PROF("fwd.norm", norm_fwd(m, a->ln2, a->ln2_mean, a->ln2_rstd, a->xmid, w->ln2w, w->ln2b, N));
+    if (m->tile_rows < N) { /* note [tiled-mlp]: chunk by chunk into tmp; a recompute stops at ln2 */
+        if (!y) return;
+        for (int64_t r0 = 0; r0 < N; r0 += m->tile_rows) {
+            int64_t n = N - r0 < m->tile_rows ? N - r0 : m->tile_rows;
+            mlp_chunk_forward(m, w, a->ln2 + r0 * m->C, n);
+            SHARC_PROF("fwd.matmul.fcproj", k->matmul_forward(s, m->tmp + r0 * m->C, m->tfca, w->wproj, w->bproj, n,
+                                                              m->Fa, m->C));
+        }
+        SHARC_PROF("fwd.residual", k->add(s, y, a->xmid, m->tmp, N * m->C));
+        return;
+    }
     SHARC_PROF("fwd.matmul.fc", k->matmul_forward(s, a->fc, a->ln2, w->wfc, w->bfc, N, m->C, m->F));
     if (llama) SHARC_PROF("fwd.act", k->swiglu_forward(s, a->fca, a->fc, N, m->Fa));
     else SHARC_PROF("fwd.act", k->gelu_forward(s, a->fca, a->fc, N * m->Fa));
@@ -506,10 +566,22 @@ static void block_backward(sharc_model *m, const block_ptrs *w, const block_ptrs
     int B = m->B, T = m->T;
     int64_t N = (int64_t)B * T;
     bool llama = m->cfg.family == SHARC_FAMILY_LLAMA;
-    SHARC_PROF("bwd.matmul.fcproj", k->matmul_backward(s, m->dfca, g->wproj, g->bproj, dres, a->fca, w->wproj, N, m->Fa, m->C));
-    if (llama) SHARC_PROF("bwd.act", k->swiglu_backward(s, m->dfc, m->dfca, a->fc, N, m->Fa));
-    else SHARC_PROF("bwd.act", k->gelu_backward(s, m->dfc, m->dfca, a->fc, N * m->Fa));
-    SHARC_PROF("bwd.matmul.fc", k->matmul_backward(s, m->dtmp, g->wfc, g->bfc, m->dfc, a->ln2, w->wfc, N, m->C, m->F));
+    /* the MLP: at once, or chunk by chunk recomputing each chunk (note [tiled-mlp]) */
+    for (int64_t r0 = 0; r0 < N; r0 += m->tile_rows) {
+        int64_t n = N - r0 < m->tile_rows ? N - r0 : m->tile_rows;
+        const float *fc = a->fc, *fca = a->fca;
+        if (m->tile_rows < N) {
+            mlp_chunk_forward(m, w, a->ln2 + r0 * m->C, n);
+            fc = m->tfc;
+            fca = m->tfca;
+        }
+        SHARC_PROF("bwd.matmul.fcproj", k->matmul_backward(s, m->dfca, g->wproj, g->bproj, dres + r0 * m->C, fca,
+                                                           w->wproj, n, m->Fa, m->C));
+        if (llama) SHARC_PROF("bwd.act", k->swiglu_backward(s, m->dfc, m->dfca, fc, n, m->Fa));
+        else SHARC_PROF("bwd.act", k->gelu_backward(s, m->dfc, m->dfca, fc, n * m->Fa));
+        SHARC_PROF("bwd.matmul.fc", k->matmul_backward(s, m->dtmp + r0 * m->C, g->wfc, g->bfc, m->dfc,
+                                                       a->ln2 + r0 * m->C, w->wfc, n, m->C, m->F));
+    }
     SHARC_PROF("bwd.norm", norm_bwd(m, m->dxmid, g->ln2w, g->ln2b, m->dtmp, dres, a->xmid, w->ln2w, a->ln2_mean,
              a->ln2_rstd, N));
     SHARC_PROF("bwd.matmul.attproj", k->matmul_backward(s, m->dtmp, g->wo, g->bo, m->dxmid, a->att, w->wo, N, m->C, m->C));

@@ -11,8 +11,8 @@
  *                                  have no gradient memory)
  *   optim                          2 moments x 4 bytes x the trainable units' shards
  *   activations                    sharc_model_activation_bytes (model.c's plan:
- *                                  B x T, checkpointing on/off, attention
- *                                  workspace for the rank's threads)
+ *                                  B x T, checkpointing on/off, the tiled MLP,
+ *                                  attention workspace for the rank's threads)
  *   other                          the step's token batch and the engine's scalar
  *
  * So for a run on one node the planned bytes are the allocated ones
@@ -71,6 +71,7 @@ sharc_status sharc_memplan_make(sharc_memplan *p, const sharc_config *cfg, int w
         p->bytes[SHARC_MEM_OPTIM] = 2 * (int64_t)sizeof(float) * e.trainable_shard;
         int old = sharc_threads_get();
         sharc_threads_set(p->threads);
+        if (cfg->fsdp.apply_tiled_mlp) sharc_model_set_tiled_mlp(m, cfg->fsdp.tiled_num_shards);
         p->bytes[SHARC_MEM_ACTIVATIONS] = sharc_model_activation_bytes(m, cfg->train.batch_size, cfg->train.seq_len,
                                                                         cfg->fsdp.activation_checkpointing);
         sharc_threads_set(old);

@@ -3,7 +3,8 @@
 # The memory plan (note [memory-plan] in src/train/memplan.c):
 #  - at 1-4 ranks, GPT-2 and Llama, FULL_SHARD / SHARD_GRAD_OP / NO_SHARD /
 #    HYBRID_SHARD, activation checkpointing off and on, frozen units, bf16
-#    parameters, MPI collectives instead of shared memory: every planned
+#    parameters, the tiled MLP, prefetch depth, MPI collectives instead of
+#    shared memory: every planned
 #    category's measured peak equals the plan (mpi_tests memplan);
 #  - `sharc plan` prints a 7B and a 70B Llama at 8-1024 ranks in a few MB of
 #    memory, params per rank = 4 x parameters / ranks (plus padding), and
@@ -28,6 +29,9 @@ check 3 $L
 check 3 model.freeze_module_prefix=wte,wpe,h.0. train.grad_accum=2
 check 2 $L fsdp.param_dtype=bf16 fsdp.no_sync=true train.grad_accum=2
 check 3 fsdp.forward_prefetch=true fsdp.limit_all_gathers=1
+check 2 fsdp.apply_tiled_mlp=true fsdp.tiled_num_shards=3
+check 3 $L fsdp.apply_tiled_mlp=true fsdp.tiled_num_shards=5
+SHARC_COMM_SHM=0 check 3 model.num_layers=4 fsdp.forward_prefetch=true fsdp.num_to_forward_prefetch=3 fsdp.num_to_backward_prefetch=2
 SHARC_COMM_SHM=0 check 4 $L fsdp.reduce_dtype=bf16
 
 S="$SHARC_BIN/sharc"

@@ -48,6 +48,8 @@ for fam in gpt2 llama; do
   if [ $fam = llama ]; then f=model.embed_tokens,model.layers.0.; else f=wte,wpe,h.0.; fi
   check 3 $m model.freeze_module_prefix=$f fsdp.activation_checkpointing=true train.grad_accum=2
   check 4 $m model.freeze_module_prefix=$f fsdp.sharding_strategy=HYBRID_SHARD fsdp.fsdp_size=2
+  # the tiled MLP (note [tiled-mlp]), one process tiled alike
+  check 3 $m fsdp.apply_tiled_mlp=true fsdp.tiled_num_shards=3 fsdp.activation_checkpointing=true
   # bf16 parameters match a one-process run that rounds the same way
   check 3 $m fsdp.param_dtype=bf16 tol.loss=1e-4 tol.norm=1e-3 tol.param=2e-3
   check 4 $m fsdp.param_dtype=bf16 fsdp.sharding_strategy=HYBRID_SHARD fsdp.fsdp_size=2 tol.loss=1e-4 tol.norm=1e-3 tol.param=2e-3

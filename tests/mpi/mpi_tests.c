@@ -29,6 +29,10 @@
  *   mpi_tests memplan DATA KEY=VALUE ...  every strategy x activation checkpointing on/off:
  *                                       each category's measured peak over 2 steps against
  *                                       the memory plan (sharc/memplan.h)
+ *   mpi_tests prefetch DATA D KEY=VALUE ... prefetch depth D (forward and backward)
+ *                                       against depth 1 on the same ranks: the same
+ *                                       losses and parameters bit for bit, more units
+ *                                       in flight, gathered memory as planned
  *   mpi_tests wide                      one shard group of all ranks (run at 65): the
  *                                       engine's shared-window reduction sums every rank
  *
@@ -658,6 +662,68 @@ static void test_memplan(int argc, char **argv) {
                "(worst relative difference %.2g)\n", R, runs, worst);
 }
 
+/* -------------------------------------------------------------- prefetch */
+
+/* Note [prefetch-depth]: only when units are gathered changes with the
+ * depth, never what is computed, so 4 steps at depth D equal depth 1 bit for
+ * bit; at D > 1 (without a limit below it) more slots are lent at once than
+ * at depth 1, never more than the plan's. */
+static void test_prefetch(int argc, char **argv) {
+    ASSERT_TRUE(argc >= 2);
+    int depth = atoi(argv[1]);
+    ASSERT_TRUE(depth >= 1);
+    sharc_config c1, cd;
+    base_config(&c1, argv[0]);
+    c1.train.max_steps = 4;
+    c1.fsdp.engine.forward_prefetch = true;
+    apply_args(&c1, argc - 2, argv + 2);
+    cd = c1;
+    char d[16];
+    snprintf(d, sizeof d, "%d", depth);
+    ASSERT_OK(sharc_config_set(&cd, "fsdp.num_to_forward_prefetch", d, "test"));
+    ASSERT_OK(sharc_config_set(&cd, "fsdp.num_to_backward_prefetch", d, "test"));
+    cd.fsdp.engine.backward_prefetch = c1.fsdp.engine.backward_prefetch; /* keep PRE or POST */
+    ASSERT_EQ(cd.fsdp.engine.forward_prefetch_depth, depth);
+    sharc_trainer *a, *b;
+    ASSERT_OK(sharc_trainer_init(&a, &c1, world));
+    ASSERT_OK(sharc_trainer_init(&b, &cd, world));
+    int64_t peak1 = 0, peakd = 0;
+    for (int s = 0; s < 4; s++) {
+        sharc_step_stats x, y;
+        ASSERT_OK(sharc_trainer_step(a, &x));
+        ASSERT_OK(sharc_trainer_step(b, &y));
+        if (memcmp(&x.loss, &y.loss, sizeof x.loss) != 0 || memcmp(&x.grad_norm, &y.grad_norm, sizeof x.grad_norm))
+            TEST_FAIL_AT("step %d: loss %.17g / norm %.17g at depth %d, %.17g / %.17g at depth 1", s + 1, y.loss,
+                         y.grad_norm, depth, x.loss, x.grad_norm);
+        peak1 = x.gathered_peak > peak1 ? x.gathered_peak : peak1;
+        peakd = y.gathered_peak > peakd ? y.gathered_peak : peakd;
+        /* both engines live in this process: its gathered bytes are both plans, allocated at init */
+        int64_t planned = sharc_fsdp_planned_bytes(sharc_trainer_engine(a), SHARC_MEM_GATHERED) +
+                          sharc_fsdp_planned_bytes(sharc_trainer_engine(b), SHARC_MEM_GATHERED);
+        if (y.mem.peak[SHARC_MEM_GATHERED] != planned)
+            TEST_FAIL_AT("gathered peak %lld, the two plans %lld", (long long)y.mem.peak[SHARC_MEM_GATHERED],
+                         (long long)planned);
+    }
+    sharc_fsdp *ea = sharc_trainer_engine(a), *eb = sharc_trainer_engine(b);
+    for (int u = 0; u < sharc_fsdp_num_units(ea); u++)
+        if (memcmp(sharc_fsdp_shard_params(ea, u), sharc_fsdp_shard_params(eb, u),
+                   sizeof(float) * (size_t)sharc_fsdp_shard_numel(ea, u)) != 0)
+            TEST_FAIL_AT("unit %d's parameters differ after 4 steps at depth %d", u, depth);
+    ASSERT_TRUE(peakd <= sharc_fsdp_gathered_limit(eb));
+    const char *gather = sharc_fsdp_strategy_names(eb, NULL);
+    bool slots = strcmp(gather, "direct") && strcmp(gather, "shared window");
+    int limit = c1.fsdp.engine.limit_all_gathers;
+    if (slots && depth > 1 && (limit == 0 || limit > 2) && sharc_fsdp_num_units(eb) > 3 && peakd <= peak1)
+        TEST_FAIL_AT("depth %d lent at most %lld slots at once, depth 1 %lld: no deeper prefetch", depth,
+                     (long long)peakd, (long long)peak1);
+    if (sharc_comm_rank(world) == 0)
+        printf("prefetch depth %d at %d ranks (%s): losses and parameters bit-identical to depth 1; at most %lld "
+               "slots lent at once (depth 1: %lld, limit %d)\n", depth, sharc_comm_size(world), gather,
+               (long long)peakd, (long long)peak1, sharc_fsdp_gathered_limit(eb));
+    sharc_trainer_free(a);
+    sharc_trainer_free(b);
+}
+
 /* ---------------------------------------------------------------- gather */
 
 /* Every unit's gathered parameters equal the fp32 master values rounded to
@@ -1018,6 +1084,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(what, "wide")) test_wide();
     else if (!strcmp(what, "frozen")) test_frozen(argc - 2, argv + 2);
     else if (!strcmp(what, "memplan")) test_memplan(argc - 2, argv + 2);
+    else if (!strcmp(what, "prefetch")) test_prefetch(argc - 2, argv + 2);
     else {
         fprintf(stderr, "unknown test %s\n", what);
         return 2;
