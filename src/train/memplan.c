@@ -19,7 +19,9 @@
  * (tests/cli/mpi_memplan.sh: equal for both families, every strategy, AC
  * on and off, frozen units, 1-4 ranks). Not planned: the dataset (tokens
  * and the sampler's permutation depend on the file, "other"), transient
- * kernel scratch (norm partials, "other") and Open MPI's own buffers. Planned:
+ * kernel scratch (norm partials, "other"), Open MPI's own buffers, and
+ * sequence parallelism (mesh.sp > 1: the plan is refused, not guessed; a run
+ * with it prints no table). Planned:
  * the scratch of collectives that leave the node: a shard group that spans
  * nodes reduce-scatters through the MPI path, whose scratch holds one full
  * unit in reduce_dtype, and a replicate group across nodes all-reduces
@@ -41,6 +43,9 @@ sharc_status sharc_memplan_make(sharc_memplan *p, const sharc_config *cfg, int w
     if (ranks_per_node < 1 || (world > ranks_per_node && world % ranks_per_node != 0))
         return sharc_error(SHARC_ERR_INVALID, "plan: %d ranks per node, expected a divisor of the %d ranks",
                            ranks_per_node, world);
+    if (cfg->mesh.sp > 1)
+        return sharc_error(SHARC_ERR_UNSUPPORTED, "plan: mesh.sp = %d: memory under sequence parallelism (its "
+                           "all-to-all buffers) is not planned yet", cfg->mesh.sp);
     const sharc_fsdp_config *fc = &cfg->fsdp.engine;
     int S = 1;
     SHARC_TRY(sharc_mesh_shard_size(fc, world, &S));
