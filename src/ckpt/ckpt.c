@@ -318,6 +318,7 @@ sharc_status sharc_ckpt_save(sharc_ckpt *c, int64_t step) {
 static sharc_status load_local(sharc_ckpt *c, const char *step_dir, sharc_ckpt_manifest *m) {
     SHARC_TRY(sharc_ckpt_manifest_read(m, step_dir));
     SHARC_TRY(sharc_ckpt_manifest_check_model(m, &c->s.cfg->model, false));
+    SHARC_TRY(sharc_ckpt_manifest_check_frozen(m, c->s.engine));
     return sharc_ckpt_shard_read(m, c->s.engine, c->s.optim);
 }
 

@@ -173,6 +173,9 @@ struct sharc_ckpt {
 void sharc_ckpt_manifest_free(sharc_ckpt_manifest *m);
 /* A SHARC_ERR_FORMAT naming the manifest and `what`. */
 sharc_status sharc_ckpt_manifest_bad(const sharc_ckpt_manifest *m, const char *what);
+/* The manifest's "frozen" list against the parameters this engine freezes
+ * (note [frozen-params]): SHARC_ERR_INVALID naming the first that differs. */
+sharc_status sharc_ckpt_manifest_check_frozen(const sharc_ckpt_manifest *m, sharc_fsdp *e);
 sharc_status sharc_ckpt_manifest_get_i64(const sharc_ckpt_manifest *m, json_object *o, const char *key, int64_t *v);
 sharc_status sharc_ckpt_manifest_get_str(const sharc_ckpt_manifest *m, json_object *o, const char *key, const char **v);
 sharc_status sharc_ckpt_manifest_get_arr(const sharc_ckpt_manifest *m, json_object *o, const char *key, json_object **v);

@@ -18,6 +18,7 @@
 #include "sharc/hf.h"
 #include "sharc/launch.h"
 #include "sharc/log.h"
+#include "sharc/memplan.h"
 #include "sharc/model.h"
 #include "sharc/plot.h"
 #include "sharc/rng.h"
@@ -62,6 +63,9 @@ static void usage(FILE *f) {
             "  sharc doctor RUN_DIR   a failed run's flight records: the rank that never arrived, where ranks part\n"
             "  sharc config [--config FILE.yaml] [--section.key=value ...]   print the resolved config\n"
             "  sharc config --keys                                          list every config key\n"
+            "  sharc plan [--config FILE] [--section.key=value ...] --ranks N [--ranks-per-node K]\n"
+            "             [--memory-per-rank SIZE]   bytes per rank by category before a run (SIZE: 24G, 512M, ...;\n"
+            "             with it, the smallest change that fits)\n"
             "  sharc ckpt inspect DIR                                       describe and verify a checkpoint\n"
             "  sharc import --hf HF_DIR --out FILE.safetensors      a Hugging Face model -> sharc weights\n"
             "  sharc export --checkpoint DIR|FILE --out HF_DIR [--dtype fp32|bf16|fp16]\n"
@@ -406,6 +410,80 @@ static int cmd_launch(int argc, char **argv) {
 static void print_warning(const char *line, void *ctx) {
     (void)ctx;
     sharc_warn("%s", line);
+}
+
+/* "24G", "24GiB", "512M", "1e9": bytes (binary suffixes K, M, G, T). */
+static sharc_status parse_size(const char *flag, const char *v, int64_t *out) {
+    char *end;
+    errno = 0;
+    double x = strtod(v, &end);
+    double mul = 1.0;
+    if (*end == 'K' || *end == 'k') mul = 1024.0, end++;
+    else if (*end == 'M' || *end == 'm') mul = 1024.0 * 1024.0, end++;
+    else if (*end == 'G' || *end == 'g') mul = 1024.0 * 1024.0 * 1024.0, end++;
+    else if (*end == 'T' || *end == 't') mul = 1024.0 * 1024.0 * 1024.0 * 1024.0, end++;
+    if (mul > 1.0 && (!strcmp(end, "iB") || !strcmp(end, "B"))) end += strlen(end);
+    if (end == v || *end || errno || !(x > 0) || x * mul > 9e18)
+        return sharc_error(SHARC_ERR_INVALID, "plan: %s '%s': expected a size such as 24G, 512M or 1e9", flag, v);
+    *out = (int64_t)(x * mul);
+    return SHARC_OK;
+}
+
+static sharc_status parse_count(const char *flag, const char *v, int *out) {
+    char *end;
+    errno = 0;
+    long n = strtol(v, &end, 10);
+    if (end == v || *end || errno || n < 1 || n > (1 << 24))
+        return sharc_error(SHARC_ERR_INVALID, "plan: %s '%s': expected a whole number >= 1", flag, v);
+    *out = (int)n;
+    return SHARC_OK;
+}
+
+/* sharc plan: note [memory-plan] in src/train/memplan.c. Nothing the size of
+ * the model is allocated, so a 70B plan at 1024 ranks prints on a laptop. */
+static int cmd_plan(int argc, char **argv) {
+    int world = 0, rpn = 0;
+    int64_t limit = 0;
+    char **rest = calloc((size_t)argc + 1, sizeof *rest);
+    int nrest = 0;
+    sharc_status st = rest ? SHARC_OK : sharc_error(SHARC_ERR_NOMEM, "plan: out of memory");
+    for (int i = 0; i < argc && st == SHARC_OK; i++) {
+        const char *flags[] = {"--ranks", "--ranks-per-node", "--memory-per-rank"};
+        int which = -1;
+        const char *v = NULL;
+        for (int k = 0; k < 3; k++) {
+            size_t n = strlen(flags[k]);
+            if (!strcmp(argv[i], flags[k])) {
+                which = k;
+                if (i + 1 >= argc) st = sharc_error(SHARC_ERR_INVALID, "plan: %s needs a value", flags[k]);
+                else v = argv[++i];
+            } else if (!strncmp(argv[i], flags[k], n) && argv[i][n] == '=') {
+                which = k;
+                v = argv[i] + n + 1;
+            }
+        }
+        if (st != SHARC_OK) break;
+        if (which < 0) rest[nrest++] = argv[i];
+        else if (which == 0) st = parse_count("--ranks", v, &world);
+        else if (which == 1) st = parse_count("--ranks-per-node", v, &rpn);
+        else st = parse_size("--memory-per-rank", v, &limit);
+    }
+    if (st == SHARC_OK && world == 0) st = sharc_error(SHARC_ERR_INVALID, "plan: --ranks N is required");
+    sharc_config c;
+    if (st == SHARC_OK) st = parse_config_args(nrest, rest, &c, NULL);
+    free(rest);
+    if (st == SHARC_OK) st = check_stage(&c);
+    if (st == SHARC_OK) st = sharc_config_validate(&c);
+    if (st != SHARC_OK) return fail(st);
+    if (rpn == 0) rpn = world; /* one node */
+    int on_node = rpn < world ? rpn : world;
+    int threads = c.train.threads > 0 ? c.train.threads : sharc_cpus_available() / on_node;
+    if (threads < 1) threads = 1;
+    sharc_memplan p;
+    if ((st = sharc_memplan_make(&p, &c, world, rpn, threads)) != SHARC_OK) return fail(st);
+    sharc_memplan_print(stdout, &p, &c, NULL);
+    if (limit > 0) sharc_memplan_suggest(stdout, &c, world, rpn, threads, limit);
+    return 0;
 }
 
 static int cmd_config(int argc, char **argv) {
@@ -1000,6 +1078,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "tokenize")) return cmd_tokenize(argc - 2, argv + 2);
     if (!strcmp(cmd, "generate")) return cmd_generate(argc - 2, argv + 2);
     if (!strcmp(cmd, "config")) return cmd_config(argc - 2, argv + 2);
+    if (!strcmp(cmd, "plan")) return cmd_plan(argc - 2, argv + 2);
     if (!strcmp(cmd, "ckpt")) return cmd_ckpt(argc - 2, argv + 2);
     if (!strcmp(cmd, "import")) return cmd_import(argc - 2, argv + 2);
     if (!strcmp(cmd, "export")) return cmd_export(argc - 2, argv + 2);
