@@ -166,8 +166,11 @@ static sharc_status train_device(const sharc_train_config *tc, sharc_device **ou
     *out = NULL;
     if (tc->device == 0) return SHARC_OK;
     sharc_device *d = NULL;
-    if (sharc_device_open("cuda", 0, &d) != SHARC_OK)
-        return sharc_error(SHARC_ERR_INVALID, "train.device: %s", sharc_last_error());
+    if (sharc_device_open("cuda", 0, &d) != SHARC_OK) {
+        char why[512]; /* sharc_error writes where sharc_last_error points */
+        snprintf(why, sizeof why, "%s", sharc_last_error());
+        return sharc_error(SHARC_ERR_INVALID, "train.device: %s", why);
+    }
     if (!sharc_device_is_host(d))
         return sharc_error(SHARC_ERR_INVALID,
                            "train.device: cuda: the GPU opened, but training on it is not finished: the model and "
