@@ -102,6 +102,14 @@ static void *gemm_ws(sharc_stream *s) {
     return cs->gemm_ws;
 }
 
+/* the largest power of two (at most 256) that divides the address */
+static uint32_t ptr_align(const void *p) {
+    uintptr_t a = (uintptr_t)p;
+    uint32_t al = 256;
+    while (al > 1 && (a % al) != 0) al /= 2;
+    return al;
+}
+
 extern "C" void sharc_cuda_gemm(sharc_stream *s, bool ta, bool tb, int m, int n, int k, float alpha, const void *A,
                                 int lda, const void *B, int ldb, float beta, float *C, int ldc, sharc_dtype ab) {
     if (m <= 0 || n <= 0) return;
@@ -133,6 +141,13 @@ extern "C" void sharc_cuda_gemm(sharc_stream *s, bool ta, bool tb, int m, int n,
     LT_CHECK(lt.pref_create(&pref));
     size_t wsb = GEMM_WS_BYTES;
     LT_CHECK(lt.pref_set(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsb, sizeof wsb));
+    /* the heuristic assumes 256-byte aligned matrices unless told: rows of a
+     * chunk (lmhead) or a view into a unit's flat buffer may be less aligned */
+    uint32_t al_a = ptr_align(A), al_b = ptr_align(B), al_c = ptr_align(C);
+    LT_CHECK(lt.pref_set(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a, sizeof al_a));
+    LT_CHECK(lt.pref_set(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof al_b));
+    LT_CHECK(lt.pref_set(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_c, sizeof al_c));
+    LT_CHECK(lt.pref_set(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_c, sizeof al_c));
     cublasLtMatmulHeuristicResult_t heur;
     int found = 0;
     LT_CHECK(lt.heuristic(lt.handle, desc, la, lb, lc, lc, pref, 1, &heur, &found));
