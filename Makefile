@@ -30,11 +30,9 @@ ifeq ($(CUDA),1)
 CUDA_SRC  := $(wildcard src/device/cuda/*.cu)
 CUDA_OBJ  := $(CUDA_SRC:%.cu=$(BUILD)/%.o)
 CUDA_LIBS := -L$(CUDA_HOME)/lib64 -lcudart_static -lrt -lstdc++
-CFLAGS_CUDA := -I$(CUDA_HOME)/include
 else
 CUDA_OBJ  := $(BUILD)/src/device/cuda/absent.o
 CUDA_LIBS :=
-CFLAGS_CUDA :=
 endif
 
 LIB_SRC := $(wildcard src/core/*.c src/device/*.c src/device/cpu/*.c src/model/*.c src/fsdp/*.c src/optim/*.c src/data/*.c \
@@ -48,7 +46,7 @@ BENCH_SRC := $(wildcard bench/*.c)
 
 .PHONY: all deps test run asan clean fixtures bench fmt fuzz hf-fixtures tokenizer-fixtures
 all: $(BUILD)/libsharc.a $(BUILD)/libsharc.so $(BUILD)/sharc $(BUILD)/sharc_tests $(BUILD)/mpi_tests \
-     $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%) $(if $(filter 1,$(CUDA)),$(BUILD)/gpu_kernels)
+     $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%) $(if $(filter 1,$(CUDA)),$(BUILD)/gpu_kernels $(BUILD)/gpu_model)
 
 $(BUILD)/%.o: %.c $(wildcard include/sharc/*.h) $(wildcard src/*/*.h src/*/*/*.h tests/*.h)
 	@mkdir -p $(dir $@)
@@ -58,10 +56,11 @@ $(BUILD)/src/device/cuda/%.o: src/device/cuda/%.cu $(wildcard include/sharc/*.h)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -c $< -o $@
 
-# tests/gpu/kernels.c: each CUDA kernel against the CPU one (tests/gpu/run.sh runs it)
-$(BUILD)/gpu_kernels: tests/gpu/kernels.c $(BUILD)/libsharc.a $(wildcard include/sharc/*.h src/device/*.h src/device/cuda/*.h)
+# tests/gpu/*.c: gpu_kernels (each CUDA kernel against the CPU one), gpu_model
+# (whole-model forward + backward); tests/gpu/run.sh runs them on a GPU machine
+$(BUILD)/gpu_%: tests/gpu/%.c $(BUILD)/libsharc.a $(wildcard include/sharc/*.h)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(CFLAGS_CUDA) -o $@ tests/gpu/kernels.c $(BUILD)/libsharc.a $(LDLIBS)
+	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libsharc.a $(LDLIBS)
 
 MPI_OBJ := $(BUILD)/src/comm/comm_mpi.o $(BUILD)/src/comm/comm_mpi_shm.o
 $(MPI_OBJ): $(BUILD)/%.o: %.c $(wildcard include/sharc/*.h) $(wildcard src/*/*.h)

@@ -25,7 +25,7 @@ stage=$build/gpu-pack
 rm -rf "$stage"
 mkdir -p "$stage/sharc-gpu/bin" "$stage/sharc-gpu/libexec" "$stage/sharc-gpu/lib" "$stage/sharc-gpu/tests/gpu"
 p=$stage/sharc-gpu
-bins=(sharc gpu_kernels sharc_tests)
+bins=(sharc gpu_kernels gpu_model sharc_tests)
 for b in "${bins[@]}"; do cp "$build/$b" "$p/libexec/"; done
 cp tests/gpu/run.sh "$p/tests/gpu/"
 

@@ -1,5 +1,5 @@
 /* absent.c: the "cuda" backend of a build made without nvcc (the Makefile
- * compiles it instead of src/device/cuda/*.cu): its probe says that CUDA
+ * compiles it instead of the .cu files of this folder): its probe says that CUDA
  * support was not built and how to get it; nothing else is ever called. */
 #include "../device_impl.h"
 
