@@ -24,7 +24,7 @@ CUDA_HOME ?= /usr/local/cuda
 NVCC      ?= $(CUDA_HOME)/bin/nvcc
 CUDA      ?= $(if $(wildcard $(NVCC)),1,0)
 CUDA_ARCH ?= -gencode=arch=compute_90,code=sm_90 -gencode=arch=compute_90,code=compute_90
-NVCCFLAGS := -std=c++17 -O3 -g $(CUDA_ARCH) -Iinclude -Xcompiler -fPIC,-Wall,-Wextra,-Wno-unused-parameter \
+NVCCFLAGS := -std=c++17 -O3 -g -lineinfo $(CUDA_ARCH) -Iinclude -Xcompiler -fPIC,-Wall,-Wextra,-Wno-unused-parameter \
              $(if $(findstring -Werror,$(EXTRA_CFLAGS)),-Werror=all-warnings) $(EXTRA_NVCCFLAGS)
 ifeq ($(CUDA),1)
 CUDA_SRC  := $(wildcard src/device/cuda/*.cu)

@@ -281,21 +281,27 @@ __global__ static void k_embed(float *x, const int32_t *tokens, const float *wte
     }
 }
 
-/* dwte: a thread per column walks the rows in order (rows repeating a token
- * add into the same row of dwte: owning the column avoids atomics) */
+/* dwte: thread (c, p) owns column c of the vocabulary rows v with v % P == p
+ * and walks the rows in order, so each element of dwte gets its additions in
+ * row order, as on the CPU, with no atomics (every thread of a warp reads the
+ * same token: one broadcast load) */
+#define EMB_PARTS 64
 __global__ static void k_embed_back_wte(float *dwte, const float *dx, const int32_t *tokens, int64_t N, int C) {
-    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    int c = blockIdx.x * blockDim.x + threadIdx.x, part = blockIdx.y;
     if (c >= C) return;
-    for (int64_t r = 0; r < N; r++) dwte[(int64_t)tokens[r] * C + c] += dx[r * C + c];
+    for (int64_t r = 0; r < N; r++) {
+        int32_t v = tokens[r];
+        if (v % EMB_PARTS == part) dwte[(int64_t)v * C + c] += dx[r * C + c];
+    }
 }
-/* dwpe(t0 + t, c) += sum over the batch, in batch order */
+/* dwpe(t0 + t, c) += dx of each sequence, in batch order */
 __global__ static void k_embed_back_wpe(float *dwpe, const float *dx, int B, int T, int C, int t0) {
     GRID_STRIDE(j, (int64_t)T * C) {
         int64_t t = j / C;
         int c = (int)(j % C);
-        float a = 0.0f;
+        float a = dwpe[(t0 + t) * C + c]; /* added to in batch order, as on the CPU */
         for (int b = 0; b < B; b++) a += dx[((int64_t)b * T + t) * C + c];
-        dwpe[(t0 + t) * C + c] += a;
+        dwpe[(t0 + t) * C + c] = a;
     }
 }
 
@@ -312,7 +318,7 @@ extern "C" void sharc_cuda_embedding_backward(sharc_stream *s, float *dwte, floa
     int64_t N = (int64_t)B * T;
     if (N <= 0) return;
     cudaStream_t cs = sharc_cuda_cs(s);
-    if (dwte) k_embed_back_wte<<<(C + 127) / 128, 128, 0, cs>>>(dwte, dx, tokens, N, C);
+    if (dwte) k_embed_back_wte<<<dim3((C + 127) / 128, EMB_PARTS), 128, 0, cs>>>(dwte, dx, tokens, N, C);
     if (dwpe) k_embed_back_wpe<<<sharc_cuda_blocks((int64_t)T * C, THREADS), THREADS, 0, cs>>>(dwpe, dx, B, T, C, t0);
     SHARC_CUDA_LAUNCHED();
 }
