@@ -4,7 +4,7 @@
 # (default BUILD_DIR/sharc-gpu.tar.gz). That machine (Ubuntu, newer glibc,
 # CUDA 13 driver and toolkit) has no Open MPI, OpenBLAS, oneDNN, libyaml or
 # json-c, so every shared library `ldd` lists for the binaries travels with
-# them, plus the ones sharc dlopens (OpenBLAS's OpenMP build; oneDNN with
+# them (the C++ runtime, zlib and udev only as a fallback), plus the ones sharc dlopens (OpenBLAS's OpenMP build; oneDNN with
 # PACK_ONEDNN=1) and their own dependencies; glibc's own libraries stay behind
 # (the newer glibc there runs binaries built against this older one).
 # cuBLASLt (540 MB) is not packed: sharc loads libcublasLt.so.13 from
@@ -29,13 +29,19 @@ bins=(sharc gpu_kernels gpu_model sharc_tests)
 for b in "${bins[@]}"; do cp "$build/$b" "$p/libexec/"; done
 cp tests/gpu/run.sh "$p/tests/gpu/"
 
-# glibc and the loader: the target's own
+# glibc and the loader: the target's own. The base system's C++ runtime,
+# zlib and udev go to lib/fallback, used only where the target lacks them
+# (its newer ones must win: cuBLASLt, loaded from the target, needs its libstdc++).
 skip='^(libc|libm|libmvec|libpthread|libdl|librt|libresolv|libutil|ld-linux-x86-64|linux-vdso)\.so'
-copy_deps() { # FILE...: each file's ldd list into lib/
+fallback='^(libstdc\+\+|libgcc_s|libz|libudev)\.so'
+mkdir -p "$p/lib/fallback"
+copy_deps() { # FILE...: each file's ldd list into lib/ (or lib/fallback)
   ldd "$@" 2>/dev/null | awk '/=> \//{print $3}' | sort -u | while read -r lib; do
     base=$(basename "$lib")
     [[ $base =~ $skip ]] && continue
-    [ -e "$p/lib/$base" ] || cp -L "$lib" "$p/lib/$base"
+    dir=$p/lib
+    [[ $base =~ $fallback ]] && dir=$p/lib/fallback
+    [ -e "$dir/$base" ] || cp -L "$lib" "$dir/$base"
   done
 }
 copy_deps "$p"/libexec/*
@@ -55,7 +61,11 @@ for b in "${bins[@]}"; do
 #!/usr/bin/env bash
 # wrapper made by scripts/gpu_pack.sh: the packed libraries, then the real binary
 here=\$(cd "\$(dirname "\$0")/.." && pwd)
-export LD_LIBRARY_PATH="\$here/lib\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}:/usr/local/cuda/lib64"
+libs="\$here/lib"
+for f in "\$here"/lib/fallback/*; do # the target's own, unless it has none
+  ldconfig -p 2>/dev/null | grep -qF "\$(basename "\$f") " || { libs="\$libs:\$here/lib/fallback"; break; }
+done
+export LD_LIBRARY_PATH="\$libs\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}:/usr/local/cuda/lib64"
 export SHARC_BLAS_LIB="\${SHARC_BLAS_LIB:-\$here/lib/libopenblas.so.0}"
 exec "\$here/libexec/$b" "\$@"
 WRAP
