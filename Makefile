@@ -13,12 +13,32 @@ CFLAGS  := -std=c11 -D_GNU_SOURCE -g $(OPT) $(WARN) -fopenmp -fno-math-errno -fP
 # src/comm/comm_mpi.c and comm_mpi_shm.c see its headers.
 MPI_CFLAGS := $(shell pkg-config --cflags mpi-c 2>/dev/null)
 MPI_LIBS   := $(shell pkg-config --libs mpi-c 2>/dev/null)
-LDLIBS  := -fopenmp $(MPI_LIBS) -lyaml -ljson-c -lonig -lutf8proc -lnettle -lz -ldl -lmvec -lm -lpthread $(SAN)
+LDLIBS  = -fopenmp $(MPI_LIBS) $(CUDA_LIBS) -lyaml -ljson-c -lonig -lutf8proc -lnettle -lz -ldl -lmvec -lm -lpthread $(SAN)
+
+# CUDA (note [cuda-build] in docs/ARCHITECTURE.md): src/device/cuda/*.cu are
+# compiled whenever nvcc is found under CUDA_HOME (CUDA=0 turns it off); the
+# CUDA runtime is linked statically (it loads the driver, libcuda.so.1, only
+# at the first CUDA call), cuBLASLt is dlopen'ed when a cuda device opens.
+# Without nvcc, src/device/cuda/absent.c says that CUDA support was not built.
+CUDA_HOME ?= /usr/local/cuda
+NVCC      ?= $(CUDA_HOME)/bin/nvcc
+CUDA      ?= $(if $(wildcard $(NVCC)),1,0)
+CUDA_ARCH ?= -gencode=arch=compute_90,code=sm_90 -gencode=arch=compute_90,code=compute_90
+NVCCFLAGS := -std=c++17 -O3 -g -lineinfo $(CUDA_ARCH) -Iinclude -Xcompiler -fPIC,-Wall,-Wextra,-Wno-unused-parameter \
+             $(if $(findstring -Werror,$(EXTRA_CFLAGS)),-Werror=all-warnings) $(EXTRA_NVCCFLAGS)
+ifeq ($(CUDA),1)
+CUDA_SRC  := $(wildcard src/device/cuda/*.cu)
+CUDA_OBJ  := $(CUDA_SRC:%.cu=$(BUILD)/%.o)
+CUDA_LIBS := -L$(CUDA_HOME)/lib64 -lcudart_static -lrt -lstdc++
+else
+CUDA_OBJ  := $(BUILD)/src/device/cuda/absent.o
+CUDA_LIBS :=
+endif
 
 LIB_SRC := $(wildcard src/core/*.c src/device/*.c src/device/cpu/*.c src/model/*.c src/fsdp/*.c src/optim/*.c src/data/*.c \
                       src/io/*.c src/config/*.c src/train/*.c src/comm/*.c \
                       src/ckpt/*.c)
-LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o)
+LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o) $(CUDA_OBJ)
 CLI_OBJ := $(BUILD)/src/cli/main.o $(BUILD)/src/cli/doctor.o
 TEST_SRC := $(wildcard tests/*.c)
 TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/%.o)
@@ -26,11 +46,21 @@ BENCH_SRC := $(wildcard bench/*.c)
 
 .PHONY: all deps test run asan clean fixtures bench fmt fuzz hf-fixtures tokenizer-fixtures
 all: $(BUILD)/libsharc.a $(BUILD)/libsharc.so $(BUILD)/sharc $(BUILD)/sharc_tests $(BUILD)/mpi_tests \
-     $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
+     $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%) $(if $(filter 1,$(CUDA)),$(BUILD)/gpu_kernels $(BUILD)/gpu_model)
 
 $(BUILD)/%.o: %.c $(wildcard include/sharc/*.h) $(wildcard src/*/*.h src/*/*/*.h tests/*.h)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
+
+$(BUILD)/src/device/cuda/%.o: src/device/cuda/%.cu $(wildcard include/sharc/*.h) $(wildcard src/device/*.h src/device/cuda/*.h)
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -c $< -o $@
+
+# tests/gpu/*.c: gpu_kernels (each CUDA kernel against the CPU one), gpu_model
+# (whole-model forward + backward); tests/gpu/run.sh runs them on a GPU machine
+$(BUILD)/gpu_%: tests/gpu/%.c $(BUILD)/libsharc.a $(wildcard include/sharc/*.h)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libsharc.a $(LDLIBS)
 
 MPI_OBJ := $(BUILD)/src/comm/comm_mpi.o $(BUILD)/src/comm/comm_mpi_shm.o
 $(MPI_OBJ): $(BUILD)/%.o: %.c $(wildcard include/sharc/*.h) $(wildcard src/*/*.h)

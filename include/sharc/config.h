@@ -66,6 +66,7 @@ typedef struct {
     int timeout;       /* step watchdog: seconds without progress before every rank reports and exits (0: off) */
     int max_bad_steps; /* stop after this many non-finite steps in a row */
     int loss_normalization; /* 0 global_tokens: / valid targets of the global batch; 1 micro_batch: mean of micro-batch means */
+    int device;        /* 0 cpu, 1 cuda (sharc/device.h; the trainer opens it) */
 } sharc_train_config;
 
 typedef struct {

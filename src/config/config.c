@@ -37,6 +37,7 @@ static const char *const token_formats[] = {"auto", "u16", "u32", "llmc", "text"
 static const char *const chat_formats[] = {"auto", "chatml", "qwen3", "llama3", NULL};
 static const char *const loss_masks[] = {"ranges", "openrlhf", NULL};
 static const char *const loss_norms[] = {"global_tokens", "micro_batch", NULL};
+static const char *const devices[] = {"cpu", "cuda", NULL};
 static const char *const strategies[] = {"FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD", NULL};
 static const char *const prefetches[] = {"NONE", "BACKWARD_PRE", "BACKWARD_POST", NULL};
 static const char *const wrap_policies[] = {"transformer_block", "size", "none", NULL};
@@ -102,6 +103,7 @@ static const key_def keys[] = {
     {"train.max_bad_steps", K_INT, OFF(train.max_bad_steps), 1, INT_MAX, NULL, "3", AGREE, "stop after this many non-finite (skipped) steps in a row"},
     {"train.trainable", K_STR, OFF(trainable), 0, 0, NULL, "", AGREE, "fnmatch globs of the parameters that train, a list or comma-separated (\"\": all); the others are frozen"},
     {"train.loss_normalization", K_ENUM, OFF(train.loss_normalization), 0, 0, loss_norms, "global_tokens", AGREE, "global_tokens (loss / valid targets of the whole step) or micro_batch (mean of each micro-batch's mean)"},
+    {"train.device", K_ENUM, OFF(train.device), 0, 0, devices, "cpu", AGREE, "cpu or cuda: where the model, the engine and the optimizer run (cuda needs a build with nvcc, an NVIDIA driver and GPU, and cuBLASLt)"},
 
     {"fsdp.sharding_strategy", K_ENUM, OFF(fsdp.engine.strategy), 0, 0, strategies, "FULL_SHARD", AGREE, "FULL_SHARD, SHARD_GRAD_OP, NO_SHARD or HYBRID_SHARD"},
     {"fsdp.fsdp_size", K_INT, OFF(fsdp.engine.fsdp_size), 0, 1 << 24, NULL, "0", AGREE, "HYBRID_SHARD shard-group size (>= world or <= 1: plain FSDP)"},

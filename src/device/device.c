@@ -48,6 +48,10 @@ sharc_status sharc_device_open(const char *name, int index, sharc_device **out) 
         const sharc_device_i *iface = sharc_device_backends[b];
         snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", b ? ", " : "", iface->name);
         if (strcmp(iface->name, name) != 0) continue;
+        if (iface->probe) {
+            sharc_status st = iface->probe();
+            if (st != SHARC_OK) return st;
+        }
         int n = iface->count();
         if (index < 0 || index >= n || index >= MAX_DEVICES_PER_BACKEND)
             return sharc_error(SHARC_ERR_INVALID, "device: %s device %d does not exist (this machine has %d)", name,
@@ -268,7 +272,7 @@ _Static_assert(sizeof(sharc_kernels) == (0 SHARC_KERNEL_SLOTS(COUNT_SLOT)) * siz
 sharc_status sharc_device_kernels_complete(const char *backend, sharc_kernels *k) {
 #define CHECK_SLOT(name, required)                                                                          \
     if ((required) && !k->name)                                                                             \
-        return sharc_error(SHARC_ERR_INTERNAL, "device %s: the backend's kernel table has no '%s'", backend, #name);
+        return sharc_error(SHARC_ERR_UNSUPPORTED, "device %s: kernel not implemented on %s: %s", backend, backend, #name);
     SHARC_KERNEL_SLOTS(CHECK_SLOT)
 #undef CHECK_SLOT
     if (!k->add) k->add = add_by_sum_ranks;

@@ -11,9 +11,16 @@
 #include "sharc/device.h"
 #include "sharc/kernels.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef struct sharc_device_i {
-    const char *name;  /* "cpu" */
+    const char *name;  /* "cpu", "cuda" */
     bool host_memory;  /* its memory is host memory (sharc_device_is_host) */
+    /* (optional) can this machine run the backend at all (built in, driver,
+     * libraries, a device)? An error says what is missing. NULL: yes */
+    sharc_status (*probe)(void);
     int (*count)(void); /* how many devices of this kind this machine has */
     /* (optional) per-device state, e.g. a driver context; NULL: none */
     sharc_status (*open)(sharc_device *d, int index);
@@ -69,9 +76,14 @@ struct sharc_event {
 /* The backends of this build (registry.c), NULL-terminated. */
 extern const sharc_device_i *const sharc_device_backends[];
 extern const sharc_device_i sharc_cpu_device_i;
+/* src/device/cuda/cuda.cu, or absent.c in a build without nvcc */
+extern const sharc_device_i sharc_cuda_device_i;
 
 /* Fill the optional slots of a backend's table with their fallbacks and
  * check the required ones; an error names the backend and the slot. */
 sharc_status sharc_device_kernels_complete(const char *backend, sharc_kernels *k);
 
+#ifdef __cplusplus
+}
+#endif
 #endif

@@ -163,6 +163,32 @@ static void reset_comm_stats(sharc_trainer *t) {
 
 /* ------------------------------------------------------------------ init */
 
+/* train.device: the device the model, the engine and the optimizer run on.
+ * Opening "cuda" says what is missing on a machine that cannot run it (not
+ * built, no driver, no GPU, no cuBLASLt); this is bad input (exit status 2).
+ * Note [cuda-gate]: the CUDA backend and its kernels exist (src/device/cuda,
+ * tests/gpu), but the model still hands host token arrays to the kernels and
+ * the engine's collectives and parameter I/O still read shards as host
+ * memory, so a device whose memory is not host memory is refused here until
+ * they copy batches in and stage through the device (issue 8). */
+static sharc_status train_device(const sharc_train_config *tc, sharc_device **out) {
+    *out = NULL;
+    if (tc->device == 0) return SHARC_OK;
+    sharc_device *d = NULL;
+    if (sharc_device_open("cuda", 0, &d) != SHARC_OK) {
+        char why[512]; /* sharc_error writes where sharc_last_error points */
+        snprintf(why, sizeof why, "%s", sharc_last_error());
+        return sharc_error(SHARC_ERR_INVALID, "train.device: %s", why);
+    }
+    if (!sharc_device_is_host(d))
+        return sharc_error(SHARC_ERR_INVALID,
+                           "train.device: cuda: the GPU opened, but training on it is not finished: the model and "
+                           "the engine still read batches and shards as host memory (tests/gpu/run.sh checks the "
+                           "CUDA kernels); use train.device: cpu");
+    *out = d;
+    return SHARC_OK;
+}
+
 sharc_status sharc_trainer_init(sharc_trainer **out, const sharc_config *cfg, sharc_comm *world) {
     *out = NULL;
     sharc_trainer *t = calloc(1, sizeof *t);
@@ -190,7 +216,9 @@ sharc_status sharc_trainer_init(sharc_trainer **out, const sharc_config *cfg, sh
     t->sp_rank = rank % sp;
     t->dp_rank = rank / sp;
     if (st == SHARC_OK) st = sharc_blas_init(threads);
-    if (st == SHARC_OK) st = sharc_model_init(&t->model, &t->cfg.model, NULL);
+    sharc_device *dev = NULL;
+    if (st == SHARC_OK) st = train_device(tc, &dev);
+    if (st == SHARC_OK) st = sharc_model_init(&t->model, &t->cfg.model, dev);
     if (st == SHARC_OK) st = sharc_model_freeze(t->model, t->cfg.freeze_module_prefix, t->cfg.trainable, NULL);
     if (st == SHARC_OK) {
         t->cfg.model = *sharc_model_get_config(t->model); /* with derived defaults */

@@ -1,0 +1,364 @@
+/* cuda.cu: the CUDA device backend (sharc_cuda_device_i): the probe that says
+ * what is missing on a machine that cannot run it, device memory, copies,
+ * memsets, streams (each with its scratch and cuBLASLt workspace), events,
+ * and the kernel table of this folder's sharc_cuda_* kernels; plus the
+ * cuBLASLt loader and GEMM helper.
+ *
+ * Note [cuda-build] (docs/ARCHITECTURE.md): the CUDA runtime is linked
+ * statically (libcudart_static.a), which itself loads the driver
+ * (libcuda.so.1) at the first CUDA call, so one sharc binary runs on a
+ * machine without a driver; cuBLASLt (~540 MB) is dlopen'ed only when a cuda
+ * device is opened. One process drives one GPU (cudaSetDevice at open). */
+#include "cuda.h"
+
+#include <cublasLt.h>
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ------------------------------------------------------------- cuBLASLt */
+
+/* The entry points sharc uses, resolved with dlsym (types from the header). */
+static struct {
+    bool tried, ok;
+    char why[512];
+    void *lib;
+    cublasLtHandle_t handle;
+    decltype(&cublasLtCreate) create;
+    decltype(&cublasLtMatmulDescCreate) desc_create;
+    decltype(&cublasLtMatmulDescDestroy) desc_destroy;
+    decltype(&cublasLtMatmulDescSetAttribute) desc_set;
+    decltype(&cublasLtMatrixLayoutCreate) layout_create;
+    decltype(&cublasLtMatrixLayoutDestroy) layout_destroy;
+    decltype(&cublasLtMatmulPreferenceCreate) pref_create;
+    decltype(&cublasLtMatmulPreferenceDestroy) pref_destroy;
+    decltype(&cublasLtMatmulPreferenceSetAttribute) pref_set;
+    decltype(&cublasLtMatmulAlgoGetHeuristic) heuristic;
+    decltype(&cublasLtMatmul) matmul;
+} lt;
+static pthread_mutex_t lt_lock = PTHREAD_MUTEX_INITIALIZER;
+
+#define GEMM_WS_BYTES ((size_t)32 << 20)
+
+static bool lt_sym(void **fn, const char *name) {
+    *fn = dlsym(lt.lib, name);
+    if (!*fn) snprintf(lt.why, sizeof lt.why, "cuda: %s has no symbol %s; install CUDA 13's cuBLAS", "libcublasLt", name);
+    return *fn != NULL;
+}
+
+extern "C" sharc_status sharc_cuda_blas_load(void) {
+    pthread_mutex_lock(&lt_lock);
+    if (!lt.tried) {
+        lt.tried = true;
+        const char *env = getenv("SHARC_CUBLASLT_LIB");
+        const char *names[] = {env && env[0] ? env : NULL, "libcublasLt.so.13", "/usr/local/cuda/lib64/libcublasLt.so.13",
+                               "libcublasLt.so"};
+        char err[256] = "";
+        for (size_t i = 0; i < sizeof names / sizeof names[0] && !lt.lib; i++) {
+            if (!names[i]) continue;
+            lt.lib = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
+            if (!lt.lib && !err[0]) snprintf(err, sizeof err, "%s", dlerror());
+            if (env && env[0] && i == 0 && !lt.lib) break; /* a named file is not replaced by a search */
+        }
+        if (!lt.lib) {
+            snprintf(lt.why, sizeof lt.why,
+                     "cuda: cannot load cuBLASLt (%s); install CUDA 13's libcublasLt.so.13, put it on LD_LIBRARY_PATH "
+                     "or name it in SHARC_CUBLASLT_LIB",
+                     err);
+        } else if (lt_sym((void **)&lt.create, "cublasLtCreate") &&
+                   lt_sym((void **)&lt.desc_create, "cublasLtMatmulDescCreate") &&
+                   lt_sym((void **)&lt.desc_destroy, "cublasLtMatmulDescDestroy") &&
+                   lt_sym((void **)&lt.desc_set, "cublasLtMatmulDescSetAttribute") &&
+                   lt_sym((void **)&lt.layout_create, "cublasLtMatrixLayoutCreate") &&
+                   lt_sym((void **)&lt.layout_destroy, "cublasLtMatrixLayoutDestroy") &&
+                   lt_sym((void **)&lt.pref_create, "cublasLtMatmulPreferenceCreate") &&
+                   lt_sym((void **)&lt.pref_destroy, "cublasLtMatmulPreferenceDestroy") &&
+                   lt_sym((void **)&lt.pref_set, "cublasLtMatmulPreferenceSetAttribute") &&
+                   lt_sym((void **)&lt.heuristic, "cublasLtMatmulAlgoGetHeuristic") &&
+                   lt_sym((void **)&lt.matmul, "cublasLtMatmul")) {
+            lt.ok = true;
+        }
+    }
+    bool ok = lt.ok;
+    pthread_mutex_unlock(&lt_lock);
+    return ok ? SHARC_OK : sharc_error(SHARC_ERR_UNSUPPORTED, "%s", lt.why);
+}
+
+#define LT_CHECK(call)                                                                                         \
+    do {                                                                                                   \
+        cublasStatus_t e_ = (call);                                                                        \
+        if (e_ != CUBLAS_STATUS_SUCCESS) sharc_fatal(__FILE__, __LINE__, "cuda: %s: cuBLAS status %d", #call, (int)e_); \
+    } while (0)
+
+/* The stream's cuBLASLt workspace, allocated at its first GEMM. */
+static void *gemm_ws(sharc_stream *s) {
+    sharc_cuda_stream *cs = (sharc_cuda_stream *)s->impl;
+    if (!cs->gemm_ws) {
+        cs->gemm_ws = sharc_device_alloc(s->dev, GEMM_WS_BYTES, SHARC_MEM_OTHER);
+        if (!cs->gemm_ws) sharc_fatal(__FILE__, __LINE__, "%s", sharc_last_error());
+    }
+    return cs->gemm_ws;
+}
+
+/* the largest power of two (at most 256) that divides the address */
+static uint32_t ptr_align(const void *p) {
+    uintptr_t a = (uintptr_t)p;
+    uint32_t al = 256;
+    while (al > 1 && (a % al) != 0) al /= 2;
+    return al;
+}
+
+extern "C" void sharc_cuda_gemm(sharc_stream *s, bool ta, bool tb, int m, int n, int k, float alpha, const void *A,
+                                int lda, const void *B, int ldb, float beta, float *C, int ldc, sharc_dtype ab) {
+    if (m <= 0 || n <= 0) return;
+    if (k <= 0) { /* C = beta C: cuBLASLt rejects k = 0 */
+        if (beta == 0.0f) {
+            SHARC_CUDA_CHECK(cudaMemset2DAsync(C, (size_t)ldc * sizeof(float), 0, (size_t)m * sizeof(float), (size_t)n,
+                                               sharc_cuda_cs(s)));
+        } else if (beta != 1.0f) {
+            sharc_fatal(__FILE__, __LINE__, "cuda gemm: k = 0 with beta %g", (double)beta);
+        }
+        return;
+    }
+    cudaDataType_t dt = ab == SHARC_DT_BF16 ? CUDA_R_16BF : CUDA_R_32F;
+    if (ab != SHARC_DT_F32 && ab != SHARC_DT_BF16)
+        sharc_fatal(__FILE__, __LINE__, "cuda gemm: inputs of dtype %s", sharc_dtype_st_name(ab));
+    void *ws = gemm_ws(s);
+    cublasLtMatmulDesc_t desc;
+    /* CUBLAS_COMPUTE_32F: no TF32 (the parity mode); bf16 inputs accumulate in fp32 */
+    LT_CHECK(lt.desc_create(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    cublasOperation_t opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+    LT_CHECK(lt.desc_set(desc, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa));
+    LT_CHECK(lt.desc_set(desc, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb));
+    cublasLtMatrixLayout_t la, lb, lc;
+    /* stored shapes: op(A) is m x k, op(B) is k x n */
+    LT_CHECK(lt.layout_create(&la, dt, ta ? k : m, ta ? m : k, lda));
+    LT_CHECK(lt.layout_create(&lb, dt, tb ? n : k, tb ? k : n, ldb));
+    LT_CHECK(lt.layout_create(&lc, CUDA_R_32F, m, n, ldc));
+    cublasLtMatmulPreference_t pref;
+    LT_CHECK(lt.pref_create(&pref));
+    size_t wsb = GEMM_WS_BYTES;
+    LT_CHECK(lt.pref_set(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsb, sizeof wsb));
+    /* the heuristic assumes 256-byte aligned matrices unless told: rows of a
+     * chunk (lmhead) or a view into a unit's flat buffer may be less aligned */
+    uint32_t al_a = ptr_align(A), al_b = ptr_align(B), al_c = ptr_align(C);
+    LT_CHECK(lt.pref_set(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a, sizeof al_a));
+    LT_CHECK(lt.pref_set(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof al_b));
+    LT_CHECK(lt.pref_set(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_c, sizeof al_c));
+    LT_CHECK(lt.pref_set(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_c, sizeof al_c));
+    cublasLtMatmulHeuristicResult_t heur;
+    int found = 0;
+    LT_CHECK(lt.heuristic(lt.handle, desc, la, lb, lc, lc, pref, 1, &heur, &found));
+    if (found < 1)
+        sharc_fatal(__FILE__, __LINE__, "cuda gemm: cuBLASLt has no algorithm for m=%d n=%d k=%d %s", m, n, k,
+                    sharc_dtype_st_name(ab));
+    LT_CHECK(lt.matmul(lt.handle, desc, &alpha, A, la, B, lb, &beta, C, lc, C, lc, &heur.algo, ws, GEMM_WS_BYTES,
+                       sharc_cuda_cs(s)));
+    lt.pref_destroy(pref);
+    lt.layout_destroy(la);
+    lt.layout_destroy(lb);
+    lt.layout_destroy(lc);
+    lt.desc_destroy(desc);
+}
+
+/* --------------------------------------------------------------- backend */
+
+static char probe_why[512];
+
+static sharc_status cuda_probe(void) {
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e == cudaErrorInsufficientDriver || e == cudaErrorNoDevice || e == cudaErrorInitializationError ||
+        e == cudaErrorCompatNotSupportedOnDevice) {
+        snprintf(probe_why, sizeof probe_why, "%s",
+                 e == cudaErrorNoDevice
+                     ? "cuda: the NVIDIA driver sees no GPU (check nvidia-smi and CUDA_VISIBLE_DEVICES)"
+                     : "cuda: no usable NVIDIA driver (libcuda.so.1 missing or older than CUDA 13 needs); install the "
+                       "driver or use train.device: cpu");
+        return sharc_error(SHARC_ERR_UNSUPPORTED, "%s (%s)", probe_why, cudaGetErrorString(e));
+    }
+    if (e != cudaSuccess)
+        return sharc_error(SHARC_ERR_UNSUPPORTED, "cuda: cannot count GPUs: %s; use train.device: cpu",
+                           cudaGetErrorString(e));
+    if (n < 1) return sharc_error(SHARC_ERR_UNSUPPORTED, "cuda: the NVIDIA driver sees no GPU (check nvidia-smi)");
+    return sharc_cuda_blas_load();
+}
+
+static int cuda_count(void) {
+    int n = 0;
+    return cudaGetDeviceCount(&n) == cudaSuccess ? n : 0;
+}
+
+static sharc_status cuda_open(sharc_device *d, int index) {
+    cudaError_t e = cudaSetDevice(index);
+    if (e == cudaSuccess) e = cudaFree(0); /* create the context now, not in the first step */
+    if (e != cudaSuccess)
+        return sharc_error(SHARC_ERR_UNSUPPORTED, "cuda: cannot use GPU %d: %s", index, cudaGetErrorString(e));
+    pthread_mutex_lock(&lt_lock);
+    cublasStatus_t b = lt.handle ? CUBLAS_STATUS_SUCCESS : lt.create(&lt.handle);
+    pthread_mutex_unlock(&lt_lock);
+    if (b != CUBLAS_STATUS_SUCCESS)
+        return sharc_error(SHARC_ERR_UNSUPPORTED, "cuda: cublasLtCreate failed on GPU %d (status %d)", index, (int)b);
+    return SHARC_OK;
+}
+
+static void *cuda_alloc(sharc_device *d, size_t bytes) {
+    void *p = NULL;
+    if (cudaMalloc(&p, bytes ? bytes : 256) != cudaSuccess) {
+        (void)cudaGetLastError(); /* an out-of-memory error is not sticky: clear it */
+        return NULL;
+    }
+    /* zero-filled before anyone can use it, whatever stream they use */
+    if (cudaMemset(p, 0, bytes) != cudaSuccess || cudaDeviceSynchronize() != cudaSuccess) {
+        cudaFree(p);
+        return NULL;
+    }
+    return p;
+}
+
+static void cuda_free(sharc_device *d, void *p) { cudaFree(p); }
+
+static sharc_status cuda_status(cudaError_t e, const char *what) {
+    if (e == cudaSuccess) return SHARC_OK;
+    return sharc_error(SHARC_ERR_INTERNAL, "cuda: %s: %s", what, cudaGetErrorString(e));
+}
+
+static sharc_status cuda_memset0(sharc_device *d, void *p, size_t bytes, sharc_stream *s) {
+    return cuda_status(cudaMemsetAsync(p, 0, bytes, sharc_cuda_cs(s)), "memset");
+}
+
+static sharc_status cuda_copy(sharc_device *d, void *dst, const void *src, size_t bytes, sharc_copy_kind kind,
+                              sharc_stream *s) {
+    static const cudaMemcpyKind kinds[] = {cudaMemcpyHostToDevice, cudaMemcpyDeviceToHost, cudaMemcpyDeviceToDevice};
+    return cuda_status(cudaMemcpyAsync(dst, src, bytes, kinds[kind], sharc_cuda_cs(s)), "copy");
+}
+
+static sharc_status cuda_stream_new(sharc_device *d, sharc_stream *s) {
+    sharc_cuda_stream *cs = (sharc_cuda_stream *)calloc(1, sizeof *cs);
+    if (!cs) return sharc_error(SHARC_ERR_NOMEM, "cuda: out of memory");
+    /* non-blocking: no implicit ordering with the legacy default stream */
+    cudaError_t e = cudaStreamCreateWithFlags(&cs->cs, cudaStreamNonBlocking);
+    if (e != cudaSuccess) {
+        free(cs);
+        return cuda_status(e, "stream create");
+    }
+    s->impl = cs;
+    return SHARC_OK;
+}
+
+static void cuda_stream_free(sharc_stream *s) {
+    sharc_cuda_stream *cs = (sharc_cuda_stream *)s->impl;
+    if (!cs) return;
+    cudaStreamSynchronize(cs->cs);
+    sharc_device_free(s->dev, cs->scratch);
+    sharc_device_free(s->dev, cs->gemm_ws);
+    cudaStreamDestroy(cs->cs);
+    free(cs);
+    s->impl = NULL;
+}
+
+static sharc_status cuda_synchronize(sharc_stream *s) {
+    return cuda_status(cudaStreamSynchronize(sharc_cuda_cs(s)), "stream synchronize");
+}
+
+static sharc_status cuda_event_new(sharc_event *ev) {
+    cudaEvent_t e;
+    sharc_status st = cuda_status(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "event create");
+    if (st == SHARC_OK) ev->impl = (void *)e;
+    return st;
+}
+
+static void cuda_event_free(sharc_event *ev) { cudaEventDestroy((cudaEvent_t)ev->impl); }
+
+static sharc_status cuda_event_record(sharc_event *ev, sharc_stream *s) {
+    return cuda_status(cudaEventRecord((cudaEvent_t)ev->impl, sharc_cuda_cs(s)), "event record");
+}
+
+static sharc_status cuda_event_wait(sharc_event *ev, sharc_stream *s) {
+    return cuda_status(cudaStreamWaitEvent(sharc_cuda_cs(s), (cudaEvent_t)ev->impl, 0), "stream wait event");
+}
+
+static sharc_status cuda_event_synchronize(sharc_event *ev) {
+    return cuda_status(cudaEventSynchronize((cudaEvent_t)ev->impl), "event synchronize");
+}
+
+extern "C" void *sharc_cuda_scratch(sharc_stream *s, size_t bytes) {
+    sharc_cuda_stream *cs = (sharc_cuda_stream *)s->impl;
+    if (cs->scratch_bytes < bytes) {
+        /* the old block may still be read by queued work: wait for it */
+        SHARC_CUDA_CHECK(cudaStreamSynchronize(cs->cs));
+        sharc_device_free(s->dev, cs->scratch);
+        size_t want = bytes < ((size_t)1 << 20) ? ((size_t)1 << 20) : bytes;
+        cs->scratch = sharc_device_alloc(s->dev, want, SHARC_MEM_OTHER);
+        if (!cs->scratch) sharc_fatal(__FILE__, __LINE__, "%s", sharc_last_error());
+        cs->scratch_bytes = want;
+    }
+    return cs->scratch;
+}
+
+/* Every slot is filled: a slot left NULL here would make opening the device
+ * fail with "kernel not implemented on cuda: NAME" (note [kernel-table]). */
+static sharc_kernels make_kernels(void) {
+    sharc_kernels k;
+    memset(&k, 0, sizeof k);
+    k.matmul_forward = sharc_cuda_matmul_forward;
+    k.matmul_backward = sharc_cuda_matmul_backward;
+    k.layernorm_forward = sharc_cuda_layernorm_forward;
+    k.layernorm_backward = sharc_cuda_layernorm_backward;
+    k.rmsnorm_forward = sharc_cuda_rmsnorm_forward;
+    k.rmsnorm_backward = sharc_cuda_rmsnorm_backward;
+    k.gelu_forward = sharc_cuda_gelu_forward;
+    k.gelu_backward = sharc_cuda_gelu_backward;
+    k.swiglu_forward = sharc_cuda_swiglu_forward;
+    k.swiglu_backward = sharc_cuda_swiglu_backward;
+    k.add = sharc_cuda_add;
+    k.embedding_forward = sharc_cuda_embedding_forward;
+    k.embedding_backward = sharc_cuda_embedding_backward;
+    k.rope_table = sharc_cuda_rope_table;
+    k.rope_forward = sharc_cuda_rope_forward;
+    k.rope_backward = sharc_cuda_rope_backward;
+    k.attention_workspace = sharc_cuda_attention_workspace;
+    k.attention_forward = sharc_cuda_attention_forward;
+    k.attention_backward = sharc_cuda_attention_backward;
+    k.xent_forward_backward = sharc_cuda_xent_forward_backward;
+    k.lmhead_xent = sharc_cuda_lmhead_xent;
+    k.cast = sharc_cuda_cast;
+    k.round = sharc_cuda_round;
+    k.accumulate = sharc_cuda_accumulate;
+    k.sum_ranks = sharc_cuda_sum_ranks;
+    k.sumsq = sharc_cuda_sumsq;
+    k.adamw = sharc_cuda_adamw;
+    k.fill = sharc_cuda_fill;
+    k.init_normal = sharc_cuda_init_normal;
+    return k;
+}
+
+static const sharc_kernels cuda_kernels = make_kernels();
+
+static sharc_device_i make_iface(void) {
+    sharc_device_i i;
+    memset(&i, 0, sizeof i);
+    i.name = "cuda";
+    i.host_memory = false;
+    i.probe = cuda_probe;
+    i.count = cuda_count;
+    i.open = cuda_open;
+    i.alloc = cuda_alloc;
+    i.free = cuda_free;
+    i.memset0 = cuda_memset0;
+    i.copy = cuda_copy;
+    i.stream_new = cuda_stream_new;
+    i.stream_free = cuda_stream_free;
+    i.synchronize = cuda_synchronize;
+    i.event_new = cuda_event_new;
+    i.event_free = cuda_event_free;
+    i.event_record = cuda_event_record;
+    i.event_wait = cuda_event_wait;
+    i.event_synchronize = cuda_event_synchronize;
+    i.kernels = &cuda_kernels;
+    return i;
+}
+
+extern "C" const sharc_device_i sharc_cuda_device_i = make_iface();

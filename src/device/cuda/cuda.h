@@ -1,0 +1,127 @@
+/* cuda.h (internal): the CUDA backend's shared pieces: the per-stream state
+ * (the cudaStream_t, a grow-only scratch buffer, the cuBLASLt workspace),
+ * launch checking, the cuBLASLt GEMM helper, and the sharc_cuda_* kernels
+ * that cuda.cu puts in the kernel table (sharc/kernels.h documents each).
+ *
+ * Note [cuda-errors]: kernel slots return nothing, so a failed launch or
+ * cuBLASLt call is a broken invariant: sharc_fatal with the CUDA error and
+ * file:line (the CUDA context is unusable after most such errors anyway).
+ * Memory, copies, streams and events return a status through the dispatcher. */
+#ifndef SHARC_DEVICE_CUDA_H
+#define SHARC_DEVICE_CUDA_H
+
+#include <cuda_runtime.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../device_impl.h"
+#include "sharc/kernels.h"
+#include "sharc/log.h"
+
+/* sharc_stream.impl of a cuda device */
+typedef struct {
+    cudaStream_t cs;
+    void *scratch;       /* grow-only, device memory of sharc_device_alloc (counted as OTHER) */
+    size_t scratch_bytes;
+    void *gemm_ws;       /* the cuBLASLt workspace of this stream */
+} sharc_cuda_stream;
+
+static inline cudaStream_t sharc_cuda_cs(sharc_stream *s) { return ((sharc_cuda_stream *)s->impl)->cs; }
+
+
+/* note [cuda-errors] */
+#define SHARC_CUDA_CHECK(call)                                                                                 \
+    do {                                                                                                   \
+        cudaError_t e_ = (call);                                                                           \
+        if (e_ != cudaSuccess) sharc_fatal(__FILE__, __LINE__, "cuda: %s: %s", #call, cudaGetErrorString(e_)); \
+    } while (0)
+#define SHARC_CUDA_LAUNCHED() SHARC_CUDA_CHECK(cudaGetLastError())
+
+/* Grid for n elements with `threads` per block, grid-stride loops beyond it. */
+static inline unsigned sharc_cuda_blocks(int64_t n, int threads) {
+    int64_t b = (n + threads - 1) / threads;
+    if (b < 1) b = 1;
+    return (unsigned)(b > 65535 * 16 ? 65535 * 16 : b);
+}
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* At least `bytes` of scratch for work queued on s (valid until the next
+ * call on the same stream; one user at a time). */
+void *sharc_cuda_scratch(sharc_stream *s, size_t bytes);
+
+/* cuBLASLt, column-major like BLAS: C(m,n) = alpha op(A) op(B) + beta C, A/B
+ * of dtype ab (F32: fp32 compute with TF32 off; BF16: fp32 accumulation),
+ * C fp32. Loaded with dlopen on first use (SHARC_CUBLASLT_LIB names another
+ * file); an error loading it is returned by sharc_cuda_blas_load. */
+sharc_status sharc_cuda_blas_load(void);
+void sharc_cuda_gemm(sharc_stream *s, bool ta, bool tb, int m, int n, int k, float alpha, const void *A, int lda,
+                     const void *B, int ldb, float beta, float *C, int ldc, sharc_dtype ab);
+
+/* elem.cu */
+void sharc_cuda_add(sharc_stream *s, float *y, const float *a, const float *b, int64_t n);
+void sharc_cuda_cast(sharc_stream *s, void *dst, sharc_dtype dst_dt, const void *src, sharc_dtype src_dt, int64_t n);
+void sharc_cuda_round(sharc_stream *s, float *dst, const float *src, sharc_dtype dt, int64_t n);
+void sharc_cuda_accumulate(sharc_stream *s, float *dst, const float *src, int64_t n);
+void sharc_cuda_sum_ranks(sharc_stream *s, void *dst, const void *const *src, int S, int64_t n, sharc_dtype dt,
+                          bool add);
+void sharc_cuda_sumsq(sharc_stream *s, double *acc, const float *x, int64_t n);
+void sharc_cuda_adamw(sharc_stream *s, float *p, const float *g, float *m, float *v, int64_t n,
+                      const sharc_adamw_scalars *k);
+void sharc_cuda_fill(sharc_stream *s, float *dst, float value, int64_t n);
+void sharc_cuda_init_normal(sharc_stream *s, float *dst, int64_t n, float std, uint64_t seed, uint64_t stream,
+                            uint64_t first);
+/* *acc (+)= the sum of nb doubles of device memory, in a fixed order */
+void sharc_cuda_sum_doubles(sharc_stream *s, double *acc, const double *part, int64_t nb, bool add);
+/* column sums for bias-like gradients: out(C) += sum over rows of x(N, C), fixed order */
+void sharc_cuda_colsum_add(sharc_stream *s, float *out, const float *x, int64_t N, int C);
+
+/* layers.cu */
+void sharc_cuda_matmul_forward(sharc_stream *s, float *y, const float *x, const float *w, const float *b, int64_t N,
+                               int IC, int OC);
+void sharc_cuda_matmul_backward(sharc_stream *s, float *dx, float *dw, float *db, const float *dy, const float *x,
+                                const float *w, int64_t N, int IC, int OC);
+void sharc_cuda_layernorm_forward(sharc_stream *s, float *y, float *mean, float *rstd, const float *x,
+                                  const float *w, const float *b, int64_t N, int C, float eps);
+void sharc_cuda_layernorm_backward(sharc_stream *s, float *dx, float *dw, float *db, const float *dy,
+                                   const float *dres, const float *x, const float *w, const float *mean,
+                                   const float *rstd, int64_t N, int C);
+void sharc_cuda_rmsnorm_forward(sharc_stream *s, float *y, float *rstd, const float *x, const float *w, int64_t N,
+                                int C, float eps);
+void sharc_cuda_rmsnorm_backward(sharc_stream *s, float *dx, float *dw, const float *dy, const float *dres,
+                                 const float *x, const float *w, const float *rstd, int64_t N, int C);
+void sharc_cuda_gelu_forward(sharc_stream *s, float *y, const float *x, int64_t n);
+void sharc_cuda_gelu_backward(sharc_stream *s, float *dx, const float *dy, const float *x, int64_t n);
+void sharc_cuda_swiglu_forward(sharc_stream *s, float *y, const float *x, int64_t N, int I);
+void sharc_cuda_swiglu_backward(sharc_stream *s, float *dx, const float *dy, const float *x, int64_t N, int I);
+void sharc_cuda_embedding_forward(sharc_stream *s, float *x, const int32_t *tokens, const float *wte,
+                                  const float *wpe, int B, int T, int C, int t0);
+void sharc_cuda_embedding_backward(sharc_stream *s, float *dwte, float *dwpe, const float *dx,
+                                   const int32_t *tokens, int B, int T, int C, int t0);
+void sharc_cuda_rope_table(sharc_stream *s, float *cos_t, float *sin_t, int T, int hd, float theta, int t0);
+void sharc_cuda_rope_forward(sharc_stream *s, float *qkv, const float *cos_t, const float *sin_t, int B, int T,
+                             int NH, int NKV, int hd);
+void sharc_cuda_rope_backward(sharc_stream *s, float *dqkv, const float *cos_t, const float *sin_t, int B, int T,
+                              int NH, int NKV, int hd);
+
+/* attention.cu */
+int64_t sharc_cuda_attention_workspace(int T);
+void sharc_cuda_attention_forward(sharc_stream *s, float *out, float *lse, const float *qkv, int B, int T, int NH,
+                                  int NKV, int hd, float *ws);
+void sharc_cuda_attention_backward(sharc_stream *s, float *dqkv, const float *dout, const float *qkv,
+                                   const float *out, const float *lse, int B, int T, int NH, int NKV, int hd,
+                                   float *ws);
+
+/* xent.cu */
+void sharc_cuda_xent_forward_backward(sharc_stream *s, double *loss_sum, float *logits, float *losses,
+                                      const int32_t *targets, int64_t N, int V, float scale, bool want_grad);
+void sharc_cuda_lmhead_xent(sharc_stream *s, double *loss_sum, float *dx, float *dw, const float *x,
+                            const float *w, const int32_t *targets, float scale, int64_t N, int C, int V, float *ws,
+                            int64_t chunk);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,380 @@
+/* layers.cu: the CUDA kernels of the layers other than attention and the
+ * loss: linear (cuBLASLt, sharc_cuda_gemm), LayerNorm, RMSNorm, GELU,
+ * SwiGLU, embeddings, RoPE. Each follows its CPU kernel in src/device/cpu/
+ * (the same formulas, one warp per row for the norms); parameter gradients
+ * summed over rows use per-slice partial sums added in slice order, so
+ * results never depend on timing (no atomics). */
+#include "cuda.h"
+
+#include <limits.h>
+
+#define THREADS 256
+#define SLICES 64
+#define GRID_STRIDE(i, n) for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < (n); i += (int64_t)gridDim.x * blockDim.x)
+
+__device__ static inline float warp_sum(float v) {
+    for (int o = 16; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+static int rows_int(int64_t N, const char *what) {
+    if (N > INT_MAX) sharc_fatal(__FILE__, __LINE__, "%s: %lld rows, at most %d on cuda", what, (long long)N, INT_MAX);
+    return (int)N;
+}
+
+/* ------------------------------------------------------------- linear */
+
+__global__ static void k_bias(float *y, const float *b, int64_t N, int OC) {
+    GRID_STRIDE(i, N * OC) y[i] += b[i % OC];
+}
+
+/* Row-major y(N,OC) = x(N,IC) w(OC,IC)^T is column-major y^T = op(w) x^T with
+ * w read transposed: m = OC, n = N, k = IC. */
+extern "C" void sharc_cuda_matmul_forward(sharc_stream *s, float *y, const float *x, const float *w, const float *b,
+                                          int64_t N, int IC, int OC) {
+    int n = rows_int(N, "matmul_forward");
+    sharc_cuda_gemm(s, true, false, OC, n, IC, 1.0f, w, IC, x, IC, 0.0f, y, OC, SHARC_DT_F32);
+    if (b) {
+        k_bias<<<sharc_cuda_blocks(N * OC, THREADS), THREADS, 0, sharc_cuda_cs(s)>>>(y, b, N, OC);
+        SHARC_CUDA_LAUNCHED();
+    }
+}
+
+extern "C" void sharc_cuda_matmul_backward(sharc_stream *s, float *dx, float *dw, float *db, const float *dy,
+                                           const float *x, const float *w, int64_t N, int IC, int OC) {
+    int n = rows_int(N, "matmul_backward");
+    /* dx^T(IC,N) = w^T(IC,OC) dy^T(OC,N) */
+    if (dx) sharc_cuda_gemm(s, false, false, IC, n, OC, 1.0f, w, IC, dy, OC, 0.0f, dx, IC, SHARC_DT_F32);
+    /* dw^T(IC,OC) += x^T(IC,N) dy(N,OC) */
+    if (dw) sharc_cuda_gemm(s, false, true, IC, OC, n, 1.0f, x, IC, dy, OC, 1.0f, dw, IC, SHARC_DT_F32);
+    if (db) sharc_cuda_colsum_add(s, db, dy, N, OC);
+}
+
+/* ----------------------------------------------------- LayerNorm, RMSNorm */
+
+/* one warp per row, 8 rows per block */
+#define ROW_BLOCK 8
+
+__global__ static void k_layernorm(float *y, float *mean, float *rstd, const float *x, const float *w, const float *b,
+                                   int64_t N, int C, float eps) {
+    int64_t r = (int64_t)blockIdx.x * ROW_BLOCK + threadIdx.x / 32;
+    int lane = threadIdx.x % 32;
+    if (r >= N) return;
+    const float *xr = x + r * C;
+    float sum = 0.0f;
+    for (int i = lane; i < C; i += 32) sum += xr[i];
+    float m = warp_sum(sum) / (float)C;
+    float v = 0.0f;
+    for (int i = lane; i < C; i += 32) {
+        float d = xr[i] - m;
+        v += d * d;
+    }
+    float sc = 1.0f / sqrtf(warp_sum(v) / (float)C + eps);
+    float *yr = y + r * C;
+    for (int i = lane; i < C; i += 32) yr[i] = (xr[i] - m) * sc * w[i] + (b ? b[i] : 0.0f);
+    if (lane == 0) {
+        if (mean) mean[r] = m;
+        if (rstd) rstd[r] = sc;
+    }
+}
+
+extern "C" void sharc_cuda_layernorm_forward(sharc_stream *s, float *y, float *mean, float *rstd, const float *x,
+                                             const float *w, const float *b, int64_t N, int C, float eps) {
+    if (N <= 0) return;
+    k_layernorm<<<(unsigned)((N + ROW_BLOCK - 1) / ROW_BLOCK), 32 * ROW_BLOCK, 0, sharc_cuda_cs(s)>>>(y, mean, rstd, x,
+                                                                                                   w, b, N, C, eps);
+    SHARC_CUDA_LAUNCHED();
+}
+
+__global__ static void k_layernorm_dx(float *dx, const float *dy, const float *dres, const float *x, const float *w,
+                                      const float *mean, const float *rstd, int64_t N, int C) {
+    int64_t r = (int64_t)blockIdx.x * ROW_BLOCK + threadIdx.x / 32;
+    int lane = threadIdx.x % 32;
+    if (r >= N) return;
+    const float *xr = x + r * C, *dyr = dy + r * C;
+    float m = mean[r], sc = rstd[r];
+    float sg = 0.0f, sgx = 0.0f;
+    for (int i = lane; i < C; i += 32) {
+        float g = dyr[i] * w[i];
+        sg += g;
+        sgx += g * (xr[i] - m) * sc;
+    }
+    sg = warp_sum(sg) / (float)C;
+    sgx = warp_sum(sgx) / (float)C;
+    for (int i = lane; i < C; i += 32) {
+        float xhat = (xr[i] - m) * sc;
+        float v = sc * (dyr[i] * w[i] - sg - xhat * sgx);
+        dx[r * C + i] = dres ? dres[r * C + i] + v : v;
+    }
+}
+
+/* partial dw, db (and RMSNorm's dw: mean == NULL, xhat = x * rstd) per slice of rows */
+__global__ static void k_norm_dw_part(float *pdw, float *pdb, const float *dy, const float *x, const float *mean,
+                                      const float *rstd, int64_t N, int C, int slices) {
+    int c = blockIdx.x * blockDim.x + threadIdx.x, sl = blockIdx.y;
+    if (c >= C) return;
+    int64_t r0 = N * sl / slices, r1 = N * (sl + 1) / slices;
+    float aw = 0.0f, ab = 0.0f;
+    for (int64_t r = r0; r < r1; r++) {
+        float d = dy[r * C + c];
+        float xhat = mean ? (x[r * C + c] - mean[r]) * rstd[r] : x[r * C + c] * rstd[r];
+        aw += d * xhat;
+        ab += d;
+    }
+    if (pdw) pdw[(int64_t)sl * C + c] = aw;
+    if (pdb) pdb[(int64_t)sl * C + c] = ab;
+}
+
+__global__ static void k_parts_add(float *out, const float *part, int C, int slices) {
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C) return;
+    float a = 0.0f;
+    for (int sl = 0; sl < slices; sl++) a += part[(int64_t)sl * C + c];
+    out[c] += a;
+}
+
+static void norm_param_grads(sharc_stream *s, float *dw, float *db, const float *dy, const float *x, const float *mean,
+                             const float *rstd, int64_t N, int C) {
+    if (!dw && !db) return;
+    int slices = N < SLICES ? (int)N : SLICES;
+    float *part = (float *)sharc_cuda_scratch(s, (size_t)2 * slices * C * sizeof(float));
+    float *pdw = dw ? part : NULL, *pdb = db ? part + (size_t)slices * C : NULL;
+    cudaStream_t cs = sharc_cuda_cs(s);
+    dim3 grid((C + THREADS - 1) / THREADS, slices);
+    k_norm_dw_part<<<grid, THREADS, 0, cs>>>(pdw, pdb, dy, x, mean, rstd, N, C, slices);
+    SHARC_CUDA_LAUNCHED();
+    unsigned cb = (C + THREADS - 1) / THREADS;
+    if (dw) k_parts_add<<<cb, THREADS, 0, cs>>>(dw, pdw, C, slices);
+    if (db) k_parts_add<<<cb, THREADS, 0, cs>>>(db, pdb, C, slices);
+    SHARC_CUDA_LAUNCHED();
+}
+
+extern "C" void sharc_cuda_layernorm_backward(sharc_stream *s, float *dx, float *dw, float *db, const float *dy,
+                                              const float *dres, const float *x, const float *w, const float *mean,
+                                              const float *rstd, int64_t N, int C) {
+    if (N <= 0) return;
+    /* the parameter gradients first: dx may alias dres, never dy or x */
+    norm_param_grads(s, dw, db, dy, x, mean, rstd, N, C);
+    k_layernorm_dx<<<(unsigned)((N + ROW_BLOCK - 1) / ROW_BLOCK), 32 * ROW_BLOCK, 0, sharc_cuda_cs(s)>>>(
+        dx, dy, dres, x, w, mean, rstd, N, C);
+    SHARC_CUDA_LAUNCHED();
+}
+
+__global__ static void k_rmsnorm(float *y, float *rstd, const float *x, const float *w, int64_t N, int C, float eps) {
+    int64_t r = (int64_t)blockIdx.x * ROW_BLOCK + threadIdx.x / 32;
+    int lane = threadIdx.x % 32;
+    if (r >= N) return;
+    const float *xr = x + r * C;
+    float ss = 0.0f;
+    for (int i = lane; i < C; i += 32) ss += xr[i] * xr[i];
+    float sc = 1.0f / sqrtf(warp_sum(ss) / (float)C + eps);
+    for (int i = lane; i < C; i += 32) y[r * C + i] = xr[i] * sc * w[i];
+    if (lane == 0 && rstd) rstd[r] = sc;
+}
+
+extern "C" void sharc_cuda_rmsnorm_forward(sharc_stream *s, float *y, float *rstd, const float *x, const float *w,
+                                           int64_t N, int C, float eps) {
+    if (N <= 0) return;
+    k_rmsnorm<<<(unsigned)((N + ROW_BLOCK - 1) / ROW_BLOCK), 32 * ROW_BLOCK, 0, sharc_cuda_cs(s)>>>(y, rstd, x, w, N, C,
+                                                                                                 eps);
+    SHARC_CUDA_LAUNCHED();
+}
+
+__global__ static void k_rmsnorm_dx(float *dx, const float *dy, const float *dres, const float *x, const float *w,
+                                    const float *rstd, int64_t N, int C) {
+    int64_t r = (int64_t)blockIdx.x * ROW_BLOCK + threadIdx.x / 32;
+    int lane = threadIdx.x % 32;
+    if (r >= N) return;
+    const float *xr = x + r * C, *dyr = dy + r * C;
+    float sc = rstd[r];
+    float dot = 0.0f;
+    for (int i = lane; i < C; i += 32) dot += dyr[i] * w[i] * xr[i];
+    float k = warp_sum(dot) * sc * sc * sc / (float)C;
+    for (int i = lane; i < C; i += 32) {
+        float v = dyr[i] * w[i] * sc - k * xr[i];
+        dx[r * C + i] = dres ? dres[r * C + i] + v : v;
+    }
+}
+
+extern "C" void sharc_cuda_rmsnorm_backward(sharc_stream *s, float *dx, float *dw, const float *dy, const float *dres,
+                                            const float *x, const float *w, const float *rstd, int64_t N, int C) {
+    if (N <= 0) return;
+    norm_param_grads(s, dw, NULL, dy, x, NULL, rstd, N, C);
+    k_rmsnorm_dx<<<(unsigned)((N + ROW_BLOCK - 1) / ROW_BLOCK), 32 * ROW_BLOCK, 0, sharc_cuda_cs(s)>>>(dx, dy, dres, x,
+                                                                                                    w, rstd, N, C);
+    SHARC_CUDA_LAUNCHED();
+}
+
+/* --------------------------------------------------------- GELU, SwiGLU */
+
+#define GELU_K 0.7978845608028654f
+#define GELU_C 0.044715f
+
+__global__ static void k_gelu(float *y, const float *x, int64_t n) {
+    GRID_STRIDE(i, n) {
+        float v = x[i];
+        float t = tanhf(GELU_K * (v + GELU_C * v * v * v));
+        y[i] = 0.5f * v * (1.0f + t);
+    }
+}
+__global__ static void k_gelu_back(float *dx, const float *dy, const float *x, int64_t n) {
+    GRID_STRIDE(i, n) {
+        float v = x[i];
+        float t = tanhf(GELU_K * (v + GELU_C * v * v * v));
+        float dt = GELU_K * (1.0f + 3.0f * GELU_C * v * v) * (1.0f - t * t);
+        dx[i] = dy[i] * (0.5f * (1.0f + t) + 0.5f * v * dt);
+    }
+}
+
+extern "C" void sharc_cuda_gelu_forward(sharc_stream *s, float *y, const float *x, int64_t n) {
+    if (n <= 0) return;
+    k_gelu<<<sharc_cuda_blocks(n, THREADS), THREADS, 0, sharc_cuda_cs(s)>>>(y, x, n);
+    SHARC_CUDA_LAUNCHED();
+}
+extern "C" void sharc_cuda_gelu_backward(sharc_stream *s, float *dx, const float *dy, const float *x, int64_t n) {
+    if (n <= 0) return;
+    k_gelu_back<<<sharc_cuda_blocks(n, THREADS), THREADS, 0, sharc_cuda_cs(s)>>>(dx, dy, x, n);
+    SHARC_CUDA_LAUNCHED();
+}
+
+__global__ static void k_swiglu(float *y, const float *x, int64_t N, int I) {
+    GRID_STRIDE(j, N * I) {
+        int64_t r = j / I;
+        int i = (int)(j % I);
+        float g = x[r * 2 * I + i], u = x[r * 2 * I + I + i];
+        y[j] = g / (1.0f + expf(-g)) * u;
+    }
+}
+__global__ static void k_swiglu_back(float *dx, const float *dy, const float *x, int64_t N, int I) {
+    GRID_STRIDE(j, N * I) {
+        int64_t r = j / I;
+        int i = (int)(j % I);
+        float g = x[r * 2 * I + i], u = x[r * 2 * I + I + i];
+        float sig = 1.0f / (1.0f + expf(-g));
+        dx[r * 2 * I + I + i] = dy[j] * g * sig;
+        dx[r * 2 * I + i] = dy[j] * u * sig * (1.0f + g * (1.0f - sig));
+    }
+}
+
+extern "C" void sharc_cuda_swiglu_forward(sharc_stream *s, float *y, const float *x, int64_t N, int I) {
+    if (N <= 0 || I <= 0) return;
+    k_swiglu<<<sharc_cuda_blocks(N * I, THREADS), THREADS, 0, sharc_cuda_cs(s)>>>(y, x, N, I);
+    SHARC_CUDA_LAUNCHED();
+}
+extern "C" void sharc_cuda_swiglu_backward(sharc_stream *s, float *dx, const float *dy, const float *x, int64_t N,
+                                           int I) {
+    if (N <= 0 || I <= 0) return;
+    k_swiglu_back<<<sharc_cuda_blocks(N * I, THREADS), THREADS, 0, sharc_cuda_cs(s)>>>(dx, dy, x, N, I);
+    SHARC_CUDA_LAUNCHED();
+}
+
+/* ----------------------------------------------------------- embeddings */
+
+__global__ static void k_embed(float *x, const int32_t *tokens, const float *wte, const float *wpe, int64_t N, int T,
+                               int C, int t0) {
+    GRID_STRIDE(j, N * C) {
+        int64_t r = j / C;
+        int c = (int)(j % C);
+        float v = wte[(int64_t)tokens[r] * C + c];
+        if (wpe) v += wpe[(int64_t)(t0 + r % T) * C + c];
+        x[j] = v;
+    }
+}
+
+/* dwte: thread (c, p) owns column c of the vocabulary rows v with v % P == p
+ * and walks the rows in order, so each element of dwte gets its additions in
+ * row order, as on the CPU, with no atomics (every thread of a warp reads the
+ * same token: one broadcast load) */
+#define EMB_PARTS 64
+__global__ static void k_embed_back_wte(float *dwte, const float *dx, const int32_t *tokens, int64_t N, int C) {
+    int c = blockIdx.x * blockDim.x + threadIdx.x, part = blockIdx.y;
+    if (c >= C) return;
+    for (int64_t r = 0; r < N; r++) {
+        int32_t v = tokens[r];
+        if (v % EMB_PARTS == part) dwte[(int64_t)v * C + c] += dx[r * C + c];
+    }
+}
+/* dwpe(t0 + t, c) += dx of each sequence, in batch order */
+__global__ static void k_embed_back_wpe(float *dwpe, const float *dx, int B, int T, int C, int t0) {
+    GRID_STRIDE(j, (int64_t)T * C) {
+        int64_t t = j / C;
+        int c = (int)(j % C);
+        float a = dwpe[(t0 + t) * C + c]; /* added to in batch order, as on the CPU */
+        for (int b = 0; b < B; b++) a += dx[((int64_t)b * T + t) * C + c];
+        dwpe[(t0 + t) * C + c] = a;
+    }
+}
+
+extern "C" void sharc_cuda_embedding_forward(sharc_stream *s, float *x, const int32_t *tokens, const float *wte,
+                                             const float *wpe, int B, int T, int C, int t0) {
+    int64_t N = (int64_t)B * T;
+    if (N <= 0) return;
+    k_embed<<<sharc_cuda_blocks(N * C, THREADS), THREADS, 0, sharc_cuda_cs(s)>>>(x, tokens, wte, wpe, N, T, C, t0);
+    SHARC_CUDA_LAUNCHED();
+}
+
+extern "C" void sharc_cuda_embedding_backward(sharc_stream *s, float *dwte, float *dwpe, const float *dx,
+                                              const int32_t *tokens, int B, int T, int C, int t0) {
+    int64_t N = (int64_t)B * T;
+    if (N <= 0) return;
+    cudaStream_t cs = sharc_cuda_cs(s);
+    if (dwte) k_embed_back_wte<<<dim3((C + 127) / 128, EMB_PARTS), 128, 0, cs>>>(dwte, dx, tokens, N, C);
+    if (dwpe) k_embed_back_wpe<<<sharc_cuda_blocks((int64_t)T * C, THREADS), THREADS, 0, cs>>>(dwpe, dx, B, T, C, t0);
+    SHARC_CUDA_LAUNCHED();
+}
+
+/* ------------------------------------------------------------------ RoPE */
+
+__global__ static void k_rope_table(float *cos_t, float *sin_t, int T, int hd, float theta, int t0) {
+    int half = hd / 2;
+    GRID_STRIDE(j, (int64_t)T * half) {
+        int t = (int)(j / half), i = (int)(j % half);
+        float inv_freq = 1.0f / powf(theta, (float)(2 * i) / (float)hd);
+        float a = (float)(t0 + t) * inv_freq;
+        cos_t[j] = cosf(a);
+        sin_t[j] = sinf(a);
+    }
+}
+
+__global__ static void k_rope(float *qkv, const float *cos_t, const float *sin_t, int64_t N, int T, int nheads,
+                              int stride, int hd, float sign) {
+    int half = hd / 2;
+    GRID_STRIDE(j, N * nheads * half) {
+        int i = (int)(j % half);
+        int64_t rh = j / half;
+        int h = (int)(rh % nheads);
+        int64_t r = rh / nheads;
+        const float c = cos_t[(r % T) * half + i], si = sign * sin_t[(r % T) * half + i];
+        float *x = qkv + r * stride + (int64_t)h * hd;
+        float a = x[i], b = x[i + half];
+        x[i] = a * c - b * si;
+        x[i + half] = b * c + a * si;
+    }
+}
+
+extern "C" void sharc_cuda_rope_table(sharc_stream *s, float *cos_t, float *sin_t, int T, int hd, float theta,
+                                      int t0) {
+    if (T <= 0 || hd < 2) return;
+    k_rope_table<<<sharc_cuda_blocks((int64_t)T * (hd / 2), THREADS), THREADS, 0, sharc_cuda_cs(s)>>>(cos_t, sin_t, T,
+                                                                                                    hd, theta, t0);
+    SHARC_CUDA_LAUNCHED();
+}
+
+static void rope_apply(sharc_stream *s, float *qkv, const float *cos_t, const float *sin_t, int B, int T, int NH,
+                       int NKV, int hd, float sign) {
+    int64_t N = (int64_t)B * T;
+    if (N <= 0 || hd < 2) return;
+    int64_t n = N * (NH + NKV) * (hd / 2);
+    k_rope<<<sharc_cuda_blocks(n, THREADS), THREADS, 0, sharc_cuda_cs(s)>>>(qkv, cos_t, sin_t, N, T, NH + NKV,
+                                                                          (NH + 2 * NKV) * hd, hd, sign);
+    SHARC_CUDA_LAUNCHED();
+}
+
+extern "C" void sharc_cuda_rope_forward(sharc_stream *s, float *qkv, const float *cos_t, const float *sin_t, int B,
+                                        int T, int NH, int NKV, int hd) {
+    rope_apply(s, qkv, cos_t, sin_t, B, T, NH, NKV, hd, 1.0f);
+}
+extern "C" void sharc_cuda_rope_backward(sharc_stream *s, float *dqkv, const float *cos_t, const float *sin_t, int B,
+                                         int T, int NH, int NKV, int hd) {
+    rope_apply(s, dqkv, cos_t, sin_t, B, T, NH, NKV, hd, -1.0f);
+}

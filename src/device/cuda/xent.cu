@@ -1,0 +1,104 @@
+/* xent.cu: sharc_cuda_xent_forward_backward and sharc_cuda_lmhead_xent, the
+ * softmax cross-entropy with its loss mask and the LM head fused with it,
+ * chunked over rows (note [fused-head] in src/device/cpu/xent.c: only `chunk`
+ * rows of logits exist at once). One block per row; the rows' losses go to
+ * scratch as doubles and are summed in a fixed order into the device scalar. */
+#include "cuda.h"
+
+#include <limits.h>
+#include <math.h>
+
+#define THREADS 256
+
+/* all threads of the block get the result */
+__device__ static float block_reduce(float v, bool is_max) {
+    __shared__ float sh[THREADS / 32];
+    for (int o = 16; o > 0; o /= 2) {
+        float u = __shfl_xor_sync(0xffffffffu, v, o);
+        v = is_max ? fmaxf(v, u) : v + u;
+    }
+    int w = threadIdx.x / 32, lane = threadIdx.x % 32;
+    __syncthreads(); /* sh may still be read by a previous call */
+    if (lane == 0) sh[w] = v;
+    __syncthreads();
+    float r = sh[0];
+    for (int k = 1; k < THREADS / 32; k++) r = is_max ? fmaxf(r, sh[k]) : r + sh[k];
+    return r;
+}
+
+__global__ static void k_xent(double *row_loss, float *logits, float *losses, const int32_t *targets, int V,
+                              float scale, bool want_grad) {
+    int64_t r = blockIdx.x;
+    float *row = logits + r * V;
+    int32_t t = targets[r];
+    if (t < 0) {
+        if (threadIdx.x == 0) {
+            if (losses) losses[r] = 0.0f;
+            row_loss[r] = 0.0;
+        }
+        if (want_grad)
+            for (int j = threadIdx.x; j < V; j += THREADS) row[j] = 0.0f;
+        return;
+    }
+    float mx = -INFINITY;
+    for (int j = threadIdx.x; j < V; j += THREADS) mx = fmaxf(mx, row[j]);
+    mx = block_reduce(mx, true);
+    float sum = 0.0f;
+    for (int j = threadIdx.x; j < V; j += THREADS) sum += expf(row[j] - mx);
+    sum = block_reduce(sum, false);
+    float lse = mx + logf(sum);
+    float loss = lse - row[t];
+    __syncthreads(); /* row[t] is read by every thread before it is overwritten */
+    if (threadIdx.x == 0) {
+        if (losses) losses[r] = loss;
+        row_loss[r] = (double)loss;
+    }
+    if (want_grad)
+        for (int j = threadIdx.x; j < V; j += THREADS) {
+            float g = expf(row[j] - lse) * scale;
+            row[j] = j == t ? g - scale : g;
+        }
+}
+
+static void xent_rows(sharc_stream *s, double *row_loss, float *logits, float *losses, const int32_t *targets,
+                      int64_t N, int V, float scale, bool want_grad) {
+    if (N > INT_MAX) sharc_fatal(__FILE__, __LINE__, "xent: %lld rows, at most %d on cuda", (long long)N, INT_MAX);
+    k_xent<<<(unsigned)N, THREADS, 0, sharc_cuda_cs(s)>>>(row_loss, logits, losses, targets, V, scale, want_grad);
+    SHARC_CUDA_LAUNCHED();
+}
+
+extern "C" void sharc_cuda_xent_forward_backward(sharc_stream *s, double *loss_sum, float *logits, float *losses,
+                                                 const int32_t *targets, int64_t N, int V, float scale,
+                                                 bool want_grad) {
+    if (N <= 0) {
+        SHARC_CUDA_CHECK(cudaMemsetAsync(loss_sum, 0, sizeof(double), sharc_cuda_cs(s)));
+        return;
+    }
+    double *row_loss = (double *)sharc_cuda_scratch(s, (size_t)N * sizeof(double));
+    xent_rows(s, row_loss, logits, losses, targets, N, V, scale, want_grad);
+    sharc_cuda_sum_doubles(s, loss_sum, row_loss, N, false);
+}
+
+extern "C" void sharc_cuda_lmhead_xent(sharc_stream *s, double *loss_sum, float *dx, float *dw, const float *x,
+                                       const float *w, const int32_t *targets, float scale, int64_t N, int C, int V,
+                                       float *ws, int64_t chunk) {
+    if (N <= 0) {
+        SHARC_CUDA_CHECK(cudaMemsetAsync(loss_sum, 0, sizeof(double), sharc_cuda_cs(s)));
+        return;
+    }
+    if (chunk < 1 || chunk > INT_MAX) sharc_fatal(__FILE__, __LINE__, "lmhead_xent: chunk %lld", (long long)chunk);
+    double *row_loss = (double *)sharc_cuda_scratch(s, (size_t)N * sizeof(double));
+    for (int64_t r0 = 0; r0 < N; r0 += chunk) {
+        int m = (int)(N - r0 < chunk ? N - r0 : chunk);
+        const float *xc = x + r0 * C;
+        /* logits(m,V) = x(m,C) w(V,C)^T */
+        sharc_cuda_gemm(s, true, false, V, m, C, 1.0f, w, C, xc, C, 0.0f, ws, V, SHARC_DT_F32);
+        xent_rows(s, row_loss + r0, ws, NULL, targets + r0, m, V, scale, dx != NULL);
+        if (dx) {
+            /* dx(m,C) = dlogits(m,V) w(V,C); dw(V,C) += dlogits^T x */
+            sharc_cuda_gemm(s, false, false, C, m, V, 1.0f, w, C, ws, V, 0.0f, dx + r0 * C, C, SHARC_DT_F32);
+            if (dw) sharc_cuda_gemm(s, false, true, C, V, m, 1.0f, xc, C, ws, V, 1.0f, dw, C, SHARC_DT_F32);
+        }
+    }
+    sharc_cuda_sum_doubles(s, loss_sum, row_loss, N, false);
+}

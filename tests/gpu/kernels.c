@@ -1,0 +1,578 @@
+/* tests/gpu/kernels.c (build/gpu_kernels): the CUDA backend against the CPU
+ * backend. Every slot of the CUDA kernel table runs on fresh random inputs at
+ * odd sizes, with its outputs poisoned (NaN) first so that an element it does
+ * not write fails; the result must match the CPU kernel within 1e-5 relative
+ * (norm of the difference over norm of the reference) in fp32, 1e-2 for bf16
+ * products; 16-bit casts must match bit for bit. Then memory, copies, memset,
+ * streams and events. Prints one PASS/FAIL line per check and
+ * "N passed, N failed"; exit 0 when all pass, 1 otherwise, 77 when this
+ * machine has no usable GPU (the reason is printed). tests/gpu/run.sh runs it. */
+#include "sharc/device.h"
+#include "sharc/kernels.h"
+#include "sharc/rng.h"
+#include "sharc/status.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* src/device/cuda/cuda.h (C++ header): the cuBLASLt GEMM, for the bf16 path */
+void sharc_cuda_gemm(sharc_stream *s, bool ta, bool tb, int m, int n, int k, float alpha, const void *A, int lda,
+                     const void *B, int ldb, float beta, float *C, int ldc, sharc_dtype ab);
+
+static sharc_device *cpu, *gpu;
+static const sharc_kernels *kc, *kg;
+static sharc_stream *sc, *sg;
+static int passed, failed;
+static uint64_t seed_next = 1000;
+
+static void die(const char *what) {
+    fprintf(stderr, "gpu_kernels: %s: %s\n", what, sharc_last_error());
+    exit(1);
+}
+
+static float *h_rand(int64_t n, float scale) {
+    float *h = malloc((size_t)(n ? n : 1) * sizeof(float));
+    uint64_t seed = seed_next++;
+    for (int64_t i = 0; i < n; i++) h[i] = scale * sharc_rng_normal(seed, 7, (uint64_t)i);
+    return h;
+}
+
+static float *h_copy(const float *src, int64_t n) {
+    float *h = malloc((size_t)(n ? n : 1) * sizeof(float));
+    memcpy(h, src, (size_t)n * sizeof(float));
+    return h;
+}
+
+static void *d_up(const void *h, size_t bytes) {
+    void *d = sharc_device_alloc(gpu, bytes ? bytes : 4, SHARC_MEM_OTHER);
+    if (!d) die("alloc");
+    if (sharc_device_copy(gpu, d, h, bytes, SHARC_COPY_HOST_TO_DEVICE, sg) != SHARC_OK) die("copy in");
+    return d;
+}
+
+/* n floats of NaN on the GPU: an output a kernel must write */
+static float *d_poison(int64_t n) {
+    float *h = malloc((size_t)n * sizeof(float));
+    for (int64_t i = 0; i < n; i++) h[i] = NAN;
+    float *d = d_up(h, (size_t)n * sizeof(float));
+    free(h);
+    return d;
+}
+
+static float *down(const void *d, int64_t n) {
+    float *h = malloc((size_t)(n ? n : 1) * sizeof(float));
+    if (sharc_device_copy(gpu, h, d, (size_t)n * sizeof(float), SHARC_COPY_DEVICE_TO_HOST, sg) != SHARC_OK ||
+        sharc_device_synchronize(sg) != SHARC_OK)
+        die("copy out");
+    return h;
+}
+
+static void result(const char *name, bool ok, const char *detail) {
+    if (ok) passed++;
+    else failed++;
+    printf("%s %s%s%s\n", ok ? "PASS" : "FAIL", name, detail[0] ? ": " : "", detail);
+    fflush(stdout);
+}
+
+/* ||got - ref|| / ||ref||; any non-finite got fails */
+static void compare(const char *name, const float *got, const float *ref, int64_t n, double tol) {
+    double dd = 0, rr = 0;
+    int64_t bad = -1;
+    for (int64_t i = 0; i < n; i++) {
+        if (!isfinite(got[i]) && bad < 0) bad = i;
+        double d = (double)got[i] - (double)ref[i];
+        dd += d * d;
+        rr += (double)ref[i] * ref[i];
+    }
+    char msg[200];
+    if (bad >= 0) {
+        snprintf(msg, sizeof msg, "element %lld is %g (unwritten or not finite), CPU %g", (long long)bad,
+                 (double)got[bad], (double)ref[bad]);
+        result(name, false, msg);
+        return;
+    }
+    double rel = sqrt(dd) / (rr > 0 ? sqrt(rr) : 1.0);
+    snprintf(msg, sizeof msg, "rel %.3g (tol %.0e, n %lld)", rel, tol, (long long)n);
+    result(name, rel <= tol, msg);
+}
+
+/* compare a GPU array with a host reference, then free both */
+static void check(const char *name, void *d, float *ref, int64_t n, double tol) {
+    float *h = down(d, n);
+    compare(name, h, ref, n, tol);
+    free(h);
+    sharc_device_free(gpu, d);
+    free(ref);
+}
+
+static void check_double(const char *name, double *d, double ref, double tol) {
+    double got;
+    if (sharc_device_copy(gpu, &got, d, sizeof got, SHARC_COPY_DEVICE_TO_HOST, sg) != SHARC_OK ||
+        sharc_device_synchronize(sg) != SHARC_OK)
+        die("copy out");
+    char msg[200];
+    double rel = fabs(got - ref) / (fabs(ref) > 0 ? fabs(ref) : 1.0);
+    snprintf(msg, sizeof msg, "%.9g vs CPU %.9g, rel %.3g", got, ref, rel);
+    result(name, isfinite(got) && rel <= tol, msg);
+    sharc_device_free(gpu, d);
+}
+
+#define F32 1e-5
+
+static void test_elem(void) {
+    int64_t n = 100003;
+    float *a = h_rand(n, 1), *b = h_rand(n, 1), *ref = malloc(n * 4);
+    float *da = d_up(a, n * 4), *db = d_up(b, n * 4), *dy = d_poison(n);
+    kc->add(sc, ref, a, b, n);
+    kg->add(sg, dy, da, db, n);
+    check("add", dy, h_copy(ref, n), n, 0);
+    kc->accumulate(sc, a, b, n);
+    kg->accumulate(sg, da, db, n);
+    check("accumulate", da, h_copy(a, n), n, 0);
+    /* casts and rounding: bit for bit */
+    for (int k = 0; k < 2; k++) {
+        sharc_dtype dt = k ? SHARC_DT_F16 : SHARC_DT_BF16;
+        uint16_t *h16 = malloc(n * 2), *g16 = malloc(n * 2);
+        void *d16 = d_up(h16, n * 2);
+        float *d32 = d_up(b, n * 4); /* holds b (poison next) */
+        kc->cast(sc, h16, dt, b, SHARC_DT_F32, n);
+        kg->cast(sg, d16, dt, d32, SHARC_DT_F32, n);
+        sharc_device_copy(gpu, g16, d16, n * 2, SHARC_COPY_DEVICE_TO_HOST, sg);
+        sharc_device_synchronize(sg);
+        result(k ? "cast f32->f16" : "cast f32->bf16", memcmp(h16, g16, n * 2) == 0, "");
+        float *back = malloc(n * 4), *dback = d_poison(n);
+        kc->cast(sc, back, SHARC_DT_F32, h16, dt, n);
+        kg->cast(sg, dback, SHARC_DT_F32, d16, dt, n);
+        check(k ? "cast f16->f32" : "cast bf16->f32", dback, back, n, 0);
+        float *r = malloc(n * 4), *dr = d_poison(n);
+        kc->round(sc, r, b, dt, n);
+        kg->round(sg, dr, d32, dt, n);
+        check(k ? "round f16" : "round bf16", dr, r, n, 0);
+        sharc_device_free(gpu, d16);
+        sharc_device_free(gpu, d32);
+        free(h16);
+        free(g16);
+    }
+    /* sum_ranks: 3 sources, fp32 written and added, bf16 */
+    {
+        int S = 3;
+        float *h[3], *d[3];
+        for (int r = 0; r < S; r++) {
+            h[r] = h_rand(n, 1);
+            d[r] = d_up(h[r], n * 4);
+        }
+        const void *hs[3] = {h[0], h[1], h[2]}, *ds[3] = {d[0], d[1], d[2]};
+        float *o = malloc(n * 4), *dout = d_poison(n);
+        kc->sum_ranks(sc, o, hs, S, n, SHARC_DT_F32, false);
+        kg->sum_ranks(sg, dout, ds, S, n, SHARC_DT_F32, false);
+        check("sum_ranks f32", dout, o, n, 0);
+        float *o2 = h_rand(n, 1), *dout2 = d_up(o2, n * 4);
+        kc->sum_ranks(sc, o2, hs, S, n, SHARC_DT_F32, true);
+        kg->sum_ranks(sg, dout2, ds, S, n, SHARC_DT_F32, true);
+        check("sum_ranks f32 add", dout2, o2, n, 0);
+        uint16_t *h16[3], *g = malloc(n * 2), *o16 = malloc(n * 2);
+        void *d16[3];
+        for (int r = 0; r < S; r++) {
+            h16[r] = malloc(n * 2);
+            kc->cast(sc, h16[r], SHARC_DT_BF16, h[r], SHARC_DT_F32, n);
+            d16[r] = d_up(h16[r], n * 2);
+        }
+        const void *hs16[3] = {h16[0], h16[1], h16[2]}, *ds16[3] = {d16[0], d16[1], d16[2]};
+        void *dout16 = d_up(o16, n * 2);
+        kc->sum_ranks(sc, o16, hs16, S, n, SHARC_DT_BF16, false);
+        kg->sum_ranks(sg, dout16, ds16, S, n, SHARC_DT_BF16, false);
+        sharc_device_copy(gpu, g, dout16, n * 2, SHARC_COPY_DEVICE_TO_HOST, sg);
+        sharc_device_synchronize(sg);
+        result("sum_ranks bf16", memcmp(g, o16, n * 2) == 0, "");
+        for (int r = 0; r < S; r++) {
+            sharc_device_free(gpu, d[r]);
+            sharc_device_free(gpu, d16[r]);
+            free(h[r]);
+            free(h16[r]);
+        }
+        sharc_device_free(gpu, dout16);
+        free(g);
+        free(o16);
+    }
+    /* sumsq into a scalar that already holds a value */
+    {
+        double acc = 1.5;
+        double *dacc = d_up(&acc, sizeof acc);
+        kc->sumsq(sc, &acc, b, n);
+        kg->sumsq(sg, dacc, db, n);
+        check_double("sumsq", dacc, acc, F32);
+    }
+    /* adamw */
+    {
+        float *p = h_rand(n, 1), *g = h_rand(n, 0.1f), *m = h_rand(n, 0.01f), *v = h_rand(n, 0.001f);
+        for (int64_t i = 0; i < n; i++) v[i] = fabsf(v[i]);
+        float *dp = d_up(p, n * 4), *dg = d_up(g, n * 4), *dm = d_up(m, n * 4), *dv = d_up(v, n * 4);
+        sharc_adamw_scalars k = {.decay_mul = 0.999f, .beta1 = 0.9f, .beta2 = 0.95f, .step_size = 1e-3f,
+                                 .sqrt_bc2 = 0.3f, .eps = 1e-8f, .grad_scale = 0.7f};
+        kc->adamw(sc, p, g, m, v, n, &k);
+        kg->adamw(sg, dp, dg, dm, dv, n, &k);
+        check("adamw p", dp, p, n, F32);
+        check("adamw m", dm, m, n, F32);
+        check("adamw v", dv, v, n, F32);
+        sharc_device_free(gpu, dg);
+        free(g);
+    }
+    {
+        float *f = malloc(n * 4), *df = d_poison(n);
+        kc->fill(sc, f, 0.25f, n);
+        kg->fill(sg, df, 0.25f, n);
+        check("fill", df, f, n, 0);
+        float *r = malloc(n * 4), *dr = d_poison(n);
+        kc->init_normal(sc, r, n, 0.02f, 42, 0x1234567890ull, 1ull << 33);
+        kg->init_normal(sg, dr, n, 0.02f, 42, 0x1234567890ull, 1ull << 33);
+        check("init_normal", dr, r, n, 1e-6);
+    }
+    sharc_device_free(gpu, db);
+    free(a);
+    free(b);
+    free(ref);
+}
+
+static void test_matmul(void) {
+    int64_t N = 37;
+    int IC = 67, OC = 45;
+    float *x = h_rand(N * IC, 1), *w = h_rand((int64_t)OC * IC, 0.2f), *b = h_rand(OC, 1);
+    float *dx_ = d_up(x, N * IC * 4), *dw_ = d_up(w, OC * IC * 4), *db_ = d_up(b, OC * 4);
+    for (int bias = 0; bias < 2; bias++) {
+        float *y = malloc(N * OC * 4), *dy = d_poison(N * OC);
+        kc->matmul_forward(sc, y, x, w, bias ? b : NULL, N, IC, OC);
+        kg->matmul_forward(sg, dy, dx_, dw_, bias ? db_ : NULL, N, IC, OC);
+        check(bias ? "matmul_forward bias" : "matmul_forward", dy, y, N * OC, F32);
+    }
+    float *g = h_rand(N * OC, 1), *dg = d_up(g, N * OC * 4);
+    float *gx = malloc(N * IC * 4), *gw = h_rand((int64_t)OC * IC, 1), *gb = h_rand(OC, 1);
+    float *dgx = d_poison(N * IC), *dgw = d_up(gw, OC * IC * 4), *dgb = d_up(gb, OC * 4);
+    kc->matmul_backward(sc, gx, gw, gb, g, x, w, N, IC, OC);
+    kg->matmul_backward(sg, dgx, dgw, dgb, dg, dx_, dw_, N, IC, OC);
+    check("matmul_backward dx", dgx, gx, N * IC, F32);
+    check("matmul_backward dw (+=)", dgw, gw, (int64_t)OC * IC, F32);
+    check("matmul_backward db (+=)", dgb, gb, OC, F32);
+    /* bf16 inputs, fp32 accumulation, against the CPU's fp32 product */
+    {
+        uint16_t *xb = malloc(N * IC * 2), *wb = malloc(OC * IC * 2);
+        kc->cast(sc, xb, SHARC_DT_BF16, x, SHARC_DT_F32, N * IC);
+        kc->cast(sc, wb, SHARC_DT_BF16, w, SHARC_DT_F32, (int64_t)OC * IC);
+        void *dxb = d_up(xb, N * IC * 2), *dwb = d_up(wb, OC * IC * 2);
+        float *y = malloc(N * OC * 4), *dy = d_poison(N * OC);
+        kc->matmul_forward(sc, y, x, w, NULL, N, IC, OC);
+        sharc_cuda_gemm(sg, true, false, OC, (int)N, IC, 1.0f, dwb, IC, dxb, IC, 0.0f, dy, OC, SHARC_DT_BF16);
+        check("gemm bf16 (fp32 accumulation)", dy, y, N * OC, 1e-2);
+        sharc_device_free(gpu, dxb);
+        sharc_device_free(gpu, dwb);
+        free(xb);
+        free(wb);
+    }
+    sharc_device_free(gpu, dx_);
+    sharc_device_free(gpu, dw_);
+    sharc_device_free(gpu, db_);
+    sharc_device_free(gpu, dg);
+    free(x);
+    free(w);
+    free(b);
+    free(g);
+}
+
+static void test_norms(void) {
+    int64_t N = 29;
+    int C = 75;
+    float *x = h_rand(N * C, 2), *w = h_rand(C, 1), *b = h_rand(C, 1), *g = h_rand(N * C, 1), *res = h_rand(N * C, 1);
+    float *dxx = d_up(x, N * C * 4), *dw = d_up(w, C * 4), *db = d_up(b, C * 4), *dg = d_up(g, N * C * 4),
+          *dres = d_up(res, N * C * 4);
+    float *y = malloc(N * C * 4), *mean = malloc(N * 4), *rstd = malloc(N * 4);
+    float *gy = d_poison(N * C), *gmean = d_poison(N), *grstd = d_poison(N);
+    kc->layernorm_forward(sc, y, mean, rstd, x, w, b, N, C, 1e-5f);
+    kg->layernorm_forward(sg, gy, gmean, grstd, dxx, dw, db, N, C, 1e-5f);
+    check("layernorm_forward y", gy, y, N * C, F32);
+    float *hm = down(gmean, N), *hr = down(grstd, N);
+    compare("layernorm_forward mean", hm, mean, N, F32);
+    compare("layernorm_forward rstd", hr, rstd, N, F32);
+    free(hm);
+    free(hr);
+    {
+        float *dx = malloc(N * C * 4), *dwg = h_rand(C, 1), *dbg = h_rand(C, 1);
+        float *gdx = d_poison(N * C), *gdw = d_up(dwg, C * 4), *gdb = d_up(dbg, C * 4);
+        kc->layernorm_backward(sc, dx, dwg, dbg, g, res, x, w, mean, rstd, N, C);
+        kg->layernorm_backward(sg, gdx, gdw, gdb, dg, dres, dxx, dw, gmean, grstd, N, C);
+        check("layernorm_backward dx (+dres)", gdx, dx, N * C, F32);
+        check("layernorm_backward dw", gdw, dwg, C, F32);
+        check("layernorm_backward db", gdb, dbg, C, F32);
+    }
+    kc->rmsnorm_forward(sc, y, rstd, x, w, N, C, 1e-6f);
+    float *gy2 = d_poison(N * C);
+    kg->rmsnorm_forward(sg, gy2, grstd, dxx, dw, N, C, 1e-6f);
+    check("rmsnorm_forward y", gy2, h_copy(y, N * C), N * C, F32);
+    {
+        float *dx = malloc(N * C * 4), *dwg = h_rand(C, 1), *gdx = d_poison(N * C), *gdw = d_up(dwg, C * 4);
+        kc->rmsnorm_backward(sc, dx, dwg, g, NULL, x, w, rstd, N, C);
+        kg->rmsnorm_backward(sg, gdx, gdw, dg, NULL, dxx, dw, grstd, N, C);
+        check("rmsnorm_backward dx", gdx, dx, N * C, F32);
+        check("rmsnorm_backward dw", gdw, dwg, C, F32);
+    }
+    sharc_device_free(gpu, gy);
+    sharc_device_free(gpu, gmean);
+    sharc_device_free(gpu, grstd);
+    sharc_device_free(gpu, dxx);
+    sharc_device_free(gpu, dw);
+    sharc_device_free(gpu, db);
+    sharc_device_free(gpu, dg);
+    sharc_device_free(gpu, dres);
+    free(x), free(w), free(b), free(g), free(res), free(y), free(mean), free(rstd);
+}
+
+static void test_activations(void) {
+    int64_t N = 31;
+    int I = 53;
+    int64_t n = N * 2 * I;
+    float *x = h_rand(n, 2), *g = h_rand(n, 1);
+    float *dxx = d_up(x, n * 4), *dg = d_up(g, n * 4);
+    float *y = malloc(n * 4), *gy = d_poison(n);
+    kc->gelu_forward(sc, y, x, n);
+    kg->gelu_forward(sg, gy, dxx, n);
+    check("gelu_forward", gy, y, n, F32);
+    float *dx = malloc(n * 4), *gdx = d_poison(n);
+    kc->gelu_backward(sc, dx, g, x, n);
+    kg->gelu_backward(sg, gdx, dg, dxx, n);
+    check("gelu_backward", gdx, dx, n, F32);
+    float *sy = malloc(N * I * 4), *gsy = d_poison(N * I);
+    kc->swiglu_forward(sc, sy, x, N, I);
+    kg->swiglu_forward(sg, gsy, dxx, N, I);
+    check("swiglu_forward", gsy, sy, N * I, F32);
+    float *sdx = malloc(n * 4), *gsdx = d_poison(n);
+    kc->swiglu_backward(sc, sdx, g, x, N, I);
+    kg->swiglu_backward(sg, gsdx, dg, dxx, N, I);
+    check("swiglu_backward", gsdx, sdx, n, F32);
+    sharc_device_free(gpu, dxx);
+    sharc_device_free(gpu, dg);
+    free(x);
+    free(g);
+}
+
+static void test_embedding(void) {
+    int B = 3, T = 13, C = 41, V = 17, t0 = 3;
+    int64_t N = (int64_t)B * T;
+    int32_t *tok = malloc(N * 4);
+    for (int64_t i = 0; i < N; i++) tok[i] = (int32_t)(sharc_rng_u64(5, 5, (uint64_t)i) % (uint64_t)V); /* repeats */
+    float *wte = h_rand((int64_t)V * C, 1), *wpe = h_rand((int64_t)(T + t0) * C, 1);
+    int32_t *dtok = d_up(tok, N * 4);
+    float *dwte = d_up(wte, V * C * 4), *dwpe = d_up(wpe, (T + t0) * C * 4);
+    for (int pos = 0; pos < 2; pos++) {
+        float *x = malloc(N * C * 4), *gx = d_poison(N * C);
+        kc->embedding_forward(sc, x, tok, wte, pos ? wpe : NULL, B, T, C, pos ? t0 : 0);
+        kg->embedding_forward(sg, gx, dtok, dwte, pos ? dwpe : NULL, B, T, C, pos ? t0 : 0);
+        check(pos ? "embedding_forward wte+wpe" : "embedding_forward wte", gx, x, N * C, 0);
+    }
+    float *dx = h_rand(N * C, 1), *gdx = d_up(dx, N * C * 4);
+    float *gte = h_rand((int64_t)V * C, 1), *gpe = h_rand((int64_t)(T + t0) * C, 1);
+    float *dgte = d_up(gte, V * C * 4), *dgpe = d_up(gpe, (T + t0) * C * 4);
+    kc->embedding_backward(sc, gte, gpe, dx, tok, B, T, C, t0);
+    kg->embedding_backward(sg, dgte, dgpe, gdx, dtok, B, T, C, t0);
+    /* the same additions in the same order as the CPU: bit for bit */
+    check("embedding_backward dwte (repeated tokens)", dgte, gte, (int64_t)V * C, 0);
+    check("embedding_backward dwpe", dgpe, gpe, (int64_t)(T + t0) * C, 0);
+    sharc_device_free(gpu, dtok);
+    sharc_device_free(gpu, dwte);
+    sharc_device_free(gpu, dwpe);
+    sharc_device_free(gpu, gdx);
+    free(tok), free(wte), free(wpe), free(dx);
+}
+
+static void test_rope(void) {
+    int B = 2, T = 19, NH = 6, NKV = 2, hd = 14, t0 = 5;
+    int half = hd / 2;
+    float *cs = malloc(T * half * 4), *sn = malloc(T * half * 4);
+    float *gcs = d_poison(T * half), *gsn = d_poison(T * half);
+    kc->rope_table(sc, cs, sn, T, hd, 10000.0f, t0);
+    kg->rope_table(sg, gcs, gsn, T, hd, 10000.0f, t0);
+    float *hc = down(gcs, T * half), *hs = down(gsn, T * half);
+    compare("rope_table cos", hc, cs, T * half, F32);
+    compare("rope_table sin", hs, sn, T * half, F32);
+    free(hc);
+    free(hs);
+    int64_t n = (int64_t)B * T * (NH + 2 * NKV) * hd;
+    float *q = h_rand(n, 1), *dq = d_up(q, n * 4), *dcs = d_up(cs, T * half * 4), *dsn = d_up(sn, T * half * 4);
+    kc->rope_forward(sc, q, cs, sn, B, T, NH, NKV, hd);
+    kg->rope_forward(sg, dq, dcs, dsn, B, T, NH, NKV, hd);
+    float *hq = down(dq, n);
+    compare("rope_forward", hq, q, n, F32);
+    free(hq);
+    kc->rope_backward(sc, q, cs, sn, B, T, NH, NKV, hd);
+    kg->rope_backward(sg, dq, dcs, dsn, B, T, NH, NKV, hd);
+    check("rope_backward", dq, q, n, F32);
+    sharc_device_free(gpu, gcs);
+    sharc_device_free(gpu, gsn);
+    sharc_device_free(gpu, dcs);
+    sharc_device_free(gpu, dsn);
+    free(cs), free(sn);
+}
+
+static void test_attention(int B, int T, int NH, int NKV, int hd) {
+    char name[128];
+    int64_t nq = (int64_t)B * T * (NH + 2 * NKV) * hd, no = (int64_t)B * T * NH * hd, nl = (int64_t)B * NH * T;
+    float *qkv = h_rand(nq, 1), *dout = h_rand(no, 1);
+    float *gqkv = d_up(qkv, nq * 4), *gdout = d_up(dout, no * 4);
+    float *out = malloc(no * 4), *lse = malloc(nl * 4), *gout = d_poison(no), *glse = d_poison(nl);
+    int64_t wc = kc->attention_workspace(T), wg = kg->attention_workspace(T);
+    float *ws = malloc((size_t)(wc > 0 ? wc : 1) * 4);
+    float *gws = sharc_device_alloc(gpu, (size_t)(wg > 0 ? wg : 1) * 4, SHARC_MEM_OTHER);
+    kc->attention_forward(sc, out, lse, qkv, B, T, NH, NKV, hd, ws);
+    kg->attention_forward(sg, gout, glse, gqkv, B, T, NH, NKV, hd, gws);
+    float *ho = down(gout, no), *hl = down(glse, nl);
+    snprintf(name, sizeof name, "attention_forward out B%d T%d NH%d NKV%d hd%d", B, T, NH, NKV, hd);
+    compare(name, ho, out, no, F32);
+    snprintf(name, sizeof name, "attention_forward lse B%d T%d NH%d NKV%d hd%d", B, T, NH, NKV, hd);
+    compare(name, hl, lse, nl, F32);
+    free(ho);
+    free(hl);
+    float *dqkv = malloc(nq * 4), *gdqkv = d_poison(nq);
+    kc->attention_backward(sc, dqkv, dout, qkv, out, lse, B, T, NH, NKV, hd, ws);
+    kg->attention_backward(sg, gdqkv, gdout, gqkv, gout, glse, B, T, NH, NKV, hd, gws);
+    snprintf(name, sizeof name, "attention_backward dqkv B%d T%d NH%d NKV%d hd%d", B, T, NH, NKV, hd);
+    check(name, gdqkv, dqkv, nq, F32);
+    sharc_device_free(gpu, gqkv);
+    sharc_device_free(gpu, gdout);
+    sharc_device_free(gpu, gout);
+    sharc_device_free(gpu, glse);
+    sharc_device_free(gpu, gws);
+    free(qkv), free(dout), free(out), free(lse), free(ws);
+}
+
+static void test_xent(void) {
+    int64_t N = 23;
+    int V = 1001;
+    int32_t *t = malloc(N * 4);
+    for (int64_t i = 0; i < N; i++) t[i] = i % 5 == 3 ? -1 : (int32_t)(sharc_rng_u64(9, 9, (uint64_t)i) % V);
+    int32_t *dt = d_up(t, N * 4);
+    for (int grad = 0; grad < 2; grad++) {
+        float *lg = h_rand(N * V, 3), *dlg = d_up(lg, N * V * 4);
+        float *loss = malloc(N * 4), *dloss = d_poison(N);
+        double sum = 0, *dsum = d_up(&sum, 8);
+        kc->xent_forward_backward(sc, &sum, lg, loss, t, N, V, 0.037f, grad);
+        kg->xent_forward_backward(sg, dsum, dlg, dloss, dt, N, V, 0.037f, grad);
+        check(grad ? "xent losses (with grad)" : "xent losses", dloss, loss, N, F32);
+        check_double(grad ? "xent loss_sum (with grad)" : "xent loss_sum", dsum, sum, F32);
+        check(grad ? "xent dlogits" : "xent logits untouched", dlg, lg, N * V, F32);
+    }
+    sharc_device_free(gpu, dt);
+    free(t);
+    /* fused head, chunk 7 of 23 rows */
+    int C = 33;
+    V = 517;
+    int64_t chunk = 7;
+    int32_t *t2 = malloc(N * 4);
+    for (int64_t i = 0; i < N; i++) t2[i] = i % 4 == 1 ? -1 : (int32_t)(sharc_rng_u64(11, 9, (uint64_t)i) % V);
+    float *x = h_rand(N * C, 1), *w = h_rand((int64_t)V * C, 0.3f), *dw = h_rand((int64_t)V * C, 1);
+    int32_t *gt = d_up(t2, N * 4);
+    float *gx = d_up(x, N * C * 4), *gw = d_up(w, V * C * 4), *gdw = d_up(dw, V * C * 4);
+    float *dx = malloc(N * C * 4), *gdx = d_poison(N * C);
+    float *ws = malloc(chunk * V * 4), *gws = d_poison(chunk * V);
+    double sum = 0, *gsum = d_up(&sum, 8);
+    kc->lmhead_xent(sc, &sum, dx, dw, x, w, t2, 0.05f, N, C, V, ws, chunk);
+    kg->lmhead_xent(sg, gsum, gdx, gdw, gx, gw, gt, 0.05f, N, C, V, gws, chunk);
+    check_double("lmhead_xent loss_sum", gsum, sum, F32);
+    check("lmhead_xent dx", gdx, dx, N * C, F32);
+    check("lmhead_xent dw (+=)", gdw, dw, (int64_t)V * C, F32);
+    double s2 = 0, *gs2 = d_up(&s2, 8);
+    kc->lmhead_xent(sc, &s2, NULL, NULL, x, w, t2, 1.0f, N, C, V, ws, chunk);
+    kg->lmhead_xent(sg, gs2, NULL, NULL, gx, gw, gt, 1.0f, N, C, V, gws, chunk);
+    check_double("lmhead_xent loss_sum (forward only)", gs2, s2, F32);
+    sharc_device_free(gpu, gt);
+    sharc_device_free(gpu, gx);
+    sharc_device_free(gpu, gw);
+    sharc_device_free(gpu, gws);
+    free(t2), free(x), free(w), free(ws);
+}
+
+static void test_memory_streams(void) {
+    sharc_mem_stats m0, m1;
+    sharc_device_mem_get(gpu, &m0);
+    size_t bytes = 3 * 1000003;
+    char *p = sharc_device_alloc(gpu, bytes, SHARC_MEM_ACTIVATIONS);
+    sharc_device_mem_get(gpu, &m1);
+    char msg[160];
+    snprintf(msg, sizeof msg, "activations %lld -> %lld", (long long)m0.current[SHARC_MEM_ACTIVATIONS],
+             (long long)m1.current[SHARC_MEM_ACTIVATIONS]);
+    result("alloc accounted per category",
+           p && m1.current[SHARC_MEM_ACTIVATIONS] - m0.current[SHARC_MEM_ACTIVATIONS] == (int64_t)bytes, msg);
+    /* zero-filled, then memset0 of a poisoned range, then a D2D copy */
+    unsigned char *h = malloc(bytes);
+    sharc_device_copy(gpu, h, p, bytes, SHARC_COPY_DEVICE_TO_HOST, sg);
+    sharc_device_synchronize(sg);
+    bool zero = true;
+    for (size_t i = 0; i < bytes; i++) zero &= h[i] == 0;
+    result("alloc zero-filled", zero, "");
+    memset(h, 0xab, bytes);
+    sharc_device_copy(gpu, p, h, bytes, SHARC_COPY_HOST_TO_DEVICE, sg);
+    sharc_device_memset0(gpu, p + 17, 1000, sg);
+    sharc_device_copy(gpu, h, p, bytes, SHARC_COPY_DEVICE_TO_HOST, sg);
+    sharc_device_synchronize(sg);
+    bool ok = true;
+    for (size_t i = 0; i < bytes; i++) ok &= h[i] == (i >= 17 && i < 1017 ? 0 : 0xab);
+    result("memset0", ok, "");
+    /* a second stream waits on an event recorded after a fill on the first */
+    int64_t n = 1 << 24;
+    float *a = sharc_device_alloc(gpu, n * 4, SHARC_MEM_OTHER), *b = sharc_device_alloc(gpu, n * 4, SHARC_MEM_OTHER);
+    sharc_stream *s2;
+    sharc_event *ev;
+    if (sharc_device_stream_new(gpu, &s2) != SHARC_OK || sharc_device_event_new(gpu, &ev) != SHARC_OK)
+        die("stream/event");
+    result("stream_new gives a new stream", s2 != sg, "");
+    kg->fill(sg, a, 3.0f, n);
+    kg->init_normal(sg, a, n, 1.0f, 1, 1, 0); /* slow work before the value that counts */
+    kg->fill(sg, a, 5.0f, n);
+    sharc_device_event_record(ev, sg);
+    sharc_device_event_wait(ev, s2);
+    sharc_device_copy(gpu, b, a, n * 4, SHARC_COPY_DEVICE_TO_DEVICE, s2);
+    float *hb = malloc(n * 4);
+    sharc_device_copy(gpu, hb, b, n * 4, SHARC_COPY_DEVICE_TO_HOST, s2);
+    sharc_device_synchronize(s2);
+    ok = true;
+    for (int64_t i = 0; i < n; i++) ok &= hb[i] == 5.0f;
+    result("event: stream 2 waits for stream 1 (D2D copy sees the fill)", ok, "");
+    ok = sharc_device_event_synchronize(ev) == SHARC_OK;
+    result("event_synchronize", ok, "");
+    sharc_device_event_free(ev);
+    sharc_device_stream_free(s2);
+    sharc_device_free(gpu, a);
+    sharc_device_free(gpu, b);
+    sharc_device_free(gpu, p);
+    sharc_mem_stats m2;
+    sharc_device_mem_get(gpu, &m2);
+    result("free returns the bytes", m2.current[SHARC_MEM_ACTIVATIONS] == m0.current[SHARC_MEM_ACTIVATIONS], "");
+    free(h);
+    free(hb);
+}
+
+int main(int argc, char **argv) {
+    cpu = sharc_device_cpu();
+    if (sharc_device_open("cuda", 0, &gpu) != SHARC_OK) {
+        printf("no GPU: %s\n", sharc_last_error());
+        return 77;
+    }
+    kc = sharc_device_kernels(cpu);
+    kg = sharc_device_kernels(gpu);
+    sc = sharc_device_stream(cpu);
+    sg = sharc_device_stream(gpu);
+    const char *only = argc > 1 ? argv[1] : "";
+#define RUN(name, call)                                                                                        \
+    if (!only[0] || strstr(name, only)) call
+    RUN("memory", test_memory_streams());
+    RUN("elem", test_elem());
+    RUN("matmul", test_matmul());
+    RUN("norms", test_norms());
+    RUN("activations", test_activations());
+    RUN("embedding", test_embedding());
+    RUN("rope", test_rope());
+    RUN("attention", test_attention(2, 37, 6, 2, 24));
+    RUN("attention", test_attention(1, 64, 4, 4, 64));
+    RUN("attention", test_attention(2, 29, 8, 1, 128));
+    RUN("xent", test_xent());
+    printf("%d passed, %d failed\n", passed, failed);
+    return failed ? 1 : 0;
+}

@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# tests/gpu/run.sh [BIN_DIR]: the GPU suite, run in one go on a machine with an
+# NVIDIA GPU (not part of the CI suite; CI has no GPU). BIN_DIR (default build)
+# holds sharc and gpu_kernels (make builds it when nvcc is found). On a machine
+# without a usable GPU it prints "no GPU: <what is missing>" and exits 0.
+# Prints one PASS/FAIL line per check, then "N passed, N failed"; exit 1 if any failed.
+#   1. every CUDA kernel against the CPU kernel (gpu_kernels; fp32 1e-5, bf16 1e-2)
+#   2. whole-model forward + backward, GPU against CPU (gpu_model; 1e-4)
+#   3. gpu_kernels under compute-sanitizer memcheck, when it is installed
+#   4. sharc train --train.device=cuda fails cleanly, exit 2 (note [cuda-gate])
+set -uo pipefail
+bin=${1:-build}
+[ -x "$bin/gpu_kernels" ] || { echo "tests/gpu/run.sh: $bin/gpu_kernels is missing: build with nvcc present (make)"; exit 1; }
+pass=0 fail=0
+count() { # the PASS/FAIL lines of a log
+  pass=$((pass + $(grep -c '^PASS ' "$1"))); fail=$((fail + $(grep -c '^FAIL ' "$1")))
+}
+one() { # name ok(0/1) [detail]
+  if [ "$2" -eq 0 ]; then echo "PASS $1"; pass=$((pass + 1)); else echo "FAIL $1${3:+: $3}"; fail=$((fail + 1)); fi
+}
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+
+# one process per group of kernels: an abort (note [cuda-errors]) loses one group, not the suite
+first=1
+for group in memory elem matmul norms activations embedding rope attention xent; do
+  "$bin/gpu_kernels" "$group" > "$tmp/k.log" 2>&1; rc=$?
+  if [ $first = 1 ] && [ $rc -eq 77 ]; then
+    grep -m1 '^no GPU' "$tmp/k.log" || echo "no GPU"
+    exit 0
+  fi
+  first=0
+  grep -v ' passed, .* failed$' "$tmp/k.log"
+  count "$tmp/k.log"
+  if ! grep -q '^PASS ' "$tmp/k.log" && ! grep -q '^FAIL ' "$tmp/k.log"; then one "gpu_kernels $group ran" 1 "exit $rc, no checks"
+  elif [ $rc -ne 0 ] && ! grep -q '^FAIL ' "$tmp/k.log"; then one "gpu_kernels $group exit status" 1 "exit $rc"; fi
+done
+
+# whole model, both families, GPU against CPU (its own process: see tests/gpu/model.c)
+if [ -x "$bin/gpu_model" ]; then
+  "$bin/gpu_model" > "$tmp/model.log" 2>&1; rc=$?
+  grep -v ' passed, .* failed$' "$tmp/model.log"
+  count "$tmp/model.log"
+  if [ $rc -ne 0 ] && ! grep -q '^FAIL ' "$tmp/model.log"; then one "gpu_model exit status" 1 "exit $rc"; fi
+else
+  one "gpu_model built" 1 "$bin/gpu_model missing"
+fi
+
+if command -v compute-sanitizer > /dev/null; then
+  compute-sanitizer --tool memcheck --error-exitcode 3 "$bin/gpu_kernels" > "$tmp/m.log" 2>&1; rc=$?
+  one "compute-sanitizer memcheck clean on gpu_kernels" $rc "$(grep -m3 -E 'ERROR|FAIL|Invalid' "$tmp/m.log" | tr '\n' ' ')"
+else
+  echo "SKIP compute-sanitizer not installed"
+fi
+
+if [ -x "$bin/sharc" ]; then
+  printf 'In the beginning God created the heaven and the earth.\n%.0s' {1..200} > "$tmp/t.txt"
+  out=$("$bin/sharc" train --data.path="$tmp/t.txt" --train.out_dir="$tmp/run" --train.max_steps=1 \
+        --train.device=cuda 2>&1); rc=$?
+  [ $rc -eq 2 ] && grep -qF 'train.device: cuda: ' <<< "$out"; one "sharc train --train.device=cuda: one-line error, exit 2" $? "exit $rc: $out"
+fi
+
+echo "$pass passed, $fail failed"
+[ $fail -eq 0 ]
