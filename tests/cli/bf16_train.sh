@@ -13,12 +13,12 @@ S="$SHARC_BIN/sharc"
 cd "$TMPDIR"
 command -v bible >/dev/null 2>&1 || { echo "skipped: no bible-kjv package (scripts/deps.sh test installs it)"; exit 77; }
 bible -f 'Gen1:1-Rev22:21' > kjv.txt
-steps=${STEPS:-120}
+steps=${STEPS:-80}
 mode=emulate
 run() { # name dtype extra...
   local name=$1 dt=$2; shift 2
-  SHARC_BF16=$mode "$S" train --data.path=kjv.txt --train.seq_len=64 --train.batch_size=8 --train.max_steps=$steps \
-    --train.threads=2 --log.peak_tflops=1 --fsdp.param_dtype=$dt --train.out_dir=$name "$@" > $name.log 2>&1 \
+  SHARC_BF16=$mode "$S" train --data.path=kjv.txt --train.seq_len=32 --train.batch_size=8 --train.max_steps=$steps \
+    --train.threads=1 --log.peak_tflops=1 --fsdp.param_dtype=$dt --train.out_dir=$name "$@" > $name.log 2>&1 \
     || { cat $name.log; exit 1; }
 }
 tail_mean() { tail -20 "$1/metrics.jsonl" | jq -s 'map(."loss_metrics/global_avg_loss") | add / length'; }
