@@ -7,8 +7,9 @@
 # instructions bf16 computes in fp32 unless SHARC_BF16=emulate is set
 # (note [bf16-gemm] in docs/ARCHITECTURE.md); the run's log says which.
 #
-#   bench/bf16_loss.sh build                      # 1 process, 2 threads
+#   bench/bf16_loss.sh build                      # 1 process, all CPUs
 #   SHARC_BF16=emulate RANKS=2 bench/bf16_loss.sh build
+#   bench/bf16_loss.sh build --train.threads=1    # more options for sharc train
 set -euo pipefail
 build=$(cd "${1:-build}" && pwd)
 ranks=${RANKS:-1}
@@ -17,7 +18,7 @@ trap 'rm -rf "$work"' EXIT
 cd "$work"
 bible -f 'Gen1:1-Rev22:21' > kjv.txt
 for dt in fp32 bf16; do
-  args=(train --data.path=kjv.txt --fsdp.param_dtype=$dt --train.out_dir=run_$dt)
+  args=(train --data.path=kjv.txt --fsdp.param_dtype=$dt --train.out_dir=run_$dt "${@:2}")
   start=$(date +%s.%N)
   if [ "$ranks" -gt 1 ]; then
     "$build/sharc" launch -n "$ranks" "$build/sharc" "${args[@]}" --train.batch_size=$((16 / ranks)) > $dt.log 2>&1
