@@ -3,6 +3,7 @@
  * product (oneDNN's, or its emulation). Notes [blas-coretype], [bf16-gemm]. */
 
 #include "sharc/blas.h"
+#include "sharc/dtype.h"
 #include "sharc/log.h"
 
 #include <dlfcn.h>
@@ -118,20 +119,37 @@ static void pick_bf16(void) {
         snprintf(bf16_why, sizeof bf16_why, "oneDNN (libdnnl.so.2 with dnnl_gemm_bf16bf16f32) is not loaded");
         return;
     }
-    /* probe: (2 x 3) @ (3 x 2) with small integers, exact in bf16 and fp32 */
-    uint16_t a[6], b[6];
-    float c[4] = {0};
-    for (int i = 0; i < 6; i++) {
-        float fa = (float)(i + 1), fb = (float)(6 - i);
-        uint32_t ua, ub;
-        memcpy(&ua, &fa, 4);
-        memcpy(&ub, &fb, 4);
-        a[i] = (uint16_t)(ua >> 16);
-        b[i] = (uint16_t)(ub >> 16);
+    /* probe: the three forms the kernels use, with small integers (exact in
+     * bf16 and fp32), against plain loops: C = A B^T, C = A B, C += A^T B */
+    enum { M = 3, N = 5, K = 7 };
+    uint16_t a[M * K], b[N * K];
+    float fa[M * K], fb[N * K], c[M * N], ref[M * N];
+    for (int i = 0; i < M * K; i++) fa[i] = (float)(i % 5) - 2.0f;
+    for (int i = 0; i < N * K; i++) fb[i] = (float)(i % 7) - 3.0f;
+    sharc_from_f32(a, fa, SHARC_DT_BF16, M * K);
+    sharc_from_f32(b, fb, SHARC_DT_BF16, N * K);
+    int st = 0;
+    bool ok = true;
+    for (int form = 0; form < 3 && ok; form++) {
+        /* form 0: A (M,K), B (N,K), C = A B^T (M,N); form 1: A (M,K), B (K,N)
+         * (fb read as K x N), C = A B; form 2: A (K,M), B (K,N), C = 1 + A^T B */
+        for (int i = 0; i < M; i++)
+            for (int j = 0; j < N; j++) {
+                float r = form == 2 ? 1.0f : 0.0f;
+                for (int k = 0; k < K; k++) {
+                    float x = form == 2 ? fa[k * M + i] : fa[i * K + k];
+                    float y = form == 0 ? fb[j * K + k] : fb[k * N + j];
+                    r += x * y;
+                }
+                ref[i * N + j] = r;
+                c[i * N + j] = form == 2 ? 1.0f : -99.0f;
+            }
+        if (form == 0) st = dnnl_bgemm_ptr('N', 'T', M, N, K, 1.0f, a, K, b, K, 0.0f, c, N);
+        else if (form == 1) st = dnnl_bgemm_ptr('N', 'N', M, N, K, 1.0f, a, K, b, N, 0.0f, c, N);
+        else st = dnnl_bgemm_ptr('T', 'N', M, N, K, 1.0f, a, M, b, N, 1.0f, c, N);
+        ok = st == 0 && memcmp(c, ref, sizeof c) == 0;
     }
-    int st = dnnl_bgemm_ptr('N', 'N', 2, 2, 3, 1.0f, a, 3, b, 2, 0.0f, c, 2);
-    /* a = [1 2 3; 4 5 6], b = [6 5; 4 3; 2 1] */
-    if (st != 0 || c[0] != 20.0f || c[1] != 14.0f || c[2] != 56.0f || c[3] != 41.0f) {
+    if (!ok) {
         snprintf(bf16_why, sizeof bf16_why, "oneDNN's bf16 GEMM failed a probe product (status %d)", st);
         return;
     }
