@@ -1,6 +1,8 @@
 /* hf.c: sharc_st_set_* (the safetensors files of a Hugging Face model
- * directory, with its index), sharc_hf_read_config, sharc_hf_load and
- * sharc_hf_export. JSON is read and written with json-c. */
+ * directory, with its index), sharc_hf_read_config, sharc_hf_check_config,
+ * sharc_hf_load and sharc_hf_export, all from one map of each family's
+ * config keys and parameter names (note [hf-map]). JSON is read and written
+ * with json-c. */
 #include "sharc/hf.h"
 #include "sharc/activity.h"
 #include "sharc/alloc.h"
@@ -10,6 +12,8 @@
 #include <errno.h>
 #include <json-c/json.h>
 #include <limits.h>
+#include <math.h>
+#include <stddef.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -209,6 +213,116 @@ sharc_status sharc_st_set_open(sharc_st_set **out, const char *dir) {
     return SHARC_OK;
 }
 
+/* ------------------------------------------------- the Hugging Face map */
+
+/* Note [hf-map]. Everything sharc knows about a Hugging Face model family is
+ * one row of `hf_families`: its model_type and architecture names, the
+ * config.json keys (the `hf_key` rows below: each config key sharc reads,
+ * checks against a run or writes, with the model field it maps to, or the
+ * one value sharc implements), the prefix of its parameter names, which
+ * matrices HF stores transposed (GPT-2's Conv1D) and which tensors of its
+ * files are buffers, not parameters. Reading config.json, comparing it with
+ * a run's model.* keys, importing and exporting all walk these rows; a new
+ * family or key is a row here. The rows are in the order export writes them
+ * (as save_pretrained would). */
+
+enum {
+    HF_READ = 1,      /* read from config.json into the field */
+    HF_REQUIRED = 2,  /* ... and an error when absent (else `absent` applies) */
+    HF_CHECK = 4,     /* compared with a run's model.* (model.init_from) */
+    HF_WRITE = 8,     /* written by export */
+    HF_NULL_4C = 16,  /* written as null when the field is 4 x embed_dim (GPT-2's n_inner default) */
+};
+
+typedef enum {
+    HF_INT,   /* an int field of sharc_model_config */
+    HF_FLOAT, /* a float field */
+    HF_BOOL,  /* a bool field */
+    HF_FIXED, /* no field: the one value sharc implements (`value`, JSON), refused otherwise */
+} hf_kind;
+
+typedef struct {
+    const char *key;   /* in config.json */
+    hf_kind kind;
+    size_t off;        /* the field (not HF_FIXED) */
+    const char *field; /* its model.* key, for messages */
+    unsigned flags;
+    double absent;     /* HF_READ: the value when the key is absent or null (NAN: sharc's model default stands) */
+    int min;           /* HF_INT: the smallest value read */
+    const char *value; /* HF_FIXED: the JSON value written and, with HF_READ, the only one accepted (null: may be absent) */
+    const char *also;  /* HF_FIXED string: a second accepted value */
+    const char *why;   /* HF_FIXED: why another value is refused */
+} hf_key;
+
+#define F(f) offsetof(sharc_model_config, f), "model." #f
+#define FIXED 0, NULL
+#define NO_DEFAULT NAN
+
+static const hf_key gpt2_keys[] = {
+    {"activation_function", HF_FIXED, FIXED, HF_READ | HF_WRITE, 0, 0, "\"gelu_new\"", "\"gelu_pytorch_tanh\"", " (the tanh GELU)"},
+    {"n_embd", HF_INT, F(embed_dim), HF_READ | HF_REQUIRED | HF_CHECK | HF_WRITE, 0, 1, NULL, NULL, NULL},
+    {"n_layer", HF_INT, F(num_layers), HF_READ | HF_REQUIRED | HF_CHECK | HF_WRITE, 0, 1, NULL, NULL, NULL},
+    {"n_head", HF_INT, F(num_heads), HF_READ | HF_REQUIRED | HF_CHECK | HF_WRITE, 0, 1, NULL, NULL, NULL},
+    {"n_head", HF_INT, F(num_kv_heads), HF_CHECK, 0, 1, NULL, NULL, NULL}, /* GPT-2 has no grouped KV heads */
+    {"n_positions", HF_INT, F(max_seq_len), HF_READ | HF_REQUIRED | HF_CHECK | HF_WRITE, 0, 1, NULL, NULL, NULL},
+    {"n_ctx", HF_INT, F(max_seq_len), HF_WRITE, 0, 1, NULL, NULL, NULL},
+    {"n_inner", HF_INT, F(ff_hidden_dim), HF_READ | HF_CHECK | HF_WRITE | HF_NULL_4C, 0 /* 4C */, 1, NULL, NULL, NULL},
+    {"vocab_size", HF_INT, F(vocab_size), HF_READ | HF_REQUIRED | HF_CHECK | HF_WRITE, 0, 2, NULL, NULL, NULL},
+    {"layer_norm_epsilon", HF_FLOAT, F(norm_eps), HF_READ | HF_CHECK | HF_WRITE, NO_DEFAULT, 0, NULL, NULL, NULL},
+    {"attn_pdrop", HF_FIXED, FIXED, HF_WRITE, 0, 0, "0.0", NULL, NULL},
+    {"embd_pdrop", HF_FIXED, FIXED, HF_WRITE, 0, 0, "0.0", NULL, NULL},
+    {"resid_pdrop", HF_FIXED, FIXED, HF_WRITE, 0, 0, "0.0", NULL, NULL},
+    {"scale_attn_weights", HF_FIXED, FIXED, HF_READ | HF_WRITE, 0, 0, "true", NULL, "sharc scales attention by 1/sqrt(head dim)"},
+    {"scale_attn_by_inverse_layer_idx", HF_FIXED, FIXED, HF_READ, 0, 0, "false", NULL, "not implemented"},
+    {"add_cross_attention", HF_FIXED, FIXED, HF_READ, 0, 0, "false", NULL, "decoder-only models"},
+    {"tie_word_embeddings", HF_BOOL, F(tie_embeddings), HF_READ | HF_CHECK | HF_WRITE, 1, 0, NULL, NULL, NULL},
+    {"initializer_range", HF_FLOAT, F(init_std), HF_READ | HF_WRITE, NO_DEFAULT, 0, NULL, NULL, NULL},
+};
+
+static const hf_key llama_keys[] = {
+    {"hidden_act", HF_FIXED, FIXED, HF_READ | HF_WRITE, 0, 0, "\"silu\"", NULL, ""},
+    {"hidden_size", HF_INT, F(embed_dim), HF_READ | HF_REQUIRED | HF_CHECK | HF_WRITE, 0, 1, NULL, NULL, NULL},
+    {"intermediate_size", HF_INT, F(ff_hidden_dim), HF_READ | HF_REQUIRED | HF_CHECK | HF_WRITE, 0, 1, NULL, NULL, NULL},
+    {"num_hidden_layers", HF_INT, F(num_layers), HF_READ | HF_REQUIRED | HF_CHECK | HF_WRITE, 0, 1, NULL, NULL, NULL},
+    {"num_attention_heads", HF_INT, F(num_heads), HF_READ | HF_REQUIRED | HF_CHECK | HF_WRITE, 0, 1, NULL, NULL, NULL},
+    {"num_key_value_heads", HF_INT, F(num_kv_heads), HF_READ | HF_CHECK | HF_WRITE, 0 /* = heads */, 1, NULL, NULL, NULL},
+    {"vocab_size", HF_INT, F(vocab_size), HF_READ | HF_REQUIRED | HF_CHECK | HF_WRITE, 0, 2, NULL, NULL, NULL},
+    {"max_position_embeddings", HF_INT, F(max_seq_len), HF_READ | HF_WRITE, 2048, 1, NULL, NULL, NULL},
+    {"rms_norm_eps", HF_FLOAT, F(norm_eps), HF_READ | HF_CHECK | HF_WRITE, 1e-6, 0, NULL, NULL, NULL},
+    {"rope_theta", HF_FLOAT, F(rope_theta), HF_READ | HF_CHECK | HF_WRITE, 10000, 0, NULL, NULL, NULL},
+    {"rope_scaling", HF_FIXED, FIXED, HF_READ | HF_WRITE, 0, 0, "null", NULL, "plain RoPE only"},
+    {"attention_bias", HF_FIXED, FIXED, HF_READ | HF_WRITE, 0, 0, "false", NULL, "sharc's Llama has no biases"},
+    {"mlp_bias", HF_FIXED, FIXED, HF_READ | HF_WRITE, 0, 0, "false", NULL, "sharc's Llama has no biases"},
+    {"tie_word_embeddings", HF_BOOL, F(tie_embeddings), HF_READ | HF_CHECK | HF_WRITE, 0, 0, NULL, NULL, NULL},
+    {"initializer_range", HF_FLOAT, F(init_std), HF_READ | HF_WRITE, NO_DEFAULT, 0, NULL, NULL, NULL},
+};
+
+#undef F
+#undef FIXED
+
+typedef struct {
+    sharc_family family;
+    const char *model_type;
+    const char *arch, *arch_also; /* architectures[0] written, and a second one read */
+    const hf_key *keys;
+    int nkeys;
+    const char *prefix;           /* of every parameter but lm_head.weight in the files sharc writes (read: optional) */
+    const char *transposed[5];    /* parameters stored (in, out): names ending so (GPT-2's Conv1D) */
+    const char *buffers[4];       /* tensors in its files that are not parameters (names ending so) */
+} hf_family;
+
+static const hf_family hf_families[] = {
+    {SHARC_FAMILY_GPT2, "gpt2", "GPT2LMHeadModel", "GPT2Model", gpt2_keys, (int)(sizeof gpt2_keys / sizeof gpt2_keys[0]),
+     "transformer.", {".attn.c_attn.weight", ".attn.c_proj.weight", ".mlp.c_fc.weight", ".mlp.c_proj.weight", NULL},
+     {".attn.bias", ".attn.masked_bias", "rotary_emb.inv_freq", NULL}},
+    {SHARC_FAMILY_LLAMA, "llama", "LlamaForCausalLM", "LlamaModel", llama_keys,
+     (int)(sizeof llama_keys / sizeof llama_keys[0]), "", {NULL}, {"rotary_emb.inv_freq", NULL}},
+};
+
+static const hf_family *hf_family_of(sharc_family f) {
+    return &hf_families[f == SHARC_FAMILY_GPT2 ? 0 : 1];
+}
+
 /* --------------------------------------------------------------- config */
 
 typedef struct {
@@ -216,49 +330,78 @@ typedef struct {
     json_object *root;
 } jcfg;
 
-/* Integer key: absent -> *out unchanged (error if required). */
-static sharc_status cfg_int(const jcfg *j, const char *key, bool required, int lo, int *out) {
+/* The key's value, NULL when absent or null. */
+static json_object *cfg_get(const jcfg *j, const char *key) {
     json_object *v;
-    if (!json_object_object_get_ex(j->root, key, &v) || json_object_is_type(v, json_type_null)) {
-        if (required) return sharc_error(SHARC_ERR_FORMAT, "hf config '%s': \"%s\" is required", j->path, key);
+    if (!json_object_object_get_ex(j->root, key, &v) || json_object_is_type(v, json_type_null)) return NULL;
+    return v;
+}
+
+static sharc_status cfg_read_field(const jcfg *j, const hf_key *k, sharc_model_config *c) {
+    char *dst = (char *)c + k->off;
+    json_object *v = cfg_get(j, k->key);
+    if (!v) {
+        if (k->flags & HF_REQUIRED)
+            return sharc_error(SHARC_ERR_FORMAT, "hf config '%s': \"%s\" is required", j->path, k->key);
+        if (!isnan(k->absent)) {
+            if (k->kind == HF_INT) *(int *)dst = (int)k->absent;
+            else if (k->kind == HF_FLOAT) *(float *)dst = (float)k->absent;
+            else *(bool *)dst = k->absent != 0;
+        }
         return SHARC_OK;
     }
-    int64_t x = json_object_get_int64(v);
-    if (!json_object_is_type(v, json_type_int) || x < lo || x > (1 << 30))
-        return sharc_error(SHARC_ERR_FORMAT, "hf config '%s': \"%s\" is %s, expected an integer >= %d", j->path, key,
-                           json_object_to_json_string(v), lo);
-    *out = (int)x;
-    return SHARC_OK;
+    switch (k->kind) {
+    case HF_INT: {
+        int64_t x = json_object_get_int64(v);
+        if (!json_object_is_type(v, json_type_int) || x < k->min || x > (1 << 30))
+            return sharc_error(SHARC_ERR_FORMAT, "hf config '%s': \"%s\" is %s, expected an integer >= %d", j->path,
+                               k->key, json_object_to_json_string(v), k->min);
+        *(int *)dst = (int)x;
+        return SHARC_OK;
+    }
+    case HF_FLOAT:
+        if (!json_object_is_type(v, json_type_double) && !json_object_is_type(v, json_type_int))
+            return sharc_error(SHARC_ERR_FORMAT, "hf config '%s': \"%s\" is %s, expected a number", j->path, k->key,
+                               json_object_to_json_string(v));
+        *(float *)dst = (float)json_object_get_double(v);
+        return SHARC_OK;
+    case HF_BOOL:
+        if (!json_object_is_type(v, json_type_boolean))
+            return sharc_error(SHARC_ERR_FORMAT, "hf config '%s': \"%s\" is %s, expected true or false", j->path,
+                               k->key, json_object_to_json_string(v));
+        *(bool *)dst = json_object_get_boolean(v);
+        return SHARC_OK;
+    case HF_FIXED: break;
+    }
+    return SHARC_ERR_INTERNAL;
 }
 
-static sharc_status cfg_float(const jcfg *j, const char *key, float *out) {
+/* A key sharc implements with one value: absent, or that value (a string,
+ * a bool, or null). */
+static sharc_status cfg_read_fixed(const jcfg *j, const hf_key *k) {
     json_object *v;
-    if (!json_object_object_get_ex(j->root, key, &v) || json_object_is_type(v, json_type_null)) return SHARC_OK;
-    if (!json_object_is_type(v, json_type_double) && !json_object_is_type(v, json_type_int))
-        return sharc_error(SHARC_ERR_FORMAT, "hf config '%s': \"%s\" is %s, expected a number", j->path, key,
-                           json_object_to_json_string(v));
-    *out = (float)json_object_get_double(v);
-    return SHARC_OK;
-}
-
-static sharc_status cfg_bool(const jcfg *j, const char *key, bool *out) {
-    json_object *v;
-    if (!json_object_object_get_ex(j->root, key, &v) || json_object_is_type(v, json_type_null)) return SHARC_OK;
-    if (!json_object_is_type(v, json_type_boolean))
-        return sharc_error(SHARC_ERR_FORMAT, "hf config '%s': \"%s\" is %s, expected true or false", j->path, key,
-                           json_object_to_json_string(v));
-    *out = json_object_get_boolean(v);
-    return SHARC_OK;
-}
-
-/* A key sharc does not implement unless it has the value `want` (or is absent/null). */
-static sharc_status cfg_require_bool(const jcfg *j, const char *key, bool want, const char *why) {
-    bool b = want;
-    SHARC_TRY(cfg_bool(j, key, &b));
-    if (b != want)
-        return sharc_error(SHARC_ERR_UNSUPPORTED, "hf config '%s': \"%s\": %s is not supported (%s)", j->path, key,
-                           b ? "true" : "false", why);
-    return SHARC_OK;
+    if (!json_object_object_get_ex(j->root, k->key, &v)) return SHARC_OK;
+    const char *got = json_object_to_json_string_ext(v, JSON_C_TO_STRING_SPACED);
+    if (!strcmp(k->value, "null")) {
+        if (json_object_is_type(v, json_type_null)) return SHARC_OK;
+        return sharc_error(SHARC_ERR_UNSUPPORTED, "hf config '%s': \"%s\": %s is not supported (%s)", j->path, k->key,
+                           got, k->why);
+    }
+    if (!strcmp(k->value, "true") || !strcmp(k->value, "false")) {
+        if (json_object_is_type(v, json_type_null)) return SHARC_OK;
+        if (!json_object_is_type(v, json_type_boolean))
+            return sharc_error(SHARC_ERR_FORMAT, "hf config '%s': \"%s\" is %s, expected true or false", j->path,
+                               k->key, got);
+        if (!strcmp(got, k->value)) return SHARC_OK;
+        return sharc_error(SHARC_ERR_UNSUPPORTED, "hf config '%s': \"%s\": %s is not supported (%s)", j->path, k->key,
+                           got, k->why);
+    }
+    /* a string: null or another type is refused as well */
+    if (!strcmp(got, k->value) || (k->also && !strcmp(got, k->also))) return SHARC_OK;
+    char expected[128];
+    snprintf(expected, sizeof expected, "%s%s%s", k->value, k->also ? " or " : "", k->also ? k->also : "");
+    return sharc_error(SHARC_ERR_UNSUPPORTED, "hf config '%s': \"%s\": %s is not supported; expected %s%s", j->path,
+                       k->key, json_object_to_json_string(v), expected, k->why);
 }
 
 static const char *cfg_str(const jcfg *j, const char *key) {
@@ -267,78 +410,36 @@ static const char *cfg_str(const jcfg *j, const char *key) {
     return json_object_get_string(v);
 }
 
-static sharc_status cfg_family(const jcfg *j, sharc_family *fam) {
+static sharc_status cfg_family(const jcfg *j, const hf_family **fam) {
     const char *mt = cfg_str(j, "model_type");
     const char *arch = NULL;
     json_object *a;
     if (json_object_object_get_ex(j->root, "architectures", &a) && json_object_is_type(a, json_type_array) &&
         json_object_array_length(a) > 0 && json_object_is_type(json_object_array_get_idx(a, 0), json_type_string))
         arch = json_object_get_string(json_object_array_get_idx(a, 0));
-    if (mt ? !strcmp(mt, "gpt2") : (arch && (!strcmp(arch, "GPT2LMHeadModel") || !strcmp(arch, "GPT2Model")))) {
-        *fam = SHARC_FAMILY_GPT2;
-    } else if (mt ? !strcmp(mt, "llama") : (arch && (!strcmp(arch, "LlamaForCausalLM") || !strcmp(arch, "LlamaModel")))) {
-        *fam = SHARC_FAMILY_LLAMA;
-    } else {
-        return sharc_error(SHARC_ERR_UNSUPPORTED, "hf config '%s': model_type '%s' (architecture '%s') is not supported; "
-                           "expected gpt2 (GPT2LMHeadModel) or llama (LlamaForCausalLM)",
-                           j->path, mt ? mt : "(none)", arch ? arch : "(none)");
+    for (size_t i = 0; i < sizeof hf_families / sizeof hf_families[0]; i++) {
+        const hf_family *f = &hf_families[i];
+        if (mt ? !strcmp(mt, f->model_type) : (arch && (!strcmp(arch, f->arch) || !strcmp(arch, f->arch_also)))) {
+            *fam = f;
+            return SHARC_OK;
+        }
     }
-    return SHARC_OK;
+    return sharc_error(SHARC_ERR_UNSUPPORTED, "hf config '%s': model_type '%s' (architecture '%s') is not supported; "
+                       "expected gpt2 (GPT2LMHeadModel) or llama (LlamaForCausalLM)",
+                       j->path, mt ? mt : "(none)", arch ? arch : "(none)");
 }
 
-static sharc_status cfg_gpt2(const jcfg *j, sharc_model_config *c) {
-    SHARC_TRY(cfg_int(j, "n_embd", true, 1, &c->embed_dim));
-    SHARC_TRY(cfg_int(j, "n_layer", true, 1, &c->num_layers));
-    SHARC_TRY(cfg_int(j, "n_head", true, 1, &c->num_heads));
-    SHARC_TRY(cfg_int(j, "vocab_size", true, 2, &c->vocab_size));
-    SHARC_TRY(cfg_int(j, "n_positions", true, 1, &c->max_seq_len));
-    c->ff_hidden_dim = 0; /* 4C unless n_inner */
-    SHARC_TRY(cfg_int(j, "n_inner", false, 1, &c->ff_hidden_dim));
-    SHARC_TRY(cfg_float(j, "layer_norm_epsilon", &c->norm_eps));
-    const char *act = cfg_str(j, "activation_function");
-    json_object *av;
-    if (json_object_object_get_ex(j->root, "activation_function", &av) &&
-        (!act || (strcmp(act, "gelu_new") && strcmp(act, "gelu_pytorch_tanh"))))
-        return sharc_error(SHARC_ERR_UNSUPPORTED, "hf config '%s': \"activation_function\": %s is not supported; "
-                           "expected \"gelu_new\" or \"gelu_pytorch_tanh\" (the tanh GELU)",
-                           j->path, json_object_to_json_string(av));
-    SHARC_TRY(cfg_require_bool(j, "scale_attn_weights", true, "sharc scales attention by 1/sqrt(head dim)"));
-    SHARC_TRY(cfg_require_bool(j, "scale_attn_by_inverse_layer_idx", false, "not implemented"));
-    SHARC_TRY(cfg_require_bool(j, "add_cross_attention", false, "decoder-only models"));
-    c->tie_embeddings = true;
-    SHARC_TRY(cfg_bool(j, "tie_word_embeddings", &c->tie_embeddings));
-    return SHARC_OK;
-}
-
-static sharc_status cfg_llama(const jcfg *j, sharc_model_config *c) {
-    SHARC_TRY(cfg_int(j, "hidden_size", true, 1, &c->embed_dim));
-    SHARC_TRY(cfg_int(j, "intermediate_size", true, 1, &c->ff_hidden_dim));
-    SHARC_TRY(cfg_int(j, "num_hidden_layers", true, 1, &c->num_layers));
-    SHARC_TRY(cfg_int(j, "num_attention_heads", true, 1, &c->num_heads));
-    c->num_kv_heads = c->num_heads;
-    SHARC_TRY(cfg_int(j, "num_key_value_heads", false, 1, &c->num_kv_heads));
-    SHARC_TRY(cfg_int(j, "vocab_size", true, 2, &c->vocab_size));
-    c->max_seq_len = 2048;
-    SHARC_TRY(cfg_int(j, "max_position_embeddings", false, 1, &c->max_seq_len));
-    c->norm_eps = 1e-6f;
-    SHARC_TRY(cfg_float(j, "rms_norm_eps", &c->norm_eps));
-    c->rope_theta = 10000.0f;
-    SHARC_TRY(cfg_float(j, "rope_theta", &c->rope_theta));
-    c->tie_embeddings = false;
-    SHARC_TRY(cfg_bool(j, "tie_word_embeddings", &c->tie_embeddings));
-    json_object *v;
-    if (json_object_object_get_ex(j->root, "rope_scaling", &v) && !json_object_is_type(v, json_type_null))
-        return sharc_error(SHARC_ERR_UNSUPPORTED, "hf config '%s': \"rope_scaling\": %s is not supported (plain RoPE only)",
-                           j->path, json_object_to_json_string(v));
-    const char *act = cfg_str(j, "hidden_act");
-    if (json_object_object_get_ex(j->root, "hidden_act", &v) && (!act || strcmp(act, "silu")))
-        return sharc_error(SHARC_ERR_UNSUPPORTED, "hf config '%s': \"hidden_act\": %s is not supported; expected \"silu\"",
-                           j->path, json_object_to_json_string(v));
-    SHARC_TRY(cfg_require_bool(j, "attention_bias", false, "sharc's Llama has no biases"));
-    SHARC_TRY(cfg_require_bool(j, "mlp_bias", false, "sharc's Llama has no biases"));
+/* Keys of config.json that are about the model but no field of it. */
+static sharc_status cfg_extra(const jcfg *j, const sharc_model_config *c) {
     int head_dim = 0;
-    SHARC_TRY(cfg_int(j, "head_dim", false, 1, &head_dim));
-    if (head_dim && c->num_heads > 0 && head_dim * c->num_heads != c->embed_dim)
+    json_object *v = cfg_get(j, "head_dim");
+    if (!v) return SHARC_OK;
+    int64_t x = json_object_get_int64(v);
+    if (!json_object_is_type(v, json_type_int) || x < 1 || x > (1 << 30))
+        return sharc_error(SHARC_ERR_FORMAT, "hf config '%s': \"head_dim\" is %s, expected an integer >= 1", j->path,
+                           json_object_to_json_string(v));
+    head_dim = (int)x;
+    if (c->num_heads > 0 && head_dim * c->num_heads != c->embed_dim)
         return sharc_error(SHARC_ERR_UNSUPPORTED, "hf config '%s': \"head_dim\": %d is not hidden_size / num_attention_heads (%d / %d)",
                            j->path, head_dim, c->embed_dim, c->num_heads);
     return SHARC_OK;
@@ -349,13 +450,14 @@ sharc_status sharc_hf_read_config(const char *dir, sharc_model_config *c) {
     snprintf(path, sizeof path, "%s/config.json", dir);
     jcfg j = {.path = path};
     SHARC_TRY(read_json(path, &j.root));
-    sharc_family fam = SHARC_FAMILY_GPT2;
+    const hf_family *fam = NULL;
     sharc_status st = cfg_family(&j, &fam);
-    if (st == SHARC_OK) {
-        sharc_model_config_default(c, fam);
-        st = fam == SHARC_FAMILY_GPT2 ? cfg_gpt2(&j, c) : cfg_llama(&j, c);
+    if (st == SHARC_OK) sharc_model_config_default(c, fam->family);
+    for (int i = 0; st == SHARC_OK && i < fam->nkeys; i++) {
+        const hf_key *k = &fam->keys[i];
+        if (k->flags & HF_READ) st = k->kind == HF_FIXED ? cfg_read_fixed(&j, k) : cfg_read_field(&j, k, c);
     }
-    if (st == SHARC_OK) st = cfg_float(&j, "initializer_range", &c->init_std);
+    if (st == SHARC_OK && fam->family == SHARC_FAMILY_LLAMA) st = cfg_extra(&j, c);
     json_object_put(j.root);
     if (st != SHARC_OK) return st;
     st = sharc_model_config_validate(c);
@@ -371,32 +473,26 @@ sharc_status sharc_hf_check_config(const char *dir, const sharc_model_config *ru
     sharc_model_config hf, r = *run;
     SHARC_TRY(sharc_hf_read_config(dir, &hf));
     SHARC_TRY(sharc_model_config_validate(&r));
-    bool g = hf.family == SHARC_FAMILY_GPT2;
-    const char *where = dir;
     if (hf.family != r.family)
-        return sharc_error(SHARC_ERR_INVALID, "hf '%s/config.json' is a %s model, model.family is %s", where,
+        return sharc_error(SHARC_ERR_INVALID, "hf '%s/config.json' is a %s model, model.family is %s", dir,
                            sharc_family_name(hf.family), sharc_family_name(r.family));
-#define SAME_INT(field, hfkey, key)                                                                        \
-    if (hf.field != r.field)                                                                               \
-        return sharc_error(SHARC_ERR_INVALID, "hf '%s/config.json': %s is %d, model." key " is %d", where, \
-                           hfkey, hf.field, r.field);
-    SAME_INT(num_layers, g ? "n_layer" : "num_hidden_layers", "num_layers")
-    SAME_INT(embed_dim, g ? "n_embd" : "hidden_size", "embed_dim")
-    SAME_INT(num_heads, g ? "n_head" : "num_attention_heads", "num_heads")
-    SAME_INT(num_kv_heads, g ? "n_head" : "num_key_value_heads", "num_kv_heads")
-    SAME_INT(ff_hidden_dim, g ? "n_inner" : "intermediate_size", "ff_hidden_dim")
-    SAME_INT(vocab_size, "vocab_size", "vocab_size")
-    if (g) SAME_INT(max_seq_len, "n_positions", "max_seq_len")
-#undef SAME_INT
-    if (hf.norm_eps != r.norm_eps)
-        return sharc_error(SHARC_ERR_INVALID, "hf '%s/config.json': %s is %g, model.norm_eps is %g", where,
-                           g ? "layer_norm_epsilon" : "rms_norm_eps", (double)hf.norm_eps, (double)r.norm_eps);
-    if (!g && hf.rope_theta != r.rope_theta)
-        return sharc_error(SHARC_ERR_INVALID, "hf '%s/config.json': rope_theta is %g, model.rope_theta is %g", where,
-                           (double)hf.rope_theta, (double)r.rope_theta);
-    if (hf.tie_embeddings != r.tie_embeddings)
-        return sharc_error(SHARC_ERR_INVALID, "hf '%s/config.json': tie_word_embeddings is %s, model.tie_embeddings is %s",
-                           where, hf.tie_embeddings ? "true" : "false", r.tie_embeddings ? "true" : "false");
+    /* the checked keys, in the order of the model's fields */
+    const hf_family *fam = hf_family_of(hf.family);
+    for (size_t at = 0; at < sizeof hf; at++)
+        for (int i = 0; i < fam->nkeys; i++) {
+            const hf_key *k = &fam->keys[i];
+            if (!(k->flags & HF_CHECK) || k->off != at) continue;
+            const char *a = (const char *)&hf + at, *b = (const char *)&r + at;
+            if (k->kind == HF_INT && *(const int *)a != *(const int *)b)
+                return sharc_error(SHARC_ERR_INVALID, "hf '%s/config.json': %s is %d, %s is %d", dir, k->key,
+                                   *(const int *)a, k->field, *(const int *)b);
+            if (k->kind == HF_FLOAT && *(const float *)a != *(const float *)b)
+                return sharc_error(SHARC_ERR_INVALID, "hf '%s/config.json': %s is %g, %s is %g", dir, k->key,
+                                   (double)*(const float *)a, k->field, (double)*(const float *)b);
+            if (k->kind == HF_BOOL && *(const bool *)a != *(const bool *)b)
+                return sharc_error(SHARC_ERR_INVALID, "hf '%s/config.json': %s is %s, %s is %s", dir, k->key,
+                                   *(const bool *)a ? "true" : "false", k->field, *(const bool *)b ? "true" : "false");
+        }
     return SHARC_OK;
 }
 
@@ -407,21 +503,30 @@ static bool ends_with(const char *s, const char *suffix) {
     return a >= b && strcmp(s + a - b, suffix) == 0;
 }
 
-static bool engine_is_gpt2(const sharc_fsdp *e) {
-    int u, p;
-    return sharc_fsdp_find_param(e, "wte.weight", &u, &p) == SHARC_OK;
+static bool ends_with_any(const char *s, const char *const *suffixes) {
+    for (int i = 0; suffixes[i]; i++)
+        if (ends_with(s, suffixes[i])) return true;
+    return false;
 }
 
-/* GPT-2's Conv1D weights: stored (in, out) in HF files. */
-static bool is_conv1d(bool gpt2, const char *name) {
-    return gpt2 && (ends_with(name, ".attn.c_attn.weight") || ends_with(name, ".attn.c_proj.weight") ||
-                    ends_with(name, ".mlp.c_fc.weight") || ends_with(name, ".mlp.c_proj.weight"));
+/* The family whose parameter names the engine holds. */
+static const hf_family *engine_family(const sharc_fsdp *e) {
+    int u, p;
+    return hf_family_of(sharc_fsdp_find_param(e, "wte.weight", &u, &p) == SHARC_OK ? SHARC_FAMILY_GPT2
+                                                                                   : SHARC_FAMILY_LLAMA);
 }
+
+/* A parameter's name in HF files with `prefix` (GPT2LMHeadModel's lm_head has none). */
+static void hf_name(char *out, size_t n, const char *prefix, const char *name) {
+    snprintf(out, n, "%s%s", strcmp(name, "lm_head.weight") ? prefix : "", name);
+}
+
+/* Stored (in, out) in HF files: GPT-2's Conv1D weights. */
+static bool is_transposed(const hf_family *f, const char *name) { return ends_with_any(name, f->transposed); }
 
 /* Tensors of HF files that are not parameters and are skipped on import. */
-static bool ignorable(bool gpt2, bool has_lm_head, const char *name) {
-    if (gpt2 && (ends_with(name, ".attn.bias") || ends_with(name, ".attn.masked_bias"))) return true;
-    if (ends_with(name, "rotary_emb.inv_freq")) return true;
+static bool ignorable(const hf_family *f, bool has_lm_head, const char *name) {
+    if (ends_with_any(name, f->buffers)) return true;
     return !has_lm_head && !strcmp(name, "lm_head.weight"); /* tied: a copy of the embedding */
 }
 
@@ -453,8 +558,11 @@ static sharc_status read_transposed(const sharc_st_file *f, const sharc_st_tenso
 static sharc_status load_shards(sharc_fsdp *e, const char *dir) {
     sharc_st_set *set;
     SHARC_TRY(sharc_st_set_open(&set, dir));
-    bool gpt2 = engine_is_gpt2(e);
-    const char *prefix = gpt2 && sharc_st_set_find(set, "transformer.wte.weight", NULL) ? "transformer." : "";
+    const hf_family *fam = engine_family(e);
+    /* the prefix is optional on import: detected from the first parameter (the token embedding) */
+    char probe[SHARC_NAME_MAX + 16];
+    hf_name(probe, sizeof probe, fam->prefix, sharc_fsdp_unit_spec(e, 0)->params[0].name);
+    const char *prefix = *fam->prefix && sharc_st_set_find(set, probe, NULL) ? fam->prefix : "";
     int u_, p_;
     bool has_lm_head = sharc_fsdp_find_param(e, "lm_head.weight", &u_, &p_) == SHARC_OK;
     sharc_status st = SHARC_OK;
@@ -464,8 +572,7 @@ static sharc_status load_shards(sharc_fsdp *e, const char *dir) {
         const sharc_unit_spec *s = sharc_fsdp_unit_spec(e, u);
         for (int p = 0; p < s->nparams && st == SHARC_OK; p++) {
             const sharc_param_spec *ps = &s->params[p];
-            bool lm = !strcmp(ps->name, "lm_head.weight"); /* GPT2LMHeadModel's lm_head has no prefix */
-            snprintf(hname, sizeof hname, "%s%s", lm ? "" : prefix, ps->name);
+            hf_name(hname, sizeof hname, prefix, ps->name);
             const sharc_st_file *f;
             const sharc_st_tensor *t = sharc_st_set_find(set, hname, &f);
             if (!t) {
@@ -475,7 +582,7 @@ static sharc_status load_shards(sharc_fsdp *e, const char *dir) {
             }
             int64_t want[4];
             for (int d = 0; d < ps->ndim; d++) want[d] = ps->shape[d];
-            if (is_conv1d(gpt2, ps->name)) {
+            if (is_transposed(fam, ps->name)) {
                 want[0] = ps->shape[1];
                 want[1] = ps->shape[0];
             }
@@ -500,9 +607,9 @@ static sharc_status load_shards(sharc_fsdp *e, const char *dir) {
         const sharc_st_tensor *t = sharc_st_set_tensor_at(set, i, &f);
         const char *n = t->name;
         if (*prefix && !strncmp(n, prefix, strlen(prefix))) n += strlen(prefix);
-        if (sharc_fsdp_find_param(e, n, &u_, &p_) == SHARC_OK || ignorable(gpt2, has_lm_head, n)) continue;
+        if (sharc_fsdp_find_param(e, n, &u_, &p_) == SHARC_OK || ignorable(fam, has_lm_head, n)) continue;
         st = sharc_error(SHARC_ERR_FORMAT, "hf '%s': tensor '%s' is not a parameter of this %s model",
-                         sharc_st_path(f), t->name, gpt2 ? "gpt2" : "llama");
+                         sharc_st_path(f), t->name, fam->model_type);
     }
     /* everything checked: read this rank's segments */
     for (int u = 0; u < sharc_fsdp_num_units(e) && st == SHARC_OK; u++) {
@@ -513,11 +620,10 @@ static sharc_status load_shards(sharc_fsdp *e, const char *dir) {
         float *shard = sharc_fsdp_shard_write(e, u);
         for (int k = 0; k < nseg && st == SHARC_OK; k++) {
             const sharc_param_spec *ps = &s->params[segs[k].param];
-            bool lm = !strcmp(ps->name, "lm_head.weight");
-            snprintf(hname, sizeof hname, "%s%s", lm ? "" : prefix, ps->name);
+            hf_name(hname, sizeof hname, prefix, ps->name);
             const sharc_st_file *f;
             const sharc_st_tensor *t = sharc_st_set_find(set, hname, &f);
-            if (is_conv1d(gpt2, ps->name))
+            if (is_transposed(fam, ps->name))
                 st = read_transposed(f, t, ps->shape[0], ps->shape[1], segs[k].param_off, segs[k].len,
                                      shard + segs[k].shard_off);
             else
@@ -550,47 +656,31 @@ static json_object *json_float(float v) {
     return json_object_new_double_s((double)v, buf);
 }
 
+/* config.json of a model: the rows of its family marked HF_WRITE, in order
+ * (note [hf-map]). */
 static char *config_json(const sharc_model_config *c, sharc_dtype dtype) {
+    const hf_family *fam = hf_family_of(c->family);
     json_object *r = json_object_new_object();
     const char *td = dtype == SHARC_DT_BF16 ? "bfloat16" : dtype == SHARC_DT_F16 ? "float16" : "float32";
     json_object *arch = json_object_new_array();
-    if (c->family == SHARC_FAMILY_GPT2) {
-        json_object_array_add(arch, json_object_new_string("GPT2LMHeadModel"));
-        json_object_object_add(r, "architectures", arch);
-        json_object_object_add(r, "model_type", json_object_new_string("gpt2"));
-        json_object_object_add(r, "activation_function", json_object_new_string("gelu_new"));
-        json_object_object_add(r, "n_embd", json_object_new_int(c->embed_dim));
-        json_object_object_add(r, "n_layer", json_object_new_int(c->num_layers));
-        json_object_object_add(r, "n_head", json_object_new_int(c->num_heads));
-        json_object_object_add(r, "n_positions", json_object_new_int(c->max_seq_len));
-        json_object_object_add(r, "n_ctx", json_object_new_int(c->max_seq_len));
-        json_object_object_add(r, "n_inner", c->ff_hidden_dim == 4 * c->embed_dim ? NULL : json_object_new_int(c->ff_hidden_dim));
-        json_object_object_add(r, "vocab_size", json_object_new_int(c->vocab_size));
-        json_object_object_add(r, "layer_norm_epsilon", json_float(c->norm_eps));
-        json_object_object_add(r, "attn_pdrop", json_object_new_double(0.0));
-        json_object_object_add(r, "embd_pdrop", json_object_new_double(0.0));
-        json_object_object_add(r, "resid_pdrop", json_object_new_double(0.0));
-        json_object_object_add(r, "scale_attn_weights", json_object_new_boolean(1));
-    } else {
-        json_object_array_add(arch, json_object_new_string("LlamaForCausalLM"));
-        json_object_object_add(r, "architectures", arch);
-        json_object_object_add(r, "model_type", json_object_new_string("llama"));
-        json_object_object_add(r, "hidden_act", json_object_new_string("silu"));
-        json_object_object_add(r, "hidden_size", json_object_new_int(c->embed_dim));
-        json_object_object_add(r, "intermediate_size", json_object_new_int(c->ff_hidden_dim));
-        json_object_object_add(r, "num_hidden_layers", json_object_new_int(c->num_layers));
-        json_object_object_add(r, "num_attention_heads", json_object_new_int(c->num_heads));
-        json_object_object_add(r, "num_key_value_heads", json_object_new_int(c->num_kv_heads));
-        json_object_object_add(r, "vocab_size", json_object_new_int(c->vocab_size));
-        json_object_object_add(r, "max_position_embeddings", json_object_new_int(c->max_seq_len));
-        json_object_object_add(r, "rms_norm_eps", json_float(c->norm_eps));
-        json_object_object_add(r, "rope_theta", json_float(c->rope_theta));
-        json_object_object_add(r, "rope_scaling", NULL);
-        json_object_object_add(r, "attention_bias", json_object_new_boolean(0));
-        json_object_object_add(r, "mlp_bias", json_object_new_boolean(0));
+    json_object_array_add(arch, json_object_new_string(fam->arch));
+    json_object_object_add(r, "architectures", arch);
+    json_object_object_add(r, "model_type", json_object_new_string(fam->model_type));
+    for (int i = 0; i < fam->nkeys; i++) {
+        const hf_key *k = &fam->keys[i];
+        if (!(k->flags & HF_WRITE)) continue;
+        const char *src = (const char *)c + k->off;
+        json_object *v = NULL;
+        switch (k->kind) {
+        case HF_INT:
+            if (!(k->flags & HF_NULL_4C) || *(const int *)src != 4 * c->embed_dim) v = json_object_new_int(*(const int *)src);
+            break;
+        case HF_FLOAT: v = json_float(*(const float *)src); break;
+        case HF_BOOL: v = json_object_new_boolean(*(const bool *)src); break;
+        case HF_FIXED: v = json_tokener_parse(k->value); break; /* "null" is NULL: a null value */
+        }
+        json_object_object_add(r, k->key, v);
     }
-    json_object_object_add(r, "tie_word_embeddings", json_object_new_boolean(c->tie_embeddings));
-    json_object_object_add(r, "initializer_range", json_float(c->init_std));
     json_object_object_add(r, "torch_dtype", json_object_new_string(td));
     char *out = strdup(json_object_to_json_string_ext(r, JSON_C_TO_STRING_PRETTY | JSON_C_TO_STRING_SPACED));
     json_object_put(r);
@@ -677,11 +767,11 @@ sharc_status sharc_hf_export(sharc_fsdp *e, sharc_comm *world, const sharc_model
     snprintf(dir, sizeof dir, "%s", dir_in);
     for (size_t l = strlen(dir); l > 1 && dir[l - 1] == '/'; l--) dir[l - 1] = 0;
     bool writer = !world || sharc_comm_rank(world) == 0;
-    bool gpt2 = cfg->family == SHARC_FAMILY_GPT2;
+    const hf_family *fam = hf_family_of(cfg->family);
     sharc_status st = SHARC_OK;
     if (dtype != SHARC_DT_F32 && dtype != SHARC_DT_BF16 && dtype != SHARC_DT_F16)
         st = sharc_error(SHARC_ERR_INVALID, "hf export: dtype %s, expected F32, BF16 or F16", sharc_dtype_st_name(dtype));
-    if (gpt2 != engine_is_gpt2(e))
+    if (fam != engine_family(e))
         st = sharc_error(SHARC_ERR_INVALID, "hf export: the config's family does not match the engine's parameters");
     int total = 0;
     for (int u = 0; u < sharc_fsdp_num_units(e); u++) total += sharc_fsdp_unit_spec(e, u)->nparams;
@@ -699,11 +789,10 @@ sharc_status sharc_hf_export(sharc_fsdp *e, sharc_comm *world, const sharc_model
         for (int p = 0; p < s->nparams; p++, n++) {
             const sharc_param_spec *ps = &s->params[p];
             export_item *it = &items[n];
-            bool lm = !strcmp(ps->name, "lm_head.weight");
-            snprintf(it->hname, sizeof it->hname, "%s%s", gpt2 && !lm ? "transformer." : "", ps->name);
+            hf_name(it->hname, sizeof it->hname, fam->prefix, ps->name);
             it->ndim = ps->ndim;
             for (int d = 0; d < ps->ndim; d++) it->shape[d] = ps->shape[d];
-            it->conv1d = is_conv1d(gpt2, ps->name);
+            it->conv1d = is_transposed(fam, ps->name);
             if (it->conv1d) {
                 it->shape[0] = ps->shape[1];
                 it->shape[1] = ps->shape[0];
@@ -745,14 +834,9 @@ sharc_status sharc_hf_export(sharc_fsdp *e, sharc_comm *world, const sharc_model
     /* agree on the set-up (buffers everywhere, the target and temporary
      * directory on rank 0) before the first gather: if it failed anywhere,
      * no rank gathers at all */
-    bool ok = st == SHARC_OK, setup_ok = ok;
-    if (world) {
-        int32_t bad = !ok, any = 0;
-        sharc_status c = sharc_comm_all_reduce(world, &bad, &any, 1, SHARC_DT_I32, SHARC_REDUCE_OP_MAX);
-        if (c != SHARC_OK && ok) st = c;
-        setup_ok = c == SHARC_OK && !any;
-        ok = ok && setup_ok;
-    }
+    if (world) st = sharc_comm_agree(world, st, SHARC_ERR_IO, "hf export: setting up failed on rank %d (see its message)");
+    const bool setup_ok = st == SHARC_OK;
+    bool ok = setup_ok;
     /* every rank takes part in every gather, even after a later local
      * failure; rank 0 streams the files */
     sharc_st_stream *out = NULL;
