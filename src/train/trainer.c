@@ -259,8 +259,9 @@ sharc_status sharc_trainer_init(sharc_trainer **out, const sharc_config *cfg, sh
     st = sharc_adamw_init(&t->opt, t->engine, &t->cfg.optim);
     if ((st = agree(t->world, st)) != SHARC_OK) goto fail;
     t->flops_per_token = sharc_model_flops_per_token(&t->cfg.model, tc->seq_len);
-    /* MFU's denominator: this rank's cores, measured or given, summed over ranks */
-    /* (bf16 compute on oneDNN: the bf16 dot-product peak; emulated bf16 runs on sgemm) */
+    /* MFU's denominator: this rank's cores, measured or given, summed over
+     * ranks; with bf16 compute on oneDNN the bf16 dot-product peak (emulated
+     * bf16 runs on sgemm: the fp32 peak) */
     t->bf16 = sharc_model_computes_bf16(t->model, t->engine);
     bool bf16_peak = t->bf16 && sharc_bf16_mode_get(NULL) == SHARC_BF16_ONEDNN;
     t->peak_flops_world = t->cfg.log.peak_tflops > 0 ? 1e12 * (double)t->cfg.log.peak_tflops
