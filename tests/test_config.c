@@ -541,6 +541,49 @@ TEST(config_sft_keys_and_string_round_trip) {
 }
 
 
+/* Note [frozen-params]: ROLL's list (under model_args) and the generic
+ * globs reach sharc_units_freeze, which marks exactly the matching names and
+ * refuses an entry that matches nothing, or freezing everything. */
+TEST(config_frozen_parameters) {
+    sharc_config c;
+    sharc_config_default(&c);
+    const char *y = "model_args:\n"
+                    "  freeze_module_prefix: [wte, ' h.0.']\n"
+                    "train:\n"
+                    "  trainable: ['h.*', ln_f.*]\n";
+    ASSERT_OK(sharc_config_load_string(&c, y, "t.yaml"));
+    ASSERT_TRUE(strcmp(c.freeze_module_prefix, "wte, h.0.") == 0);
+    ASSERT_TRUE(strcmp(c.trainable, "h.*,ln_f.*") == 0);
+    sharc_model *m;
+    c.model.num_layers = 2;
+    ASSERT_OK(sharc_model_init(&m, &c.model, NULL));
+    sharc_unit_spec units[4];
+    ASSERT_EQ(sharc_model_num_units(m), 4);
+    memcpy(units, sharc_model_units(m), sizeof units);
+    int n = -1;
+    ASSERT_OK(sharc_units_freeze(units, 4, c.freeze_module_prefix, c.trainable, &n));
+    /* embed: wte by prefix, wpe by no glob; block 0 by prefix; block 1 and ln_f train */
+    ASSERT_EQ(n, 2 + 12);
+    ASSERT_TRUE(!sharc_unit_trainable(&units[0]) && !sharc_unit_trainable(&units[1]));
+    ASSERT_TRUE(sharc_unit_trainable(&units[2]) && sharc_unit_trainable(&units[3]));
+    for (int u = 2; u < 4; u++)
+        for (int p = 0; p < units[u].nparams; p++) ASSERT_TRUE(!units[u].params[p].frozen);
+    /* BitFit: a unit of mixed parameters */
+    memcpy(units, sharc_model_units(m), sizeof units);
+    ASSERT_OK(sharc_units_freeze(units, 4, "", "*.bias", &n));
+    ASSERT_TRUE(sharc_unit_trainable(&units[1]) && !sharc_unit_trainable(&units[0]));
+    ASSERT_TRUE(units[1].params[0].frozen && !units[1].params[1].frozen); /* ln_1.weight, ln_1.bias */
+    /* refused: a prefix or glob that names nothing, or nothing left to train */
+    memcpy(units, sharc_model_units(m), sizeof units);
+    ASSERT_EQ(sharc_units_freeze(units, 4, "wte,h.7.", "", NULL), SHARC_ERR_INVALID);
+    ASSERT_TRUE(strstr(sharc_last_error(), "model.freeze_module_prefix: 'h.7.' is the prefix of no parameter"));
+    ASSERT_EQ(sharc_units_freeze(units, 4, NULL, "*.bais", NULL), SHARC_ERR_INVALID);
+    ASSERT_TRUE(strstr(sharc_last_error(), "train.trainable: '*.bais' matches no parameter"));
+    ASSERT_EQ(sharc_units_freeze(units, 4, "wte,wpe,h.,ln_f", NULL, NULL), SHARC_ERR_INVALID);
+    ASSERT_TRUE(strstr(sharc_last_error(), "nothing would train"));
+    sharc_model_free(m);
+}
+
 /* ---- issue 11: one table for each key's default and agreement ---- */
 
 static const sharc_config_agreed *agreed_find(const sharc_config_agreed *a, int n, const char *key) {

@@ -27,11 +27,14 @@ static void small_config(sharc_model_config *c, sharc_family f) {
     c->init_std = 0.2f;
 }
 
-static void setup(model_ctx *x, sharc_family f, int B, int T, bool ac, bool tie) {
+/* tiles > 1: the tiled MLP (note [tiled-mlp]) in that many chunks */
+static void setup_tiled(model_ctx *x, sharc_family f, int B, int T, bool ac, bool tie, int tiles) {
     sharc_model_config c;
     small_config(&c, f);
     c.tie_embeddings = tie;
+    if (T > c.max_seq_len) c.max_seq_len = T;
     ASSERT_OK(sharc_model_init(&x->m, &c, NULL));
+    sharc_model_set_tiled_mlp(x->m, tiles);
     ASSERT_OK(sharc_model_plan(x->m, B, T, ac));
     sharc_fsdp_config fc;
     sharc_fsdp_config_default(&fc);
@@ -58,6 +61,10 @@ static void setup(model_ctx *x, sharc_family f, int B, int T, bool ac, bool tie)
     x->tgt[3] = -1; /* one masked target */
 }
 
+static void setup(model_ctx *x, sharc_family f, int B, int T, bool ac, bool tie) {
+    setup_tiled(x, f, B, T, ac, tie, 1);
+}
+
 static void teardown(model_ctx *x) {
     sharc_fsdp_free(x->e);
     sharc_model_free(x->m);
@@ -70,9 +77,9 @@ static double model_loss(void *p) {
     return sharc_model_forward_loss(x->m, x->e, x->in, x->tgt);
 }
 
-static void model_fd(sharc_family f, bool tie) {
+static void model_fd_tiled(sharc_family f, bool tie, int tiles) {
     model_ctx x;
-    setup(&x, f, 2, 13, false, tie);
+    setup_tiled(&x, f, 2, 13, false, tie, tiles);
     sharc_fsdp_zero_grad(x.e);
     double loss = sharc_model_forward_backward(x.m, x.e, x.in, x.tgt, 1.0f);
     ASSERT_NEAR(loss, model_loss(&x), 1e-6, 0);
@@ -92,9 +99,13 @@ static void model_fd(sharc_family f, bool tie) {
     teardown(&x);
 }
 
+static void model_fd(sharc_family f, bool tie) { model_fd_tiled(f, tie, 1); }
+
 TEST(model_gpt2_finite_difference) { model_fd(SHARC_FAMILY_GPT2, true); }
 TEST(model_llama_finite_difference) { model_fd(SHARC_FAMILY_LLAMA, false); }
-TEST(model_llama_tied_finite_difference) { model_fd(SHARC_FAMILY_LLAMA, true); }
+/* Llama with tied embeddings through the tiled MLP (note [tiled-mlp]): 26
+ * rows in 3 chunks of 9, 9 and 8 */
+TEST(model_llama_tied_finite_difference) { model_fd_tiled(SHARC_FAMILY_LLAMA, true, 3); }
 
 /* Activation checkpointing recomputes the same kernels on the same inputs:
  * the loss and every gradient are bit-identical. */
@@ -138,6 +149,98 @@ TEST(model_activation_checkpointing_saves_memory) {
     int64_t per_set = ((int64_t)2 * 16 * (48 * 15 + 4) + 2 * 3 * 16) * 4;
     ASSERT_EQ(full - ckpt, 5 * per_set);
     sharc_model_free(m);
+}
+
+/* Note [tiled-mlp] against the untiled MLP (DeepSpeed's TiledMLP test shape:
+ * 125 rows, so the last chunk is short; s = 1, 2, 4, 7 chunks): the loss
+ * within 1e-6 relative (outputs are the same rows, only GEMM blocking may
+ * differ), every parameter gradient within 1e-5 relative + 1e-6 of its
+ * unit's largest (chunk sums of the weight gradients in another order: a
+ * small sum with cancellation keeps its absolute, not its relative, error);
+ * s = 1 is the untiled code,
+ * bit for bit; checkpointing on and off; and the activation bytes drop by
+ * the (B*T, F + Fa) buffers of every block and of their gradients. */
+static void tiled_vs_untiled(sharc_family f, bool ac) {
+    const int B = 1, T = 125;
+    const int shards[] = {1, 2, 4, 7};
+    model_ctx ref;
+    sharc_mem_stats m0, m1;
+    sharc_mem_get(&m0);
+    setup_tiled(&ref, f, B, T, ac, f == SHARC_FAMILY_GPT2, 1);
+    sharc_mem_get(&m1);
+    int64_t untiled_bytes = m1.current[SHARC_MEM_ACTIVATIONS] - m0.current[SHARC_MEM_ACTIVATIONS];
+    sharc_fsdp_zero_grad(ref.e);
+    double lr = sharc_model_forward_backward(ref.m, ref.e, ref.in, ref.tgt, 0.01f);
+    for (int i = 0; i < 4; i++) {
+        model_ctx x;
+        sharc_mem_get(&m0);
+        setup_tiled(&x, f, B, T, ac, f == SHARC_FAMILY_GPT2, shards[i]);
+        sharc_mem_get(&m1);
+        int64_t bytes = m1.current[SHARC_MEM_ACTIVATIONS] - m0.current[SHARC_MEM_ACTIVATIONS];
+        sharc_fsdp_zero_grad(x.e);
+        double l = sharc_model_forward_backward(x.m, x.e, x.in, x.tgt, 0.01f);
+        if (shards[i] == 1) ASSERT_TRUE(l == lr);
+        else ASSERT_NEAR(l, lr, 1e-6, 0);
+        for (int u = 0; u < sharc_fsdp_num_units(x.e); u++) {
+            int64_t n = sharc_fsdp_shard_numel(x.e, u);
+            const float *g = sharc_fsdp_shard_grads(x.e, u), *gr = sharc_fsdp_shard_grads(ref.e, u);
+            if (shards[i] == 1) {
+                ASSERT_TRUE(memcmp(g, gr, (size_t)n * sizeof(float)) == 0);
+                continue;
+            }
+            double scale = 0.0;
+            for (int64_t k = 0; k < n; k++) scale = fabs((double)gr[k]) > scale ? fabs((double)gr[k]) : scale;
+            for (int64_t k = 0; k < n; k++)
+                if (!(fabs((double)g[k] - gr[k]) <= 1e-5 * fabs((double)gr[k]) + 1e-6 * scale))
+                    TEST_FAIL_AT("%d chunks, unit %d element %lld: %.9g tiled, %.9g untiled (unit's largest %.3g)",
+                                 shards[i], u, (long long)k, g[k], gr[k], scale);
+        }
+        /* what the MLP no longer keeps: per block (without checkpointing) or once, its (N, F + Fa)
+         * intermediates, and the (N, F + Fa) gradient buffers; one chunk of each remains */
+        const sharc_model_config *c = sharc_model_get_config(x.m);
+        int64_t F = f == SHARC_FAMILY_LLAMA ? 2 * c->ff_hidden_dim : c->ff_hidden_dim, Fa = c->ff_hidden_dim;
+        int64_t N = (int64_t)B * T, rows = (N + shards[i] - 1) / shards[i], sets = ac ? 1 : c->num_layers;
+        int64_t saved = shards[i] == 1 ? 0 : 4 * ((sets + 1) * N * (F + Fa) - 2 * rows * (F + Fa));
+        ASSERT_EQ(untiled_bytes - bytes, saved);
+        ASSERT_EQ(bytes, sharc_model_activation_bytes(x.m, B, T, ac));
+        teardown(&x);
+    }
+    teardown(&ref);
+}
+
+TEST(model_tiled_mlp_matches_untiled) {
+    tiled_vs_untiled(SHARC_FAMILY_GPT2, false);
+    tiled_vs_untiled(SHARC_FAMILY_GPT2, true);
+    tiled_vs_untiled(SHARC_FAMILY_LLAMA, false);
+    tiled_vs_untiled(SHARC_FAMILY_LLAMA, true);
+}
+
+/* The planner's activation bytes (sharc_model_activation_bytes) are exactly
+ * what sharc_model_plan allocates: both families, checkpointing on and off,
+ * a sequence that is not a multiple of the attention block, a head chunked
+ * in several pieces (V large against HEAD_CHUNK_BYTES) and a short one. */
+TEST(model_activation_bytes_match_the_plan) {
+    for (int fam = 0; fam < 2; fam++)
+        for (int ac = 0; ac < 2; ac++)
+            for (int shape = 0; shape < 3; shape++) {
+                sharc_model_config c;
+                small_config(&c, fam ? SHARC_FAMILY_LLAMA : SHARC_FAMILY_GPT2);
+                c.num_layers = 3;
+                c.max_seq_len = 200;
+                if (shape == 2) c.vocab_size = 300000; /* 16-row head chunks */
+                int B = shape == 1 ? 3 : 1, T = shape == 1 ? 131 : 16;
+                sharc_model *m;
+                ASSERT_OK(sharc_model_init(&m, &c, NULL));
+                sharc_mem_stats s0, s1;
+                sharc_mem_get(&s0);
+                ASSERT_OK(sharc_model_plan(m, B, T, ac));
+                sharc_mem_get(&s1);
+                int64_t got = s1.current[SHARC_MEM_ACTIVATIONS] - s0.current[SHARC_MEM_ACTIVATIONS];
+                if (got != sharc_model_activation_bytes(m, B, T, ac))
+                    TEST_FAIL_AT("family %d ac %d shape %d: %lld allocated, %lld planned", fam, ac, shape,
+                                 (long long)got, (long long)sharc_model_activation_bytes(m, B, T, ac));
+                sharc_model_free(m);
+            }
 }
 
 /* Two micro-batches of one sequence, each scaled by 1/total, accumulate to

@@ -71,6 +71,8 @@ typedef struct {
 typedef struct {
     sharc_fsdp_config engine; /* sharding_strategy, fsdp_size, dtypes, prefetch, ... */
     bool activation_checkpointing;
+    bool apply_tiled_mlp;  /* note [tiled-mlp] in src/model/model.c */
+    int tiled_num_shards;  /* its chunks per block (may differ between ranks) */
     bool cpu_offload;     /* accepted, not implemented: a warning at start (sharc_config_warnings) */
     bool use_orig_params; /* accepted from FSDP1 configs; no meaning here */
     int wrap_policy;      /* 0 transformer_block (the only one implemented), 1 size, 2 none */
@@ -105,6 +107,9 @@ typedef struct sharc_config { /* tagged: sharc/ckpt.h declares it ahead */
     sharc_mesh_config mesh;
     char init_from[SHARC_PATH_MAX]; /* model.init_from: sharc weights loaded after initialisation ("" = none) */
     char tokenizer[SHARC_PATH_MAX]; /* model.tokenizer: a tokenizer.json or its directory ("" = byte-level, or init_from's) */
+    /* note [frozen-params] (src/fsdp/units.c): comma-separated lists ("" = none) */
+    char freeze_module_prefix[SHARC_PATH_MAX]; /* model.freeze_module_prefix: name prefixes frozen (ROLL) */
+    char trainable[SHARC_PATH_MAX];            /* train.trainable: fnmatch globs; when set, the rest is frozen */
     /* Loader state (not keys). Multi-stage files (training_stages.NAME.*):
      * `stage` selects the stage whose keys are applied ("" = none: they are
      * only checked); every stage name seen is listed in file order. */

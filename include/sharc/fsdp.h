@@ -60,8 +60,10 @@ typedef struct {
     int fsdp_size;              /* HYBRID_SHARD shard-group size */
     sharc_dtype param_dtype;    /* F32, BF16 or F16: parameters are gathered and computed rounded to it */
     sharc_dtype reduce_dtype;   /* F32 or BF16: gradients are reduced in it, accumulated in fp32 */
-    bool forward_prefetch;      /* gather unit u+1 while u runs forward */
+    bool forward_prefetch;      /* gather the next units while u runs forward */
     sharc_backward_prefetch backward_prefetch;
+    int forward_prefetch_depth;  /* units gathered ahead in forward (>= 1; MindSpeed-MM's num_to_forward_prefetch) */
+    int backward_prefetch_depth; /* units gathered ahead in backward (>= 1; num_to_backward_prefetch) */
     int limit_all_gathers;      /* at most this many gathered non-root units alive (0: no limit) */
     bool no_sync;               /* keep unsharded gradients across micro-batches, reduce once per step */
 } sharc_fsdp_config;
@@ -87,6 +89,9 @@ void sharc_fsdp_init_params(sharc_fsdp *e, uint64_t seed);
 /* ---- the schedule ---- */
 const float *sharc_fsdp_gather(sharc_fsdp *e, int unit);
 void sharc_fsdp_forward_done(sharc_fsdp *e, int unit);
+/* NULL for a unit whose parameters are all frozen (note [frozen-params] in
+ * src/fsdp/units.c): its backward computes no weight gradient, and its
+ * backward_done reduces nothing. */
 float *sharc_fsdp_grad(sharc_fsdp *e, int unit);
 void sharc_fsdp_backward_done(sharc_fsdp *e, int unit);
 /* Forward-only use is over (evaluation): drop the gathered copy (nothing if
@@ -136,7 +141,8 @@ sharc_dtype sharc_fsdp_param_dtype(const sharc_fsdp *e);
 const sharc_unit_spec *sharc_fsdp_unit_spec(const sharc_fsdp *e, int unit);
 int64_t sharc_fsdp_shard_numel(const sharc_fsdp *e, int unit); /* padded */
 /* This rank's fp32 parameter shard (numel_shard floats, read-only: see
- * sharc_fsdp_shard_write) and gradient shard. */
+ * sharc_fsdp_shard_write) and gradient shard (NULL for a unit whose
+ * parameters are all frozen, note [frozen-params] in src/fsdp/units.c). */
 const float *sharc_fsdp_shard_params(const sharc_fsdp *e, int unit);
 float *sharc_fsdp_shard_grads(sharc_fsdp *e, int unit);
 /* The pieces of parameters this rank's shard of `unit` holds (padding excluded). */
@@ -169,6 +175,19 @@ int64_t sharc_fsdp_gathered_capacity_bytes(const sharc_fsdp *e);
  * grads, gathered, comm, other; shared windows included), which is what it
  * allocated at init. */
 int64_t sharc_fsdp_planned_bytes(const sharc_fsdp *e, sharc_mem_cat cat);
+/* The same plan without an engine (a pure function, nothing allocated but
+ * the plan's own arrays), for one rank of a shard group of S ranks; `shared`
+ * when the group would hold its parameters in one shared-memory window
+ * (note [shared-params]: S > 1, fp32 parameters, the group on one node,
+ * shared memory allowed). schedule NULL: as for init. */
+typedef struct {
+    int64_t bytes[SHARC_MEM_NCAT]; /* what sharc_fsdp_init allocates on the rank */
+    int64_t trainable_shard;       /* padded shard elements of the units that train (the moments' size) */
+    int64_t max_padded;            /* elements of the largest gathered unit */
+    int64_t max_trainable_shard;   /* elements of the largest shard of a unit that trains */
+} sharc_fsdp_plan_summary;
+sharc_status sharc_fsdp_plan_bytes(const sharc_unit_spec *units, int nunits, const sharc_unit_schedule *schedule,
+                                   const sharc_fsdp_config *cfg, int S, bool shared, sharc_fsdp_plan_summary *out);
 
 /* Copy a whole parameter (numel floats, by global name) into / out of the
  * part this rank holds. read_local fills only the elements this rank holds. */

@@ -63,6 +63,10 @@ void sharc_model_free(sharc_model *m);
 const sharc_model_config *sharc_model_get_config(const sharc_model *m);
 int sharc_model_num_units(const sharc_model *m);
 const sharc_unit_spec *sharc_model_units(const sharc_model *m);
+/* Freeze parameters by model.freeze_module_prefix / train.trainable (note
+ * [frozen-params] in src/fsdp/units.c, sharc_units_freeze); before the
+ * engine is made from sharc_model_units. *nfrozen (may be NULL): how many. */
+sharc_status sharc_model_freeze(sharc_model *m, const char *prefixes, const char *trainable, int *nfrozen);
 /* The order the layer loops use the units in (note [unit-schedule] in
  * src/model/model.c): what the engine prefetches by. */
 const sharc_unit_schedule *sharc_model_schedule(const sharc_model *m);
@@ -85,6 +89,13 @@ void sharc_model_set_sp_group(sharc_model *m, sharc_comm *group);
  * With activation_checkpointing only each block's input is kept and the
  * block is recomputed in backward. */
 sharc_status sharc_model_plan(sharc_model *m, int B, int T, bool activation_checkpointing);
+/* Note [tiled-mlp] (src/model/model.c; fsdp.apply_tiled_mlp, fsdp.tiled_num_shards):
+ * run each block's MLP over `tiles` chunks of rows (<= 1: untiled), keeping
+ * no (B*T, F) intermediates; takes effect at the next sharc_model_plan. */
+void sharc_model_set_tiled_mlp(sharc_model *m, int tiles);
+/* The bytes sharc_model_plan(m, B, T, ac) allocates, without allocating
+ * (the attention workspace at the current sharc_threads_get()). */
+int64_t sharc_model_activation_bytes(const sharc_model *m, int B, int T, bool activation_checkpointing);
 
 /* One micro-batch forward + backward: inputs, targets (B*T; target < 0 is
  * masked). Gradients are accumulated (+=) through the engine with each

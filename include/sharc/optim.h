@@ -46,7 +46,8 @@ void sharc_adamw_free(sharc_adamw *a);
 void sharc_adamw_step(sharc_adamw *a, sharc_fsdp *e, float lr, float grad_scale);
 int64_t sharc_adamw_steps(const sharc_adamw *a);
 void sharc_adamw_set_steps(sharc_adamw *a, int64_t t);
-/* First and second moments of a unit's shard (numel_shard floats each). */
+/* First and second moments of a unit's shard (numel_shard floats each);
+ * NULL for a unit whose parameters are all frozen. */
 float *sharc_adamw_m(sharc_adamw *a, int unit);
 float *sharc_adamw_v(sharc_adamw *a, int unit);
 

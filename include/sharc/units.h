@@ -10,6 +10,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "sharc/status.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -28,6 +30,7 @@ typedef struct {
     sharc_init_kind init;
     float std;                 /* for SHARC_INIT_NORMAL */
     bool decay;                /* AdamW weight decay applies (matrices, not norms/biases) */
+    bool frozen;               /* note [frozen-params]: gathered, never given a gradient or an update */
 } sharc_param_spec;
 
 typedef struct {
@@ -59,6 +62,19 @@ void sharc_unit_add_param(sharc_unit_spec *u, const char *name, int ndim, const 
                           sharc_init_kind init, float std, bool decay);
 /* Index of the parameter called `name` in the unit, or -1. */
 int sharc_unit_find_param(const sharc_unit_spec *u, const char *name);
+/* The unit has a parameter that is not frozen (note [frozen-params]). */
+bool sharc_unit_trainable(const sharc_unit_spec *u);
+
+/* Note [frozen-params] (src/fsdp/units.c). Mark parameters frozen:
+ * `prefixes` (model.freeze_module_prefix, ROLL's rule) is a comma-separated
+ * list of name prefixes, each freezing every parameter whose name starts
+ * with it; `trainable` (train.trainable) a comma-separated list of fnmatch
+ * globs, which when non-empty freezes every parameter that matches none.
+ * Either may be NULL or "". Each entry must match at least one parameter and
+ * something must stay trainable, else SHARC_ERR_INVALID naming the key and
+ * the entry. *nfrozen (may be NULL): parameters frozen. */
+sharc_status sharc_units_freeze(sharc_unit_spec *units, int nunits, const char *prefixes, const char *trainable,
+                                int *nfrozen);
 
 #ifdef __cplusplus
 }

@@ -162,12 +162,20 @@ struct sharc_ckpt {
     double t_start, t_staged;                /* when the save started, when its state was staged */
     int64_t done_step; /* last step published or loaded, -1 */
     char last[PATHLEN];
+    /* note [ckpt-node-local] (ckpt.c) */
+    sharc_comm *node;      /* this rank's host (MPI's node), owned */
+    int host_index, hosts; /* the host's place among the hosts (by lowest rank), their number */
+    bool local_dir;        /* this rank leads a host whose ckpt.dir is not rank 0's (this save) */
+    bool any_local;        /* some host's is not (this save) */
 };
 
 /* manifest.c */
 void sharc_ckpt_manifest_free(sharc_ckpt_manifest *m);
 /* A SHARC_ERR_FORMAT naming the manifest and `what`. */
 sharc_status sharc_ckpt_manifest_bad(const sharc_ckpt_manifest *m, const char *what);
+/* The manifest's "frozen" list against the parameters this engine freezes
+ * (note [frozen-params]): SHARC_ERR_INVALID naming the first that differs. */
+sharc_status sharc_ckpt_manifest_check_frozen(const sharc_ckpt_manifest *m, sharc_fsdp *e);
 sharc_status sharc_ckpt_manifest_get_i64(const sharc_ckpt_manifest *m, json_object *o, const char *key, int64_t *v);
 sharc_status sharc_ckpt_manifest_get_str(const sharc_ckpt_manifest *m, json_object *o, const char *key, const char **v);
 sharc_status sharc_ckpt_manifest_get_arr(const sharc_ckpt_manifest *m, json_object *o, const char *key, json_object **v);

@@ -309,11 +309,57 @@ char *sharc_ckpt_manifest_build(const sharc_ckpt_state *st, const sharc_ckpt_pla
         json_object_array_add(tensors, t);
     }
     json_object_object_add(root, "tensors", tensors);
+    /* note [frozen-params]: the names frozen in this run; their units' moments are stored as zeros */
+    json_object *frozen = json_object_new_array();
+    for (int u = 0; u < sharc_fsdp_num_units(e); u++) {
+        const sharc_unit_spec *s = sharc_fsdp_unit_spec(e, u);
+        for (int p = 0; p < s->nparams; p++)
+            if (s->params[p].frozen) json_object_array_add(frozen, json_object_new_string(s->params[p].name));
+    }
+    json_object_object_add(root, "frozen", frozen);
     free(who);
     const char *s = json_object_to_json_string_ext(root, JSON_C_TO_STRING_PRETTY | JSON_C_TO_STRING_NOSLASHESCAPE);
     char *text = s ? strdup(s) : NULL;
     json_object_put(root);
     return text;
+}
+
+/* Note [frozen-params]: a resumed run trains the parameters its checkpoint
+ * trained. The manifest's "frozen" list (absent in older checkpoints: none)
+ * must name exactly the parameters this run freezes; the first one that
+ * differs is named. (Moments of frozen units are zeros, so unfreezing on
+ * resume would silently restart their Adam state.) */
+sharc_status sharc_ckpt_manifest_check_frozen(const sharc_ckpt_manifest *m, sharc_fsdp *e) {
+    static const char *const why = "(model.freeze_module_prefix, train.trainable): resume with the checkpoint's "
+                                   "frozen set, or export its weights (sharc export) and start a new run from them "
+                                   "(model.init_from)";
+    json_object *list = NULL;
+    if (json_object_object_get_ex(m->root, "frozen", &list) && !json_object_is_type(list, json_type_array))
+        return sharc_ckpt_manifest_bad(m, "\"frozen\" is not a list");
+    size_t n = list ? json_object_array_length(list) : 0;
+    for (size_t i = 0; i < n; i++) {
+        json_object *x = json_object_array_get_idx(list, i);
+        int u, p;
+        if (!json_object_is_type(x, json_type_string) ||
+            sharc_fsdp_find_param(e, json_object_get_string(x), &u, &p) != SHARC_OK)
+            return sharc_ckpt_manifest_bad(m, "\"frozen\" holds an entry that is not a parameter name of this model");
+        if (!sharc_fsdp_unit_spec(e, u)->params[p].frozen)
+            return sharc_error(SHARC_ERR_INVALID, "ckpt '%s': parameter '%s' is frozen in the checkpoint but trains "
+                               "in this run %s", m->path, json_object_get_string(x), why);
+    }
+    for (int u = 0; u < sharc_fsdp_num_units(e); u++) {
+        const sharc_unit_spec *s = sharc_fsdp_unit_spec(e, u);
+        for (int p = 0; p < s->nparams; p++) {
+            if (!s->params[p].frozen) continue;
+            bool there = false;
+            for (size_t i = 0; i < n && !there; i++)
+                there = strcmp(json_object_get_string(json_object_array_get_idx(list, i)), s->params[p].name) == 0;
+            if (!there)
+                return sharc_error(SHARC_ERR_INVALID, "ckpt '%s': parameter '%s' is frozen in this run but trained "
+                                   "in the checkpoint %s", m->path, s->params[p].name, why);
+        }
+    }
+    return SHARC_OK;
 }
 
 sharc_status sharc_ckpt_manifest_check_model(const sharc_ckpt_manifest *m, const sharc_model_config *mc, bool own) {

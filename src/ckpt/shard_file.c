@@ -90,11 +90,17 @@ void *sharc_ckpt_shard_write(void *arg) {
     const bool opened = j->st == SHARC_OK;
     uLong crc = crc32(0L, Z_NULL, 0), ccrc = crc;
     int64_t fill = 0, k = 0;
+    static const float zeros[4096]; /* the moments of frozen units (note [frozen-params]) */
     for (int i = 0; i < j->npieces && j->st == SHARC_OK; i++) {
         const char *p = (const char *)j->pieces[i].data;
+        const bool zero = p == NULL;
         int64_t left = j->pieces[i].n * 4;
         while (left > 0 && j->st == SHARC_OK) {
             int64_t take = SHARC_CKPT_CHUNK_BYTES - fill < left ? SHARC_CKPT_CHUNK_BYTES - fill : left;
+            if (zero) {
+                p = (const char *)zeros;
+                if (take > (int64_t)sizeof zeros) take = (int64_t)sizeof zeros;
+            }
             crc = crc32(crc, (const Bytef *)p, (uInt)take);
             ccrc = crc32(ccrc, (const Bytef *)p, (uInt)take);
             j->st = sharc_afile_write(&af, p, (size_t)take);
@@ -168,7 +174,8 @@ sharc_status sharc_ckpt_shard_read(sharc_ckpt_manifest *m, sharc_fsdp *e, sharc_
                 int64_t lo = r->begin > lo0 ? r->begin : lo0, hi = r->end < hi0 ? r->end : hi0;
                 if (lo >= hi) continue;
                 for (int kind = 0; kind < kinds && st == SHARC_OK; kind++)
-                    st = reader_read(&rd, (int)r->file, r->offset + ((int64_t)kind * (r->end - r->begin) + lo - r->begin) * 4,
+                    if (dst[kind]) /* a frozen unit has no moments to read */
+                        st = reader_read(&rd, (int)r->file, r->offset + ((int64_t)kind * (r->end - r->begin) + lo - r->begin) * 4,
                                      (hi - lo) * 4, dst[kind] + segs[k].shard_off + (lo - lo0));
             }
         }

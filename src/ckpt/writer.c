@@ -38,12 +38,14 @@ static sharc_status job_prepare(sharc_ckpt_writer *w, const sharc_ckpt_plan *p, 
     for (int u = 0; u < sharc_fsdp_num_units(e); u++) {
         const sharc_segment *segs;
         int ns = sharc_fsdp_shard_segments(e, u, &segs);
+        /* a frozen unit has no moments: zeros are written in their place (data NULL) */
         const float *src[KINDS] = {sharc_fsdp_shard_params(e, u), sharc_adamw_m(a, u), sharc_adamw_v(a, u)};
         for (int k = 0; k < ns; k++)
             for (int kind = 0; kind < KINDS; kind++) {
-                const float *q = src[kind] + segs[k].shard_off;
+                const float *q = src[kind] ? src[kind] + segs[k].shard_off : NULL;
                 if (dst) {
-                    memcpy(dst, q, (size_t)segs[k].len * sizeof(float));
+                    if (q) memcpy(dst, q, (size_t)segs[k].len * sizeof(float));
+                    else memset(dst, 0, (size_t)segs[k].len * sizeof(float));
                     q = dst;
                     dst += segs[k].len;
                 }

@@ -1,6 +1,7 @@
 /* main.c: the sharc command. The only place that prints a failure's message
  * and decides the exit status. */
 #include "sharc/clock.h"
+#include "doctor.h"
 #include "sharc/activity.h"
 #include "sharc/blas.h"
 #include "sharc/ckpt.h"
@@ -12,9 +13,12 @@
 #include "sharc/eval.h"
 #include "sharc/fault.h"
 #include "sharc/fileio.h"
+#include "sharc/flight.h"
 #include "sharc/fsdp.h"
 #include "sharc/hf.h"
+#include "sharc/launch.h"
 #include "sharc/log.h"
+#include "sharc/memplan.h"
 #include "sharc/model.h"
 #include "sharc/plot.h"
 #include "sharc/rng.h"
@@ -56,8 +60,12 @@ static void usage(FILE *f) {
             "  sharc eval --checkpoint RUN_DIR|FILE --data.path VAL [--data.format F] [--infer_batch_size N]\n"
             "             [--seq_len T] [--eval_batches N] [--threads K] [--timeout S]   validation loss and perplexity\n"
             "  sharc plot RUN/metrics.jsonl ... --out DIR   loss, throughput and memory curves (PNG)\n"
+            "  sharc doctor RUN_DIR   a failed run's flight records: the rank that never arrived, where ranks part\n"
             "  sharc config [--config FILE.yaml] [--section.key=value ...]   print the resolved config\n"
             "  sharc config --keys                                          list every config key\n"
+            "  sharc plan [--config FILE] [--section.key=value ...] --ranks N [--ranks-per-node K]\n"
+            "             [--memory-per-rank SIZE]   bytes per rank by category before a run (SIZE: 24G, 512M, ...;\n"
+            "             with it, the smallest change that fits)\n"
             "  sharc ckpt inspect DIR                                       describe and verify a checkpoint\n"
             "  sharc import --hf HF_DIR --out FILE.safetensors      a Hugging Face model -> sharc weights\n"
             "  sharc export --checkpoint DIR|FILE --out HF_DIR [--dtype fp32|bf16|fp16]\n"
@@ -402,6 +410,80 @@ static int cmd_launch(int argc, char **argv) {
 static void print_warning(const char *line, void *ctx) {
     (void)ctx;
     sharc_warn("%s", line);
+}
+
+/* "24G", "24GiB", "512M", "1e9": bytes (binary suffixes K, M, G, T). */
+static sharc_status parse_size(const char *flag, const char *v, int64_t *out) {
+    char *end;
+    errno = 0;
+    double x = strtod(v, &end);
+    double mul = 1.0;
+    if (*end == 'K' || *end == 'k') mul = 1024.0, end++;
+    else if (*end == 'M' || *end == 'm') mul = 1024.0 * 1024.0, end++;
+    else if (*end == 'G' || *end == 'g') mul = 1024.0 * 1024.0 * 1024.0, end++;
+    else if (*end == 'T' || *end == 't') mul = 1024.0 * 1024.0 * 1024.0 * 1024.0, end++;
+    if (mul > 1.0 && (!strcmp(end, "iB") || !strcmp(end, "B"))) end += strlen(end);
+    if (end == v || *end || errno || !(x > 0) || x * mul > 9e18)
+        return sharc_error(SHARC_ERR_INVALID, "plan: %s '%s': expected a size such as 24G, 512M or 1e9", flag, v);
+    *out = (int64_t)(x * mul);
+    return SHARC_OK;
+}
+
+static sharc_status parse_count(const char *flag, const char *v, int *out) {
+    char *end;
+    errno = 0;
+    long n = strtol(v, &end, 10);
+    if (end == v || *end || errno || n < 1 || n > (1 << 24))
+        return sharc_error(SHARC_ERR_INVALID, "plan: %s '%s': expected a whole number >= 1", flag, v);
+    *out = (int)n;
+    return SHARC_OK;
+}
+
+/* sharc plan: note [memory-plan] in src/train/memplan.c. Nothing the size of
+ * the model is allocated, so a 70B plan at 1024 ranks prints on a laptop. */
+static int cmd_plan(int argc, char **argv) {
+    int world = 0, rpn = 0;
+    int64_t limit = 0;
+    char **rest = calloc((size_t)argc + 1, sizeof *rest);
+    int nrest = 0;
+    sharc_status st = rest ? SHARC_OK : sharc_error(SHARC_ERR_NOMEM, "plan: out of memory");
+    for (int i = 0; i < argc && st == SHARC_OK; i++) {
+        const char *flags[] = {"--ranks", "--ranks-per-node", "--memory-per-rank"};
+        int which = -1;
+        const char *v = NULL;
+        for (int k = 0; k < 3; k++) {
+            size_t n = strlen(flags[k]);
+            if (!strcmp(argv[i], flags[k])) {
+                which = k;
+                if (i + 1 >= argc) st = sharc_error(SHARC_ERR_INVALID, "plan: %s needs a value", flags[k]);
+                else v = argv[++i];
+            } else if (!strncmp(argv[i], flags[k], n) && argv[i][n] == '=') {
+                which = k;
+                v = argv[i] + n + 1;
+            }
+        }
+        if (st != SHARC_OK) break;
+        if (which < 0) rest[nrest++] = argv[i];
+        else if (which == 0) st = parse_count("--ranks", v, &world);
+        else if (which == 1) st = parse_count("--ranks-per-node", v, &rpn);
+        else st = parse_size("--memory-per-rank", v, &limit);
+    }
+    if (st == SHARC_OK && world == 0) st = sharc_error(SHARC_ERR_INVALID, "plan: --ranks N is required");
+    sharc_config c;
+    if (st == SHARC_OK) st = parse_config_args(nrest, rest, &c, NULL);
+    free(rest);
+    if (st == SHARC_OK) st = check_stage(&c);
+    if (st == SHARC_OK) st = sharc_config_validate(&c);
+    if (st != SHARC_OK) return fail(st);
+    if (rpn == 0) rpn = world; /* one node */
+    int on_node = rpn < world ? rpn : world;
+    int threads = c.train.threads > 0 ? c.train.threads : sharc_cpus_available() / on_node;
+    if (threads < 1) threads = 1;
+    sharc_memplan p;
+    if ((st = sharc_memplan_make(&p, &c, world, rpn, threads)) != SHARC_OK) return fail(st);
+    sharc_memplan_print(stdout, &p, &c, NULL);
+    if (limit > 0) sharc_memplan_suggest(stdout, &c, world, rpn, threads, limit);
+    return 0;
 }
 
 static int cmd_config(int argc, char **argv) {
@@ -875,8 +957,19 @@ static int cmd_plot(int argc, char **argv) {
 
 static sharc_comm *job_world; /* for the fatal hook */
 
+/* Note [flight] (src/core/flight.c): this rank's record, and where it went. */
+static void flight_dump(const char *reason, const char *what) {
+    const char *path = sharc_flight_dump(reason, what);
+    if (path) sharc_log(SHARC_LOG_ERROR, "flight recorder: this rank's last collectives are in %s", path);
+}
+
 static void abort_job(void) {
-    if (job_world && sharc_comm_size(job_world) > 1) sharc_comm_abort(job_world, 134);
+    if (job_world && sharc_comm_size(job_world) > 1) {
+        char what[400];
+        sharc_activity_describe(what, sizeof what);
+        flight_dump("failed", what); /* note [flight] */
+        sharc_comm_abort(job_world, 134);
+    }
 }
 
 /* Before MPI_Init, the rank and size the launcher gives this process, so
@@ -913,6 +1006,8 @@ static int run_on_world(int *argc, char ***argv, sharc_status parsed, int timeou
     char msg[4096];
     snprintf(msg, sizeof msg, "%s", sharc_last_error());
     const int launched = log_rank_from_launcher();
+    sharc_status lst = sharc_launch_check_env(); /* note [torchrun-env] in src/comm/launch.c */
+    if (lst != SHARC_OK) return fail(lst);
     sharc_status st = sharc_watchdog_start(timeout, setting);
     sharc_activity_step(0);
     sharc_activity_phase("start-up", -1, NULL);
@@ -929,12 +1024,18 @@ static int run_on_world(int *argc, char ***argv, sharc_status parsed, int timeou
     sharc_log_set_rank(sharc_comm_rank(world), sharc_comm_size(world));
     job_world = world;
     sharc_set_fatal_hook(abort_job);
+    sharc_watchdog_catch_term(); /* note [rank-death] in src/core/watchdog.c */
+    lst = sharc_launch_check_world(world); /* collective: every rank calls it */
     if (parsed != SHARC_OK) st = sharc_error(parsed, "%s", msg);
+    else if (st == SHARC_OK && lst != SHARC_OK) st = lst;
     st = sharc_comm_agree(world, st, SHARC_ERR_COMM, "rank %d failed to start (see its message)");
     int rc = st != SHARC_OK ? fail(st) : cmd(plan, world);
     if (sharc_comm_world_broken()) {
         sharc_log(SHARC_LOG_ERROR, "ending the whole job with exit status %d (MPI_Abort): the other ranks did not stop "
                   "with this one", rc ? rc : 1);
+        char what[400];
+        sharc_activity_describe(what, sizeof what);
+        flight_dump("failed", what);
         sharc_comm_abort(world, rc ? rc : 1);
     }
     sharc_activity_phase("finishing", -1, NULL);
@@ -973,9 +1074,11 @@ int main(int argc, char **argv) {
     }
     if (!strcmp(cmd, "launch")) return cmd_launch(argc - 2, argv + 2);
     if (!strcmp(cmd, "plot")) return cmd_plot(argc - 2, argv + 2);
+    if (!strcmp(cmd, "doctor")) return sharc_doctor_main(argc - 2, argv + 2);
     if (!strcmp(cmd, "tokenize")) return cmd_tokenize(argc - 2, argv + 2);
     if (!strcmp(cmd, "generate")) return cmd_generate(argc - 2, argv + 2);
     if (!strcmp(cmd, "config")) return cmd_config(argc - 2, argv + 2);
+    if (!strcmp(cmd, "plan")) return cmd_plan(argc - 2, argv + 2);
     if (!strcmp(cmd, "ckpt")) return cmd_ckpt(argc - 2, argv + 2);
     if (!strcmp(cmd, "import")) return cmd_import(argc - 2, argv + 2);
     if (!strcmp(cmd, "export")) return cmd_export(argc - 2, argv + 2);

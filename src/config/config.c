@@ -58,6 +58,7 @@ static const key_def keys[] = {
     {"model.init_std", K_FLOAT, OFF(model.init_std), 0, 10, NULL, "0.02", AGREE, "std of normal weight init (residual outputs / sqrt(2L))"},
     {"model.tie_embeddings", K_BOOL, OFF(model.tie_embeddings), 0, 0, NULL, "true", AGREE, "LM head shares the token embedding"},
     {"model.init_from", K_STR, OFF(init_from), 0, 0, NULL, "", AGREE, "sharc weights file (model.safetensors) loaded after initialisation"},
+    {"model.freeze_module_prefix", K_STR, OFF(freeze_module_prefix), 0, 0, NULL, "", AGREE, "parameter name prefixes to freeze, a list or comma-separated (ROLL): gathered, no gradient, no AdamW state"},
     {"model.tokenizer", K_STR, OFF(tokenizer), 0, 0, NULL, "", LOCAL, "Hugging Face tokenizer.json or its directory (\"\": byte-level, or model.init_from's directory when it holds one)"},
 
     {"data.path", K_STR, OFF(data.path), 0, 0, NULL, "data/kjv.txt", LOCAL, "training token file or UTF-8 text"},
@@ -99,6 +100,7 @@ static const key_def keys[] = {
     {"train.epochs", K_FLOAT, OFF(train.epochs), 0, 1e9, NULL, "0", LOCAL, "passes over the data (> 0: sets max_steps = ceil(epochs * windows / sequences per step))"},
     {"train.timeout", K_INT, OFF(train.timeout), 0, INT_MAX, NULL, "600", LOCAL, "step watchdog: seconds without progress before every rank reports and exits (0: off)"},
     {"train.max_bad_steps", K_INT, OFF(train.max_bad_steps), 1, INT_MAX, NULL, "3", AGREE, "stop after this many non-finite (skipped) steps in a row"},
+    {"train.trainable", K_STR, OFF(trainable), 0, 0, NULL, "", AGREE, "fnmatch globs of the parameters that train, a list or comma-separated (\"\": all); the others are frozen"},
     {"train.loss_normalization", K_ENUM, OFF(train.loss_normalization), 0, 0, loss_norms, "global_tokens", AGREE, "global_tokens (loss / valid targets of the whole step) or micro_batch (mean of each micro-batch's mean)"},
 
     {"fsdp.sharding_strategy", K_ENUM, OFF(fsdp.engine.strategy), 0, 0, strategies, "FULL_SHARD", AGREE, "FULL_SHARD, SHARD_GRAD_OP, NO_SHARD or HYBRID_SHARD"},
@@ -108,11 +110,15 @@ static const key_def keys[] = {
     {"fsdp.reduce_dtype", K_DTYPE, OFF(fsdp.engine.reduce_dtype), 0, 0, NULL, "fp32", AGREE, "reduce gradients in fp32 or bf16"},
     {"fsdp.forward_prefetch", K_BOOL, OFF(fsdp.engine.forward_prefetch), 0, 0, NULL, "false", AGREE, "gather the next unit during forward"},
     {"fsdp.backward_prefetch", K_ENUM, OFF(fsdp.engine.backward_prefetch), 0, 0, prefetches, "BACKWARD_PRE", AGREE, "BACKWARD_PRE, BACKWARD_POST or NONE"},
+    {"fsdp.forward_prefetch_depth", K_INT, OFF(fsdp.engine.forward_prefetch_depth), 1, 1024, NULL, "1", AGREE, "units gathered ahead in forward when forward_prefetch is on (num_to_forward_prefetch)"},
+    {"fsdp.backward_prefetch_depth", K_INT, OFF(fsdp.engine.backward_prefetch_depth), 1, 1024, NULL, "1", AGREE, "units gathered ahead in backward (num_to_backward_prefetch); limit_all_gathers caps both"},
     {"fsdp.limit_all_gathers", K_LIMIT, OFF(fsdp.engine.limit_all_gathers), 0, 1 << 20, NULL, "false", AGREE, "max gathered non-root units (true = 2, false = no limit)"},
     {"fsdp.no_sync", K_BOOL, OFF(fsdp.engine.no_sync), 0, 0, NULL, "false", AGREE, "reduce gradients once per step, not every micro-batch"},
     {"mesh.sp", K_INT, OFF(mesh.sp), 1, 1 << 20, NULL, "1", AGREE, "Ulysses sequence parallelism: ranks sharing each sequence (divides train.seq_len and model.num_heads)"},
     {"mesh.tp", K_INT, OFF(mesh.tp), 1, 1 << 20, NULL, "1", AGREE, "tensor parallelism (not implemented yet: 1)"},
     {"fsdp.activation_checkpointing", K_BOOL, OFF(fsdp.activation_checkpointing), 0, 0, NULL, "false", AGREE, "recompute each block in backward"},
+    {"fsdp.apply_tiled_mlp", K_BOOL, OFF(fsdp.apply_tiled_mlp), 0, 0, NULL, "false", AGREE, "run each block's MLP over sequence chunks, recomputing them in backward (ROLL; note [tiled-mlp])"},
+    {"fsdp.tiled_num_shards", K_INT, OFF(fsdp.tiled_num_shards), 1, 1 << 20, NULL, "4", LOCAL, "chunks of the tiled MLP (ROLL's default 4)"},
 
     {"ckpt.dir", K_STR, OFF(ckpt.dir), 0, 0, NULL, "", AGREE, "checkpoint directory (default out_dir/checkpoints)"},
     {"ckpt.every", K_INT, OFF(ckpt.every), 0, INT_MAX, NULL, "0", AGREE, "steps between checkpoints (0: only at the end)"},
@@ -385,10 +391,8 @@ static const alias_def aliases[] = {
     {"fsdp.wrap_policy.wrap_lm_output", A_NOTE, NULL, "true", "not implemented: sharc always gives the final norm and LM head their own unit"},
     {"fsdp.wrap_policy.moe_experts", A_NOTE, NULL, "!", "not implemented: sharc's models have no MoE experts"},
     {"fsdp.apply_expert_patch", A_NOTE, NULL, "false", "not implemented: sharc's models have no MoE experts"},
-    {"fsdp.apply_tiled_mlp", A_NOTE, NULL, "false", "not implemented: no tiled MLP"},
-    {"fsdp.tiled_num_shards", A_NOTE, NULL, "!", "not implemented: no tiled MLP"},
     {"fsdp.strategy_name", A_NOTE, NULL, NULL, "sharc always trains with FSDP"},
-    /* MindSpeed-MM's fsdp2 config: how many units to prefetch (0 = off; sharc prefetches one) */
+    /* MindSpeed-MM's fsdp2 config: how many units to prefetch (0 = off) */
     {"fsdp.num_to_forward_prefetch", A_COUNT, "fsdp.forward_prefetch", NULL, NULL},
     {"fsdp.num_to_backward_prefetch", A_COUNT, "fsdp.backward_prefetch", NULL, NULL},
     {"fsdp.sharding_size", A_KEY, "fsdp.fsdp_size", NULL, NULL},
@@ -612,7 +616,8 @@ sharc_status sharc_config_set(sharc_config *c, const char *key, const char *valu
             return sharc_error(SHARC_ERR_INVALID, "%s: %s = '%s': expected a count >= 0", origin, key,
                                sharc_clip(clip, value));
         bool fwd = strcmp(a->target, "fsdp.forward_prefetch") == 0;
-        if (n > 1) add_note(c, key, value, "not implemented: sharc prefetches one unit ahead");
+        if (n > 0) SHARC_TRY(set_key(c, find_key(fwd ? "fsdp.forward_prefetch_depth" : "fsdp.backward_prefetch_depth"),
+                                     value, origin));
         return set_key(c, find_key(a->target), n == 0 ? (fwd ? "false" : "NONE") : (fwd ? "true" : "BACKWARD_PRE"), origin);
     }
     case A_WRAP: {
@@ -692,6 +697,14 @@ static sharc_status parse_list(yaml_ctx *y, const char *key, const yaml_mark_t *
         }
         if (ev.type != YAML_SCALAR_EVENT) {
             sharc_status st = yaml_error(y, &ev.start_mark, "a list may hold only plain values");
+            yaml_event_delete(&ev);
+            return st;
+        }
+        size_t have = strlen(joined), add = strlen((const char *)ev.data.scalar.value) + (have ? 1 : 0);
+        if (have + add >= sizeof joined) { /* never a silently shorter list */
+            char what[160];
+            snprintf(what, sizeof what, "the list for '%s' is longer than %zu bytes", key, sizeof joined - 1);
+            sharc_status st = yaml_error(y, &ev.start_mark, what);
             yaml_event_delete(&ev);
             return st;
         }
@@ -927,7 +940,7 @@ void sharc_config_print_keys(FILE *f) {
         const alias_def *a = &aliases[i];
         if (a->kind == A_NOTE) fprintf(f, "  %-40s accepted: %s\n", a->name, a->why);
         else if (a->kind == A_PRECISION) fprintf(f, "  %-40s -> fsdp.param_dtype + fsdp.reduce_dtype (a precision name)\n", a->name);
-        else if (a->kind == A_COUNT) fprintf(f, "  %-40s -> %s (0: off, 1: one unit ahead; more warns)\n", a->name, a->target);
+        else if (a->kind == A_COUNT) fprintf(f, "  %-40s -> %s (0: off) and %s_depth (units ahead)\n", a->name, a->target, a->target);
         else fprintf(f, "  %-40s -> %s%s\n", a->name, a->target, a->kind == A_NOT ? " (inverted)" : "");
     }
     fprintf(f, "\nPresets (preset: NAME or --preset NAME):\n");

@@ -88,6 +88,7 @@ sharc_status sharc_fsdp_coll_all_reduce_replicas(sharc_fsdp *e) {
     for (int u = 0; u < e->nunits; u++) {
         sharc_fsdp_unit *t = &e->units[u];
         int64_t n = t->numel_shard;
+        if (!t->trainable) continue; /* note [frozen-params] */
         if (dt == SHARC_DT_F32) {
             SHARC_TRY(sharc_comm_all_reduce(e->replicate, t->grad_shard, t->grad_shard, (size_t)n, SHARC_DT_F32,
                                             SHARC_REDUCE_OP_SUM));

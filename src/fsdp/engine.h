@@ -38,7 +38,8 @@ typedef struct {
     int64_t shard_lo;      /* first element of this rank's shard in the flat buffer */
     int64_t global_off;    /* first element of the unit in the shared parameter window */
     float *param_shard;    /* (numel_shard) fp32 master parameters, SHARC_MEM_PARAMS */
-    float *grad_shard;     /* (numel_shard) gradients, SHARC_MEM_GRADS */
+    float *grad_shard;     /* (numel_shard) gradients, SHARC_MEM_GRADS; NULL when the unit is frozen */
+    bool trainable;        /* a parameter is not frozen (note [frozen-params]): else no gradient path at all */
     sharc_segment segs[SHARC_MAX_UNIT_PARAMS];
     int nseg;
     sharc_params_state params;
@@ -85,6 +86,7 @@ struct sharc_fsdp {
     sharc_fsdp_unit *units;
     int *order, *pos;        /* note [unit-schedule]: units in forward order, and each unit's place in it */
     bool *bwd_params;        /* (nunits) the unit's backward reads its parameters */
+    int bwd_from;            /* note [frozen-params]: backward runs for units at forward positions >= this */
     int max_live;
     sharc_comm *shard, *replicate, *world; /* NULL on one process */
     int S, R;                /* shard and replicate group sizes */
@@ -102,6 +104,7 @@ struct sharc_fsdp {
     bool in_backward;        /* for the activity record (note [watchdog]) */
     int writing;             /* depth of sharc_fsdp_shard_write_begin/_end brackets */
     sharc_fsdp_pool gathered, grads;
+    int npending;            /* prefetches in flight (note [progress], unit.c) */
     /* communication staging (SHARC_MEM_COMM) */
     uint16_t *stage16_shard; /* (max numel_shard) 16-bit send/recv */
     uint16_t *stage16_full;  /* (max numel_padded) 16-bit full unit */

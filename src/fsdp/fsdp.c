@@ -24,6 +24,7 @@
 #include "sharc/activity.h"
 #include "sharc/clock.h"
 #include "sharc/mesh.h"
+#include "sharc/progress.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -41,6 +42,8 @@ void sharc_fsdp_config_default(sharc_fsdp_config *c) {
     c->reduce_dtype = SHARC_DT_F32;
     c->forward_prefetch = false;
     c->backward_prefetch = SHARC_BACKWARD_PREFETCH_PRE;
+    c->forward_prefetch_depth = 1;
+    c->backward_prefetch_depth = 1;
     c->limit_all_gathers = 0;
     c->no_sync = false;
 }
@@ -74,6 +77,19 @@ static sharc_status init_schedule(sharc_fsdp *e, const sharc_unit_schedule *sch,
     }
     e->max_live = sch ? sch->max_live : 1;
     return SHARC_OK;
+}
+
+/* Note [frozen-params]: the backward of the units before the first
+ * trainable one in forward order computes nothing anyone needs (no weight
+ * gradient, and the input gradient flows only to frozen units), so the
+ * model skips it and prefetch does not gather them. */
+static void init_backward_from(sharc_fsdp *e) {
+    e->bwd_from = e->nunits;
+    for (int i = 0; i < e->nunits; i++)
+        if (e->units[e->order[i]].trainable) {
+            e->bwd_from = i;
+            break;
+        }
 }
 
 static sharc_status make_plan(sharc_fsdp *e, const sharc_unit_spec *units) {
@@ -138,14 +154,18 @@ sharc_status sharc_fsdp_init(sharc_fsdp **out, const sharc_unit_spec *units, int
         t->param_shard = e->pglobal ? e->pglobal + t->global_off + t->shard_lo
                                     : sharc_device_alloc(e->dev, (size_t)t->numel_shard * sizeof(float),
                                                          SHARC_MEM_PARAMS);
-        t->grad_shard = sharc_device_alloc(e->dev, (size_t)t->numel_shard * sizeof(float), SHARC_MEM_GRADS);
-        if (!t->param_shard || !t->grad_shard) {
+        t->trainable = sharc_unit_trainable(&t->spec);
+        t->grad_shard = t->trainable ? sharc_device_alloc(e->dev, (size_t)t->numel_shard * sizeof(float),
+                                                          SHARC_MEM_GRADS)
+                                     : NULL;
+        if (!t->param_shard || (t->trainable && !t->grad_shard)) {
             st = sharc_error(SHARC_ERR_NOMEM, "fsdp: cannot allocate unit '%s' (%lld floats)", t->spec.name,
                              (long long)t->numel_shard);
             goto fail;
         }
         t->nseg = sharc_layout_segments(&t->spec, t->shard_lo, t->shard_lo + t->numel_shard, t->segs);
     }
+    init_backward_from(e);
     const sharc_fsdp_plan *pl = &e->plan;
     st = sharc_fsdp_pool_init(e->dev, &e->gathered, pl->n_param_slots, pl->param_slot_numel, pl->param_slot_owner,
                               NULL);
@@ -177,6 +197,7 @@ fail:
 
 void sharc_fsdp_free(sharc_fsdp *e) {
     if (!e) return;
+    sharc_progress_clear(e);
     for (int u = 0; u < e->nunits && e->units; u++) {
         sharc_fsdp_unit *t = &e->units[u];
         if (t->pending) sharc_comm_wait(t->pending);
@@ -209,19 +230,38 @@ static int next_in_forward(const sharc_fsdp *e, int u) {
 /* The next unit that backward will gather after u (backward walks the order
  * in reverse), skipping units whose backward reads no parameters, or -1. */
 static int next_in_backward(const sharc_fsdp *e, int u) {
-    for (int i = e->pos[u] - 1; i >= 0; i--)
+    for (int i = e->pos[u] - 1; i >= e->bwd_from; i--)
         if (e->bwd_params[e->order[i]]) return e->order[i];
     return -1;
 }
 
 /* Start gathering unit u ahead of its use if its strategy takes a slot and
  * one is free (fsdp.limit_all_gathers may leave none: then it is gathered
- * on demand). */
-static void prefetch(sharc_fsdp *e, int u) {
-    if (u < 0 || !e->gather->slot) return;
+ * on demand). Returns false when no slot was free. */
+static bool prefetch(sharc_fsdp *e, int u) {
+    if (u < 0 || !e->gather->slot) return true;
     sharc_fsdp_unit *t = &e->units[u];
-    if (t->params != SHARC_PARAMS_SHARDED) return;
-    sharc_fsdp_unit_unshard(e, t, true);
+    if (t->params != SHARC_PARAMS_SHARDED) return true;
+    return sharc_fsdp_unit_unshard(e, t, true);
+}
+
+/* Note [prefetch-depth]. The `depth` units after u in forward order (or in
+ * backward order), in that order: a unit already gathered or in flight
+ * counts, the walk stops at the first unit no slot is free for, so the
+ * nearest units are always the ones in flight. The plan gives max_live +
+ * depth slots (fsdp.limit_all_gathers caps them), so at depth d up to d
+ * all-gathers are in flight at once; which units are gathered, and so every
+ * value computed, does not depend on d. */
+static void prefetch_forward(sharc_fsdp *e, int u) {
+    int depth = e->cfg.forward_prefetch_depth > 1 ? e->cfg.forward_prefetch_depth : 1;
+    for (int k = 0; k < depth && (u = next_in_forward(e, u)) >= 0; k++)
+        if (!prefetch(e, u)) return;
+}
+
+static void prefetch_backward(sharc_fsdp *e, int u) {
+    int depth = e->cfg.backward_prefetch_depth > 1 ? e->cfg.backward_prefetch_depth : 1;
+    for (int k = 0; k < depth && (u = next_in_backward(e, u)) >= 0; k++)
+        if (!prefetch(e, u)) return;
 }
 
 /* ------------------------------------------------------------- the verbs */
@@ -236,6 +276,11 @@ const float *sharc_fsdp_gather(sharc_fsdp *e, int u) {
     } else {
         sharc_fsdp_unit_wait(e, t);
     }
+    /* forward prefetch: the next unit's gather travels behind this unit's
+     * compute (PyTorch FSDP's forward_prefetch, issued before the current
+     * forward, to the depth of note [prefetch-depth]); forward_done tries
+     * again if no slot was free now */
+    if (!e->in_backward && e->cfg.forward_prefetch) prefetch_forward(e, u);
     return t->param_full;
 }
 
@@ -243,7 +288,7 @@ void sharc_fsdp_forward_done(sharc_fsdp *e, int u) {
     sharc_fsdp_unit *t = sharc_fsdp_unit_at(e, u);
     sharc_fsdp_unit_expect(t, "forward_done", P(GATHERED), G(NONE) | G(HELD));
     if (e->reshard_after_forward && !t->spec.root) sharc_fsdp_unit_reshard(e, t);
-    if (e->cfg.forward_prefetch) prefetch(e, next_in_forward(e, u));
+    if (e->cfg.forward_prefetch) prefetch_forward(e, u);
 }
 
 void sharc_fsdp_release(sharc_fsdp *e, int u) {
@@ -258,28 +303,33 @@ float *sharc_fsdp_grad(sharc_fsdp *e, int u) {
     sharc_activity_phase("backward", u, t->spec.name);
     /* a unit whose backward reads its parameters has them gathered by now */
     if (e->bwd_params[u]) sharc_fsdp_unit_expect(t, "grad", P(GATHERED), G(NONE) | G(OPEN) | G(HELD));
-    float *g = sharc_fsdp_unit_grad_open(e, t);
+    /* note [frozen-params]: a frozen unit has no gradient; its state stays NONE */
+    float *g = t->trainable ? sharc_fsdp_unit_grad_open(e, t) : NULL;
     /* BACKWARD_PRE: the next unit's parameters are requested now, while this
      * unit's backward runs (the first call to grad(u) opens its backward). */
-    if (e->cfg.backward_prefetch == SHARC_BACKWARD_PREFETCH_PRE) prefetch(e, next_in_backward(e, u));
+    if (e->cfg.backward_prefetch == SHARC_BACKWARD_PREFETCH_PRE) prefetch_backward(e, u);
     return g;
 }
 
 void sharc_fsdp_backward_done(sharc_fsdp *e, int u) {
     sharc_fsdp_unit *t = sharc_fsdp_unit_at(e, u);
     sharc_activity_phase("backward, reducing gradients", u, t->spec.name);
-    sharc_fsdp_unit_expect(t, "backward_done", P(SHARDED) | P(GATHERED), G(OPEN));
-    if (!e->reduce->slot || e->reduce_now) sharc_fsdp_unit_reduce(e, t);
-    else sharc_fsdp_unit_hold(t);
+    sharc_fsdp_unit_expect(t, "backward_done", P(SHARDED) | P(GATHERED), t->trainable ? G(OPEN) : G(NONE));
+    if (!t->trainable) { /* note [frozen-params]: nothing to reduce */
+    } else if (!e->reduce->slot || e->reduce_now) {
+        sharc_fsdp_unit_reduce(e, t);
+    } else {
+        sharc_fsdp_unit_hold(t);
+    }
     sharc_fsdp_unit_reshard(e, t);
-    if (e->cfg.backward_prefetch == SHARC_BACKWARD_PREFETCH_POST) prefetch(e, next_in_backward(e, u));
+    if (e->cfg.backward_prefetch == SHARC_BACKWARD_PREFETCH_POST) prefetch_backward(e, u);
 }
 
 void sharc_fsdp_zero_grad(sharc_fsdp *e) {
     for (int u = 0; u < e->nunits; u++) {
         sharc_fsdp_unit *t = &e->units[u];
         sharc_fsdp_unit_expect(t, "zero_grad", P(SHARDED) | P(GATHERING) | P(GATHERED), G(NONE));
-        if (sharc_device_memset0(e->dev, t->grad_shard, (size_t)t->numel_shard * sizeof(float), e->stream) !=
+        if (t->trainable && sharc_device_memset0(e->dev, t->grad_shard, (size_t)t->numel_shard * sizeof(float), e->stream) !=
             SHARC_OK)
             SHARC_FSDP_COMM_FATAL();
     }
@@ -313,7 +363,8 @@ double sharc_fsdp_grad_sumsq_local(const sharc_fsdp *e) {
     for (int u = 0; u < e->nunits; u++) {
         const sharc_fsdp_unit *t = &e->units[u];
         for (int s = 0; s < t->nseg; s++)
-            e->k->sumsq(e->stream, e->scalar, t->grad_shard + t->segs[s].shard_off, t->segs[s].len);
+            if (!t->spec.params[t->segs[s].param].frozen)
+                e->k->sumsq(e->stream, e->scalar, t->grad_shard + t->segs[s].shard_off, t->segs[s].len);
     }
     if (sharc_device_copy(e->dev, &total, e->scalar, sizeof total, SHARC_COPY_DEVICE_TO_HOST, e->stream) !=
             SHARC_OK ||

@@ -1,8 +1,11 @@
-/* units.c: building unit specs (sharc/units.h). */
+/* units.c: building unit specs (sharc/units.h) and marking their frozen
+ * parameters from the configuration's patterns (note [frozen-params]). */
 #include "sharc/units.h"
 #include "sharc/status.h"
 
+#include <fnmatch.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 void sharc_unit_add_param(sharc_unit_spec *u, const char *name, int ndim, const int64_t *shape,
@@ -28,4 +31,104 @@ int sharc_unit_find_param(const sharc_unit_spec *u, const char *name) {
     for (int i = 0; i < u->nparams; i++)
         if (strcmp(u->params[i].name, name) == 0) return i;
     return -1;
+}
+
+bool sharc_unit_trainable(const sharc_unit_spec *u) {
+    for (int i = 0; i < u->nparams; i++)
+        if (!u->params[i].frozen) return true;
+    return false;
+}
+
+/* Calls f(entry, len) for each non-empty, space-trimmed comma-separated
+ * entry of list; stops at the first failure. */
+typedef sharc_status (*entry_fn)(const char *entry, void *ctx);
+
+static sharc_status each_entry(const char *list, entry_fn f, void *ctx) {
+    if (!list) return SHARC_OK;
+    for (const char *p = list; *p;) {
+        const char *e = strchr(p, ',');
+        size_t len = e ? (size_t)(e - p) : strlen(p);
+        while (len > 0 && (*p == ' ' || *p == '\t')) p++, len--;
+        while (len > 0 && (p[len - 1] == ' ' || p[len - 1] == '\t')) len--;
+        char entry[SHARC_NAME_MAX * 2];
+        if (len >= sizeof entry) return sharc_error(SHARC_ERR_INVALID, "'%.40s...': an entry longer than %zu bytes", p, sizeof entry - 1);
+        memcpy(entry, p, len);
+        entry[len] = 0;
+        if (len > 0) SHARC_TRY(f(entry, ctx));
+        p = e ? e + 1 : p + strlen(p);
+    }
+    return SHARC_OK;
+}
+
+typedef struct {
+    sharc_unit_spec *units;
+    int nunits;
+    bool *keep; /* (parameters, in unit order) matched by a train.trainable glob */
+} freeze_ctx;
+
+static const char *first_name(const freeze_ctx *c) {
+    return c->nunits > 1 && c->units[1].nparams > 0 ? c->units[1].params[0].name : c->units[0].params[0].name;
+}
+
+static sharc_status freeze_prefix(const char *prefix, void *arg) {
+    freeze_ctx *c = arg;
+    int hits = 0;
+    for (int u = 0; u < c->nunits; u++)
+        for (int i = 0; i < c->units[u].nparams; i++)
+            if (strncmp(c->units[u].params[i].name, prefix, strlen(prefix)) == 0) {
+                c->units[u].params[i].frozen = true;
+                hits++;
+            }
+    if (hits == 0)
+        return sharc_error(SHARC_ERR_INVALID,
+                           "model.freeze_module_prefix: '%s' is the prefix of no parameter (names look like '%s'; "
+                           "sharc ckpt inspect or the model's safetensors list them)", prefix, first_name(c));
+    return SHARC_OK;
+}
+
+static sharc_status keep_glob(const char *glob, void *arg) {
+    freeze_ctx *c = arg;
+    int hits = 0, k = 0;
+    for (int u = 0; u < c->nunits; u++)
+        for (int i = 0; i < c->units[u].nparams; i++, k++)
+            if (fnmatch(glob, c->units[u].params[i].name, 0) == 0) {
+                c->keep[k] = true;
+                hits++;
+            }
+    if (hits == 0)
+        return sharc_error(SHARC_ERR_INVALID,
+                           "train.trainable: '%s' matches no parameter (a glob such as '*.bias' or 'h.1[01].*'; "
+                           "names look like '%s')", glob, first_name(c));
+    return SHARC_OK;
+}
+
+sharc_status sharc_units_freeze(sharc_unit_spec *units, int nunits, const char *prefixes, const char *trainable,
+                                int *nfrozen) {
+    int total = 0;
+    for (int u = 0; u < nunits; u++) total += units[u].nparams;
+    if (nfrozen) *nfrozen = 0;
+    if (total == 0) return SHARC_OK;
+    freeze_ctx c = {.units = units, .nunits = nunits, .keep = calloc((size_t)total, sizeof(bool))};
+    if (!c.keep) return sharc_error(SHARC_ERR_NOMEM, "model: out of memory");
+    sharc_status st = each_entry(prefixes, freeze_prefix, &c);
+    bool globs = false;
+    for (const char *p = trainable; p && *p; p++) globs |= *p != ',' && *p != ' ' && *p != '\t';
+    if (st == SHARC_OK && globs) {
+        st = each_entry(trainable, keep_glob, &c);
+        int k = 0;
+        for (int u = 0; u < nunits && st == SHARC_OK; u++)
+            for (int i = 0; i < units[u].nparams; i++, k++)
+                if (!c.keep[k]) units[u].params[i].frozen = true;
+    }
+    free(c.keep);
+    if (st != SHARC_OK) return st;
+    int n = 0;
+    for (int u = 0; u < nunits; u++)
+        for (int i = 0; i < units[u].nparams; i++) n += units[u].params[i].frozen;
+    if (n == total)
+        return sharc_error(SHARC_ERR_INVALID,
+                           "model.freeze_module_prefix '%s' and train.trainable '%s' freeze all %d parameters: "
+                           "nothing would train", prefixes ? prefixes : "", trainable ? trainable : "", total);
+    if (nfrozen) *nfrozen = n;
+    return SHARC_OK;
 }

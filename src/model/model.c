@@ -27,6 +27,11 @@
  * gathered from its forward to its backward, its gradient buffer receiving
  * the head's contribution first and the embedding's last.
  *
+ * Frozen parameters (note [frozen-params] in src/fsdp/units.c): their weight
+ * gradient pointers are NULL, so the kernels skip those products; a unit
+ * with nothing trainable gets NULL from sharc_fsdp_grad; the blocks before
+ * the first trainable unit run no backward at all (released instead).
+ *
  * Note [bf16-compute]. With fsdp.param_dtype bf16 on a device whose table
  * can compute in bf16 (bf16_compute), the model runs on a copy of the table
  * whose matmul and LM-head slots are the *_bf16 variants (use_kernels, at
@@ -61,8 +66,8 @@ typedef struct {
     float *att_h;                     /* sp only: (B, sp T, NHl hd) attention output before #2 */
     float *xmid;                      /* (N,C) residual after attention */
     float *ln2, *ln2_mean, *ln2_rstd; /* (N,C), (N), (N) */
-    float *fc;                        /* (N, F) MLP pre-activation */
-    float *fca;                       /* (N, Fa) MLP activation */
+    float *fc;                        /* (N, F) MLP pre-activation (NULL with a tiled MLP) */
+    float *fca;                       /* (N, Fa) MLP activation (NULL with a tiled MLP) */
 } block_acts;
 
 struct sharc_model {
@@ -84,6 +89,9 @@ struct sharc_model {
     int B, T;
     int plan_threads; /* the thread count the workspaces were sized for */
     bool ac;
+    int tiles;         /* note [tiled-mlp]: the MLP runs over this many row chunks (1: untiled) */
+    int64_t tile_rows; /* rows of one chunk: ceil(B*T / tiles) */
+    float *tfc, *tfca; /* (tile_rows, F), (tile_rows, Fa): one chunk's MLP intermediates, every block's */
     int nsets;
     float *x;          /* (L+1, N, C) residual stream: x[l] is block l's input */
     block_acts *sets;  /* nsets */
@@ -307,13 +315,15 @@ static void free_plan(sharc_model *m) {
     m->sets = NULL;
     m->nsets = 0;
     float *bufs[] = {m->lnf, m->lnf_mean, m->lnf_rstd, m->tmp, m->dres, m->dxmid, m->dtmp,
-                     m->dqkv, m->dfc, m->dfca, m->att_ws, m->head_ws, m->rope_cos, m->rope_sin};
+                     m->dqkv, m->dfc, m->dfca, m->att_ws, m->head_ws, m->rope_cos, m->rope_sin,
+                     m->tfc, m->tfca};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) sharc_device_free(m->dev, bufs[i]);
     sharc_device_free(m->dev, m->loss);
     sharc_ulysses_free(&m->uly);
     m->x = NULL;
     m->lnf = m->lnf_mean = m->lnf_rstd = m->tmp = m->dres = m->dxmid = m->dtmp = NULL;
     m->dqkv = m->dfc = m->dfca = m->att_ws = m->head_ws = m->rope_cos = m->rope_sin = NULL;
+    m->tfc = m->tfca = NULL;
     m->loss = NULL;
 }
 
@@ -349,6 +359,10 @@ const sharc_model_config *sharc_model_get_config(const sharc_model *m) { return 
 int sharc_model_num_units(const sharc_model *m) { return m->nunits; }
 const sharc_unit_spec *sharc_model_units(const sharc_model *m) { return m->units; }
 const sharc_unit_schedule *sharc_model_schedule(const sharc_model *m) { return &m->schedule; }
+
+sharc_status sharc_model_freeze(sharc_model *m, const char *prefixes, const char *trainable, int *nfrozen) {
+    return sharc_units_freeze(m->units, m->nunits, prefixes, trainable, nfrozen);
+}
 sharc_device *sharc_model_device(const sharc_model *m) { return m->dev; }
 
 /* ------------------------------------------------------------------ plan */
@@ -357,6 +371,51 @@ static float *act(sharc_model *m, int64_t n, bool *ok) {
     float *p = sharc_device_alloc(m->dev, (size_t)n * sizeof(float), SHARC_MEM_ACTIVATIONS);
     if (!p) *ok = false;
     return p;
+}
+
+/* Note [tiled-mlp] (ROLL's apply_tiled_mlp / tiled_num_shards, DeepSpeed's
+ * TiledMLP). The MLP is row-wise, so with `tiles` > 1 each block runs it over
+ * chunks of ceil(B*T / tiles) rows (the flattened batch x sequence, the last
+ * chunk shorter): forward keeps only the MLP's input (ln2, which the block
+ * keeps anyway) and, per chunk, computes fc, the activation and the down
+ * projection into its rows of the output; backward recomputes each chunk's
+ * fc and activation from ln2 and runs that chunk's backward, the weight
+ * gradients of every chunk accumulating (+=) into the unit's one gradient
+ * buffer, reduce-scattered once after the block as always. So the
+ * (B*T, F) and (B*T, Fa) intermediates of every block, and their gradients,
+ * become one chunk's, shared by all blocks, for one more fc matmul and
+ * activation per block in backward. Outputs and input gradients are the
+ * untiled ones row for row; weight gradients are the same sums taken chunk
+ * by chunk (fp32 rounding). The number of chunks may differ between ranks
+ * (the gather stays per unit). */
+void sharc_model_set_tiled_mlp(sharc_model *m, int tiles) { m->tiles = tiles > 1 ? tiles : 1; }
+
+/* Rows of MLP intermediates alive at once for N rows (N when untiled). */
+static int64_t mlp_rows(const sharc_model *m, int64_t N) {
+    int64_t t = m->tiles > 1 ? m->tiles : 1;
+    return t > 1 ? (N + t - 1) / t : N;
+}
+
+/* What sharc_model_plan below allocates (SHARC_MEM_ACTIVATIONS), buffer for
+ * buffer: the planner's activations (tests/test_model.c holds the two equal). */
+int64_t sharc_model_activation_bytes(const sharc_model *m, int B, int T, bool activation_checkpointing) {
+    int64_t N = (int64_t)B * T, C = m->C, f = 0;
+    int64_t sets = activation_checkpointing ? 1 : m->L;
+    int64_t R = mlp_rows(m, N); /* note [tiled-mlp]: rows of MLP intermediates alive */
+    bool tiled = R < N;
+    f += (int64_t)(m->L + 1) * N * C;                                                 /* x */
+    f += sets * (4 * N * C + 4 * N + N * m->QKV + (int64_t)B * m->NH * T);          /* block_acts */
+    if (!tiled) f += sets * (N * m->F + N * m->Fa);                                   /* fc, fca per set */
+    else f += R * m->F + R * m->Fa;                                                   /* tfc, tfca */
+    f += 2 * N + N * C;                                                               /* lnf, mean, rstd */
+    f += 4 * N * C + N * m->QKV + R * m->F + R * m->Fa;                               /* tmp, dres, dxmid, dtmp, dqkv, dfc, dfca */
+    f += m->k->attention_workspace(T * m->sp); /* sp > 1 (Ulysses buffers) is not planned: note [memory-plan] */
+    int64_t chunk = HEAD_CHUNK_BYTES / ((int64_t)m->V * (int64_t)sizeof(float));
+    if (chunk < 16) chunk = 16;
+    if (chunk > N) chunk = N;
+    f += chunk * m->V;                                                                /* head_ws */
+    f += 2 * (int64_t)T * (m->hd / 2 > 0 ? m->hd / 2 : 1);                            /* rope tables */
+    return f * (int64_t)sizeof(float) + (int64_t)sizeof(double);                     /* + the loss scalar */
 }
 
 sharc_status sharc_model_plan(sharc_model *m, int B, int T, bool activation_checkpointing) {
@@ -376,6 +435,8 @@ sharc_status sharc_model_plan(sharc_model *m, int B, int T, bool activation_chec
     m->plan_threads = sharc_threads_get();
     int64_t N = (int64_t)B * T, C = m->C;
     bool ok = true;
+    m->tile_rows = mlp_rows(m, N); /* note [tiled-mlp] */
+    const bool tiled = m->tile_rows < N;
     m->x = act(m, (int64_t)(m->L + 1) * N * C, &ok);
     m->nsets = activation_checkpointing ? 1 : m->L;
     m->sets = calloc((size_t)m->nsets, sizeof(block_acts));
@@ -397,8 +458,14 @@ sharc_status sharc_model_plan(sharc_model *m, int B, int T, bool activation_chec
         a->ln2 = act(m, N * C, &ok);
         a->ln2_mean = act(m, N, &ok);
         a->ln2_rstd = act(m, N, &ok);
-        a->fc = act(m, N * m->F, &ok);
-        a->fca = act(m, N * m->Fa, &ok);
+        if (!tiled) {
+            a->fc = act(m, N * m->F, &ok);
+            a->fca = act(m, N * m->Fa, &ok);
+        }
+    }
+    if (tiled) {
+        m->tfc = act(m, m->tile_rows * m->F, &ok);
+        m->tfca = act(m, m->tile_rows * m->Fa, &ok);
     }
     m->lnf = act(m, N * C, &ok);
     m->lnf_mean = act(m, N, &ok);
@@ -408,8 +475,8 @@ sharc_status sharc_model_plan(sharc_model *m, int B, int T, bool activation_chec
     m->dxmid = act(m, N * C, &ok);
     m->dtmp = act(m, N * C, &ok);
     m->dqkv = act(m, N * m->QKV, &ok);
-    m->dfc = act(m, N * m->F, &ok);
-    m->dfca = act(m, N * m->Fa, &ok);
+    m->dfc = act(m, m->tile_rows * m->F, &ok);
+    m->dfca = act(m, m->tile_rows * m->Fa, &ok);
     m->att_ws = act(m, m->k->attention_workspace(T * m->sp), &ok);
     int64_t chunk = HEAD_CHUNK_BYTES / ((int64_t)m->V * (int64_t)sizeof(float));
     if (chunk < 16) chunk = 16;
@@ -438,31 +505,48 @@ typedef struct {
     float *ln1w, *ln1b, *wqkv, *bqkv, *wo, *bo, *ln2w, *ln2b, *wfc, *bfc, *wproj, *bproj;
 } block_ptrs;
 
-static block_ptrs block_view(const sharc_model *m, int l, float *base) {
+/* For gradients (`grads`), a frozen parameter's pointer is NULL (and so is
+ * every pointer when base is NULL, a unit with nothing trainable); a fused
+ * matrix (Llama's q, k, v or gate, up) has one if any of its parts trains,
+ * the frozen parts' gradients then being computed but never used (note
+ * [frozen-params]). */
+static block_ptrs block_view(const sharc_model *m, int l, float *base, bool grads) {
     const sharc_param_spec *p = m->units[1 + l].params;
+#define AT(i) (base && !(grads && p[i].frozen) ? base + p[i].offset : NULL)
+#define AT3(i) (base && !(grads && p[i].frozen && p[i + 1].frozen && p[i + 2].frozen) ? base + p[i].offset : NULL)
+#define AT2(i) (base && !(grads && p[i].frozen && p[i + 1].frozen) ? base + p[i].offset : NULL)
     block_ptrs b = {0};
     if (m->cfg.family == SHARC_FAMILY_GPT2) {
-        b.ln1w = base + p[0].offset;
-        b.ln1b = base + p[1].offset;
-        b.wqkv = base + p[2].offset;
-        b.bqkv = base + p[3].offset;
-        b.wo = base + p[4].offset;
-        b.bo = base + p[5].offset;
-        b.ln2w = base + p[6].offset;
-        b.ln2b = base + p[7].offset;
-        b.wfc = base + p[8].offset;
-        b.bfc = base + p[9].offset;
-        b.wproj = base + p[10].offset;
-        b.bproj = base + p[11].offset;
+        b.ln1w = AT(0);
+        b.ln1b = AT(1);
+        b.wqkv = AT(2);
+        b.bqkv = AT(3);
+        b.wo = AT(4);
+        b.bo = AT(5);
+        b.ln2w = AT(6);
+        b.ln2b = AT(7);
+        b.wfc = AT(8);
+        b.bfc = AT(9);
+        b.wproj = AT(10);
+        b.bproj = AT(11);
     } else {
-        b.ln1w = base + p[0].offset;
-        b.wqkv = base + p[1].offset; /* q, k, v adjacent: one (QKV, C) matrix */
-        b.wo = base + p[4].offset;
-        b.ln2w = base + p[5].offset;
-        b.wfc = base + p[6].offset; /* gate, up adjacent: one (2I, C) matrix */
-        b.wproj = base + p[8].offset;
+        b.ln1w = AT(0);
+        b.wqkv = AT3(1); /* q, k, v adjacent: one (QKV, C) matrix */
+        b.wo = AT(4);
+        b.ln2w = AT(5);
+        b.wfc = AT2(6); /* gate, up adjacent: one (2I, C) matrix */
+        b.wproj = AT(8);
     }
+#undef AT
+#undef AT2
+#undef AT3
     return b;
+}
+
+/* Parameter `i` of unit `u` inside the unit's gradient buffer g, or NULL
+ * when g is NULL or the parameter is frozen. */
+static float *grad_at(const sharc_model *m, int u, float *g, int i) {
+    return g && !m->units[u].params[i].frozen ? g + m->units[u].params[i].offset : NULL;
 }
 
 static void norm_fwd(const sharc_model *m, float *y, float *mean, float *rstd, const float *x,
@@ -480,6 +564,15 @@ static void norm_bwd(const sharc_model *m, float *dx, float *dw, float *db, cons
         m->k->layernorm_backward(m->s, dx, dw, db, dy, dres, x, w, mean, rstd, N, m->C);
     else
         m->k->rmsnorm_backward(m->s, dx, dw, dy, dres, x, w, rstd, N, m->C);
+}
+
+/* Note [tiled-mlp]: one chunk of n rows of the MLP input (ln2 rows) through
+ * fc and the activation, into the shared chunk buffers tfc, tfca. */
+static void mlp_chunk_forward(sharc_model *m, const block_ptrs *w, const float *ln2, int64_t n) {
+    const sharc_kernels *k = m->k;
+    SHARC_PROF("fwd.matmul.fc", k->matmul_forward(m->s, m->tfc, ln2, w->wfc, w->bfc, n, m->C, m->F));
+    if (m->cfg.family == SHARC_FAMILY_LLAMA) SHARC_PROF("fwd.act", k->swiglu_forward(m->s, m->tfca, m->tfc, n, m->Fa));
+    else SHARC_PROF("fwd.act", k->gelu_forward(m->s, m->tfca, m->tfc, n * m->Fa));
 }
 
 static void block_forward(sharc_model *m, const block_ptrs *w, block_acts *a, const float *x,
@@ -504,6 +597,17 @@ static void block_forward(sharc_model *m, const block_ptrs *w, block_acts *a, co
     SHARC_PROF("fwd.matmul.attproj", k->matmul_forward(s, m->tmp, a->att, w->wo, w->bo, N, m->C, m->C));
     SHARC_PROF("fwd.residual", k->add(s, a->xmid, x, m->tmp, N * m->C));
     SHARC_PROF("fwd.norm", norm_fwd(m, a->ln2, a->ln2_mean, a->ln2_rstd, a->xmid, w->ln2w, w->ln2b, N));
+    if (m->tile_rows < N) { /* note [tiled-mlp]: chunk by chunk into tmp; a recompute stops at ln2 */
+        if (!y) return;
+        for (int64_t r0 = 0; r0 < N; r0 += m->tile_rows) {
+            int64_t n = N - r0 < m->tile_rows ? N - r0 : m->tile_rows;
+            mlp_chunk_forward(m, w, a->ln2 + r0 * m->C, n);
+            SHARC_PROF("fwd.matmul.fcproj", k->matmul_forward(s, m->tmp + r0 * m->C, m->tfca, w->wproj, w->bproj, n,
+                                                              m->Fa, m->C));
+        }
+        SHARC_PROF("fwd.residual", k->add(s, y, a->xmid, m->tmp, N * m->C));
+        return;
+    }
     SHARC_PROF("fwd.matmul.fc", k->matmul_forward(s, a->fc, a->ln2, w->wfc, w->bfc, N, m->C, m->F));
     if (llama) SHARC_PROF("fwd.act", k->swiglu_forward(s, a->fca, a->fc, N, m->Fa));
     else SHARC_PROF("fwd.act", k->gelu_forward(s, a->fca, a->fc, N * m->Fa));
@@ -520,10 +624,22 @@ static void block_backward(sharc_model *m, const block_ptrs *w, const block_ptrs
     int B = m->B, T = m->T;
     int64_t N = (int64_t)B * T;
     bool llama = m->cfg.family == SHARC_FAMILY_LLAMA;
-    SHARC_PROF("bwd.matmul.fcproj", k->matmul_backward(s, m->dfca, g->wproj, g->bproj, dres, a->fca, w->wproj, N, m->Fa, m->C));
-    if (llama) SHARC_PROF("bwd.act", k->swiglu_backward(s, m->dfc, m->dfca, a->fc, N, m->Fa));
-    else SHARC_PROF("bwd.act", k->gelu_backward(s, m->dfc, m->dfca, a->fc, N * m->Fa));
-    SHARC_PROF("bwd.matmul.fc", k->matmul_backward(s, m->dtmp, g->wfc, g->bfc, m->dfc, a->ln2, w->wfc, N, m->C, m->F));
+    /* the MLP: at once, or chunk by chunk recomputing each chunk (note [tiled-mlp]) */
+    for (int64_t r0 = 0; r0 < N; r0 += m->tile_rows) {
+        int64_t n = N - r0 < m->tile_rows ? N - r0 : m->tile_rows;
+        const float *fc = a->fc, *fca = a->fca;
+        if (m->tile_rows < N) {
+            mlp_chunk_forward(m, w, a->ln2 + r0 * m->C, n);
+            fc = m->tfc;
+            fca = m->tfca;
+        }
+        SHARC_PROF("bwd.matmul.fcproj", k->matmul_backward(s, m->dfca, g->wproj, g->bproj, dres + r0 * m->C, fca,
+                                                           w->wproj, n, m->Fa, m->C));
+        if (llama) SHARC_PROF("bwd.act", k->swiglu_backward(s, m->dfc, m->dfca, fc, n, m->Fa));
+        else SHARC_PROF("bwd.act", k->gelu_backward(s, m->dfc, m->dfca, fc, n * m->Fa));
+        SHARC_PROF("bwd.matmul.fc", k->matmul_backward(s, m->dtmp + r0 * m->C, g->wfc, g->bfc, m->dfc,
+                                                       a->ln2 + r0 * m->C, w->wfc, n, m->C, m->F));
+    }
     SHARC_PROF("bwd.norm", norm_bwd(m, m->dxmid, g->ln2w, g->ln2b, m->dtmp, dres, a->xmid, w->ln2w, a->ln2_mean,
              a->ln2_rstd, N));
     SHARC_PROF("bwd.matmul.attproj", k->matmul_backward(s, m->dtmp, g->wo, g->bo, m->dxmid, a->att, w->wo, N, m->C, m->C));
@@ -601,7 +717,7 @@ static void forward_body(sharc_model *m, sharc_fsdp *e, const int32_t *inputs, i
     SHARC_PROF("fwd.embedding", m->k->embedding_forward(m->s, xl(m, 0), inputs, ep, wpe, B, T, m->C, m->sp_rank * m->T));
     sharc_fsdp_forward_done(e, 0);
     for (int l = 0; l < m->L; l++) {
-        block_ptrs w = block_view(m, l, (float *)sharc_fsdp_gather(e, 1 + l));
+        block_ptrs w = block_view(m, l, (float *)sharc_fsdp_gather(e, 1 + l), false);
         block_acts *a = &m->sets[store && !m->ac ? l : 0];
         block_forward(m, &w, a, xl(m, l), xl(m, l + 1), B, T);
         sharc_fsdp_forward_done(e, 1 + l);
@@ -623,7 +739,6 @@ double sharc_model_forward_backward(sharc_model *m, sharc_fsdp *e, const int32_t
     forward_body(m, e, inputs, B, T, true);
 
     /* head: final norm, fused LM head + loss + backward */
-    const sharc_unit_spec *hs = &m->units[H];
     const float *hp = sharc_fsdp_gather(e, H);
     float *hg = sharc_fsdp_grad(e, H);
     const float *nw, *nb;
@@ -632,19 +747,24 @@ double sharc_model_forward_backward(sharc_model *m, sharc_fsdp *e, const int32_t
     double t1 = sharc_clock_now();
     m->timing.forward_s += t1 - t0;
     const float *wh = head_weight(m, e, hp);
-    float *gh = m->cfg.tie_embeddings ? sharc_fsdp_grad(e, 0) + m->units[0].params[0].offset
-                                      : hg + hs->params[m->head_w].offset;
+    float *gh = m->cfg.tie_embeddings ? grad_at(m, 0, sharc_fsdp_grad(e, 0), 0) : grad_at(m, H, hg, m->head_w);
+    /* note [frozen-params]: the first unit whose backward runs (units in forward order = index order) */
+    int from = 0;
+    while (from < H && !sharc_unit_trainable(&m->units[from])) from++;
     SHARC_PROF("head.lm_xent", m->k->lmhead_xent(m->s, m->loss, m->dtmp, gh, m->lnf, wh, targets, loss_scale, N,
                                                  m->C, m->V, m->head_ws, m->head_chunk));
-    norm_bwd(m, m->dres, hg + hs->params[0].offset,
-             nb ? hg + hs->params[1].offset : NULL, m->dtmp, NULL, xl(m, L), nw, m->lnf_mean,
-             m->lnf_rstd, N);
+    norm_bwd(m, m->dres, grad_at(m, H, hg, 0), nb ? grad_at(m, H, hg, 1) : NULL, m->dtmp, NULL, xl(m, L), nw,
+             m->lnf_mean, m->lnf_rstd, N);
     sharc_fsdp_backward_done(e, H);
 
     for (int l = L - 1; l >= 0; l--) {
+        if (1 + l < from) { /* frozen, and so is everything before it: no backward */
+            sharc_fsdp_release(e, 1 + l);
+            continue;
+        }
         float *wp = (float *)sharc_fsdp_gather(e, 1 + l);
-        block_ptrs w = block_view(m, l, wp);
-        block_ptrs g = block_view(m, l, sharc_fsdp_grad(e, 1 + l));
+        block_ptrs w = block_view(m, l, wp, false);
+        block_ptrs g = block_view(m, l, sharc_fsdp_grad(e, 1 + l), true);
         block_acts *a = &m->sets[m->ac ? 0 : l];
         if (m->ac) block_forward(m, &w, a, xl(m, l), NULL, B, T); /* recompute */
         block_backward(m, &w, &g, a, xl(m, l), m->dres);
@@ -653,9 +773,11 @@ double sharc_model_forward_backward(sharc_model *m, sharc_fsdp *e, const int32_t
 
     /* the embedding's backward needs no parameters, only its gradient buffer */
     float *eg = sharc_fsdp_grad(e, 0);
-    float *gwpe = m->cfg.family == SHARC_FAMILY_GPT2 ? eg + m->units[0].params[1].offset : NULL;
-    SHARC_PROF("bwd.embedding", m->k->embedding_backward(m->s, eg + m->units[0].params[0].offset, gwpe, m->dres,
-                                                          inputs, B, T, m->C, m->sp_rank * T));
+    float *gwte = grad_at(m, 0, eg, 0);
+    float *gwpe = m->cfg.family == SHARC_FAMILY_GPT2 ? grad_at(m, 0, eg, 1) : NULL;
+    if (gwte || gwpe)
+        SHARC_PROF("bwd.embedding",
+                   m->k->embedding_backward(m->s, gwte, gwpe, m->dres, inputs, B, T, m->C, m->sp_rank * T));
     sharc_fsdp_backward_done(e, 0);
     double loss = read_loss(m);
     m->timing.backward_s += sharc_clock_now() - t1;

@@ -2,7 +2,8 @@
  * over this rank's shards only, its moments on the engine's device and its
  * update the device's adamw kernel (sharc/kernels.h). Note
  * [padding-excluded]: the update runs on the shard's parameter segments, so
- * padding is never touched. */
+ * padding is never touched. Note [frozen-params] (src/fsdp/units.c): frozen
+ * parameters are skipped, and a unit with nothing trainable has no moments. */
 #include "sharc/optim.h"
 #include "sharc/kernels.h"
 
@@ -62,6 +63,7 @@ sharc_status sharc_adamw_init(sharc_adamw **out, sharc_fsdp *e, const sharc_opti
         return sharc_error(SHARC_ERR_NOMEM, "adamw: out of memory");
     }
     for (int u = 0; u < a->nunits; u++) {
+        if (!sharc_unit_trainable(sharc_fsdp_unit_spec(e, u))) continue; /* no moments */
         size_t bytes = (size_t)sharc_fsdp_shard_numel(e, u) * sizeof(float);
         a->m[u] = sharc_device_alloc(a->dev, bytes, SHARC_MEM_OPTIM);
         a->v[u] = sharc_device_alloc(a->dev, bytes, SHARC_MEM_OPTIM);
@@ -98,11 +100,13 @@ void sharc_adamw_step(sharc_adamw *a, sharc_fsdp *e, float lr, float grad_scale)
     float decay_mul = (float)(1.0 - (double)lr * c->weight_decay);
     sharc_fsdp_shard_write_begin(e);
     for (int u = 0; u < a->nunits; u++) {
+        if (!a->m[u]) continue; /* frozen */
         float *p = sharc_fsdp_shard_write(e, u), *g = sharc_fsdp_shard_grads(e, u);
         const sharc_unit_spec *spec = sharc_fsdp_unit_spec(e, u);
         const sharc_segment *segs;
         int nseg = sharc_fsdp_shard_segments(e, u, &segs);
         for (int s = 0; s < nseg; s++) {
+            if (spec->params[segs[s].param].frozen) continue;
             int64_t off = segs[s].shard_off;
             sc.decay_mul = spec->params[segs[s].param].decay ? decay_mul : 1.0f;
             k->adamw(stream, p + off, g + off, a->m[u] + off, a->v[u] + off, segs[s].len, &sc);

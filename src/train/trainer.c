@@ -23,6 +23,7 @@
  * reduced (non-finite gradients on one rank, for note [bad-steps]). */
 #include "sharc/train.h"
 #include "sharc/activity.h"
+#include "sharc/flight.h"
 #include "sharc/alloc.h"
 #include "sharc/blas.h"
 #include "sharc/ckpt.h"
@@ -33,6 +34,7 @@
 #include "sharc/fileio.h"
 #include "sharc/hf.h"
 #include "sharc/log.h"
+#include "sharc/memplan.h"
 #include "sharc/mesh.h"
 #include "sharc/optim.h"
 #include "sharc/prof.h"
@@ -41,11 +43,14 @@
 #include "sharc/clock.h"
 #include "run_dir.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 struct sharc_trainer {
@@ -187,6 +192,7 @@ sharc_status sharc_trainer_init(sharc_trainer **out, const sharc_config *cfg, sh
     t->dp_rank = rank / sp;
     if (st == SHARC_OK) st = sharc_blas_init(threads);
     if (st == SHARC_OK) st = sharc_model_init(&t->model, &t->cfg.model, NULL);
+    if (st == SHARC_OK) st = sharc_model_freeze(t->model, t->cfg.freeze_module_prefix, t->cfg.trainable, NULL);
     if (st == SHARC_OK) {
         t->cfg.model = *sharc_model_get_config(t->model); /* with derived defaults */
         st = sharc_mesh_check_model(&t->cfg.mesh, &t->cfg.model, tc->seq_len);
@@ -195,6 +201,7 @@ sharc_status sharc_trainer_init(sharc_trainer **out, const sharc_config *cfg, sh
         st = sharc_error(SHARC_ERR_INVALID, "log.eval_every: %d with mesh.sp %d: validation under sequence "
                          "parallelism is not implemented yet; set log.eval_every to 0", t->cfg.log.eval_every, sp);
     if (st == SHARC_OK && sp > 1) st = sharc_model_set_sequence_parallel(t->model, sp, t->sp_rank);
+    if (st == SHARC_OK && t->cfg.fsdp.apply_tiled_mlp) sharc_model_set_tiled_mlp(t->model, t->cfg.fsdp.tiled_num_shards);
     if (st == SHARC_OK)
         st = sharc_model_plan(t->model, tc->batch_size, tc->seq_len / sp, t->cfg.fsdp.activation_checkpointing);
     /* model.tokenizer: text and JSONL are tokenized here (note [tokenize-once] in sharc/dataprep.h) */
@@ -357,7 +364,7 @@ static void comm_totals(sharc_trainer *t, sharc_comm_stats *sum) {
  * the all-reduced norm is (note [bad-steps]). */
 static void poison_grads(sharc_fsdp *e) {
     for (int u = 0; u < sharc_fsdp_num_units(e); u++)
-        if (sharc_fsdp_shard_numel(e, u) > 0) {
+        if (sharc_fsdp_shard_numel(e, u) > 0 && sharc_fsdp_shard_grads(e, u)) { /* frozen units have none */
             sharc_fsdp_shard_grads(e, u)[0] = NAN;
             return;
         }
@@ -549,6 +556,25 @@ static void print_banner(const sharc_trainer *t) {
                                                                : "measured FMA loop");
 }
 
+/* Note [flight] (src/core/flight.c): dumps go to out_dir/debug; a previous
+ * run's records go first (rank 0 removes every rank's, each rank its own:
+ * node-local directories), so `sharc doctor` never mixes two runs. */
+static void start_flight(const char *out_dir, int rank) {
+    char d[SHARC_PATH_MAX + 16], f[SHARC_PATH_MAX + 300];
+    snprintf(d, sizeof d, "%s/debug", out_dir);
+    DIR *dir = rank == 0 ? opendir(d) : NULL;
+    for (struct dirent *e; dir && (e = readdir(dir));)
+        if (!strncmp(e->d_name, "flight-rank-", 12)) {
+            snprintf(f, sizeof f, "%s/%s", d, e->d_name);
+            unlink(f);
+        }
+    if (dir) closedir(dir);
+    snprintf(f, sizeof f, "%s/flight-rank-%d.json", d, rank);
+    unlink(f);
+    if (rank == 0) rmdir(d); /* made for the records alone: nothing left behind (log.debug's logs keep it) */
+    sharc_flight_set_dir(out_dir);
+}
+
 sharc_status sharc_train_run(const sharc_config *cfg, sharc_comm *world) {
     sharc_trainer *t;
     /* note [watchdog]: from here to the end, start-up collectives included */
@@ -579,6 +605,7 @@ sharc_status sharc_train_run(const sharc_config *cfg, sharc_comm *world) {
     sharc_jsonl *metrics = NULL, *debug = NULL;
     if (st == SHARC_OK) st = agree(t->world, sharc_run_dir_check(&rd, c, ck, resumed, rank));
     if (st == SHARC_OK) st = agree(t->world, sharc_run_dir_prepare(&rd, ck, rank, &metrics, &debug));
+    if (st == SHARC_OK) start_flight(c->train.out_dir, rank);
     if (st != SHARC_OK) {
         sharc_jsonl_close(metrics);
         sharc_jsonl_close(debug);
@@ -587,7 +614,22 @@ sharc_status sharc_train_run(const sharc_config *cfg, sharc_comm *world) {
         sharc_watchdog_stop();
         return st;
     }
+    /* note [memory-plan]: the plan, and at the end the measured peaks beside it */
+    sharc_memplan plan;
+    bool planned = false;
+    int64_t run_peak[SHARC_MEM_NCAT] = {0};
+    {
+        /* where shared memory is allowed the collectives stay on the node */
+        int R = sharc_comm_size(t->world), S = t->mesh.dp_shard;
+        int rpn = sharc_comm_shared_memory_allowed(t->world) ? R
+                  : S > 1 && sharc_comm_shared_memory_allowed(t->mesh.shard) ? S : 1;
+        planned = sharc_memplan_make(&plan, c, sharc_comm_size(t->world), rpn, sharc_threads_get()) == SHARC_OK;
+    }
     if (lead) print_banner(t);
+    if (lead && planned) {
+        sharc_memplan_print(stdout, &plan, c, NULL);
+        fflush(stdout);
+    }
     if (getenv("SHARC_PROFILE")) sharc_prof_enable(true);
     reset_comm_stats(t); /* the start-up agreement is not step 1's traffic */
     /* a progress bar only on a terminal; under mpirun Open MPI gives rank 0 a
@@ -624,6 +666,7 @@ sharc_status sharc_train_run(const sharc_config *cfg, sharc_comm *world) {
         }
         tok_sum += (double)s.tokens;
         time_sum += g.step_s_max;
+        for (int k = 0; k < SHARC_MEM_NCAT; k++) run_peak[k] = g.mem_peak[k] > run_peak[k] ? g.mem_peak[k] : run_peak[k];
         /* the step's lines (note [jsonl]); a write that fails (a full disk) stops every rank */
         sharc_status out = SHARC_OK;
         if (debug) {
@@ -678,6 +721,10 @@ sharc_status sharc_train_run(const sharc_config *cfg, sharc_comm *world) {
         if (st == SHARC_OK && lead)
             sharc_info("sharc: %.0f tok/s over the run; weights saved to %s", time_sum > 0 ? tok_sum / time_sum : 0.0,
                        rd.weights);
+        if (st == SHARC_OK && lead && planned && time_sum > 0) {
+            printf("measured peaks (the largest rank, every step) beside the plan:\n");
+            sharc_memplan_print(stdout, &plan, c, run_peak);
+        }
         if (st == SHARC_OK && lead && bad_total)
             sharc_warn("%d step%s skipped for a non-finite loss or grad norm", bad_total, bad_total > 1 ? "s" : "");
     }

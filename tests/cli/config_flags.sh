@@ -21,10 +21,11 @@ has "activation_checkpointing: true" "$out"; has "limit_all_gathers: 0" "$out"; 
 out=$("$S" config --gradient_checkpointing --param_dtype bf16 --micro_train_batch_size 2 \
       --fsdp_config.num_to_forward_prefetch=2 --fsdp_config.num_to_backward_prefetch=0 --fsdp_config.sharding_size=4 2>&1) || fail "$out"
 for want in "activation_checkpointing: true" "param_dtype: bf16" "batch_size: 2" "forward_prefetch: true" \
-            "backward_prefetch: NONE" "fsdp_size: 4" \
-            "warning: fsdp_config.num_to_forward_prefetch = '2': not implemented: sharc prefetches one unit ahead"; do
+            "backward_prefetch: NONE" "fsdp_size: 4" "forward_prefetch_depth: 2"; do
   has "$want" "$out"
 done
+# a prefetch count is honoured now (note [prefetch-depth]): no warning
+! grep -q "warning: fsdp_config.num_to_forward_prefetch" <<< "$out" || fail "$out"
 # OpenRLHF's SFT flags (train_sft.py's names) and the OpenRLHF-style YAML key data.dataset
 out=$("$S" config --pretrain hf_dir --dataset d.jsonl --input_key question --output_key response \
       --input_template $'Q: {}\nA: ' --apply_chat_template --multiturn --max_len 64 --tokenizer tok.json \

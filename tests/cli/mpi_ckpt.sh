@@ -46,6 +46,13 @@ run 3 ckpt_load h4 ref_h.st text.txt train.batch_size=1 train.grad_accum=4
 run 2 ckpt_save n2 ref_n.st text.txt train.batch_size=1 train.grad_accum=6 fsdp.sharding_strategy=NO_SHARD
 run 3 ckpt_load n2 ref_n.st text.txt train.batch_size=1 train.grad_accum=4 fsdp.sharding_strategy=FULL_SHARD
 ls h4/step-00000003/shard-00001-of-00002.bin n2/step-00000003/shard-00000-of-00001.bin >/dev/null
+# frozen parameters (note [frozen-params]): saved at 4 ranks, resumed at 3 (FULL_SHARD) and 2 (NO_SHARD);
+# a frozen unit's moments are zeros in the file and are not loaded
+rm -rf f4
+F="model.freeze_module_prefix=wte,wpe,h.0."
+run 4 ckpt_save f4 ref_f.st text.txt $F train.batch_size=1 train.grad_accum=3
+run 3 ckpt_load f4 ref_f.st text.txt $F train.batch_size=1 train.grad_accum=4
+run 2 ckpt_load f4 ref_f.st text.txt $F train.batch_size=1 train.grad_accum=6 fsdp.sharding_strategy=NO_SHARD
 
 # sharc train at 2 ranks: killed in the save of step 4, resumed: the same step-6 files
 M="--data.path=text.txt --model.num_layers=2 --model.embed_dim=48 --model.num_heads=3 --model.max_seq_len=16

@@ -3,7 +3,8 @@
 # N ranks against one process on the same global batch: every step's loss and
 # the final parameters (note [parity-tolerance] in tests/mpi/mpi_tests.c), for
 # FULL_SHARD, SHARD_GRAD_OP, NO_SHARD and HYBRID_SHARD 2x2, both model families,
-# with and without gradient accumulation and activation checkpointing.
+# with and without gradient accumulation and activation checkpointing, and
+# with frozen parameters.
 set -euo pipefail
 source "$SHARC_ROOT/tests/cli/mpi_lib.inc"
 cd "$TMPDIR"
@@ -43,6 +44,12 @@ for fam in gpt2 llama; do
   # the shared-memory reduce-scatter)
   SHARC_COMM_SHM=0 check 3 $m fsdp.sharding_strategy=FULL_SHARD train.grad_accum=2
   SHARC_COMM_SHM=0 check 4 $m fsdp.sharding_strategy=HYBRID_SHARD fsdp.fsdp_size=2 fsdp.activation_checkpointing=true
+  # frozen parameters (note [frozen-params]): N ranks against one process, both frozen
+  if [ $fam = llama ]; then f=model.embed_tokens,model.layers.0.; else f=wte,wpe,h.0.; fi
+  check 3 $m model.freeze_module_prefix=$f fsdp.activation_checkpointing=true train.grad_accum=2
+  check 4 $m model.freeze_module_prefix=$f fsdp.sharding_strategy=HYBRID_SHARD fsdp.fsdp_size=2
+  # the tiled MLP (note [tiled-mlp]), one process tiled alike
+  check 3 $m fsdp.apply_tiled_mlp=true fsdp.tiled_num_shards=3 fsdp.activation_checkpointing=true
   # bf16 parameters match a one-process run that rounds the same way (fp32
   # compute, also on a CPU with bf16 instructions)
   SHARC_BF16=off check 3 $m fsdp.param_dtype=bf16 tol.loss=1e-4 tol.norm=1e-3 tol.param=2e-3

@@ -21,6 +21,23 @@
  *   mpi_tests hf DATA DIR KEY=VALUE...  Hugging Face export at N ranks into DIR (the
  *                                       script compares it with a 1-rank export), then
  *                                       import into another engine: equal masters
+ *   mpi_tests nodes K DATA              ranks run K per host (tests/cli/hosts_mpi.sh):
+ *                                       MPI's node is the host, a shared window inside
+ *                                       it and none across hosts; FULL_SHARD and
+ *                                       HYBRID_SHARD (fsdp_size K) take the paths and
+ *                                       move the bytes their groups' placement gives
+ *   mpi_tests frozen DATA KEY=VALUE ... the run with model.freeze_module_prefix /
+ *                                       train.trainable against the same run without
+ *                                       (note [frozen-params]): same loss and trainable
+ *                                       gradients and updates bit for bit, frozen
+ *                                       parameters unchanged, fewer bytes reduced and held
+ *   mpi_tests memplan DATA KEY=VALUE ...  every strategy x activation checkpointing on/off:
+ *                                       each category's measured peak over 2 steps against
+ *                                       the memory plan (sharc/memplan.h)
+ *   mpi_tests prefetch DATA D KEY=VALUE ... prefetch depth D (forward and backward)
+ *                                       against depth 1 on the same ranks: the same
+ *                                       losses and parameters bit for bit, more units
+ *                                       in flight, gathered memory as planned
  *   mpi_tests wide                      one shard group of all ranks (run at 65): the
  *                                       engine's shared-window reduction sums every rank
  *
@@ -32,6 +49,8 @@
 #include "sharc/fsdp.h"
 #include "sharc/hf.h"
 #include "sharc/log.h"
+#include "sharc/blas.h"
+#include "sharc/memplan.h"
 #include "sharc/mesh.h"
 #include "sharc/model.h"
 #include "sharc/optim.h"
@@ -44,6 +63,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* test.h's registry is not used here; the runner's helpers are stubs */
 void sharc_test_register(const char *name, sharc_test_fn fn, const char *file) {}
@@ -455,6 +475,136 @@ static void test_parity(int argc, char **argv) {
     sharc_trainer_free(ref);
 }
 
+/* --------------------------------------------------------------- nodes */
+
+typedef char hostname_t[64];
+
+/* Every rank's hostname over c, in c's rank order. */
+static hostname_t *hostnames(sharc_comm *c) {
+    hostname_t me = {0};
+    ASSERT_TRUE(gethostname(me, sizeof me - 1) == 0);
+    hostname_t *all = calloc((size_t)sharc_comm_size(c), sizeof *all);
+    ASSERT_OK(sharc_comm_all_gather(c, me, all, sizeof me, SHARC_DT_U8));
+    return all;
+}
+
+static int count_host(hostname_t *all, int n, const char *h) {
+    int k = 0;
+    for (int q = 0; q < n; q++) k += strcmp(all[q], h) == 0;
+    return k;
+}
+
+/* One step of `strategy` over the world; returns the step's collective bytes
+ * per kind (this rank) and whether parameters were shared in place. */
+static bool step_bytes(const char *data, const char *strategy, int fsdp_size, int64_t bytes[SHARC_COLL_NKINDS],
+                       hostname_t **shard_hosts, hostname_t **rep_hosts, int *S, int *Rr) {
+    sharc_config c;
+    base_config(&c, data);
+    ASSERT_OK(sharc_config_set(&c, "fsdp.sharding_strategy", strategy, "test"));
+    c.fsdp.engine.fsdp_size = fsdp_size;
+    c.train.max_steps = 1;
+    ASSERT_OK(sharc_config_validate(&c));
+    sharc_trainer *t;
+    ASSERT_OK(sharc_trainer_init(&t, &c, world));
+    const sharc_mesh *m = sharc_trainer_mesh(t);
+    *S = m->dp_shard;
+    *Rr = m->dp_replicate;
+    *shard_hosts = hostnames(m->shard);
+    *rep_hosts = hostnames(m->replicate);
+    /* only the step's own traffic (start-up agreement and the lines above excluded) */
+    sharc_comm_stats_reset(world);
+    sharc_comm_stats_reset(m->shard);
+    sharc_comm_stats_reset(m->replicate);
+    sharc_step_stats st;
+    ASSERT_OK(sharc_trainer_step(t, &st));
+    for (int k = 0; k < SHARC_COLL_NKINDS; k++) bytes[k] = st.comm.bytes[k];
+    bool shared = sharc_fsdp_params_shared(sharc_trainer_engine(t));
+    sharc_trainer_free(t);
+    return shared;
+}
+
+static void test_nodes(int argc, char **argv) {
+    ASSERT_TRUE(argc >= 2);
+    const int K = atoi(argv[0]), R = sharc_comm_size(world), r = sharc_comm_rank(world);
+    ASSERT_TRUE(K >= 1 && R % K == 0);
+    const int H = R / K;
+    const char *shm_env = getenv("SHARC_COMM_SHM");
+    const bool shm = !(shm_env && strcmp(shm_env, "0") == 0); /* SHARC_COMM_SHM=0: private shards */
+    /* the launcher placed K consecutive ranks on each host */
+    hostname_t *all = hostnames(world);
+    for (int q = 0; q < R; q++) {
+        if (strcmp(all[q], all[q / K * K]) != 0)
+            TEST_FAIL_AT("rank %d runs on %s, rank %d on %s: expected %d consecutive ranks per host", q, all[q],
+                         q / K * K, all[q / K * K], K);
+        if (q % K == 0 && count_host(all, R, all[q]) != K)
+            TEST_FAIL_AT("host %s has %d ranks, expected %d", all[q], count_host(all, R, all[q]), K);
+    }
+    /* MPI's node (MPI_COMM_TYPE_SHARED) is exactly the host */
+    sharc_comm *node;
+    ASSERT_OK(sharc_comm_split_node(world, &node));
+    const int nr = sharc_comm_rank(node);
+    ASSERT_EQ(sharc_comm_size(node), K);
+    hostname_t *nodes = hostnames(node);
+    ASSERT_EQ(count_host(nodes, K, all[r]), K);
+    /* a shared window inside the host: each rank writes its part, the others read it */
+    int32_t *wr = calloc((size_t)K, sizeof *wr);
+    int32_t me32 = r;
+    ASSERT_OK(sharc_comm_all_gather(node, &me32, wr, 1, SHARC_DT_I32));
+    sharc_comm_shared *sh;
+    ASSERT_OK(sharc_comm_shared_alloc(node, 4096, &sh));
+    memset(sh->base[nr], 0x20 + r, 4096);
+    ASSERT_OK(sharc_comm_shared_sync(node, sh));
+    for (int q = 0; q < K; q++) {
+        ASSERT_EQ((unsigned char)sh->base[q][0], 0x20 + wr[q]);
+        ASSERT_EQ((unsigned char)sh->base[q][4095], 0x20 + wr[q]);
+    }
+    ASSERT_OK(sharc_comm_shared_sync(node, sh));
+    sharc_comm_shared_free(sh);
+    /* none across hosts */
+    sharc_status st = sharc_comm_shared_alloc(world, 4096, &sh);
+    if (H > 1) {
+        ASSERT_TRUE(st == SHARC_ERR_UNSUPPORTED);
+    } else {
+        ASSERT_OK(st);
+        sharc_comm_shared_free(sh);
+    }
+    /* FULL_SHARD over every rank: with several hosts the shard group spans them,
+     * so parameters move by MPI all-gathers (no window) */
+    int64_t b[SHARC_COLL_NKINDS];
+    hostname_t *sh_hosts, *rep_hosts;
+    int S, Rr;
+    bool shared = step_bytes(argv[1], "FULL_SHARD", 0, b, &sh_hosts, &rep_hosts, &S, &Rr);
+    ASSERT_EQ(S, R);
+    ASSERT_TRUE(shared == (H == 1 && R > 1 && shm));
+    ASSERT_TRUE((b[SHARC_COLL_ALL_GATHER] > 0) == (R > 1 && !shared));
+    free(sh_hosts);
+    free(rep_hosts);
+    /* HYBRID_SHARD with fsdp_size = ranks per host: each shard group is one
+     * host (parameters shared in place, no all-gather bytes), each replicate
+     * group has one rank per host, and the gradients' all-reduce crosses hosts.
+     * (fsdp_size 1 means plain FSDP, as in ROLL: nothing to check at K = 1.) */
+    if (K > 1) {
+        shared = step_bytes(argv[1], "HYBRID_SHARD", K, b, &sh_hosts, &rep_hosts, &S, &Rr);
+        ASSERT_EQ(S, K);
+        ASSERT_EQ(Rr, H);
+        ASSERT_EQ(count_host(sh_hosts, S, all[r]), K);
+        for (int q = 0; q < Rr; q++) ASSERT_EQ(count_host(rep_hosts, Rr, rep_hosts[q]), 1);
+        ASSERT_TRUE(shared == shm);
+        ASSERT_TRUE((b[SHARC_COLL_ALL_GATHER] == 0) == shm);
+        /* 24 bytes are the two scalars every strategy all-reduces; more is the gradients */
+        ASSERT_TRUE((b[SHARC_COLL_ALL_REDUCE] > 24) == (H > 1));
+        free(sh_hosts);
+        free(rep_hosts);
+    }
+    if (r == 0)
+        printf("nodes: %d ranks on %d hosts (%d per host): MPI's node is the host%s\n", R, H, K,
+               K > 1 && H > 1 ? "; HYBRID_SHARD shards inside hosts, replicates across" : "");
+    free(nodes);
+    free(wr);
+    free(all);
+    sharc_comm_free(node);
+}
+
 /* -------------------------------------------------------------- memory */
 
 static int64_t model_state(void) {
@@ -528,6 +678,253 @@ static void test_memory(int argc, char **argv) {
                sharc_fsdp_gathered_limit(e), (long long)sharc_fsdp_gathered_unit_bytes(e),
                sharc_fsdp_params_shared(e) ? "; parameters shared in place" : "");
     sharc_trainer_free(t);
+}
+
+/* ---------------------------------------------------------------- frozen */
+
+/* Note [frozen-params] against the same run without freezing, same ranks,
+ * same strategy, clipping off (so an update depends only on its own
+ * gradient): after step 1 the loss, every trainable gradient and every
+ * trainable parameter are bit-identical, and for 4 more steps the frozen
+ * parameters never change. A frozen unit holds no gradient shard and no
+ * moments (exact bytes), and its reduce-scatter / all-reduce bytes are gone
+ * (exact bytes). */
+static void test_frozen(int argc, char **argv) {
+    ASSERT_TRUE(argc >= 1);
+    sharc_config c, cref;
+    base_config(&c, argv[0]);
+    c.optim.max_grad_norm = 0.0f;
+    apply_args(&c, argc - 1, argv + 1);
+    ASSERT_TRUE(c.freeze_module_prefix[0] || c.trainable[0]);
+    cref = c;
+    cref.freeze_module_prefix[0] = cref.trainable[0] = 0;
+    sharc_mem_stats m0, m1, m2;
+    sharc_mem_get(&m0);
+    sharc_trainer *ref, *t;
+    ASSERT_OK(sharc_trainer_init(&ref, &cref, world));
+    sharc_mem_get(&m1);
+    ASSERT_OK(sharc_trainer_init(&t, &c, world));
+    sharc_mem_get(&m2);
+    sharc_fsdp *e = sharc_trainer_engine(t), *er = sharc_trainer_engine(ref);
+    const int U = sharc_fsdp_num_units(e), S = sharc_trainer_mesh(t)->dp_shard, R = sharc_comm_size(world);
+    /* frozen parameters before training; trainable shard sizes */
+    int64_t trainable_shard = 0, frozen_shard = 0, frozen_padded = 0, nfrozen = 0;
+    float **init = calloc((size_t)U, sizeof *init);
+    for (int u = 0; u < U; u++) {
+        const sharc_unit_spec *s = sharc_fsdp_unit_spec(e, u);
+        int64_t ns = sharc_fsdp_shard_numel(e, u);
+        for (int p = 0; p < s->nparams; p++) nfrozen += s->params[p].frozen;
+        if (sharc_unit_trainable(s)) {
+            trainable_shard += ns;
+            ASSERT_TRUE(sharc_fsdp_shard_grads(e, u) != NULL && sharc_adamw_m(sharc_trainer_optimizer(t), u) != NULL);
+        } else {
+            frozen_shard += ns;
+            frozen_padded += ns * S;
+            ASSERT_TRUE(sharc_fsdp_shard_grads(e, u) == NULL && sharc_adamw_m(sharc_trainer_optimizer(t), u) == NULL);
+        }
+        init[u] = malloc(sizeof(float) * (size_t)(ns > 0 ? ns : 1));
+        memcpy(init[u], sharc_fsdp_shard_params(e, u), sizeof(float) * (size_t)ns);
+    }
+    ASSERT_TRUE(nfrozen > 0);
+    /* held: no gradient shard and no moments for frozen units */
+    int64_t g_ref = m1.current[SHARC_MEM_GRADS] - m0.current[SHARC_MEM_GRADS];
+    int64_t g_t = m2.current[SHARC_MEM_GRADS] - m1.current[SHARC_MEM_GRADS];
+    int64_t o_ref = m1.current[SHARC_MEM_OPTIM] - m0.current[SHARC_MEM_OPTIM];
+    int64_t o_t = m2.current[SHARC_MEM_OPTIM] - m1.current[SHARC_MEM_OPTIM];
+    ASSERT_EQ(g_t, 4 * trainable_shard);
+    ASSERT_EQ(g_t, sharc_fsdp_planned_bytes(e, SHARC_MEM_GRADS));
+    ASSERT_EQ(o_t, 8 * trainable_shard);
+    ASSERT_EQ(g_ref - g_t, 4 * frozen_shard);
+    ASSERT_EQ(o_ref - o_t, 8 * frozen_shard);
+    ASSERT_TRUE(sharc_fsdp_planned_bytes(e, SHARC_MEM_GATHERED) <= sharc_fsdp_planned_bytes(er, SHARC_MEM_GATHERED));
+
+    sharc_step_stats a, b;
+    ASSERT_OK(sharc_trainer_step(ref, &b));
+    ASSERT_OK(sharc_trainer_step(t, &a));
+    if (memcmp(&a.loss, &b.loss, sizeof a.loss) != 0)
+        TEST_FAIL_AT("step 1 loss %.17g frozen vs %.17g without", a.loss, b.loss);
+    int64_t compared = 0;
+    for (int u = 0; u < U; u++) {
+        const sharc_unit_spec *s = sharc_fsdp_unit_spec(e, u);
+        const sharc_segment *segs;
+        int nseg = sharc_fsdp_shard_segments(e, u, &segs);
+        const float *g = sharc_fsdp_shard_grads(e, u), *gr = sharc_fsdp_shard_grads(er, u);
+        const float *p = sharc_fsdp_shard_params(e, u), *pr = sharc_fsdp_shard_params(er, u);
+        for (int k = 0; k < nseg; k++) {
+            const sharc_param_spec *ps = &s->params[segs[k].param];
+            for (int64_t i = segs[k].shard_off; i < segs[k].shard_off + segs[k].len; i++) {
+                if (ps->frozen) {
+                    if (memcmp(&p[i], &init[u][i], 4) != 0)
+                        TEST_FAIL_AT("frozen %s changed at step 1: %.9g -> %.9g", ps->name, init[u][i], p[i]);
+                    continue;
+                }
+                if (memcmp(&g[i], &gr[i], 4) != 0)
+                    TEST_FAIL_AT("%s: gradient %.9g frozen vs %.9g without (shard element %lld)", ps->name, g[i],
+                                 gr[i], (long long)i);
+                if (memcmp(&p[i], &pr[i], 4) != 0)
+                    TEST_FAIL_AT("%s: after step 1 %.9g frozen vs %.9g without", ps->name, p[i], pr[i]);
+                compared++;
+            }
+        }
+    }
+    /* reduced: no reduce-scatter (full unit, per micro-batch) or replicate
+     * all-reduce (shard, per step) of the frozen units' gradients */
+    if (c.fsdp.engine.reduce_dtype == SHARC_DT_F32) {
+        int A = c.train.grad_accum, R_rep = R / S;
+        int64_t rs = b.comm.bytes[SHARC_COLL_REDUCE_SCATTER] - a.comm.bytes[SHARC_COLL_REDUCE_SCATTER];
+        int64_t ar = b.comm.bytes[SHARC_COLL_ALL_REDUCE] - a.comm.bytes[SHARC_COLL_ALL_REDUCE];
+        int64_t want_rs = S > 1 ? (int64_t)(c.fsdp.engine.no_sync ? 1 : A) * 4 * frozen_padded : 0;
+        int64_t want_ar = R_rep > 1 ? 4 * frozen_shard : 0;
+        if (rs != want_rs || ar != want_ar)
+            TEST_FAIL_AT("bytes saved: reduce-scatter %lld (expected %lld), all-reduce %lld (expected %lld)",
+                         (long long)rs, (long long)want_rs, (long long)ar, (long long)want_ar);
+    }
+    for (int s = 1; s < 5; s++) {
+        ASSERT_OK(sharc_trainer_step(t, &a));
+        ASSERT_TRUE(isfinite(a.loss) && !a.skipped);
+    }
+    for (int u = 0; u < U; u++) {
+        const sharc_unit_spec *s = sharc_fsdp_unit_spec(e, u);
+        const sharc_segment *segs;
+        int nseg = sharc_fsdp_shard_segments(e, u, &segs);
+        const float *p = sharc_fsdp_shard_params(e, u);
+        for (int k = 0; k < nseg; k++)
+            if (s->params[segs[k].param].frozen &&
+                memcmp(p + segs[k].shard_off, init[u] + segs[k].shard_off, 4 * (size_t)segs[k].len) != 0)
+                TEST_FAIL_AT("frozen %s changed within 5 steps", s->params[segs[k].param].name);
+        free(init[u]);
+    }
+    free(init);
+    if (sharc_comm_rank(world) == 0)
+        printf("frozen at %d ranks: %lld parameters frozen; grads %lld -> %lld bytes, moments %lld -> %lld bytes per "
+               "rank; reduce-scatter %lld -> %lld, all-reduce %lld -> %lld bytes in step 1; %lld trainable elements "
+               "bit-identical\n",
+               R, (long long)nfrozen, (long long)g_ref, (long long)g_t, (long long)o_ref, (long long)o_t,
+               (long long)b.comm.bytes[SHARC_COLL_REDUCE_SCATTER], (long long)a.comm.bytes[SHARC_COLL_REDUCE_SCATTER],
+               (long long)b.comm.bytes[SHARC_COLL_ALL_REDUCE], (long long)a.comm.bytes[SHARC_COLL_ALL_REDUCE],
+               (long long)compared);
+    sharc_trainer_free(t);
+    sharc_trainer_free(ref);
+}
+
+/* --------------------------------------------------------------- memplan */
+
+/* Note [memory-plan]: for FULL_SHARD, SHARD_GRAD_OP, NO_SHARD (and
+ * HYBRID_SHARD 2 x N/2 at an even world), each with activation
+ * checkpointing off and on, the peak of every planned category over two
+ * steps on this rank equals the plan (sharc_memplan_make, with the rank
+ * placement the trainer sees): params, grads, optim, gathered, activations
+ * and comm exactly; "other" holds the dataset, which the plan leaves out, so
+ * only plan <= peak is asserted there. */
+static void test_memplan(int argc, char **argv) {
+    ASSERT_TRUE(argc >= 1);
+    const int R = sharc_comm_size(world);
+    const char *strategies[] = {"FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD"};
+    double worst = 0.0;
+    int runs = 0;
+    for (int si = 0; si < 4; si++)
+        for (int ac = 0; ac < 2; ac++) {
+            if (si == 3 && (R < 4 || R % 2)) continue;
+            sharc_config c;
+            base_config(&c, argv[0]);
+            c.train.max_steps = 2;
+            ASSERT_OK(sharc_config_set(&c, "fsdp.sharding_strategy", strategies[si], "test"));
+            if (si == 3) c.fsdp.engine.fsdp_size = 2;
+            c.fsdp.activation_checkpointing = ac;
+            apply_args(&c, argc - 1, argv + 1);
+            sharc_trainer *t;
+            ASSERT_OK(sharc_trainer_init(&t, &c, world));
+            const sharc_mesh *mesh = sharc_trainer_mesh(t);
+            /* as the trainer places ranks for its plan (sharc_train_run) */
+            int rpn = sharc_comm_shared_memory_allowed(world) ? R
+                      : mesh->dp_shard > 1 && sharc_comm_shared_memory_allowed(mesh->shard) ? mesh->dp_shard : 1;
+            sharc_memplan p;
+            ASSERT_OK(sharc_memplan_make(&p, sharc_trainer_config(t), R, rpn, sharc_threads_get()));
+            int64_t peak[SHARC_MEM_NCAT] = {0};
+            for (int s = 0; s < 2; s++) {
+                sharc_step_stats st;
+                ASSERT_OK(sharc_trainer_step(t, &st));
+                for (int k = 0; k < SHARC_MEM_NCAT; k++) peak[k] = st.mem.peak[k] > peak[k] ? st.mem.peak[k] : peak[k];
+            }
+            for (int k = 0; k < SHARC_MEM_NCAT; k++) {
+                bool exact = k != SHARC_MEM_OTHER;
+                if (exact ? peak[k] != p.bytes[k] : peak[k] < p.bytes[k])
+                    TEST_FAIL_AT("%s, activation checkpointing %d, %s: measured peak %lld bytes, planned %lld",
+                                 strategies[si], ac, sharc_mem_cat_name((sharc_mem_cat)k), (long long)peak[k],
+                                 (long long)p.bytes[k]);
+                if (exact && p.bytes[k] > 0) {
+                    double r = fabs((double)peak[k] / (double)p.bytes[k] - 1.0);
+                    worst = r > worst ? r : worst;
+                }
+            }
+            runs++;
+            sharc_trainer_free(t);
+        }
+    if (sharc_comm_rank(world) == 0)
+        printf("memory plan at %d ranks: %d configurations, every planned category's peak equal to the plan "
+               "(worst relative difference %.2g)\n", R, runs, worst);
+}
+
+/* -------------------------------------------------------------- prefetch */
+
+/* Note [prefetch-depth]: only when units are gathered changes with the
+ * depth, never what is computed, so 4 steps at depth D equal depth 1 bit for
+ * bit; at D > 1 (without a limit below it) more slots are lent at once than
+ * at depth 1, never more than the plan's. */
+static void test_prefetch(int argc, char **argv) {
+    ASSERT_TRUE(argc >= 2);
+    int depth = atoi(argv[1]);
+    ASSERT_TRUE(depth >= 1);
+    sharc_config c1, cd;
+    base_config(&c1, argv[0]);
+    c1.train.max_steps = 4;
+    c1.fsdp.engine.forward_prefetch = true;
+    apply_args(&c1, argc - 2, argv + 2);
+    cd = c1;
+    char d[16];
+    snprintf(d, sizeof d, "%d", depth);
+    ASSERT_OK(sharc_config_set(&cd, "fsdp.num_to_forward_prefetch", d, "test"));
+    ASSERT_OK(sharc_config_set(&cd, "fsdp.num_to_backward_prefetch", d, "test"));
+    cd.fsdp.engine.backward_prefetch = c1.fsdp.engine.backward_prefetch; /* keep PRE or POST */
+    ASSERT_EQ(cd.fsdp.engine.forward_prefetch_depth, depth);
+    sharc_trainer *a, *b;
+    ASSERT_OK(sharc_trainer_init(&a, &c1, world));
+    ASSERT_OK(sharc_trainer_init(&b, &cd, world));
+    int64_t peak1 = 0, peakd = 0;
+    for (int s = 0; s < 4; s++) {
+        sharc_step_stats x, y;
+        ASSERT_OK(sharc_trainer_step(a, &x));
+        ASSERT_OK(sharc_trainer_step(b, &y));
+        if (memcmp(&x.loss, &y.loss, sizeof x.loss) != 0 || memcmp(&x.grad_norm, &y.grad_norm, sizeof x.grad_norm))
+            TEST_FAIL_AT("step %d: loss %.17g / norm %.17g at depth %d, %.17g / %.17g at depth 1", s + 1, y.loss,
+                         y.grad_norm, depth, x.loss, x.grad_norm);
+        peak1 = x.gathered_peak > peak1 ? x.gathered_peak : peak1;
+        peakd = y.gathered_peak > peakd ? y.gathered_peak : peakd;
+        /* both engines live in this process: its gathered bytes are both plans, allocated at init */
+        int64_t planned = sharc_fsdp_planned_bytes(sharc_trainer_engine(a), SHARC_MEM_GATHERED) +
+                          sharc_fsdp_planned_bytes(sharc_trainer_engine(b), SHARC_MEM_GATHERED);
+        if (y.mem.peak[SHARC_MEM_GATHERED] != planned)
+            TEST_FAIL_AT("gathered peak %lld, the two plans %lld", (long long)y.mem.peak[SHARC_MEM_GATHERED],
+                         (long long)planned);
+    }
+    sharc_fsdp *ea = sharc_trainer_engine(a), *eb = sharc_trainer_engine(b);
+    for (int u = 0; u < sharc_fsdp_num_units(ea); u++)
+        if (memcmp(sharc_fsdp_shard_params(ea, u), sharc_fsdp_shard_params(eb, u),
+                   sizeof(float) * (size_t)sharc_fsdp_shard_numel(ea, u)) != 0)
+            TEST_FAIL_AT("unit %d's parameters differ after 4 steps at depth %d", u, depth);
+    ASSERT_TRUE(peakd <= sharc_fsdp_gathered_limit(eb));
+    const char *gather = sharc_fsdp_strategy_names(eb, NULL);
+    bool slots = strcmp(gather, "direct") && strcmp(gather, "shared window");
+    int limit = c1.fsdp.engine.limit_all_gathers;
+    if (slots && depth > 1 && (limit == 0 || limit > 2) && sharc_fsdp_num_units(eb) > 3 && peakd <= peak1)
+        TEST_FAIL_AT("depth %d lent at most %lld slots at once, depth 1 %lld: no deeper prefetch", depth,
+                     (long long)peakd, (long long)peak1);
+    if (sharc_comm_rank(world) == 0)
+        printf("prefetch depth %d at %d ranks (%s): losses and parameters bit-identical to depth 1; at most %lld "
+               "slots lent at once (depth 1: %lld, limit %d)\n", depth, sharc_comm_size(world), gather,
+               (long long)peakd, (long long)peak1, sharc_fsdp_gathered_limit(eb));
+    sharc_trainer_free(a);
+    sharc_trainer_free(b);
 }
 
 /* ---------------------------------------------------------------- gather */
@@ -615,12 +1012,15 @@ static void test_ckpt_save(int argc, char **argv) {
     for (int u = 0; u < nu; u++) {
         const sharc_unit_spec *s = sharc_fsdp_unit_spec(e, u);
         int64_t ns = sharc_fsdp_shard_numel(e, u);
-        for (int k = 0; k < 3; k++) bufs[3 * u + k] = malloc(sizeof(float) * (size_t)(ns * mesh->dp_shard));
+        for (int k = 0; k < 3; k++) bufs[3 * u + k] = calloc((size_t)(ns * mesh->dp_shard), sizeof(float));
         ASSERT_OK(sharc_fsdp_gather_master(e, u, bufs[3 * u]));
-        ASSERT_OK(sharc_comm_all_gather(mesh->shard, sharc_adamw_m(sharc_trainer_optimizer(t), u), bufs[3 * u + 1],
-                                       (size_t)ns, SHARC_DT_F32));
-        ASSERT_OK(sharc_comm_all_gather(mesh->shard, sharc_adamw_v(sharc_trainer_optimizer(t), u), bufs[3 * u + 2],
-                                       (size_t)ns, SHARC_DT_F32));
+        /* a frozen unit has no moments (note [frozen-params]): the checkpoint holds zeros */
+        if (sharc_adamw_m(sharc_trainer_optimizer(t), u)) {
+            ASSERT_OK(sharc_comm_all_gather(mesh->shard, sharc_adamw_m(sharc_trainer_optimizer(t), u),
+                                           bufs[3 * u + 1], (size_t)ns, SHARC_DT_F32));
+            ASSERT_OK(sharc_comm_all_gather(mesh->shard, sharc_adamw_v(sharc_trainer_optimizer(t), u),
+                                           bufs[3 * u + 2], (size_t)ns, SHARC_DT_F32));
+        }
         for (int p = 0; p < s->nparams; p++)
             for (int k = 0; k < 3; k++) {
                 snprintf(names[n], sizeof names[n], "%c.%s", "pmv"[k], s->params[p].name);
@@ -674,6 +1074,12 @@ static void test_ckpt_load(int argc, char **argv) {
                 ASSERT_TRUE(rt != NULL);
                 float *want = malloc(sizeof(float) * (size_t)segs[k].len);
                 ASSERT_OK(sharc_st_read_f32(ref, rt, segs[k].param_off, segs[k].len, want));
+                if (!have[kind]) { /* a frozen unit's moments: not loaded, saved as zeros */
+                    for (int64_t i = 0; i < segs[k].len; i++)
+                        if (want[i] != 0.0f) TEST_FAIL_AT("%s: a frozen unit's saved moment is %g", name, want[i]);
+                    free(want);
+                    continue;
+                }
                 if (memcmp(want, have[kind] + segs[k].shard_off, sizeof(float) * (size_t)segs[k].len) != 0)
                     TEST_FAIL_AT("%s [%lld, %lld) differs from the saved values", name, (long long)segs[k].param_off,
                                  (long long)(segs[k].param_off + segs[k].len));
@@ -878,7 +1284,11 @@ int main(int argc, char **argv) {
     else if (!strcmp(what, "ckpt_load")) test_ckpt_load(argc - 2, argv + 2);
     else if (!strcmp(what, "badstep")) test_badstep(argc - 2, argv + 2);
     else if (!strcmp(what, "hf")) test_hf(argc - 2, argv + 2);
+    else if (!strcmp(what, "nodes")) test_nodes(argc - 2, argv + 2);
     else if (!strcmp(what, "wide")) test_wide();
+    else if (!strcmp(what, "frozen")) test_frozen(argc - 2, argv + 2);
+    else if (!strcmp(what, "memplan")) test_memplan(argc - 2, argv + 2);
+    else if (!strcmp(what, "prefetch")) test_prefetch(argc - 2, argv + 2);
     else {
         fprintf(stderr, "unknown test %s\n", what);
         return 2;

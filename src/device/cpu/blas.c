@@ -4,6 +4,7 @@
 
 #include "sharc/blas.h"
 #include "sharc/dtype.h"
+#include "sharc/progress.h"
 #include "sharc/log.h"
 
 #include <dlfcn.h>
@@ -241,11 +242,11 @@ void sharc_sgemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, c
         if (sharc_blas_init(0) != SHARC_OK) sharc_fatal(__FILE__, __LINE__, "%s", load_error);
     }
     if (M == 0 || N == 0) return;
-    if (dnnl_sgemm_ptr && (int64_t)M * N * K >= SHARC_ONEDNN_MIN_WORK &&
-        dnnl_sgemm_ptr(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', M, N, K, alpha, A, lda, B, ldb, beta, C, ldc) == 0)
-        return;
-    cblas_sgemm_ptr(ROW_MAJOR, trans_a ? TRANS : NO_TRANS, trans_b ? TRANS : NO_TRANS, M, N, K,
-                    alpha, A, lda, B, ldb, beta, C, ldc);
+    if (!(dnnl_sgemm_ptr && (int64_t)M * N * K >= SHARC_ONEDNN_MIN_WORK &&
+          dnnl_sgemm_ptr(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', M, N, K, alpha, A, lda, B, ldb, beta, C, ldc) == 0))
+        cblas_sgemm_ptr(ROW_MAJOR, trans_a ? TRANS : NO_TRANS, trans_b ? TRANS : NO_TRANS, M, N, K,
+                        alpha, A, lda, B, ldb, beta, C, ldc);
+    sharc_progress_poll(); /* note [progress] */
 }
 
 sharc_bf16_mode sharc_bf16_mode_get(const char **why) {
@@ -289,8 +290,10 @@ void sharc_bgemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, c
     }
     if (M == 0 || N == 0) return;
     if (bf16_mode == SHARC_BF16_ONEDNN &&
-        dnnl_bgemm_ptr(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', M, N, K, alpha, A, lda, B, ldb, beta, C, ldc) == 0)
+        dnnl_bgemm_ptr(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', M, N, K, alpha, A, lda, B, ldb, beta, C, ldc) == 0) {
+        sharc_progress_poll(); /* note [progress] */
         return;
+    }
     /* emulation (or a oneDNN failure): the rows of A and B as stored, widened */
     int64_t na = (int64_t)((trans_a ? K : M) - 1) * lda + (trans_a ? M : K);
     int64_t nb = (int64_t)((trans_b ? N : K) - 1) * ldb + (trans_b ? K : N);

@@ -1,0 +1,205 @@
+/* memplan.c: sharc_memplan_*, the memory plan of a run per rank and category
+ * (sharc/memplan.h): `sharc plan`, the table printed at the start of every
+ * run, and the smallest change that makes a configuration fit.
+ *
+ * Note [memory-plan]. Every byte the engine, the optimizer and the model
+ * hold comes from a size computed before it is allocated, and the plan calls
+ * those same functions with the run's numbers instead of allocating:
+ *
+ *   params, grads, gathered, comm  sharc_fsdp_plan_bytes (the engine's plan.c:
+ *                                  shards, slots, 16-bit staging; frozen units
+ *                                  have no gradient memory)
+ *   optim                          2 moments x 4 bytes x the trainable units' shards
+ *   activations                    sharc_model_activation_bytes (model.c's plan:
+ *                                  B x T, checkpointing on/off, the tiled MLP,
+ *                                  attention workspace for the rank's threads)
+ *   other                          the step's token batch and the engine's scalar
+ *
+ * So for a run on one node the planned bytes are the allocated ones
+ * (tests/cli/mpi_memplan.sh: equal for both families, every strategy, AC
+ * on and off, frozen units, 1-4 ranks). Not planned: the dataset (tokens
+ * and the sampler's permutation depend on the file, "other"), transient
+ * kernel scratch (norm partials, "other"), Open MPI's own buffers, and
+ * sequence parallelism (mesh.sp > 1: the plan is refused, not guessed; a run
+ * with it prints no table). Planned:
+ * the scratch of collectives that leave the node: a shard group that spans
+ * nodes reduce-scatters through the MPI path, whose scratch holds one full
+ * unit in reduce_dtype, and a replicate group across nodes all-reduces
+ * 16-bit gradients through (2 R + 1) padded pieces of a shard; both are
+ * added to comm (and checked, with shared memory turned off). */
+#include "sharc/memplan.h"
+#include "sharc/blas.h"
+#include "sharc/fsdp.h"
+#include "sharc/mesh.h"
+#include "sharc/model.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+sharc_status sharc_memplan_make(sharc_memplan *p, const sharc_config *cfg, int world, int ranks_per_node,
+                                int threads) {
+    memset(p, 0, sizeof *p);
+    if (world < 1) return sharc_error(SHARC_ERR_INVALID, "plan: %d ranks, expected >= 1", world);
+    if (ranks_per_node < 1 || (world > ranks_per_node && world % ranks_per_node != 0))
+        return sharc_error(SHARC_ERR_INVALID, "plan: %d ranks per node, expected a divisor of the %d ranks",
+                           ranks_per_node, world);
+    if (cfg->mesh.sp > 1)
+        return sharc_error(SHARC_ERR_UNSUPPORTED, "plan: mesh.sp = %d: memory under sequence parallelism (its "
+                           "all-to-all buffers) is not planned yet", cfg->mesh.sp);
+    const sharc_fsdp_config *fc = &cfg->fsdp.engine;
+    int S = 1;
+    SHARC_TRY(sharc_mesh_shard_size(fc, world, &S));
+    /* shard groups are consecutive ranks (sharc/mesh.h), nodes consecutive blocks */
+    const bool node_local = world <= ranks_per_node || ranks_per_node % S == 0;
+    p->world = world;
+    p->dp_shard = S;
+    p->dp_replicate = world / S;
+    p->threads = threads > 0 ? threads : 1;
+    p->node_local = node_local;
+    p->shared = node_local && S > 1 && fc->param_dtype == SHARC_DT_F32 && !(getenv("SHARC_COMM_SHM") &&
+                                                                            !strcmp(getenv("SHARC_COMM_SHM"), "0"));
+    sharc_model *m = NULL;
+    SHARC_TRY(sharc_model_init(&m, &cfg->model, NULL));
+    sharc_status st = sharc_model_freeze(m, cfg->freeze_module_prefix, cfg->trainable, NULL);
+    sharc_fsdp_plan_summary e;
+    if (st == SHARC_OK)
+        st = sharc_fsdp_plan_bytes(sharc_model_units(m), sharc_model_num_units(m), sharc_model_schedule(m), fc, S,
+                                   p->shared, &e);
+    if (st == SHARC_OK) {
+        const sharc_unit_spec *u = sharc_model_units(m);
+        for (int i = 0; i < sharc_model_num_units(m); i++)
+            for (int k = 0; k < u[i].nparams; k++) {
+                p->nparams += u[i].params[k].numel;
+                if (!u[i].params[k].frozen) p->ntrainable += u[i].params[k].numel;
+            }
+        for (int c = 0; c < SHARC_MEM_NCAT; c++) p->bytes[c] = e.bytes[c];
+        p->bytes[SHARC_MEM_OPTIM] = 2 * (int64_t)sizeof(float) * e.trainable_shard;
+        int old = sharc_threads_get();
+        sharc_threads_set(p->threads);
+        if (cfg->fsdp.apply_tiled_mlp) sharc_model_set_tiled_mlp(m, cfg->fsdp.tiled_num_shards);
+        p->bytes[SHARC_MEM_ACTIVATIONS] = sharc_model_activation_bytes(m, cfg->train.batch_size, cfg->train.seq_len,
+                                                                        cfg->fsdp.activation_checkpointing);
+        sharc_threads_set(old);
+        /* the MPI path's scratch (one per group, grown to its largest call):
+         * a shard group across nodes reduce-scatters by all-to-all, one full
+         * unit in reduce_dtype; a replicate group across nodes all-reduces
+         * 16-bit gradients as padded pieces, (2 R + 1) pieces of a shard */
+        const int64_t es = (int64_t)sharc_dtype_size(fc->reduce_dtype), Rr = world / S;
+        if (!node_local && S > 1) p->bytes[SHARC_MEM_COMM] += e.max_padded * es;
+        if (world > ranks_per_node && Rr > 1 && fc->reduce_dtype != SHARC_DT_F32) {
+            int64_t piece = (e.max_trainable_shard + Rr - 1) / Rr;
+            p->bytes[SHARC_MEM_COMM] += (2 * Rr * piece + piece) * 2;
+        }
+        int64_t A = cfg->train.grad_accum, N = (int64_t)cfg->train.batch_size * cfg->train.seq_len;
+        p->bytes[SHARC_MEM_OTHER] += 2 * A * N * (int64_t)sizeof(int32_t) + A * (int64_t)sizeof(int64_t);
+        for (int c = 0; c < SHARC_MEM_NCAT; c++) p->total += p->bytes[c];
+    }
+    sharc_model_free(m);
+    return st;
+}
+
+static double gib(int64_t b) { return (double)b / (1024.0 * 1024.0 * 1024.0); }
+
+void sharc_memplan_print(FILE *f, const sharc_memplan *p, const sharc_config *cfg, const int64_t *measured) {
+    fprintf(f, "memory plan per rank: %s, %.3g parameters (%.3g trainable), %d rank%s (%s: %d shard x %d replicate%s), "
+               "micro-batch %d x %d, activation checkpointing %s, %d thread%s\n",
+            sharc_family_name(cfg->model.family), (double)p->nparams, (double)p->ntrainable, p->world,
+            p->world > 1 ? "s" : "", sharc_sharding_name(cfg->fsdp.engine.strategy), p->dp_shard, p->dp_replicate,
+            p->shared ? ", parameters shared per node" : p->node_local ? "" : ", groups across nodes",
+            cfg->train.batch_size, cfg->train.seq_len, cfg->fsdp.activation_checkpointing ? "on" : "off", p->threads,
+            p->threads > 1 ? "s" : "");
+    if (measured) fprintf(f, "  %-12s %12s %12s %8s\n", "category", "plan GiB", "peak GiB", "peak/plan");
+    else fprintf(f, "  %-12s %12s\n", "category", "plan GiB");
+    int64_t mt = 0;
+    for (int c = 0; c < SHARC_MEM_NCAT; c++) {
+        const char *note = c == SHARC_MEM_OTHER ? "  (batch; the dataset is not planned)" : "";
+        if (measured) {
+            mt += measured[c];
+            fprintf(f, "  %-12s %12.4f %12.4f %8.3f%s\n", sharc_mem_cat_name((sharc_mem_cat)c), gib(p->bytes[c]),
+                    gib(measured[c]), p->bytes[c] > 0 ? (double)measured[c] / (double)p->bytes[c] : 0.0, note);
+        } else {
+            fprintf(f, "  %-12s %12.4f%s\n", sharc_mem_cat_name((sharc_mem_cat)c), gib(p->bytes[c]), note);
+        }
+    }
+    if (measured) fprintf(f, "  %-12s %12.4f %12.4f\n", "total", gib(p->total), gib(mt));
+    else fprintf(f, "  %-12s %12.4f\n", "total", gib(p->total));
+}
+
+/* The plan's total for `c` at `world` ranks, or -1 if it cannot be made. */
+static int64_t total_of(const sharc_config *c, int world, int rpn, int threads) {
+    sharc_memplan p;
+    if (sharc_memplan_make(&p, c, world, rpn, threads) != SHARC_OK) return -1;
+    return p.total;
+}
+
+bool sharc_memplan_suggest(FILE *f, const sharc_config *cfg, int world, int rpn, int threads, int64_t limit) {
+    int64_t now = total_of(cfg, world, rpn, threads);
+    if (now < 0) return false;
+    if (now <= limit) {
+        fprintf(f, "fits: %.2f GiB planned per rank, %.2f GiB available\n", gib(now), gib(limit));
+        return true;
+    }
+    fprintf(f, "does not fit: %.2f GiB planned per rank, %.2f GiB available\n", gib(now), gib(limit));
+    /* single changes, least intrusive first: none changes the model or its results but the last */
+    sharc_config c = *cfg;
+    if (!cfg->fsdp.activation_checkpointing) {
+        c.fsdp.activation_checkpointing = true;
+        int64_t t = total_of(&c, world, rpn, threads);
+        if (t >= 0 && t <= limit) {
+            fprintf(f, "smallest change: fsdp.activation_checkpointing: true (%.2f GiB)\n", gib(t));
+            return true;
+        }
+        c = *cfg;
+    }
+    if (cfg->fsdp.engine.strategy != SHARC_SHARDING_FULL_SHARD || cfg->fsdp.engine.reshard_after_forward == 0) {
+        c.fsdp.engine.strategy = SHARC_SHARDING_FULL_SHARD;
+        c.fsdp.engine.reshard_after_forward = -1;
+        int64_t t = total_of(&c, world, rpn, threads);
+        if (t >= 0 && t <= limit) {
+            fprintf(f, "smallest change: fsdp.sharding_strategy: FULL_SHARD (%.2f GiB)\n", gib(t));
+            return true;
+        }
+        c = *cfg;
+    }
+    /* the same global batch in smaller micro-batches */
+    for (int b = cfg->train.batch_size - 1; b >= 1; b--) {
+        if (cfg->train.batch_size % b) continue;
+        c.train.batch_size = b;
+        c.train.grad_accum = cfg->train.grad_accum * (cfg->train.batch_size / b);
+        int64_t t = total_of(&c, world, rpn, threads);
+        if (t >= 0 && t <= limit) {
+            fprintf(f, "smallest change: train.batch_size: %d with train.grad_accum: %d (the same global batch; "
+                       "%.2f GiB)\n", b, c.train.grad_accum, gib(t));
+            return true;
+        }
+    }
+    c = *cfg;
+    /* more ranks, whole nodes (the global batch grows with them): double
+     * until one fits (or the per-rank total stops shrinking: what does not
+     * shard, activations and gathered units, stays), then the fewest
+     * between the last two */
+    int step = world >= rpn ? rpn : 1, lo = world, hi = 0;
+    int64_t prev = now;
+    for (int w = 2 * world; w <= (1 << 24); w *= 2) {
+        int64_t t = total_of(&c, w, rpn, threads);
+        if (t >= 0 && t <= limit) {
+            hi = w;
+            break;
+        }
+        if (t >= 0 && (double)t > 0.995 * (double)prev) break;
+        if (t >= 0) prev = t;
+        lo = w;
+    }
+    for (int w = lo + step; hi && w <= hi; w += step) {
+        if (w > rpn && w % rpn) continue;
+        int64_t t = total_of(&c, w, rpn, threads);
+        if (t >= 0 && t <= limit) {
+            fprintf(f, "smallest change: %d ranks instead of %d (%.2f GiB per rank; the global batch grows with "
+                       "them)\n", w, world, gib(t));
+            return true;
+        }
+    }
+    fprintf(f, "no single change fits: try activation checkpointing together with a smaller micro-batch, or a "
+               "smaller model\n");
+    return false;
+}

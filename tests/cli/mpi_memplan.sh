@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# timeout: 300
+# The memory plan (note [memory-plan] in src/train/memplan.c):
+#  - at 1-4 ranks, GPT-2 and Llama, FULL_SHARD / SHARD_GRAD_OP / NO_SHARD /
+#    HYBRID_SHARD, activation checkpointing off and on, frozen units, bf16
+#    parameters, the tiled MLP, prefetch depth, MPI collectives instead of
+#    shared memory: every planned
+#    category's measured peak equals the plan (mpi_tests memplan);
+#  - `sharc plan` prints a 7B and a 70B Llama at 8-1024 ranks in a few MB of
+#    memory, params per rank = 4 x parameters / ranks (plus padding), and
+#    --memory-per-rank names the smallest change that fits;
+#  - bad input: one line, exit 2.
+set -euo pipefail
+source "$SHARC_ROOT/tests/cli/mpi_lib.inc"
+cd "$TMPDIR"
+make_text text.txt
+L="model.family=llama model.num_kv_heads=1 model.tie_embeddings=false model.ff_hidden_dim=70"
+check() { # N args...
+  local n=$1; shift
+  local out
+  if ! out=$(mpi $n "$SHARC_BIN/mpi_tests" memplan text.txt "$@" 2>&1); then
+    echo "FAILED at $n ranks: $*"; echo "$out" | grep -v '^ok' | head -20; exit 1
+  fi
+  grep '^memory plan at' <<< "$out" | sed "s|\$| [$*]|"
+}
+for n in 1 2 3 4; do check $n; done
+check 2 $L
+check 3 $L
+check 3 model.freeze_module_prefix=wte,wpe,h.0. train.grad_accum=2
+check 2 $L fsdp.param_dtype=bf16 fsdp.no_sync=true train.grad_accum=2
+check 3 fsdp.forward_prefetch=true fsdp.limit_all_gathers=1
+check 2 fsdp.apply_tiled_mlp=true fsdp.tiled_num_shards=3
+check 3 $L fsdp.apply_tiled_mlp=true fsdp.tiled_num_shards=5
+SHARC_COMM_SHM=0 check 3 model.num_layers=4 fsdp.forward_prefetch=true fsdp.num_to_forward_prefetch=3 fsdp.num_to_backward_prefetch=2
+SHARC_COMM_SHM=0 check 4 $L fsdp.reduce_dtype=bf16
+
+S="$SHARC_BIN/sharc"
+for cfg in llama-7b llama-70b; do
+  for n in 8 64 1024; do
+    out=$(/usr/bin/time -f "rss %M" "$S" plan --config "$SHARC_ROOT/configs/$cfg.yaml" --ranks $n --ranks-per-node 8 2>&1)
+    rss=$(sed -n 's/^rss //p' <<< "$out")
+    [ "$rss" -lt 65536 ] || { echo "$cfg at $n ranks: $rss KB resident"; exit 1; }
+    # params per rank: 4 bytes x parameters / ranks, within the padding (16 floats per unit and rank)
+    awk -v n=$n -v cfg=$cfg '
+      /^memory plan per rank/ { for (i = 1; i <= NF; i++) if ($i == "parameters") p = $(i - 1) + 0 }
+      $1 == "params" { got = $2 * 1024 ^ 3; want = 4 * p / n
+                       if (got < want * 0.999 || got > want * 1.001 + 200 * 64) { print cfg, n, "params", got, "want", want; exit 1 }
+                       ok = 1 }
+      END { if (!ok) { print cfg, n, "no params line"; exit 1 } }' <<< "$out"
+  done
+done
+# 7B at 8 ranks in 24 GiB: without activation checkpointing it does not fit; the planner says what does
+out=$("$S" plan --config "$SHARC_ROOT/configs/llama-7b.yaml" --ranks 8 --fsdp.activation_checkpointing=false --memory-per-rank 24G)
+grep -q "^does not fit" <<< "$out" && grep -q "^smallest change: fsdp.activation_checkpointing: true" <<< "$out" || { echo "$out"; exit 1; }
+out=$("$S" plan --config "$SHARC_ROOT/configs/llama-70b.yaml" --ranks 8 --ranks-per-node 8 --memory-per-rank 48GiB)
+grep -q "^smallest change: [0-9]* ranks instead of 8" <<< "$out" || { echo "$out"; exit 1; }
+# what never shards (activations, gathered units) does not fit 24 GiB at any number of ranks
+out=$("$S" plan --config "$SHARC_ROOT/configs/llama-70b.yaml" --ranks 8 --ranks-per-node 8 --memory-per-rank 24GiB)
+grep -q "^no single change fits" <<< "$out" || { echo "$out"; exit 1; }
+out=$("$S" plan --config "$SHARC_ROOT/configs/llama-7b.yaml" --ranks 64 --memory-per-rank 24G)
+grep -q "^fits:" <<< "$out" || { echo "$out"; exit 1; }
+# bad input
+bad() { # expected-message args...
+  local want=$1; shift
+  set +e; local out; out=$("$S" plan "$@" 2>&1); local rc=$?; set -e
+  [ $rc -eq 2 ] && grep -q -- "$want" <<< "$out" || { echo "sharc plan $*: exit $rc: $out"; exit 1; }
+}
+bad "--ranks N is required" --config "$SHARC_ROOT/configs/llama-7b.yaml"
+bad "--ranks '0': expected a whole number" --ranks 0
+bad "--memory-per-rank '24Q'" --ranks 8 --memory-per-rank 24Q
+bad "ranks per node, expected a divisor" --ranks 12 --ranks-per-node 8
+bad "fsdp_size" --ranks 6 --fsdp.sharding_strategy=HYBRID_SHARD --fsdp.fsdp_size=4
+bad "is the prefix of no parameter" --ranks 2 --model.freeze_module_prefix=h.99.
+echo "sharc plan: 7B and 70B at 8-1024 ranks, suggestions and bad input"
