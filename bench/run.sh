@@ -10,7 +10,11 @@
 # the models' big matmul shapes, best GFLOP/s), then for GPT-2 124M (L=12,
 # C=768, H=12, V=50257, 1024 positions; B=4, T=256) and a small Llama (L=4,
 # d=256, 8 heads, 4 kv heads, SwiGLU 688, V=256; B=8, T=256): sharc
-# (bench/step) and PyTorch (bench/torch_step.py), alternated REPEATS times.
+# (bench/step) and PyTorch (bench/torch_step.py), alternated REPEATS times,
+# each in fp32 and in bf16 (sharc: --bf16, fsdp.param_dtype bf16, bf16
+# matrix products where the CPU has bf16 instructions, note [bf16-gemm];
+# PyTorch: torch.autocast("cpu", dtype=torch.bfloat16) around forward and
+# loss). BF16=0 leaves the bf16 runs out.
 # Each system's figure is its best run (the median step of that run); every
 # run is kept in the JSON.
 #
@@ -43,7 +47,7 @@ export BENCH_STEP="$step" BENCH_HERE="$here"
 export BENCH_THREADS=${THREADS:-2} BENCH_REPEATS=${REPEATS:-2}
 export BENCH_STEPS_GPT2=${STEPS_GPT2:-5} BENCH_STEPS_LLAMA=${STEPS_LLAMA:-20}
 export BENCH_QUIET_WAIT=${QUIET_WAIT:-90} BENCH_SGEMM_MIN_TIME=${SGEMM_MIN_TIME:-0.4}
-export BENCH_PYTHON=${PYTHON:-/usr/bin/python3}
+export BENCH_PYTHON=${PYTHON:-/usr/bin/python3} BENCH_BF16=${BF16:-1}
 export BENCH_OUT=${OUT:-$here/results/latest.json}
 mkdir -p "$(dirname "$BENCH_OUT")"
 
@@ -118,14 +122,28 @@ ceiling = run(f"sgemm ceiling ({threads} threads)",
 rows = []
 for name, steps, args in MODELS:
     a = args.split() + ["--steps", str(steps)]
+    bf16 = E["BENCH_BF16"] != "0"
     runs = {"sharc": [], "pytorch": []}
+    if bf16:
+        runs.update({"sharc_bf16": [], "pytorch_bf16": []})
     for r in range(repeats):
-        runs["sharc"].append(run(f"{name}: sharc (run {r + 1}/{repeats})", [step, *a, "--threads", str(threads)]))
-        runs["pytorch"].append(run(f"{name}: PyTorch (run {r + 1}/{repeats})",
-                                   [py, os.path.join(here, "torch_step.py"), *a, "--threads", str(threads)],
-                                   TORCH_ENV))
+        for p16 in ([False, True] if bf16 else [False]):
+            sfx, flag = ("_bf16", ["--bf16"]) if p16 else ("", [])
+            runs["sharc" + sfx].append(run(f"{name}: sharc{sfx} (run {r + 1}/{repeats})",
+                                           [step, *a, "--threads", str(threads), *flag]))
+            runs["pytorch" + sfx].append(run(f"{name}: PyTorch{sfx} (run {r + 1}/{repeats})",
+                                             [py, os.path.join(here, "torch_step.py"), *a, "--threads", str(threads),
+                                              *flag], TORCH_ENV))
     best = {k: max(v, key=lambda x: x["tokens_per_s"]) for k, v in runs.items()}
     s, t = best["sharc"], best["pytorch"]
+    b16 = {}
+    if bf16:
+        s16, t16 = best["sharc_bf16"], best["pytorch_bf16"]
+        b16 = {"sharc_bf16_tokens_per_s": s16["tokens_per_s"], "pytorch_bf16_tokens_per_s": t16["tokens_per_s"],
+               "sharc_bf16_compute": s16.get("bf16", "?"),
+               "sharc_bf16_over_sharc_fp32": round(s16["tokens_per_s"] / s["tokens_per_s"], 3),
+               "sharc_bf16_over_pytorch_bf16": round(s16["tokens_per_s"] / t16["tokens_per_s"], 3),
+               "pytorch_bf16_over_pytorch_fp32": round(t16["tokens_per_s"] / t["tokens_per_s"], 3)}
     rows.append({
         "model": name, "batch": s["batch"], "seq": s["seq"], "params": s["params"],
         "sharc_tokens_per_s": s["tokens_per_s"], "pytorch_tokens_per_s": t["tokens_per_s"],
@@ -137,6 +155,7 @@ for name, steps, args in MODELS:
         "sharc_fraction_of_sgemm_ceiling": round(s["gflops_per_s"] / ceiling["sgemm_gflops"], 3),
         "sharc_peak_mem_mib": s["peak_mem_mib"], "sharc_max_rss_mib": s["max_rss_mib"],
         "pytorch_max_rss_mib": t["max_rss_mib"],
+        **b16,
         "contended": any(x["foreign_cpu"] > 0.15 for x in (s, t)),
         "runs": runs,
     })
@@ -165,6 +184,16 @@ for r in rows:
     print(f"{r['model']:<13}{str(r['batch']) + ' x ' + str(r['seq']):>9}{r['sharc_tokens_per_s']:>13.1f}"
           f"{r['pytorch_tokens_per_s']:>13.1f}{r['ratio']:>12.2f}x{r['median_ratio']:>12.2f}x{r['sharc_gflops_per_s']:>15.1f}"
           f"{r['sharc_fraction_of_sgemm_ceiling']:>12.0%}{r['pytorch_gflops_per_s']:>15.1f}{mark}")
+if any("sharc_bf16_tokens_per_s" in r for r in rows):
+    hdr = f"{'bf16':<13}{'sharc compute':>15}{'sharc tok/s':>13}{'torch tok/s':>13}{'vs sharc fp32':>15}" \
+          f"{'vs torch bf16':>15}{'torch bf16/fp32':>17}"
+    print(hdr)
+    print("-" * len(hdr))
+    for r in rows:
+        if "sharc_bf16_tokens_per_s" in r:
+            print(f"{r['model']:<13}{r['sharc_bf16_compute']:>15}{r['sharc_bf16_tokens_per_s']:>13.1f}"
+                  f"{r['pytorch_bf16_tokens_per_s']:>13.1f}{r['sharc_bf16_over_sharc_fp32']:>14.2f}x"
+                  f"{r['sharc_bf16_over_pytorch_bf16']:>14.2f}x{r['pytorch_bf16_over_pytorch_fp32']:>16.2f}x")
 if cmark or any(r["contended"] for r in rows):
     print("* other processes used > 0.15 cores during a run counted here; see foreign_cpu in the JSON")
 print(f"({result['wall_s']:.0f} s; written to {E['BENCH_OUT']})")

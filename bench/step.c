@@ -3,7 +3,7 @@
  *
  *   step --family gpt2|llama [--layers L --dim C --heads H --kv-heads K --ffn F
  *        --vocab V --max-seq M] --batch B --seq T [--steps N] [--threads K] [--ac]
- *        [--fwd-steps N]
+ *        [--fwd-steps N] [--bf16]
  *   step --sgemm [--threads K] [--min-time S]
  *
  * A training step is what the trainer does for one micro-batch: zero the
@@ -15,6 +15,8 @@
  * --fwd-steps N additionally times N forward-only passes (sharc_model_forward_loss:
  * the same blocks and the head's logits + loss, no backward sgemms) so that a
  * step can be split into forward and backward through the public API.
+ * --bf16: fsdp.param_dtype bf16, so the model computes in bf16 where the CPU
+ * can (JSON "bf16": "oneDNN", "emulated" or "fp32", note [bf16-gemm]).
  * SHARC_PROFILE=1 prints the per-kernel regions of sharc/prof.h to stderr.
  *
  * Prints one JSON line on stdout. */
@@ -129,19 +131,20 @@ static int sgemm_ceiling(double min_time) {
 static void usage(void) {
     fprintf(stderr,
             "usage: step --family gpt2|llama [--layers L --dim C --heads H --kv-heads K --ffn F --vocab V\n"
-            "            --max-seq M] [--batch B --seq T --steps N --threads K --ac --fwd-steps N]\n"
+            "            --max-seq M] [--batch B --seq T --steps N --threads K --ac --fwd-steps N --bf16]\n"
             "       step --sgemm [--threads K --min-time S]\n");
 }
 
 int main(int argc, char **argv) {
     const char *family = "gpt2";
     int L = 0, C = 0, H = 0, KV = 0, F = 0, V = 0, maxT = 0;
-    int B = 4, T = 256, steps = 5, threads = 0, ac = 0, sgemm = 0, fwd_steps = 0;
+    int B = 4, T = 256, steps = 5, threads = 0, ac = 0, sgemm = 0, fwd_steps = 0, bf16 = 0;
     double min_time = 0.4;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--sgemm")) { sgemm = 1; continue; }
         if (!strcmp(a, "--ac")) { ac = 1; continue; }
+        if (!strcmp(a, "--bf16")) { bf16 = 1; continue; }
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(); return 0; }
         if (i + 1 >= argc) {
             fprintf(stderr, "step: %s needs a value\n", a);
@@ -195,6 +198,7 @@ int main(int argc, char **argv) {
     sharc_adamw *opt;
     sharc_fsdp_config fc;
     sharc_fsdp_config_default(&fc);
+    if (bf16) fc.param_dtype = SHARC_DT_BF16;
     sharc_optim_config oc;
     sharc_optim_config_default(&oc); /* betas 0.9/0.95, eps 1e-8, wd 0.1, max norm 1 */
     if (sharc_model_init(&m, &c, NULL) != SHARC_OK || sharc_model_plan(m, B, T, ac) != SHARC_OK ||
@@ -275,6 +279,8 @@ int main(int argc, char **argv) {
            fpt * tps * 1e-9, median(ph[1], steps) * 1e3, median(ph[2], steps) * 1e3, median(ph[3], steps) * 1e3,
            median(ph[4], steps) * 1e3);
     if (fwd_steps > 0) printf(", \"forward_only_ms\": %.1f", fwd_ms);
+    sharc_bf16_mode bm = sharc_bf16_mode_get(NULL);
+    printf(", \"bf16\": \"%s\"", !sharc_model_computes_bf16(m, e) ? "fp32" : bm == SHARC_BF16_ONEDNN ? "oneDNN" : "emulated");
     printf(", \"loss_first\": %.4f, \"loss_last\": %.4f, \"peak_mem_mib\": %.1f, \"max_rss_mib\": %.1f}\n", first_loss,
            last_loss, (double)mem.peak_total / (1 << 20), max_rss_mib());
     free(in);

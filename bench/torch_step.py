@@ -181,6 +181,9 @@ def main():
     p.add_argument("--attn", default="baddbmm", choices=["baddbmm", "matmul"],
                    help="causal attention: one baddbmm with scale and additive mask (default), or "
                         "matmul + masked_fill with k, v repeated for grouped-query attention")
+    p.add_argument("--bf16", action="store_true",
+                   help="forward and loss under torch.autocast('cpu', dtype=torch.bfloat16); fp32 master "
+                        "weights and AdamW, as sharc's fsdp.param_dtype bf16")
     p.add_argument("--eps", type=float, default=1e-5)
     p.add_argument("--rope-theta", type=float, default=10000.0)
     a = p.parse_args()
@@ -206,7 +209,8 @@ def main():
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
         t1 = time.perf_counter()
-        loss = model(idx, tgt)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.bf16):
+            loss = model(idx, tgt)
         t2 = time.perf_counter()
         loss.backward()
         t3 = time.perf_counter()
@@ -228,7 +232,7 @@ def main():
         "layers": a.layers, "dim": a.dim, "heads": a.heads, "kv_heads": a.kv_heads, "ffn": a.ffn,
         "vocab": a.vocab, "batch": a.batch, "seq": a.seq, "steps": a.steps, "warmup": a.warmup, "attn": a.attn,
         "threads": torch.get_num_threads(), "blas_core": core, "blas_library": lib,
-        "torch": torch.__version__,
+        "torch": torch.__version__, "bf16": "autocast" if a.bf16 else "fp32",
         "env": {k: os.environ.get(k, "") for k in ("OPENBLAS_CORETYPE", "OMP_WAIT_POLICY", "OPENBLAS_NUM_THREADS",
                                                     "OMP_NUM_THREADS", "ATEN_CPU_CAPABILITY")},
         "step_ms": round(med["step"] * 1e3, 1), "step_ms_min": round(min(step) * 1e3, 1),

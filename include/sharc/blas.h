@@ -10,6 +10,7 @@
 #define SHARC_BLAS_H
 
 #include <stdbool.h>
+#include <stdint.h>
 #include "sharc/status.h"
 
 #ifdef __cplusplus
@@ -44,6 +45,20 @@ int sharc_cpus_available(void);
  * from inside an OpenMP parallel region (it then runs on the calling thread). */
 void sharc_sgemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float *A,
                  int lda, const float *B, int ldb, float beta, float *C, int ldc);
+
+/* bf16 compute (note [bf16-gemm] in src/device/cpu/blas.c): how sharc_bgemm
+ * computes. NONE: this CPU or library cannot (sharc_bgemm still works, by
+ * emulation, but the model computes in fp32); EMULATED: widened to fp32 and
+ * sgemm (SHARC_BF16=emulate, for tests); ONEDNN: oneDNN's bf16 GEMM. */
+typedef enum { SHARC_BF16_NONE, SHARC_BF16_EMULATED, SHARC_BF16_ONEDNN } sharc_bf16_mode;
+/* The mode chosen at load (SHARC_BF16=auto|emulate|off); *why (nullable) says why. */
+sharc_bf16_mode sharc_bf16_mode_get(const char **why);
+/* Tests: force a mode (ONEDNN only if oneDNN's bf16 GEMM was loaded); returns the previous one. */
+sharc_bf16_mode sharc_bf16_mode_set(sharc_bf16_mode mode);
+/* Row-major C(M,N) = alpha * op(A) @ op(B) + beta * C with bf16 A and B (raw
+ * 16-bit words) and fp32 accumulation and C. Not for parallel regions. */
+void sharc_bgemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const uint16_t *A, int lda,
+                 const uint16_t *B, int ldb, float beta, float *C, int ldc);
 
 #ifdef __cplusplus
 }

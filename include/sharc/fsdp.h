@@ -136,6 +136,8 @@ typedef struct {
 int sharc_fsdp_num_units(const sharc_fsdp *e);
 /* The device the shards live on (the model that runs with the engine uses the same). */
 sharc_device *sharc_fsdp_device(const sharc_fsdp *e);
+/* The dtype parameters are gathered in (fsdp.param_dtype). */
+sharc_dtype sharc_fsdp_param_dtype(const sharc_fsdp *e);
 const sharc_unit_spec *sharc_fsdp_unit_spec(const sharc_fsdp *e, int unit);
 int64_t sharc_fsdp_shard_numel(const sharc_fsdp *e, int unit); /* padded */
 /* This rank's fp32 parameter shard (numel_shard floats, read-only: see

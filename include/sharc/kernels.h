@@ -160,6 +160,22 @@ typedef struct sharc_kernels {
      * value of an element does not depend on which rank or chunk computes it. */
     void (*init_normal)(sharc_stream *s, float *dst, int64_t n, float std, uint64_t seed, uint64_t stream,
                         uint64_t first);
+
+    /* ---- bf16 compute (docs/ARCHITECTURE.md "Mixed precision") ----
+     * Whether the *_bf16 slots below really compute with bf16 operands on
+     * this device now (the CPU: bf16 dot-product instructions and oneDNN, or
+     * SHARC_BF16=emulate). (optional: false) */
+    bool (*bf16_compute)(void);
+    /* matmul_forward, matmul_backward and lmhead_xent with their matrix
+     * operands (x, w, dy, dlogits) rounded to bf16 and products accumulated
+     * in fp32; inputs, outputs, biases, the softmax and the loss stay fp32.
+     * (optional: the fp32 slot) */
+    void (*matmul_forward_bf16)(sharc_stream *s, float *y, const float *x, const float *w, const float *b,
+                                int64_t N, int IC, int OC);
+    void (*matmul_backward_bf16)(sharc_stream *s, float *dx, float *dw, float *db, const float *dy, const float *x,
+                                 const float *w, int64_t N, int IC, int OC);
+    void (*lmhead_xent_bf16)(sharc_stream *s, double *loss_sum, float *dx, float *dw, const float *x, const float *w,
+                             const int32_t *targets, float scale, int64_t N, int C, int V, float *ws, int64_t chunk);
 } sharc_kernels;
 
 #ifdef __cplusplus

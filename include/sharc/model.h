@@ -112,6 +112,11 @@ double sharc_model_forward_loss(sharc_model *m, sharc_fsdp *e, const int32_t *in
 void sharc_model_logits_last(sharc_model *m, sharc_fsdp *e, const int32_t *inputs, int len,
                              float *logits);
 
+/* Whether the model's matrix products run in bf16 with engine e: its
+ * param_dtype is bf16 and the device's kernels can (note [bf16-compute] in
+ * src/model/model.c); otherwise they run in fp32. */
+bool sharc_model_computes_bf16(const sharc_model *m, const sharc_fsdp *e);
+
 /* Seconds spent in forward and backward since the last reset, measured by
  * the model around its layer loops (gather waits included). Forward:
  * embedding, blocks, final norm (and the forward-only head of

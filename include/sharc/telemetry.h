@@ -59,6 +59,10 @@ sharc_status sharc_telemetry_reduce(sharc_comm *world, const sharc_step_stats *l
  * loop (AVX-512 or AVX2+FMA, chosen at run time; best of a few ~20 ms runs).
  * Local, no collective. */
 double sharc_telemetry_measure_peak_flops(int threads);
+/* The same for bf16 dot products (VDPBF16PS, 64 FLOPs an instruction): the
+ * peak MFU divides by when the model computes in bf16 on oneDNN; 0 on a
+ * CPU without AVX512_BF16. */
+double sharc_telemetry_measure_peak_flops_bf16(int threads);
 
 /* One JSON line of the metrics file: torchtitan's names where they exist. */
 void sharc_telemetry_write_json(FILE *f, const sharc_step_stats *s, const sharc_step_global *g);

@@ -131,7 +131,7 @@ static const key_def keys[] = {
     {"fsdp.use_orig_params", K_BOOL, OFF(fsdp.use_orig_params), 0, 0, NULL, "false", LOCAL, "accepted for FSDP1 configs; no effect (parameters keep their names and shapes)"},
     {"fsdp.wrap_policy", K_ENUM, OFF(fsdp.wrap_policy), 0, 0, wrap_policies, "transformer_block", LOCAL, "transformer_block (one unit per block; others warn)"},
     /* telemetry and validation (src/train/telemetry.c, src/train/eval.c) */
-    {"log.peak_tflops", K_FLOAT, OFF(log.peak_tflops), 0, BIG, NULL, "0", LOCAL, "peak fp32 TFLOP/s of one rank for mfu(%) (0: measured by an FMA loop at start)"},
+    {"log.peak_tflops", K_FLOAT, OFF(log.peak_tflops), 0, BIG, NULL, "0", LOCAL, "peak TFLOP/s of one rank for mfu(%), bf16 when computing in bf16 (0: measured at start)"},
     {"log.debug", K_BOOL, OFF(log.debug), 0, 0, NULL, "false", LOCAL, "per-rank JSON lines of each step in out_dir/debug/rank-N.log"},
     {"log.eval_every", K_INT, OFF(log.eval_every), 0, INT_MAX, NULL, "0", AGREE, "validation loss on data.val_path every N steps (0: off)"},
     {"log.eval_batches", K_INT, OFF(log.eval_batches), 0, INT_MAX, NULL, "0", AGREE, "micro-batches per validation, all ranks together (0: every window)"},

@@ -249,6 +249,8 @@ static void add_by_sum_ranks(sharc_stream *s, float *y, const float *a, const fl
     s->dev->kernels.sum_ranks(s, y, src, 2, n, SHARC_DT_F32, false);
 }
 
+static bool no_bf16_compute(void) { return false; }
+
 static void accumulate_by_sum_ranks(sharc_stream *s, float *dst, const float *src, int64_t n) {
     const void *one[1] = {src};
     s->dev->kernels.sum_ranks(s, dst, one, 1, n, SHARC_DT_F32, true);
@@ -263,7 +265,8 @@ static void accumulate_by_sum_ranks(sharc_stream *s, float *dst, const float *sr
     X(swiglu_backward, 1) X(add, 0) X(embedding_forward, 1) X(embedding_backward, 1) X(rope_table, 1)          \
     X(rope_forward, 1) X(rope_backward, 1) X(attention_workspace, 1) X(attention_forward, 1)                  \
     X(attention_backward, 1) X(xent_forward_backward, 1) X(lmhead_xent, 1) X(cast, 1) X(round, 1)              \
-    X(accumulate, 0) X(sum_ranks, 1) X(sumsq, 1) X(adamw, 1) X(fill, 1) X(init_normal, 1)
+    X(accumulate, 0) X(sum_ranks, 1) X(sumsq, 1) X(adamw, 1) X(fill, 1) X(init_normal, 1)                     \
+    X(bf16_compute, 0) X(matmul_forward_bf16, 0) X(matmul_backward_bf16, 0) X(lmhead_xent_bf16, 0)
 
 #define COUNT_SLOT(name, required) +1
 _Static_assert(sizeof(sharc_kernels) == (0 SHARC_KERNEL_SLOTS(COUNT_SLOT)) * sizeof(void (*)(void)),
@@ -277,5 +280,11 @@ sharc_status sharc_device_kernels_complete(const char *backend, sharc_kernels *k
 #undef CHECK_SLOT
     if (!k->add) k->add = add_by_sum_ranks;
     if (!k->accumulate) k->accumulate = accumulate_by_sum_ranks;
+    /* without bf16 kernels a device computes in fp32 (and says so: bf16_compute false) */
+    if (!k->matmul_forward_bf16 || !k->matmul_backward_bf16 || !k->lmhead_xent_bf16) k->bf16_compute = NULL;
+    if (!k->bf16_compute) k->bf16_compute = no_bf16_compute;
+    if (!k->matmul_forward_bf16) k->matmul_forward_bf16 = k->matmul_forward;
+    if (!k->matmul_backward_bf16) k->matmul_backward_bf16 = k->matmul_backward;
+    if (!k->lmhead_xent_bf16) k->lmhead_xent_bf16 = k->lmhead_xent;
     return SHARC_OK;
 }

@@ -385,6 +385,7 @@ sharc_status sharc_fsdp_grad_norm(sharc_fsdp *e, double *norm, double *extra) {
 
 int sharc_fsdp_num_units(const sharc_fsdp *e) { return e->nunits; }
 sharc_device *sharc_fsdp_device(const sharc_fsdp *e) { return e->dev; }
+sharc_dtype sharc_fsdp_param_dtype(const sharc_fsdp *e) { return e->cfg.param_dtype; }
 const sharc_unit_spec *sharc_fsdp_unit_spec(const sharc_fsdp *e, int u) { return &sharc_fsdp_unit_at(e, u)->spec; }
 int64_t sharc_fsdp_shard_numel(const sharc_fsdp *e, int u) { return sharc_fsdp_unit_at(e, u)->numel_shard; }
 const float *sharc_fsdp_shard_params(const sharc_fsdp *e, int u) { return sharc_fsdp_unit_at(e, u)->param_shard; }

@@ -30,7 +30,13 @@
  * Frozen parameters (note [frozen-params] in src/fsdp/units.c): their weight
  * gradient pointers are NULL, so the kernels skip those products; a unit
  * with nothing trainable gets NULL from sharc_fsdp_grad; the blocks before
- * the first trainable unit run no backward at all (released instead). */
+ * the first trainable unit run no backward at all (released instead).
+ *
+ * Note [bf16-compute]. With fsdp.param_dtype bf16 on a device whose table
+ * can compute in bf16 (bf16_compute), the model runs on a copy of the table
+ * whose matmul and LM-head slots are the *_bf16 variants (use_kernels, at
+ * each entry point); every other kernel, the activations kept for backward
+ * and the loss stay fp32. Otherwise the device's own table. */
 #include "sharc/model.h"
 #include "sharc/blas.h"
 #include "sharc/clock.h"
@@ -68,7 +74,9 @@ struct sharc_model {
     sharc_model_config cfg;
     sharc_device *dev;         /* where activations live and kernels run */
     sharc_stream *s;           /* the device's default stream */
-    const sharc_kernels *k;    /* the device's kernel table */
+    const sharc_kernels *k;    /* the table kernels run from: kdev or k16 (note [bf16-compute]) */
+    const sharc_kernels *kdev; /* the device's kernel table */
+    sharc_kernels k16;         /* kdev with the bf16 matmul and head slots */
     int nunits;
     sharc_unit_spec *units;
     int *order;                /* (nunits) note [unit-schedule] */
@@ -276,7 +284,11 @@ sharc_status sharc_model_init(sharc_model **out, const sharc_model_config *cfg, 
     m->dev = dev ? dev : sharc_device_cpu();
     m->sp = 1;
     m->s = sharc_device_stream(m->dev);
-    m->k = sharc_device_kernels(m->dev);
+    m->k = m->kdev = sharc_device_kernels(m->dev);
+    m->k16 = *m->kdev;
+    m->k16.matmul_forward = m->kdev->matmul_forward_bf16;
+    m->k16.matmul_backward = m->kdev->matmul_backward_bf16;
+    m->k16.lmhead_xent = m->kdev->lmhead_xent_bf16;
     m->L = c.num_layers;
     m->C = c.embed_dim;
     m->NH = c.num_heads;
@@ -685,10 +697,20 @@ static const float *head_weight(sharc_model *m, sharc_fsdp *e, const float *hp) 
     return hp + m->units[m->L + 1].params[m->head_w].offset;
 }
 
+/* note [bf16-compute] */
+bool sharc_model_computes_bf16(const sharc_model *m, const sharc_fsdp *e) {
+    return sharc_fsdp_param_dtype(e) == SHARC_DT_BF16 && m->kdev->bf16_compute();
+}
+
+static void use_kernels(sharc_model *m, const sharc_fsdp *e) {
+    m->k = sharc_model_computes_bf16(m, e) ? &m->k16 : m->kdev;
+}
+
 /* Embedding and blocks; with `store` false every block reuses set 0. */
 static void forward_body(sharc_model *m, sharc_fsdp *e, const int32_t *inputs, int B, int T,
                          bool store) {
     int64_t N = (int64_t)B * T;
+    use_kernels(m, e);
     check_inputs(m, e, inputs, N);
     const float *ep = sharc_fsdp_gather(e, 0);
     const float *wpe = m->cfg.family == SHARC_FAMILY_GPT2 ? ep + m->units[0].params[1].offset : NULL;

@@ -73,6 +73,7 @@ struct sharc_trainer {
     double flops_per_token;
     sharc_dataset *val;       /* data.val_path when log.eval_every > 0 */
     double peak_flops_world;  /* sum over ranks of each rank's peak (telemetry.h) */
+    bool bf16;                /* the model's matrix products run in bf16 (sharc_model_computes_bf16) */
 };
 
 /* train.threads = 0: the CPUs this rank may use; when that is the whole node
@@ -310,9 +311,14 @@ sharc_status sharc_trainer_init(sharc_trainer **out, const sharc_config *cfg, sh
     st = sharc_adamw_init(&t->opt, t->engine, &t->cfg.optim);
     if ((st = agree(t->world, st)) != SHARC_OK) goto fail;
     t->flops_per_token = sharc_model_flops_per_token(&t->cfg.model, tc->seq_len);
-    /* MFU's denominator: this rank's cores, measured or given, summed over ranks */
+    /* MFU's denominator: this rank's cores, measured or given, summed over
+     * ranks; with bf16 compute on oneDNN the bf16 dot-product peak (emulated
+     * bf16 runs on sgemm: the fp32 peak) */
+    t->bf16 = sharc_model_computes_bf16(t->model, t->engine);
+    bool bf16_peak = t->bf16 && sharc_bf16_mode_get(NULL) == SHARC_BF16_ONEDNN;
     t->peak_flops_world = t->cfg.log.peak_tflops > 0 ? 1e12 * (double)t->cfg.log.peak_tflops
-                                                     : sharc_telemetry_measure_peak_flops(sharc_threads_get());
+                          : bf16_peak ? sharc_telemetry_measure_peak_flops_bf16(sharc_threads_get())
+                                      : sharc_telemetry_measure_peak_flops(sharc_threads_get());
     if ((st = sharc_comm_all_reduce(t->world, &t->peak_flops_world, &t->peak_flops_world, 1, SHARC_DT_F64,
                                    SHARC_REDUCE_OP_SUM)) != SHARC_OK)
         goto alone;
@@ -562,8 +568,20 @@ static void print_banner(const sharc_trainer *t) {
     sharc_info("sharc: data %s: %lld tokens, %lld windows of %d; %d sequences per step", c->data.path,
                (long long)sharc_dataset_num_tokens(t->data), (long long)sharc_sampler_windows(t->sampler),
                c->train.seq_len + 1, c->train.batch_size * c->train.grad_accum * (R / m->sp));
+    const char *why;
+    sharc_bf16_mode bm = sharc_bf16_mode_get(&why);
+    if (c->fsdp.engine.param_dtype == SHARC_DT_BF16) {
+        if (t->bf16)
+            sharc_info("sharc: fsdp.param_dtype bf16: matrix products in bf16 (%s), norms, softmax, loss and reductions in fp32",
+                       why);
+        else
+            sharc_warn("fsdp.param_dtype: bf16 computes in fp32 on this machine (%s); parameters are still gathered and rounded in bf16",
+                       why);
+    }
     sharc_info("sharc: peak %.1f GFLOP/s over all ranks for mfu(%%) (%s)", t->peak_flops_world * 1e-9,
-               c->log.peak_tflops > 0 ? "log.peak_tflops" : "measured FMA loop");
+               c->log.peak_tflops > 0                          ? "log.peak_tflops"
+               : t->bf16 && bm == SHARC_BF16_ONEDNN ? "measured bf16 dot-product loop"
+                                                               : "measured FMA loop");
 }
 
 /* Note [flight] (src/core/flight.c): dumps go to out_dir/debug; a previous

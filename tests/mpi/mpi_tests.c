@@ -330,6 +330,14 @@ static void apply_args(sharc_config *c, int argc, char **argv) {
  * (1e-3) and norm (1e-2) only: where a gradient is a small sum of larger
  * per-rank parts, their rounding can flip its sign and Adam then moves that
  * weight a full step the other way, so single weights are not comparable.
+ * bf16 compute (note [bf16-compute]) rounds activations too: N ranks and
+ * one process multiply row blocks of other heights, so a last-bit
+ * difference of an fp32 product (another kernel or blocking for another
+ * M) can flip an activation's bf16 rounding, and at lr = 1e-2 the tiny
+ * model amplifies that to 2e-4 of the loss within 5 steps. Checked at
+ * lr = 1e-3: 1e-4 on the loss, 1e-3 on the norm, 5e-3 of the lr sum
+ * (observed: losses equal or within 2e-7, parameters within 3.4e-4). Not
+ * bit for bit, as fp32 is not: dW sums over a rank's rows, then ranks.
  * GPT-2's key bias is skipped: its gradient is zero in exact arithmetic
  * (softmax ignores a constant added to a row of scores), so both runs hold
  * rounding noise there, which Adam turns into full steps. Returns the worst

@@ -63,6 +63,10 @@ static const sharc_kernels cpu_kernels = {
     .adamw = sharc_cpu_adamw,
     .fill = sharc_cpu_fill,
     .init_normal = sharc_cpu_init_normal,
+    .bf16_compute = sharc_cpu_bf16_compute,
+    .matmul_forward_bf16 = sharc_cpu_matmul_forward_bf16,
+    .matmul_backward_bf16 = sharc_cpu_matmul_backward_bf16,
+    .lmhead_xent_bf16 = sharc_cpu_lmhead_xent_bf16,
 };
 
 const sharc_device_i sharc_cpu_device_i = {

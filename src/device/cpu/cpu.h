@@ -12,6 +12,19 @@ void sharc_cpu_matmul_forward(sharc_stream *s, float *y, const float *x, const f
                               int IC, int OC);
 void sharc_cpu_matmul_backward(sharc_stream *s, float *dx, float *dw, float *db, const float *dy, const float *x,
                                const float *w, int64_t N, int IC, int OC);
+/* bf16 variants (note [bf16-gemm]): the same signatures and results within
+ * bf16 rounding; operands rounded to bf16 into sharc_cpu_bf16_operand's
+ * scratch (note [bf16-scratch]), products accumulated in fp32. */
+enum { SHARC_CPU_BF16_X, SHARC_CPU_BF16_W, SHARC_CPU_BF16_DY, SHARC_CPU_BF16_SLOTS };
+const uint16_t *sharc_cpu_bf16_operand(int slot, const float *src, int64_t n);
+bool sharc_cpu_bf16_compute(void);
+void sharc_cpu_matmul_forward_bf16(sharc_stream *s, float *y, const float *x, const float *w, const float *b,
+                                   int64_t N, int IC, int OC);
+void sharc_cpu_matmul_backward_bf16(sharc_stream *s, float *dx, float *dw, float *db, const float *dy,
+                                    const float *x, const float *w, int64_t N, int IC, int OC);
+void sharc_cpu_lmhead_xent_bf16(sharc_stream *s, double *loss_sum, float *dx, float *dw, const float *x,
+                                const float *w, const int32_t *targets, float scale, int64_t N, int C, int V,
+                                float *ws, int64_t chunk);
 /* norm.c */
 void sharc_cpu_layernorm_forward(sharc_stream *s, float *y, float *mean, float *rstd, const float *x,
                                  const float *w, const float *b, int64_t N, int C, float eps);

@@ -1,5 +1,9 @@
-/* matmul.c: sharc_cpu_matmul_*, the linear layer on top of sharc_sgemm. */
+/* matmul.c: sharc_cpu_matmul_*, the linear layer on top of sharc_sgemm, its
+ * bf16 variants on top of sharc_bgemm (note [bf16-gemm]), and the scratch
+ * that holds their bf16 operands. */
+#include "sharc/alloc.h"
 #include "sharc/blas.h"
+#include "sharc/log.h"
 #include "cpu.h"
 #include "../../core/parallel.h"
 
@@ -35,6 +39,63 @@ void sharc_cpu_matmul_backward(sharc_stream *s, float *dx, float *dw, float *db,
     if (dw) sharc_sgemm(true, false, OC, IC, (int)N, 1.0f, dy, OC, x, IC, 1.0f, dw, IC);
     if (!db) return;
     /* split the columns: each thread owns a slice of db, no reduction needed */
+    int64_t nc = sharc_par_chunks(OC, N, sharc_threads_get());
+    if (nc > OC / 16) nc = OC / 16 > 0 ? OC / 16 : 1;
+#pragma omp parallel for schedule(static) if (nc > 1)
+    for (int64_t c = 0; c < nc; c++)
+        colsum_cols(db, dy, N, OC, (int)(c * OC / nc), (int)((c + 1) * OC / nc));
+}
+
+/* ------------------------------------------------------------------ bf16 */
+
+/* Note [bf16-scratch]: the bf16 kernels round their fp32 operands into these
+ * buffers (round to nearest even; the gathered weights are bf16 values
+ * already, so theirs is exact). One buffer per operand role, grown to the
+ * largest size asked and kept (counted as SHARC_MEM_OTHER); the kernels
+ * run one at a time on the host thread, never inside a parallel region. */
+static uint16_t *scratch[SHARC_CPU_BF16_SLOTS];
+static int64_t scratch_cap[SHARC_CPU_BF16_SLOTS];
+
+const uint16_t *sharc_cpu_bf16_operand(int slot, const float *src, int64_t n) {
+    if (n > scratch_cap[slot]) {
+        sharc_free(scratch[slot]);
+        scratch[slot] = sharc_alloc((size_t)n * sizeof(uint16_t), SHARC_MEM_OTHER);
+        if (!scratch[slot])
+            sharc_fatal(__FILE__, __LINE__, "bf16 kernels: out of memory for %lld bf16 operands", (long long)n);
+        scratch_cap[slot] = n;
+    }
+    sharc_from_f32(scratch[slot], src, SHARC_DT_BF16, n);
+    return scratch[slot];
+}
+
+bool sharc_cpu_bf16_compute(void) { return sharc_bf16_mode_get(NULL) != SHARC_BF16_NONE; }
+
+void sharc_cpu_matmul_forward_bf16(sharc_stream *s, float *y, const float *x, const float *w, const float *b,
+                                   int64_t N, int IC, int OC) {
+    const uint16_t *xb = sharc_cpu_bf16_operand(SHARC_CPU_BF16_X, x, N * IC);
+    const uint16_t *wb = sharc_cpu_bf16_operand(SHARC_CPU_BF16_W, w, (int64_t)OC * IC);
+    sharc_bgemm(false, true, (int)N, OC, IC, 1.0f, xb, IC, wb, IC, 0.0f, y, OC);
+    if (!b) return;
+    int64_t nc = sharc_par_chunks(N, OC, sharc_threads_get());
+#pragma omp parallel for schedule(static) if (nc > 1)
+    for (int64_t c = 0; c < nc; c++) add_bias_rows(y, b, c * N / nc, (c + 1) * N / nc, OC);
+}
+
+void sharc_cpu_matmul_backward_bf16(sharc_stream *s, float *dx, float *dw, float *db, const float *dy,
+                                    const float *x, const float *w, int64_t N, int IC, int OC) {
+    if (dx || dw) {
+        const uint16_t *dyb = sharc_cpu_bf16_operand(SHARC_CPU_BF16_DY, dy, N * OC);
+        if (dx) {
+            const uint16_t *wb = sharc_cpu_bf16_operand(SHARC_CPU_BF16_W, w, (int64_t)OC * IC);
+            sharc_bgemm(false, false, (int)N, IC, OC, 1.0f, dyb, OC, wb, IC, 0.0f, dx, IC);
+        }
+        if (dw) {
+            const uint16_t *xb = sharc_cpu_bf16_operand(SHARC_CPU_BF16_X, x, N * IC);
+            sharc_bgemm(true, false, OC, IC, (int)N, 1.0f, dyb, OC, xb, IC, 1.0f, dw, IC);
+        }
+    }
+    if (!db) return;
+    /* the bias gradient sums the fp32 dy, as in fp32 */
     int64_t nc = sharc_par_chunks(OC, N, sharc_threads_get());
     if (nc > OC / 16) nc = OC / 16 > 0 ? OC / 16 : 1;
 #pragma omp parallel for schedule(static) if (nc > 1)

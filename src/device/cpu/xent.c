@@ -7,7 +7,9 @@
  * dlogits = (softmax - onehot) * scale, and immediately forms dx = dlogits w
  * and dw += dlogits^T x. The loss scale (1 / valid tokens of the global
  * batch) is known before the forward pass, which is what makes fusing the
- * head's backward into its forward possible. */
+ * head's backward into its forward possible. The bf16 variant rounds x and
+ * w to bf16 once per call and each chunk's dlogits before its two products;
+ * the logits, the softmax and the loss stay fp32. */
 #include "sharc/blas.h"
 #include "cpu.h"
 #include "sharc/prof.h"
@@ -79,6 +81,28 @@ void sharc_cpu_lmhead_xent(sharc_stream *s, double *loss_sum, float *dx, float *
         if (dx) {
             SHARC_PROF("head.dx", sharc_sgemm(false, false, (int)m, C, V, 1.0f, ws, V, w, C, 0.0f, dx + r0 * C, C));
             if (dw) SHARC_PROF("head.dw", sharc_sgemm(true, false, V, C, (int)m, 1.0f, ws, V, x + r0 * C, C, 1.0f, dw, C));
+        }
+    }
+    *loss_sum = total;
+}
+
+void sharc_cpu_lmhead_xent_bf16(sharc_stream *s, double *loss_sum, float *dx, float *dw, const float *x,
+                                const float *w, const int32_t *targets, float scale, int64_t N, int C, int V,
+                                float *ws, int64_t chunk) {
+    const uint16_t *xb, *wb;
+    SHARC_PROF("head.bf16_operands", (xb = sharc_cpu_bf16_operand(SHARC_CPU_BF16_X, x, N * C),
+                                      wb = sharc_cpu_bf16_operand(SHARC_CPU_BF16_W, w, (int64_t)V * C)));
+    double total = 0.0;
+    for (int64_t r0 = 0; r0 < N; r0 += chunk) {
+        int64_t m = N - r0 < chunk ? N - r0 : chunk;
+        SHARC_PROF("head.logits", sharc_bgemm(false, true, (int)m, V, C, 1.0f, xb + r0 * C, C, wb, C, 0.0f, ws, V));
+        SHARC_PROF("head.xent", total += xent_sum(ws, NULL, targets + r0, m, V, scale, dx != NULL));
+        if (dx) {
+            const uint16_t *gb;
+            SHARC_PROF("head.bf16_operands", gb = sharc_cpu_bf16_operand(SHARC_CPU_BF16_DY, ws, m * V));
+            SHARC_PROF("head.dx", sharc_bgemm(false, false, (int)m, C, V, 1.0f, gb, V, wb, C, 0.0f, dx + r0 * C, C));
+            if (dw)
+                SHARC_PROF("head.dw", sharc_bgemm(true, false, V, C, (int)m, 1.0f, gb, V, xb + r0 * C, C, 1.0f, dw, C));
         }
     }
     *loss_sum = total;
