@@ -73,6 +73,14 @@ typedef struct sharc_kernels {
                             float eps);
     void (*rmsnorm_backward)(sharc_stream *s, float *dx, float *dw, const float *dy, const float *dres,
                              const float *x, const float *w, const float *rstd, int64_t N, int C);
+    /* ---- per-head RMSNorm (Qwen3's q_norm / k_norm): for each of N tokens, H
+     * rows of hd elements at x + n*ld + h*hd (the heads inside a qkv row of
+     * stride ld), y = x * rstd * w with one w (hd) for all heads; rstd (N*H).
+     * Backward writes dx (may alias dy) and accumulates dw (nullable). ---- */
+    void (*head_rmsnorm_forward)(sharc_stream *s, float *y, float *rstd, const float *x, const float *w, int64_t N,
+                                 int H, int hd, int64_t ld, float eps);
+    void (*head_rmsnorm_backward)(sharc_stream *s, float *dx, float *dw, const float *dy, const float *x,
+                                  const float *w, const float *rstd, int64_t N, int H, int hd, int64_t ld);
 
     /* ---- GELU, tanh form: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) ---- */
     void (*gelu_forward)(sharc_stream *s, float *y, const float *x, int64_t n);

@@ -40,7 +40,22 @@ typedef struct {
     float rope_theta;
     float init_std;
     bool tie_embeddings;
+    /* Llama-family variants (note [families] in src/model/model.c; all 0 for
+     * a plain Llama, and for GPT-2): */
+    int head_dim;       /* per-head width (0: embed_dim / num_heads); Qwen3 sets it apart */
+    bool qkv_bias;      /* biases on q, k and v projections (Qwen2) */
+    bool qk_norm;       /* RMSNorm over each query and key head before RoPE (Qwen3) */
+    int sliding_window; /* attend to the last W positions only (0: all); Mistral */
+    /* Llama-3 RoPE scaling (rope_type llama3) when rope_factor > 0 */
+    float rope_factor, rope_low_freq_factor, rope_high_freq_factor;
+    int rope_original_max_pos;
+    /* config.json's bos/eos ids, carried from import to export (-1: none) */
+    int bos_token_id, eos_token_id;
 } sharc_model_config;
+
+/* RoPE inverse frequencies (head_dim/2 floats) of a llama-family config:
+ * theta^(-2i/hd), with Llama-3 scaling applied when rope_factor > 0. */
+void sharc_model_rope_inv_freq(const sharc_model_config *c, float *inv_freq);
 
 /* Family defaults (GPT-2 124M shape, or a Llama of the same width). */
 void sharc_model_config_default(sharc_model_config *c, sharc_family family);

@@ -267,23 +267,82 @@ static const char *cfg_str(const jcfg *j, const char *key) {
     return json_object_get_string(v);
 }
 
-static sharc_status cfg_family(const jcfg *j, sharc_family *fam) {
+/* Note [hf-keys]. Every key of a config.json is honoured (it sets the
+ * model), known harmless (it does not change the math sharc computes:
+ * bookkeeping, dropout, which sharc never applies, or a value checked to be
+ * the one sharc implements), or refused by name: a key sharc does not know
+ * may change the model, so an import never guesses. The lists below are the
+ * whole decision; docs/ARCHITECTURE.md "Model families" has the table. */
+typedef enum { HF_GPT2, HF_LLAMA, HF_QWEN2, HF_QWEN3, HF_MISTRAL } hf_type;
+static const char *const hf_type_names[] = {"gpt2", "llama", "qwen2", "qwen3", "mistral"};
+static const char *const hf_arch_names[] = {"GPT2LMHeadModel", "LlamaForCausalLM", "Qwen2ForCausalLM",
+                                            "Qwen3ForCausalLM", "MistralForCausalLM"};
+
+static const char *const keys_common[] = {
+    /* honoured */
+    "model_type", "architectures", "vocab_size", "tie_word_embeddings", "initializer_range", "bos_token_id",
+    "eos_token_id",
+    /* harmless: bookkeeping and inference-time switches */
+    "transformers_version", "torch_dtype", "dtype", "use_cache", "pad_token_id", "_name_or_path",
+    "output_attentions", "output_hidden_states", "return_dict", NULL};
+static const char *const keys_gpt2[] = {
+    "n_embd", "n_layer", "n_head", "n_positions", "n_inner", "layer_norm_epsilon", "activation_function",
+    "scale_attn_weights", "scale_attn_by_inverse_layer_idx", "add_cross_attention",
+    /* harmless: n_ctx = n_positions; dropout; the double-heads model's summary; fp32 upcast only */
+    "n_ctx", "attn_pdrop", "embd_pdrop", "resid_pdrop", "summary_type", "summary_use_proj", "summary_activation",
+    "summary_proj_to_labels", "summary_first_dropout", "task_specific_params", "reorder_and_upcast_attn", NULL};
+static const char *const keys_llama[] = {
+    "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
+    "max_position_embeddings", "rms_norm_eps", "rope_theta", "rope_scaling", "rope_parameters", "hidden_act",
+    "head_dim", "attention_bias", "mlp_bias",
+    /* harmless: dropout; pretraining_tp only slices the same matmuls */
+    "attention_dropout", "pretraining_tp", NULL};
+static const char *const keys_qwen[] = { /* qwen2 and qwen3, beside keys_llama */
+    "use_sliding_window", "sliding_window", "max_window_layers", "layer_types", NULL};
+static const char *const keys_mistral[] = {"sliding_window", NULL};
+
+static bool in_list(const char *const *l, const char *k) {
+    for (; l && *l; l++)
+        if (!strcmp(*l, k)) return true;
+    return false;
+}
+
+static sharc_status cfg_check_keys(const jcfg *j, hf_type t) {
+    json_object_object_foreach(j->root, key, val) {
+        (void)val;
+        bool known = in_list(keys_common, key) ||
+                     (t == HF_GPT2 ? in_list(keys_gpt2, key)
+                                   : in_list(keys_llama, key) ||
+                                         in_list(t == HF_MISTRAL ? keys_mistral : t == HF_LLAMA ? NULL : keys_qwen, key));
+        if (t == HF_QWEN2 && (!strcmp(key, "attention_bias") || !strcmp(key, "head_dim"))) known = false;
+        if (!known)
+            return sharc_error(SHARC_ERR_UNSUPPORTED,
+                               "hf config '%s': key \"%s\" is not one sharc knows for model_type %s; it may change "
+                               "the model, so the import stops (docs/ARCHITECTURE.md lists the keys)",
+                               j->path, key, hf_type_names[t]);
+    }
+    return SHARC_OK;
+}
+
+static sharc_status cfg_family(const jcfg *j, hf_type *t) {
     const char *mt = cfg_str(j, "model_type");
     const char *arch = NULL;
     json_object *a;
     if (json_object_object_get_ex(j->root, "architectures", &a) && json_object_is_type(a, json_type_array) &&
         json_object_array_length(a) > 0 && json_object_is_type(json_object_array_get_idx(a, 0), json_type_string))
         arch = json_object_get_string(json_object_array_get_idx(a, 0));
-    if (mt ? !strcmp(mt, "gpt2") : (arch && (!strcmp(arch, "GPT2LMHeadModel") || !strcmp(arch, "GPT2Model")))) {
-        *fam = SHARC_FAMILY_GPT2;
-    } else if (mt ? !strcmp(mt, "llama") : (arch && (!strcmp(arch, "LlamaForCausalLM") || !strcmp(arch, "LlamaModel")))) {
-        *fam = SHARC_FAMILY_LLAMA;
-    } else {
-        return sharc_error(SHARC_ERR_UNSUPPORTED, "hf config '%s': model_type '%s' (architecture '%s') is not supported; "
-                           "expected gpt2 (GPT2LMHeadModel) or llama (LlamaForCausalLM)",
-                           j->path, mt ? mt : "(none)", arch ? arch : "(none)");
+    for (int i = 0; i <= HF_MISTRAL; i++)
+        if (mt ? !strcmp(mt, hf_type_names[i]) : arch && !strcmp(arch, hf_arch_names[i])) {
+            *t = (hf_type)i;
+            return SHARC_OK;
+        }
+    if (!mt && arch && (!strcmp(arch, "GPT2Model") || !strcmp(arch, "LlamaModel"))) {
+        *t = arch[0] == 'G' ? HF_GPT2 : HF_LLAMA;
+        return SHARC_OK;
     }
-    return SHARC_OK;
+    return sharc_error(SHARC_ERR_UNSUPPORTED, "hf config '%s': model_type '%s' (architecture '%s') is not supported; "
+                       "expected gpt2, llama, qwen2, qwen3 or mistral",
+                       j->path, mt ? mt : "(none)", arch ? arch : "(none)");
 }
 
 static sharc_status cfg_gpt2(const jcfg *j, sharc_model_config *c) {
@@ -310,7 +369,140 @@ static sharc_status cfg_gpt2(const jcfg *j, sharc_model_config *c) {
     return SHARC_OK;
 }
 
-static sharc_status cfg_llama(const jcfg *j, sharc_model_config *c) {
+/* A number inside an object (rope_scaling / rope_parameters). */
+static sharc_status rope_num(const jcfg *j, const char *obj, json_object *o, const char *key, bool required,
+                             double *out) {
+    json_object *v;
+    if (!json_object_object_get_ex(o, key, &v) || json_object_is_type(v, json_type_null)) {
+        if (required)
+            return sharc_error(SHARC_ERR_FORMAT, "hf config '%s': \"%s\" needs \"%s\" for its rope_type", j->path, obj, key);
+        return SHARC_OK;
+    }
+    if (!json_object_is_type(v, json_type_double) && !json_object_is_type(v, json_type_int))
+        return sharc_error(SHARC_ERR_FORMAT, "hf config '%s': \"%s\".\"%s\" is %s, expected a number", j->path, obj, key,
+                           json_object_to_json_string(v));
+    *out = json_object_get_double(v);
+    return SHARC_OK;
+}
+
+/* RoPE from either layout (note [hf-keys]): transformers 4.x's top-level
+ * rope_theta + rope_scaling, or 5.x's rope_parameters {rope_type, rope_theta,
+ * ...}. rope_type default and llama3 are honoured, any other refused, as is
+ * any key inside the object sharc does not know. */
+static sharc_status cfg_rope(const jcfg *j, sharc_model_config *c) {
+    c->rope_theta = 10000.0f;
+    SHARC_TRY(cfg_float(j, "rope_theta", &c->rope_theta));
+    json_object *top_theta = NULL;
+    json_object_object_get_ex(j->root, "rope_theta", &top_theta);
+    const char *objs[2] = {"rope_scaling", "rope_parameters"};
+    int seen = 0;
+    for (int k = 0; k < 2; k++) {
+        json_object *o;
+        if (!json_object_object_get_ex(j->root, objs[k], &o) || json_object_is_type(o, json_type_null)) continue;
+        if (!json_object_is_type(o, json_type_object))
+            return sharc_error(SHARC_ERR_FORMAT, "hf config '%s': \"%s\" is %s, expected an object", j->path, objs[k],
+                               json_object_to_json_string(o));
+        if (seen++)
+            return sharc_error(SHARC_ERR_UNSUPPORTED, "hf config '%s': both \"rope_scaling\" and \"rope_parameters\"; "
+                               "expected one of the two layouts", j->path);
+        const char *type = NULL;
+        json_object_object_foreach(o, key, val) {
+            if (!strcmp(key, "rope_type") || !strcmp(key, "type")) {
+                if (!json_object_is_type(val, json_type_string))
+                    return sharc_error(SHARC_ERR_FORMAT, "hf config '%s': \"%s\".\"%s\" is %s, expected a string",
+                                       j->path, objs[k], key, json_object_to_json_string(val));
+                type = json_object_get_string(val);
+            } else if (strcmp(key, "rope_theta") && strcmp(key, "factor") && strcmp(key, "low_freq_factor") &&
+                       strcmp(key, "high_freq_factor") && strcmp(key, "original_max_position_embeddings") &&
+                       strcmp(key, "partial_rotary_factor")) {
+                return sharc_error(SHARC_ERR_UNSUPPORTED, "hf config '%s': \"%s\".\"%s\" is not a key sharc knows; "
+                                   "it may change RoPE, so the import stops", j->path, objs[k], key);
+            }
+        }
+        if (!type) type = "default";
+        double theta = -1, partial = 1;
+        SHARC_TRY(rope_num(j, objs[k], o, "rope_theta", false, &theta));
+        SHARC_TRY(rope_num(j, objs[k], o, "partial_rotary_factor", false, &partial));
+        if (partial != 1.0)
+            return sharc_error(SHARC_ERR_UNSUPPORTED, "hf config '%s': \"%s\".\"partial_rotary_factor\": %g is not "
+                               "supported (RoPE over the whole head only)", j->path, objs[k], partial);
+        if (theta >= 0) {
+            if (top_theta && !json_object_is_type(top_theta, json_type_null) && (float)theta != c->rope_theta)
+                return sharc_error(SHARC_ERR_INVALID, "hf config '%s': \"rope_theta\" %g and \"%s\".\"rope_theta\" %g "
+                                   "disagree", j->path, (double)c->rope_theta, objs[k], theta);
+            c->rope_theta = (float)theta;
+        }
+        if (!strcmp(type, "llama3")) {
+            double f = 0, lo = 0, hi = 0, orig = 0;
+            SHARC_TRY(rope_num(j, objs[k], o, "factor", true, &f));
+            SHARC_TRY(rope_num(j, objs[k], o, "low_freq_factor", true, &lo));
+            SHARC_TRY(rope_num(j, objs[k], o, "high_freq_factor", true, &hi));
+            SHARC_TRY(rope_num(j, objs[k], o, "original_max_position_embeddings", true, &orig));
+            if (!(f >= 1) || !(lo > 0) || !(hi > lo) || !(orig >= 1) || orig > (1 << 30) || orig != (int)orig)
+                return sharc_error(SHARC_ERR_FORMAT, "hf config '%s': \"%s\" llama3: factor %g, low_freq_factor %g, "
+                                   "high_freq_factor %g, original_max_position_embeddings %g; expected factor >= 1, "
+                                   "0 < low < high and an integer >= 1", j->path, objs[k], f, lo, hi, orig);
+            c->rope_factor = (float)f;
+            c->rope_low_freq_factor = (float)lo;
+            c->rope_high_freq_factor = (float)hi;
+            c->rope_original_max_pos = (int)orig;
+        } else if (strcmp(type, "default")) {
+            return sharc_error(SHARC_ERR_UNSUPPORTED, "hf config '%s': \"%s\" rope_type \"%s\" is not supported; "
+                               "expected \"default\" or \"llama3\"", j->path, objs[k], type);
+        } else {
+            double f = 1;
+            SHARC_TRY(rope_num(j, objs[k], o, "factor", false, &f));
+            if (f != 1.0)
+                return sharc_error(SHARC_ERR_UNSUPPORTED, "hf config '%s': \"%s\" rope_type default with \"factor\" %g "
+                                   "is not supported", j->path, objs[k], f);
+        }
+    }
+    return SHARC_OK;
+}
+
+/* The sliding-window keys: Mistral's sliding_window applies to every layer;
+ * Qwen2/3's only when use_sliding_window, to layers >= max_window_layers
+ * (or where layer_types says "sliding_attention"). sharc has one window
+ * for all layers, so a window on some layers only is refused. */
+static sharc_status cfg_window(const jcfg *j, hf_type t, sharc_model_config *c) {
+    int w = 0;
+    SHARC_TRY(cfg_int(j, "sliding_window", false, 1, &w));
+    if (t == HF_MISTRAL) {
+        c->sliding_window = w;
+        return SHARC_OK;
+    }
+    bool use = false;
+    SHARC_TRY(cfg_bool(j, "use_sliding_window", &use));
+    int mwl = c->num_layers, nsliding = 0;
+    SHARC_TRY(cfg_int(j, "max_window_layers", false, 0, &mwl));
+    json_object *lt;
+    if (json_object_object_get_ex(j->root, "layer_types", &lt) && !json_object_is_type(lt, json_type_null)) {
+        if (!json_object_is_type(lt, json_type_array) || (int)json_object_array_length(lt) != c->num_layers)
+            return sharc_error(SHARC_ERR_FORMAT, "hf config '%s': \"layer_types\" is not a list of %d layer types",
+                               j->path, c->num_layers);
+        for (int i = 0; i < c->num_layers; i++) {
+            const char *s = json_object_get_string(json_object_array_get_idx(lt, i));
+            if (!s || (strcmp(s, "full_attention") && strcmp(s, "sliding_attention")))
+                return sharc_error(SHARC_ERR_FORMAT, "hf config '%s': \"layer_types\"[%d] is %s, expected "
+                                   "\"full_attention\" or \"sliding_attention\"", j->path, i,
+                                   json_object_to_json_string(json_object_array_get_idx(lt, i)));
+            nsliding += !strcmp(s, "sliding_attention");
+        }
+        if (nsliding && (!use || !w))
+            return sharc_error(SHARC_ERR_FORMAT, "hf config '%s': \"layer_types\" has sliding layers but "
+                               "use_sliding_window / sliding_window do not set a window", j->path);
+    } else if (use && w) {
+        nsliding = mwl < c->num_layers ? c->num_layers - mwl : 0;
+    }
+    if (!use || !w || nsliding == 0) return SHARC_OK;
+    if (nsliding != c->num_layers)
+        return sharc_error(SHARC_ERR_UNSUPPORTED, "hf config '%s': \"max_window_layers\" / \"layer_types\": a sliding "
+                           "window on %d of %d layers is not supported (all or none)", j->path, nsliding, c->num_layers);
+    c->sliding_window = w;
+    return SHARC_OK;
+}
+
+static sharc_status cfg_llama(const jcfg *j, hf_type t, sharc_model_config *c) {
     SHARC_TRY(cfg_int(j, "hidden_size", true, 1, &c->embed_dim));
     SHARC_TRY(cfg_int(j, "intermediate_size", true, 1, &c->ff_hidden_dim));
     SHARC_TRY(cfg_int(j, "num_hidden_layers", true, 1, &c->num_layers));
@@ -322,25 +514,39 @@ static sharc_status cfg_llama(const jcfg *j, sharc_model_config *c) {
     SHARC_TRY(cfg_int(j, "max_position_embeddings", false, 1, &c->max_seq_len));
     c->norm_eps = 1e-6f;
     SHARC_TRY(cfg_float(j, "rms_norm_eps", &c->norm_eps));
-    c->rope_theta = 10000.0f;
-    SHARC_TRY(cfg_float(j, "rope_theta", &c->rope_theta));
+    SHARC_TRY(cfg_rope(j, c));
     c->tie_embeddings = false;
     SHARC_TRY(cfg_bool(j, "tie_word_embeddings", &c->tie_embeddings));
     json_object *v;
-    if (json_object_object_get_ex(j->root, "rope_scaling", &v) && !json_object_is_type(v, json_type_null))
-        return sharc_error(SHARC_ERR_UNSUPPORTED, "hf config '%s': \"rope_scaling\": %s is not supported (plain RoPE only)",
-                           j->path, json_object_to_json_string(v));
     const char *act = cfg_str(j, "hidden_act");
     if (json_object_object_get_ex(j->root, "hidden_act", &v) && (!act || strcmp(act, "silu")))
         return sharc_error(SHARC_ERR_UNSUPPORTED, "hf config '%s': \"hidden_act\": %s is not supported; expected \"silu\"",
                            j->path, json_object_to_json_string(v));
-    SHARC_TRY(cfg_require_bool(j, "attention_bias", false, "sharc's Llama has no biases"));
-    SHARC_TRY(cfg_require_bool(j, "mlp_bias", false, "sharc's Llama has no biases"));
-    int head_dim = 0;
-    SHARC_TRY(cfg_int(j, "head_dim", false, 1, &head_dim));
-    if (head_dim && c->num_heads > 0 && head_dim * c->num_heads != c->embed_dim)
-        return sharc_error(SHARC_ERR_UNSUPPORTED, "hf config '%s': \"head_dim\": %d is not hidden_size / num_attention_heads (%d / %d)",
-                           j->path, head_dim, c->embed_dim, c->num_heads);
+    SHARC_TRY(cfg_require_bool(j, "attention_bias", false, "a bias on o_proj as well is not implemented"));
+    SHARC_TRY(cfg_require_bool(j, "mlp_bias", false, "MLP biases are not implemented"));
+    int pretraining_tp = 1;
+    SHARC_TRY(cfg_int(j, "pretraining_tp", false, 1, &pretraining_tp));
+    c->head_dim = 0;
+    SHARC_TRY(cfg_int(j, "head_dim", false, 2, &c->head_dim));
+    c->qkv_bias = t == HF_QWEN2; /* Qwen2's q/k/v biases are part of the architecture */
+    c->qk_norm = t == HF_QWEN3;
+    if (t != HF_LLAMA) SHARC_TRY(cfg_window(j, t, c));
+    return SHARC_OK;
+}
+
+/* bos/eos ids (an integer, a list whose first entry is kept, or null);
+ * ids outside the vocabulary are dropped (they name no token). */
+static sharc_status cfg_token_id(const jcfg *j, const char *key, int V, int *out) {
+    json_object *v;
+    *out = -1;
+    if (!json_object_object_get_ex(j->root, key, &v) || json_object_is_type(v, json_type_null)) return SHARC_OK;
+    if (json_object_is_type(v, json_type_array) && json_object_array_length(v) > 0)
+        v = json_object_array_get_idx(v, 0);
+    if (!json_object_is_type(v, json_type_int))
+        return sharc_error(SHARC_ERR_FORMAT, "hf config '%s': \"%s\" is %s, expected a token id", j->path, key,
+                           json_object_to_json_string(v));
+    int64_t id = json_object_get_int64(v);
+    if (id >= 0 && id < V) *out = (int)id;
     return SHARC_OK;
 }
 
@@ -349,13 +555,16 @@ sharc_status sharc_hf_read_config(const char *dir, sharc_model_config *c) {
     snprintf(path, sizeof path, "%s/config.json", dir);
     jcfg j = {.path = path};
     SHARC_TRY(read_json(path, &j.root));
-    sharc_family fam = SHARC_FAMILY_GPT2;
-    sharc_status st = cfg_family(&j, &fam);
+    hf_type t = HF_GPT2;
+    sharc_status st = cfg_family(&j, &t);
+    if (st == SHARC_OK) st = cfg_check_keys(&j, t);
     if (st == SHARC_OK) {
-        sharc_model_config_default(c, fam);
-        st = fam == SHARC_FAMILY_GPT2 ? cfg_gpt2(&j, c) : cfg_llama(&j, c);
+        sharc_model_config_default(c, t == HF_GPT2 ? SHARC_FAMILY_GPT2 : SHARC_FAMILY_LLAMA);
+        st = t == HF_GPT2 ? cfg_gpt2(&j, c) : cfg_llama(&j, t, c);
     }
     if (st == SHARC_OK) st = cfg_float(&j, "initializer_range", &c->init_std);
+    if (st == SHARC_OK) st = cfg_token_id(&j, "bos_token_id", c->vocab_size, &c->bos_token_id);
+    if (st == SHARC_OK) st = cfg_token_id(&j, "eos_token_id", c->vocab_size, &c->eos_token_id);
     json_object_put(j.root);
     if (st != SHARC_OK) return st;
     st = sharc_model_config_validate(c);
@@ -387,13 +596,24 @@ sharc_status sharc_hf_check_config(const char *dir, const sharc_model_config *ru
     SAME_INT(ff_hidden_dim, g ? "n_inner" : "intermediate_size", "ff_hidden_dim")
     SAME_INT(vocab_size, "vocab_size", "vocab_size")
     if (g) SAME_INT(max_seq_len, "n_positions", "max_seq_len")
-#undef SAME_INT
     if (hf.norm_eps != r.norm_eps)
         return sharc_error(SHARC_ERR_INVALID, "hf '%s/config.json': %s is %g, model.norm_eps is %g", where,
                            g ? "layer_norm_epsilon" : "rms_norm_eps", (double)hf.norm_eps, (double)r.norm_eps);
     if (!g && hf.rope_theta != r.rope_theta)
         return sharc_error(SHARC_ERR_INVALID, "hf '%s/config.json': rope_theta is %g, model.rope_theta is %g", where,
                            (double)hf.rope_theta, (double)r.rope_theta);
+    SAME_INT(head_dim, "head_dim", "head_dim")
+    SAME_INT(qkv_bias, "model_type (q/k/v biases)", "qkv_bias")
+    SAME_INT(qk_norm, "model_type (q/k norms)", "qk_norm")
+    SAME_INT(sliding_window, "sliding_window", "sliding_window")
+    SAME_INT(rope_original_max_pos, "rope_scaling original_max_position_embeddings", "rope_original_max_pos")
+    if (hf.rope_factor != r.rope_factor || hf.rope_low_freq_factor != r.rope_low_freq_factor ||
+        hf.rope_high_freq_factor != r.rope_high_freq_factor)
+        return sharc_error(SHARC_ERR_INVALID, "hf '%s/config.json': rope scaling factor %g (low %g, high %g), "
+                           "model.rope_factor %g (low %g, high %g)", where, (double)hf.rope_factor,
+                           (double)hf.rope_low_freq_factor, (double)hf.rope_high_freq_factor, (double)r.rope_factor,
+                           (double)r.rope_low_freq_factor, (double)r.rope_high_freq_factor);
+#undef SAME_INT
     if (hf.tie_embeddings != r.tie_embeddings)
         return sharc_error(SHARC_ERR_INVALID, "hf '%s/config.json': tie_word_embeddings is %s, model.tie_embeddings is %s",
                            where, hf.tie_embeddings ? "true" : "false", r.tie_embeddings ? "true" : "false");
@@ -550,7 +770,9 @@ static json_object *json_float(float v) {
     return json_object_new_double_s((double)v, buf);
 }
 
-static char *config_json(const sharc_model_config *c, sharc_dtype dtype) {
+static char *config_json(const sharc_model_config *cfg, sharc_dtype dtype) {
+    sharc_model_config full = *cfg, *c = &full;
+    (void)sharc_model_config_validate(c); /* head_dim and the other derived values */
     json_object *r = json_object_new_object();
     const char *td = dtype == SHARC_DT_BF16 ? "bfloat16" : dtype == SHARC_DT_F16 ? "float16" : "float32";
     json_object *arch = json_object_new_array();
@@ -572,22 +794,54 @@ static char *config_json(const sharc_model_config *c, sharc_dtype dtype) {
         json_object_object_add(r, "resid_pdrop", json_object_new_double(0.0));
         json_object_object_add(r, "scale_attn_weights", json_object_new_boolean(1));
     } else {
-        json_object_array_add(arch, json_object_new_string("LlamaForCausalLM"));
+        /* the model_type of the variant (note [families] in src/model/model.c) */
+        hf_type t = c->qk_norm ? HF_QWEN3 : c->qkv_bias ? HF_QWEN2 : c->sliding_window ? HF_MISTRAL : HF_LLAMA;
+        json_object_array_add(arch, json_object_new_string(hf_arch_names[t]));
         json_object_object_add(r, "architectures", arch);
-        json_object_object_add(r, "model_type", json_object_new_string("llama"));
+        json_object_object_add(r, "model_type", json_object_new_string(hf_type_names[t]));
         json_object_object_add(r, "hidden_act", json_object_new_string("silu"));
         json_object_object_add(r, "hidden_size", json_object_new_int(c->embed_dim));
         json_object_object_add(r, "intermediate_size", json_object_new_int(c->ff_hidden_dim));
         json_object_object_add(r, "num_hidden_layers", json_object_new_int(c->num_layers));
         json_object_object_add(r, "num_attention_heads", json_object_new_int(c->num_heads));
         json_object_object_add(r, "num_key_value_heads", json_object_new_int(c->num_kv_heads));
+        if (t != HF_QWEN2) json_object_object_add(r, "head_dim", json_object_new_int(c->head_dim));
+        else if (c->head_dim * c->num_heads != c->embed_dim) { /* refused by the caller */
+            json_object_put(r);
+            return NULL;
+        }
         json_object_object_add(r, "vocab_size", json_object_new_int(c->vocab_size));
         json_object_object_add(r, "max_position_embeddings", json_object_new_int(c->max_seq_len));
         json_object_object_add(r, "rms_norm_eps", json_float(c->norm_eps));
         json_object_object_add(r, "rope_theta", json_float(c->rope_theta));
-        json_object_object_add(r, "rope_scaling", NULL);
-        json_object_object_add(r, "attention_bias", json_object_new_boolean(0));
-        json_object_object_add(r, "mlp_bias", json_object_new_boolean(0));
+        json_object *rs = NULL;
+        if (c->rope_factor != 0.0f) {
+            rs = json_object_new_object();
+            json_object_object_add(rs, "rope_type", json_object_new_string("llama3"));
+            json_object_object_add(rs, "factor", json_float(c->rope_factor));
+            json_object_object_add(rs, "low_freq_factor", json_float(c->rope_low_freq_factor));
+            json_object_object_add(rs, "high_freq_factor", json_float(c->rope_high_freq_factor));
+            json_object_object_add(rs, "original_max_position_embeddings", json_object_new_int(c->rope_original_max_pos));
+        }
+        json_object_object_add(r, "rope_scaling", rs);
+        if (t != HF_QWEN2) json_object_object_add(r, "attention_bias", json_object_new_boolean(0));
+        if (t == HF_LLAMA) json_object_object_add(r, "mlp_bias", json_object_new_boolean(0));
+        if (t == HF_MISTRAL)
+            json_object_object_add(r, "sliding_window", json_object_new_int(c->sliding_window));
+        if (t == HF_QWEN2 || t == HF_QWEN3) {
+            json_object_object_add(r, "use_sliding_window", json_object_new_boolean(c->sliding_window > 0));
+            json_object_object_add(r, "sliding_window", c->sliding_window ? json_object_new_int(c->sliding_window) : NULL);
+            json_object_object_add(r, "max_window_layers", json_object_new_int(c->sliding_window ? 0 : c->num_layers));
+        }
+    }
+    /* ids inside the vocabulary only: GPT-2's 50256 where it exists, else
+     * what the import carried, else null (HF's class defaults would name
+     * tokens a small vocabulary does not have) */
+    for (int k = 0; k < 2; k++) {
+        int id = k ? c->eos_token_id : c->bos_token_id;
+        if (id < 0 && c->family == SHARC_FAMILY_GPT2) id = 50256;
+        json_object_object_add(r, k ? "eos_token_id" : "bos_token_id",
+                               id >= 0 && id < c->vocab_size ? json_object_new_int(id) : NULL);
     }
     json_object_object_add(r, "tie_word_embeddings", json_object_new_boolean(c->tie_embeddings));
     json_object_object_add(r, "initializer_range", json_float(c->init_std));
@@ -739,7 +993,10 @@ sharc_status sharc_hf_export(sharc_fsdp *e, sharc_comm *world, const sharc_model
     if (writer && st == SHARC_OK) {
         char *js = config_json(cfg, dtype), path[4400];
         snprintf(path, sizeof path, "%s/config.json", tmp);
-        st = js ? sharc_write_text_atomic(path, js) : sharc_error(SHARC_ERR_NOMEM, "hf export: out of memory");
+        st = js ? sharc_write_text_atomic(path, js)
+                : sharc_error(SHARC_ERR_UNSUPPORTED, "hf export: a Qwen2 model (q/k/v biases) with head_dim %d != "
+                              "embed_dim / num_heads has no Hugging Face config; set model.head_dim to 0",
+                              cfg->head_dim);
         free(js);
     }
     /* agree on the set-up (buffers everywhere, the target and temporary

@@ -142,6 +142,14 @@ static int fingerprint(const sharc_config *c, fp_item *it) {
     ITEM("model.norm_eps", bits(c->model.norm_eps));
     ITEM("model.rope_theta", bits(c->model.rope_theta));
     ITEM("model.init_std", bits(c->model.init_std));
+    ITEM("model.head_dim", c->model.head_dim);
+    ITEM("model.qkv_bias", c->model.qkv_bias);
+    ITEM("model.qk_norm", c->model.qk_norm);
+    ITEM("model.sliding_window", c->model.sliding_window);
+    ITEM("model.rope_factor", bits(c->model.rope_factor));
+    ITEM("model.rope_low_freq_factor", bits(c->model.rope_low_freq_factor));
+    ITEM("model.rope_high_freq_factor", bits(c->model.rope_high_freq_factor));
+    ITEM("model.rope_original_max_pos", c->model.rope_original_max_pos);
     ITEM("train.batch_size", c->train.batch_size);
     ITEM("train.grad_accum", c->train.grad_accum);
     ITEM("train.seq_len", c->train.seq_len);

@@ -22,6 +22,10 @@ void sharc_cpu_rmsnorm_forward(sharc_stream *s, float *y, float *rstd, const flo
                                int C, float eps);
 void sharc_cpu_rmsnorm_backward(sharc_stream *s, float *dx, float *dw, const float *dy, const float *dres,
                                 const float *x, const float *w, const float *rstd, int64_t N, int C);
+void sharc_cpu_head_rmsnorm_forward(sharc_stream *s, float *y, float *rstd, const float *x, const float *w,
+                                    int64_t N, int H, int hd, int64_t ld, float eps);
+void sharc_cpu_head_rmsnorm_backward(sharc_stream *s, float *dx, float *dw, const float *dy, const float *x,
+                                     const float *w, const float *rstd, int64_t N, int H, int hd, int64_t ld);
 /* activation.c */
 void sharc_cpu_gelu_forward(sharc_stream *s, float *y, const float *x, int64_t n);
 void sharc_cpu_gelu_backward(sharc_stream *s, float *dx, const float *dy, const float *x, int64_t n);
