@@ -11,6 +11,7 @@
 #include "sharc/model.h"
 #include "test.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,9 +24,17 @@ typedef struct {
     sharc_fsdp *e;
 } tiny;
 
+/* The seeded variants: 0 and 1 are the sharc_family values. */
+enum { V_GPT2, V_LLAMA, V_QWEN2, V_QWEN3, V_LLAMA31, V_MISTRAL, V_COUNT };
+static const char *const variant_names[] = {"gpt2", "llama", "qwen2", "qwen3", "llama31", "mistral"};
+
 /* GPT-2: C=48, 3 heads, V=37, T=13, tied. Llama: C=48, 3 heads, 1 KV head,
- * intermediate 72, V=37, untied lm_head. */
-static void tiny_config(sharc_model_config *c, sharc_family fam) {
+ * intermediate 72, V=37, untied lm_head. Qwen2: the Llama with q/k/v biases.
+ * Qwen3: head_dim 20 (not 48/3), q/k norms, tied. Llama-3.1: RoPE scaling
+ * factor 8 over an original 32 positions (of hd/2 = 8 frequencies, 1 kept,
+ * 2 smoothed, 5 divided). Mistral: a 13-token window (= T: it masks nothing). */
+static void tiny_config(sharc_model_config *c, int variant) {
+    sharc_family fam = variant == V_GPT2 ? SHARC_FAMILY_GPT2 : SHARC_FAMILY_LLAMA;
     sharc_model_config_default(c, fam);
     c->num_layers = 2;
     c->embed_dim = 48;
@@ -39,6 +48,19 @@ static void tiny_config(sharc_model_config *c, sharc_family fam) {
         c->norm_eps = 1e-6f;
         c->rope_theta = 500.0f;
     }
+    if (variant == V_QWEN2) c->qkv_bias = true;
+    if (variant == V_QWEN3) {
+        c->qk_norm = true;
+        c->head_dim = 20;
+        c->tie_embeddings = true;
+    }
+    if (variant == V_LLAMA31) {
+        c->rope_factor = 8.0f;
+        c->rope_low_freq_factor = 1.0f;
+        c->rope_high_freq_factor = 4.0f;
+        c->rope_original_max_pos = 32;
+    }
+    if (variant == V_MISTRAL) c->sliding_window = 13;
     ASSERT_OK(sharc_model_config_validate(c));
 }
 
@@ -83,7 +105,7 @@ static void tiny_fill(tiny *t) {
     }
 }
 
-static void tiny_seeded(tiny *t, sharc_family fam) {
+static void tiny_seeded(tiny *t, int fam) {
     sharc_model_config c;
     tiny_config(&c, fam);
     tiny_build(t, &c);
@@ -120,7 +142,7 @@ static void assert_params(tiny *a, tiny *b, sharc_dtype dt) {
     }
 }
 
-static void roundtrip(sharc_family fam, sharc_dtype dt, uint64_t shard_bytes, const char *name) {
+static void roundtrip(int fam, sharc_dtype dt, uint64_t shard_bytes, const char *name) {
     tiny a, b;
     tiny_seeded(&a, fam);
     const char *dir = tmp_path(name);
@@ -171,6 +193,33 @@ TEST(hf_roundtrip_llama_fp32) { roundtrip(SHARC_FAMILY_LLAMA, SHARC_DT_F32, 0, "
 TEST(hf_roundtrip_gpt2_bf16_sharded) { roundtrip(SHARC_FAMILY_GPT2, SHARC_DT_BF16, 20000, "gs"); }
 TEST(hf_roundtrip_llama_fp16) { roundtrip(SHARC_FAMILY_LLAMA, SHARC_DT_F16, 0, "lh"); }
 TEST(hf_roundtrip_llama_fp32_sharded) { roundtrip(SHARC_FAMILY_LLAMA, SHARC_DT_F32, 30000, "ls"); }
+
+/* Each family variant: export -> import (the same config, the same bits) ->
+ * export again gives byte-identical files, sharded or not. */
+TEST(hf_roundtrip_families_byte_identical) {
+    for (int f = V_QWEN2; f < V_COUNT; f++) {
+        for (int sharded = 0; sharded < 2; sharded++) {
+            tiny a, b;
+            tiny_seeded(&a, f);
+            char n1[64], n2[64], cmd[3000];
+            snprintf(n1, sizeof n1, "rt-%s-%d", variant_names[f], sharded);
+            snprintf(n2, sizeof n2, "rt2-%s-%d", variant_names[f], sharded);
+            const char *d1 = tmp_path(n1), *d2 = tmp_path(n2);
+            ASSERT_OK(sharc_hf_export(a.e, NULL, &a.cfg, d1, SHARC_DT_F32, sharded ? 20000 : 0));
+            sharc_model_config c;
+            ASSERT_OK(sharc_hf_read_config(d1, &c));
+            ASSERT_TRUE(memcmp(&c, &a.cfg, sizeof c) == 0);
+            tiny_build(&b, &c);
+            ASSERT_OK(sharc_hf_load(b.e, d1));
+            assert_params(&a, &b, SHARC_DT_F32);
+            ASSERT_OK(sharc_hf_export(b.e, NULL, &b.cfg, d2, SHARC_DT_F32, sharded ? 20000 : 0));
+            snprintf(cmd, sizeof cmd, "diff -r %s %s >/dev/null", d1, d2);
+            ASSERT_EQ(system(cmd), 0);
+            tiny_free(&a);
+            tiny_free(&b);
+        }
+    }
+}
 
 TEST(hf_export_layout_gpt2) {
     /* GPT2LMHeadModel's names and Conv1D (in, out) shapes; buffers of the
@@ -235,9 +284,12 @@ TEST(hf_export_layout_gpt2) {
     tiny_free(&b);
 }
 
-/* Logits of every prefix (T x V) after importing the exported model. */
-static void reference(sharc_family fam) {
-    const char *fam_name = fam == SHARC_FAMILY_GPT2 ? "gpt2" : "llama";
+/* Logits of every prefix (T x V) after importing the exported model; for the
+ * Llama family also every gradient of the mean cross-entropy of the
+ * reference's targets (float64 autograd), within 1e-4 relative + 1e-5 of the
+ * tensor's largest gradient. */
+static void reference(int fam) {
+    const char *fam_name = variant_names[fam];
     char path[1200], key[64];
     snprintf(path, sizeof path, "%s/hf_reference.safetensors", sharc_test_fixture_dir());
     sharc_st_file *fx;
@@ -267,25 +319,57 @@ static void reference(sharc_family fam) {
         ASSERT_ALLCLOSE(got, want + (len - 1) * V, V, 1e-5, 1e-5);
     }
     fprintf(stderr, "  %s: max |sharc - pytorch| over %d x %d logits = %.3g\n", fam_name, T, V, worst);
+    if (fam != V_GPT2) {
+        int32_t tgt[64];
+        snprintf(key, sizeof key, "%s.targets", fam_name);
+        ASSERT_OK(sharc_st_load_i32(fx, key, tgt, T));
+        double loss = sharc_model_forward_backward(b.m, b.e, tok, tgt, 1.0f / (float)T);
+        ASSERT_TRUE(isfinite(loss));
+        double gworst = 0;
+        int compared = 0;
+        for (int u = 0; u < sharc_fsdp_num_units(b.e); u++) {
+            const sharc_unit_spec *s = sharc_fsdp_unit_spec(b.e, u);
+            const float *g = sharc_fsdp_shard_grads(b.e, u);
+            for (int p = 0; p < s->nparams; p++, compared++) {
+                const sharc_param_spec *ps = &s->params[p];
+                float *ref = malloc(sizeof(float) * (size_t)ps->numel);
+                snprintf(key, sizeof key, "%s.grad.%s", fam_name, ps->name);
+                ASSERT_OK(sharc_st_load_f32(fx, key, ref, ps->numel));
+                double scale = 0;
+                for (int64_t i = 0; i < ps->numel; i++) scale = fmax(scale, fabs((double)ref[i]));
+                for (int64_t i = 0; i < ps->numel; i++) {
+                    double d = fabs((double)g[ps->offset + i] - (double)ref[i]);
+                    if (d / (scale > 0 ? scale : 1) > gworst) gworst = d / (scale > 0 ? scale : 1);
+                }
+                ASSERT_ALLCLOSE(g + ps->offset, ref, ps->numel, 1e-4, 1e-5 * (scale > 0 ? scale : 1.0));
+                free(ref);
+            }
+        }
+        fprintf(stderr, "  %s: %d gradients, max |sharc - pytorch| / max |grad| = %.3g\n", fam_name, compared, gworst);
+    }
     free(want);
     sharc_st_close(fx);
     tiny_free(&a);
     tiny_free(&b);
 }
 
-TEST(hf_reference_logits_gpt2) { reference(SHARC_FAMILY_GPT2); }
-TEST(hf_reference_logits_llama) { reference(SHARC_FAMILY_LLAMA); }
+TEST(hf_reference_logits_gpt2) { reference(V_GPT2); }
+TEST(hf_reference_logits_llama) { reference(V_LLAMA); }
+TEST(hf_reference_qwen2) { reference(V_QWEN2); }
+TEST(hf_reference_qwen3) { reference(V_QWEN3); }
+TEST(hf_reference_llama31) { reference(V_LLAMA31); }
+TEST(hf_reference_mistral) { reference(V_MISTRAL); }
 
 /* With SHARC_HF_FIXTURE_OUT set, write the seeded models there for
  * tools/hf_reference.py (make hf-fixtures); otherwise check the export is
  * deterministic (two exports, identical bytes). */
 TEST(hf_reference_models_export) {
     const char *out = getenv("SHARC_HF_FIXTURE_OUT");
-    for (int f = 0; f < 2; f++) {
+    for (int f = 0; f < V_COUNT; f++) {
         tiny a;
-        tiny_seeded(&a, f ? SHARC_FAMILY_LLAMA : SHARC_FAMILY_GPT2);
+        tiny_seeded(&a, f);
         char d1[1200], d2[1200], cmd[5000];
-        snprintf(d1, sizeof d1, "%s/%s", out ? out : sharc_test_tmpdir(), f ? "llama" : "gpt2");
+        snprintf(d1, sizeof d1, "%s/%s", out ? out : sharc_test_tmpdir(), variant_names[f]);
         snprintf(d2, sizeof d2, "%s/again-%d", sharc_test_tmpdir(), f);
         ASSERT_OK(sharc_hf_export(a.e, NULL, &a.cfg, d1, SHARC_DT_F32, 0));
         ASSERT_OK(sharc_hf_export(a.e, NULL, &a.cfg, d2, SHARC_DT_F32, 0));
