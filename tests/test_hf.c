@@ -489,3 +489,83 @@ TEST(hf_bad_directories) {
     tiny_free(&o);
     tiny_free(&g);
 }
+
+/* Note [hf-keys]: a Llama-3.1 config in transformers 4.x's layout (rope_theta
+ * + rope_scaling) and 5.x's (rope_parameters) read the same; every key is
+ * honoured, harmless or refused by name; bos/eos ids come and go with the
+ * config, exported only inside the vocabulary. */
+#define LLAMA_KEYS "\"model_type\": \"llama\", \"hidden_size\": 48, \"intermediate_size\": 72, \"num_hidden_layers\": 2, " \
+                   "\"num_attention_heads\": 3, \"num_key_value_heads\": 1, \"vocab_size\": 37"
+TEST(hf_config_keys) {
+    char dir[1200], q[1300];
+    snprintf(dir, sizeof dir, "%s", tmp_path("keys"));
+    ASSERT_OK(sharc_mkdirs(dir));
+    snprintf(q, sizeof q, "%s/config.json", dir);
+    sharc_model_config v4, v5;
+    write_text(q, "{" LLAMA_KEYS ", \"rope_theta\": 500000.0, \"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 8.0,"
+                  " \"low_freq_factor\": 1.0, \"high_freq_factor\": 4.0, \"original_max_position_embeddings\": 8192},"
+                  " \"bos_token_id\": 1, \"eos_token_id\": [2, 3], \"transformers_version\": \"4.43.0\", \"attention_dropout\": 0.0}");
+    ASSERT_OK(sharc_hf_read_config(dir, &v4));
+    ASSERT_NEAR(v4.rope_theta, 500000.0, 0, 0);
+    ASSERT_NEAR(v4.rope_factor, 8.0, 0, 0);
+    ASSERT_EQ(v4.rope_original_max_pos, 8192);
+    ASSERT_EQ(v4.bos_token_id, 1);
+    ASSERT_EQ(v4.eos_token_id, 2);
+    /* the 5.x layout: theta inside rope_parameters (the defect: read as 10000 before) */
+    write_text(q, "{" LLAMA_KEYS ", \"rope_parameters\": {\"rope_type\": \"llama3\", \"rope_theta\": 500000.0, \"factor\": 8.0,"
+                  " \"low_freq_factor\": 1.0, \"high_freq_factor\": 4.0, \"original_max_position_embeddings\": 8192},"
+                  " \"bos_token_id\": 1, \"eos_token_id\": 2, \"transformers_version\": \"5.0.0\", \"dtype\": \"bfloat16\"}");
+    ASSERT_OK(sharc_hf_read_config(dir, &v5));
+    ASSERT_TRUE(memcmp(&v4, &v5, sizeof v4) == 0);
+    write_text(q, "{" LLAMA_KEYS ", \"rope_parameters\": {\"rope_type\": \"default\", \"rope_theta\": 1000000.0}}");
+    ASSERT_OK(sharc_hf_read_config(dir, &v5));
+    ASSERT_NEAR(v5.rope_theta, 1e6, 0, 0);
+    ASSERT_NEAR(v5.rope_factor, 0, 0, 0);
+    /* refused by name */
+    sharc_model_config c;
+    write_text(q, "{" LLAMA_KEYS ", \"attn_logit_softcapping\": 50.0}");
+    expect_error(sharc_hf_read_config(dir, &c), "key \"attn_logit_softcapping\" is not one sharc knows for model_type llama", q);
+    write_text(q, "{" LLAMA_KEYS ", \"rope_parameters\": {\"rope_type\": \"yarn\", \"rope_theta\": 1e6, \"factor\": 4.0}}");
+    expect_error(sharc_hf_read_config(dir, &c), "\"rope_parameters\" rope_type \"yarn\" is not supported", q);
+    write_text(q, "{" LLAMA_KEYS ", \"rope_parameters\": {\"rope_type\": \"default\", \"rope_theta\": 1e6, \"beta_fast\": 32}}");
+    expect_error(sharc_hf_read_config(dir, &c), "\"rope_parameters\".\"beta_fast\" is not a key sharc knows", q);
+    write_text(q, "{" LLAMA_KEYS ", \"rope_theta\": 10000.0, \"rope_parameters\": {\"rope_type\": \"default\", \"rope_theta\": 1e6}}");
+    expect_error(sharc_hf_read_config(dir, &c), "disagree", q);
+    write_text(q, "{" LLAMA_KEYS ", \"attention_bias\": true}");
+    expect_error(sharc_hf_read_config(dir, &c), "\"attention_bias\": true is not supported", q);
+    write_text(q, "{\"model_type\": \"qwen2\", \"hidden_size\": 48, \"intermediate_size\": 72, \"num_hidden_layers\": 2,"
+                  " \"num_attention_heads\": 3, \"vocab_size\": 37, \"use_sliding_window\": true, \"sliding_window\": 8,"
+                  " \"max_window_layers\": 1}");
+    expect_error(sharc_hf_read_config(dir, &c), "a sliding window on 1 of 2 layers is not supported", q);
+    write_text(q, "{\"model_type\": \"mistral\", \"hidden_size\": 48, \"intermediate_size\": 72, \"num_hidden_layers\": 2,"
+                  " \"num_attention_heads\": 3, \"vocab_size\": 37, \"sliding_window\": 8, \"head_dim\": 20}");
+    ASSERT_OK(sharc_hf_read_config(dir, &c));
+    ASSERT_EQ(c.sliding_window, 8);
+    ASSERT_EQ(c.head_dim, 20);
+    ASSERT_TRUE(!c.qkv_bias && !c.qk_norm);
+    write_text(q, "{\"model_type\": \"qwen3\", \"hidden_size\": 48, \"intermediate_size\": 72, \"num_hidden_layers\": 2,"
+                  " \"num_attention_heads\": 3, \"vocab_size\": 37, \"head_dim\": 20, \"use_sliding_window\": false,"
+                  " \"sliding_window\": null, \"max_window_layers\": 2, \"tie_word_embeddings\": true}");
+    ASSERT_OK(sharc_hf_read_config(dir, &c));
+    ASSERT_TRUE(c.qk_norm && !c.qkv_bias && c.head_dim == 20 && c.sliding_window == 0 && c.tie_embeddings);
+    /* bos/eos inside the vocabulary: a 300-token GPT-2 exports null, a 50257-token one 50256 */
+    for (int big = 0; big < 2; big++) {
+        sharc_model_config g;
+        tiny_config(&g, V_GPT2);
+        g.vocab_size = big ? 50257 : 300;
+        tiny t;
+        tiny_build(&t, &g);
+        char name[32];
+        snprintf(name, sizeof name, "bos-%d", big);
+        const char *d = tmp_path(name);
+        ASSERT_OK(sharc_hf_export(t.e, NULL, &g, d, SHARC_DT_BF16, 0));
+        char *text;
+        size_t len;
+        snprintf(q, sizeof q, "%s/config.json", d);
+        ASSERT_OK(sharc_read_file(q, &text, &len));
+        ASSERT_TRUE(strstr(text, big ? "\"bos_token_id\": 50256" : "\"bos_token_id\": null") != NULL);
+        ASSERT_TRUE(strstr(text, big ? "\"eos_token_id\": 50256" : "\"eos_token_id\": null") != NULL);
+        free(text);
+        tiny_free(&t);
+    }
+}
