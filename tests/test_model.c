@@ -159,7 +159,7 @@ TEST(model_sliding_window_refused_past_the_sequence) {
     sharc_model *m;
     ASSERT_OK(sharc_model_init(&m, &c, NULL));
     ASSERT_OK(sharc_model_plan(m, 1, 12, false));
-    ASSERT_TRUE(sharc_model_plan(m, 1, 13, false) == SHARC_ERR_UNSUPPORTED);
+    ASSERT_TRUE(sharc_model_plan(m, 1, 13, false) == SHARC_ERR_INVALID);
     ASSERT_TRUE(strstr(sharc_last_error(), "model.sliding_window: 12 is shorter than the sequence (13 tokens)") != NULL);
     sharc_model_free(m);
 }

@@ -57,6 +57,8 @@ static const key_def keys[] = {
     {"model.rope_factor", K_FLOAT, OFF(model.rope_factor), 0, BIG, NULL, "llama family: Llama-3 RoPE scaling factor (0: no scaling)"},
     {"model.rope_low_freq_factor", K_FLOAT, OFF(model.rope_low_freq_factor), 0, BIG, NULL, "Llama-3 RoPE scaling: low_freq_factor"},
     {"model.rope_high_freq_factor", K_FLOAT, OFF(model.rope_high_freq_factor), 0, BIG, NULL, "Llama-3 RoPE scaling: high_freq_factor"},
+    {"model.bos_token_id", K_INT, OFF(model.bos_token_id), -1, 1 << 30, NULL, "config.json's bos_token_id, carried to export (-1: none)"},
+    {"model.eos_token_id", K_INT, OFF(model.eos_token_id), -1, 1 << 30, NULL, "config.json's eos_token_id, carried to export (-1: none)"},
     {"model.rope_original_max_pos", K_INT, OFF(model.rope_original_max_pos), 0, 1 << 30, NULL, "Llama-3 RoPE scaling: original_max_position_embeddings"},
     {"model.init_from", K_STR, OFF(init_from), 0, 0, NULL, "sharc weights file (model.safetensors) loaded after initialisation"},
     {"model.tokenizer", K_STR, OFF(tokenizer), 0, 0, NULL, "Hugging Face tokenizer.json or its directory (\"\": byte-level, or model.init_from's directory when it holds one)"},

@@ -256,7 +256,7 @@ static sharc_status cfg_require_bool(const jcfg *j, const char *key, bool want, 
     bool b = want;
     SHARC_TRY(cfg_bool(j, key, &b));
     if (b != want)
-        return sharc_error(SHARC_ERR_UNSUPPORTED, "hf config '%s': \"%s\": %s is not supported (%s)", j->path, key,
+        return sharc_error(SHARC_ERR_INVALID, "hf config '%s': \"%s\": %s is not supported (%s)", j->path, key,
                            b ? "true" : "false", why);
     return SHARC_OK;
 }
@@ -316,7 +316,7 @@ static sharc_status cfg_check_keys(const jcfg *j, hf_type t) {
                                          in_list(t == HF_MISTRAL ? keys_mistral : t == HF_LLAMA ? NULL : keys_qwen, key));
         if (t == HF_QWEN2 && (!strcmp(key, "attention_bias") || !strcmp(key, "head_dim"))) known = false;
         if (!known)
-            return sharc_error(SHARC_ERR_UNSUPPORTED,
+            return sharc_error(SHARC_ERR_INVALID,
                                "hf config '%s': key \"%s\" is not one sharc knows for model_type %s; it may change "
                                "the model, so the import stops (docs/ARCHITECTURE.md lists the keys)",
                                j->path, key, hf_type_names[t]);
@@ -340,7 +340,7 @@ static sharc_status cfg_family(const jcfg *j, hf_type *t) {
         *t = arch[0] == 'G' ? HF_GPT2 : HF_LLAMA;
         return SHARC_OK;
     }
-    return sharc_error(SHARC_ERR_UNSUPPORTED, "hf config '%s': model_type '%s' (architecture '%s') is not supported; "
+    return sharc_error(SHARC_ERR_INVALID, "hf config '%s': model_type '%s' (architecture '%s') is not supported; "
                        "expected gpt2, llama, qwen2, qwen3 or mistral",
                        j->path, mt ? mt : "(none)", arch ? arch : "(none)");
 }
@@ -358,7 +358,7 @@ static sharc_status cfg_gpt2(const jcfg *j, sharc_model_config *c) {
     json_object *av;
     if (json_object_object_get_ex(j->root, "activation_function", &av) &&
         (!act || (strcmp(act, "gelu_new") && strcmp(act, "gelu_pytorch_tanh"))))
-        return sharc_error(SHARC_ERR_UNSUPPORTED, "hf config '%s': \"activation_function\": %s is not supported; "
+        return sharc_error(SHARC_ERR_INVALID, "hf config '%s': \"activation_function\": %s is not supported; "
                            "expected \"gelu_new\" or \"gelu_pytorch_tanh\" (the tanh GELU)",
                            j->path, json_object_to_json_string(av));
     SHARC_TRY(cfg_require_bool(j, "scale_attn_weights", true, "sharc scales attention by 1/sqrt(head dim)"));
@@ -403,7 +403,7 @@ static sharc_status cfg_rope(const jcfg *j, sharc_model_config *c) {
             return sharc_error(SHARC_ERR_FORMAT, "hf config '%s': \"%s\" is %s, expected an object", j->path, objs[k],
                                json_object_to_json_string(o));
         if (seen++)
-            return sharc_error(SHARC_ERR_UNSUPPORTED, "hf config '%s': both \"rope_scaling\" and \"rope_parameters\"; "
+            return sharc_error(SHARC_ERR_INVALID, "hf config '%s': both \"rope_scaling\" and \"rope_parameters\"; "
                                "expected one of the two layouts", j->path);
         const char *type = NULL;
         json_object_object_foreach(o, key, val) {
@@ -415,7 +415,7 @@ static sharc_status cfg_rope(const jcfg *j, sharc_model_config *c) {
             } else if (strcmp(key, "rope_theta") && strcmp(key, "factor") && strcmp(key, "low_freq_factor") &&
                        strcmp(key, "high_freq_factor") && strcmp(key, "original_max_position_embeddings") &&
                        strcmp(key, "partial_rotary_factor")) {
-                return sharc_error(SHARC_ERR_UNSUPPORTED, "hf config '%s': \"%s\".\"%s\" is not a key sharc knows; "
+                return sharc_error(SHARC_ERR_INVALID, "hf config '%s': \"%s\".\"%s\" is not a key sharc knows; "
                                    "it may change RoPE, so the import stops", j->path, objs[k], key);
             }
         }
@@ -424,7 +424,7 @@ static sharc_status cfg_rope(const jcfg *j, sharc_model_config *c) {
         SHARC_TRY(rope_num(j, objs[k], o, "rope_theta", false, &theta));
         SHARC_TRY(rope_num(j, objs[k], o, "partial_rotary_factor", false, &partial));
         if (partial != 1.0)
-            return sharc_error(SHARC_ERR_UNSUPPORTED, "hf config '%s': \"%s\".\"partial_rotary_factor\": %g is not "
+            return sharc_error(SHARC_ERR_INVALID, "hf config '%s': \"%s\".\"partial_rotary_factor\": %g is not "
                                "supported (RoPE over the whole head only)", j->path, objs[k], partial);
         if (theta >= 0) {
             if (top_theta && !json_object_is_type(top_theta, json_type_null) && (float)theta != c->rope_theta)
@@ -447,13 +447,13 @@ static sharc_status cfg_rope(const jcfg *j, sharc_model_config *c) {
             c->rope_high_freq_factor = (float)hi;
             c->rope_original_max_pos = (int)orig;
         } else if (strcmp(type, "default")) {
-            return sharc_error(SHARC_ERR_UNSUPPORTED, "hf config '%s': \"%s\" rope_type \"%s\" is not supported; "
+            return sharc_error(SHARC_ERR_INVALID, "hf config '%s': \"%s\" rope_type \"%s\" is not supported; "
                                "expected \"default\" or \"llama3\"", j->path, objs[k], type);
         } else {
             double f = 1;
             SHARC_TRY(rope_num(j, objs[k], o, "factor", false, &f));
             if (f != 1.0)
-                return sharc_error(SHARC_ERR_UNSUPPORTED, "hf config '%s': \"%s\" rope_type default with \"factor\" %g "
+                return sharc_error(SHARC_ERR_INVALID, "hf config '%s': \"%s\" rope_type default with \"factor\" %g "
                                    "is not supported", j->path, objs[k], f);
         }
     }
@@ -496,7 +496,7 @@ static sharc_status cfg_window(const jcfg *j, hf_type t, sharc_model_config *c) 
     }
     if (!use || !w || nsliding == 0) return SHARC_OK;
     if (nsliding != c->num_layers)
-        return sharc_error(SHARC_ERR_UNSUPPORTED, "hf config '%s': \"max_window_layers\" / \"layer_types\": a sliding "
+        return sharc_error(SHARC_ERR_INVALID, "hf config '%s': \"max_window_layers\" / \"layer_types\": a sliding "
                            "window on %d of %d layers is not supported (all or none)", j->path, nsliding, c->num_layers);
     c->sliding_window = w;
     return SHARC_OK;
@@ -520,7 +520,7 @@ static sharc_status cfg_llama(const jcfg *j, hf_type t, sharc_model_config *c) {
     json_object *v;
     const char *act = cfg_str(j, "hidden_act");
     if (json_object_object_get_ex(j->root, "hidden_act", &v) && (!act || strcmp(act, "silu")))
-        return sharc_error(SHARC_ERR_UNSUPPORTED, "hf config '%s': \"hidden_act\": %s is not supported; expected \"silu\"",
+        return sharc_error(SHARC_ERR_INVALID, "hf config '%s': \"hidden_act\": %s is not supported; expected \"silu\"",
                            j->path, json_object_to_json_string(v));
     SHARC_TRY(cfg_require_bool(j, "attention_bias", false, "a bias on o_proj as well is not implemented"));
     SHARC_TRY(cfg_require_bool(j, "mlp_bias", false, "MLP biases are not implemented"));

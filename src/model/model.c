@@ -423,7 +423,7 @@ sharc_status sharc_model_plan(sharc_model *m, int B, int T, bool activation_chec
                            T, m->cfg.max_seq_len);
     /* note [families]: a window at least as long as the sequence masks nothing */
     if (m->cfg.sliding_window > 0 && T > m->cfg.sliding_window)
-        return sharc_error(SHARC_ERR_UNSUPPORTED,
+        return sharc_error(SHARC_ERR_INVALID,
                            "model.sliding_window: %d is shorter than the sequence (%d tokens) and sliding-window "
                            "attention is not implemented; use train.seq_len <= %d",
                            m->cfg.sliding_window, T, m->cfg.sliding_window);
