@@ -124,6 +124,12 @@ typedef struct sharc_kernels {
     /* dqkv is written (=) for every query, key and value element. */
     void (*attention_backward)(sharc_stream *s, float *dqkv, const float *dout, const float *qkv, const float *out,
                                const float *lse, int B, int T, int NH, int NKV, int hd, float *ws);
+    /* Generation: n new queries at positions t0 .. t0+n-1, rows of q at stride
+     * ldq (the query heads of a qkv row), against cached keys and values kc,
+     * vc (t0+n, NKV*hd) that already hold the new tokens' own; out (n, NH*hd).
+     * ws: attention_workspace(T) floats for any t0 + n <= T. */
+    void (*attention_cached)(sharc_stream *s, float *out, const float *q, int64_t ldq, const float *kc,
+                             const float *vc, int n, int t0, int NH, int NKV, int hd, float *ws);
 
     /* ---- softmax cross-entropy over V classes, rows with target < 0 masked ----
      * losses[r] = logsumexp(logits[r]) - logits[r][target[r]] (0 for masked

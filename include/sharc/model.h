@@ -102,6 +102,16 @@ double sharc_model_forward_loss(sharc_model *m, sharc_fsdp *e, const int32_t *in
 void sharc_model_logits_last(sharc_model *m, sharc_fsdp *e, const int32_t *inputs, int len,
                              float *logits);
 
+/* Generation with a key/value cache (note [kv-cache] in src/model/model.c),
+ * on a plan of B = 1 and T positions. kv_enable allocates the caches (once)
+ * and empties them; kv_append runs n tokens at the next positions, caching
+ * their keys and values, and writes the logits (V floats of host memory) of
+ * the last; the cached positions plus n must not exceed T. Each token costs
+ * O(cached positions), not a forward over the whole prefix. */
+sharc_status sharc_model_kv_enable(sharc_model *m);
+sharc_status sharc_model_kv_append(sharc_model *m, sharc_fsdp *e, const int32_t *tokens, int n, float *logits);
+int sharc_model_kv_len(const sharc_model *m);
+
 /* Seconds spent in forward and backward since the last reset, measured by
  * the model around its layer loops (gather waits included). Forward:
  * embedding, blocks, final norm (and the forward-only head of

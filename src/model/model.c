@@ -98,6 +98,8 @@ struct sharc_model {
     int64_t head_chunk;
     float *rope_cos, *rope_sin; /* (T, hd/2) */
     double *loss;               /* (1) device scalar: the loss sum of the last head */
+    float *kcache, *vcache;     /* (L, T, NKV*hd) note [kv-cache]; NULL until sharc_model_kv_enable */
+    int kv_len;                 /* positions the caches hold */
     sharc_model_timing timing;  /* accumulated forward / backward seconds */
 };
 
@@ -338,6 +340,10 @@ static void free_plan(sharc_model *m) {
                      m->dqkv, m->dfc, m->dfca, m->att_ws, m->head_ws, m->rope_cos, m->rope_sin};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) sharc_device_free(m->dev, bufs[i]);
     sharc_device_free(m->dev, m->loss);
+    sharc_device_free(m->dev, m->kcache);
+    sharc_device_free(m->dev, m->vcache);
+    m->kcache = m->vcache = NULL;
+    m->kv_len = 0;
     m->x = NULL;
     m->lnf = m->lnf_mean = m->lnf_rstd = m->tmp = m->dres = m->dxmid = m->dtmp = NULL;
     m->dqkv = m->dfc = m->dfca = m->att_ws = m->head_ws = m->rope_cos = m->rope_sin = NULL;
@@ -764,4 +770,101 @@ void sharc_model_logits_last(sharc_model *m, sharc_fsdp *e, const int32_t *input
                           m->s) != SHARC_OK ||
         sharc_device_synchronize(m->s) != SHARC_OK)
         sharc_fatal(__FILE__, __LINE__, "model: reading the logits: %s", sharc_last_error());
+}
+
+/* ------------------------------------------------------------ generation */
+
+/* Note [kv-cache]. Generation appends tokens to a per-layer cache of keys
+ * and values (after RoPE) at their positions, so a new token costs one
+ * token's forward plus attention over the cached positions: O(T) per token,
+ * not the O(T^2) of recomputing the prefix. The caches hold the plan's T
+ * positions (plan B = 1); the block below is block_forward's forward for n
+ * rows at positions pos .. pos+n-1 with attention_cached in place of
+ * attention_forward, using activation set 0 (nothing is kept for backward). */
+sharc_status sharc_model_kv_enable(sharc_model *m) {
+    if (m->B != 1 || m->T < 1)
+        return sharc_error(SHARC_ERR_INVALID, "model: a key/value cache needs a plan of batch 1 (planned %d x %d)", m->B,
+                           m->T);
+    if (!m->kcache) {
+        size_t bytes = (size_t)m->L * (size_t)m->T * (size_t)m->NKV * (size_t)m->hd * sizeof(float);
+        m->kcache = sharc_device_alloc(m->dev, bytes, SHARC_MEM_ACTIVATIONS);
+        m->vcache = sharc_device_alloc(m->dev, bytes, SHARC_MEM_ACTIVATIONS);
+        if (!m->kcache || !m->vcache) {
+            sharc_device_free(m->dev, m->kcache);
+            sharc_device_free(m->dev, m->vcache);
+            m->kcache = m->vcache = NULL;
+            return sharc_error(SHARC_ERR_NOMEM, "model: cannot allocate the key/value cache (%d positions)", m->T);
+        }
+    }
+    m->kv_len = 0;
+    return SHARC_OK;
+}
+
+int sharc_model_kv_len(const sharc_model *m) { return m->kv_len; }
+
+static void kv_copy(sharc_model *m, float *dst, const float *src, size_t n) {
+    if (sharc_device_copy(m->dev, dst, src, n * sizeof(float), SHARC_COPY_DEVICE_TO_DEVICE, m->s) != SHARC_OK)
+        sharc_fatal(__FILE__, __LINE__, "model: filling the key/value cache: %s", sharc_last_error());
+}
+
+static void block_forward_cached(sharc_model *m, int l, const block_ptrs *w, const float *x, float *y, int n, int pos) {
+    const sharc_kernels *k = m->k;
+    sharc_stream *s = m->s;
+    block_acts *a = &m->sets[0];
+    bool llama = m->cfg.family == SHARC_FAMILY_LLAMA;
+    int half = m->hd / 2, KV = m->NKV * m->hd;
+    norm_fwd(m, a->ln1, a->ln1_mean, a->ln1_rstd, x, w->ln1w, w->ln1b, n);
+    if (w->qnw) {
+        k->matmul_forward(s, a->qkraw, a->ln1, w->wqkv, w->bqkv, n, m->C, m->QKV);
+        qk_norm_fwd(m, w, a, n);
+    } else {
+        k->matmul_forward(s, a->qkv, a->ln1, w->wqkv, w->bqkv, n, m->C, m->QKV);
+    }
+    if (llama) /* the tables' rows from position pos */
+        k->rope_forward(s, a->qkv, m->rope_cos + (int64_t)pos * half, m->rope_sin + (int64_t)pos * half, 1, n, m->NH,
+                        m->NKV, m->hd);
+    float *kc = m->kcache + (int64_t)l * m->T * KV, *vc = m->vcache + (int64_t)l * m->T * KV;
+    for (int i = 0; i < n; i++) {
+        const float *row = a->qkv + (int64_t)i * m->QKV;
+        kv_copy(m, kc + (int64_t)(pos + i) * KV, row + m->AD, (size_t)KV);
+        kv_copy(m, vc + (int64_t)(pos + i) * KV, row + m->AD + KV, (size_t)KV);
+    }
+    k->attention_cached(s, a->att, a->qkv, m->QKV, kc, vc, n, pos, m->NH, m->NKV, m->hd, m->att_ws);
+    k->matmul_forward(s, m->tmp, a->att, w->wo, w->bo, n, m->AD, m->C);
+    k->add(s, a->xmid, x, m->tmp, (int64_t)n * m->C);
+    norm_fwd(m, a->ln2, a->ln2_mean, a->ln2_rstd, a->xmid, w->ln2w, w->ln2b, n);
+    k->matmul_forward(s, a->fc, a->ln2, w->wfc, w->bfc, n, m->C, m->F);
+    if (llama) k->swiglu_forward(s, a->fca, a->fc, n, m->Fa);
+    else k->gelu_forward(s, a->fca, a->fc, (int64_t)n * m->Fa);
+    k->matmul_forward(s, m->tmp, a->fca, w->wproj, w->bproj, n, m->Fa, m->C);
+    k->add(s, y, a->xmid, m->tmp, (int64_t)n * m->C);
+}
+
+sharc_status sharc_model_kv_append(sharc_model *m, sharc_fsdp *e, const int32_t *tokens, int n, float *logits) {
+    if (!m->kcache) return sharc_error(SHARC_ERR_INVALID, "model: sharc_model_kv_enable was not called");
+    if (n < 1 || m->kv_len + n > m->T)
+        return sharc_error(SHARC_ERR_INVALID, "model: %d new tokens after %d cached exceed the %d positions planned", n,
+                           m->kv_len, m->T);
+    const int L = m->L, H = L + 1, pos = m->kv_len;
+    check_inputs(m, e, tokens, n);
+    const float *ep = sharc_fsdp_gather(e, 0);
+    const float *wpe = m->cfg.family == SHARC_FAMILY_GPT2 ? ep + m->units[0].params[1].offset : NULL;
+    m->k->embedding_forward(m->s, xl(m, 0), tokens, ep, wpe, 1, n, m->C, pos);
+    sharc_fsdp_forward_done(e, 0);
+    for (int l = 0; l < L; l++) {
+        block_ptrs w = block_view(m, l, (float *)sharc_fsdp_gather(e, 1 + l));
+        block_forward_cached(m, l, &w, xl(m, l), xl(m, l + 1), n, pos);
+        sharc_fsdp_forward_done(e, 1 + l);
+    }
+    const float *hp = sharc_fsdp_gather(e, H), *nw, *nb;
+    head_norm(m, hp, &nw, &nb);
+    norm_fwd(m, m->lnf, m->lnf_mean, m->lnf_rstd, xl(m, L) + (int64_t)(n - 1) * m->C, nw, nb, 1);
+    m->k->matmul_forward(m->s, m->head_ws, m->lnf, head_weight(m, e, hp), NULL, 1, m->C, m->V);
+    release_head(m, e);
+    m->kv_len = pos + n;
+    if (sharc_device_copy(m->dev, logits, m->head_ws, (size_t)m->V * sizeof(float), SHARC_COPY_DEVICE_TO_HOST,
+                          m->s) != SHARC_OK ||
+        sharc_device_synchronize(m->s) != SHARC_OK)
+        return sharc_error(SHARC_ERR_IO, "model: reading the logits: %s", sharc_last_error());
+    return SHARC_OK;
 }

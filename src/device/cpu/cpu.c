@@ -55,6 +55,7 @@ static const sharc_kernels cpu_kernels = {
     .attention_workspace = sharc_cpu_attention_workspace,
     .attention_forward = sharc_cpu_attention_forward,
     .attention_backward = sharc_cpu_attention_backward,
+    .attention_cached = sharc_cpu_attention_cached,
     .xent_forward_backward = sharc_cpu_xent_forward_backward,
     .lmhead_xent = sharc_cpu_lmhead_xent,
     .cast = sharc_cpu_cast,

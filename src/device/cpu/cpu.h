@@ -50,6 +50,8 @@ void sharc_cpu_attention_forward(sharc_stream *s, float *out, float *lse, const 
 void sharc_cpu_attention_backward(sharc_stream *s, float *dqkv, const float *dout, const float *qkv,
                                   const float *out, const float *lse, int B, int T, int NH, int NKV, int hd,
                                   float *ws);
+void sharc_cpu_attention_cached(sharc_stream *s, float *out, const float *q, int64_t ldq, const float *kc,
+                                const float *vc, int n, int t0, int NH, int NKV, int hd, float *ws);
 /* xent.c */
 void sharc_cpu_xent_forward_backward(sharc_stream *s, double *loss_sum, float *logits, float *losses,
                                      const int32_t *targets, int64_t N, int V, float scale, bool want_grad);
