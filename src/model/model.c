@@ -202,7 +202,7 @@ double sharc_model_flops_per_token(const sharc_model_config *cfg, int T) {
     if (sharc_model_config_validate(c) != SHARC_OK) return 0.0;
     double n_matmul = (double)c->num_layers * (double)block_matmul_params(c) +
                       (double)c->vocab_size * c->embed_dim;
-    return 6.0 * n_matmul + 12.0 * c->num_layers * (double)c->embed_dim * T;
+    return 6.0 * n_matmul + 12.0 * c->num_layers * (double)c->num_heads * c->head_dim * T;
 }
 
 /* ----------------------------------------------------------------- units */
