@@ -14,7 +14,8 @@
 # Each system's figure is its best run (the median step of that run); every
 # run is kept in the JSON.
 #
-# PyTorch gets its best configuration on this machine (docs/ARCHITECTURE.md, "BLAS"): the
+# PyTorch gets its best configuration on this machine (on GPT-2 124M it runs
+# at about 150 tokens/s as installed and about 320 with these settings): the
 # AVX-512 OpenBLAS kernels (OPENBLAS_CORETYPE=SkylakeX; the image exports
 # Haswell), OMP_WAIT_POLICY=PASSIVE so its OpenMP and OpenBLAS pools do not
 # spin against each other, thread counts set before torch is imported, and

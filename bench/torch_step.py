@@ -21,7 +21,7 @@ k and v are never repeated.
 
 Run it with the thread environment set before torch is imported
 (bench/run.sh does): OPENBLAS_NUM_THREADS, OMP_NUM_THREADS, OMP_WAIT_POLICY=PASSIVE,
-OPENBLAS_CORETYPE=SkylakeX (docs/ARCHITECTURE.md, note [blas-coretype]).
+OPENBLAS_CORETYPE=SkylakeX (bench/run.sh says why each matters).
 """
 import argparse
 import ctypes

@@ -540,3 +540,67 @@ TEST(config_sft_keys_and_string_round_trip) {
     ASSERT_OK(sharc_config_validate(&c));
 }
 
+
+/* ---- issue 11: one table for each key's default and agreement ---- */
+
+static const sharc_config_agreed *agreed_find(const sharc_config_agreed *a, int n, const char *key) {
+    for (int i = 0; i < n; i++)
+        if (!strcmp(a[i].key, key)) return &a[i];
+    return NULL;
+}
+
+TEST(config_defaults_and_agreement_come_from_the_key_table) {
+    /* the defaults README documents, set by the table's rows alone */
+    sharc_config c;
+    memset(&c, 0x5a, sizeof c);
+    sharc_config_default(&c);
+    ASSERT_EQ(c.model.family, SHARC_FAMILY_GPT2);
+    ASSERT_EQ(c.model.num_layers, 4);
+    ASSERT_TRUE(c.model.norm_eps == 1e-5f && c.model.init_std == 0.02f && c.model.tie_embeddings);
+    ASSERT_TRUE(c.optim.lr == 2e-3f && c.optim.beta1 == 0.9f && c.optim.beta2 == 0.95f && c.optim.eps == 1e-8f);
+    ASSERT_EQ(c.fsdp.engine.reshard_after_forward, -1); /* auto */
+    ASSERT_EQ(c.fsdp.engine.backward_prefetch, SHARC_BACKWARD_PREFETCH_PRE);
+    ASSERT_EQ(c.ckpt.keep, 2);
+    ASSERT_TRUE(!strcmp(c.ckpt.resume, "none") && !strcmp(c.train.out_dir, "runs/kjv"));
+    ASSERT_TRUE(!strcmp(c.data.input_template, "User: {}\nAssistant: "));
+    ASSERT_EQ(c.train.timeout, 600);
+    ASSERT_EQ(c.train.max_bad_steps, 3);
+    ASSERT_TRUE(c.notes[0] == 0 && c.stage[0] == 0 && c.num_stages == 0);
+    /* the keys ranks must share: counted, then filled in table order */
+    int n = sharc_config_agreed_values(&c, NULL, 0);
+    ASSERT_TRUE(n > 40);
+    sharc_config_agreed *a = calloc((size_t)n, sizeof *a);
+    ASSERT_EQ(sharc_config_agreed_values(&c, a, n), n);
+    const sharc_config_agreed *layers = agreed_find(a, n, "model.num_layers");
+    ASSERT_TRUE(layers && layers->value == 4 && layers->text == NULL);
+    const sharc_config_agreed *lr = agreed_find(a, n, "optim.lr");
+    float two_e3 = 2e-3f;
+    int32_t bits;
+    memcpy(&bits, &two_e3, sizeof bits);
+    ASSERT_TRUE(lr && lr->value == bits);
+    const sharc_config_agreed *dir = agreed_find(a, n, "train.out_dir");
+    ASSERT_TRUE(dir && dir->text && !strcmp(dir->text, "runs/kjv"));
+    /* per-rank settings are not compared */
+    ASSERT_TRUE(!agreed_find(a, n, "train.threads") && !agreed_find(a, n, "log.debug") &&
+                !agreed_find(a, n, "data.path") && !agreed_find(a, n, "train.timeout"));
+    /* one key changed: exactly its value changes */
+    sharc_config d = c;
+    ASSERT_OK(sharc_config_set(&d, "ckpt.dir", "elsewhere", "t"));
+    sharc_config_agreed *b = calloc((size_t)n, sizeof *b);
+    ASSERT_EQ(sharc_config_agreed_values(&d, b, n), n);
+    for (int i = 0; i < n; i++) {
+        ASSERT_TRUE(!strcmp(a[i].key, b[i].key));
+        if ((a[i].value != b[i].value) != !strcmp(a[i].key, "ckpt.dir")) TEST_FAIL_AT("%s", a[i].key);
+    }
+    /* `sharc config --keys` shows each default and marks the agreed keys */
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    sharc_config_print_keys(f);
+    fclose(f);
+    ASSERT_TRUE(strstr(text, "ckpt.keep") && strstr(strstr(text, "ckpt.keep"), "int      2              * newest"));
+    ASSERT_TRUE(strstr(text, "train.threads                    int      0                threads"));
+    free(text);
+    free(a);
+    free(b);
+}

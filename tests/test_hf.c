@@ -402,6 +402,44 @@ TEST(hf_check_config) {
     tiny_free(&a);
 }
 
+/* Every config.json key the map writes reads back to the same model field
+ * (note [hf-map] in src/io/hf.c): non-default values of both families, and
+ * GPT-2's n_inner written as null when it is the 4C default. */
+TEST(hf_config_every_key_round_trips) {
+    for (int fam = 0; fam < 2; fam++)
+        for (int variant = 0; variant < 2; variant++) {
+            sharc_model_config c;
+            tiny_config(&c, fam ? SHARC_FAMILY_LLAMA : SHARC_FAMILY_GPT2);
+            if (variant) { /* every field away from its default */
+                c.ff_hidden_dim = 40;
+                c.norm_eps = 3e-6f;
+                c.init_std = 0.015f;
+                c.tie_embeddings = !c.tie_embeddings;
+                c.max_seq_len = 11;
+                if (fam) c.rope_theta = 12345.0f, c.num_kv_heads = 3;
+            }
+            ASSERT_OK(sharc_model_config_validate(&c));
+            tiny t;
+            tiny_build(&t, &c);
+            char name[16];
+            snprintf(name, sizeof name, "rt%d%d", fam, variant);
+            const char *dir = tmp_path(name);
+            ASSERT_OK(sharc_hf_export(t.e, NULL, &t.cfg, dir, SHARC_DT_BF16, 0));
+            sharc_model_config r;
+            ASSERT_OK(sharc_hf_read_config(dir, &r));
+            if (memcmp(&r, &c, sizeof r) != 0) TEST_FAIL_AT("%s: config.json does not read back to the model exported", name);
+            ASSERT_OK(sharc_hf_check_config(dir, &c));
+            char p[1300], *text;
+            size_t len;
+            snprintf(p, sizeof p, "%s/config.json", dir);
+            ASSERT_OK(sharc_read_file(p, &text, &len));
+            ASSERT_TRUE(strstr(text, "\"torch_dtype\": \"bfloat16\"") != NULL);
+            if (!fam) ASSERT_TRUE((strstr(text, "\"n_inner\": null") != NULL) == !variant);
+            free(text);
+            tiny_free(&t);
+        }
+}
+
 /* ---- bad input ---- */
 
 static void write_text(const char *path, const char *text) {

@@ -316,7 +316,7 @@ TEST(tokenizer_refuses_malformed_files) {
     char dir[1024], path[1100];
     snprintf(dir, sizeof dir, "%s/tok", sharc_test_tmpdir());
     mkdir(dir, 0755);
-    ASSERT_TRUE(sharc_tokenizer_load(&t, dir) == SHARC_ERR_INVALID);
+    ASSERT_TRUE(sharc_tokenizer_load(&t, dir) == SHARC_ERR_INVALID); /* bad input: exit 2 */
     ASSERT_TRUE(strstr(sharc_last_error(), "is a directory without tokenizer.json") != NULL);
     snprintf(path, sizeof path, "%s/tokenizer.json", dir);
     FILE *f = fopen(path, "w");

@@ -42,9 +42,6 @@ void sharc_activity_describe(char *out, size_t n);
 sharc_status sharc_watchdog_start(int timeout_s, const char *setting);
 /* Undo one start; the last one stops and joins the thread. */
 void sharc_watchdog_stop(void);
-/* Test hook: when SHARC_TEST_HANG is "RANK:WHERE" for this rank
- * (sharc_log_rank) and `where`, stop here forever, as a hung rank would. */
-void sharc_test_hang_point(const char *where);
 
 #ifdef __cplusplus
 }

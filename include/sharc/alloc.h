@@ -36,8 +36,6 @@ void sharc_free(void *ptr);
 /* Count memory sharc did not get from sharc_alloc (e.g. this rank's part of
  * an MPI shared-memory window) under `cat`; negative bytes when it goes. */
 void sharc_mem_account(sharc_mem_cat cat, int64_t bytes);
-/* Bytes of a block returned by sharc_alloc (0 for NULL). */
-size_t sharc_alloc_size(const void *ptr);
 
 void sharc_mem_get(sharc_mem_stats *out);
 /* Restart the peaks from the current values (e.g. at the start of a step). */

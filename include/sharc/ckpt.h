@@ -11,9 +11,12 @@
  * sampler is a pure function of (data.seed, step), note [sampler-rule]) are
  * the whole training state; there is no other RNG state.
  *
- * Every call below is collective over the trainer's world and agrees on
- * failure (note [agreement] in trainer.c): every rank returns the same
- * verdict, never a hang. */
+ * The checkpointer is handed the state it saves and restores explicitly
+ * (sharc_ckpt_state: the engine's shards, the optimizer's moments, the mesh,
+ * the run configuration); the step is an argument of a save and a result of
+ * a resume, so the caller owns its step counter. Every call below is
+ * collective over the world and agrees on failure (note [agreement] in
+ * docs/ARCHITECTURE.md): every rank returns the same verdict, never a hang. */
 #ifndef SHARC_CKPT_H
 #define SHARC_CKPT_H
 
@@ -21,6 +24,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "sharc/comm.h"
 #include "sharc/status.h"
 
 #ifdef __cplusplus
@@ -39,12 +43,26 @@ typedef struct {
     char resume[SHARC_CKPT_PATH_MAX]; /* "none", "auto" or a checkpoint path */
 } sharc_ckpt_config;
 
-struct sharc_trainer;
+struct sharc_config;
+struct sharc_fsdp;
+struct sharc_adamw;
+struct sharc_mesh;
 typedef struct sharc_ckpt sharc_ckpt;
 
-/* A checkpointer for a trainer (borrowed; must outlive it), with the
- * directory resolved from the trainer's config. Collective. */
-sharc_status sharc_ckpt_init(sharc_ckpt **out, struct sharc_trainer *t);
+/* What a checkpoint holds and where it comes from, each borrowed from its
+ * owner for the checkpointer's whole life. */
+typedef struct {
+    sharc_comm *world;               /* every call is collective over it */
+    const struct sharc_mesh *mesh;   /* which ranks write (replicate group 0), the shard files */
+    struct sharc_fsdp *engine;       /* the parameter shards, read at a save, written at a resume */
+    struct sharc_adamw *optim;       /* both moments and AdamW's step count, likewise */
+    const struct sharc_config *cfg;  /* ckpt.*, train.out_dir, the model; recorded in the manifest */
+} sharc_ckpt_state;
+
+/* A checkpointer over `state` (copied; what it points to must outlive the
+ * checkpointer), the directory resolved from ckpt.dir or train.out_dir.
+ * Collective. */
+sharc_status sharc_ckpt_init(sharc_ckpt **out, const sharc_ckpt_state *state);
 /* Joins a background write if one is running, without publishing it. */
 void sharc_ckpt_free(sharc_ckpt *c);
 
@@ -52,14 +70,15 @@ void sharc_ckpt_free(sharc_ckpt *c);
  * that loads (a newer one that fails its checks is reported and skipped);
  * none there is not an error. Anything else: a step directory, or a
  * checkpoint directory whose newest checkpoint is taken; failure is an
- * error. *loaded_step (may be NULL) is the step resumed from, or -1. */
+ * error. A load fills the parameter shards, both moments and AdamW's step
+ * count; *loaded_step is the step resumed from (the caller's step counter
+ * continues from it), or -1 when nothing was loaded. */
 sharc_status sharc_ckpt_resume(sharc_ckpt *c, const char *what, int64_t *loaded_step);
-/* Load one step directory into the trainer (parameters, moments, step). */
-sharc_status sharc_ckpt_load(sharc_ckpt *c, const char *step_dir);
-/* Save the trainer's current step: finishes an in-flight save first; with
- * ckpt.async returns once the state is staged and the files are being
- * written. A step already saved or loaded is not written again. */
-sharc_status sharc_ckpt_save(sharc_ckpt *c);
+/* Save the state as of `step` (optimizer steps done): finishes an in-flight
+ * save first; with ckpt.async returns once the state is staged and the
+ * files are being written. A step already saved or loaded is not written
+ * again. */
+sharc_status sharc_ckpt_save(sharc_ckpt *c, int64_t step);
 /* Wait for an in-flight save and publish it (call before exit). */
 sharc_status sharc_ckpt_wait(sharc_ckpt *c);
 /* The path of the last published or loaded checkpoint ("" if none). */
@@ -68,11 +87,11 @@ const char *sharc_ckpt_last_path(const sharc_ckpt *c);
 const char *sharc_ckpt_dir(const sharc_ckpt *c);
 /* Before a run writes its checkpoint directory (one rank, no communication):
  * remove what crashed saves and prunes left (note [ckpt-leftovers] in
- * src/ckpt/ckpt.c) and, when a checkpoint was loaded, the older checkpoints
+ * src/ckpt/commit.c) and, when a checkpoint was loaded, the older checkpoints
  * beyond ckpt.keep. Newer ones are left for the first save to replace. */
 sharc_status sharc_ckpt_tidy(sharc_ckpt *c);
 
-/* No trainer, no communication: the published checkpoints in `dir` (0 when
+/* No checkpointer, no communication: the published checkpoints in `dir` (0 when
  * none or no such directory); *newest (may be NULL) the newest step or -1. */
 int sharc_ckpt_count(const char *dir, int64_t *newest);
 /* Remove every checkpoint in `dir`, `latest` and the leftovers, each
@@ -85,8 +104,6 @@ sharc_status sharc_ckpt_inspect(const char *path, FILE *out);
 
 /* Reading a checkpoint's weights with no trainer (sharc export, generate):
  * one process, no communication. */
-struct sharc_config;
-struct sharc_fsdp;
 /* `path` is a step directory (it has a manifest.json: returned as is; the
  * load checks what it reads) or a checkpoint directory, of which the newest
  * step-N that passes every check (manifest and every checksum, the rule of
@@ -101,7 +118,7 @@ sharc_status sharc_ckpt_read_config(const char *step_dir, struct sharc_config *c
  * tensor there must be a parameter of `e`; only the chunks overlapping this
  * rank's segments are read, each checked against its crc32. Marks the
  * parameters updated whatever the outcome. On many ranks the caller agrees
- * on the outcome (note [agreement] in trainer.c). */
+ * on the outcome (note [agreement]). */
 sharc_status sharc_ckpt_load_params(struct sharc_fsdp *e, const char *step_dir);
 
 /* Where inference reads weights from, given ARG: a weights file (as is); a

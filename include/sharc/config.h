@@ -2,8 +2,10 @@
  * libyaml also reads) with dotted command-line overrides.
  *
  * One table (src/config/config.c, `keys`) lists every key with its type,
- * default, allowed range and help line; loading, overriding, validating and
- * printing all go through it, so a key exists in exactly one place.
+ * default, allowed range, whether the ranks of a run must agree on it, and
+ * help line; defaults, loading, overriding, printing and the ranks'
+ * agreement check (sharc_config_agreed_values) all come from it, so adding a
+ * key is a row there, a field here and a line in README.
  * Unknown keys, wrong types and out-of-range values are errors naming the
  * file, line, key, value and what is allowed.
  *
@@ -106,7 +108,8 @@ typedef struct sharc_config { /* tagged: sharc/ckpt.h declares it ahead */
     char notes[2048];
 } sharc_config;
 
-/* The built-in defaults (the job `make run` trains). */
+/* The built-in defaults (the job `make run` trains): each key's default
+ * from the key table. */
 void sharc_config_default(sharc_config *c);
 /* Apply a YAML/JSON file on top of *c. */
 sharc_status sharc_config_load_file(sharc_config *c, const char *path);
@@ -129,6 +132,19 @@ void sharc_config_print_keys(FILE *f);
  * ...), one line each naming the key, through `emit`; returns the count. The
  * trainer prints them once on rank 0 at start. */
 int sharc_config_warnings(const sharc_config *c, void (*emit)(const char *line, void *ctx), void *ctx);
+/* One value the ranks of a run must share (note [agreement] in
+ * docs/ARCHITECTURE.md): a key the table marks so. */
+typedef struct {
+    const char *key;  /* the key's name, static */
+    int64_t value;    /* integers, enums and bools as they are, floats by their bits, strings by their FNV-1a hash */
+    const char *text; /* a string key: its value (borrowed from the config); else NULL */
+} sharc_config_agreed;
+
+/* Every value of `c` the ranks must agree on, in table order, the first
+ * `max` into `out` (may be NULL with max 0); returns how many there are.
+ * The trainer all-gathers them at start. */
+int sharc_config_agreed_values(const sharc_config *c, sharc_config_agreed *out, int max);
+
 /* Map a precision name (fp32, bf16, bf16-mixed, bf16-true, 16-mixed, fp16,
  * ...) to fsdp.param_dtype / fsdp.reduce_dtype. */
 sharc_status sharc_config_set_precision(sharc_config *c, const char *value, const char *origin);

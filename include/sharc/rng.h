@@ -33,7 +33,6 @@ typedef struct {
 } sharc_rng;
 
 void sharc_rng_init(sharc_rng *r, uint64_t seed, uint64_t stream);
-uint64_t sharc_rng_next_u64(sharc_rng *r);
 float sharc_rng_next_uniform(sharc_rng *r);
 
 #ifdef __cplusplus

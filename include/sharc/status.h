@@ -1,7 +1,7 @@
 /* sharc/status.h: the status every fallible call returns, the per-thread
  * error message that goes with it, and the check macro for broken invariants.
  *
- * Convention: a function that can fail returns a
+ * Convention (docs/ARCHITECTURE.md, "Errors"): a function that can fail returns a
  * sharc_status and records a one-line message where it fails:
  *     return sharc_error(SHARC_ERR_IO, "ckpt: cannot open '%s': %s", path, strerror(errno));
  * The caller either handles it or passes the status up unchanged; only the

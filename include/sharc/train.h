@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "sharc/alloc.h"
+#include "sharc/ckpt.h"
 #include "sharc/comm.h"
 #include "sharc/config.h"
 #include "sharc/fsdp.h"
@@ -54,15 +55,20 @@ typedef struct sharc_trainer sharc_trainer;
 sharc_status sharc_trainer_init(sharc_trainer **out, const sharc_config *cfg, sharc_comm *world);
 void sharc_trainer_free(sharc_trainer *t);
 sharc_status sharc_trainer_step(sharc_trainer *t, sharc_step_stats *stats);
-sharc_model *sharc_trainer_model(sharc_trainer *t);
 sharc_fsdp *sharc_trainer_engine(sharc_trainer *t);
 struct sharc_adamw *sharc_trainer_optimizer(sharc_trainer *t);
 const sharc_config *sharc_trainer_config(const sharc_trainer *t);
 sharc_comm *sharc_trainer_world(sharc_trainer *t);
 const struct sharc_mesh *sharc_trainer_mesh(const sharc_trainer *t);
-/* Optimizer steps completed; set by a checkpoint load (sharc/ckpt.h). */
+/* Optimizer steps completed (what sharc_ckpt_save is given). */
 int64_t sharc_trainer_steps_done(const sharc_trainer *t);
-void sharc_trainer_set_steps_done(sharc_trainer *t, int64_t step);
+/* What a checkpoint of this trainer saves and restores (sharc/ckpt.h):
+ * its world, mesh, engine, optimizer and configuration. */
+sharc_ckpt_state sharc_trainer_ckpt_state(sharc_trainer *t);
+/* sharc_ckpt_resume(ck, what) and, when a checkpoint was loaded, the
+ * trainer's steps continue from its step. *loaded_step (may be NULL): that
+ * step, or -1. Collective. */
+sharc_status sharc_trainer_resume(sharc_trainer *t, sharc_ckpt *ck, const char *what, int64_t *loaded_step);
 
 /* The whole run: steps with a line every train.log_every steps and a JSON
  * line per step in the metrics file, the resolved config in out_dir, final

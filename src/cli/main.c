@@ -10,6 +10,7 @@
 #include "sharc/data.h"
 #include "sharc/dataprep.h"
 #include "sharc/eval.h"
+#include "sharc/fault.h"
 #include "sharc/fileio.h"
 #include "sharc/fsdp.h"
 #include "sharc/hf.h"
@@ -580,7 +581,7 @@ static int cmd_generate(int argc, char **argv) {
     if (chat) fputc('\n', stdout);
     sharc_rng rng;
     sharc_rng_init(&rng, seed, 0x67656eull);
-    sharc_test_hang_point("generate");
+    sharc_fault_at("generate", 0);
     for (long long i = 0; i < ntok; i++) {
         sharc_activity_step(i + 1); /* note [watchdog]: each token is progress */
         /* note [kv-cache]: within the T planned positions each token is
@@ -780,7 +781,7 @@ static int cmd_export(int argc, char **argv) {
     sharc_model *m = NULL;
     sharc_fsdp *e = NULL;
     if ((st = load_for_inference(o[0].value, 0, &c, &m, &e, &src)) == SHARC_OK) {
-        sharc_test_hang_point("export");
+        sharc_fault_at("export", 0);
         st = sharc_hf_export(e, NULL, &c.model, o[1].value, dt, (uint64_t)shard);
     }
     if (st == SHARC_OK) st = copy_tokenizer(&c, o[1].value);
@@ -825,7 +826,7 @@ static sharc_status eval_plan_parse(eval_plan *p, int argc, char **argv) {
 /* sharc eval: runs on every rank of the world. */
 static int cmd_eval(const eval_plan *p, sharc_comm *world) {
     sharc_eval_result r;
-    sharc_test_hang_point("eval");
+    sharc_fault_at("eval", 0);
     sharc_status st = sharc_eval_checkpoint(&p->o, world, &r);
     if (st != SHARC_OK) return fail(st);
     if (sharc_comm_rank(world) == 0)
@@ -924,7 +925,7 @@ static int run_on_world(int *argc, char ***argv, sharc_status parsed, int timeou
     sharc_status st = sharc_watchdog_start(timeout, setting);
     sharc_activity_step(0);
     sharc_activity_phase("start-up", -1, NULL);
-    sharc_test_hang_point("init");
+    sharc_fault_at("init", 0);
     sharc_activity_coll_begin("MPI_Init", launched);
     sharc_comm *world = NULL;
     sharc_status wst = sharc_comm_world_init(argc, argv, &world);
@@ -946,7 +947,7 @@ static int run_on_world(int *argc, char ***argv, sharc_status parsed, int timeou
         sharc_comm_abort(world, rc ? rc : 1);
     }
     sharc_activity_phase("finishing", -1, NULL);
-    sharc_test_hang_point("finalize");
+    sharc_fault_at("finalize", 0);
     sharc_activity_coll_begin("MPI_Finalize", sharc_comm_size(world));
     sharc_set_fatal_hook(NULL);
     job_world = NULL;

@@ -15,14 +15,20 @@
 
 typedef enum { K_INT, K_INT64, K_U64, K_FLOAT, K_BOOL, K_STR, K_ENUM, K_FLOAT2, K_DTYPE, K_TRI, K_LIMIT } key_type;
 
+/* A row of the key table: everything about one key. */
 typedef struct {
     const char *name;
     key_type type;
     size_t off;
     double min, max;            /* numeric range (inclusive) */
     const char *const *choices; /* K_ENUM: NULL-terminated, index = value */
+    const char *def;            /* the default, written as in a file (NULL: the row is another key's spelling) */
+    bool agree;                 /* every rank of a run must hold the same value (note [agreement]) */
     const char *help;
 } key_def;
+
+#define AGREE true  /* compared across ranks at start */
+#define LOCAL false /* may differ between ranks (a path on each node, threads, logging) */
 
 static const char *const families[] = {"gpt2", "llama", NULL};
 static const char *const lr_decays[] = {"cosine", "linear", "constant", NULL};
@@ -38,130 +44,98 @@ static const char *const wrap_policies[] = {"transformer_block", "size", "none",
 #define BIG 1e18
 
 static const key_def keys[] = {
-    {"model.family", K_ENUM, OFF(model.family), 0, 0, families, "gpt2 or llama"},
-    {"model.num_layers", K_INT, OFF(model.num_layers), 1, 4096, NULL, "transformer blocks (L)"},
-    {"model.embed_dim", K_INT, OFF(model.embed_dim), 1, 1 << 20, NULL, "model width (C)"},
-    {"model.num_heads", K_INT, OFF(model.num_heads), 1, 4096, NULL, "attention heads; divides embed_dim"},
-    {"model.num_kv_heads", K_INT, OFF(model.num_kv_heads), 0, 4096, NULL, "key/value heads (0: = num_heads); divides num_heads"},
-    {"model.ff_hidden_dim", K_INT, OFF(model.ff_hidden_dim), 0, 1 << 22, NULL, "MLP width (0: gpt2 4C, llama 8C/3 rounded to 16)"},
-    {"model.vocab_size", K_INT, OFF(model.vocab_size), 2, 1 << 30, NULL, "vocabulary (256 for byte-level text)"},
-    {"model.max_seq_len", K_INT, OFF(model.max_seq_len), 1, 1 << 24, NULL, "longest sequence (gpt2: position table rows)"},
-    {"model.norm_eps", K_FLOAT, OFF(model.norm_eps), 0, 1, NULL, "LayerNorm/RMSNorm epsilon"},
-    {"model.rope_theta", K_FLOAT, OFF(model.rope_theta), 0, BIG, NULL, "RoPE base (llama)"},
-    {"model.init_std", K_FLOAT, OFF(model.init_std), 0, 10, NULL, "std of normal weight init (residual outputs / sqrt(2L))"},
-    {"model.tie_embeddings", K_BOOL, OFF(model.tie_embeddings), 0, 0, NULL, "LM head shares the token embedding"},
-    {"model.head_dim", K_INT, OFF(model.head_dim), 0, 1 << 16, NULL, "llama family: per-head width (0: embed_dim / num_heads)"},
-    {"model.qkv_bias", K_BOOL, OFF(model.qkv_bias), 0, 0, NULL, "llama family: q/k/v projection biases (Qwen2)"},
-    {"model.qk_norm", K_BOOL, OFF(model.qk_norm), 0, 0, NULL, "llama family: RMSNorm of each query/key head before RoPE (Qwen3)"},
-    {"model.sliding_window", K_INT, OFF(model.sliding_window), 0, 1 << 30, NULL, "llama family: attention window (0: none); train.seq_len must not exceed it"},
-    {"model.rope_factor", K_FLOAT, OFF(model.rope_factor), 0, BIG, NULL, "llama family: Llama-3 RoPE scaling factor (0: no scaling)"},
-    {"model.rope_low_freq_factor", K_FLOAT, OFF(model.rope_low_freq_factor), 0, BIG, NULL, "Llama-3 RoPE scaling: low_freq_factor"},
-    {"model.rope_high_freq_factor", K_FLOAT, OFF(model.rope_high_freq_factor), 0, BIG, NULL, "Llama-3 RoPE scaling: high_freq_factor"},
-    {"model.bos_token_id", K_INT, OFF(model.bos_token_id), -1, 1 << 30, NULL, "config.json's bos_token_id, carried to export (-1: none)"},
-    {"model.eos_token_id", K_INT, OFF(model.eos_token_id), -1, 1 << 30, NULL, "config.json's eos_token_id, carried to export (-1: none)"},
-    {"model.rope_original_max_pos", K_INT, OFF(model.rope_original_max_pos), 0, 1 << 30, NULL, "Llama-3 RoPE scaling: original_max_position_embeddings"},
-    {"model.init_from", K_STR, OFF(init_from), 0, 0, NULL, "sharc weights file (model.safetensors) loaded after initialisation"},
-    {"model.tokenizer", K_STR, OFF(tokenizer), 0, 0, NULL, "Hugging Face tokenizer.json or its directory (\"\": byte-level, or model.init_from's directory when it holds one)"},
+    {"model.family", K_ENUM, OFF(model.family), 0, 0, families, "gpt2", AGREE, "gpt2 or llama"},
+    {"model.num_layers", K_INT, OFF(model.num_layers), 1, 4096, NULL, "4", AGREE, "transformer blocks (L)"},
+    {"model.embed_dim", K_INT, OFF(model.embed_dim), 1, 1 << 20, NULL, "256", AGREE, "model width (C)"},
+    {"model.num_heads", K_INT, OFF(model.num_heads), 1, 4096, NULL, "4", AGREE, "attention heads; divides embed_dim"},
+    {"model.num_kv_heads", K_INT, OFF(model.num_kv_heads), 0, 4096, NULL, "0", AGREE, "key/value heads (0: = num_heads); divides num_heads"},
+    {"model.ff_hidden_dim", K_INT, OFF(model.ff_hidden_dim), 0, 1 << 22, NULL, "0", AGREE, "MLP width (0: gpt2 4C, llama 8C/3 rounded to 16)"},
+    {"model.vocab_size", K_INT, OFF(model.vocab_size), 2, 1 << 30, NULL, "256", AGREE, "vocabulary (256 for byte-level text)"},
+    {"model.max_seq_len", K_INT, OFF(model.max_seq_len), 1, 1 << 24, NULL, "128", AGREE, "longest sequence (gpt2: position table rows)"},
+    {"model.norm_eps", K_FLOAT, OFF(model.norm_eps), 0, 1, NULL, "1e-5", AGREE, "LayerNorm/RMSNorm epsilon"},
+    {"model.rope_theta", K_FLOAT, OFF(model.rope_theta), 0, BIG, NULL, "10000", AGREE, "RoPE base (llama)"},
+    {"model.init_std", K_FLOAT, OFF(model.init_std), 0, 10, NULL, "0.02", AGREE, "std of normal weight init (residual outputs / sqrt(2L))"},
+    {"model.tie_embeddings", K_BOOL, OFF(model.tie_embeddings), 0, 0, NULL, "true", AGREE, "LM head shares the token embedding"},
+    {"model.head_dim", K_INT, OFF(model.head_dim), 0, 1 << 16, NULL, "0", AGREE, "llama family: per-head width (0: embed_dim / num_heads)"},
+    {"model.qkv_bias", K_BOOL, OFF(model.qkv_bias), 0, 0, NULL, "false", AGREE, "llama family: q/k/v projection biases (Qwen2)"},
+    {"model.qk_norm", K_BOOL, OFF(model.qk_norm), 0, 0, NULL, "false", AGREE, "llama family: RMSNorm of each query/key head before RoPE (Qwen3)"},
+    {"model.sliding_window", K_INT, OFF(model.sliding_window), 0, 1 << 30, NULL, "0", AGREE, "llama family: attention window (0: none); train.seq_len must not exceed it"},
+    {"model.rope_factor", K_FLOAT, OFF(model.rope_factor), 0, BIG, NULL, "0", AGREE, "llama family: Llama-3 RoPE scaling factor (0: no scaling)"},
+    {"model.rope_low_freq_factor", K_FLOAT, OFF(model.rope_low_freq_factor), 0, BIG, NULL, "0", AGREE, "Llama-3 RoPE scaling: low_freq_factor"},
+    {"model.rope_high_freq_factor", K_FLOAT, OFF(model.rope_high_freq_factor), 0, BIG, NULL, "0", AGREE, "Llama-3 RoPE scaling: high_freq_factor"},
+    {"model.rope_original_max_pos", K_INT, OFF(model.rope_original_max_pos), 0, 1 << 30, NULL, "0", AGREE, "Llama-3 RoPE scaling: original_max_position_embeddings"},
+    {"model.bos_token_id", K_INT, OFF(model.bos_token_id), -1, 1 << 30, NULL, "-1", AGREE, "config.json's bos_token_id, carried to export (-1: none)"},
+    {"model.eos_token_id", K_INT, OFF(model.eos_token_id), -1, 1 << 30, NULL, "-1", AGREE, "config.json's eos_token_id, carried to export (-1: none)"},
+    {"model.init_from", K_STR, OFF(init_from), 0, 0, NULL, "", AGREE, "sharc weights file (model.safetensors) loaded after initialisation"},
+    {"model.tokenizer", K_STR, OFF(tokenizer), 0, 0, NULL, "", LOCAL, "Hugging Face tokenizer.json or its directory (\"\": byte-level, or model.init_from's directory when it holds one)"},
 
-    {"data.path", K_STR, OFF(data.path), 0, 0, NULL, "training token file or UTF-8 text"},
-    {"data.val_path", K_STR, OFF(data.val_path), 0, 0, NULL, "validation token file (optional)"},
-    {"data.format", K_ENUM, OFF(data.format), 0, 0, token_formats, "auto, u16, u32, llmc, text, sft (sharc tokenize's SFT file) or jsonl (SFT records)"},
-    {"data.shuffle", K_BOOL, OFF(data.shuffle), 0, 0, NULL, "seeded permutation of windows each epoch"},
-    {"data.seed", K_U64, OFF(data.seed), 0, 0, NULL, "shuffle seed"},
-    {"data.input_key", K_STR, OFF(data.input_key), 0, 0, NULL, "JSONL: the prompt's key (a string, or a list of messages)"},
-    {"data.output_key", K_STR, OFF(data.output_key), 0, 0, NULL, "JSONL: the response's key (\"\": records of messages, the last one the response)"},
-    {"data.input_template", K_STR, OFF(data.input_template), 0, 0, NULL, "JSONL without a chat template: the prompt, {} = the input (\"\": the input as is)"},
-    {"data.apply_chat_template", K_BOOL, OFF(data.apply_chat_template), 0, 0, NULL, "JSONL: render records with the chat template"},
-    {"data.chat_template", K_ENUM, OFF(data.chat_template), 0, 0, chat_formats, "auto (the tokenizer's, recognised), chatml, qwen3 or llama3"},
-    {"data.max_len", K_INT, OFF(data.max_len), 0, 1 << 24, NULL, "tokens per SFT sample, longer ones cut (0: train.seq_len + 1)"},
-    {"data.multiturn", K_BOOL, OFF(data.multiturn), 0, 0, NULL, "JSONL messages: train every assistant turn, not only the last"},
-    {"data.loss_mask", K_ENUM, OFF(data.loss_mask), 0, 0, loss_masks, "ranges (response tokens by their bytes) or openrlhf (OpenRLHF's exact mask)"},
+    {"data.path", K_STR, OFF(data.path), 0, 0, NULL, "data/kjv.txt", LOCAL, "training token file or UTF-8 text"},
+    {"data.val_path", K_STR, OFF(data.val_path), 0, 0, NULL, "", LOCAL, "validation token file (optional)"},
+    {"data.format", K_ENUM, OFF(data.format), 0, 0, token_formats, "auto", AGREE, "auto, u16, u32, llmc, text, sft (sharc tokenize's SFT file) or jsonl (SFT records)"},
+    {"data.shuffle", K_BOOL, OFF(data.shuffle), 0, 0, NULL, "true", AGREE, "seeded permutation of windows each epoch"},
+    {"data.seed", K_U64, OFF(data.seed), 0, 0, NULL, "1", AGREE, "shuffle seed"},
+    {"data.input_key", K_STR, OFF(data.input_key), 0, 0, NULL, "input", LOCAL, "JSONL: the prompt's key (a string, or a list of messages)"},
+    {"data.output_key", K_STR, OFF(data.output_key), 0, 0, NULL, "", LOCAL, "JSONL: the response's key (\"\": records of messages, the last one the response)"},
+    {"data.input_template", K_STR, OFF(data.input_template), 0, 0, NULL, "User: {}\nAssistant: ", LOCAL, "JSONL without a chat template: the prompt, {} = the input (\"\": the input as is)"},
+    {"data.apply_chat_template", K_BOOL, OFF(data.apply_chat_template), 0, 0, NULL, "false", AGREE, "JSONL: render records with the chat template"},
+    {"data.chat_template", K_ENUM, OFF(data.chat_template), 0, 0, chat_formats, "auto", LOCAL, "auto (the tokenizer's, recognised), chatml, qwen3 or llama3"},
+    {"data.max_len", K_INT, OFF(data.max_len), 0, 1 << 24, NULL, "0", AGREE, "tokens per SFT sample, longer ones cut (0: train.seq_len + 1)"},
+    {"data.multiturn", K_BOOL, OFF(data.multiturn), 0, 0, NULL, "false", AGREE, "JSONL messages: train every assistant turn, not only the last"},
+    {"data.loss_mask", K_ENUM, OFF(data.loss_mask), 0, 0, loss_masks, "ranges", AGREE, "ranges (response tokens by their bytes) or openrlhf (OpenRLHF's exact mask)"},
 
-    {"optim.lr", K_FLOAT, OFF(optim.lr), 0, 10, NULL, "peak learning rate"},
-    {"optim.min_lr_ratio", K_FLOAT, OFF(optim.min_lr_ratio), 0, 1, NULL, "decay floor as a fraction of lr"},
-    {"optim.warmup_steps", K_INT, OFF(optim.warmup_steps), 0, INT_MAX, NULL, "linear warmup steps"},
-    {"optim.decay_steps", K_INT, OFF(optim.decay_steps), 0, INT_MAX, NULL, "decay length after warmup (0: to train.max_steps)"},
-    {"optim.lr_decay", K_ENUM, OFF(optim.decay), 0, 0, lr_decays, "cosine, linear or constant"},
-    {"optim.betas", K_FLOAT2, OFF(optim.beta1), 0, 1, NULL, "AdamW [beta1, beta2]"},
-    {"optim.beta1", K_FLOAT, OFF(optim.beta1), 0, 1, NULL, "AdamW beta1"},
-    {"optim.beta2", K_FLOAT, OFF(optim.beta2), 0, 1, NULL, "AdamW beta2"},
-    {"optim.eps", K_FLOAT, OFF(optim.eps), 0, 1, NULL, "AdamW epsilon"},
-    {"optim.weight_decay", K_FLOAT, OFF(optim.weight_decay), 0, 10, NULL, "decoupled weight decay on 2-D+ weights"},
-    {"optim.max_grad_norm", K_FLOAT, OFF(optim.max_grad_norm), 0, BIG, NULL, "clip the global gradient norm (0: off)"},
+    {"optim.lr", K_FLOAT, OFF(optim.lr), 0, 10, NULL, "2e-3", AGREE, "peak learning rate"},
+    {"optim.min_lr_ratio", K_FLOAT, OFF(optim.min_lr_ratio), 0, 1, NULL, "0.1", AGREE, "decay floor as a fraction of lr"},
+    {"optim.warmup_steps", K_INT, OFF(optim.warmup_steps), 0, INT_MAX, NULL, "20", AGREE, "linear warmup steps"},
+    {"optim.decay_steps", K_INT, OFF(optim.decay_steps), 0, INT_MAX, NULL, "0", AGREE, "decay length after warmup (0: to train.max_steps)"},
+    {"optim.lr_decay", K_ENUM, OFF(optim.decay), 0, 0, lr_decays, "cosine", AGREE, "cosine, linear or constant"},
+    {"optim.betas", K_FLOAT2, OFF(optim.beta1), 0, 1, NULL, NULL, LOCAL, "AdamW [beta1, beta2]"},
+    {"optim.beta1", K_FLOAT, OFF(optim.beta1), 0, 1, NULL, "0.9", AGREE, "AdamW beta1"},
+    {"optim.beta2", K_FLOAT, OFF(optim.beta2), 0, 1, NULL, "0.95", AGREE, "AdamW beta2"},
+    {"optim.eps", K_FLOAT, OFF(optim.eps), 0, 1, NULL, "1e-8", AGREE, "AdamW epsilon"},
+    {"optim.weight_decay", K_FLOAT, OFF(optim.weight_decay), 0, 10, NULL, "0.1", AGREE, "decoupled weight decay on 2-D+ weights"},
+    {"optim.max_grad_norm", K_FLOAT, OFF(optim.max_grad_norm), 0, BIG, NULL, "1", AGREE, "clip the global gradient norm (0: off)"},
 
-    {"train.batch_size", K_INT, OFF(train.batch_size), 1, 1 << 20, NULL, "sequences per micro-batch per rank"},
-    {"train.grad_accum", K_INT, OFF(train.grad_accum), 1, 1 << 20, NULL, "micro-batches per optimizer step"},
-    {"train.seq_len", K_INT, OFF(train.seq_len), 1, 1 << 24, NULL, "tokens per sequence (T)"},
-    {"train.max_steps", K_INT64, OFF(train.max_steps), 0, BIG, NULL, "optimizer steps"},
-    {"train.seed", K_U64, OFF(train.seed), 0, 0, NULL, "parameter initialisation seed"},
-    {"train.log_every", K_INT, OFF(train.log_every), 1, INT_MAX, NULL, "print a line every N steps"},
-    {"train.threads", K_INT, OFF(train.threads), 0, 4096, NULL, "threads per process (0: its CPUs)"},
-    {"train.out_dir", K_STR, OFF(train.out_dir), 0, 0, NULL, "run directory: metrics, config, final weights"},
-    {"train.metrics_path", K_STR, OFF(train.metrics_path), 0, 0, NULL, "JSON-lines metrics file (default out_dir/metrics.jsonl)"},
-    {"train.overwrite_output_dir", K_BOOL, OFF(train.overwrite_output_dir), 0, 0, NULL, "start over in an out_dir that holds another run: delete its checkpoints, weights and metrics (without it such a run is refused)"},
-    {"train.epochs", K_FLOAT, OFF(train.epochs), 0, 1e9, NULL, "passes over the data (> 0: sets max_steps = ceil(epochs * windows / sequences per step))"},
-    {"train.timeout", K_INT, OFF(train.timeout), 0, INT_MAX, NULL, "step watchdog: seconds without progress before every rank reports and exits (0: off)"},
-    {"train.max_bad_steps", K_INT, OFF(train.max_bad_steps), 1, INT_MAX, NULL, "stop after this many non-finite (skipped) steps in a row"},
-    {"train.loss_normalization", K_ENUM, OFF(train.loss_normalization), 0, 0, loss_norms, "global_tokens (loss / valid targets of the whole step) or micro_batch (mean of each micro-batch's mean)"},
+    {"train.batch_size", K_INT, OFF(train.batch_size), 1, 1 << 20, NULL, "16", AGREE, "sequences per micro-batch per rank"},
+    {"train.grad_accum", K_INT, OFF(train.grad_accum), 1, 1 << 20, NULL, "1", AGREE, "micro-batches per optimizer step"},
+    {"train.seq_len", K_INT, OFF(train.seq_len), 1, 1 << 24, NULL, "128", AGREE, "tokens per sequence (T)"},
+    {"train.max_steps", K_INT64, OFF(train.max_steps), 0, BIG, NULL, "400", AGREE, "optimizer steps"},
+    {"train.seed", K_U64, OFF(train.seed), 0, 0, NULL, "1", AGREE, "parameter initialisation seed"},
+    {"train.log_every", K_INT, OFF(train.log_every), 1, INT_MAX, NULL, "10", LOCAL, "print a line every N steps"},
+    {"train.threads", K_INT, OFF(train.threads), 0, 4096, NULL, "0", LOCAL, "threads per process (0: its CPUs)"},
+    {"train.out_dir", K_STR, OFF(train.out_dir), 0, 0, NULL, "runs/kjv", AGREE, "run directory: metrics, config, final weights"},
+    {"train.metrics_path", K_STR, OFF(train.metrics_path), 0, 0, NULL, "", LOCAL, "JSON-lines metrics file (default out_dir/metrics.jsonl)"},
+    {"train.overwrite_output_dir", K_BOOL, OFF(train.overwrite_output_dir), 0, 0, NULL, "false", AGREE, "start over in an out_dir that holds another run: delete its checkpoints, weights and metrics (without it such a run is refused)"},
+    {"train.epochs", K_FLOAT, OFF(train.epochs), 0, 1e9, NULL, "0", LOCAL, "passes over the data (> 0: sets max_steps = ceil(epochs * windows / sequences per step))"},
+    {"train.timeout", K_INT, OFF(train.timeout), 0, INT_MAX, NULL, "600", LOCAL, "step watchdog: seconds without progress before every rank reports and exits (0: off)"},
+    {"train.max_bad_steps", K_INT, OFF(train.max_bad_steps), 1, INT_MAX, NULL, "3", AGREE, "stop after this many non-finite (skipped) steps in a row"},
+    {"train.loss_normalization", K_ENUM, OFF(train.loss_normalization), 0, 0, loss_norms, "global_tokens", AGREE, "global_tokens (loss / valid targets of the whole step) or micro_batch (mean of each micro-batch's mean)"},
 
-    {"fsdp.sharding_strategy", K_ENUM, OFF(fsdp.engine.strategy), 0, 0, strategies, "FULL_SHARD, SHARD_GRAD_OP, NO_SHARD or HYBRID_SHARD"},
-    {"fsdp.fsdp_size", K_INT, OFF(fsdp.engine.fsdp_size), 0, 1 << 24, NULL, "HYBRID_SHARD shard-group size (>= world or <= 1: plain FSDP)"},
-    {"fsdp.reshard_after_forward", K_TRI, OFF(fsdp.engine.reshard_after_forward), 0, 0, NULL, "free gathered parameters after forward (auto: per strategy)"},
-    {"fsdp.param_dtype", K_DTYPE, OFF(fsdp.engine.param_dtype), 0, 0, NULL, "gather and compute parameters in fp32, bf16 or fp16"},
-    {"fsdp.reduce_dtype", K_DTYPE, OFF(fsdp.engine.reduce_dtype), 0, 0, NULL, "reduce gradients in fp32 or bf16"},
-    {"fsdp.forward_prefetch", K_BOOL, OFF(fsdp.engine.forward_prefetch), 0, 0, NULL, "gather the next unit during forward"},
-    {"fsdp.backward_prefetch", K_ENUM, OFF(fsdp.engine.backward_prefetch), 0, 0, prefetches, "BACKWARD_PRE, BACKWARD_POST or NONE"},
-    {"fsdp.limit_all_gathers", K_LIMIT, OFF(fsdp.engine.limit_all_gathers), 0, 1 << 20, NULL, "max gathered non-root units (true = 2, false = no limit)"},
-    {"fsdp.no_sync", K_BOOL, OFF(fsdp.engine.no_sync), 0, 0, NULL, "reduce gradients once per step, not every micro-batch"},
-    {"fsdp.activation_checkpointing", K_BOOL, OFF(fsdp.activation_checkpointing), 0, 0, NULL, "recompute each block in backward"},
+    {"fsdp.sharding_strategy", K_ENUM, OFF(fsdp.engine.strategy), 0, 0, strategies, "FULL_SHARD", AGREE, "FULL_SHARD, SHARD_GRAD_OP, NO_SHARD or HYBRID_SHARD"},
+    {"fsdp.fsdp_size", K_INT, OFF(fsdp.engine.fsdp_size), 0, 1 << 24, NULL, "0", AGREE, "HYBRID_SHARD shard-group size (>= world or <= 1: plain FSDP)"},
+    {"fsdp.reshard_after_forward", K_TRI, OFF(fsdp.engine.reshard_after_forward), 0, 0, NULL, "auto", AGREE, "free gathered parameters after forward (auto: per strategy)"},
+    {"fsdp.param_dtype", K_DTYPE, OFF(fsdp.engine.param_dtype), 0, 0, NULL, "fp32", AGREE, "gather and compute parameters in fp32, bf16 or fp16"},
+    {"fsdp.reduce_dtype", K_DTYPE, OFF(fsdp.engine.reduce_dtype), 0, 0, NULL, "fp32", AGREE, "reduce gradients in fp32 or bf16"},
+    {"fsdp.forward_prefetch", K_BOOL, OFF(fsdp.engine.forward_prefetch), 0, 0, NULL, "false", AGREE, "gather the next unit during forward"},
+    {"fsdp.backward_prefetch", K_ENUM, OFF(fsdp.engine.backward_prefetch), 0, 0, prefetches, "BACKWARD_PRE", AGREE, "BACKWARD_PRE, BACKWARD_POST or NONE"},
+    {"fsdp.limit_all_gathers", K_LIMIT, OFF(fsdp.engine.limit_all_gathers), 0, 1 << 20, NULL, "false", AGREE, "max gathered non-root units (true = 2, false = no limit)"},
+    {"fsdp.no_sync", K_BOOL, OFF(fsdp.engine.no_sync), 0, 0, NULL, "false", AGREE, "reduce gradients once per step, not every micro-batch"},
+    {"fsdp.activation_checkpointing", K_BOOL, OFF(fsdp.activation_checkpointing), 0, 0, NULL, "false", AGREE, "recompute each block in backward"},
 
-    {"ckpt.dir", K_STR, OFF(ckpt.dir), 0, 0, NULL, "checkpoint directory (default out_dir/checkpoints)"},
-    {"ckpt.every", K_INT, OFF(ckpt.every), 0, INT_MAX, NULL, "steps between checkpoints (0: only at the end)"},
-    {"ckpt.keep", K_INT, OFF(ckpt.keep), 1, INT_MAX, NULL, "newest checkpoints kept"},
-    {"ckpt.async", K_BOOL, OFF(ckpt.async), 0, 0, NULL, "write checkpoints in the background from a copy in memory"},
-    {"ckpt.resume", K_STR, OFF(ckpt.resume), 0, 0, NULL, "none, auto (newest valid checkpoint) or a checkpoint path"},
-    {"fsdp.cpu_offload", K_BOOL, OFF(fsdp.cpu_offload), 0, 0, NULL, "accepted, not implemented (warns): state already lives in host memory"},
-    {"fsdp.use_orig_params", K_BOOL, OFF(fsdp.use_orig_params), 0, 0, NULL, "accepted for FSDP1 configs; no effect (parameters keep their names and shapes)"},
-    {"fsdp.wrap_policy", K_ENUM, OFF(fsdp.wrap_policy), 0, 0, wrap_policies, "transformer_block (one unit per block; others warn)"},
+    {"ckpt.dir", K_STR, OFF(ckpt.dir), 0, 0, NULL, "", AGREE, "checkpoint directory (default out_dir/checkpoints)"},
+    {"ckpt.every", K_INT, OFF(ckpt.every), 0, INT_MAX, NULL, "0", AGREE, "steps between checkpoints (0: only at the end)"},
+    {"ckpt.keep", K_INT, OFF(ckpt.keep), 1, INT_MAX, NULL, "2", AGREE, "newest checkpoints kept"},
+    {"ckpt.async", K_BOOL, OFF(ckpt.async), 0, 0, NULL, "false", AGREE, "write checkpoints in the background from a copy in memory"},
+    {"ckpt.resume", K_STR, OFF(ckpt.resume), 0, 0, NULL, "none", AGREE, "none, auto (newest valid checkpoint) or a checkpoint path"},
+    {"fsdp.cpu_offload", K_BOOL, OFF(fsdp.cpu_offload), 0, 0, NULL, "false", LOCAL, "accepted, not implemented (warns): state already lives in host memory"},
+    {"fsdp.use_orig_params", K_BOOL, OFF(fsdp.use_orig_params), 0, 0, NULL, "false", LOCAL, "accepted for FSDP1 configs; no effect (parameters keep their names and shapes)"},
+    {"fsdp.wrap_policy", K_ENUM, OFF(fsdp.wrap_policy), 0, 0, wrap_policies, "transformer_block", LOCAL, "transformer_block (one unit per block; others warn)"},
     /* telemetry and validation (src/train/telemetry.c, src/train/eval.c) */
-    {"log.peak_tflops", K_FLOAT, OFF(log.peak_tflops), 0, BIG, NULL, "peak fp32 TFLOP/s of one rank for mfu(%) (0: measured by an FMA loop at start)"},
-    {"log.debug", K_BOOL, OFF(log.debug), 0, 0, NULL, "per-rank JSON lines of each step in out_dir/debug/rank-N.log"},
-    {"log.eval_every", K_INT, OFF(log.eval_every), 0, INT_MAX, NULL, "validation loss on data.val_path every N steps (0: off)"},
-    {"log.eval_batches", K_INT, OFF(log.eval_batches), 0, INT_MAX, NULL, "micro-batches per validation, all ranks together (0: every window)"},
+    {"log.peak_tflops", K_FLOAT, OFF(log.peak_tflops), 0, BIG, NULL, "0", LOCAL, "peak fp32 TFLOP/s of one rank for mfu(%) (0: measured by an FMA loop at start)"},
+    {"log.debug", K_BOOL, OFF(log.debug), 0, 0, NULL, "false", LOCAL, "per-rank JSON lines of each step in out_dir/debug/rank-N.log"},
+    {"log.eval_every", K_INT, OFF(log.eval_every), 0, INT_MAX, NULL, "0", AGREE, "validation loss on data.val_path every N steps (0: off)"},
+    {"log.eval_batches", K_INT, OFF(log.eval_batches), 0, INT_MAX, NULL, "0", AGREE, "micro-batches per validation, all ranks together (0: every window)"},
 };
 #define NKEYS ((int)(sizeof keys / sizeof keys[0]))
-
-void sharc_config_default(sharc_config *c) {
-    memset(c, 0, sizeof *c);
-    /* the built-in job: a small byte-level GPT on the King James Bible */
-    sharc_model_config_default(&c->model, SHARC_FAMILY_GPT2);
-    c->model.num_layers = 4;
-    c->model.embed_dim = 256;
-    c->model.num_heads = 4;
-    c->model.vocab_size = 256;
-    c->model.max_seq_len = 128;
-    snprintf(c->data.path, sizeof c->data.path, "data/kjv.txt");
-    c->data.format = SHARC_TOKENS_AUTO;
-    c->data.shuffle = true;
-    c->data.seed = 1;
-    snprintf(c->data.input_key, sizeof c->data.input_key, "input");
-    snprintf(c->data.input_template, sizeof c->data.input_template, "User: {}\nAssistant: ");
-    sharc_optim_config_default(&c->optim);
-    c->optim.lr = 2e-3f;
-    c->optim.warmup_steps = 20;
-    c->train.batch_size = 16;
-    c->train.grad_accum = 1;
-    c->train.seq_len = 128;
-    c->train.max_steps = 400;
-    c->train.seed = 1;
-    c->train.log_every = 10;
-    snprintf(c->train.out_dir, sizeof c->train.out_dir, "runs/kjv");
-    c->train.timeout = 600;
-    c->train.max_bad_steps = 3;
-    sharc_fsdp_config_default(&c->fsdp.engine);
-    c->ckpt.keep = 2;
-    snprintf(c->ckpt.resume, sizeof c->ckpt.resume, "none");
-}
 
 /* ------------------------------------------------------------- setting */
 
@@ -325,6 +299,52 @@ static sharc_status set_key(sharc_config *c, const key_def *k, const char *value
     }
     }
     return SHARC_ERR_INTERNAL;
+}
+
+/* ------------------------------------------------------------ defaults */
+
+void sharc_config_default(sharc_config *c) {
+    memset(c, 0, sizeof *c);
+    for (int i = 0; i < NKEYS; i++)
+        if (keys[i].def && set_key(c, &keys[i], keys[i].def, "the key table's default") != SHARC_OK)
+            sharc_fatal(__FILE__, __LINE__, "config: %s", sharc_last_error()); /* a broken row */
+}
+
+/* FNV-1a: a string's fingerprint. */
+static int64_t text_hash(const char *s) {
+    uint64_t h = 14695981039346656037ull;
+    for (; *s; s++) h = (h ^ (uint8_t)*s) * 1099511628211ull;
+    return (int64_t)h;
+}
+
+int sharc_config_agreed_values(const sharc_config *c, sharc_config_agreed *out, int max) {
+    int n = 0;
+    for (int i = 0; i < NKEYS; i++) {
+        const key_def *k = &keys[i];
+        if (!k->agree || n++ >= max) continue;
+        const char *src = (const char *)c + k->off;
+        sharc_config_agreed *a = &out[n - 1];
+        a->key = k->name;
+        a->text = NULL;
+        switch (k->type) {
+        case K_INT: case K_ENUM: case K_TRI: case K_LIMIT: a->value = *(const int *)src; break;
+        case K_INT64: a->value = *(const int64_t *)src; break;
+        case K_U64: a->value = (int64_t)*(const uint64_t *)src; break;
+        case K_BOOL: a->value = *(const bool *)src; break;
+        case K_DTYPE: a->value = *(const sharc_dtype *)src; break;
+        case K_FLOAT: case K_FLOAT2: { /* the bits: -0.0 and 0.0, or two NaNs, are different settings */
+            int32_t bits;
+            memcpy(&bits, src, sizeof bits);
+            a->value = bits;
+            break;
+        }
+        case K_STR:
+            a->value = text_hash(src);
+            a->text = src;
+            break;
+        }
+    }
+    return n;
 }
 
 /* ------------------------------------------------------------ aliases
@@ -878,8 +898,16 @@ char *sharc_config_to_yaml(const sharc_config *c) {
 void sharc_config_print_keys(FILE *f) {
     static const char *type_names[] = {"int", "int", "uint", "float", "bool", "string", "enum", "[float, float]",
                                        "dtype", "bool|auto", "bool|int"};
-    for (int i = 0; i < NKEYS; i++)
-        fprintf(f, "  %-32s %-8s %s\n", keys[i].name, type_names[keys[i].type], keys[i].help);
+    static sharc_config d; /* the defaults, for strings as they are written in YAML */
+    sharc_config_default(&d);
+    fprintf(f, "Keys (type, default; * = every rank of a run must hold the same value):\n");
+    for (int i = 0; i < NKEYS; i++) {
+        char def[SHARC_PATH_MAX + 8] = "";
+        if (keys[i].type == K_STR) format_value(&d, &keys[i], def, sizeof def);
+        else if (keys[i].def) snprintf(def, sizeof def, "%s", keys[i].def);
+        fprintf(f, "  %-32s %-8s %-14s %s %s\n", keys[i].name, type_names[keys[i].type], def,
+                keys[i].agree ? "*" : " ", keys[i].help);
+    }
     fprintf(f, "\nAliases (note [aliases] in src/config/config.c); these wrappers are read as a section:\n ");
     for (size_t i = 0; i < sizeof containers / sizeof containers[0]; i++)
         fprintf(f, " %s. -> %s.", containers[i].from, containers[i].to);

@@ -71,12 +71,6 @@ void sharc_mem_account(sharc_mem_cat cat, int64_t bytes) {
     raise_peak(&peak_total, t);
 }
 
-size_t sharc_alloc_size(const void *ptr) {
-    if (!ptr) return 0;
-    const block_header *h = (const block_header *)((const char *)ptr - HEADER);
-    return h->bytes;
-}
-
 void sharc_mem_get(sharc_mem_stats *out) {
     for (int i = 0; i < SHARC_MEM_NCAT; i++) {
         out->current[i] = atomic_load(&cur[i]);

@@ -69,8 +69,6 @@ void sharc_rng_init(sharc_rng *r, uint64_t seed, uint64_t stream) {
     r->counter = 0;
 }
 
-uint64_t sharc_rng_next_u64(sharc_rng *r) { return sharc_rng_u64(r->seed, r->stream, r->counter++); }
-
 float sharc_rng_next_uniform(sharc_rng *r) {
     return sharc_rng_uniform(r->seed, r->stream, r->counter++);
 }

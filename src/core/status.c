@@ -9,7 +9,6 @@
 static _Thread_local char error_message[4096];
 static _Atomic int log_rank = 0; /* read by the watchdog thread */
 static int log_world = 1;
-static sharc_log_level log_level = SHARC_LOG_INFO;
 
 sharc_status sharc_verror(sharc_status code, const char *fmt, va_list ap) {
     vsnprintf(error_message, sizeof error_message, fmt, ap);
@@ -54,10 +53,7 @@ void sharc_log_set_rank(int rank, int world_size) {
 
 int sharc_log_rank(void) { return log_rank; }
 
-void sharc_log_set_level(sharc_log_level level) { log_level = level; }
-
 void sharc_log(sharc_log_level level, const char *fmt, ...) {
-    if (level < log_level) return;
     char line[4608];
     int n = 0;
     if (log_world > 1) n = snprintf(line, sizeof line, "[rank %d] ", log_rank);

@@ -91,13 +91,3 @@ void sharc_watchdog_stop(void) {
     pthread_join(thread, NULL);
     running = false;
 }
-
-void sharc_test_hang_point(const char *where) {
-    /* SHARC_TEST_HANG=RANK:WHERE (tests/cli/mpi_hangs.sh) */
-    const char *v = getenv("SHARC_TEST_HANG");
-    char want[64];
-    snprintf(want, sizeof want, "%d:%s", sharc_log_rank(), where);
-    if (!v || strcmp(v, want) != 0) return;
-    sharc_activity_phase("stopped by the test hook SHARC_TEST_HANG", -1, NULL);
-    for (;;) pause();
-}

@@ -1,6 +1,8 @@
 /* hf.c: sharc_st_set_* (the safetensors files of a Hugging Face model
- * directory, with its index), sharc_hf_read_config, sharc_hf_load and
- * sharc_hf_export. JSON is read and written with json-c. */
+ * directory, with its index), sharc_hf_read_config, sharc_hf_check_config,
+ * sharc_hf_load and sharc_hf_export, all from one map of each family's
+ * config keys and parameter names (note [hf-map]). JSON is read and written
+ * with json-c. */
 #include "sharc/hf.h"
 #include "sharc/activity.h"
 #include "sharc/alloc.h"
@@ -10,6 +12,8 @@
 #include <errno.h>
 #include <json-c/json.h>
 #include <limits.h>
+#include <math.h>
+#include <stddef.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -209,12 +213,283 @@ sharc_status sharc_st_set_open(sharc_st_set **out, const char *dir) {
     return SHARC_OK;
 }
 
+/* ------------------------------------------------- the Hugging Face map */
+
+/* Note [hf-map]. Everything sharc knows about a Hugging Face model family is
+ * one row of `hf_families`: its model_type and architecture names, the
+ * config.json keys (the `hf_key` rows below: each config key sharc reads,
+ * checks against a run or writes, with the model field it maps to, or the
+ * one value sharc implements), the prefix of its parameter names, which
+ * matrices HF stores transposed (GPT-2's Conv1D) and which tensors of its
+ * files are buffers, not parameters. Reading config.json, comparing it with
+ * a run's model.* keys, importing and exporting all walk these rows; a new
+ * family or key is a row here. The rows are in the order export writes them
+ * (as save_pretrained would). */
+
+enum {
+    HF_READ = 1,      /* read from config.json into the field */
+    HF_REQUIRED = 2,  /* ... and an error when absent (else `absent` applies) */
+    HF_CHECK = 4,     /* compared with a run's model.* (model.init_from) */
+    HF_WRITE = 8,     /* written by export */
+    HF_NULL_4C = 16,  /* written as null when the field is 4 x embed_dim (GPT-2's n_inner default) */
+    HF_HARMLESS = 32, /* accepted and ignored on read (note [hf-keys]) */
+};
+
+typedef enum {
+    HF_INT,   /* an int field of sharc_model_config */
+    HF_FLOAT, /* a float field */
+    HF_BOOL,  /* a bool field */
+    HF_FIXED, /* no field: the one value sharc implements (`value`, JSON), refused otherwise */
+    HF_CODE,  /* read, checked and written by code (RoPE, the window, bos/eos: note [hf-keys]) */
+} hf_kind;
+
+typedef struct {
+    const char *key;   /* in config.json */
+    hf_kind kind;
+    size_t off;        /* the field (not HF_FIXED) */
+    const char *field; /* its model.* key, for messages */
+    unsigned flags;
+    double absent;     /* HF_READ: the value when the key is absent or null (NAN: sharc's model default stands) */
+    int min;           /* HF_INT: the smallest value read */
+    const char *value; /* HF_FIXED: the JSON value written and, with HF_READ, the only one accepted (null: may be absent) */
+    const char *also;  /* HF_FIXED string: a second accepted value */
+    const char *why;   /* HF_FIXED: why another value is refused */
+} hf_key;
+
+#define F(f) offsetof(sharc_model_config, f), "model." #f
+#define FIXED 0, NULL
+#define NO_DEFAULT NAN
+
+static const hf_key gpt2_keys[] = {
+    {"activation_function", HF_FIXED, FIXED, HF_READ | HF_WRITE, 0, 0, "\"gelu_new\"", "\"gelu_pytorch_tanh\"", " (the tanh GELU)"},
+    {"n_embd", HF_INT, F(embed_dim), HF_READ | HF_REQUIRED | HF_CHECK | HF_WRITE, 0, 1, NULL, NULL, NULL},
+    {"n_layer", HF_INT, F(num_layers), HF_READ | HF_REQUIRED | HF_CHECK | HF_WRITE, 0, 1, NULL, NULL, NULL},
+    {"n_head", HF_INT, F(num_heads), HF_READ | HF_REQUIRED | HF_CHECK | HF_WRITE, 0, 1, NULL, NULL, NULL},
+    {"n_head", HF_INT, F(num_kv_heads), HF_CHECK, 0, 1, NULL, NULL, NULL}, /* GPT-2 has no grouped KV heads */
+    {"n_positions", HF_INT, F(max_seq_len), HF_READ | HF_REQUIRED | HF_CHECK | HF_WRITE, 0, 1, NULL, NULL, NULL},
+    {"n_ctx", HF_INT, F(max_seq_len), HF_WRITE, 0, 1, NULL, NULL, NULL},
+    {"n_inner", HF_INT, F(ff_hidden_dim), HF_READ | HF_CHECK | HF_WRITE | HF_NULL_4C, 0 /* 4C */, 1, NULL, NULL, NULL},
+    {"vocab_size", HF_INT, F(vocab_size), HF_READ | HF_REQUIRED | HF_CHECK | HF_WRITE, 0, 2, NULL, NULL, NULL},
+    {"layer_norm_epsilon", HF_FLOAT, F(norm_eps), HF_READ | HF_CHECK | HF_WRITE, NO_DEFAULT, 0, NULL, NULL, NULL},
+    {"attn_pdrop", HF_FIXED, FIXED, HF_WRITE, 0, 0, "0.0", NULL, NULL},
+    {"embd_pdrop", HF_FIXED, FIXED, HF_WRITE, 0, 0, "0.0", NULL, NULL},
+    {"resid_pdrop", HF_FIXED, FIXED, HF_WRITE, 0, 0, "0.0", NULL, NULL},
+    {"scale_attn_weights", HF_FIXED, FIXED, HF_READ | HF_WRITE, 0, 0, "true", NULL, "sharc scales attention by 1/sqrt(head dim)"},
+    {"scale_attn_by_inverse_layer_idx", HF_FIXED, FIXED, HF_READ, 0, 0, "false", NULL, "not implemented"},
+    {"add_cross_attention", HF_FIXED, FIXED, HF_READ, 0, 0, "false", NULL, "decoder-only models"},
+    {"tie_word_embeddings", HF_BOOL, F(tie_embeddings), HF_READ | HF_CHECK | HF_WRITE, 1, 0, NULL, NULL, NULL},
+    {"initializer_range", HF_FLOAT, F(init_std), HF_READ | HF_WRITE, NO_DEFAULT, 0, NULL, NULL, NULL},
+    /* harmless: the double-heads model's classifier, task presets, fp32 upcast only (dropout: above, written 0) */
+    {"summary_type", HF_FIXED, FIXED, HF_HARMLESS, 0, 0, NULL, NULL, NULL},
+    {"summary_use_proj", HF_FIXED, FIXED, HF_HARMLESS, 0, 0, NULL, NULL, NULL},
+    {"summary_activation", HF_FIXED, FIXED, HF_HARMLESS, 0, 0, NULL, NULL, NULL},
+    {"summary_proj_to_labels", HF_FIXED, FIXED, HF_HARMLESS, 0, 0, NULL, NULL, NULL},
+    {"summary_first_dropout", HF_FIXED, FIXED, HF_HARMLESS, 0, 0, NULL, NULL, NULL},
+    {"task_specific_params", HF_FIXED, FIXED, HF_HARMLESS, 0, 0, NULL, NULL, NULL},
+    {"reorder_and_upcast_attn", HF_FIXED, FIXED, HF_HARMLESS, 0, 0, NULL, NULL, NULL},
+};
+
+/* The Llama family's rows, shared by its model types; each type adds its own. */
+#define LLAMA_SHAPE_KEYS                                                                                                 \
+    {"hidden_act", HF_FIXED, FIXED, HF_READ | HF_WRITE, 0, 0, "\"silu\"", NULL, ""},                                    \
+    {"hidden_size", HF_INT, F(embed_dim), HF_READ | HF_REQUIRED | HF_CHECK | HF_WRITE, 0, 1, NULL, NULL, NULL},          \
+    {"intermediate_size", HF_INT, F(ff_hidden_dim), HF_READ | HF_REQUIRED | HF_CHECK | HF_WRITE, 0, 1, NULL, NULL, NULL}, \
+    {"num_hidden_layers", HF_INT, F(num_layers), HF_READ | HF_REQUIRED | HF_CHECK | HF_WRITE, 0, 1, NULL, NULL, NULL},   \
+    {"num_attention_heads", HF_INT, F(num_heads), HF_READ | HF_REQUIRED | HF_CHECK | HF_WRITE, 0, 1, NULL, NULL, NULL},  \
+    {"num_key_value_heads", HF_INT, F(num_kv_heads), HF_READ | HF_CHECK | HF_WRITE, 0 /* = heads */, 1, NULL, NULL, NULL}
+#define LLAMA_HEAD_DIM {"head_dim", HF_INT, F(head_dim), HF_READ | HF_CHECK | HF_WRITE, 0 /* width / heads */, 2, NULL, NULL, NULL}
+#define LLAMA_TAIL_KEYS                                                                                                  \
+    {"vocab_size", HF_INT, F(vocab_size), HF_READ | HF_REQUIRED | HF_CHECK | HF_WRITE, 0, 2, NULL, NULL, NULL},          \
+    {"max_position_embeddings", HF_INT, F(max_seq_len), HF_READ | HF_WRITE, 2048, 1, NULL, NULL, NULL},                  \
+    {"rms_norm_eps", HF_FLOAT, F(norm_eps), HF_READ | HF_CHECK | HF_WRITE, 1e-6, 0, NULL, NULL, NULL},                   \
+    {"rope_theta", HF_CODE, FIXED, HF_WRITE, 0, 0, NULL, NULL, NULL},                                                     \
+    {"rope_scaling", HF_CODE, FIXED, HF_WRITE, 0, 0, NULL, NULL, NULL},                                                   \
+    {"rope_parameters", HF_CODE, FIXED, 0, 0, 0, NULL, NULL, NULL}
+#define LLAMA_BIAS_KEYS                                                                                                  \
+    {"attention_bias", HF_FIXED, FIXED, HF_READ | HF_WRITE, 0, 0, "false", NULL, "a bias on o_proj as well is not implemented"}
+#define LLAMA_END_KEYS                                                                                                   \
+    {"tie_word_embeddings", HF_BOOL, F(tie_embeddings), HF_READ | HF_CHECK | HF_WRITE, 0, 0, NULL, NULL, NULL},          \
+    {"initializer_range", HF_FLOAT, F(init_std), HF_READ | HF_WRITE, NO_DEFAULT, 0, NULL, NULL, NULL},                   \
+    {"attention_dropout", HF_FIXED, FIXED, HF_HARMLESS, 0, 0, NULL, NULL, "sharc applies no dropout"},                    \
+    {"pretraining_tp", HF_FIXED, FIXED, HF_HARMLESS, 0, 0, NULL, NULL, "slices the same matmuls"}
+/* Qwen2/3's window keys: a window only with use_sliding_window, on layers >= max_window_layers */
+#define QWEN_WINDOW_KEYS                                                                                                 \
+    {"use_sliding_window", HF_CODE, FIXED, HF_WRITE, 0, 0, NULL, NULL, NULL},                                             \
+    {"sliding_window", HF_CODE, FIXED, HF_WRITE, 0, 0, NULL, NULL, NULL},                                                 \
+    {"max_window_layers", HF_CODE, FIXED, HF_WRITE, 0, 0, NULL, NULL, NULL},                                              \
+    {"layer_types", HF_CODE, FIXED, 0, 0, 0, NULL, NULL, NULL}
+
+static const hf_key llama_keys[] = {
+    LLAMA_SHAPE_KEYS, LLAMA_HEAD_DIM, LLAMA_TAIL_KEYS, LLAMA_BIAS_KEYS,
+    {"mlp_bias", HF_FIXED, FIXED, HF_READ | HF_WRITE, 0, 0, "false", NULL, "MLP biases are not implemented"},
+    LLAMA_END_KEYS,
+};
+/* Qwen2: q/k/v biases are the architecture (no attention_bias key); no head_dim key */
+static const hf_key qwen2_keys[] = {LLAMA_SHAPE_KEYS, LLAMA_TAIL_KEYS, QWEN_WINDOW_KEYS, LLAMA_END_KEYS};
+/* Qwen3: q/k norms are the architecture */
+static const hf_key qwen3_keys[] = {LLAMA_SHAPE_KEYS, LLAMA_HEAD_DIM, LLAMA_TAIL_KEYS, LLAMA_BIAS_KEYS, QWEN_WINDOW_KEYS,
+                                   LLAMA_END_KEYS};
+/* Mistral: a window on every layer when sliding_window is set */
+static const hf_key mistral_keys[] = {LLAMA_SHAPE_KEYS, LLAMA_HEAD_DIM, LLAMA_TAIL_KEYS,
+                                      {"sliding_window", HF_CODE, FIXED, HF_WRITE, 0, 0, NULL, NULL, NULL}, LLAMA_END_KEYS};
+
+/* Keys of every family: read by code (bos/eos), or bookkeeping that does not
+ * change the model (note [hf-keys]). */
+static const char *const keys_common[] = {"model_type", "architectures", "bos_token_id", "eos_token_id",
+                                          "transformers_version", "torch_dtype", "dtype", "use_cache", "pad_token_id",
+                                          "_name_or_path", "output_attentions", "output_hidden_states", "return_dict",
+                                          NULL};
+
+#undef F
+#undef FIXED
+
+typedef struct {
+    sharc_family family;
+    const char *model_type;
+    const char *arch, *arch_also; /* architectures[0] written, and a second one read */
+    const hf_key *keys;
+    int nkeys;
+    const char *prefix;           /* of every parameter but lm_head.weight in the files sharc writes (read: optional) */
+    const char *transposed[5];    /* parameters stored (in, out): names ending so (GPT-2's Conv1D) */
+    const char *buffers[4];       /* tensors in its files that are not parameters (names ending so) */
+    bool qkv_bias, qk_norm;       /* what the model type implies (note [families] in src/model/model.c) */
+} hf_family;
+
+static const hf_family hf_families[] = {
+    {SHARC_FAMILY_GPT2, "gpt2", "GPT2LMHeadModel", "GPT2Model", gpt2_keys, (int)(sizeof gpt2_keys / sizeof gpt2_keys[0]),
+     "transformer.", {".attn.c_attn.weight", ".attn.c_proj.weight", ".mlp.c_fc.weight", ".mlp.c_proj.weight", NULL},
+     {".attn.bias", ".attn.masked_bias", "rotary_emb.inv_freq", NULL}, false, false},
+    {SHARC_FAMILY_LLAMA, "llama", "LlamaForCausalLM", "LlamaModel", llama_keys,
+     (int)(sizeof llama_keys / sizeof llama_keys[0]), "", {NULL}, {"rotary_emb.inv_freq", NULL}, false, false},
+    {SHARC_FAMILY_LLAMA, "qwen2", "Qwen2ForCausalLM", "Qwen2Model", qwen2_keys,
+     (int)(sizeof qwen2_keys / sizeof qwen2_keys[0]), "", {NULL}, {"rotary_emb.inv_freq", NULL}, true, false},
+    {SHARC_FAMILY_LLAMA, "qwen3", "Qwen3ForCausalLM", "Qwen3Model", qwen3_keys,
+     (int)(sizeof qwen3_keys / sizeof qwen3_keys[0]), "", {NULL}, {"rotary_emb.inv_freq", NULL}, false, true},
+    {SHARC_FAMILY_LLAMA, "mistral", "MistralForCausalLM", "MistralModel", mistral_keys,
+     (int)(sizeof mistral_keys / sizeof mistral_keys[0]), "", {NULL}, {"rotary_emb.inv_freq", NULL}, false, false},
+};
+#define HF_LLAMA_ROW 1
+#define HF_QWEN2_ROW 2
+#define HF_QWEN3_ROW 3
+#define HF_MISTRAL_ROW 4
+
+static const hf_family *hf_family_of(sharc_family f) {
+    return &hf_families[f == SHARC_FAMILY_GPT2 ? 0 : HF_LLAMA_ROW];
+}
+
+/* The model type a config exports as: its options decide (note [families]). */
+static const hf_family *hf_family_for(const sharc_model_config *c) {
+    if (c->family == SHARC_FAMILY_GPT2) return &hf_families[0];
+    return &hf_families[c->qk_norm ? HF_QWEN3_ROW : c->qkv_bias ? HF_QWEN2_ROW : c->sliding_window ? HF_MISTRAL_ROW
+                                                                                                   : HF_LLAMA_ROW];
+}
+
 /* --------------------------------------------------------------- config */
 
 typedef struct {
     const char *path;
     json_object *root;
 } jcfg;
+
+/* The key's value, NULL when absent or null. */
+static json_object *cfg_get(const jcfg *j, const char *key) {
+    json_object *v;
+    if (!json_object_object_get_ex(j->root, key, &v) || json_object_is_type(v, json_type_null)) return NULL;
+    return v;
+}
+
+static sharc_status cfg_read_field(const jcfg *j, const hf_key *k, sharc_model_config *c) {
+    char *dst = (char *)c + k->off;
+    json_object *v = cfg_get(j, k->key);
+    if (!v) {
+        if (k->flags & HF_REQUIRED)
+            return sharc_error(SHARC_ERR_FORMAT, "hf config '%s': \"%s\" is required", j->path, k->key);
+        if (!isnan(k->absent)) {
+            if (k->kind == HF_INT) *(int *)dst = (int)k->absent;
+            else if (k->kind == HF_FLOAT) *(float *)dst = (float)k->absent;
+            else *(bool *)dst = k->absent != 0;
+        }
+        return SHARC_OK;
+    }
+    switch (k->kind) {
+    case HF_INT: {
+        int64_t x = json_object_get_int64(v);
+        if (!json_object_is_type(v, json_type_int) || x < k->min || x > (1 << 30))
+            return sharc_error(SHARC_ERR_FORMAT, "hf config '%s': \"%s\" is %s, expected an integer >= %d", j->path,
+                               k->key, json_object_to_json_string(v), k->min);
+        *(int *)dst = (int)x;
+        return SHARC_OK;
+    }
+    case HF_FLOAT:
+        if (!json_object_is_type(v, json_type_double) && !json_object_is_type(v, json_type_int))
+            return sharc_error(SHARC_ERR_FORMAT, "hf config '%s': \"%s\" is %s, expected a number", j->path, k->key,
+                               json_object_to_json_string(v));
+        *(float *)dst = (float)json_object_get_double(v);
+        return SHARC_OK;
+    case HF_BOOL:
+        if (!json_object_is_type(v, json_type_boolean))
+            return sharc_error(SHARC_ERR_FORMAT, "hf config '%s': \"%s\" is %s, expected true or false", j->path,
+                               k->key, json_object_to_json_string(v));
+        *(bool *)dst = json_object_get_boolean(v);
+        return SHARC_OK;
+    case HF_FIXED:
+    case HF_CODE: break;
+    }
+    return SHARC_ERR_INTERNAL;
+}
+
+/* A key sharc implements with one value: absent, or that value (a string,
+ * a bool, or null). */
+static sharc_status cfg_read_fixed(const jcfg *j, const hf_key *k) {
+    json_object *v;
+    if (!json_object_object_get_ex(j->root, k->key, &v)) return SHARC_OK;
+    const char *got = json_object_to_json_string_ext(v, JSON_C_TO_STRING_SPACED);
+    if (!strcmp(k->value, "null")) {
+        if (json_object_is_type(v, json_type_null)) return SHARC_OK;
+        return sharc_error(SHARC_ERR_INVALID, "hf config '%s': \"%s\": %s is not supported (%s)", j->path, k->key,
+                           got, k->why);
+    }
+    if (!strcmp(k->value, "true") || !strcmp(k->value, "false")) {
+        if (json_object_is_type(v, json_type_null)) return SHARC_OK;
+        if (!json_object_is_type(v, json_type_boolean))
+            return sharc_error(SHARC_ERR_FORMAT, "hf config '%s': \"%s\" is %s, expected true or false", j->path,
+                               k->key, got);
+        if (!strcmp(got, k->value)) return SHARC_OK;
+        return sharc_error(SHARC_ERR_INVALID, "hf config '%s': \"%s\": %s is not supported (%s)", j->path, k->key,
+                           got, k->why);
+    }
+    /* a string: null or another type is refused as well */
+    if (!strcmp(got, k->value) || (k->also && !strcmp(got, k->also))) return SHARC_OK;
+    char expected[128];
+    snprintf(expected, sizeof expected, "%s%s%s", k->value, k->also ? " or " : "", k->also ? k->also : "");
+    return sharc_error(SHARC_ERR_INVALID, "hf config '%s': \"%s\": %s is not supported; expected %s%s", j->path,
+                       k->key, json_object_to_json_string(v), expected, k->why);
+}
+
+static const char *cfg_str(const jcfg *j, const char *key) {
+    json_object *v;
+    if (!json_object_object_get_ex(j->root, key, &v) || !json_object_is_type(v, json_type_string)) return NULL;
+    return json_object_get_string(v);
+}
+
+static sharc_status cfg_family(const jcfg *j, const hf_family **fam) {
+    const char *mt = cfg_str(j, "model_type");
+    const char *arch = NULL;
+    json_object *a;
+    if (json_object_object_get_ex(j->root, "architectures", &a) && json_object_is_type(a, json_type_array) &&
+        json_object_array_length(a) > 0 && json_object_is_type(json_object_array_get_idx(a, 0), json_type_string))
+        arch = json_object_get_string(json_object_array_get_idx(a, 0));
+    for (size_t i = 0; i < sizeof hf_families / sizeof hf_families[0]; i++) {
+        const hf_family *f = &hf_families[i];
+        if (mt ? !strcmp(mt, f->model_type) : (arch && (!strcmp(arch, f->arch) || !strcmp(arch, f->arch_also)))) {
+            *fam = f;
+            return SHARC_OK;
+        }
+    }
+    return sharc_error(SHARC_ERR_INVALID, "hf config '%s': model_type '%s' (architecture '%s') is not supported; "
+                       "expected gpt2, llama, qwen2, qwen3 or mistral",
+                       j->path, mt ? mt : "(none)", arch ? arch : "(none)");
+}
 
 /* Integer key: absent -> *out unchanged (error if required). */
 static sharc_status cfg_int(const jcfg *j, const char *key, bool required, int lo, int *out) {
@@ -248,124 +523,6 @@ static sharc_status cfg_bool(const jcfg *j, const char *key, bool *out) {
         return sharc_error(SHARC_ERR_FORMAT, "hf config '%s': \"%s\" is %s, expected true or false", j->path, key,
                            json_object_to_json_string(v));
     *out = json_object_get_boolean(v);
-    return SHARC_OK;
-}
-
-/* A key sharc does not implement unless it has the value `want` (or is absent/null). */
-static sharc_status cfg_require_bool(const jcfg *j, const char *key, bool want, const char *why) {
-    bool b = want;
-    SHARC_TRY(cfg_bool(j, key, &b));
-    if (b != want)
-        return sharc_error(SHARC_ERR_INVALID, "hf config '%s': \"%s\": %s is not supported (%s)", j->path, key,
-                           b ? "true" : "false", why);
-    return SHARC_OK;
-}
-
-static const char *cfg_str(const jcfg *j, const char *key) {
-    json_object *v;
-    if (!json_object_object_get_ex(j->root, key, &v) || !json_object_is_type(v, json_type_string)) return NULL;
-    return json_object_get_string(v);
-}
-
-/* Note [hf-keys]. Every key of a config.json is honoured (it sets the
- * model), known harmless (it does not change the math sharc computes:
- * bookkeeping, dropout, which sharc never applies, or a value checked to be
- * the one sharc implements), or refused by name: a key sharc does not know
- * may change the model, so an import never guesses. The lists below are the
- * whole decision; docs/ARCHITECTURE.md "Model families" has the table. */
-typedef enum { HF_GPT2, HF_LLAMA, HF_QWEN2, HF_QWEN3, HF_MISTRAL } hf_type;
-static const char *const hf_type_names[] = {"gpt2", "llama", "qwen2", "qwen3", "mistral"};
-static const char *const hf_arch_names[] = {"GPT2LMHeadModel", "LlamaForCausalLM", "Qwen2ForCausalLM",
-                                            "Qwen3ForCausalLM", "MistralForCausalLM"};
-
-static const char *const keys_common[] = {
-    /* honoured */
-    "model_type", "architectures", "vocab_size", "tie_word_embeddings", "initializer_range", "bos_token_id",
-    "eos_token_id",
-    /* harmless: bookkeeping and inference-time switches */
-    "transformers_version", "torch_dtype", "dtype", "use_cache", "pad_token_id", "_name_or_path",
-    "output_attentions", "output_hidden_states", "return_dict", NULL};
-static const char *const keys_gpt2[] = {
-    "n_embd", "n_layer", "n_head", "n_positions", "n_inner", "layer_norm_epsilon", "activation_function",
-    "scale_attn_weights", "scale_attn_by_inverse_layer_idx", "add_cross_attention",
-    /* harmless: n_ctx = n_positions; dropout; the double-heads model's summary; fp32 upcast only */
-    "n_ctx", "attn_pdrop", "embd_pdrop", "resid_pdrop", "summary_type", "summary_use_proj", "summary_activation",
-    "summary_proj_to_labels", "summary_first_dropout", "task_specific_params", "reorder_and_upcast_attn", NULL};
-static const char *const keys_llama[] = {
-    "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
-    "max_position_embeddings", "rms_norm_eps", "rope_theta", "rope_scaling", "rope_parameters", "hidden_act",
-    "head_dim", "attention_bias", "mlp_bias",
-    /* harmless: dropout; pretraining_tp only slices the same matmuls */
-    "attention_dropout", "pretraining_tp", NULL};
-static const char *const keys_qwen[] = { /* qwen2 and qwen3, beside keys_llama */
-    "use_sliding_window", "sliding_window", "max_window_layers", "layer_types", NULL};
-static const char *const keys_mistral[] = {"sliding_window", NULL};
-
-static bool in_list(const char *const *l, const char *k) {
-    for (; l && *l; l++)
-        if (!strcmp(*l, k)) return true;
-    return false;
-}
-
-static sharc_status cfg_check_keys(const jcfg *j, hf_type t) {
-    json_object_object_foreach(j->root, key, val) {
-        (void)val;
-        bool known = in_list(keys_common, key) ||
-                     (t == HF_GPT2 ? in_list(keys_gpt2, key)
-                                   : in_list(keys_llama, key) ||
-                                         in_list(t == HF_MISTRAL ? keys_mistral : t == HF_LLAMA ? NULL : keys_qwen, key));
-        if (t == HF_QWEN2 && (!strcmp(key, "attention_bias") || !strcmp(key, "head_dim"))) known = false;
-        if (!known)
-            return sharc_error(SHARC_ERR_INVALID,
-                               "hf config '%s': key \"%s\" is not one sharc knows for model_type %s; it may change "
-                               "the model, so the import stops (docs/ARCHITECTURE.md lists the keys)",
-                               j->path, key, hf_type_names[t]);
-    }
-    return SHARC_OK;
-}
-
-static sharc_status cfg_family(const jcfg *j, hf_type *t) {
-    const char *mt = cfg_str(j, "model_type");
-    const char *arch = NULL;
-    json_object *a;
-    if (json_object_object_get_ex(j->root, "architectures", &a) && json_object_is_type(a, json_type_array) &&
-        json_object_array_length(a) > 0 && json_object_is_type(json_object_array_get_idx(a, 0), json_type_string))
-        arch = json_object_get_string(json_object_array_get_idx(a, 0));
-    for (int i = 0; i <= HF_MISTRAL; i++)
-        if (mt ? !strcmp(mt, hf_type_names[i]) : arch && !strcmp(arch, hf_arch_names[i])) {
-            *t = (hf_type)i;
-            return SHARC_OK;
-        }
-    if (!mt && arch && (!strcmp(arch, "GPT2Model") || !strcmp(arch, "LlamaModel"))) {
-        *t = arch[0] == 'G' ? HF_GPT2 : HF_LLAMA;
-        return SHARC_OK;
-    }
-    return sharc_error(SHARC_ERR_INVALID, "hf config '%s': model_type '%s' (architecture '%s') is not supported; "
-                       "expected gpt2, llama, qwen2, qwen3 or mistral",
-                       j->path, mt ? mt : "(none)", arch ? arch : "(none)");
-}
-
-static sharc_status cfg_gpt2(const jcfg *j, sharc_model_config *c) {
-    SHARC_TRY(cfg_int(j, "n_embd", true, 1, &c->embed_dim));
-    SHARC_TRY(cfg_int(j, "n_layer", true, 1, &c->num_layers));
-    SHARC_TRY(cfg_int(j, "n_head", true, 1, &c->num_heads));
-    SHARC_TRY(cfg_int(j, "vocab_size", true, 2, &c->vocab_size));
-    SHARC_TRY(cfg_int(j, "n_positions", true, 1, &c->max_seq_len));
-    c->ff_hidden_dim = 0; /* 4C unless n_inner */
-    SHARC_TRY(cfg_int(j, "n_inner", false, 1, &c->ff_hidden_dim));
-    SHARC_TRY(cfg_float(j, "layer_norm_epsilon", &c->norm_eps));
-    const char *act = cfg_str(j, "activation_function");
-    json_object *av;
-    if (json_object_object_get_ex(j->root, "activation_function", &av) &&
-        (!act || (strcmp(act, "gelu_new") && strcmp(act, "gelu_pytorch_tanh"))))
-        return sharc_error(SHARC_ERR_INVALID, "hf config '%s': \"activation_function\": %s is not supported; "
-                           "expected \"gelu_new\" or \"gelu_pytorch_tanh\" (the tanh GELU)",
-                           j->path, json_object_to_json_string(av));
-    SHARC_TRY(cfg_require_bool(j, "scale_attn_weights", true, "sharc scales attention by 1/sqrt(head dim)"));
-    SHARC_TRY(cfg_require_bool(j, "scale_attn_by_inverse_layer_idx", false, "not implemented"));
-    SHARC_TRY(cfg_require_bool(j, "add_cross_attention", false, "decoder-only models"));
-    c->tie_embeddings = true;
-    SHARC_TRY(cfg_bool(j, "tie_word_embeddings", &c->tie_embeddings));
     return SHARC_OK;
 }
 
@@ -464,10 +621,10 @@ static sharc_status cfg_rope(const jcfg *j, sharc_model_config *c) {
  * Qwen2/3's only when use_sliding_window, to layers >= max_window_layers
  * (or where layer_types says "sliding_attention"). sharc has one window
  * for all layers, so a window on some layers only is refused. */
-static sharc_status cfg_window(const jcfg *j, hf_type t, sharc_model_config *c) {
+static sharc_status cfg_window(const jcfg *j, const hf_family *fam, sharc_model_config *c) {
     int w = 0;
     SHARC_TRY(cfg_int(j, "sliding_window", false, 1, &w));
-    if (t == HF_MISTRAL) {
+    if (fam == &hf_families[HF_MISTRAL_ROW]) {
         c->sliding_window = w;
         return SHARC_OK;
     }
@@ -502,38 +659,6 @@ static sharc_status cfg_window(const jcfg *j, hf_type t, sharc_model_config *c) 
     return SHARC_OK;
 }
 
-static sharc_status cfg_llama(const jcfg *j, hf_type t, sharc_model_config *c) {
-    SHARC_TRY(cfg_int(j, "hidden_size", true, 1, &c->embed_dim));
-    SHARC_TRY(cfg_int(j, "intermediate_size", true, 1, &c->ff_hidden_dim));
-    SHARC_TRY(cfg_int(j, "num_hidden_layers", true, 1, &c->num_layers));
-    SHARC_TRY(cfg_int(j, "num_attention_heads", true, 1, &c->num_heads));
-    c->num_kv_heads = c->num_heads;
-    SHARC_TRY(cfg_int(j, "num_key_value_heads", false, 1, &c->num_kv_heads));
-    SHARC_TRY(cfg_int(j, "vocab_size", true, 2, &c->vocab_size));
-    c->max_seq_len = 2048;
-    SHARC_TRY(cfg_int(j, "max_position_embeddings", false, 1, &c->max_seq_len));
-    c->norm_eps = 1e-6f;
-    SHARC_TRY(cfg_float(j, "rms_norm_eps", &c->norm_eps));
-    SHARC_TRY(cfg_rope(j, c));
-    c->tie_embeddings = false;
-    SHARC_TRY(cfg_bool(j, "tie_word_embeddings", &c->tie_embeddings));
-    json_object *v;
-    const char *act = cfg_str(j, "hidden_act");
-    if (json_object_object_get_ex(j->root, "hidden_act", &v) && (!act || strcmp(act, "silu")))
-        return sharc_error(SHARC_ERR_INVALID, "hf config '%s': \"hidden_act\": %s is not supported; expected \"silu\"",
-                           j->path, json_object_to_json_string(v));
-    SHARC_TRY(cfg_require_bool(j, "attention_bias", false, "a bias on o_proj as well is not implemented"));
-    SHARC_TRY(cfg_require_bool(j, "mlp_bias", false, "MLP biases are not implemented"));
-    int pretraining_tp = 1;
-    SHARC_TRY(cfg_int(j, "pretraining_tp", false, 1, &pretraining_tp));
-    c->head_dim = 0;
-    SHARC_TRY(cfg_int(j, "head_dim", false, 2, &c->head_dim));
-    c->qkv_bias = t == HF_QWEN2; /* Qwen2's q/k/v biases are part of the architecture */
-    c->qk_norm = t == HF_QWEN3;
-    if (t != HF_LLAMA) SHARC_TRY(cfg_window(j, t, c));
-    return SHARC_OK;
-}
-
 /* bos/eos ids (an integer, a list whose first entry is kept, or null);
  * ids outside the vocabulary are dropped (they name no token). */
 static sharc_status cfg_token_id(const jcfg *j, const char *key, int V, int *out) {
@@ -550,19 +675,45 @@ static sharc_status cfg_token_id(const jcfg *j, const char *key, int V, int *out
     return SHARC_OK;
 }
 
+/* Note [hf-keys]. Every key of a config.json is honoured (a row of its
+ * family that sets the model), known harmless (keys_common, or a row marked
+ * HF_HARMLESS: bookkeeping, dropout, which sharc never applies, ...), or
+ * refused by name: a key sharc does not know may change the model, so an
+ * import never guesses. docs/ARCHITECTURE.md has the table. */
+static sharc_status cfg_check_keys(const jcfg *j, const hf_family *fam) {
+    json_object_object_foreach(j->root, key, val) {
+        (void)val;
+        bool known = false;
+        for (int i = 0; keys_common[i] && !known; i++) known = !strcmp(keys_common[i], key);
+        for (int i = 0; i < fam->nkeys && !known; i++) known = !strcmp(fam->keys[i].key, key);
+        if (!known)
+            return sharc_error(SHARC_ERR_INVALID,
+                               "hf config '%s': key \"%s\" is not one sharc knows for model_type %s; it may change "
+                               "the model, so the import stops (docs/ARCHITECTURE.md lists the keys)",
+                               j->path, key, fam->model_type);
+    }
+    return SHARC_OK;
+}
+
 sharc_status sharc_hf_read_config(const char *dir, sharc_model_config *c) {
     char path[4096];
     snprintf(path, sizeof path, "%s/config.json", dir);
     jcfg j = {.path = path};
     SHARC_TRY(read_json(path, &j.root));
-    hf_type t = HF_GPT2;
-    sharc_status st = cfg_family(&j, &t);
-    if (st == SHARC_OK) st = cfg_check_keys(&j, t);
-    if (st == SHARC_OK) {
-        sharc_model_config_default(c, t == HF_GPT2 ? SHARC_FAMILY_GPT2 : SHARC_FAMILY_LLAMA);
-        st = t == HF_GPT2 ? cfg_gpt2(&j, c) : cfg_llama(&j, t, c);
+    const hf_family *fam = NULL;
+    sharc_status st = cfg_family(&j, &fam);
+    if (st == SHARC_OK) st = cfg_check_keys(&j, fam);
+    if (st == SHARC_OK) sharc_model_config_default(c, fam->family);
+    for (int i = 0; st == SHARC_OK && i < fam->nkeys; i++) {
+        const hf_key *k = &fam->keys[i];
+        if (k->flags & HF_READ) st = k->kind == HF_FIXED ? cfg_read_fixed(&j, k) : cfg_read_field(&j, k, c);
     }
-    if (st == SHARC_OK) st = cfg_float(&j, "initializer_range", &c->init_std);
+    if (st == SHARC_OK && fam->family == SHARC_FAMILY_LLAMA) {
+        c->qkv_bias = fam->qkv_bias;
+        c->qk_norm = fam->qk_norm;
+        st = cfg_rope(&j, c);
+        if (st == SHARC_OK && fam != &hf_families[HF_LLAMA_ROW]) st = cfg_window(&j, fam, c);
+    }
     if (st == SHARC_OK) st = cfg_token_id(&j, "bos_token_id", c->vocab_size, &c->bos_token_id);
     if (st == SHARC_OK) st = cfg_token_id(&j, "eos_token_id", c->vocab_size, &c->eos_token_id);
     json_object_put(j.root);
@@ -580,43 +731,45 @@ sharc_status sharc_hf_check_config(const char *dir, const sharc_model_config *ru
     sharc_model_config hf, r = *run;
     SHARC_TRY(sharc_hf_read_config(dir, &hf));
     SHARC_TRY(sharc_model_config_validate(&r));
-    bool g = hf.family == SHARC_FAMILY_GPT2;
-    const char *where = dir;
     if (hf.family != r.family)
-        return sharc_error(SHARC_ERR_INVALID, "hf '%s/config.json' is a %s model, model.family is %s", where,
+        return sharc_error(SHARC_ERR_INVALID, "hf '%s/config.json' is a %s model, model.family is %s", dir,
                            sharc_family_name(hf.family), sharc_family_name(r.family));
-#define SAME_INT(field, hfkey, key)                                                                        \
-    if (hf.field != r.field)                                                                               \
-        return sharc_error(SHARC_ERR_INVALID, "hf '%s/config.json': %s is %d, model." key " is %d", where, \
-                           hfkey, hf.field, r.field);
-    SAME_INT(num_layers, g ? "n_layer" : "num_hidden_layers", "num_layers")
-    SAME_INT(embed_dim, g ? "n_embd" : "hidden_size", "embed_dim")
-    SAME_INT(num_heads, g ? "n_head" : "num_attention_heads", "num_heads")
-    SAME_INT(num_kv_heads, g ? "n_head" : "num_key_value_heads", "num_kv_heads")
-    SAME_INT(ff_hidden_dim, g ? "n_inner" : "intermediate_size", "ff_hidden_dim")
-    SAME_INT(vocab_size, "vocab_size", "vocab_size")
-    if (g) SAME_INT(max_seq_len, "n_positions", "max_seq_len")
-    if (hf.norm_eps != r.norm_eps)
-        return sharc_error(SHARC_ERR_INVALID, "hf '%s/config.json': %s is %g, model.norm_eps is %g", where,
-                           g ? "layer_norm_epsilon" : "rms_norm_eps", (double)hf.norm_eps, (double)r.norm_eps);
-    if (!g && hf.rope_theta != r.rope_theta)
-        return sharc_error(SHARC_ERR_INVALID, "hf '%s/config.json': rope_theta is %g, model.rope_theta is %g", where,
+    /* the checked keys, in the order of the model's fields */
+    const hf_family *fam = hf_family_for(&hf);
+    for (size_t at = 0; at < sizeof hf; at++)
+        for (int i = 0; i < fam->nkeys; i++) {
+            const hf_key *k = &fam->keys[i];
+            if (!(k->flags & HF_CHECK) || k->off != at) continue;
+            const char *a = (const char *)&hf + at, *b = (const char *)&r + at;
+            if (k->kind == HF_INT && *(const int *)a != *(const int *)b)
+                return sharc_error(SHARC_ERR_INVALID, "hf '%s/config.json': %s is %d, %s is %d", dir, k->key,
+                                   *(const int *)a, k->field, *(const int *)b);
+            if (k->kind == HF_FLOAT && *(const float *)a != *(const float *)b)
+                return sharc_error(SHARC_ERR_INVALID, "hf '%s/config.json': %s is %g, %s is %g", dir, k->key,
+                                   (double)*(const float *)a, k->field, (double)*(const float *)b);
+            if (k->kind == HF_BOOL && *(const bool *)a != *(const bool *)b)
+                return sharc_error(SHARC_ERR_INVALID, "hf '%s/config.json': %s is %s, %s is %s", dir, k->key,
+                                   *(const bool *)a ? "true" : "false", k->field, *(const bool *)b ? "true" : "false");
+        }
+    if (hf.family == SHARC_FAMILY_GPT2) return SHARC_OK;
+    /* the keys read by code (note [hf-keys]) */
+    if (hf.rope_theta != r.rope_theta)
+        return sharc_error(SHARC_ERR_INVALID, "hf '%s/config.json': rope_theta is %g, model.rope_theta is %g", dir,
                            (double)hf.rope_theta, (double)r.rope_theta);
-    SAME_INT(head_dim, "head_dim", "head_dim")
-    SAME_INT(qkv_bias, "model_type (q/k/v biases)", "qkv_bias")
-    SAME_INT(qk_norm, "model_type (q/k norms)", "qk_norm")
-    SAME_INT(sliding_window, "sliding_window", "sliding_window")
-    SAME_INT(rope_original_max_pos, "rope_scaling original_max_position_embeddings", "rope_original_max_pos")
+    if (hf.qkv_bias != r.qkv_bias || hf.qk_norm != r.qk_norm)
+        return sharc_error(SHARC_ERR_INVALID, "hf '%s/config.json': model_type %s (q/k/v biases %s, q/k norms %s), "
+                           "model.qkv_bias is %s, model.qk_norm is %s", dir, fam->model_type, hf.qkv_bias ? "yes" : "no",
+                           hf.qk_norm ? "yes" : "no", r.qkv_bias ? "true" : "false", r.qk_norm ? "true" : "false");
+    if (hf.sliding_window != r.sliding_window)
+        return sharc_error(SHARC_ERR_INVALID, "hf '%s/config.json': sliding_window is %d, model.sliding_window is %d",
+                           dir, hf.sliding_window, r.sliding_window);
     if (hf.rope_factor != r.rope_factor || hf.rope_low_freq_factor != r.rope_low_freq_factor ||
-        hf.rope_high_freq_factor != r.rope_high_freq_factor)
-        return sharc_error(SHARC_ERR_INVALID, "hf '%s/config.json': rope scaling factor %g (low %g, high %g), "
-                           "model.rope_factor %g (low %g, high %g)", where, (double)hf.rope_factor,
-                           (double)hf.rope_low_freq_factor, (double)hf.rope_high_freq_factor, (double)r.rope_factor,
-                           (double)r.rope_low_freq_factor, (double)r.rope_high_freq_factor);
-#undef SAME_INT
-    if (hf.tie_embeddings != r.tie_embeddings)
-        return sharc_error(SHARC_ERR_INVALID, "hf '%s/config.json': tie_word_embeddings is %s, model.tie_embeddings is %s",
-                           where, hf.tie_embeddings ? "true" : "false", r.tie_embeddings ? "true" : "false");
+        hf.rope_high_freq_factor != r.rope_high_freq_factor || hf.rope_original_max_pos != r.rope_original_max_pos)
+        return sharc_error(SHARC_ERR_INVALID, "hf '%s/config.json': rope scaling factor %g (low %g, high %g, original "
+                           "%d), model.rope_factor %g (low %g, high %g, original %d)", dir, (double)hf.rope_factor,
+                           (double)hf.rope_low_freq_factor, (double)hf.rope_high_freq_factor, hf.rope_original_max_pos,
+                           (double)r.rope_factor, (double)r.rope_low_freq_factor, (double)r.rope_high_freq_factor,
+                           r.rope_original_max_pos);
     return SHARC_OK;
 }
 
@@ -627,21 +780,30 @@ static bool ends_with(const char *s, const char *suffix) {
     return a >= b && strcmp(s + a - b, suffix) == 0;
 }
 
-static bool engine_is_gpt2(const sharc_fsdp *e) {
-    int u, p;
-    return sharc_fsdp_find_param(e, "wte.weight", &u, &p) == SHARC_OK;
+static bool ends_with_any(const char *s, const char *const *suffixes) {
+    for (int i = 0; suffixes[i]; i++)
+        if (ends_with(s, suffixes[i])) return true;
+    return false;
 }
 
-/* GPT-2's Conv1D weights: stored (in, out) in HF files. */
-static bool is_conv1d(bool gpt2, const char *name) {
-    return gpt2 && (ends_with(name, ".attn.c_attn.weight") || ends_with(name, ".attn.c_proj.weight") ||
-                    ends_with(name, ".mlp.c_fc.weight") || ends_with(name, ".mlp.c_proj.weight"));
+/* The family whose parameter names the engine holds. */
+static const hf_family *engine_family(const sharc_fsdp *e) {
+    int u, p;
+    return hf_family_of(sharc_fsdp_find_param(e, "wte.weight", &u, &p) == SHARC_OK ? SHARC_FAMILY_GPT2
+                                                                                   : SHARC_FAMILY_LLAMA);
 }
+
+/* A parameter's name in HF files with `prefix` (GPT2LMHeadModel's lm_head has none). */
+static void hf_name(char *out, size_t n, const char *prefix, const char *name) {
+    snprintf(out, n, "%s%s", strcmp(name, "lm_head.weight") ? prefix : "", name);
+}
+
+/* Stored (in, out) in HF files: GPT-2's Conv1D weights. */
+static bool is_transposed(const hf_family *f, const char *name) { return ends_with_any(name, f->transposed); }
 
 /* Tensors of HF files that are not parameters and are skipped on import. */
-static bool ignorable(bool gpt2, bool has_lm_head, const char *name) {
-    if (gpt2 && (ends_with(name, ".attn.bias") || ends_with(name, ".attn.masked_bias"))) return true;
-    if (ends_with(name, "rotary_emb.inv_freq")) return true;
+static bool ignorable(const hf_family *f, bool has_lm_head, const char *name) {
+    if (ends_with_any(name, f->buffers)) return true;
     return !has_lm_head && !strcmp(name, "lm_head.weight"); /* tied: a copy of the embedding */
 }
 
@@ -673,8 +835,11 @@ static sharc_status read_transposed(const sharc_st_file *f, const sharc_st_tenso
 static sharc_status load_shards(sharc_fsdp *e, const char *dir) {
     sharc_st_set *set;
     SHARC_TRY(sharc_st_set_open(&set, dir));
-    bool gpt2 = engine_is_gpt2(e);
-    const char *prefix = gpt2 && sharc_st_set_find(set, "transformer.wte.weight", NULL) ? "transformer." : "";
+    const hf_family *fam = engine_family(e);
+    /* the prefix is optional on import: detected from the first parameter (the token embedding) */
+    char probe[SHARC_NAME_MAX + 16];
+    hf_name(probe, sizeof probe, fam->prefix, sharc_fsdp_unit_spec(e, 0)->params[0].name);
+    const char *prefix = *fam->prefix && sharc_st_set_find(set, probe, NULL) ? fam->prefix : "";
     int u_, p_;
     bool has_lm_head = sharc_fsdp_find_param(e, "lm_head.weight", &u_, &p_) == SHARC_OK;
     sharc_status st = SHARC_OK;
@@ -684,8 +849,7 @@ static sharc_status load_shards(sharc_fsdp *e, const char *dir) {
         const sharc_unit_spec *s = sharc_fsdp_unit_spec(e, u);
         for (int p = 0; p < s->nparams && st == SHARC_OK; p++) {
             const sharc_param_spec *ps = &s->params[p];
-            bool lm = !strcmp(ps->name, "lm_head.weight"); /* GPT2LMHeadModel's lm_head has no prefix */
-            snprintf(hname, sizeof hname, "%s%s", lm ? "" : prefix, ps->name);
+            hf_name(hname, sizeof hname, prefix, ps->name);
             const sharc_st_file *f;
             const sharc_st_tensor *t = sharc_st_set_find(set, hname, &f);
             if (!t) {
@@ -695,7 +859,7 @@ static sharc_status load_shards(sharc_fsdp *e, const char *dir) {
             }
             int64_t want[4];
             for (int d = 0; d < ps->ndim; d++) want[d] = ps->shape[d];
-            if (is_conv1d(gpt2, ps->name)) {
+            if (is_transposed(fam, ps->name)) {
                 want[0] = ps->shape[1];
                 want[1] = ps->shape[0];
             }
@@ -720,9 +884,9 @@ static sharc_status load_shards(sharc_fsdp *e, const char *dir) {
         const sharc_st_tensor *t = sharc_st_set_tensor_at(set, i, &f);
         const char *n = t->name;
         if (*prefix && !strncmp(n, prefix, strlen(prefix))) n += strlen(prefix);
-        if (sharc_fsdp_find_param(e, n, &u_, &p_) == SHARC_OK || ignorable(gpt2, has_lm_head, n)) continue;
+        if (sharc_fsdp_find_param(e, n, &u_, &p_) == SHARC_OK || ignorable(fam, has_lm_head, n)) continue;
         st = sharc_error(SHARC_ERR_FORMAT, "hf '%s': tensor '%s' is not a parameter of this %s model",
-                         sharc_st_path(f), t->name, gpt2 ? "gpt2" : "llama");
+                         sharc_st_path(f), t->name, fam->model_type);
     }
     /* everything checked: read this rank's segments */
     for (int u = 0; u < sharc_fsdp_num_units(e) && st == SHARC_OK; u++) {
@@ -733,11 +897,10 @@ static sharc_status load_shards(sharc_fsdp *e, const char *dir) {
         float *shard = sharc_fsdp_shard_write(e, u);
         for (int k = 0; k < nseg && st == SHARC_OK; k++) {
             const sharc_param_spec *ps = &s->params[segs[k].param];
-            bool lm = !strcmp(ps->name, "lm_head.weight");
-            snprintf(hname, sizeof hname, "%s%s", lm ? "" : prefix, ps->name);
+            hf_name(hname, sizeof hname, prefix, ps->name);
             const sharc_st_file *f;
             const sharc_st_tensor *t = sharc_st_set_find(set, hname, &f);
-            if (is_conv1d(gpt2, ps->name))
+            if (is_transposed(fam, ps->name))
                 st = read_transposed(f, t, ps->shape[0], ps->shape[1], segs[k].param_off, segs[k].len,
                                      shard + segs[k].shard_off);
             else
@@ -770,69 +933,55 @@ static json_object *json_float(float v) {
     return json_object_new_double_s((double)v, buf);
 }
 
+/* The value export writes for a key read by code (note [hf-keys]). */
+static json_object *config_code_value(const sharc_model_config *c, const hf_family *fam, const char *key) {
+    bool mistral = fam == &hf_families[HF_MISTRAL_ROW];
+    if (!strcmp(key, "rope_theta")) return json_float(c->rope_theta);
+    if (!strcmp(key, "rope_scaling")) {
+        if (c->rope_factor == 0.0f) return NULL;
+        json_object *rs = json_object_new_object();
+        json_object_object_add(rs, "rope_type", json_object_new_string("llama3"));
+        json_object_object_add(rs, "factor", json_float(c->rope_factor));
+        json_object_object_add(rs, "low_freq_factor", json_float(c->rope_low_freq_factor));
+        json_object_object_add(rs, "high_freq_factor", json_float(c->rope_high_freq_factor));
+        json_object_object_add(rs, "original_max_position_embeddings", json_object_new_int(c->rope_original_max_pos));
+        return rs;
+    }
+    if (!strcmp(key, "sliding_window"))
+        return c->sliding_window || mistral ? json_object_new_int(c->sliding_window) : NULL;
+    if (!strcmp(key, "use_sliding_window")) return json_object_new_boolean(c->sliding_window > 0);
+    if (!strcmp(key, "max_window_layers")) return json_object_new_int(c->sliding_window ? 0 : c->num_layers);
+    return NULL;
+}
+
+/* config.json of a model: the rows of its family marked HF_WRITE, in order
+ * (note [hf-map]), the model type chosen by its options. */
 static char *config_json(const sharc_model_config *cfg, sharc_dtype dtype) {
     sharc_model_config full = *cfg, *c = &full;
     (void)sharc_model_config_validate(c); /* head_dim and the other derived values */
+    const hf_family *fam = hf_family_for(c);
+    if (fam == &hf_families[HF_QWEN2_ROW] && c->head_dim * c->num_heads != c->embed_dim) return NULL;
     json_object *r = json_object_new_object();
     const char *td = dtype == SHARC_DT_BF16 ? "bfloat16" : dtype == SHARC_DT_F16 ? "float16" : "float32";
     json_object *arch = json_object_new_array();
-    if (c->family == SHARC_FAMILY_GPT2) {
-        json_object_array_add(arch, json_object_new_string("GPT2LMHeadModel"));
-        json_object_object_add(r, "architectures", arch);
-        json_object_object_add(r, "model_type", json_object_new_string("gpt2"));
-        json_object_object_add(r, "activation_function", json_object_new_string("gelu_new"));
-        json_object_object_add(r, "n_embd", json_object_new_int(c->embed_dim));
-        json_object_object_add(r, "n_layer", json_object_new_int(c->num_layers));
-        json_object_object_add(r, "n_head", json_object_new_int(c->num_heads));
-        json_object_object_add(r, "n_positions", json_object_new_int(c->max_seq_len));
-        json_object_object_add(r, "n_ctx", json_object_new_int(c->max_seq_len));
-        json_object_object_add(r, "n_inner", c->ff_hidden_dim == 4 * c->embed_dim ? NULL : json_object_new_int(c->ff_hidden_dim));
-        json_object_object_add(r, "vocab_size", json_object_new_int(c->vocab_size));
-        json_object_object_add(r, "layer_norm_epsilon", json_float(c->norm_eps));
-        json_object_object_add(r, "attn_pdrop", json_object_new_double(0.0));
-        json_object_object_add(r, "embd_pdrop", json_object_new_double(0.0));
-        json_object_object_add(r, "resid_pdrop", json_object_new_double(0.0));
-        json_object_object_add(r, "scale_attn_weights", json_object_new_boolean(1));
-    } else {
-        /* the model_type of the variant (note [families] in src/model/model.c) */
-        hf_type t = c->qk_norm ? HF_QWEN3 : c->qkv_bias ? HF_QWEN2 : c->sliding_window ? HF_MISTRAL : HF_LLAMA;
-        json_object_array_add(arch, json_object_new_string(hf_arch_names[t]));
-        json_object_object_add(r, "architectures", arch);
-        json_object_object_add(r, "model_type", json_object_new_string(hf_type_names[t]));
-        json_object_object_add(r, "hidden_act", json_object_new_string("silu"));
-        json_object_object_add(r, "hidden_size", json_object_new_int(c->embed_dim));
-        json_object_object_add(r, "intermediate_size", json_object_new_int(c->ff_hidden_dim));
-        json_object_object_add(r, "num_hidden_layers", json_object_new_int(c->num_layers));
-        json_object_object_add(r, "num_attention_heads", json_object_new_int(c->num_heads));
-        json_object_object_add(r, "num_key_value_heads", json_object_new_int(c->num_kv_heads));
-        if (t != HF_QWEN2) json_object_object_add(r, "head_dim", json_object_new_int(c->head_dim));
-        else if (c->head_dim * c->num_heads != c->embed_dim) { /* refused by the caller */
-            json_object_put(r);
-            return NULL;
+    json_object_array_add(arch, json_object_new_string(fam->arch));
+    json_object_object_add(r, "architectures", arch);
+    json_object_object_add(r, "model_type", json_object_new_string(fam->model_type));
+    for (int i = 0; i < fam->nkeys; i++) {
+        const hf_key *k = &fam->keys[i];
+        if (!(k->flags & HF_WRITE)) continue;
+        const char *src = (const char *)c + k->off;
+        json_object *v = NULL;
+        switch (k->kind) {
+        case HF_INT:
+            if (!(k->flags & HF_NULL_4C) || *(const int *)src != 4 * c->embed_dim) v = json_object_new_int(*(const int *)src);
+            break;
+        case HF_FLOAT: v = json_float(*(const float *)src); break;
+        case HF_BOOL: v = json_object_new_boolean(*(const bool *)src); break;
+        case HF_FIXED: v = json_tokener_parse(k->value); break; /* "null" is NULL: a null value */
+        case HF_CODE: v = config_code_value(c, fam, k->key); break;
         }
-        json_object_object_add(r, "vocab_size", json_object_new_int(c->vocab_size));
-        json_object_object_add(r, "max_position_embeddings", json_object_new_int(c->max_seq_len));
-        json_object_object_add(r, "rms_norm_eps", json_float(c->norm_eps));
-        json_object_object_add(r, "rope_theta", json_float(c->rope_theta));
-        json_object *rs = NULL;
-        if (c->rope_factor != 0.0f) {
-            rs = json_object_new_object();
-            json_object_object_add(rs, "rope_type", json_object_new_string("llama3"));
-            json_object_object_add(rs, "factor", json_float(c->rope_factor));
-            json_object_object_add(rs, "low_freq_factor", json_float(c->rope_low_freq_factor));
-            json_object_object_add(rs, "high_freq_factor", json_float(c->rope_high_freq_factor));
-            json_object_object_add(rs, "original_max_position_embeddings", json_object_new_int(c->rope_original_max_pos));
-        }
-        json_object_object_add(r, "rope_scaling", rs);
-        if (t != HF_QWEN2) json_object_object_add(r, "attention_bias", json_object_new_boolean(0));
-        if (t == HF_LLAMA) json_object_object_add(r, "mlp_bias", json_object_new_boolean(0));
-        if (t == HF_MISTRAL)
-            json_object_object_add(r, "sliding_window", json_object_new_int(c->sliding_window));
-        if (t == HF_QWEN2 || t == HF_QWEN3) {
-            json_object_object_add(r, "use_sliding_window", json_object_new_boolean(c->sliding_window > 0));
-            json_object_object_add(r, "sliding_window", c->sliding_window ? json_object_new_int(c->sliding_window) : NULL);
-            json_object_object_add(r, "max_window_layers", json_object_new_int(c->sliding_window ? 0 : c->num_layers));
-        }
+        json_object_object_add(r, k->key, v);
     }
     /* ids inside the vocabulary only: GPT-2's 50256 where it exists, else
      * what the import carried, else null (HF's class defaults would name
@@ -843,8 +992,6 @@ static char *config_json(const sharc_model_config *cfg, sharc_dtype dtype) {
         json_object_object_add(r, k ? "eos_token_id" : "bos_token_id",
                                id >= 0 && id < c->vocab_size ? json_object_new_int(id) : NULL);
     }
-    json_object_object_add(r, "tie_word_embeddings", json_object_new_boolean(c->tie_embeddings));
-    json_object_object_add(r, "initializer_range", json_float(c->init_std));
     json_object_object_add(r, "torch_dtype", json_object_new_string(td));
     char *out = strdup(json_object_to_json_string_ext(r, JSON_C_TO_STRING_PRETTY | JSON_C_TO_STRING_SPACED));
     json_object_put(r);
@@ -931,11 +1078,11 @@ sharc_status sharc_hf_export(sharc_fsdp *e, sharc_comm *world, const sharc_model
     snprintf(dir, sizeof dir, "%s", dir_in);
     for (size_t l = strlen(dir); l > 1 && dir[l - 1] == '/'; l--) dir[l - 1] = 0;
     bool writer = !world || sharc_comm_rank(world) == 0;
-    bool gpt2 = cfg->family == SHARC_FAMILY_GPT2;
+    const hf_family *fam = hf_family_of(cfg->family);
     sharc_status st = SHARC_OK;
     if (dtype != SHARC_DT_F32 && dtype != SHARC_DT_BF16 && dtype != SHARC_DT_F16)
         st = sharc_error(SHARC_ERR_INVALID, "hf export: dtype %s, expected F32, BF16 or F16", sharc_dtype_st_name(dtype));
-    if (gpt2 != engine_is_gpt2(e))
+    if (fam != engine_family(e))
         st = sharc_error(SHARC_ERR_INVALID, "hf export: the config's family does not match the engine's parameters");
     int total = 0;
     for (int u = 0; u < sharc_fsdp_num_units(e); u++) total += sharc_fsdp_unit_spec(e, u)->nparams;
@@ -953,11 +1100,10 @@ sharc_status sharc_hf_export(sharc_fsdp *e, sharc_comm *world, const sharc_model
         for (int p = 0; p < s->nparams; p++, n++) {
             const sharc_param_spec *ps = &s->params[p];
             export_item *it = &items[n];
-            bool lm = !strcmp(ps->name, "lm_head.weight");
-            snprintf(it->hname, sizeof it->hname, "%s%s", gpt2 && !lm ? "transformer." : "", ps->name);
+            hf_name(it->hname, sizeof it->hname, fam->prefix, ps->name);
             it->ndim = ps->ndim;
             for (int d = 0; d < ps->ndim; d++) it->shape[d] = ps->shape[d];
-            it->conv1d = is_conv1d(gpt2, ps->name);
+            it->conv1d = is_transposed(fam, ps->name);
             if (it->conv1d) {
                 it->shape[0] = ps->shape[1];
                 it->shape[1] = ps->shape[0];
@@ -994,7 +1140,7 @@ sharc_status sharc_hf_export(sharc_fsdp *e, sharc_comm *world, const sharc_model
         char *js = config_json(cfg, dtype), path[4400];
         snprintf(path, sizeof path, "%s/config.json", tmp);
         st = js ? sharc_write_text_atomic(path, js)
-                : sharc_error(SHARC_ERR_UNSUPPORTED, "hf export: a Qwen2 model (q/k/v biases) with head_dim %d != "
+                : sharc_error(SHARC_ERR_INVALID, "hf export: a Qwen2 model (q/k/v biases) with head_dim %d != "
                               "embed_dim / num_heads has no Hugging Face config; set model.head_dim to 0",
                               cfg->head_dim);
         free(js);
@@ -1002,14 +1148,9 @@ sharc_status sharc_hf_export(sharc_fsdp *e, sharc_comm *world, const sharc_model
     /* agree on the set-up (buffers everywhere, the target and temporary
      * directory on rank 0) before the first gather: if it failed anywhere,
      * no rank gathers at all */
-    bool ok = st == SHARC_OK, setup_ok = ok;
-    if (world) {
-        int32_t bad = !ok, any = 0;
-        sharc_status c = sharc_comm_all_reduce(world, &bad, &any, 1, SHARC_DT_I32, SHARC_REDUCE_OP_MAX);
-        if (c != SHARC_OK && ok) st = c;
-        setup_ok = c == SHARC_OK && !any;
-        ok = ok && setup_ok;
-    }
+    if (world) st = sharc_comm_agree(world, st, SHARC_ERR_IO, "hf export: setting up failed on rank %d (see its message)");
+    const bool setup_ok = st == SHARC_OK;
+    bool ok = setup_ok;
     /* every rank takes part in every gather, even after a later local
      * failure; rank 0 streams the files */
     sharc_st_stream *out = NULL;

@@ -28,9 +28,9 @@ sharc_status sharc_eval_dataset(sharc_model *m, sharc_fsdp *e, sharc_comm *world
     int32_t *in = sharc_alloc(sizeof(int32_t) * (size_t)N, SHARC_MEM_OTHER);
     int32_t *tg = sharc_alloc(sizeof(int32_t) * (size_t)N, SHARC_MEM_OTHER);
     /* a local allocation failure must not leave the other ranks in a gather */
-    int32_t bad = (!in || !tg) ? 1 : 0, anybad = 0;
-    sharc_status st = sharc_comm_all_reduce(world, &bad, &anybad, 1, SHARC_DT_I32, SHARC_REDUCE_OP_MAX);
-    if (st == SHARC_OK && anybad) st = sharc_error(SHARC_ERR_NOMEM, "eval: cannot allocate a batch of %d x %d tokens", B, T);
+    sharc_status st = !in || !tg ? sharc_error(SHARC_ERR_NOMEM, "eval: cannot allocate a batch of %d x %d tokens", B, T)
+                                 : SHARC_OK;
+    st = sharc_comm_agree(world, st, SHARC_ERR_NOMEM, "eval: rank %d cannot allocate its batch (see its message)");
     double sums[2] = {0.0, 0.0}; /* loss sum, targets */
     for (int64_t i = 0; i < rounds && st == SHARC_OK; i++) {
         int64_t b = i * R + rank;

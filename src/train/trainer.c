@@ -6,21 +6,21 @@
  * collective; then all ranks all-reduce their status, so a rank that failed
  * makes every rank stop with a message instead of leaving them blocked in a
  * collective it never reaches. Then a fingerprint of every value that must
- * match (model shape, sharding, batch, seeds) is all-gathered and compared;
- * a difference is one message naming the key and two ranks' values.
+ * match (the keys the config table marks `agree`: model shape, sharding,
+ * batch, seeds, paths written; and the data files' token counts) is
+ * all-gathered and compared; a difference is one message naming the key
+ * and two ranks' values.
  *
  * Note [bad-steps]. The loss and the gradient norm are all-reduced values,
  * so every rank sees the same ones: when either is not finite, every rank
  * skips the step alike (no AdamW update, AdamW's step counter not advanced;
  * the data and the learning-rate schedule move on) and counts it. After
  * train.max_bad_steps such steps in a row the run stops with a message and
- * a non-zero exit. Test hooks (tests/cli/mpi_bad_steps.sh, mpi_watchdog.sh,
- * mpi_hangs.sh): SHARC_TEST_NAN=RANK:STEP[,STEP...] makes that rank's
- * gradient NaN at those steps (1-based); SHARC_TEST_HANG=RANK:STEP makes
- * that rank stop forever at the start of that step (note [watchdog] in
- * src/core/watchdog.c); SHARC_TEST_FAIL=RANK:STEP makes that rank's step
- * fail alone, as a collective failing on one rank would (note [job-end] in
- * src/cli/main.c). */
+ * a non-zero exit.
+ *
+ * The step has two fault sites (sharc/fault.h): "step" at its start (a hang,
+ * a lone failure, a fatal error) and "grads" once the gradients are
+ * reduced (non-finite gradients on one rank, for note [bad-steps]). */
 #include "sharc/train.h"
 #include "sharc/activity.h"
 #include "sharc/alloc.h"
@@ -29,6 +29,7 @@
 #include "sharc/data.h"
 #include "sharc/dataprep.h"
 #include "sharc/eval.h"
+#include "sharc/fault.h"
 #include "sharc/fileio.h"
 #include "sharc/hf.h"
 #include "sharc/log.h"
@@ -62,30 +63,9 @@ struct sharc_trainer {
     int64_t *micro_valid;      /* (grad_accum) this rank's valid targets per micro-batch */
     int64_t step;
     double flops_per_token;
-    /* test hooks of note [bad-steps] */
-    int nan_rank, hang_rank, fail_rank;
-    int64_t nan_steps[16], hang_step, fail_step;
-    int n_nan_steps;
     sharc_dataset *val;       /* data.val_path when log.eval_every > 0 */
     double peak_flops_world;  /* sum over ranks of each rank's peak (telemetry.h) */
 };
-
-/* SHARC_TEST_NAN / SHARC_TEST_HANG: "RANK:STEP[,STEP...]". */
-static int parse_hook(const char *env, int *rank, int64_t *steps, int max) {
-    const char *v = getenv(env);
-    *rank = -1;
-    if (!v || !*v) return 0;
-    char *end;
-    *rank = (int)strtol(v, &end, 10);
-    if (*end != ':') return 0;
-    int n = 0;
-    for (const char *p = end + 1; *p && n < max;) {
-        steps[n++] = strtoll(p, &end, 10);
-        if (end == p) break;
-        p = *end == ',' ? end + 1 : end;
-    }
-    return n;
-}
 
 /* train.threads = 0: the CPUs this rank may use; when that is the whole node
  * (no binding), the node's CPUs divided by the ranks on it. Collective. */
@@ -105,104 +85,8 @@ static int default_threads(sharc_comm *world) {
 
 /* ---------------------------------------------------------- fingerprint */
 
-typedef struct {
-    const char *key;
-    int64_t value;
-    const char *text; /* a string value (value is its hash), or NULL */
-} fp_item;
-
-static int64_t bits(float f) {
-    int32_t i;
-    memcpy(&i, &f, 4);
-    return i;
-}
-
-#define FP_MAX 80
-
-/* FNV-1a: a string's fingerprint. */
-static int64_t text_hash(const char *s) {
-    uint64_t h = 14695981039346656037ull;
-    for (; *s; s++) h = (h ^ (uint8_t)*s) * 1099511628211ull;
-    return (int64_t)h;
-}
-
-static int fingerprint(const sharc_config *c, fp_item *it) {
-    int n = 0;
-#define ITEM(k, v) (it[n++] = (fp_item){k, (int64_t)(v), NULL})
-#define TEXT(k, v) (it[n++] = (fp_item){k, text_hash(v), v})
-    ITEM("model.family", c->model.family);
-    ITEM("model.num_layers", c->model.num_layers);
-    ITEM("model.embed_dim", c->model.embed_dim);
-    ITEM("model.num_heads", c->model.num_heads);
-    ITEM("model.num_kv_heads", c->model.num_kv_heads);
-    ITEM("model.ff_hidden_dim", c->model.ff_hidden_dim);
-    ITEM("model.vocab_size", c->model.vocab_size);
-    ITEM("model.max_seq_len", c->model.max_seq_len);
-    ITEM("model.tie_embeddings", c->model.tie_embeddings);
-    ITEM("model.norm_eps", bits(c->model.norm_eps));
-    ITEM("model.rope_theta", bits(c->model.rope_theta));
-    ITEM("model.init_std", bits(c->model.init_std));
-    ITEM("model.head_dim", c->model.head_dim);
-    ITEM("model.qkv_bias", c->model.qkv_bias);
-    ITEM("model.qk_norm", c->model.qk_norm);
-    ITEM("model.sliding_window", c->model.sliding_window);
-    ITEM("model.rope_factor", bits(c->model.rope_factor));
-    ITEM("model.rope_low_freq_factor", bits(c->model.rope_low_freq_factor));
-    ITEM("model.rope_high_freq_factor", bits(c->model.rope_high_freq_factor));
-    ITEM("model.rope_original_max_pos", c->model.rope_original_max_pos);
-    ITEM("train.batch_size", c->train.batch_size);
-    ITEM("train.grad_accum", c->train.grad_accum);
-    ITEM("train.seq_len", c->train.seq_len);
-    ITEM("train.max_steps", c->train.max_steps);
-    ITEM("train.seed", c->train.seed);
-    ITEM("data.shuffle", c->data.shuffle);
-    ITEM("data.seed", c->data.seed);
-    ITEM("optim.lr", bits(c->optim.lr));
-    ITEM("optim.weight_decay", bits(c->optim.weight_decay));
-    ITEM("optim.max_grad_norm", bits(c->optim.max_grad_norm));
-    ITEM("optim.warmup_steps", c->optim.warmup_steps);
-    ITEM("fsdp.sharding_strategy", c->fsdp.engine.strategy);
-    ITEM("fsdp.fsdp_size", c->fsdp.engine.fsdp_size);
-    ITEM("fsdp.reshard_after_forward", c->fsdp.engine.reshard_after_forward);
-    ITEM("fsdp.param_dtype", c->fsdp.engine.param_dtype);
-    ITEM("fsdp.reduce_dtype", c->fsdp.engine.reduce_dtype);
-    ITEM("fsdp.forward_prefetch", c->fsdp.engine.forward_prefetch);
-    ITEM("fsdp.backward_prefetch", c->fsdp.engine.backward_prefetch);
-    ITEM("fsdp.limit_all_gathers", c->fsdp.engine.limit_all_gathers);
-    ITEM("fsdp.no_sync", c->fsdp.engine.no_sync);
-    ITEM("fsdp.activation_checkpointing", c->fsdp.activation_checkpointing);
-    ITEM("train.max_bad_steps", c->train.max_bad_steps);
-    ITEM("log.eval_every", c->log.eval_every);
-    ITEM("log.eval_batches", c->log.eval_batches);
-    ITEM("optim.min_lr_ratio", bits(c->optim.min_lr_ratio));
-    ITEM("optim.decay_steps", c->optim.decay_steps);
-    ITEM("optim.lr_decay", c->optim.decay);
-    ITEM("optim.beta1", bits(c->optim.beta1));
-    ITEM("optim.beta2", bits(c->optim.beta2));
-    ITEM("optim.eps", bits(c->optim.eps));
-    /* where the run reads and writes: one rank elsewhere would fail (or
-     * wait) only at its first save or resume */
-    TEXT("train.out_dir", c->train.out_dir);
-    TEXT("ckpt.dir", c->ckpt.dir);
-    TEXT("ckpt.resume", c->ckpt.resume);
-    TEXT("model.init_from", c->init_from);
-    ITEM("ckpt.every", c->ckpt.every);
-    ITEM("ckpt.keep", c->ckpt.keep);
-    ITEM("ckpt.async", c->ckpt.async);
-    ITEM("train.overwrite_output_dir", c->train.overwrite_output_dir);
-    ITEM("train.loss_normalization", c->train.loss_normalization);
-    ITEM("data.format", c->data.format);
-    ITEM("data.max_len", c->data.max_len);
-    ITEM("data.loss_mask", c->data.loss_mask);
-    ITEM("data.multiturn", c->data.multiturn);
-    ITEM("data.apply_chat_template", c->data.apply_chat_template);
-#undef ITEM
-#undef TEXT
-    return n;
-}
-
 /* Both ranks' values of a string item: rank 0's and rank r's, broadcast. */
-static sharc_status disagree_text(sharc_comm *world, const fp_item *it, int r) {
+static sharc_status disagree_text(sharc_comm *world, const sharc_config_agreed *it, int r) {
     int32_t a[SHARC_PATH_MAX / 4 + 1], b[SHARC_PATH_MAX / 4 + 1];
     memset(a, 0, sizeof a);
     memset(b, 0, sizeof b);
@@ -218,17 +102,19 @@ static sharc_status disagree_text(sharc_comm *world, const fp_item *it, int r) {
 
 /* All ranks compare their fingerprints; every rank returns the same verdict. */
 static sharc_status check_agreement(sharc_comm *world, const sharc_config *c, int64_t ntokens, int64_t val_tokens) {
-    fp_item it[FP_MAX];
-    int n = fingerprint(c, it);
-    it[n++] = (fp_item){"data.path (token count)", ntokens, NULL};
-    it[n++] = (fp_item){"data.val_path (token count)", val_tokens, NULL};
-    int size = sharc_comm_size(world);
+    /* the keys the table marks, then what the data files hold (their paths may differ between nodes) */
+    int n = sharc_config_agreed_values(c, NULL, 0) + 2, size = sharc_comm_size(world);
+    sharc_config_agreed *it = malloc(sizeof *it * (size_t)n);
     int64_t *mine = malloc(sizeof(int64_t) * (size_t)n), *all = malloc(sizeof(int64_t) * (size_t)n * (size_t)size);
-    if (!mine || !all) {
+    if (!it || !mine || !all) {
+        free(it);
         free(mine);
         free(all);
         return sharc_error(SHARC_ERR_NOMEM, "train: out of memory");
     }
+    sharc_config_agreed_values(c, it, n - 2);
+    it[n - 2] = (sharc_config_agreed){"data.path (token count)", ntokens, NULL};
+    it[n - 1] = (sharc_config_agreed){"data.val_path (token count)", val_tokens, NULL};
     for (int i = 0; i < n; i++) mine[i] = it[i].value;
     sharc_status st = sharc_comm_all_gather(world, mine, all, (size_t)n, SHARC_DT_I64);
     /* every rank sees the same table, so every rank names the same item */
@@ -243,6 +129,7 @@ static sharc_status check_agreement(sharc_comm *world, const sharc_config *c, in
                                      it[i].key, (long long)all[i], r, (long long)all[(size_t)r * n + i]);
                 break;
             }
+    free(it);
     free(mine);
     free(all);
     return st;
@@ -285,9 +172,6 @@ sharc_status sharc_trainer_init(sharc_trainer **out, const sharc_config *cfg, sh
     }
     const int R = sharc_comm_size(t->world), rank = sharc_comm_rank(t->world);
     const sharc_train_config *tc = &t->cfg.train;
-    t->n_nan_steps = parse_hook("SHARC_TEST_NAN", &t->nan_rank, t->nan_steps, 16);
-    if (parse_hook("SHARC_TEST_HANG", &t->hang_rank, &t->hang_step, 1) == 0) t->hang_rank = -1;
-    if (parse_hook("SHARC_TEST_FAIL", &t->fail_rank, &t->fail_step, 1) == 0) t->fail_rank = -1;
     /* every rank, before anything can fail alone: a split, no other collective */
     int threads = tc->threads > 0 ? tc->threads : default_threads(t->world);
 
@@ -381,7 +265,6 @@ sharc_status sharc_trainer_init(sharc_trainer **out, const sharc_config *cfg, sh
                                    SHARC_REDUCE_OP_SUM)) != SHARC_OK)
         goto alone;
     reset_comm_stats(t);
-    (void)rank;
     *out = t;
     return SHARC_OK;
 alone: /* every rank fails the fingerprint alike; a collective may fail on one */
@@ -407,14 +290,25 @@ void sharc_trainer_free(sharc_trainer *t) {
     free(t);
 }
 
-sharc_model *sharc_trainer_model(sharc_trainer *t) { return t->model; }
 sharc_fsdp *sharc_trainer_engine(sharc_trainer *t) { return t->engine; }
 sharc_adamw *sharc_trainer_optimizer(sharc_trainer *t) { return t->opt; }
 const sharc_config *sharc_trainer_config(const sharc_trainer *t) { return &t->cfg; }
 sharc_comm *sharc_trainer_world(sharc_trainer *t) { return t->world; }
 const sharc_mesh *sharc_trainer_mesh(const sharc_trainer *t) { return &t->mesh; }
 int64_t sharc_trainer_steps_done(const sharc_trainer *t) { return t->step; }
-void sharc_trainer_set_steps_done(sharc_trainer *t, int64_t step) { t->step = step; }
+
+sharc_ckpt_state sharc_trainer_ckpt_state(sharc_trainer *t) {
+    return (sharc_ckpt_state){.world = t->world, .mesh = &t->mesh, .engine = t->engine, .optim = t->opt,
+                              .cfg = &t->cfg};
+}
+
+sharc_status sharc_trainer_resume(sharc_trainer *t, sharc_ckpt *ck, const char *what, int64_t *loaded_step) {
+    int64_t step = -1;
+    sharc_status st = sharc_ckpt_resume(ck, what, &step);
+    if (st == SHARC_OK && step >= 0) t->step = step;
+    if (loaded_step) *loaded_step = step;
+    return st;
+}
 
 /* ------------------------------------------------------------------ step */
 
@@ -434,6 +328,16 @@ static void comm_totals(sharc_trainer *t, sharc_comm_stats *sum) {
     }
 }
 
+/* The fault SHARC_FAULT_NAN: this rank's first gradient element is NaN, so
+ * the all-reduced norm is (note [bad-steps]). */
+static void poison_grads(sharc_fsdp *e) {
+    for (int u = 0; u < sharc_fsdp_num_units(e); u++)
+        if (sharc_fsdp_shard_numel(e, u) > 0) {
+            sharc_fsdp_shard_grads(e, u)[0] = NAN;
+            return;
+        }
+}
+
 sharc_status sharc_trainer_step(sharc_trainer *t, sharc_step_stats *s) {
     const sharc_train_config *tc = &t->cfg.train;
     const int A = tc->grad_accum, B = tc->batch_size, T = tc->seq_len;
@@ -441,11 +345,7 @@ sharc_status sharc_trainer_step(sharc_trainer *t, sharc_step_stats *s) {
     const int rank = sharc_comm_rank(t->world), R = sharc_comm_size(t->world);
     double t0 = sharc_clock_now(), c0 = sharc_clock_cpu_now();
     sharc_activity_step(t->step + 1);
-    if (rank == t->hang_rank && t->step + 1 == t->hang_step) {
-        sharc_activity_phase("stopped by the test hook SHARC_TEST_HANG", -1, NULL);
-        for (;;) pause();
-    }
-    if (rank == t->fail_rank && t->step + 1 == t->fail_step)
+    if (sharc_fault_at("step", t->step + 1) == SHARC_FAULT_FAIL)
         return sharc_error(SHARC_ERR_COMM, "train: step %lld failed on this rank alone (the test hook SHARC_TEST_FAIL)",
                            (long long)(t->step + 1));
     sharc_fsdp_stats_reset(t->engine);
@@ -479,14 +379,7 @@ sharc_status sharc_trainer_step(sharc_trainer *t, sharc_step_stats *s) {
         loss_sum += per_micro ? l * (double)scale : l;
     }
     SHARC_TRY(sharc_fsdp_finish_grads(t->engine));
-    if (rank == t->nan_rank)
-        for (int i = 0; i < t->n_nan_steps; i++)
-            if (t->nan_steps[i] == t->step + 1)
-                for (int u = 0; u < sharc_fsdp_num_units(t->engine); u++)
-                    if (sharc_fsdp_shard_numel(t->engine, u) > 0) {
-                        sharc_fsdp_shard_grads(t->engine, u)[0] = NAN;
-                        break;
-                    }
+    if (sharc_fault_at("grads", t->step + 1) == SHARC_FAULT_NAN) poison_grads(t->engine);
     double t2 = sharc_clock_now(), norm;
     sharc_activity_phase("gradient norm", -1, NULL);
     SHARC_TRY(sharc_fsdp_grad_norm(t->engine, &norm, &loss_sum));
@@ -625,8 +518,9 @@ sharc_status sharc_train_run(const sharc_config *cfg, sharc_comm *world) {
     /* checkpoints (sharc/ckpt.h): resume before anything is written */
     sharc_ckpt *ck = NULL;
     int64_t resumed = -1;
-    st = sharc_ckpt_init(&ck, t);
-    if (st == SHARC_OK) st = sharc_ckpt_resume(ck, t->cfg.ckpt.resume, &resumed);
+    const sharc_ckpt_state cs = sharc_trainer_ckpt_state(t);
+    st = sharc_ckpt_init(&ck, &cs);
+    if (st == SHARC_OK) st = sharc_trainer_resume(t, ck, t->cfg.ckpt.resume, &resumed);
     const sharc_config *c = &t->cfg;
     const int rank = sharc_comm_rank(t->world);
     const bool lead = rank == 0;
@@ -711,7 +605,7 @@ sharc_status sharc_train_run(const sharc_config *cfg, sharc_comm *world) {
         }
         st = sharc_comm_agree(t->world, out, SHARC_ERR_IO, "train: rank %d cannot write its metrics (see its message)");
         if (st == SHARC_OK && c->ckpt.every > 0 && s.step % c->ckpt.every == 0 && s.step < c->train.max_steps)
-            st = sharc_ckpt_save(ck);
+            st = sharc_ckpt_save(ck, t->step);
         reset_comm_stats(t);
     }
     /* note [job-end]: a rank that failed alone must not free what its peers
@@ -726,7 +620,7 @@ sharc_status sharc_train_run(const sharc_config *cfg, sharc_comm *world) {
     sharc_status dst = sharc_jsonl_close(debug);
     if (st == SHARC_OK) st = agree(t->world, cst != SHARC_OK ? cst : dst);
     if (sharc_prof_enabled() && lead) sharc_prof_report(stderr, (int)(c->train.max_steps > 0 ? c->train.max_steps : 1));
-    if (st == SHARC_OK) st = sharc_ckpt_save(ck); /* the last step; waits for an async one */
+    if (st == SHARC_OK) st = sharc_ckpt_save(ck, t->step); /* the last step; waits for an async one */
     if (st == SHARC_OK) st = sharc_ckpt_wait(ck);
     sharc_ckpt_free(ck);
     if (st == SHARC_OK) {

@@ -8,7 +8,9 @@
 #  - a start-up failure on one rank only (a missing --config file, a bad flag)
 #    stops every rank within seconds, each with a line, exit status 2;
 #  - a step that fails on one rank alone ends the whole job with MPI_Abort
-#    after that rank's message, in seconds, not at the watchdog.
+#    after that rank's message, in seconds, not at the watchdog;
+#  - a broken invariant on one rank (sharc_fatal) ends every rank through
+#    the command's fatal hook: the message, then MPI_Abort with status 134.
 # Bounds on seconds here are hang bounds (each far below the timeouts set),
 # not speed measurements.
 set -uo pipefail
@@ -88,4 +90,18 @@ grep -q "^\[rank 1\] error: ending the whole job with exit status 1 (MPI_Abort):
 ! grep -q watchdog <<< "$out" || die "lone failure: ended by the watchdog"
 [ $took -lt 45 ] || die "lone failure: ${took}s"
 echo "a step failing on one rank: MPI_Abort after ${took}s"
+
+# sharc_fatal on rank 1 of 3 at step 2 (SHARC_TEST_FATAL): the fatal hook calls MPI_Abort, which ends
+# every rank at once (the line is Open MPI's, the MPI scripts/deps.sh installs)
+run 90 env SHARC_TEST_FATAL=1:2 mpirun -x SHARC_TEST_FATAL --oversubscribe --bind-to none -n 3 \
+  "$S" train $C --train.out_dir=o5 --train.timeout=60
+[ $rc -eq 134 ] || die "fatal: exit $rc after ${took}s, expected MPI_Abort's 134"
+grep -q "^\[rank 1\] sharc: fatal: step 2: a broken invariant (the test hook SHARC_TEST_FATAL) (src/core/fault.c:[0-9]*)$" <<< "$out" ||
+  die "fatal: no message naming the rank, the step and file:line"
+grep -q "MPI_ABORT was invoked on rank 1 .* with errorcode 134\|MPI_ABORT was invoked on rank 1 in communicator" <<< "$out" ||
+  die "fatal: the job did not end through MPI_Abort"
+! grep -q "^\[rank [02]\] sharc: fatal" <<< "$out" || die "fatal: another rank reported the fault"
+! grep -q watchdog <<< "$out" || die "fatal: ended by the watchdog"
+[ $took -lt 45 ] || die "fatal: ${took}s"
+echo "a broken invariant on one rank: MPI_Abort after ${took}s"
 echo ok

@@ -528,12 +528,13 @@ static void test_ckpt_save(int argc, char **argv) {
     sharc_trainer *t;
     sharc_ckpt *ck;
     ASSERT_OK(sharc_trainer_init(&t, &c, world));
-    ASSERT_OK(sharc_ckpt_init(&ck, t));
+    const sharc_ckpt_state cs = sharc_trainer_ckpt_state(t);
+    ASSERT_OK(sharc_ckpt_init(&ck, &cs));
     for (int s = 0; s < 3; s++) {
         sharc_step_stats st;
         ASSERT_OK(sharc_trainer_step(t, &st));
     }
-    ASSERT_OK(sharc_ckpt_save(ck));
+    ASSERT_OK(sharc_ckpt_save(ck, sharc_trainer_steps_done(t)));
     ASSERT_OK(sharc_ckpt_wait(ck));
     /* the reference: full tensors gathered through the engine and the shard group */
     sharc_fsdp *e = sharc_trainer_engine(t);
@@ -580,9 +581,10 @@ static void test_ckpt_load(int argc, char **argv) {
     sharc_trainer *t;
     sharc_ckpt *ck;
     ASSERT_OK(sharc_trainer_init(&t, &c, world));
-    ASSERT_OK(sharc_ckpt_init(&ck, t));
+    const sharc_ckpt_state cs = sharc_trainer_ckpt_state(t);
+    ASSERT_OK(sharc_ckpt_init(&ck, &cs));
     int64_t from = -1;
-    ASSERT_OK(sharc_ckpt_resume(ck, argv[0], &from));
+    ASSERT_OK(sharc_trainer_resume(t, ck, argv[0], &from));
     ASSERT_EQ(from, 3);
     ASSERT_EQ(sharc_trainer_steps_done(t), 3);
     ASSERT_EQ(sharc_adamw_steps(sharc_trainer_optimizer(t)), 3);
