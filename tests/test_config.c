@@ -446,7 +446,7 @@ TEST(config_saved_yaml_has_each_section_once) {
         }
         p += len + (e ? 1 : 0);
     }
-    ASSERT_EQ(n, 7); /* model data optim train fsdp ckpt log */
+    ASSERT_EQ(n, 8); /* model data optim train fsdp mesh ckpt log */
     /* and it reads back to the same configuration, fsdp keys from both former blocks included */
     sharc_config d;
     sharc_config_default(&d);

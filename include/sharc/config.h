@@ -76,6 +76,14 @@ typedef struct {
     int wrap_policy;      /* 0 transformer_block (the only one implemented), 1 size, 2 none */
 } sharc_fsdp_options;
 
+/* The device mesh's model-parallel degrees (the mesh.* keys; sharc/mesh.h):
+ * world = dp_replicate x dp_shard x sp x tp, the data-parallel degrees
+ * following from the sharding strategy and the world size. */
+typedef struct {
+    int sp; /* Ulysses sequence parallelism: ranks sharing each sequence */
+    int tp; /* tensor parallelism: 1 (others refused: not implemented yet) */
+} sharc_mesh_config;
+
 #define SHARC_MAX_STAGES 16
 
 /* Telemetry and validation (the log.* keys; src/train/telemetry.c, eval.c). */
@@ -94,6 +102,7 @@ typedef struct sharc_config { /* tagged: sharc/ckpt.h declares it ahead */
     sharc_fsdp_options fsdp;
     sharc_ckpt_config ckpt;
     sharc_log_config log;
+    sharc_mesh_config mesh;
     char init_from[SHARC_PATH_MAX]; /* model.init_from: sharc weights loaded after initialisation ("" = none) */
     char tokenizer[SHARC_PATH_MAX]; /* model.tokenizer: a tokenizer.json or its directory ("" = byte-level, or init_from's) */
     /* Loader state (not keys). Multi-stage files (training_stages.NAME.*):

@@ -16,6 +16,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "sharc/comm.h"
 #include "sharc/device.h"
 #include "sharc/fsdp.h"
 #include "sharc/status.h"
@@ -81,6 +82,19 @@ const sharc_unit_spec *sharc_model_units(const sharc_model *m);
  * src/model/model.c): what the engine prefetches by. */
 const sharc_unit_schedule *sharc_model_schedule(const sharc_model *m);
 sharc_device *sharc_model_device(const sharc_model *m);
+
+/* Ulysses sequence parallelism (note [ulysses] in src/model/ulysses.h), set
+ * before sharc_model_plan: sequences of sp * T tokens (T the planned length)
+ * are split over sp ranks, this one (rank) holding tokens [rank T, (rank+1) T)
+ * of each; attention exchanges heads for tokens over the group given to
+ * sharc_model_set_sp_group (sp ranks, this one at `rank`) before the first
+ * forward. Forward and backward then take the rank's T tokens of inputs
+ * and targets (targets shifted before the split, so the last token of a
+ * slice predicts the first of the next) and return this rank's loss sum;
+ * the caller sums them over the group. sp = 1 (the default): whole
+ * sequences. sharc_model_logits_last needs sp = 1. */
+sharc_status sharc_model_set_sequence_parallel(sharc_model *m, int sp, int rank);
+void sharc_model_set_sp_group(sharc_model *m, sharc_comm *group);
 
 /* Plan activation memory for micro-batches of B sequences of T tokens.
  * With activation_checkpointing only each block's input is kept and the

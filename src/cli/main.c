@@ -195,6 +195,7 @@ static const struct {
     {"gradient_checkpointing", "fsdp.activation_checkpointing", "true"},
     {"param_dtype", "fsdp.param_dtype", NULL},
     {"micro_train_batch_size", "train.batch_size", NULL},
+    {"fsdp_tensor_parallel_size", "mesh.tp", NULL},
     /* OpenRLHF's SFT flags (sharc/sft.h) */
     {"dataset", "data.path", NULL},
     {"input_key", "data.input_key", NULL},

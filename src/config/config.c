@@ -3,6 +3,7 @@
  * up in `keys` and its scalar parsed by the key's type. */
 #include "sharc/config.h"
 #include "sharc/fileio.h"
+#include "sharc/mesh.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -119,6 +120,8 @@ static const key_def keys[] = {
     {"fsdp.backward_prefetch", K_ENUM, OFF(fsdp.engine.backward_prefetch), 0, 0, prefetches, "BACKWARD_PRE", AGREE, "BACKWARD_PRE, BACKWARD_POST or NONE"},
     {"fsdp.limit_all_gathers", K_LIMIT, OFF(fsdp.engine.limit_all_gathers), 0, 1 << 20, NULL, "false", AGREE, "max gathered non-root units (true = 2, false = no limit)"},
     {"fsdp.no_sync", K_BOOL, OFF(fsdp.engine.no_sync), 0, 0, NULL, "false", AGREE, "reduce gradients once per step, not every micro-batch"},
+    {"mesh.sp", K_INT, OFF(mesh.sp), 1, 1 << 20, NULL, "1", AGREE, "Ulysses sequence parallelism: ranks sharing each sequence (divides train.seq_len and model.num_heads)"},
+    {"mesh.tp", K_INT, OFF(mesh.tp), 1, 1 << 20, NULL, "1", AGREE, "tensor parallelism (not implemented yet: 1)"},
     {"fsdp.activation_checkpointing", K_BOOL, OFF(fsdp.activation_checkpointing), 0, 0, NULL, "false", AGREE, "recompute each block in backward"},
 
     {"ckpt.dir", K_STR, OFF(ckpt.dir), 0, 0, NULL, "", AGREE, "checkpoint directory (default out_dir/checkpoints)"},
@@ -399,6 +402,18 @@ static const alias_def aliases[] = {
     {"fsdp.num_to_forward_prefetch", A_COUNT, "fsdp.forward_prefetch", NULL, NULL},
     {"fsdp.num_to_backward_prefetch", A_COUNT, "fsdp.backward_prefetch", NULL, NULL},
     {"fsdp.sharding_size", A_KEY, "fsdp.fsdp_size", NULL, NULL},
+    /* the mesh's model-parallel degrees: ROLL's model_args.ulysses_size,
+     * OpenRLHF's fsdp_tensor_parallel_size, torchtitan's degrees */
+    {"model.ulysses_size", A_KEY, "mesh.sp", NULL, NULL},
+    {"ulysses_size", A_KEY, "mesh.sp", NULL, NULL},
+    {"fsdp.ulysses_size", A_KEY, "mesh.sp", NULL, NULL},
+    {"train.ulysses_size", A_KEY, "mesh.sp", NULL, NULL},
+    {"fsdp_tensor_parallel_size", A_KEY, "mesh.tp", NULL, NULL},
+    {"train.fsdp_tensor_parallel_size", A_KEY, "mesh.tp", NULL, NULL},
+    {"tensor_parallel_size", A_KEY, "mesh.tp", NULL, NULL},
+    {"fsdp.tensor_parallel_size", A_KEY, "mesh.tp", NULL, NULL},
+    {"model.tensor_parallel_size", A_KEY, "mesh.tp", NULL, NULL},
+    {"parallelism.tensor_parallel_degree", A_KEY, "mesh.tp", NULL, NULL},
     {"fsdp.enabled", A_NOTE, NULL, "true", "not implemented: sharc always shards (use fsdp.sharding_strategy: NO_SHARD for DDP)"},
     /* Lightning `distributed:` block: the launcher decides ranks */
     {"distributed.strategy", A_NOTE, NULL, "fsdp", "sharc always trains with FSDP; fsdp.sharding_strategy picks the variant"},
@@ -813,6 +828,12 @@ sharc_status sharc_config_validate(sharc_config *c) {
     if (st != SHARC_OK) return st;
     if (c->data.path[0] == 0) return sharc_error(SHARC_ERR_INVALID, "data.path: empty; set it to a token file or a text file");
     if (c->train.out_dir[0] == 0) return sharc_error(SHARC_ERR_INVALID, "train.out_dir: empty; set a run directory");
+    st = sharc_mesh_check_model(&c->mesh, &c->model, c->train.seq_len);
+    if (st != SHARC_OK) return st;
+    if (c->mesh.sp > 1 && c->log.eval_every > 0)
+        return sharc_error(SHARC_ERR_INVALID, "log.eval_every: %d with mesh.sp %d: validation under sequence "
+                           "parallelism is not implemented yet; set log.eval_every to 0 or mesh.sp to 1",
+                           c->log.eval_every, c->mesh.sp);
     if (c->model.family == SHARC_FAMILY_GPT2 && c->train.seq_len > c->model.max_seq_len)
         return sharc_error(SHARC_ERR_INVALID, "train.seq_len: %d exceeds model.max_seq_len %d (gpt2's position table)",
                            c->train.seq_len, c->model.max_seq_len);

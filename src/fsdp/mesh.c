@@ -1,4 +1,6 @@
-/* mesh.c: sharc_mesh_*, the world split into replicate x shard groups. */
+/* mesh.c: sharc_mesh_*, the world split into dp_replicate x dp_shard x sp x
+ * tp and the groups FSDP and sequence parallelism use (note [mesh-fsdp] in
+ * sharc/mesh.h). */
 #include "sharc/mesh.h"
 
 #include <stdio.h>
@@ -36,27 +38,114 @@ sharc_status sharc_mesh_shard_size(const sharc_fsdp_config *cfg, int world_size,
     return sharc_error(SHARC_ERR_INVALID, "mesh: unknown sharding strategy %d", (int)cfg->strategy);
 }
 
-sharc_status sharc_mesh_init(sharc_mesh *m, sharc_comm *world, int dp_shard) {
+sharc_status sharc_mesh_check_model(const sharc_mesh_config *mc, const sharc_model_config *model, int seq_len) {
+    int sp = mc->sp, nh = model->num_heads, nkv = model->num_kv_heads > 0 ? model->num_kv_heads : nh;
+    if (mc->tp != 1)
+        return sharc_error(SHARC_ERR_INVALID,
+                           "mesh.tp: %d: tensor parallelism is not implemented yet; set mesh.tp "
+                           "(fsdp_tensor_parallel_size, tensor_parallel_size) to 1",
+                           mc->tp);
+    if (sp < 1) return sharc_error(SHARC_ERR_INVALID, "mesh.sp: %d, expected >= 1", sp);
+    if (sp == 1) return SHARC_OK;
+    if (seq_len % sp != 0)
+        return sharc_error(SHARC_ERR_INVALID,
+                           "mesh.sp: %d does not divide train.seq_len %d (%d / %d = %.2f tokens per rank); set "
+                           "train.seq_len to a multiple of %d",
+                           sp, seq_len, seq_len, sp, (double)seq_len / sp, sp);
+    if (nh % sp != 0)
+        return sharc_error(SHARC_ERR_INVALID,
+                           "mesh.sp: %d does not divide model.num_heads %d (%d / %d = %.2f heads per rank); set "
+                           "mesh.sp to a divisor of %d",
+                           sp, nh, nh, sp, (double)nh / sp, nh);
+    if (nkv % sp != 0 && sp % nkv != 0)
+        return sharc_error(SHARC_ERR_INVALID,
+                           "mesh.sp: %d and model.num_kv_heads %d: neither divides the other (%d %% %d = %d, %d %% %d "
+                           "= %d); key/value heads are split over sp ranks or replicated to them, so set mesh.sp to "
+                           "a divisor or a multiple of %d",
+                           sp, nkv, nkv, sp, nkv % sp, sp, nkv, sp % nkv, nkv);
+    return SHARC_OK;
+}
+
+sharc_status sharc_mesh_dims_resolve(const sharc_fsdp_config *cfg, const sharc_mesh_config *mc, int world_size,
+                                     sharc_mesh_dims *d) {
+    int sp = mc->sp, tp = mc->tp;
+    memset(d, 0, sizeof *d);
+    if (sp < 1 || tp < 1)
+        return sharc_error(SHARC_ERR_INVALID, "mesh: mesh.sp %d and mesh.tp %d must be >= 1", sp, tp);
+    if (world_size % (sp * tp) != 0) {
+        char dv[256];
+        divisors(world_size, dv, sizeof dv);
+        return sharc_error(SHARC_ERR_INVALID,
+                           "mesh: world_size %d is not a multiple of mesh.sp %d x mesh.tp %d (%d / %d = %.2f "
+                           "data-parallel ranks); set mesh.sp to a divisor of %d (%s)",
+                           world_size, sp, tp, world_size, sp * tp, (double)world_size / (sp * tp), world_size, dv);
+    }
+    int dp = world_size / (sp * tp), shard_ranks = world_size / tp; /* FSDP's flattened group, before HYBRID */
+    if (cfg->strategy == SHARC_SHARDING_NO_SHARD) {
+        shard_ranks = sp; /* folded into the replicate all-reduce: dp_shard = 1 */
+    } else if (cfg->strategy == SHARC_SHARDING_HYBRID_SHARD && cfg->fsdp_size > 1 && cfg->fsdp_size < world_size) {
+        SHARC_TRY(sharc_mesh_shard_size(cfg, world_size, &shard_ranks));
+        if (shard_ranks % sp != 0)
+            return sharc_error(SHARC_ERR_INVALID,
+                               "mesh: fsdp.fsdp_size %d is not a multiple of mesh.sp %d (%d / %d = %.2f data-parallel "
+                               "shards); each sequence-parallel group lies inside one shard group, so set "
+                               "fsdp.fsdp_size to a multiple of %d",
+                               shard_ranks, sp, shard_ranks, sp, (double)shard_ranks / sp, sp);
+    }
+    d->sp = sp;
+    d->tp = tp;
+    d->dp_shard = shard_ranks / sp;
+    d->dp_replicate = dp / d->dp_shard;
+    if (d->dp_replicate * d->dp_shard * d->sp * d->tp != world_size)
+        return sharc_error(SHARC_ERR_INTERNAL, "mesh: dp_replicate %d x dp_shard %d x sp %d x tp %d != world_size %d",
+                           d->dp_replicate, d->dp_shard, d->sp, d->tp, world_size);
+    return SHARC_OK;
+}
+
+sharc_status sharc_mesh_init_dims(sharc_mesh *m, sharc_comm *world, const sharc_mesh_dims *d,
+                                  sharc_sharding strategy) {
     memset(m, 0, sizeof *m);
     int n = sharc_comm_size(world), r = sharc_comm_rank(world);
-    if (dp_shard < 1 || n % dp_shard != 0)
-        return sharc_error(SHARC_ERR_INVALID, "mesh: dp_replicate x dp_shard(%d) != world_size(%d)", dp_shard, n);
+    if (d->dp_replicate < 1 || d->dp_shard < 1 || d->sp < 1 || d->tp != 1 ||
+        d->dp_replicate * d->dp_shard * d->sp * d->tp != n)
+        return sharc_error(SHARC_ERR_INVALID,
+                           "mesh: dp_replicate %d x dp_shard %d x sp %d x tp %d != world_size %d (tp must be 1)",
+                           d->dp_replicate, d->dp_shard, d->sp, d->tp, n);
     m->world = world;
     m->rank = r;
     m->world_size = n;
-    m->dp_shard = dp_shard;
-    m->dp_replicate = n / dp_shard;
-    m->tp = m->sp = 1;
-    m->shard_rank = r % dp_shard;
-    m->replicate_rank = r / dp_shard;
-    sharc_status st = sharc_comm_split(world, r / dp_shard, r % dp_shard, &m->shard);
-    if (st == SHARC_OK) st = sharc_comm_split(world, r % dp_shard, r / dp_shard, &m->replicate);
+    m->dims = *d;
+    m->sp = d->sp;
+    m->tp = d->tp;
+    m->sp_rank = r % d->sp;
+    m->dp = d->dp_replicate * d->dp_shard;
+    m->dp_rank = r / d->sp;
+    /* note [mesh-fsdp]: FSDP's shard group is dp_shard x sp flattened, or one rank for NO_SHARD */
+    int group = strategy == SHARC_SHARDING_NO_SHARD ? 1 : d->dp_shard * d->sp;
+    m->dp_shard = group;
+    m->dp_replicate = n / group;
+    m->shard_rank = r % group;
+    m->replicate_rank = r / group;
+    sharc_status st = sharc_comm_split(world, r / group, r % group, &m->shard);
+    if (st == SHARC_OK) st = sharc_comm_split(world, r % group, r / group, &m->replicate);
+    if (st == SHARC_OK && d->sp > 1) st = sharc_comm_split(world, r / d->sp, r % d->sp, &m->sp_group);
     if (st != SHARC_OK) sharc_mesh_free(m);
     return st;
+}
+
+sharc_status sharc_mesh_init(sharc_mesh *m, sharc_comm *world, int dp_shard) {
+    int n = sharc_comm_size(world);
+    if (dp_shard < 1 || n % dp_shard != 0) {
+        memset(m, 0, sizeof *m);
+        return sharc_error(SHARC_ERR_INVALID, "mesh: dp_replicate x dp_shard(%d) != world_size(%d)", dp_shard, n);
+    }
+    sharc_mesh_dims d = {.dp_replicate = n / dp_shard, .dp_shard = dp_shard, .sp = 1, .tp = 1};
+    return sharc_mesh_init_dims(m, world, &d, SHARC_SHARDING_FULL_SHARD);
 }
 
 void sharc_mesh_free(sharc_mesh *m) {
     sharc_comm_free(m->shard);
     sharc_comm_free(m->replicate);
-    m->shard = m->replicate = NULL;
+    sharc_comm_free(m->sp_group);
+    m->shard = m->replicate = m->sp_group = NULL;
 }

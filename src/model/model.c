@@ -45,6 +45,7 @@
 #include "sharc/kernels.h"
 #include "sharc/log.h"
 #include "sharc/prof.h"
+#include "ulysses.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -62,8 +63,9 @@
  * input (x[l], always kept) right before its backward. */
 typedef struct {
     float *ln1, *ln1_mean, *ln1_rstd; /* (N,C), (N), (N) */
-    float *qkv;                       /* (N, QKV) after RoPE */
-    float *att, *lse;                 /* (N,C), (B,NH,T) */
+    float *qkv;                       /* (N, QKV) after RoPE; under sp (B, sp T, QKVl) head-sharded */
+    float *att, *lse;                 /* (N,C), (B,NH,T); under sp lse (B, NHl, sp T) */
+    float *att_h;                     /* sp only: (B, sp T, NHl hd) attention output before #2 */
     float *xmid;                      /* (N,C) residual after attention */
     float *ln2, *ln2_mean, *ln2_rstd; /* (N,C), (N), (N) */
     float *fc;                        /* (N, F) MLP pre-activation */
@@ -100,6 +102,11 @@ struct sharc_model {
     double *loss;               /* (1) device scalar: the loss sum of the last head */
     float *kcache, *vcache;     /* (L, T, NKV*hd) note [kv-cache]; NULL until sharc_model_kv_enable */
     int kv_len;                 /* positions the caches hold */
+    /* Ulysses sequence parallelism (note [ulysses] in ulysses.h): this rank
+     * holds tokens [sp_rank T, (sp_rank + 1) T) of sequences of sp T */
+    int sp, sp_rank;
+    sharc_comm *sp_group;       /* borrowed */
+    sharc_ulysses uly;          /* sp > 1 and planned */
     sharc_model_timing timing;  /* accumulated forward / backward seconds */
 };
 
@@ -307,6 +314,7 @@ sharc_status sharc_model_init(sharc_model **out, const sharc_model_config *cfg, 
     if (!m) return sharc_error(SHARC_ERR_NOMEM, "model: out of memory");
     m->cfg = c;
     m->dev = dev ? dev : sharc_device_cpu();
+    m->sp = 1;
     m->s = sharc_device_stream(m->dev);
     m->k = sharc_device_kernels(m->dev);
     m->L = c.num_layers;
@@ -329,7 +337,7 @@ static void free_plan(sharc_model *m) {
     sharc_device_free(m->dev, m->x);
     for (int s = 0; s < m->nsets; s++) {
         block_acts *a = &m->sets[s];
-        float *bufs[] = {a->ln1, a->ln1_mean, a->ln1_rstd, a->qkv, a->att, a->lse,
+        float *bufs[] = {a->ln1, a->ln1_mean, a->ln1_rstd, a->qkv, a->att, a->lse, a->att_h,
                          a->xmid, a->ln2, a->ln2_mean, a->ln2_rstd, a->fc, a->fca, a->qkraw, a->qkrstd};
         for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) sharc_device_free(m->dev, bufs[i]);
     }
@@ -344,6 +352,7 @@ static void free_plan(sharc_model *m) {
     sharc_device_free(m->dev, m->vcache);
     m->kcache = m->vcache = NULL;
     m->kv_len = 0;
+    sharc_ulysses_free(&m->uly);
     m->x = NULL;
     m->lnf = m->lnf_mean = m->lnf_rstd = m->tmp = m->dres = m->dxmid = m->dtmp = NULL;
     m->dqkv = m->dfc = m->dfca = m->att_ws = m->head_ws = m->rope_cos = m->rope_sin = NULL;
@@ -357,6 +366,25 @@ void sharc_model_free(sharc_model *m) {
     free(m->order);
     free(m->backward_needs_params);
     free(m);
+}
+
+sharc_status sharc_model_set_sequence_parallel(sharc_model *m, int sp, int rank) {
+    if (sp < 1 || rank < 0 || rank >= sp)
+        return sharc_error(SHARC_ERR_INVALID, "model: sequence-parallel rank %d of %d", rank, sp);
+    if (sp > 1 && (m->NH % sp != 0 || (m->NKV % sp != 0 && sp % m->NKV != 0)))
+        return sharc_error(SHARC_ERR_INVALID,
+                           "mesh.sp: %d does not fit model.num_heads %d and model.num_kv_heads %d (sp must divide "
+                           "the heads, and divide or be a multiple of the key/value heads)",
+                           sp, m->NH, m->NKV);
+    free_plan(m);
+    m->sp = sp;
+    m->sp_rank = rank;
+    return SHARC_OK;
+}
+
+void sharc_model_set_sp_group(sharc_model *m, sharc_comm *group) {
+    SHARC_CHECK(m->sp == 1 || (group && sharc_comm_size(group) == m->sp && sharc_comm_rank(group) == m->sp_rank));
+    m->sp_group = m->uly.group = group;
 }
 
 const sharc_model_config *sharc_model_get_config(const sharc_model *m) { return &m->cfg; }
@@ -388,7 +416,7 @@ void sharc_model_rope_inv_freq(const sharc_model_config *c, float *inv_freq) {
 
 /* The cos / sin tables of a scaled RoPE, computed on the host (once per
  * plan) with the angle in fp32 as the rope_table kernel does. */
-static sharc_status rope_table_scaled(sharc_model *m, int T) {
+static sharc_status rope_table_scaled(sharc_model *m, int T, int t0) {
     int half = m->hd / 2;
     float *inv = malloc(sizeof(float) * (size_t)half), *c = malloc(sizeof(float) * (size_t)T * half),
           *sn = malloc(sizeof(float) * (size_t)T * half);
@@ -398,7 +426,7 @@ static sharc_status rope_table_scaled(sharc_model *m, int T) {
         sharc_model_rope_inv_freq(&m->cfg, inv);
         for (int t = 0; t < T; t++)
             for (int i = 0; i < half; i++) {
-                float a = (float)t * inv[i];
+                float a = (float)(t0 + t) * inv[i];
                 c[(int64_t)t * half + i] = cosf(a);
                 sn[(int64_t)t * half + i] = sinf(a);
             }
@@ -436,6 +464,10 @@ sharc_status sharc_model_plan(sharc_model *m, int B, int T, bool activation_chec
     free_plan(m);
     m->B = B;
     m->T = T;
+    if (m->sp > 1) {
+        SHARC_TRY(sharc_ulysses_init(&m->uly, m->dev, m->sp, m->sp_rank, B, T, m->NH, m->NKV, m->hd));
+        m->uly.group = m->sp_group;
+    }
     m->ac = activation_checkpointing;
     m->plan_threads = sharc_threads_get();
     int64_t N = (int64_t)B * T, C = m->C;
@@ -449,9 +481,14 @@ sharc_status sharc_model_plan(sharc_model *m, int B, int T, bool activation_chec
         a->ln1 = act(m, N * C, &ok);
         a->ln1_mean = act(m, N, &ok);
         a->ln1_rstd = act(m, N, &ok);
-        a->qkv = act(m, N * m->QKV, &ok);
+        if (m->sp > 1) {
+            a->qkv = act(m, sharc_ulysses_qkv_numel(&m->uly), &ok);
+            a->att_h = act(m, sharc_ulysses_att_numel(&m->uly), &ok);
+        } else {
+            a->qkv = act(m, N * m->QKV, &ok);
+        }
         a->att = act(m, N * m->AD, &ok);
-        a->lse = act(m, (int64_t)B * m->NH * T, &ok);
+        a->lse = act(m, (int64_t)B * m->NH * T, &ok); /* = B NHl (sp T) under sp */
         a->xmid = act(m, N * C, &ok);
         a->ln2 = act(m, N * C, &ok);
         a->ln2_mean = act(m, N, &ok);
@@ -473,7 +510,7 @@ sharc_status sharc_model_plan(sharc_model *m, int B, int T, bool activation_chec
     m->dqkv = act(m, N * m->QKV, &ok);
     m->dfc = act(m, N * m->F, &ok);
     m->dfca = act(m, N * m->Fa, &ok);
-    m->att_ws = act(m, m->k->attention_workspace(T), &ok);
+    m->att_ws = act(m, m->k->attention_workspace(T * m->sp), &ok);
     int64_t chunk = HEAD_CHUNK_BYTES / ((int64_t)m->V * (int64_t)sizeof(float));
     if (chunk < 16) chunk = 16;
     if (chunk > N) chunk = N;
@@ -491,9 +528,9 @@ sharc_status sharc_model_plan(sharc_model *m, int B, int T, bool activation_chec
     }
     if (m->cfg.family == SHARC_FAMILY_LLAMA) {
         if (m->cfg.rope_factor == 0.0f) {
-            m->k->rope_table(m->s, m->rope_cos, m->rope_sin, T, m->hd, m->cfg.rope_theta, 0);
+            m->k->rope_table(m->s, m->rope_cos, m->rope_sin, T, m->hd, m->cfg.rope_theta, m->sp_rank * T);
         } else {
-            sharc_status st = rope_table_scaled(m, T);
+            sharc_status st = rope_table_scaled(m, T, m->sp_rank * T);
             if (st != SHARC_OK) {
                 free_plan(m);
                 return st;
@@ -562,13 +599,13 @@ static void norm_bwd(const sharc_model *m, float *dx, float *dw, float *db, cons
 
 /* Qwen3's q_norm / k_norm: qkv = qkraw with each query and key head
  * RMS-normalised (rstd: N*NH for q, then N*NKV for k). */
-static void qk_norm_fwd(sharc_model *m, const block_ptrs *w, block_acts *a, int64_t N) {
+static void qk_norm_fwd(sharc_model *m, const block_ptrs *w, block_acts *a, float *qkv, int64_t N) {
     int64_t ld = m->QKV, nq = (int64_t)m->NH * m->hd;
-    if (sharc_device_copy(m->dev, a->qkv, a->qkraw, (size_t)(N * ld) * sizeof(float), SHARC_COPY_DEVICE_TO_DEVICE,
+    if (sharc_device_copy(m->dev, qkv, a->qkraw, (size_t)(N * ld) * sizeof(float), SHARC_COPY_DEVICE_TO_DEVICE,
                           m->s) != SHARC_OK)
         sharc_fatal(__FILE__, __LINE__, "model: copying qkv: %s", sharc_last_error());
-    m->k->head_rmsnorm_forward(m->s, a->qkv, a->qkrstd, a->qkraw, w->qnw, N, m->NH, m->hd, ld, m->cfg.norm_eps);
-    m->k->head_rmsnorm_forward(m->s, a->qkv + nq, a->qkrstd + N * m->NH, a->qkraw + nq, w->knw, N, m->NKV, m->hd, ld,
+    m->k->head_rmsnorm_forward(m->s, qkv, a->qkrstd, a->qkraw, w->qnw, N, m->NH, m->hd, ld, m->cfg.norm_eps);
+    m->k->head_rmsnorm_forward(m->s, qkv + nq, a->qkrstd + N * m->NH, a->qkraw + nq, w->knw, N, m->NKV, m->hd, ld,
                                m->cfg.norm_eps);
 }
 
@@ -579,14 +616,23 @@ static void block_forward(sharc_model *m, const block_ptrs *w, block_acts *a, co
     int64_t N = (int64_t)B * T;
     bool llama = m->cfg.family == SHARC_FAMILY_LLAMA;
     SHARC_PROF("fwd.norm", norm_fwd(m, a->ln1, a->ln1_mean, a->ln1_rstd, x, w->ln1w, w->ln1b, N));
+    float *qkv = m->sp > 1 ? m->uly.qkv_seq : a->qkv; /* this rank's tokens */
     if (w->qnw) { /* Qwen3: project into qkraw, normalise q and k heads into qkv (v copied) */
         SHARC_PROF("fwd.matmul.qkv", k->matmul_forward(s, a->qkraw, a->ln1, w->wqkv, w->bqkv, N, m->C, m->QKV));
-        SHARC_PROF("fwd.qknorm", qk_norm_fwd(m, w, a, N));
+        SHARC_PROF("fwd.qknorm", qk_norm_fwd(m, w, a, qkv, N));
     } else {
-        SHARC_PROF("fwd.matmul.qkv", k->matmul_forward(s, a->qkv, a->ln1, w->wqkv, w->bqkv, N, m->C, m->QKV));
+        SHARC_PROF("fwd.matmul.qkv", k->matmul_forward(s, qkv, a->ln1, w->wqkv, w->bqkv, N, m->C, m->QKV));
     }
-    if (llama) SHARC_PROF("fwd.rope", k->rope_forward(s, a->qkv, m->rope_cos, m->rope_sin, B, T, m->NH, m->NKV, m->hd));
-    SHARC_PROF("fwd.attention", k->attention_forward(s, a->att, a->lse, a->qkv, B, T, m->NH, m->NKV, m->hd, m->att_ws));
+    if (llama) SHARC_PROF("fwd.rope", k->rope_forward(s, qkv, m->rope_cos, m->rope_sin, B, T, m->NH, m->NKV, m->hd));
+    if (m->sp > 1) { /* note [ulysses]: whole sequences, NHl heads */
+        sharc_ulysses *u = &m->uly;
+        SHARC_PROF("fwd.ulysses", sharc_ulysses_qkv_to_heads(u, a->qkv, qkv));
+        SHARC_PROF("fwd.attention", k->attention_forward(s, a->att_h, a->lse, a->qkv, B, u->Tf, u->NHl, u->NKVl, m->hd,
+                                                         m->att_ws));
+        SHARC_PROF("fwd.ulysses", sharc_ulysses_att_to_tokens(u, a->att, a->att_h));
+    } else {
+        SHARC_PROF("fwd.attention", k->attention_forward(s, a->att, a->lse, a->qkv, B, T, m->NH, m->NKV, m->hd, m->att_ws));
+    }
     SHARC_PROF("fwd.matmul.attproj", k->matmul_forward(s, m->tmp, a->att, w->wo, w->bo, N, m->AD, m->C));
     SHARC_PROF("fwd.residual", k->add(s, a->xmid, x, m->tmp, N * m->C));
     SHARC_PROF("fwd.norm", norm_fwd(m, a->ln2, a->ln2_mean, a->ln2_rstd, a->xmid, w->ln2w, w->ln2b, N));
@@ -613,8 +659,16 @@ static void block_backward(sharc_model *m, const block_ptrs *w, const block_ptrs
     SHARC_PROF("bwd.norm", norm_bwd(m, m->dxmid, g->ln2w, g->ln2b, m->dtmp, dres, a->xmid, w->ln2w, a->ln2_mean,
              a->ln2_rstd, N));
     SHARC_PROF("bwd.matmul.attproj", k->matmul_backward(s, m->dtmp, g->wo, g->bo, m->dxmid, a->att, w->wo, N, m->AD, m->C));
-    SHARC_PROF("bwd.attention", k->attention_backward(s, m->dqkv, m->dtmp, a->qkv, a->att, a->lse, B, T, m->NH, m->NKV,
-                             m->hd, m->att_ws));
+    if (m->sp > 1) { /* note [ulysses], mirrored */
+        sharc_ulysses *u = &m->uly;
+        SHARC_PROF("bwd.ulysses", sharc_ulysses_datt_to_heads(u, u->datt_h, m->dtmp));
+        SHARC_PROF("bwd.attention", k->attention_backward(s, u->dqkv_h, u->datt_h, a->qkv, a->att_h, a->lse, B, u->Tf,
+                                                          u->NHl, u->NKVl, m->hd, m->att_ws));
+        SHARC_PROF("bwd.ulysses", sharc_ulysses_dqkv_to_tokens(u, m->dqkv, u->dqkv_h));
+    } else {
+        SHARC_PROF("bwd.attention", k->attention_backward(s, m->dqkv, m->dtmp, a->qkv, a->att, a->lse, B, T, m->NH, m->NKV,
+                                                          m->hd, m->att_ws));
+    }
     if (llama) SHARC_PROF("bwd.rope", k->rope_backward(s, m->dqkv, m->rope_cos, m->rope_sin, B, T, m->NH, m->NKV, m->hd));
     if (w->qnw) {
         int64_t ld = m->QKV, nq = (int64_t)m->NH * m->hd;
@@ -673,7 +727,7 @@ static void forward_body(sharc_model *m, sharc_fsdp *e, const int32_t *inputs, i
     check_inputs(m, e, inputs, N);
     const float *ep = sharc_fsdp_gather(e, 0);
     const float *wpe = m->cfg.family == SHARC_FAMILY_GPT2 ? ep + m->units[0].params[1].offset : NULL;
-    SHARC_PROF("fwd.embedding", m->k->embedding_forward(m->s, xl(m, 0), inputs, ep, wpe, B, T, m->C, 0));
+    SHARC_PROF("fwd.embedding", m->k->embedding_forward(m->s, xl(m, 0), inputs, ep, wpe, B, T, m->C, m->sp_rank * m->T));
     sharc_fsdp_forward_done(e, 0);
     for (int l = 0; l < m->L; l++) {
         block_ptrs w = block_view(m, l, (float *)sharc_fsdp_gather(e, 1 + l));
@@ -730,7 +784,7 @@ double sharc_model_forward_backward(sharc_model *m, sharc_fsdp *e, const int32_t
     float *eg = sharc_fsdp_grad(e, 0);
     float *gwpe = m->cfg.family == SHARC_FAMILY_GPT2 ? eg + m->units[0].params[1].offset : NULL;
     SHARC_PROF("bwd.embedding", m->k->embedding_backward(m->s, eg + m->units[0].params[0].offset, gwpe, m->dres,
-                                                          inputs, B, T, m->C, 0));
+                                                          inputs, B, T, m->C, m->sp_rank * T));
     sharc_fsdp_backward_done(e, 0);
     double loss = read_loss(m);
     m->timing.backward_s += sharc_clock_now() - t1;
@@ -756,7 +810,7 @@ double sharc_model_forward_loss(sharc_model *m, sharc_fsdp *e, const int32_t *in
 
 void sharc_model_logits_last(sharc_model *m, sharc_fsdp *e, const int32_t *inputs, int len,
                              float *logits) {
-    SHARC_CHECK(len >= 1 && len <= m->T);
+    SHARC_CHECK(len >= 1 && len <= m->T && m->sp == 1);
     const int L = m->L, H = L + 1;
     forward_body(m, e, inputs, 1, len, false);
     const float *hp = sharc_fsdp_gather(e, H), *nw, *nb;
@@ -782,9 +836,9 @@ void sharc_model_logits_last(sharc_model *m, sharc_fsdp *e, const int32_t *input
  * rows at positions pos .. pos+n-1 with attention_cached in place of
  * attention_forward, using activation set 0 (nothing is kept for backward). */
 sharc_status sharc_model_kv_enable(sharc_model *m) {
-    if (m->B != 1 || m->T < 1)
-        return sharc_error(SHARC_ERR_INVALID, "model: a key/value cache needs a plan of batch 1 (planned %d x %d)", m->B,
-                           m->T);
+    if (m->B != 1 || m->T < 1 || m->sp > 1)
+        return sharc_error(SHARC_ERR_INVALID, "model: a key/value cache needs a plan of batch 1 on one sequence-parallel "
+                           "rank (planned %d x %d, sp %d)", m->B, m->T, m->sp);
     if (!m->kcache) {
         size_t bytes = (size_t)m->L * (size_t)m->T * (size_t)m->NKV * (size_t)m->hd * sizeof(float);
         m->kcache = sharc_device_alloc(m->dev, bytes, SHARC_MEM_ACTIVATIONS);
@@ -816,7 +870,7 @@ static void block_forward_cached(sharc_model *m, int l, const block_ptrs *w, con
     norm_fwd(m, a->ln1, a->ln1_mean, a->ln1_rstd, x, w->ln1w, w->ln1b, n);
     if (w->qnw) {
         k->matmul_forward(s, a->qkraw, a->ln1, w->wqkv, w->bqkv, n, m->C, m->QKV);
-        qk_norm_fwd(m, w, a, n);
+        qk_norm_fwd(m, w, a, a->qkv, n);
     } else {
         k->matmul_forward(s, a->qkv, a->ln1, w->wqkv, w->bqkv, n, m->C, m->QKV);
     }

@@ -59,8 +59,11 @@ struct sharc_trainer {
     sharc_adamw *opt;
     sharc_dataset *data;
     sharc_sampler *sampler;
-    int32_t *inputs, *targets; /* (grad_accum, B, T) */
-    int64_t *micro_valid;      /* (grad_accum) this rank's valid targets per micro-batch */
+    int32_t *inputs, *targets; /* (grad_accum, B, T / sp): this rank's tokens of the step's micro-batches */
+    int32_t *seq_in, *seq_tg;  /* (B, T): one micro-batch's whole sequences, before the sp split */
+    sharc_mesh_dims dims;      /* the mesh's degrees (sharc/mesh.h) */
+    int dp_rank, sp_rank;      /* this rank's data stream and place in its sequence-parallel group */
+    int64_t *micro_valid;      /* (grad_accum) valid targets per micro-batch of this data stream (whole sequences) */
     int64_t step;
     double flops_per_token;
     sharc_dataset *val;       /* data.val_path when log.eval_every > 0 */
@@ -143,8 +146,9 @@ static sharc_status agree(sharc_comm *world, sharc_status local) {
 /* Forget the collectives counted so far on every group (telemetry's own
  * all-gathers and evaluation are not part of a step's traffic). */
 static void reset_comm_stats(sharc_trainer *t) {
-    sharc_comm *groups[3] = {t->world, t->mesh_ok ? t->mesh.shard : NULL, t->mesh_ok ? t->mesh.replicate : NULL};
-    for (int g = 0; g < 3; g++)
+    sharc_comm *groups[4] = {t->world, t->mesh_ok ? t->mesh.shard : NULL, t->mesh_ok ? t->mesh.replicate : NULL,
+                             t->mesh_ok ? t->mesh.sp_group : NULL};
+    for (int g = 0; g < 4; g++)
         if (groups[g]) sharc_comm_stats_reset(groups[g]);
 }
 
@@ -176,14 +180,22 @@ sharc_status sharc_trainer_init(sharc_trainer **out, const sharc_config *cfg, sh
     int threads = tc->threads > 0 ? tc->threads : default_threads(t->world);
 
     /* local part: nothing here may call a collective */
-    int dp_shard = 1;
-    st = sharc_mesh_shard_size(&t->cfg.fsdp.engine, R, &dp_shard);
+    st = sharc_mesh_dims_resolve(&t->cfg.fsdp.engine, &t->cfg.mesh, R, &t->dims);
+    const int sp = t->dims.sp > 0 ? t->dims.sp : 1, dp = R / sp; /* data streams (note [mesh-fsdp]) */
+    t->sp_rank = rank % sp;
+    t->dp_rank = rank / sp;
     if (st == SHARC_OK) st = sharc_blas_init(threads);
     if (st == SHARC_OK) st = sharc_model_init(&t->model, &t->cfg.model, NULL);
     if (st == SHARC_OK) {
         t->cfg.model = *sharc_model_get_config(t->model); /* with derived defaults */
-        st = sharc_model_plan(t->model, tc->batch_size, tc->seq_len, t->cfg.fsdp.activation_checkpointing);
+        st = sharc_mesh_check_model(&t->cfg.mesh, &t->cfg.model, tc->seq_len);
     }
+    if (st == SHARC_OK && sp > 1 && t->cfg.log.eval_every > 0)
+        st = sharc_error(SHARC_ERR_INVALID, "log.eval_every: %d with mesh.sp %d: validation under sequence "
+                         "parallelism is not implemented yet; set log.eval_every to 0", t->cfg.log.eval_every, sp);
+    if (st == SHARC_OK && sp > 1) st = sharc_model_set_sequence_parallel(t->model, sp, t->sp_rank);
+    if (st == SHARC_OK)
+        st = sharc_model_plan(t->model, tc->batch_size, tc->seq_len / sp, t->cfg.fsdp.activation_checkpointing);
     /* model.tokenizer: text and JSONL are tokenized here (note [tokenize-once] in sharc/dataprep.h) */
     sharc_tokenizer *tok = NULL;
     if (st == SHARC_OK) st = sharc_dataprep_tokenizer(&t->cfg, &tok);
@@ -191,13 +203,13 @@ sharc_status sharc_trainer_init(sharc_trainer **out, const sharc_config *cfg, sh
         st = sharc_dataprep_open(&t->cfg, tok, t->cfg.data.path, sharc_threads_get(), rank == 0, &t->data);
     if (st == SHARC_OK) {
         sharc_sampler_config sc = {.seq_len = tc->seq_len, .batch_size = tc->batch_size,
-                                   .grad_accum = tc->grad_accum, .dp_size = R,
+                                   .grad_accum = tc->grad_accum, .dp_size = dp,
                                    .shuffle = t->cfg.data.shuffle, .seed = t->cfg.data.seed};
         st = sharc_sampler_init(&t->sampler, t->data, &sc);
     }
     if (st == SHARC_OK && tc->epochs > 0.0f) {
         /* train.epochs: passes over the windows, in whole steps */
-        double per_step = (double)tc->batch_size * tc->grad_accum * R;
+        double per_step = (double)tc->batch_size * tc->grad_accum * dp;
         double steps = ceil((double)tc->epochs * (double)sharc_sampler_windows(t->sampler) / per_step);
         t->cfg.train.max_steps = steps > 1.0 ? (int64_t)steps : 1;
     }
@@ -213,11 +225,14 @@ sharc_status sharc_trainer_init(sharc_trainer **out, const sharc_config *cfg, sh
     }
     sharc_tokenizer_free(tok);
     if (st == SHARC_OK) {
-        size_t n = (size_t)tc->grad_accum * (size_t)tc->batch_size * (size_t)tc->seq_len;
+        size_t n = (size_t)tc->grad_accum * (size_t)tc->batch_size * (size_t)(tc->seq_len / sp);
+        size_t nseq = (size_t)tc->batch_size * (size_t)tc->seq_len;
         t->inputs = sharc_alloc(n * sizeof(int32_t), SHARC_MEM_OTHER);
         t->targets = sharc_alloc(n * sizeof(int32_t), SHARC_MEM_OTHER);
+        t->seq_in = sharc_alloc(nseq * sizeof(int32_t), SHARC_MEM_OTHER);
+        t->seq_tg = sharc_alloc(nseq * sizeof(int32_t), SHARC_MEM_OTHER);
         t->micro_valid = sharc_alloc((size_t)tc->grad_accum * sizeof(int64_t), SHARC_MEM_OTHER);
-        if (!t->inputs || !t->targets || !t->micro_valid) st = sharc_error(SHARC_ERR_NOMEM, "train: cannot allocate the batch");
+        if (!t->inputs || !t->targets || !t->seq_in || !t->seq_tg || !t->micro_valid) st = sharc_error(SHARC_ERR_NOMEM, "train: cannot allocate the batch");
     }
     /* collective part */
     sharc_status agreed = agree(t->world, st);
@@ -230,8 +245,10 @@ sharc_status sharc_trainer_init(sharc_trainer **out, const sharc_config *cfg, sh
     if ((st = check_agreement(t->world, &t->cfg, sharc_dataset_num_tokens(t->data),
                               t->val ? sharc_dataset_num_tokens(t->val) : 0)) != SHARC_OK)
         goto alone;
-    if ((st = sharc_mesh_init(&t->mesh, t->world, dp_shard)) != SHARC_OK) goto alone;
+    if ((st = sharc_mesh_init_dims(&t->mesh, t->world, &t->dims, t->cfg.fsdp.engine.strategy)) != SHARC_OK)
+        goto alone;
     t->mesh_ok = true;
+    sharc_model_set_sp_group(t->model, t->mesh.sp_group);
     st = sharc_fsdp_init(&t->engine, sharc_model_units(t->model), sharc_model_num_units(t->model),
                          sharc_model_schedule(t->model), &t->cfg.fsdp.engine, &t->mesh,
                          sharc_model_device(t->model));
@@ -278,6 +295,8 @@ void sharc_trainer_free(sharc_trainer *t) {
     if (!t) return;
     sharc_free(t->inputs);
     sharc_free(t->targets);
+    sharc_free(t->seq_in);
+    sharc_free(t->seq_tg);
     sharc_free(t->micro_valid);
     sharc_sampler_free(t->sampler);
     sharc_dataset_free(t->data);
@@ -314,8 +333,8 @@ sharc_status sharc_trainer_resume(sharc_trainer *t, sharc_ckpt *ck, const char *
 
 static void comm_totals(sharc_trainer *t, sharc_comm_stats *sum) {
     memset(sum, 0, sizeof *sum);
-    sharc_comm *groups[3] = {t->world, t->mesh.shard, t->mesh.replicate};
-    for (int g = 0; g < 3; g++) {
+    sharc_comm *groups[4] = {t->world, t->mesh.shard, t->mesh.replicate, t->mesh.sp_group};
+    for (int g = 0; g < 4; g++) {
         if (!groups[g]) continue;
         sharc_comm_stats s;
         sharc_comm_stats_get(groups[g], &s);
@@ -340,9 +359,9 @@ static void poison_grads(sharc_fsdp *e) {
 
 sharc_status sharc_trainer_step(sharc_trainer *t, sharc_step_stats *s) {
     const sharc_train_config *tc = &t->cfg.train;
-    const int A = tc->grad_accum, B = tc->batch_size, T = tc->seq_len;
-    const int64_t mb = (int64_t)B * T;
-    const int rank = sharc_comm_rank(t->world), R = sharc_comm_size(t->world);
+    const int A = tc->grad_accum, B = tc->batch_size, T = tc->seq_len, sp = t->dims.sp, Tl = T / sp;
+    const int64_t mb = (int64_t)B * Tl; /* this rank's tokens of a micro-batch */
+    const int R = sharc_comm_size(t->world), dp = R / sp;
     double t0 = sharc_clock_now(), c0 = sharc_clock_cpu_now();
     sharc_activity_step(t->step + 1);
     if (sharc_fault_at("step", t->step + 1) == SHARC_FAULT_FAIL)
@@ -351,13 +370,22 @@ sharc_status sharc_trainer_step(sharc_trainer *t, sharc_step_stats *s) {
     sharc_fsdp_stats_reset(t->engine);
     sharc_model_timing_reset(t->model);
     sharc_mem_reset_peak();
-    /* the whole step's batch first: the loss scale needs the global valid-target count */
+    /* the whole step's batch first: the loss scale needs the global valid-target count.
+     * Under sp each rank of a group reads its stream's sequences and keeps
+     * tokens [sp_rank Tl, (sp_rank + 1) Tl) of each: targets are shifted
+     * before the split, so a slice's last target is the next slice's first
+     * token (note [ulysses] in src/model/ulysses.h) */
     int64_t valid = 0;
     for (int m = 0; m < A; m++) {
-        sharc_sampler_batch(t->sampler, t->step, m, rank, t->inputs + m * mb, t->targets + m * mb);
+        sharc_sampler_batch(t->sampler, t->step, m, t->dp_rank, t->seq_in, t->seq_tg);
         t->micro_valid[m] = 0;
-        for (int64_t i = 0; i < mb; i++) t->micro_valid[m] += t->targets[m * mb + i] >= 0;
-        valid += t->micro_valid[m];
+        for (int64_t i = 0; i < (int64_t)B * T; i++) t->micro_valid[m] += t->seq_tg[i] >= 0;
+        for (int b = 0; b < B; b++) {
+            int64_t from = (int64_t)b * T + (int64_t)t->sp_rank * Tl, to = m * mb + (int64_t)b * Tl;
+            memcpy(t->inputs + to, t->seq_in + from, sizeof(int32_t) * (size_t)Tl);
+            memcpy(t->targets + to, t->seq_tg + from, sizeof(int32_t) * (size_t)Tl);
+            for (int i = 0; i < Tl; i++) valid += t->targets[to + i] >= 0;
+        }
     }
     sharc_activity_phase("counting the batch's targets", -1, NULL);
     const int64_t local_valid = valid;
@@ -373,7 +401,7 @@ sharc_status sharc_trainer_step(sharc_trainer *t, sharc_step_stats *s) {
     double loss_sum = 0.0, local_loss_sum = 0.0, t1 = sharc_clock_now();
     for (int m = 0; m < A; m++) {
         sharc_fsdp_begin_microbatch(t->engine, m == A - 1);
-        if (per_micro) scale = t->micro_valid[m] > 0 ? 1.0f / ((float)t->micro_valid[m] * (float)A * (float)R) : 0.0f;
+        if (per_micro) scale = t->micro_valid[m] > 0 ? 1.0f / ((float)t->micro_valid[m] * (float)A * (float)dp) : 0.0f;
         double l = sharc_model_forward_backward(t->model, t->engine, t->inputs + m * mb, t->targets + m * mb, scale);
         local_loss_sum += l;
         loss_sum += per_micro ? l * (double)scale : l;
@@ -488,13 +516,17 @@ static void print_banner(const sharc_trainer *t) {
     sharc_config_warnings(c, warn_line, NULL);
     const sharc_blas_info *bi = sharc_blas_get_info();
     const sharc_mesh *m = &t->mesh;
-    sharc_info("sharc: %s, %lld parameters, %d rank%s (%s: %d shard x %d replicate), %d threads each, GEMM %s, BLAS %s%s%s",
+    char spx[64] = "";
+    if (m->sp > 1)
+        snprintf(spx, sizeof spx, "; mesh dp_replicate %d x dp_shard %d x sp %d", m->dims.dp_replicate,
+                 m->dims.dp_shard, m->sp);
+    sharc_info("sharc: %s, %lld parameters, %d rank%s (%s: %d shard x %d replicate%s), %d threads each, GEMM %s, BLAS %s%s%s",
                sharc_family_name(c->model.family), (long long)sharc_model_num_params(&c->model), R, R > 1 ? "s" : "",
-               sharc_sharding_name(c->fsdp.engine.strategy), m->dp_shard, m->dp_replicate, sharc_threads_get(),
+               sharc_sharding_name(c->fsdp.engine.strategy), m->dp_shard, m->dp_replicate, spx, sharc_threads_get(),
                bi->gemm, bi->corename, bi->overridden[0] ? ", OPENBLAS_CORETYPE overridden from " : "", bi->overridden);
     sharc_info("sharc: data %s: %lld tokens, %lld windows of %d; %d sequences per step", c->data.path,
                (long long)sharc_dataset_num_tokens(t->data), (long long)sharc_sampler_windows(t->sampler),
-               c->train.seq_len + 1, c->train.batch_size * c->train.grad_accum * R);
+               c->train.seq_len + 1, c->train.batch_size * c->train.grad_accum * (R / m->sp));
     sharc_info("sharc: peak %.1f GFLOP/s over all ranks for mfu(%%) (%s)", t->peak_flops_world * 1e-9,
                c->log.peak_tflops > 0 ? "log.peak_tflops" : "measured FMA loop");
 }

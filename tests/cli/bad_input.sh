@@ -80,5 +80,5 @@ expect_fail "model.family = 'aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa...
 # the saved config.yaml: every section once (a YAML reader keeps one of a repeated key)
 "$S" config --train.out_dir=o > resolved.yaml || { echo "sharc config failed"; exit 1; }
 [ -z "$(grep -E '^[a-z_]+:' resolved.yaml | sort | uniq -d)" ] || { echo "repeated sections: $(grep -E '^[a-z_]+:' resolved.yaml | sort | uniq -d)"; exit 1; }
-[ "$(grep -cE '^[a-z_]+:' resolved.yaml)" -eq 7 ] || { echo "sections: $(grep -E '^[a-z_]+:' resolved.yaml)"; exit 1; }
+[ "$(grep -cE '^[a-z_]+:' resolved.yaml)" -eq 8 ] || { echo "sections: $(grep -E '^[a-z_]+:' resolved.yaml)"; exit 1; }
 echo ok
