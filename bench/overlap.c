@@ -1,14 +1,17 @@
 /* overlap.c: does a non-blocking all-gather progress while the ranks
  * compute? Run under mpirun with 2 ranks on this 2-core machine:
  *
- *   mpirun -n 2 build/bench/overlap [--mb 64] [--threads 1]
+ *   mpirun -n 2 build/bench/overlap [--mb 64] [--threads 1] [--level funneled|multiple]
  *
  * Each rank times (a) its compute alone (sgemms, ~the time of the transfer),
  * (b) an all-gather alone, and (c) the all-gather posted with MPI_Iallgather,
  * the same compute, then MPI_Wait, in three ways: no MPI call in between,
  * MPI_Test between every sgemm ("progress calls"), and a helper thread that
  * sits in MPI_Wait (MPI_THREAD_MULTIPLE). Overlap = (a + b - c) / min(a, b):
- * 1 is perfect, 0 is none. Prints one JSON line per variant from rank 0. */
+ * 1 is perfect, 0 is none. Prints one JSON line per variant from rank 0.
+ * --level funneled initialises MPI as sharc does (MPI_THREAD_FUNNELED; no
+ * helper thread then); bench/hosts.sh runs it across hosts, where Open MPI's
+ * TCP progress thread (btl_tcp_progress_thread) is the other variable. */
 #include "sharc/blas.h"
 #include "sharc/clock.h"
 
@@ -45,8 +48,10 @@ static void *wait_thread(void *p) {
 }
 
 int main(int argc, char **argv) {
-    int provided, rank, size;
-    MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+    int provided, rank, size, level = MPI_THREAD_MULTIPLE;
+    for (int i = 1; i + 1 < argc; i += 2)
+        if (!strcmp(argv[i], "--level")) level = strcmp(argv[i + 1], "funneled") ? MPI_THREAD_MULTIPLE : MPI_THREAD_FUNNELED;
+    MPI_Init_thread(&argc, &argv, level, &provided);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     int mb = 64, threads = 1;
@@ -102,9 +107,10 @@ int main(int argc, char **argv) {
         double worst;
         MPI_Reduce(&overlap, &worst, 1, MPI_DOUBLE, MPI_MIN, 0, MPI_COMM_WORLD);
         if (rank == 0)
-            printf("{\"variant\": \"%s\", \"ranks\": %d, \"threads\": %d, \"mb_per_rank\": %d, \"compute_s\": %.4f, "
-                   "\"allgather_s\": %.4f, \"together_s\": %.4f, \"overlap\": %.2f}\n",
-                   names[v], size, threads, mb, comp, comm, both, worst);
+            printf("{\"variant\": \"%s\", \"level\": \"%s\", \"ranks\": %d, \"threads\": %d, \"mb_per_rank\": %d, "
+                   "\"compute_s\": %.4f, \"allgather_s\": %.4f, \"together_s\": %.4f, \"overlap\": %.2f}\n",
+                   names[v], provided >= MPI_THREAD_MULTIPLE ? "multiple" : "funneled", size, threads, mb, comp, comm,
+                   both, worst);
     }
     MPI_Finalize();
     return 0;

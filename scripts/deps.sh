@@ -24,7 +24,8 @@ case "$what" in
 esac
 case "$what" in
   run|test|dev) pkgs+=(gnuplot-nox   # sharc plot: loss/throughput/memory curves as PNG
-                       jq) ;;        # JSON checks of metrics lines in tests/cli scripts
+                       jq            # JSON checks of metrics lines in tests/cli scripts
+                       iproute2) ;;  # ip netns / veth / bridge / tc: the hosts of scripts/hosts.sh
 esac
 case "$what" in
   test|dev) pkgs+=(strace) ;;        # SIGKILL injected at file-system calls: tests/cli/crash_chain.sh

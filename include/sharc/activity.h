@@ -26,6 +26,8 @@ void sharc_activity_phase(const char *phase, int unit, const char *unit_name);
 /* Entering / leaving a collective (`name` static) over `ranks` ranks. */
 void sharc_activity_coll_begin(const char *name, int ranks);
 void sharc_activity_coll_end(void);
+/* The step and unit (-1: none) of the record now. */
+void sharc_activity_where(int64_t *step, int *unit);
 /* Bumped by every update above. */
 uint64_t sharc_activity_seq(void);
 /* One line: "step 3: waiting in all_gather over 2 ranks (forward, unit 1 'block.0')". */
@@ -42,6 +44,11 @@ void sharc_activity_describe(char *out, size_t n);
 sharc_status sharc_watchdog_start(int timeout_s, const char *setting);
 /* Undo one start; the last one stops and joins the thread. */
 void sharc_watchdog_stop(void);
+/* From now on a SIGTERM (the launcher ending the job after another rank
+ * died) makes the watchdog thread write one line and the flight record
+ * and exit with 128 + 15 (note [rank-death] in src/core/watchdog.c); with
+ * no watchdog running, SIGTERM ends the process as by default. */
+void sharc_watchdog_catch_term(void);
 
 #ifdef __cplusplus
 }

@@ -9,6 +9,7 @@
  *                                      "generate", "export"), or at the start of step WHERE (a number)
  *   SHARC_TEST_FAIL=RANK:STEP          the step fails on that rank alone (SHARC_FAULT_FAIL at "step")
  *   SHARC_TEST_FATAL=RANK:STEP         a broken invariant at the start of the step (sharc_fatal)
+ *   SHARC_TEST_KILL=RANK:STEP          the rank SIGKILLs itself at the start of the step, as kill -9 would
  *   SHARC_TEST_NAN=RANK:STEP[,STEP..]  the rank's gradients are not finite (SHARC_FAULT_NAN at "grads")
  *   SHARC_CKPT_KILL_AT=STAGE           the process ends (exit 86) at that stage of a checkpoint save,
  *   [SHARC_CKPT_KILL_STEP=STEP]        any rank that reaches it, as a crash would (sites "ckpt:STAGE")

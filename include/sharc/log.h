@@ -11,6 +11,7 @@ typedef enum { SHARC_LOG_INFO = 0, SHARC_LOG_WARN, SHARC_LOG_ERROR } sharc_log_l
 /* Set this process's rank and world size (prefix "[rank r]" when size > 1). */
 void sharc_log_set_rank(int rank, int world_size);
 int sharc_log_rank(void);
+int sharc_log_world_size(void);
 
 /* Write one line to stderr: "[rank r] message". */
 void sharc_log(sharc_log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -2,9 +2,10 @@
  * FLOP/s that MFU divides by, the JSON metrics line, per-rank debug lines
  * and the progress display (docs/ARCHITECTURE.md, "Telemetry").
  *
- * Each step every rank packs its sharc_step_stats into a fixed vector of
- * SHARC_TEL_NVEC doubles and one all-gather over the world gives every rank
- * every vector; sums, maxima and the slowest rank are computed from those. */
+ * Each step every rank packs its sharc_step_stats and its hostname into a
+ * fixed vector of doubles and one all-gather over the world gives every rank
+ * every vector; sums, maxima and the straggler (note [straggler] in
+ * src/train/telemetry.c) are computed from those. */
 #ifndef SHARC_TELEMETRY_H
 #define SHARC_TELEMETRY_H
 
@@ -20,12 +21,17 @@
 extern "C" {
 #endif
 
+#define SHARC_HOST_MAX 64 /* bytes of a hostname in telemetry, with its NUL */
+
 /* A step's metrics over all ranks. */
 typedef struct {
     int world_size;
     double loss_max;                /* max over ranks of each rank's mean loss */
     double step_s_max, step_s_min;  /* slowest and fastest rank's step time */
-    int slowest_rank;               /* the rank with step_s_max (lowest such rank) */
+    int slowest_rank;               /* the straggler: the most busy time, step_s - comm_wait_s (lowest such rank) */
+    char slowest_host[SHARC_HOST_MAX]; /* its hostname */
+    double slowest_busy_s;          /* its busy time */
+    double slowest_ratio;           /* its busy time / the median of the other ranks' (1 on one rank) */
     double forward_s, backward_s, optimizer_s, comm_wait_s; /* max over ranks */
     double forward_backward_s;      /* max over ranks (forward + backward + finishing the reductions) */
     double tps_global;              /* global batch tokens / step_s_max */

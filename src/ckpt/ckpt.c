@@ -3,7 +3,23 @@
  * protocol into save (every ckpt.every steps and at the end), wait, resume
  * (a path, or auto with fallback) and tidy. Every call is collective over
  * the world and agreed (note [agreement]). The other files of src/ckpt/
- * are listed in internal.h. */
+ * are listed in internal.h.
+ *
+ * Note [ckpt-node-local]. ckpt.dir may be a path every host sees (a shared
+ * filesystem) or one that is local to each host (its own disk at the same
+ * path). When rank 0 has made step-N.tmp it writes a token (host, pid,
+ * step, time) into it and broadcasts the token; one rank per host (its
+ * lowest), host after host, reads the token through its own view of the
+ * path: a host that does not find it has its own disk there and makes its
+ * own step-N.tmp (removing a stale one) with the token in it, so a later
+ * host sharing that disk finds it. Every rank then writes its file into its
+ * host's directory. At publication rank 0 broadcasts the manifest to those
+ * hosts and each publishes its own directory as rank 0 does (manifest,
+ * rename, latest, prune). Each host's step-N then holds the manifest and the
+ * files its ranks wrote; together they are the checkpoint. A resume at the
+ * same placement reads only files of its own host where every host writes
+ * (FULL_SHARD, one rank per shard file); any other resume needs the files
+ * gathered into one directory (or a shared filesystem). */
 #include "internal.h"
 #include "sharc/clock.h"
 #include "sharc/fault.h"
@@ -17,6 +33,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 /* ------------------------------------------------------------ helpers */
@@ -42,6 +59,21 @@ sharc_status sharc_ckpt_init(sharc_ckpt **out, const sharc_ckpt_state *state) {
         st = sharc_ckpt_plan_init(&c->plan, state->engine);
     }
     st = agree(state->world, st);
+    sharc_comm *world = state->world;
+    if (st == SHARC_OK) { /* note [ckpt-node-local]: the hosts, numbered by their lowest rank */
+        st = sharc_comm_split_node(world, &c->node);
+        int32_t lead = st == SHARC_OK && sharc_comm_rank(c->node) == 0, *leads = NULL;
+        const int R = sharc_comm_size(world);
+        if (st == SHARC_OK)
+            st = (leads = calloc((size_t)R, sizeof *leads)) ? SHARC_OK : sharc_error(SHARC_ERR_NOMEM, "ckpt: out of memory");
+        st = agree(world, st);
+        if (st == SHARC_OK) st = sharc_comm_all_gather(world, &lead, leads, 1, SHARC_DT_I32);
+        for (int r = 0; r < R && st == SHARC_OK; r++) {
+            if (r < sharc_comm_rank(world) && leads[r]) c->host_index++;
+            c->hosts += leads[r];
+        }
+        free(leads);
+    }
     if (st != SHARC_OK) {
         sharc_ckpt_free(c);
         return st;
@@ -54,6 +86,7 @@ void sharc_ckpt_free(sharc_ckpt *c) {
     if (!c) return;
     sharc_ckpt_writer_free(&c->w);
     sharc_ckpt_plan_free(&c->plan);
+    sharc_comm_free(c->node);
     free(c);
 }
 
@@ -135,6 +168,67 @@ static void written_free(sharc_ckpt_written *w) {
     memset(w, 0, sizeof *w);
 }
 
+/* Rank 0's text (NULL: none) to every rank, which gets a copy (NULL if rank 0
+ * had none). Collective. */
+static sharc_status bcast_text(sharc_comm *w, char **text) {
+    int64_t n = sharc_comm_rank(w) == 0 ? (*text ? (int64_t)strlen(*text) + 1 : 0) : 0;
+    SHARC_TRY(sharc_comm_broadcast(w, &n, 1, SHARC_DT_I64, 0));
+    if (sharc_comm_rank(w) != 0) *text = n ? malloc((size_t)n) : NULL;
+    int32_t ok = n == 0 || *text != NULL;
+    SHARC_TRY(sharc_comm_all_reduce(w, &ok, &ok, 1, SHARC_DT_I32, SHARC_REDUCE_OP_MIN));
+    if (!ok) return sharc_error(SHARC_ERR_NOMEM, "ckpt: out of memory for the manifest");
+    if (n) SHARC_TRY(sharc_comm_broadcast(w, *text, (size_t)n, SHARC_DT_U8, 0));
+    return SHARC_OK;
+}
+
+#define TOKEN_NAME ".sharc-save"
+
+/* Note [ckpt-node-local]: after rank 0 made `tmp` with its token in it, each
+ * host in turn checks that it sees the token, else makes its own `tmp`.
+ * Sets c->local_dir and c->any_local. Collective. */
+static sharc_status check_hosts_see_tmp(sharc_ckpt *c, const char *tmp, int64_t step) {
+    char token[128] = {0}, host[64] = {0}, p[PATHLEN + 32];
+    snprintf(p, sizeof p, "%s/" TOKEN_NAME, tmp);
+    sharc_comm *world = c->s.world;
+    const int rank = sharc_comm_rank(world);
+    sharc_status st = SHARC_OK;
+    if (rank == 0) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        gethostname(host, sizeof host - 1);
+        snprintf(token, sizeof token, "%s %d %lld %lld.%09ld\n", host, (int)getpid(), (long long)step,
+                 (long long)ts.tv_sec, ts.tv_nsec);
+        st = sharc_write_text_atomic(p, token);
+    }
+    SHARC_TRY(agree(world, st));
+    SHARC_TRY(sharc_comm_broadcast(world, token, sizeof token, SHARC_DT_U8, 0));
+    c->local_dir = false;
+    for (int h = 1; h < c->hosts; h++) { /* host 0 is rank 0's */
+        st = SHARC_OK;
+        if (h == c->host_index && sharc_comm_rank(c->node) == 0) {
+            char seen[128] = {0};
+            FILE *f = fopen(p, "r");
+            if (f) {
+                size_t got = fread(seen, 1, sizeof seen - 1, f);
+                seen[got] = 0;
+                fclose(f);
+            }
+            if (strcmp(seen, token) != 0) { /* this host's own disk: its own step-N.tmp */
+                c->local_dir = true;
+                st = sharc_ckpt_commit_begin(c->dir, step);
+                if (st == SHARC_OK) st = sharc_write_text_atomic(p, token);
+            }
+        }
+        SHARC_TRY(agree(world, st));
+    }
+    int32_t any = c->local_dir;
+    SHARC_TRY(sharc_comm_all_reduce(world, &any, &any, 1, SHARC_DT_I32, SHARC_REDUCE_OP_MAX));
+    c->any_local = any != 0;
+    /* every host has checked: the token goes (it is no part of the checkpoint) */
+    if (rank == 0 || c->local_dir) unlink(p);
+    return SHARC_OK;
+}
+
 /* Note [ckpt-async]: the second half of a save, on the main thread: wait for
  * the file, agree, exchange ranges and checksums, rank 0 publishes. */
 static sharc_status finish(sharc_ckpt *c) {
@@ -150,7 +244,7 @@ static sharc_status finish(sharc_ckpt *c) {
     char tmp[PATHLEN];
     sharc_ckpt_commit_step_path(tmp, sizeof tmp, c->dir, step, ".tmp");
     if (st != SHARC_OK) {
-        if (rank == 0) sharc_ckpt_commit_remove_tree(tmp);
+        if (rank == 0 || c->local_dir) sharc_ckpt_commit_remove_tree(tmp);
         return st;
     }
     sharc_ckpt_written w;
@@ -162,8 +256,18 @@ static sharc_status finish(sharc_ckpt *c) {
         char *text = sharc_ckpt_manifest_build(&c->s, &c->plan, step, c->pending_adam_step, &w);
         pub = text ? sharc_ckpt_commit_publish(c->dir, step, c->keep, text)
                    : sharc_error(SHARC_ERR_NOMEM, "ckpt: cannot build the manifest");
+        if (c->any_local) st = bcast_text(c->s.world, &text);
         free(text);
         if (pub != SHARC_OK) sharc_ckpt_commit_remove_tree(tmp);
+    } else if (st == SHARC_OK && c->any_local) { /* note [ckpt-node-local]: hosts with their own directory */
+        char *text = NULL;
+        st = bcast_text(c->s.world, &text);
+        if (st == SHARC_OK && c->local_dir) {
+            pub = text ? sharc_ckpt_commit_publish(c->dir, step, c->keep, text)
+                       : sharc_error(SHARC_ERR_NOMEM, "ckpt: rank 0 could not build the manifest");
+            if (pub != SHARC_OK) sharc_ckpt_commit_remove_tree(tmp);
+        }
+        free(text);
     }
     written_free(&w);
     if (st != SHARC_OK) return st;
@@ -192,6 +296,9 @@ sharc_status sharc_ckpt_save(sharc_ckpt *c, int64_t step) {
     c->t_start = sharc_clock_now();
     SHARC_TRY(agree(c->s.world, sharc_comm_rank(c->s.world) == 0 ? sharc_ckpt_commit_begin(c->dir, step)
                                                                            : SHARC_OK));
+    char tmp0[PATHLEN];
+    sharc_ckpt_commit_step_path(tmp0, sizeof tmp0, c->dir, step, ".tmp");
+    SHARC_TRY(check_hosts_see_tmp(c, tmp0, step));
     c->pending = true;
     c->pending_step = step;
     c->pending_adam_step = sharc_adamw_steps(c->s.optim);

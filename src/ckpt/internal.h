@@ -162,6 +162,11 @@ struct sharc_ckpt {
     double t_start, t_staged;                /* when the save started, when its state was staged */
     int64_t done_step; /* last step published or loaded, -1 */
     char last[PATHLEN];
+    /* note [ckpt-node-local] (ckpt.c) */
+    sharc_comm *node;      /* this rank's host (MPI's node), owned */
+    int host_index, hosts; /* the host's place among the hosts (by lowest rank), their number */
+    bool local_dir;        /* this rank leads a host whose ckpt.dir is not rank 0's (this save) */
+    bool any_local;        /* some host's is not (this save) */
 };
 
 /* manifest.c */

@@ -1,6 +1,7 @@
 /* main.c: the sharc command. The only place that prints a failure's message
  * and decides the exit status. */
 #include "sharc/clock.h"
+#include "doctor.h"
 #include "sharc/activity.h"
 #include "sharc/blas.h"
 #include "sharc/ckpt.h"
@@ -12,8 +13,10 @@
 #include "sharc/eval.h"
 #include "sharc/fault.h"
 #include "sharc/fileio.h"
+#include "sharc/flight.h"
 #include "sharc/fsdp.h"
 #include "sharc/hf.h"
+#include "sharc/launch.h"
 #include "sharc/log.h"
 #include "sharc/model.h"
 #include "sharc/plot.h"
@@ -56,6 +59,7 @@ static void usage(FILE *f) {
             "  sharc eval --checkpoint RUN_DIR|FILE --data.path VAL [--data.format F] [--infer_batch_size N]\n"
             "             [--seq_len T] [--eval_batches N] [--threads K] [--timeout S]   validation loss and perplexity\n"
             "  sharc plot RUN/metrics.jsonl ... --out DIR   loss, throughput and memory curves (PNG)\n"
+            "  sharc doctor RUN_DIR   a failed run's flight records: the rank that never arrived, where ranks part\n"
             "  sharc config [--config FILE.yaml] [--section.key=value ...]   print the resolved config\n"
             "  sharc config --keys                                          list every config key\n"
             "  sharc ckpt inspect DIR                                       describe and verify a checkpoint\n"
@@ -885,8 +889,19 @@ static int cmd_plot(int argc, char **argv) {
 
 static sharc_comm *job_world; /* for the fatal hook */
 
+/* Note [flight] (src/core/flight.c): this rank's record, and where it went. */
+static void flight_dump(const char *reason, const char *what) {
+    const char *path = sharc_flight_dump(reason, what);
+    if (path) sharc_log(SHARC_LOG_ERROR, "flight recorder: this rank's last collectives are in %s", path);
+}
+
 static void abort_job(void) {
-    if (job_world && sharc_comm_size(job_world) > 1) sharc_comm_abort(job_world, 134);
+    if (job_world && sharc_comm_size(job_world) > 1) {
+        char what[400];
+        sharc_activity_describe(what, sizeof what);
+        flight_dump("failed", what); /* note [flight] */
+        sharc_comm_abort(job_world, 134);
+    }
 }
 
 /* Before MPI_Init, the rank and size the launcher gives this process, so
@@ -923,6 +938,8 @@ static int run_on_world(int *argc, char ***argv, sharc_status parsed, int timeou
     char msg[4096];
     snprintf(msg, sizeof msg, "%s", sharc_last_error());
     const int launched = log_rank_from_launcher();
+    sharc_status lst = sharc_launch_check_env(); /* note [torchrun-env] in src/comm/launch.c */
+    if (lst != SHARC_OK) return fail(lst);
     sharc_status st = sharc_watchdog_start(timeout, setting);
     sharc_activity_step(0);
     sharc_activity_phase("start-up", -1, NULL);
@@ -939,12 +956,18 @@ static int run_on_world(int *argc, char ***argv, sharc_status parsed, int timeou
     sharc_log_set_rank(sharc_comm_rank(world), sharc_comm_size(world));
     job_world = world;
     sharc_set_fatal_hook(abort_job);
+    sharc_watchdog_catch_term(); /* note [rank-death] in src/core/watchdog.c */
+    lst = sharc_launch_check_world(world); /* collective: every rank calls it */
     if (parsed != SHARC_OK) st = sharc_error(parsed, "%s", msg);
+    else if (st == SHARC_OK && lst != SHARC_OK) st = lst;
     st = sharc_comm_agree(world, st, SHARC_ERR_COMM, "rank %d failed to start (see its message)");
     int rc = st != SHARC_OK ? fail(st) : cmd(plan, world);
     if (sharc_comm_world_broken()) {
         sharc_log(SHARC_LOG_ERROR, "ending the whole job with exit status %d (MPI_Abort): the other ranks did not stop "
                   "with this one", rc ? rc : 1);
+        char what[400];
+        sharc_activity_describe(what, sizeof what);
+        flight_dump("failed", what);
         sharc_comm_abort(world, rc ? rc : 1);
     }
     sharc_activity_phase("finishing", -1, NULL);
@@ -983,6 +1006,7 @@ int main(int argc, char **argv) {
     }
     if (!strcmp(cmd, "launch")) return cmd_launch(argc - 2, argv + 2);
     if (!strcmp(cmd, "plot")) return cmd_plot(argc - 2, argv + 2);
+    if (!strcmp(cmd, "doctor")) return sharc_doctor_main(argc - 2, argv + 2);
     if (!strcmp(cmd, "tokenize")) return cmd_tokenize(argc - 2, argv + 2);
     if (!strcmp(cmd, "generate")) return cmd_generate(argc - 2, argv + 2);
     if (!strcmp(cmd, "config")) return cmd_config(argc - 2, argv + 2);

@@ -5,6 +5,7 @@
 #include "comm_impl.h"
 #include "sharc/activity.h"
 #include "sharc/clock.h"
+#include "sharc/flight.h"
 #include "sharc/kernels.h"
 #include "sharc/log.h"
 
@@ -26,6 +27,7 @@ sharc_comm *sharc_comm_new(const sharc_comm_vtable *vt, int rank, int size, void
     c->rank = rank;
     c->size = size;
     c->impl = impl;
+    c->flight_group = sharc_flight_group_new();
     return c;
 }
 
@@ -81,9 +83,18 @@ static sharc_status after_stream(sharc_comm *c, sharc_stream *after) {
     return sharc_device_synchronize(after);
 }
 
-/* Finish a backend call, blocking or non-blocking, with accounting. */
+/* Note [flight] (src/core/flight.c): collective number ++seq of group c
+ * starts; its entry ends when the call returns (blocking) or the request
+ * completes. */
+static uint64_t flight_begin(sharc_comm *c, const char *kind, int64_t bytes, bool nonblocking) {
+    return sharc_flight_begin(c->flight_group, ++c->flight_seq, c->size, c->rank, kind, bytes, nonblocking);
+}
+
+/* Finish a backend call, blocking or non-blocking, with accounting; fl is
+ * its flight entry (ended here unless a request now carries it). */
 static sharc_status finish(sharc_comm *c, sharc_coll_kind k, int64_t bytes, double t0, sharc_status st,
-                           void *handle, sharc_comm_request **req) {
+                           void *handle, sharc_comm_request **req, uint64_t fl) {
+    if (st != SHARC_OK || !req) sharc_flight_end(fl);
     if (st != SHARC_OK) return st;
     if (!req) {
         account(c, k, bytes, sharc_clock_now() - t0);
@@ -92,7 +103,7 @@ static sharc_status finish(sharc_comm *c, sharc_coll_kind k, int64_t bytes, doub
     sharc_comm_request *r = c->spare;
     if (r) c->spare = r->next;
     else if (!(r = calloc(1, sizeof *r))) return sharc_error(SHARC_ERR_NOMEM, "comm: out of memory");
-    *r = (sharc_comm_request){.comm = c, .kind = k, .impl = handle, .t_start = t0};
+    *r = (sharc_comm_request){.comm = c, .kind = k, .impl = handle, .t_start = t0, .flight = fl};
     account(c, k, bytes, sharc_clock_now() - t0); /* the time to post it; waits add the rest */
     *req = r;
     return SHARC_OK;
@@ -113,10 +124,11 @@ static sharc_status do_all_gather(sharc_comm *c, const void *send, void *recv, s
     SHARC_TRY(after_stream(c, after));
     double t0 = sharc_clock_now();
     void *h = NULL;
+    uint64_t fl = flight_begin(c, sharc_coll_kind_name(SHARC_COLL_ALL_GATHER), (int64_t)(count * es), req != NULL);
     sharc_activity_coll_begin(sharc_coll_kind_name(SHARC_COLL_ALL_GATHER), c->size);
     sharc_status st = c->vt->all_gather(c, send, recv, count, dt, after, req ? &h : NULL);
     sharc_activity_coll_end();
-    return finish(c, SHARC_COLL_ALL_GATHER, (int64_t)(count * es), t0, st, h, req);
+    return finish(c, SHARC_COLL_ALL_GATHER, (int64_t)(count * es), t0, st, h, req, fl);
 }
 
 static sharc_status do_reduce_scatter(sharc_comm *c, const void *send, void *recv, size_t count, sharc_dtype dt,
@@ -128,10 +140,12 @@ static sharc_status do_reduce_scatter(sharc_comm *c, const void *send, void *rec
     SHARC_TRY(after_stream(c, after));
     double t0 = sharc_clock_now();
     void *h = NULL;
+    uint64_t fl = flight_begin(c, sharc_coll_kind_name(SHARC_COLL_REDUCE_SCATTER),
+                               (int64_t)(count * es * (size_t)c->size), req != NULL);
     sharc_activity_coll_begin(sharc_coll_kind_name(SHARC_COLL_REDUCE_SCATTER), c->size);
     sharc_status st = c->vt->reduce_scatter(c, send, recv, count, dt, op, after, req ? &h : NULL);
     sharc_activity_coll_end();
-    return finish(c, SHARC_COLL_REDUCE_SCATTER, (int64_t)(count * es * (size_t)c->size), t0, st, h, req);
+    return finish(c, SHARC_COLL_REDUCE_SCATTER, (int64_t)(count * es * (size_t)c->size), t0, st, h, req, fl);
 }
 
 sharc_status sharc_comm_all_gather(sharc_comm *c, const void *send, void *recv, size_t count, sharc_dtype dt) {
@@ -150,11 +164,12 @@ static sharc_status do_all_reduce(sharc_comm *c, const void *send, void *recv, s
     if (send != recv && overlap(send, count * es, recv, count * es))
         return sharc_error(SHARC_ERR_INVALID, "comm: all-reduce buffers partly overlap");
     double t0 = sharc_clock_now();
+    uint64_t fl = flight_begin(c, sharc_coll_kind_name(SHARC_COLL_ALL_REDUCE), (int64_t)(count * es), req != NULL);
     sharc_activity_coll_begin(sharc_coll_kind_name(SHARC_COLL_ALL_REDUCE), c->size);
     void *h = NULL;
     sharc_status st = c->vt->all_reduce(c, send, recv, count, dt, op, req ? &h : NULL);
     sharc_activity_coll_end();
-    return finish(c, SHARC_COLL_ALL_REDUCE, (int64_t)(count * es), t0, st, h, req);
+    return finish(c, SHARC_COLL_ALL_REDUCE, (int64_t)(count * es), t0, st, h, req, fl);
 }
 
 sharc_status sharc_comm_all_reduce(sharc_comm *c, const void *send, void *recv, size_t count, sharc_dtype dt,
@@ -176,10 +191,11 @@ sharc_status sharc_comm_all_to_all(sharc_comm *c, const void *send, void *recv, 
     if (overlap(send, bytes, recv, bytes))
         return sharc_error(SHARC_ERR_INVALID, "comm: all-to-all buffers overlap (collectives are out of place)");
     double t0 = sharc_clock_now();
+    uint64_t fl = flight_begin(c, sharc_coll_kind_name(SHARC_COLL_ALL_TO_ALL), (int64_t)bytes, false);
     sharc_activity_coll_begin(sharc_coll_kind_name(SHARC_COLL_ALL_TO_ALL), c->size);
     sharc_status st = c->vt->all_to_all(c, send, recv, count, dt);
     sharc_activity_coll_end();
-    return finish(c, SHARC_COLL_ALL_TO_ALL, (int64_t)bytes, t0, st, NULL, NULL);
+    return finish(c, SHARC_COLL_ALL_TO_ALL, (int64_t)bytes, t0, st, NULL, NULL, fl);
 }
 
 sharc_status sharc_comm_iall_gather(sharc_comm *c, const void *send, void *recv, size_t count, sharc_dtype dt,
@@ -200,9 +216,11 @@ sharc_status sharc_comm_broadcast(sharc_comm *c, void *buf, size_t count, sharc_
     if (root < 0 || root >= c->size)
         return sharc_error(SHARC_ERR_INVALID, "comm: broadcast root %d outside [0, %d)", root, c->size);
     double t0 = sharc_clock_now();
+    uint64_t fl = flight_begin(c, "broadcast", (int64_t)(count * sharc_dtype_size(dt)), false);
     sharc_activity_coll_begin("broadcast", c->size);
     sharc_status st = c->vt->broadcast(c, buf, count, dt, root);
     sharc_activity_coll_end();
+    sharc_flight_end(fl);
     SHARC_TRY(st);
     account(c, SHARC_COLL_BROADCAST, (int64_t)(count * sharc_dtype_size(dt)), sharc_clock_now() - t0);
     return SHARC_OK;
@@ -210,9 +228,11 @@ sharc_status sharc_comm_broadcast(sharc_comm *c, void *buf, size_t count, sharc_
 
 sharc_status sharc_comm_barrier(sharc_comm *c) {
     double t0 = sharc_clock_now();
+    uint64_t fl = flight_begin(c, "barrier", 0, false);
     sharc_activity_coll_begin("barrier", c->size);
     sharc_status st = c->vt->barrier(c);
     sharc_activity_coll_end();
+    sharc_flight_end(fl);
     SHARC_TRY(st);
     account(c, SHARC_COLL_BARRIER, 0, sharc_clock_now() - t0);
     return SHARC_OK;
@@ -224,6 +244,7 @@ sharc_status sharc_comm_wait(sharc_comm_request *r) {
     sharc_activity_coll_begin(sharc_coll_kind_name(r->kind), r->comm->size);
     sharc_status st = r->impl ? r->comm->vt->wait(r->comm, r->impl) : SHARC_OK;
     sharc_activity_coll_end();
+    sharc_flight_end(r->flight);
     r->comm->stats.seconds[r->kind] += sharc_clock_now() - t0;
     recycle(r);
     return st;
@@ -233,6 +254,7 @@ sharc_status sharc_comm_wait_on(sharc_comm_request *r, sharc_stream *s) {
     if (!r) return SHARC_OK;
     if (!r->impl || !r->comm->vt->wait_on || !s) return sharc_comm_wait(r);
     sharc_status st = r->comm->vt->wait_on(r->comm, r->impl, s);
+    sharc_flight_end(r->flight);
     recycle(r);
     return st;
 }
@@ -246,6 +268,7 @@ sharc_status sharc_comm_test(sharc_comm_request *r, bool *done) {
         st = r->comm->vt->test(r->comm, r->impl, done);
         r->comm->stats.seconds[r->kind] += sharc_clock_now() - t0;
     }
+    if (*done) sharc_flight_end(r->flight);
     if (*done || st != SHARC_OK) recycle(r);
     return st;
 }
@@ -292,9 +315,11 @@ void sharc_comm_use_shared_memory(sharc_comm *c, bool on) {
 
 sharc_status sharc_comm_shared_sync(sharc_comm *c, sharc_comm_shared *s) {
     double t0 = sharc_clock_now();
+    uint64_t fl = flight_begin(c, "shared-memory barrier", 0, false);
     sharc_activity_coll_begin("shared-memory barrier", c->size);
     sharc_status st = c->vt->shm->sync(c, s);
     sharc_activity_coll_end();
+    sharc_flight_end(fl);
     SHARC_TRY(st);
     account(c, SHARC_COLL_BARRIER, 0, sharc_clock_now() - t0);
     return SHARC_OK;

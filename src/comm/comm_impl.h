@@ -54,6 +54,8 @@ struct sharc_comm {
     void *impl;
     sharc_comm_stats stats;
     sharc_comm_request *spare; /* completed requests kept for reuse (a list through next) */
+    int flight_group;          /* note [flight] (src/core/flight.c): this group's id and */
+    uint64_t flight_seq;       /* the number of collectives started on it */
 };
 
 /* A request as the dispatcher sees it: the backend's handle plus what to
@@ -63,6 +65,7 @@ struct sharc_comm_request {
     sharc_coll_kind kind;
     void *impl;
     double t_start;
+    uint64_t flight;          /* its flight-recorder entry */
     sharc_comm_request *next; /* on the comm's spare list */
 };
 

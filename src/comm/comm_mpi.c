@@ -366,6 +366,12 @@ static sharc_status sharc_comm_mpi_world_init(int *argc, char ***argv, sharc_com
     int inited = 0, provided = 0;
     MPI_Initialized(&inited);
     if (!inited) {
+        /* note [progress] (src/device/progress.c): outside blocking calls Open MPI
+         * polls the event loop that moves TCP traffic only every so often; on
+         * a job spanning hosts every MPI_Test must poll it for a prefetch to
+         * move during compute (a user's own setting wins) */
+        const char *ls = getenv("OMPI_COMM_WORLD_LOCAL_SIZE"), *ws = getenv("OMPI_COMM_WORLD_SIZE");
+        if (ls && ws && atoi(ls) < atoi(ws)) setenv("OMPI_MCA_mpi_event_tick_rate", "1", 0);
         int rc = MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);
         if (rc != MPI_SUCCESS) return sharc_error(SHARC_ERR_COMM, "comm: MPI_Init_thread failed (%d)", rc);
     }

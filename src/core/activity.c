@@ -44,6 +44,11 @@ void sharc_activity_coll_end(void) {
     bump();
 }
 
+void sharc_activity_where(int64_t *step, int *unit) {
+    *step = LOAD(cur_step);
+    *unit = LOAD(cur_unit);
+}
+
 uint64_t sharc_activity_seq(void) { return atomic_load_explicit(&seq, memory_order_acquire); }
 
 void sharc_activity_describe(char *out, size_t n) {

@@ -11,6 +11,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
+#include <time.h>
 #include <unistd.h>
 
 /* "RANK:REST" for this rank: REST, else NULL. */
@@ -53,6 +55,14 @@ sharc_fault sharc_fault_at(const char *site, int64_t step) {
         if ((rest = for_this_rank("SHARC_TEST_FATAL")) && lists_step(rest, step))
             sharc_fatal(__FILE__, __LINE__, "step %lld: a broken invariant (the test hook SHARC_TEST_FATAL)",
                         (long long)step);
+        if ((rest = for_this_rank("SHARC_TEST_KILL")) && lists_step(rest, step)) { /* note [rank-death] */
+            struct timespec now;
+            clock_gettime(CLOCK_REALTIME, &now); /* the wall clock: the test measures the time to the job's end */
+            fprintf(stderr, "[rank %d] SHARC_TEST_KILL: SIGKILL to itself at %lld.%09ld\n", sharc_log_rank(),
+                    (long long)now.tv_sec, now.tv_nsec);
+            fflush(stderr);
+            raise(SIGKILL);
+        }
         if ((rest = for_this_rank("SHARC_TEST_FAIL")) && lists_step(rest, step)) return SHARC_FAULT_FAIL;
         return SHARC_FAULT_NONE;
     }

@@ -8,7 +8,7 @@
 
 static _Thread_local char error_message[4096];
 static _Atomic int log_rank = 0; /* read by the watchdog thread */
-static int log_world = 1;
+static _Atomic int log_world = 1;
 
 sharc_status sharc_verror(sharc_status code, const char *fmt, va_list ap) {
     vsnprintf(error_message, sizeof error_message, fmt, ap);
@@ -52,6 +52,7 @@ void sharc_log_set_rank(int rank, int world_size) {
 }
 
 int sharc_log_rank(void) { return log_rank; }
+int sharc_log_world_size(void) { return log_world; }
 
 void sharc_log(sharc_log_level level, const char *fmt, ...) {
     char line[4608];

@@ -21,9 +21,11 @@
  * the launcher's environment before MPI_Init. */
 #include "sharc/activity.h"
 #include "sharc/clock.h"
+#include "sharc/flight.h"
 #include "sharc/log.h"
 
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -38,6 +40,58 @@ static int depth;
 static atomic_bool stop;
 static atomic_int timeout_s;
 static _Atomic(const char *) setting_name;
+static atomic_bool watching;  /* the thread runs (read by the signal handler) */
+
+/* Write the flight record (note [flight]) and say where, after `line`. */
+static void dump_and_say(const char *reason, const char *what) {
+    const char *path = sharc_flight_dump(reason, what);
+    if (!path) return;
+    char line[4400];
+    int len = snprintf(line, sizeof line, "[rank %d] flight recorder: this rank's last collectives are in %s\n",
+                       sharc_log_rank(), path);
+    if (len > (int)sizeof line - 1) len = (int)sizeof line - 1;
+    ssize_t w = write(STDERR_FILENO, line, (size_t)len);
+    (void)w;
+}
+
+/* Note [rank-death]. When one rank of an Open MPI job dies (kill -9, the
+ * OOM killer), its launcher daemon sends the others SIGTERM and, a second
+ * later (odls_base_sigkill_timeout), SIGKILL; Slurm does the same. The
+ * handler writes one line and the rank's flight record and exits with 128
+ * + the signal, at once: handing it to the watchdog thread missed the
+ * second on a loaded machine. It formats with snprintf, which POSIX does
+ * not list as async-signal-safe; glibc's does not allocate or lock for the
+ * integers, strings and fixed-precision doubles used, and the process
+ * ends right after. The line cannot name the
+ * dead rank (MPI 4.1 without ULFM tells the survivors nothing; the launcher
+ * prints "process rank R ... on node H exited on signal 9"); `sharc doctor
+ * OUT_DIR` names it as the rank that left no flight record. Without a
+ * watchdog (timeout 0) the default action runs. */
+static void on_term(int sig) {
+    if (atomic_load(&watching)) {
+        char what[400], line[900];
+        sharc_activity_describe(what, sizeof what);
+        int len = snprintf(line, sizeof line,
+                           "[rank %d] terminated by signal %d (%s) at %s: the launcher is ending the job (another "
+                           "rank died, or the job was cancelled; the launcher's message names which)\n",
+                           sharc_log_rank(), sig, sig == SIGTERM ? "SIGTERM" : "signal", what);
+        if (len > (int)sizeof line - 1) len = (int)sizeof line - 1;
+        ssize_t w = write(STDERR_FILENO, line, (size_t)len);
+        (void)w;
+        dump_and_say("terminated", what);
+        _exit(128 + sig);
+    }
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+void sharc_watchdog_catch_term(void) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_term;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, NULL);
+}
 
 static void *watch(void *arg) {
     (void)arg;
@@ -64,6 +118,7 @@ static void *watch(void *arg) {
         if (len > (int)sizeof line - 1) len = (int)sizeof line - 1;
         ssize_t w = write(STDERR_FILENO, line, (size_t)len);
         (void)w;
+        dump_and_say("watchdog", what);
         sleep(2);
         _exit(3);
     }
@@ -81,12 +136,14 @@ sharc_status sharc_watchdog_start(int timeout, const char *setting) {
         return sharc_error(SHARC_ERR_INTERNAL, "watchdog: cannot start its thread");
     }
     running = true;
+    atomic_store(&watching, true);
     return SHARC_OK;
 }
 
 void sharc_watchdog_stop(void) {
     if (depth > 0) depth--;
     if (!running || depth > 0) return;
+    atomic_store(&watching, false);
     atomic_store(&stop, true);
     pthread_join(thread, NULL);
     running = false;

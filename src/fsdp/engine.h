@@ -102,6 +102,7 @@ struct sharc_fsdp {
     bool in_backward;        /* for the activity record (note [watchdog]) */
     int writing;             /* depth of sharc_fsdp_shard_write_begin/_end brackets */
     sharc_fsdp_pool gathered, grads;
+    int npending;            /* prefetches in flight (note [progress], unit.c) */
     /* communication staging (SHARC_MEM_COMM) */
     uint16_t *stage16_shard; /* (max numel_shard) 16-bit send/recv */
     uint16_t *stage16_full;  /* (max numel_padded) 16-bit full unit */

@@ -24,6 +24,7 @@
 #include "sharc/activity.h"
 #include "sharc/clock.h"
 #include "sharc/mesh.h"
+#include "sharc/progress.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -177,6 +178,7 @@ fail:
 
 void sharc_fsdp_free(sharc_fsdp *e) {
     if (!e) return;
+    sharc_progress_clear(e);
     for (int u = 0; u < e->nunits && e->units; u++) {
         sharc_fsdp_unit *t = &e->units[u];
         if (t->pending) sharc_comm_wait(t->pending);
@@ -236,6 +238,10 @@ const float *sharc_fsdp_gather(sharc_fsdp *e, int u) {
     } else {
         sharc_fsdp_unit_wait(e, t);
     }
+    /* forward prefetch: the next unit's gather travels behind this unit's
+     * compute (PyTorch FSDP's forward_prefetch, issued before the current
+     * forward); forward_done tries again if no slot was free now */
+    if (!e->in_backward && e->cfg.forward_prefetch) prefetch(e, next_in_forward(e, u));
     return t->param_full;
 }
 

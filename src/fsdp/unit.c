@@ -5,6 +5,7 @@
  * calls the public verbs in an order that makes sense. */
 #include "engine.h"
 #include "sharc/clock.h"
+#include "sharc/progress.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -42,6 +43,27 @@ void sharc_fsdp_unit_expect(const sharc_fsdp_unit *t, const char *verb, unsigned
 #define P(s) (1u << SHARC_PARAMS_##s)
 #define G(s) (1u << SHARC_GRAD_##s)
 
+/* One gather in flight fewer: the poll stops with the last. */
+static void pending_done(sharc_fsdp *e, sharc_fsdp_unit *t) {
+    t->pending = NULL;
+    if (--e->npending == 0) sharc_progress_clear(e);
+}
+
+/* Note [progress] (src/device/progress.c): called by the CPU device between
+ * kernels while prefetches are in flight; MPI_Test moves them on. A unit
+ * whose gather completes here stays GATHERING until its wait, which then
+ * has nothing left to wait for. */
+static void poll_pending(void *ctx) {
+    sharc_fsdp *e = ctx;
+    for (int u = 0; u < e->nunits && e->npending > 0; u++) {
+        sharc_fsdp_unit *t = &e->units[u];
+        if (!t->pending) continue;
+        bool done = false;
+        if (sharc_comm_test(t->pending, &done) != SHARC_OK) SHARC_FSDP_COMM_FATAL();
+        if (done) pending_done(e, t); /* sharc_comm_test recycled the request */
+    }
+}
+
 bool sharc_fsdp_unit_unshard(sharc_fsdp *e, sharc_fsdp_unit *t, bool ahead) {
     sharc_fsdp_unit_expect(t, ahead ? "prefetch" : "gather", P(SHARDED), G(NONE) | G(OPEN) | G(HELD));
     if (e->writing)
@@ -54,6 +76,7 @@ bool sharc_fsdp_unit_unshard(sharc_fsdp *e, sharc_fsdp_unit *t, bool ahead) {
     }
     e->gather->start(e, t, !ahead);
     t->params = t->pending ? SHARC_PARAMS_GATHERING : SHARC_PARAMS_GATHERED;
+    if (t->pending && e->npending++ == 0) sharc_progress_set(poll_pending, e);
     return true;
 }
 
@@ -62,7 +85,7 @@ void sharc_fsdp_unit_wait(sharc_fsdp *e, sharc_fsdp_unit *t) {
     if (t->pending) {
         double t0 = sharc_clock_now();
         if (sharc_comm_wait_on(t->pending, e->stream) != SHARC_OK) SHARC_FSDP_COMM_FATAL();
-        t->pending = NULL;
+        pending_done(e, t);
         e->stats.wait_s += sharc_clock_now() - t0;
     }
     t->params = SHARC_PARAMS_GATHERED;

@@ -36,8 +36,16 @@ enum {
     V_MEM_CUR = V_COMM_S + SHARC_COLL_NKINDS,
     V_MEM_PEAK = V_MEM_CUR + SHARC_MEM_NCAT,
     V_MEM_TOTAL = V_MEM_PEAK + SHARC_MEM_NCAT,
-    SHARC_TEL_NVEC
+    V_HOST, /* the rank's hostname: SHARC_HOST_MAX bytes carried in the doubles that follow */
+    SHARC_TEL_NVEC = V_HOST + SHARC_HOST_MAX / sizeof(double)
 };
+
+/* This process's hostname (gethostname: under a UTS namespace, its name). */
+static void host_name(char out[SHARC_HOST_MAX]) {
+    memset(out, 0, SHARC_HOST_MAX);
+    if (gethostname(out, SHARC_HOST_MAX - 1) != 0) snprintf(out, SHARC_HOST_MAX, "?");
+    out[SHARC_HOST_MAX - 1] = 0;
+}
 
 static void pack(const sharc_step_stats *s, double *v) {
     memset(v, 0, sizeof(double) * SHARC_TEL_NVEC);
@@ -59,6 +67,46 @@ static void pack(const sharc_step_stats *s, double *v) {
         v[V_MEM_PEAK + c] = (double)s->mem.peak[c];
     }
     v[V_MEM_TOTAL] = (double)s->mem.peak_total;
+    char host[SHARC_HOST_MAX];
+    host_name(host);
+    memcpy(&v[V_HOST], host, SHARC_HOST_MAX); /* bytes, moved untouched by the all-gather */
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Note [straggler]. Collectives make every rank's step take as long as the
+ * slowest one's, so step times cannot tell who is slow: the others spend the
+ * difference waiting. A rank's busy time, its step time minus the time it
+ * waited inside the engine's collectives (comm_wait_s), is what it would
+ * take alone; the straggler is the rank with the most, and "how much slower"
+ * is its busy time over the median of the other ranks'. */
+static void find_straggler(const double *all, int R, sharc_step_global *g) {
+    double *others = malloc(sizeof(double) * (size_t)(R > 1 ? R - 1 : 1));
+    int worst = 0;
+    for (int r = 1; r < R; r++) {
+        const double *v = all + (size_t)r * SHARC_TEL_NVEC, *w = all + (size_t)worst * SHARC_TEL_NVEC;
+        if (v[V_STEP] - v[V_WAIT] > w[V_STEP] - w[V_WAIT]) worst = r;
+    }
+    const double *w = all + (size_t)worst * SHARC_TEL_NVEC;
+    g->slowest_rank = worst;
+    g->slowest_busy_s = w[V_STEP] - w[V_WAIT];
+    memcpy(g->slowest_host, &w[V_HOST], SHARC_HOST_MAX);
+    g->slowest_host[SHARC_HOST_MAX - 1] = 0;
+    g->slowest_ratio = 1.0;
+    if (R > 1 && others) {
+        int n = 0;
+        for (int r = 0; r < R; r++) {
+            const double *v = all + (size_t)r * SHARC_TEL_NVEC;
+            if (r != worst) others[n++] = v[V_STEP] - v[V_WAIT];
+        }
+        qsort(others, (size_t)n, sizeof(double), cmp_double);
+        double med = n % 2 ? others[n / 2] : 0.5 * (others[n / 2 - 1] + others[n / 2]);
+        g->slowest_ratio = med > 0 ? g->slowest_busy_s / med : 1.0;
+    }
+    free(others);
 }
 
 sharc_status sharc_telemetry_reduce(sharc_comm *world, const sharc_step_stats *local,
@@ -79,13 +127,10 @@ sharc_status sharc_telemetry_reduce(sharc_comm *world, const sharc_step_stats *l
     g->loss_max = NAN;
     g->step_s_min = INFINITY;
     g->tps_rank_min = INFINITY;
-    g->slowest_rank = 0;
+    find_straggler(all, R, g);
     for (int r = 0; r < R; r++) {
         const double *v = all + (size_t)r * SHARC_TEL_NVEC;
-        if (v[V_STEP] > g->step_s_max) {
-            g->step_s_max = v[V_STEP];
-            g->slowest_rank = r;
-        }
+        if (v[V_STEP] > g->step_s_max) g->step_s_max = v[V_STEP];
         if (v[V_STEP] < g->step_s_min) g->step_s_min = v[V_STEP];
         g->forward_s = fmax(g->forward_s, v[V_FWD]);
         g->backward_s = fmax(g->backward_s, v[V_BWD]);
@@ -210,9 +255,22 @@ static const char *num_or_null(char *buf, size_t n, double x) {
     return buf;
 }
 
+/* A hostname as a JSON string's contents: anything but [A-Za-z0-9._-] becomes '?'. */
+static void json_safe(char *out, const char *in) {
+    int i = 0;
+    for (; in[i] && i < SHARC_HOST_MAX - 1; i++) {
+        char ch = in[i];
+        bool ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') || ch == '.' ||
+                  ch == '_' || ch == '-';
+        out[i] = ok ? ch : '?';
+    }
+    out[i] = 0;
+}
+
 void sharc_telemetry_write_json(FILE *f, const sharc_step_stats *s, const sharc_step_global *g) {
     const int R = g->world_size;
-    char lm[32];
+    char lm[32], json_host[SHARC_HOST_MAX];
+    json_safe(json_host, g->slowest_host);
     fprintf(f,
             "{\"step\": %lld, \"loss_metrics/global_avg_loss\": %.6f, \"loss_metrics/global_max_loss\": %s, "
             "\"lr\": %.6g, \"grad_norm\": %.6f, "
@@ -220,13 +278,15 @@ void sharc_telemetry_write_json(FILE *f, const sharc_step_stats *s, const sharc_
             "\"throughput/rank_max(tps)\": %.1f, \"throughput/rank_sum(tps)\": %.1f, \"throughput/cpu(tps)\": %.1f, "
             "\"tflops\": %.6g, \"mfu(%%)\": %.6g, "
             "\"time_metrics/end_to_end(s)\": %.6f, \"time_metrics/end_to_end_min(s)\": %.6f, "
-            "\"time_metrics/slowest_rank\": %d, \"time_metrics/forward_backward(s)\": %.6f, "
+            "\"time_metrics/slowest_rank\": %d, \"time_metrics/slowest_host\": \"%s\", "
+            "\"time_metrics/slowest_busy(s)\": %.6f, \"time_metrics/slowest_ratio\": %.4f, "
+            "\"time_metrics/forward_backward(s)\": %.6f, "
             "\"time_metrics/forward(s)\": %.6f, \"time_metrics/backward(s)\": %.6f, "
             "\"time_metrics/optimizer(s)\": %.6f, \"time_metrics/comm_wait(s)\": %.6f, \"time_metrics/cpu(s)\": %.6f, "
             "\"tokens\": %lld, \"world_size\": %d",
             (long long)s->step, s->loss, num_or_null(lm, sizeof lm, g->loss_max), (double)s->lr, s->grad_norm, g->tps_global / R,
             g->tps_global, g->tps_rank_min, g->tps_rank_max, g->tps_rank_sum, g->tps_cpu, g->tflops, g->mfu_pct, g->step_s_max,
-            g->step_s_min, g->slowest_rank, g->forward_backward_s, g->forward_s, g->backward_s,
+            g->step_s_min, g->slowest_rank, json_host, g->slowest_busy_s, g->slowest_ratio, g->forward_backward_s, g->forward_s, g->backward_s,
             g->optimizer_s, g->comm_wait_s, g->cpu_s_max, (long long)s->tokens, R);
     for (int k = 0; k < SHARC_COLL_NKINDS; k++) {
         if (k == SHARC_COLL_BROADCAST) continue;
@@ -242,13 +302,15 @@ void sharc_telemetry_write_json(FILE *f, const sharc_step_stats *s, const sharc_
 }
 
 void sharc_telemetry_write_rank_json(FILE *f, const sharc_step_stats *s, int rank) {
-    char lm[32];
+    char lm[32], host[SHARC_HOST_MAX], json_host[SHARC_HOST_MAX];
+    host_name(host);
+    json_safe(json_host, host);
     fprintf(f,
-            "{\"step\": %lld, \"rank\": %d, \"loss\": %s, \"tokens\": %lld, \"throughput(tps)\": %.1f, "
+            "{\"step\": %lld, \"rank\": %d, \"host\": \"%s\", \"loss\": %s, \"tokens\": %lld, \"throughput(tps)\": %.1f, "
             "\"time_metrics/end_to_end(s)\": %.6f, \"time_metrics/forward_backward(s)\": %.6f, "
             "\"time_metrics/forward(s)\": %.6f, \"time_metrics/backward(s)\": %.6f, "
             "\"time_metrics/optimizer(s)\": %.6f, \"time_metrics/comm_wait(s)\": %.6f, \"time_metrics/cpu(s)\": %.6f",
-            (long long)s->step, rank, num_or_null(lm, sizeof lm, s->local_loss), (long long)s->local_tokens,
+            (long long)s->step, rank, json_host, num_or_null(lm, sizeof lm, s->local_loss), (long long)s->local_tokens,
             s->step_s > 0 ? (double)s->local_tokens / s->step_s : 0.0, s->step_s, s->forward_backward_s, s->forward_s, s->backward_s,
             s->optimizer_s, s->comm_wait_s, s->cpu_s);
     for (int k = 0; k < SHARC_COLL_NKINDS; k++)
@@ -367,9 +429,15 @@ static void fmt_duration(char *out, size_t n, double s) {
 void sharc_telemetry_print_step(FILE *f, bool tty, const sharc_step_stats *s, const sharc_step_global *g,
                                 int64_t max_steps, double elapsed_s) {
     if (!tty) {
-        fprintf(f, "step %5lld/%lld | loss %.4f | lr %.3e | grad norm %.4f | %.0f tok/s | mfu %.1f%% | mem %.2f GiB\n",
+        fprintf(f, "step %5lld/%lld | loss %.4f | lr %.3e | grad norm %.4f | %.0f tok/s | mfu %.1f%% | mem %.2f GiB",
                 (long long)s->step, (long long)max_steps, s->loss, (double)s->lr, s->grad_norm, g->tps_global,
                 g->mfu_pct, (double)g->mem_peak_total / GIB);
+        /* note [straggler]: named when it computes 1.5x the median rank's time
+         * and that costs the job a tenth of the step or more */
+        if (g->world_size > 1 && g->slowest_ratio >= 1.5 &&
+            g->slowest_busy_s * (1.0 - 1.0 / g->slowest_ratio) >= 0.1 * g->step_s_max)
+            fprintf(f, " | straggler rank %d on %s, %.1fx", g->slowest_rank, g->slowest_host, g->slowest_ratio);
+        fputc('\n', f);
         return;
     }
     enum { WIDTH = 24 };

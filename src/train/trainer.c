@@ -23,6 +23,7 @@
  * reduced (non-finite gradients on one rank, for note [bad-steps]). */
 #include "sharc/train.h"
 #include "sharc/activity.h"
+#include "sharc/flight.h"
 #include "sharc/alloc.h"
 #include "sharc/blas.h"
 #include "sharc/ckpt.h"
@@ -41,11 +42,14 @@
 #include "sharc/clock.h"
 #include "run_dir.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 struct sharc_trainer {
@@ -531,6 +535,25 @@ static void print_banner(const sharc_trainer *t) {
                c->log.peak_tflops > 0 ? "log.peak_tflops" : "measured FMA loop");
 }
 
+/* Note [flight] (src/core/flight.c): dumps go to out_dir/debug; a previous
+ * run's records go first (rank 0 removes every rank's, each rank its own:
+ * node-local directories), so `sharc doctor` never mixes two runs. */
+static void start_flight(const char *out_dir, int rank) {
+    char d[SHARC_PATH_MAX + 16], f[SHARC_PATH_MAX + 300];
+    snprintf(d, sizeof d, "%s/debug", out_dir);
+    DIR *dir = rank == 0 ? opendir(d) : NULL;
+    for (struct dirent *e; dir && (e = readdir(dir));)
+        if (!strncmp(e->d_name, "flight-rank-", 12)) {
+            snprintf(f, sizeof f, "%s/%s", d, e->d_name);
+            unlink(f);
+        }
+    if (dir) closedir(dir);
+    snprintf(f, sizeof f, "%s/flight-rank-%d.json", d, rank);
+    unlink(f);
+    if (rank == 0) rmdir(d); /* made for the records alone: nothing left behind (log.debug's logs keep it) */
+    sharc_flight_set_dir(out_dir);
+}
+
 sharc_status sharc_train_run(const sharc_config *cfg, sharc_comm *world) {
     sharc_trainer *t;
     /* note [watchdog]: from here to the end, start-up collectives included */
@@ -561,6 +584,7 @@ sharc_status sharc_train_run(const sharc_config *cfg, sharc_comm *world) {
     sharc_jsonl *metrics = NULL, *debug = NULL;
     if (st == SHARC_OK) st = agree(t->world, sharc_run_dir_check(&rd, c, ck, resumed, rank));
     if (st == SHARC_OK) st = agree(t->world, sharc_run_dir_prepare(&rd, ck, rank, &metrics, &debug));
+    if (st == SHARC_OK) start_flight(c->train.out_dir, rank);
     if (st != SHARC_OK) {
         sharc_jsonl_close(metrics);
         sharc_jsonl_close(debug);

@@ -31,9 +31,10 @@ for run in FULL_SHARD:0 NO_SHARD:0 FULL_SHARD:1; do
   else ag=0; rs=0; ar=$((P * 4 + 24)); fi
   if [ $shm = 1 ]; then ag=0; fi
   echo "$strat: P=$P expect all_gather $ag reduce_scatter $rs all_reduce $ar per rank"
-  jq -n -e --slurpfile m run_${strat}$shm/metrics.jsonl --slurpfile r0 run_${strat}$shm/debug/rank-0.log \
+  jq -n -e --arg host "$(hostname)" --slurpfile m run_${strat}$shm/metrics.jsonl --slurpfile r0 run_${strat}$shm/debug/rank-0.log \
         --slurpfile r1 run_${strat}$shm/debug/rank-1.log --argjson ag $ag --argjson rs $rs --argjson ar $ar '
     def close(a; b; tol): ((a - b) | fabs) <= tol * ([(a | fabs), (b | fabs), 1e-12] | max);
+    def busy(x): x["time_metrics/end_to_end(s)"] - x["time_metrics/comm_wait(s)"];
     [ range(0; $m | length) as $i | $m[$i] as $g | [$r0[$i], $r1[$i]] as $r |
       { step: $g.step,
         checks: {
@@ -41,7 +42,13 @@ for run in FULL_SHARD:0 NO_SHARD:0 FULL_SHARD:1; do
           avg_loss: close($g["loss_metrics/global_avg_loss"]; ($r[0].loss + $r[1].loss) / 2; 1e-5),
           max_loss: close($g["loss_metrics/global_max_loss"]; ([$r[].loss] | max); 1e-5),
           end_to_end_max: close($g["time_metrics/end_to_end(s)"]; ([$r[]["time_metrics/end_to_end(s)"]] | max); 1e-5),
-          slowest_rank: ($r[$g["time_metrics/slowest_rank"]]["time_metrics/end_to_end(s)"] == ([$r[]["time_metrics/end_to_end(s)"]] | max)),
+          # busy times from lines printed to 1e-6 s: each is within 2e-6 of the exact one
+          slowest_rank: (busy($r[$g["time_metrics/slowest_rank"]]) >= ([$r[] | busy(.)] | max) - 4e-6),
+          slowest_host: ($g["time_metrics/slowest_host"] == $r[$g["time_metrics/slowest_rank"]].host and
+                         ([$r[].host] | all(. == $host))),
+          slowest_busy: ((($g["time_metrics/slowest_busy(s)"] - ([$r[] | busy(.)] | max)) | fabs) <= 4e-6),
+          slowest_ratio: (((([$r[] | busy(.)] | max) / ([$r[] | busy(.)] | min) - $g["time_metrics/slowest_ratio"]) | fabs)
+                          <= 1e-4 + $g["time_metrics/slowest_ratio"] * 4e-6 * (1 / ([$r[] | busy(.)] | min) + 1 / ([$r[] | busy(.)] | max))),
           tps_global: close($g["throughput/global(tps)"]; $g.tokens / $g["time_metrics/end_to_end(s)"]; 2e-3),
           tps_per_device: close($g["throughput(tps)"]; $g["throughput/global(tps)"] / 2; 2e-3),
           tps_rank_sum: close($g["throughput/rank_sum(tps)"]; ($r[0]["throughput(tps)"] + $r[1]["throughput(tps)"]); 2e-3),

@@ -21,6 +21,11 @@
  *   mpi_tests hf DATA DIR KEY=VALUE...  Hugging Face export at N ranks into DIR (the
  *                                       script compares it with a 1-rank export), then
  *                                       import into another engine: equal masters
+ *   mpi_tests nodes K DATA              ranks run K per host (tests/cli/hosts_mpi.sh):
+ *                                       MPI's node is the host, a shared window inside
+ *                                       it and none across hosts; FULL_SHARD and
+ *                                       HYBRID_SHARD (fsdp_size K) take the paths and
+ *                                       move the bytes their groups' placement gives
  *   mpi_tests wide                      one shard group of all ranks (run at 65): the
  *                                       engine's shared-window reduction sums every rank
  *
@@ -44,6 +49,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* test.h's registry is not used here; the runner's helpers are stubs */
 void sharc_test_register(const char *name, sharc_test_fn fn, const char *file) {}
@@ -445,6 +451,136 @@ static void test_parity(int argc, char **argv) {
     }
     sharc_trainer_free(t);
     sharc_trainer_free(ref);
+}
+
+/* --------------------------------------------------------------- nodes */
+
+typedef char hostname_t[64];
+
+/* Every rank's hostname over c, in c's rank order. */
+static hostname_t *hostnames(sharc_comm *c) {
+    hostname_t me = {0};
+    ASSERT_TRUE(gethostname(me, sizeof me - 1) == 0);
+    hostname_t *all = calloc((size_t)sharc_comm_size(c), sizeof *all);
+    ASSERT_OK(sharc_comm_all_gather(c, me, all, sizeof me, SHARC_DT_U8));
+    return all;
+}
+
+static int count_host(hostname_t *all, int n, const char *h) {
+    int k = 0;
+    for (int q = 0; q < n; q++) k += strcmp(all[q], h) == 0;
+    return k;
+}
+
+/* One step of `strategy` over the world; returns the step's collective bytes
+ * per kind (this rank) and whether parameters were shared in place. */
+static bool step_bytes(const char *data, const char *strategy, int fsdp_size, int64_t bytes[SHARC_COLL_NKINDS],
+                       hostname_t **shard_hosts, hostname_t **rep_hosts, int *S, int *Rr) {
+    sharc_config c;
+    base_config(&c, data);
+    ASSERT_OK(sharc_config_set(&c, "fsdp.sharding_strategy", strategy, "test"));
+    c.fsdp.engine.fsdp_size = fsdp_size;
+    c.train.max_steps = 1;
+    ASSERT_OK(sharc_config_validate(&c));
+    sharc_trainer *t;
+    ASSERT_OK(sharc_trainer_init(&t, &c, world));
+    const sharc_mesh *m = sharc_trainer_mesh(t);
+    *S = m->dp_shard;
+    *Rr = m->dp_replicate;
+    *shard_hosts = hostnames(m->shard);
+    *rep_hosts = hostnames(m->replicate);
+    /* only the step's own traffic (start-up agreement and the lines above excluded) */
+    sharc_comm_stats_reset(world);
+    sharc_comm_stats_reset(m->shard);
+    sharc_comm_stats_reset(m->replicate);
+    sharc_step_stats st;
+    ASSERT_OK(sharc_trainer_step(t, &st));
+    for (int k = 0; k < SHARC_COLL_NKINDS; k++) bytes[k] = st.comm.bytes[k];
+    bool shared = sharc_fsdp_params_shared(sharc_trainer_engine(t));
+    sharc_trainer_free(t);
+    return shared;
+}
+
+static void test_nodes(int argc, char **argv) {
+    ASSERT_TRUE(argc >= 2);
+    const int K = atoi(argv[0]), R = sharc_comm_size(world), r = sharc_comm_rank(world);
+    ASSERT_TRUE(K >= 1 && R % K == 0);
+    const int H = R / K;
+    const char *shm_env = getenv("SHARC_COMM_SHM");
+    const bool shm = !(shm_env && strcmp(shm_env, "0") == 0); /* SHARC_COMM_SHM=0: private shards */
+    /* the launcher placed K consecutive ranks on each host */
+    hostname_t *all = hostnames(world);
+    for (int q = 0; q < R; q++) {
+        if (strcmp(all[q], all[q / K * K]) != 0)
+            TEST_FAIL_AT("rank %d runs on %s, rank %d on %s: expected %d consecutive ranks per host", q, all[q],
+                         q / K * K, all[q / K * K], K);
+        if (q % K == 0 && count_host(all, R, all[q]) != K)
+            TEST_FAIL_AT("host %s has %d ranks, expected %d", all[q], count_host(all, R, all[q]), K);
+    }
+    /* MPI's node (MPI_COMM_TYPE_SHARED) is exactly the host */
+    sharc_comm *node;
+    ASSERT_OK(sharc_comm_split_node(world, &node));
+    const int nr = sharc_comm_rank(node);
+    ASSERT_EQ(sharc_comm_size(node), K);
+    hostname_t *nodes = hostnames(node);
+    ASSERT_EQ(count_host(nodes, K, all[r]), K);
+    /* a shared window inside the host: each rank writes its part, the others read it */
+    int32_t *wr = calloc((size_t)K, sizeof *wr);
+    int32_t me32 = r;
+    ASSERT_OK(sharc_comm_all_gather(node, &me32, wr, 1, SHARC_DT_I32));
+    sharc_comm_shared *sh;
+    ASSERT_OK(sharc_comm_shared_alloc(node, 4096, &sh));
+    memset(sh->base[nr], 0x20 + r, 4096);
+    ASSERT_OK(sharc_comm_shared_sync(node, sh));
+    for (int q = 0; q < K; q++) {
+        ASSERT_EQ((unsigned char)sh->base[q][0], 0x20 + wr[q]);
+        ASSERT_EQ((unsigned char)sh->base[q][4095], 0x20 + wr[q]);
+    }
+    ASSERT_OK(sharc_comm_shared_sync(node, sh));
+    sharc_comm_shared_free(sh);
+    /* none across hosts */
+    sharc_status st = sharc_comm_shared_alloc(world, 4096, &sh);
+    if (H > 1) {
+        ASSERT_TRUE(st == SHARC_ERR_UNSUPPORTED);
+    } else {
+        ASSERT_OK(st);
+        sharc_comm_shared_free(sh);
+    }
+    /* FULL_SHARD over every rank: with several hosts the shard group spans them,
+     * so parameters move by MPI all-gathers (no window) */
+    int64_t b[SHARC_COLL_NKINDS];
+    hostname_t *sh_hosts, *rep_hosts;
+    int S, Rr;
+    bool shared = step_bytes(argv[1], "FULL_SHARD", 0, b, &sh_hosts, &rep_hosts, &S, &Rr);
+    ASSERT_EQ(S, R);
+    ASSERT_TRUE(shared == (H == 1 && R > 1 && shm));
+    ASSERT_TRUE((b[SHARC_COLL_ALL_GATHER] > 0) == (R > 1 && !shared));
+    free(sh_hosts);
+    free(rep_hosts);
+    /* HYBRID_SHARD with fsdp_size = ranks per host: each shard group is one
+     * host (parameters shared in place, no all-gather bytes), each replicate
+     * group has one rank per host, and the gradients' all-reduce crosses hosts.
+     * (fsdp_size 1 means plain FSDP, as in ROLL: nothing to check at K = 1.) */
+    if (K > 1) {
+        shared = step_bytes(argv[1], "HYBRID_SHARD", K, b, &sh_hosts, &rep_hosts, &S, &Rr);
+        ASSERT_EQ(S, K);
+        ASSERT_EQ(Rr, H);
+        ASSERT_EQ(count_host(sh_hosts, S, all[r]), K);
+        for (int q = 0; q < Rr; q++) ASSERT_EQ(count_host(rep_hosts, Rr, rep_hosts[q]), 1);
+        ASSERT_TRUE(shared == shm);
+        ASSERT_TRUE((b[SHARC_COLL_ALL_GATHER] == 0) == shm);
+        /* 24 bytes are the two scalars every strategy all-reduces; more is the gradients */
+        ASSERT_TRUE((b[SHARC_COLL_ALL_REDUCE] > 24) == (H > 1));
+        free(sh_hosts);
+        free(rep_hosts);
+    }
+    if (r == 0)
+        printf("nodes: %d ranks on %d hosts (%d per host): MPI's node is the host%s\n", R, H, K,
+               K > 1 && H > 1 ? "; HYBRID_SHARD shards inside hosts, replicates across" : "");
+    free(nodes);
+    free(wr);
+    free(all);
+    sharc_comm_free(node);
 }
 
 /* -------------------------------------------------------------- memory */
@@ -870,6 +1006,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(what, "ckpt_load")) test_ckpt_load(argc - 2, argv + 2);
     else if (!strcmp(what, "badstep")) test_badstep(argc - 2, argv + 2);
     else if (!strcmp(what, "hf")) test_hf(argc - 2, argv + 2);
+    else if (!strcmp(what, "nodes")) test_nodes(argc - 2, argv + 2);
     else if (!strcmp(what, "wide")) test_wide();
     else {
         fprintf(stderr, "unknown test %s\n", what);

@@ -2,6 +2,7 @@
  * count shared by BLAS and sharc's OpenMP kernels. Note [blas-coretype]. */
 
 #include "sharc/blas.h"
+#include "sharc/progress.h"
 #include "sharc/log.h"
 
 #include <dlfcn.h>
@@ -160,9 +161,9 @@ void sharc_sgemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, c
         if (sharc_blas_init(0) != SHARC_OK) sharc_fatal(__FILE__, __LINE__, "%s", load_error);
     }
     if (M == 0 || N == 0) return;
-    if (dnnl_sgemm_ptr && (int64_t)M * N * K >= SHARC_ONEDNN_MIN_WORK &&
-        dnnl_sgemm_ptr(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', M, N, K, alpha, A, lda, B, ldb, beta, C, ldc) == 0)
-        return;
-    cblas_sgemm_ptr(ROW_MAJOR, trans_a ? TRANS : NO_TRANS, trans_b ? TRANS : NO_TRANS, M, N, K,
-                    alpha, A, lda, B, ldb, beta, C, ldc);
+    if (!(dnnl_sgemm_ptr && (int64_t)M * N * K >= SHARC_ONEDNN_MIN_WORK &&
+          dnnl_sgemm_ptr(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', M, N, K, alpha, A, lda, B, ldb, beta, C, ldc) == 0))
+        cblas_sgemm_ptr(ROW_MAJOR, trans_a ? TRANS : NO_TRANS, trans_b ? TRANS : NO_TRANS, M, N, K,
+                        alpha, A, lda, B, ldb, beta, C, ldc);
+    sharc_progress_poll(); /* note [progress] */
 }
