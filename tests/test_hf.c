@@ -11,6 +11,7 @@
 #include "sharc/model.h"
 #include "test.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,9 +24,17 @@ typedef struct {
     sharc_fsdp *e;
 } tiny;
 
+/* The seeded variants: 0 and 1 are the sharc_family values. */
+enum { V_GPT2, V_LLAMA, V_QWEN2, V_QWEN3, V_LLAMA31, V_MISTRAL, V_COUNT };
+static const char *const variant_names[] = {"gpt2", "llama", "qwen2", "qwen3", "llama31", "mistral"};
+
 /* GPT-2: C=48, 3 heads, V=37, T=13, tied. Llama: C=48, 3 heads, 1 KV head,
- * intermediate 72, V=37, untied lm_head. */
-static void tiny_config(sharc_model_config *c, sharc_family fam) {
+ * intermediate 72, V=37, untied lm_head. Qwen2: the Llama with q/k/v biases.
+ * Qwen3: head_dim 20 (not 48/3), q/k norms, tied. Llama-3.1: RoPE scaling
+ * factor 8 over an original 32 positions (of hd/2 = 8 frequencies, 1 kept,
+ * 2 smoothed, 5 divided). Mistral: a 13-token window (= T: it masks nothing). */
+static void tiny_config(sharc_model_config *c, int variant) {
+    sharc_family fam = variant == V_GPT2 ? SHARC_FAMILY_GPT2 : SHARC_FAMILY_LLAMA;
     sharc_model_config_default(c, fam);
     c->num_layers = 2;
     c->embed_dim = 48;
@@ -39,6 +48,19 @@ static void tiny_config(sharc_model_config *c, sharc_family fam) {
         c->norm_eps = 1e-6f;
         c->rope_theta = 500.0f;
     }
+    if (variant == V_QWEN2) c->qkv_bias = true;
+    if (variant == V_QWEN3) {
+        c->qk_norm = true;
+        c->head_dim = 20;
+        c->tie_embeddings = true;
+    }
+    if (variant == V_LLAMA31) {
+        c->rope_factor = 8.0f;
+        c->rope_low_freq_factor = 1.0f;
+        c->rope_high_freq_factor = 4.0f;
+        c->rope_original_max_pos = 32;
+    }
+    if (variant == V_MISTRAL) c->sliding_window = 13;
     ASSERT_OK(sharc_model_config_validate(c));
 }
 
@@ -83,7 +105,7 @@ static void tiny_fill(tiny *t) {
     }
 }
 
-static void tiny_seeded(tiny *t, sharc_family fam) {
+static void tiny_seeded(tiny *t, int fam) {
     sharc_model_config c;
     tiny_config(&c, fam);
     tiny_build(t, &c);
@@ -120,7 +142,7 @@ static void assert_params(tiny *a, tiny *b, sharc_dtype dt) {
     }
 }
 
-static void roundtrip(sharc_family fam, sharc_dtype dt, uint64_t shard_bytes, const char *name) {
+static void roundtrip(int fam, sharc_dtype dt, uint64_t shard_bytes, const char *name) {
     tiny a, b;
     tiny_seeded(&a, fam);
     const char *dir = tmp_path(name);
@@ -171,6 +193,33 @@ TEST(hf_roundtrip_llama_fp32) { roundtrip(SHARC_FAMILY_LLAMA, SHARC_DT_F32, 0, "
 TEST(hf_roundtrip_gpt2_bf16_sharded) { roundtrip(SHARC_FAMILY_GPT2, SHARC_DT_BF16, 20000, "gs"); }
 TEST(hf_roundtrip_llama_fp16) { roundtrip(SHARC_FAMILY_LLAMA, SHARC_DT_F16, 0, "lh"); }
 TEST(hf_roundtrip_llama_fp32_sharded) { roundtrip(SHARC_FAMILY_LLAMA, SHARC_DT_F32, 30000, "ls"); }
+
+/* Each family variant: export -> import (the same config, the same bits) ->
+ * export again gives byte-identical files, sharded or not. */
+TEST(hf_roundtrip_families_byte_identical) {
+    for (int f = V_QWEN2; f < V_COUNT; f++) {
+        for (int sharded = 0; sharded < 2; sharded++) {
+            tiny a, b;
+            tiny_seeded(&a, f);
+            char n1[64], n2[64], cmd[3000];
+            snprintf(n1, sizeof n1, "rt-%s-%d", variant_names[f], sharded);
+            snprintf(n2, sizeof n2, "rt2-%s-%d", variant_names[f], sharded);
+            const char *d1 = tmp_path(n1), *d2 = tmp_path(n2);
+            ASSERT_OK(sharc_hf_export(a.e, NULL, &a.cfg, d1, SHARC_DT_F32, sharded ? 20000 : 0));
+            sharc_model_config c;
+            ASSERT_OK(sharc_hf_read_config(d1, &c));
+            ASSERT_TRUE(memcmp(&c, &a.cfg, sizeof c) == 0);
+            tiny_build(&b, &c);
+            ASSERT_OK(sharc_hf_load(b.e, d1));
+            assert_params(&a, &b, SHARC_DT_F32);
+            ASSERT_OK(sharc_hf_export(b.e, NULL, &b.cfg, d2, SHARC_DT_F32, sharded ? 20000 : 0));
+            snprintf(cmd, sizeof cmd, "diff -r %s %s >/dev/null", d1, d2);
+            ASSERT_EQ(system(cmd), 0);
+            tiny_free(&a);
+            tiny_free(&b);
+        }
+    }
+}
 
 TEST(hf_export_layout_gpt2) {
     /* GPT2LMHeadModel's names and Conv1D (in, out) shapes; buffers of the
@@ -235,9 +284,12 @@ TEST(hf_export_layout_gpt2) {
     tiny_free(&b);
 }
 
-/* Logits of every prefix (T x V) after importing the exported model. */
-static void reference(sharc_family fam) {
-    const char *fam_name = fam == SHARC_FAMILY_GPT2 ? "gpt2" : "llama";
+/* Logits of every prefix (T x V) after importing the exported model; for the
+ * Llama family also every gradient of the mean cross-entropy of the
+ * reference's targets (float64 autograd), within 1e-4 relative + 1e-5 of the
+ * tensor's largest gradient. */
+static void reference(int fam) {
+    const char *fam_name = variant_names[fam];
     char path[1200], key[64];
     snprintf(path, sizeof path, "%s/hf_reference.safetensors", sharc_test_fixture_dir());
     sharc_st_file *fx;
@@ -267,25 +319,57 @@ static void reference(sharc_family fam) {
         ASSERT_ALLCLOSE(got, want + (len - 1) * V, V, 1e-5, 1e-5);
     }
     fprintf(stderr, "  %s: max |sharc - pytorch| over %d x %d logits = %.3g\n", fam_name, T, V, worst);
+    if (fam != V_GPT2) {
+        int32_t tgt[64];
+        snprintf(key, sizeof key, "%s.targets", fam_name);
+        ASSERT_OK(sharc_st_load_i32(fx, key, tgt, T));
+        double loss = sharc_model_forward_backward(b.m, b.e, tok, tgt, 1.0f / (float)T);
+        ASSERT_TRUE(isfinite(loss));
+        double gworst = 0;
+        int compared = 0;
+        for (int u = 0; u < sharc_fsdp_num_units(b.e); u++) {
+            const sharc_unit_spec *s = sharc_fsdp_unit_spec(b.e, u);
+            const float *g = sharc_fsdp_shard_grads(b.e, u);
+            for (int p = 0; p < s->nparams; p++, compared++) {
+                const sharc_param_spec *ps = &s->params[p];
+                float *ref = malloc(sizeof(float) * (size_t)ps->numel);
+                snprintf(key, sizeof key, "%s.grad.%s", fam_name, ps->name);
+                ASSERT_OK(sharc_st_load_f32(fx, key, ref, ps->numel));
+                double scale = 0;
+                for (int64_t i = 0; i < ps->numel; i++) scale = fmax(scale, fabs((double)ref[i]));
+                for (int64_t i = 0; i < ps->numel; i++) {
+                    double d = fabs((double)g[ps->offset + i] - (double)ref[i]);
+                    if (d / (scale > 0 ? scale : 1) > gworst) gworst = d / (scale > 0 ? scale : 1);
+                }
+                ASSERT_ALLCLOSE(g + ps->offset, ref, ps->numel, 1e-4, 1e-5 * (scale > 0 ? scale : 1.0));
+                free(ref);
+            }
+        }
+        fprintf(stderr, "  %s: %d gradients, max |sharc - pytorch| / max |grad| = %.3g\n", fam_name, compared, gworst);
+    }
     free(want);
     sharc_st_close(fx);
     tiny_free(&a);
     tiny_free(&b);
 }
 
-TEST(hf_reference_logits_gpt2) { reference(SHARC_FAMILY_GPT2); }
-TEST(hf_reference_logits_llama) { reference(SHARC_FAMILY_LLAMA); }
+TEST(hf_reference_logits_gpt2) { reference(V_GPT2); }
+TEST(hf_reference_logits_llama) { reference(V_LLAMA); }
+TEST(hf_reference_qwen2) { reference(V_QWEN2); }
+TEST(hf_reference_qwen3) { reference(V_QWEN3); }
+TEST(hf_reference_llama31) { reference(V_LLAMA31); }
+TEST(hf_reference_mistral) { reference(V_MISTRAL); }
 
 /* With SHARC_HF_FIXTURE_OUT set, write the seeded models there for
  * tools/hf_reference.py (make hf-fixtures); otherwise check the export is
  * deterministic (two exports, identical bytes). */
 TEST(hf_reference_models_export) {
     const char *out = getenv("SHARC_HF_FIXTURE_OUT");
-    for (int f = 0; f < 2; f++) {
+    for (int f = 0; f < V_COUNT; f++) {
         tiny a;
-        tiny_seeded(&a, f ? SHARC_FAMILY_LLAMA : SHARC_FAMILY_GPT2);
+        tiny_seeded(&a, f);
         char d1[1200], d2[1200], cmd[5000];
-        snprintf(d1, sizeof d1, "%s/%s", out ? out : sharc_test_tmpdir(), f ? "llama" : "gpt2");
+        snprintf(d1, sizeof d1, "%s/%s", out ? out : sharc_test_tmpdir(), variant_names[f]);
         snprintf(d2, sizeof d2, "%s/again-%d", sharc_test_tmpdir(), f);
         ASSERT_OK(sharc_hf_export(a.e, NULL, &a.cfg, d1, SHARC_DT_F32, 0));
         ASSERT_OK(sharc_hf_export(a.e, NULL, &a.cfg, d2, SHARC_DT_F32, 0));
@@ -442,4 +526,117 @@ TEST(hf_bad_directories) {
     tiny_free(&b);
     tiny_free(&o);
     tiny_free(&g);
+}
+
+/* Note [hf-keys]: a Llama-3.1 config in transformers 4.x's layout (rope_theta
+ * + rope_scaling) and 5.x's (rope_parameters) read the same; every key is
+ * honoured, harmless or refused by name; bos/eos ids come and go with the
+ * config, exported only inside the vocabulary. */
+#define LLAMA_KEYS "\"model_type\": \"llama\", \"hidden_size\": 48, \"intermediate_size\": 72, \"num_hidden_layers\": 2, " \
+                   "\"num_attention_heads\": 3, \"num_key_value_heads\": 1, \"vocab_size\": 37"
+TEST(hf_config_keys) {
+    char dir[1200], q[1300];
+    snprintf(dir, sizeof dir, "%s", tmp_path("keys"));
+    ASSERT_OK(sharc_mkdirs(dir));
+    snprintf(q, sizeof q, "%s/config.json", dir);
+    sharc_model_config v4, v5;
+    write_text(q, "{" LLAMA_KEYS ", \"rope_theta\": 500000.0, \"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 8.0,"
+                  " \"low_freq_factor\": 1.0, \"high_freq_factor\": 4.0, \"original_max_position_embeddings\": 8192},"
+                  " \"bos_token_id\": 1, \"eos_token_id\": [2, 3], \"transformers_version\": \"4.43.0\", \"attention_dropout\": 0.0}");
+    ASSERT_OK(sharc_hf_read_config(dir, &v4));
+    ASSERT_NEAR(v4.rope_theta, 500000.0, 0, 0);
+    ASSERT_NEAR(v4.rope_factor, 8.0, 0, 0);
+    ASSERT_EQ(v4.rope_original_max_pos, 8192);
+    ASSERT_EQ(v4.bos_token_id, 1);
+    ASSERT_EQ(v4.eos_token_id, 2);
+    /* the 5.x layout: theta inside rope_parameters (the defect: read as 10000 before) */
+    write_text(q, "{" LLAMA_KEYS ", \"rope_parameters\": {\"rope_type\": \"llama3\", \"rope_theta\": 500000.0, \"factor\": 8.0,"
+                  " \"low_freq_factor\": 1.0, \"high_freq_factor\": 4.0, \"original_max_position_embeddings\": 8192},"
+                  " \"bos_token_id\": 1, \"eos_token_id\": 2, \"transformers_version\": \"5.0.0\", \"dtype\": \"bfloat16\"}");
+    ASSERT_OK(sharc_hf_read_config(dir, &v5));
+    ASSERT_TRUE(memcmp(&v4, &v5, sizeof v4) == 0);
+    write_text(q, "{" LLAMA_KEYS ", \"rope_parameters\": {\"rope_type\": \"default\", \"rope_theta\": 1000000.0}}");
+    ASSERT_OK(sharc_hf_read_config(dir, &v5));
+    ASSERT_NEAR(v5.rope_theta, 1e6, 0, 0);
+    ASSERT_NEAR(v5.rope_factor, 0, 0, 0);
+    /* refused by name */
+    sharc_model_config c;
+    write_text(q, "{" LLAMA_KEYS ", \"attn_logit_softcapping\": 50.0}");
+    expect_error(sharc_hf_read_config(dir, &c), "key \"attn_logit_softcapping\" is not one sharc knows for model_type llama", q);
+    write_text(q, "{" LLAMA_KEYS ", \"rope_parameters\": {\"rope_type\": \"yarn\", \"rope_theta\": 1e6, \"factor\": 4.0}}");
+    expect_error(sharc_hf_read_config(dir, &c), "\"rope_parameters\" rope_type \"yarn\" is not supported", q);
+    write_text(q, "{" LLAMA_KEYS ", \"rope_parameters\": {\"rope_type\": \"default\", \"rope_theta\": 1e6, \"beta_fast\": 32}}");
+    expect_error(sharc_hf_read_config(dir, &c), "\"rope_parameters\".\"beta_fast\" is not a key sharc knows", q);
+    write_text(q, "{" LLAMA_KEYS ", \"rope_theta\": 10000.0, \"rope_parameters\": {\"rope_type\": \"default\", \"rope_theta\": 1e6}}");
+    expect_error(sharc_hf_read_config(dir, &c), "disagree", q);
+    write_text(q, "{" LLAMA_KEYS ", \"attention_bias\": true}");
+    expect_error(sharc_hf_read_config(dir, &c), "\"attention_bias\": true is not supported", q);
+    write_text(q, "{\"model_type\": \"qwen2\", \"hidden_size\": 48, \"intermediate_size\": 72, \"num_hidden_layers\": 2,"
+                  " \"num_attention_heads\": 3, \"vocab_size\": 37, \"use_sliding_window\": true, \"sliding_window\": 8,"
+                  " \"max_window_layers\": 1}");
+    expect_error(sharc_hf_read_config(dir, &c), "a sliding window on 1 of 2 layers is not supported", q);
+    write_text(q, "{\"model_type\": \"mistral\", \"hidden_size\": 48, \"intermediate_size\": 72, \"num_hidden_layers\": 2,"
+                  " \"num_attention_heads\": 3, \"vocab_size\": 37, \"sliding_window\": 8, \"head_dim\": 20}");
+    ASSERT_OK(sharc_hf_read_config(dir, &c));
+    ASSERT_EQ(c.sliding_window, 8);
+    ASSERT_EQ(c.head_dim, 20);
+    ASSERT_TRUE(!c.qkv_bias && !c.qk_norm);
+    write_text(q, "{\"model_type\": \"qwen3\", \"hidden_size\": 48, \"intermediate_size\": 72, \"num_hidden_layers\": 2,"
+                  " \"num_attention_heads\": 3, \"vocab_size\": 37, \"head_dim\": 20, \"use_sliding_window\": false,"
+                  " \"sliding_window\": null, \"max_window_layers\": 2, \"tie_word_embeddings\": true}");
+    ASSERT_OK(sharc_hf_read_config(dir, &c));
+    ASSERT_TRUE(c.qk_norm && !c.qkv_bias && c.head_dim == 20 && c.sliding_window == 0 && c.tie_embeddings);
+    /* bos/eos inside the vocabulary: a 300-token GPT-2 exports null, a 50257-token one 50256 */
+    for (int big = 0; big < 2; big++) {
+        sharc_model_config g;
+        tiny_config(&g, V_GPT2);
+        g.vocab_size = big ? 50257 : 300;
+        tiny t;
+        tiny_build(&t, &g);
+        char name[32];
+        snprintf(name, sizeof name, "bos-%d", big);
+        const char *d = tmp_path(name);
+        ASSERT_OK(sharc_hf_export(t.e, NULL, &g, d, SHARC_DT_BF16, 0));
+        char *text;
+        size_t len;
+        snprintf(q, sizeof q, "%s/config.json", d);
+        ASSERT_OK(sharc_read_file(q, &text, &len));
+        ASSERT_TRUE(strstr(text, big ? "\"bos_token_id\": 50256" : "\"bos_token_id\": null") != NULL);
+        ASSERT_TRUE(strstr(text, big ? "\"eos_token_id\": 50256" : "\"eos_token_id\": null") != NULL);
+        free(text);
+        tiny_free(&t);
+    }
+}
+
+/* Note [kv-cache]: for every family variant, generation with the key/value
+ * cache (a 5-token prefill, then one token at a time) gives the logits of
+ * the uncached forward over the whole prefix within fp32 rounding, and so
+ * the same greedy tokens, up to the planned 13 positions. */
+TEST(generate_kv_cache_matches_recompute) {
+    for (int f = 0; f < V_COUNT; f++) {
+        tiny a;
+        tiny_seeded(&a, f);
+        int T = a.cfg.max_seq_len, V = a.cfg.vocab_size;
+        int32_t ids[64] = {3, 17, 5, 30, 11};
+        int n = 5;
+        float got[64], want[64];
+        ASSERT_OK(sharc_model_kv_enable(a.m));
+        ASSERT_OK(sharc_model_kv_append(a.m, a.e, ids, n, got));
+        double worst = 0;
+        for (;;) {
+            sharc_model_logits_last(a.m, a.e, ids, n, want);
+            for (int v = 0; v < V; v++) worst = fmax(worst, fabs((double)got[v] - (double)want[v]));
+            ASSERT_ALLCLOSE(got, want, V, 1e-5, 1e-5);
+            int g = sharc_sample_logits(got, V, 0.0f, 0, 0.5f), w = sharc_sample_logits(want, V, 0.0f, 0, 0.5f);
+            ASSERT_EQ(g, w);
+            if (n == T) break;
+            ids[n++] = g;
+            ASSERT_OK(sharc_model_kv_append(a.m, a.e, ids + n - 1, 1, got));
+        }
+        ASSERT_EQ(sharc_model_kv_len(a.m), T);
+        /* full: one more position is refused, not written past the cache */
+        ASSERT_TRUE(sharc_model_kv_append(a.m, a.e, ids, 1, got) == SHARC_ERR_INVALID);
+        fprintf(stderr, "  %s: %d greedy tokens, max |cached - uncached| logit %.3g\n", variant_names[f], T - 5, worst);
+        tiny_free(&a);
+    }
 }

@@ -7,6 +7,7 @@
 #include "sharc/model.h"
 #include "sharc/optim.h"
 
+#include <math.h>
 #include <string.h>
 
 typedef struct {
@@ -14,6 +15,12 @@ typedef struct {
     sharc_fsdp *e;
     int32_t *in, *tgt;
 } model_ctx;
+
+/* Llama-family variant of the next setup (note [families]): 0 plain,
+ * 1 Qwen2 (q/k/v biases), 2 Qwen3 (q/k norms, head_dim 10 != 48/3), 3 Llama-3.1
+ * RoPE scaling (factor 4 over 8 original positions: kept, smoothed and
+ * divided frequencies all present). */
+static int variant;
 
 static void small_config(sharc_model_config *c, sharc_family f) {
     sharc_model_config_default(c, f);
@@ -25,6 +32,16 @@ static void small_config(sharc_model_config *c, sharc_family f) {
     c->vocab_size = 37;
     c->max_seq_len = 16;
     c->init_std = 0.2f;
+    c->qkv_bias = variant == 1;
+    c->qk_norm = variant == 2;
+    c->head_dim = variant == 2 ? 10 : 0;
+    if (variant == 3) {
+        c->rope_theta = 100.0f;
+        c->rope_factor = 4.0f;
+        c->rope_low_freq_factor = 1.0f;
+        c->rope_high_freq_factor = 4.0f;
+        c->rope_original_max_pos = 8;
+    }
 }
 
 /* tiles > 1: the tiled MLP (note [tiled-mlp]) in that many chunks */
@@ -93,7 +110,7 @@ static void model_fd_tiled(sharc_family f, bool tie, int tiles) {
         for (int i = 0; i < s->nparams; i++) {
             const sharc_param_spec *ps = &s->params[i];
             fd_check(model_loss, &x, p + ps->offset, g + ps->offset, ps->numel > 300 ? 300 : ps->numel,
-                     1e-2f, 3e-2, 2e-3, ps->name);
+                     variant == 1 ? 2e-3f : 1e-2f, 3e-2, 2e-3, ps->name);
         }
     }
     teardown(&x);
@@ -106,6 +123,57 @@ TEST(model_llama_finite_difference) { model_fd(SHARC_FAMILY_LLAMA, false); }
 /* Llama with tied embeddings through the tiled MLP (note [tiled-mlp]): 26
  * rows in 3 chunks of 9, 9 and 8 */
 TEST(model_llama_tied_finite_difference) { model_fd_tiled(SHARC_FAMILY_LLAMA, true, 3); }
+TEST(model_qwen2_finite_difference) { variant = 1; model_fd(SHARC_FAMILY_LLAMA, false); }
+TEST(model_qwen3_finite_difference) { variant = 2; model_fd(SHARC_FAMILY_LLAMA, true); }
+TEST(model_llama31_finite_difference) { variant = 3; model_fd(SHARC_FAMILY_LLAMA, false); }
+
+/* Llama-3.1-8B's RoPE (theta 5e5, hd 128, factor 8, low 1, high 4, original
+ * 8192) against float64 values of Hugging Face's llama3 rule: 29 frequencies
+ * kept, 6 smoothed, 29 divided by 8. */
+TEST(model_rope_llama3_inv_freq) {
+    sharc_model_config c;
+    sharc_model_config_default(&c, SHARC_FAMILY_LLAMA);
+    c.embed_dim = 4096;
+    c.num_heads = 32;
+    c.rope_theta = 500000.0f;
+    c.rope_factor = 8.0f;
+    c.rope_low_freq_factor = 1.0f;
+    c.rope_high_freq_factor = 4.0f;
+    c.rope_original_max_pos = 8192;
+    ASSERT_OK(sharc_model_config_validate(&c));
+    float f[64], plain[64];
+    sharc_model_rope_inv_freq(&c, f);
+    c.rope_factor = 0.0f;
+    sharc_model_rope_inv_freq(&c, plain);
+    int kept = 0, divided = 0, smoothed = 0;
+    for (int i = 0; i < 64; i++) {
+        if (f[i] == plain[i]) kept++;
+        else if (fabsf(f[i] - plain[i] / 8.0f) <= 1e-7f * plain[i]) divided++;
+        else smoothed++;
+    }
+    ASSERT_EQ(kept, 29);
+    ASSERT_EQ(smoothed, 6);
+    ASSERT_EQ(divided, 29);
+    ASSERT_NEAR(f[0], 1.0, 1e-6, 0);
+    ASSERT_NEAR(f[20], 1.656044008e-2, 1e-6, 0);
+    ASSERT_NEAR(f[30], 1.371893568e-3, 1e-6, 0);
+    ASSERT_NEAR(f[40], 3.428102196e-5, 1e-6, 0);
+    ASSERT_NEAR(f[63], 3.068925989e-7, 1e-6, 0);
+}
+
+/* A window shorter than the planned sequence is refused by name (the
+ * attention kernel has no window); one at least as long masks nothing. */
+TEST(model_sliding_window_refused_past_the_sequence) {
+    sharc_model_config c;
+    small_config(&c, SHARC_FAMILY_LLAMA);
+    c.sliding_window = 12;
+    sharc_model *m;
+    ASSERT_OK(sharc_model_init(&m, &c, NULL));
+    ASSERT_OK(sharc_model_plan(m, 1, 12, false));
+    ASSERT_TRUE(sharc_model_plan(m, 1, 13, false) == SHARC_ERR_INVALID);
+    ASSERT_TRUE(strstr(sharc_last_error(), "model.sliding_window: 12 is shorter than the sequence (13 tokens)") != NULL);
+    sharc_model_free(m);
+}
 
 /* Activation checkpointing recomputes the same kernels on the same inputs:
  * the loss and every gradient are bit-identical. */

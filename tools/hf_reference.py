@@ -1,17 +1,23 @@
 #!/usr/bin/python3
-"""hf_reference.py: logits of Hugging Face model directories computed by a
-plain PyTorch implementation (no transformers, no safetensors package), the
-reference for tests/test_hf.c.
+"""hf_reference.py: logits and gradients of Hugging Face model directories
+computed by a plain PyTorch implementation (no transformers, no safetensors
+package), the reference for tests/test_hf.c.
 
 Reads DIR/config.json and DIR/model.safetensors (or the shards named by
 model.safetensors.index.json), parsed here with json and struct. GPT-2 follows
 GPT2LMHeadModel: Conv1D weights are (in, out) and compute x @ W + b, tanh
-GELU, tied lm_head. Llama follows LlamaForCausalLM: RMSNorm, rotate_half RoPE,
-grouped-query attention, SwiGLU. Everything is computed in float64.
+GELU, tied lm_head. The Llama family follows LlamaForCausalLM and its
+relatives, written from their config keys: RMSNorm, rotate_half RoPE
+(Llama-3 rope_scaling when the config has it), grouped-query attention,
+SwiGLU, head_dim when given; Qwen2's q/k/v biases, Qwen3's per-head
+q_norm/k_norm before RoPE, Mistral's sliding window (a query sees itself and
+the W-1 keys before it). Everything is computed in float64.
 
-usage: hf_reference.py OUT.safetensors gpt2=DIR llama=DIR
-writes, for each family F: F.tokens (I32, T) and F.logits (F32, T x V), the
-logits of every position for fixed tokens.
+usage: hf_reference.py OUT.safetensors NAME=DIR ...
+writes, for each NAME: NAME.tokens (I32, T) and NAME.logits (F32, T x V), the
+logits of every position for fixed tokens; for the Llama family also
+NAME.targets (I32, T) and NAME.grad.<tensor> (F32), the gradients of the
+mean cross-entropy of the targets (from float64 autograd).
 """
 import json
 import math
@@ -67,11 +73,13 @@ def layer_norm(x, w, b, eps):
     return (x - mu) / torch.sqrt(var + eps) * w + b
 
 
-def attention(q, k, v):
-    """q (nH, T, d), k/v (nH, T, d): causal softmax attention."""
+def attention(q, k, v, window=0):
+    """q (nH, T, d), k/v (nH, T, d): causal softmax attention (keys i-W < j <= i with a window W)."""
     T, d = q.shape[1], q.shape[2]
     s = q @ k.transpose(1, 2) / math.sqrt(d)
     mask = torch.triu(torch.ones(T, T, dtype=torch.bool), 1)
+    if window:
+        mask = mask | torch.tril(torch.ones(T, T, dtype=torch.bool), -window)
     s = s.masked_fill(mask, float("-inf"))
     return torch.softmax(s, -1) @ v
 
@@ -107,12 +115,37 @@ def rotate_half(x):
     return torch.cat((-x[..., h:], x[..., :h]), -1)
 
 
+def rope_inv_freq(cfg, d):
+    """theta^(-2i/d), with Llama-3 scaling (modeling_rope_utils' llama3 rule) when configured."""
+    rp = cfg.get("rope_parameters") or cfg.get("rope_scaling") or {}
+    theta = rp.get("rope_theta", cfg.get("rope_theta", 10000.0))
+    inv = 1.0 / theta ** (torch.arange(0, d, 2, dtype=torch.float64) / d)
+    if rp.get("rope_type", rp.get("type")) == "llama3":
+        f, lo, hi = rp["factor"], rp["low_freq_factor"], rp["high_freq_factor"]
+        orig = rp["original_max_position_embeddings"]
+        out = []
+        for x in inv.tolist():
+            wl = 2 * math.pi / x
+            if wl < orig / hi:
+                out.append(x)
+            elif wl > orig / lo:
+                out.append(x / f)
+            else:
+                s = (orig / wl - lo) / (hi - lo)
+                out.append((1 - s) * x / f + s * x)
+        inv = torch.tensor(out, dtype=torch.float64)
+    return inv
+
+
 def llama(cfg, w, tok):
     C, nH = cfg["hidden_size"], cfg["num_attention_heads"]
     nKV = cfg.get("num_key_value_heads", nH)
-    eps, theta = cfg.get("rms_norm_eps", 1e-6), cfg.get("rope_theta", 10000.0)
-    d, T = C // nH, len(tok)
-    inv = 1.0 / theta ** (torch.arange(0, d, 2, dtype=torch.float64) / d)
+    eps = cfg.get("rms_norm_eps", 1e-6)
+    d, T = cfg.get("head_dim") or C // nH, len(tok)
+    window = cfg.get("sliding_window") or 0
+    if cfg["model_type"] in ("qwen2", "qwen3") and not cfg.get("use_sliding_window"):
+        window = 0
+    inv = rope_inv_freq(cfg, d)
     ang = torch.arange(T, dtype=torch.float64)[:, None] * inv[None, :]
     emb = torch.cat((ang, ang), -1)
     cos, sin = emb.cos(), emb.sin()
@@ -120,14 +153,19 @@ def llama(cfg, w, tok):
     x = w["model.embed_tokens.weight"][tok]
     for l in range(cfg["num_hidden_layers"]):
         g = lambda n: w["model.layers.%d.%s" % (l, n)]
+        b = lambda n: w.get("model.layers.%d.%s" % (l, n), 0.0)  # Qwen2's q/k/v biases
         h = rms_norm(x, g("input_layernorm.weight"), eps)
-        q = (h @ g("self_attn.q_proj.weight").T).reshape(T, nH, d).transpose(0, 1)
-        k = (h @ g("self_attn.k_proj.weight").T).reshape(T, nKV, d).transpose(0, 1)
-        v = (h @ g("self_attn.v_proj.weight").T).reshape(T, nKV, d).transpose(0, 1)
+        q = (h @ g("self_attn.q_proj.weight").T + b("self_attn.q_proj.bias")).reshape(T, nH, d)
+        k = (h @ g("self_attn.k_proj.weight").T + b("self_attn.k_proj.bias")).reshape(T, nKV, d)
+        v = (h @ g("self_attn.v_proj.weight").T + b("self_attn.v_proj.bias")).reshape(T, nKV, d)
+        if "model.layers.%d.self_attn.q_norm.weight" % l in w:  # Qwen3: per head, before RoPE
+            q = rms_norm(q, g("self_attn.q_norm.weight"), eps)
+            k = rms_norm(k, g("self_attn.k_norm.weight"), eps)
+        q, k, v = q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1)
         q, k = rope(q), rope(k)
         k = k.repeat_interleave(nH // nKV, 0)  # head i uses KV head i // (nH / nKV)
         v = v.repeat_interleave(nH // nKV, 0)
-        y = attention(q, k, v).transpose(0, 1).reshape(T, C)
+        y = attention(q, k, v, window).transpose(0, 1).reshape(T, nH * d)
         x = x + y @ g("self_attn.o_proj.weight").T
         h = rms_norm(x, g("post_attention_layernorm.weight"), eps)
         gate, up = h @ g("mlp.gate_proj.weight").T, h @ g("mlp.up_proj.weight").T
@@ -152,16 +190,31 @@ def write_safetensors(path, tensors):
     os.replace(path + ".tmp", path)
 
 
+SEEDS = {"gpt2": 1234, "llama": 5678, "qwen2": 91, "qwen3": 92, "llama31": 93, "mistral": 94}
+
+
 def main():
     out, tensors = sys.argv[1], {}
     for arg in sys.argv[2:]:
         fam, d = arg.split("=", 1)
         cfg, w = read_dir(d)
         V, T = cfg["vocab_size"], cfg.get("n_positions", cfg.get("max_position_embeddings"))
-        gen = torch.Generator().manual_seed(1234 if fam == "gpt2" else 5678)
+        gen = torch.Generator().manual_seed(SEEDS[fam])
         tok = torch.randint(0, V, (T,), generator=gen)
-        logits = (gpt2 if fam == "gpt2" else llama)(cfg, w, tok)
         tensors[fam + ".tokens"] = tok.to(torch.int32)
+        if fam == "gpt2":
+            logits = gpt2(cfg, w, tok)
+        else:
+            for t in w.values():
+                t.requires_grad_(True)
+            logits = llama(cfg, w, tok)
+            tgt = torch.randint(0, V, (T,), generator=gen)
+            loss = torch.nn.functional.cross_entropy(logits, tgt)  # the mean over the T targets
+            loss.backward()
+            tensors[fam + ".targets"] = tgt.to(torch.int32)
+            for name, t in sorted(w.items()):
+                tensors["%s.grad.%s" % (fam, name)] = t.grad.to(torch.float32)
+            logits = logits.detach()
         tensors[fam + ".logits"] = logits.to(torch.float32)
         print("%s: %d tokens, logits %s, |max| %.3f" % (fam, T, tuple(logits.shape), logits.abs().max().item()))
     write_safetensors(out, tensors)

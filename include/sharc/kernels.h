@@ -73,6 +73,14 @@ typedef struct sharc_kernels {
                             float eps);
     void (*rmsnorm_backward)(sharc_stream *s, float *dx, float *dw, const float *dy, const float *dres,
                              const float *x, const float *w, const float *rstd, int64_t N, int C);
+    /* ---- per-head RMSNorm (Qwen3's q_norm / k_norm): for each of N tokens, H
+     * rows of hd elements at x + n*ld + h*hd (the heads inside a qkv row of
+     * stride ld), y = x * rstd * w with one w (hd) for all heads; rstd (N*H).
+     * Backward writes dx (may alias dy) and accumulates dw (nullable). ---- */
+    void (*head_rmsnorm_forward)(sharc_stream *s, float *y, float *rstd, const float *x, const float *w, int64_t N,
+                                 int H, int hd, int64_t ld, float eps);
+    void (*head_rmsnorm_backward)(sharc_stream *s, float *dx, float *dw, const float *dy, const float *x,
+                                  const float *w, const float *rstd, int64_t N, int H, int hd, int64_t ld);
 
     /* ---- GELU, tanh form: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) ---- */
     void (*gelu_forward)(sharc_stream *s, float *y, const float *x, int64_t n);
@@ -116,6 +124,12 @@ typedef struct sharc_kernels {
     /* dqkv is written (=) for every query, key and value element. */
     void (*attention_backward)(sharc_stream *s, float *dqkv, const float *dout, const float *qkv, const float *out,
                                const float *lse, int B, int T, int NH, int NKV, int hd, float *ws);
+    /* Generation: n new queries at positions t0 .. t0+n-1, rows of q at stride
+     * ldq (the query heads of a qkv row), against cached keys and values kc,
+     * vc (t0+n, NKV*hd) that already hold the new tokens' own; out (n, NH*hd).
+     * ws: attention_workspace(T) floats for any t0 + n <= T. */
+    void (*attention_cached)(sharc_stream *s, float *out, const float *q, int64_t ldq, const float *kc,
+                             const float *vc, int n, int t0, int NH, int NKV, int hd, float *ws);
 
     /* ---- softmax cross-entropy over V classes, rows with target < 0 masked ----
      * losses[r] = logsumexp(logits[r]) - logits[r][target[r]] (0 for masked

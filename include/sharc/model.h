@@ -41,7 +41,22 @@ typedef struct {
     float rope_theta;
     float init_std;
     bool tie_embeddings;
+    /* Llama-family variants (note [families] in src/model/model.c; all 0 for
+     * a plain Llama, and for GPT-2): */
+    int head_dim;       /* per-head width (0: embed_dim / num_heads); Qwen3 sets it apart */
+    bool qkv_bias;      /* biases on q, k and v projections (Qwen2) */
+    bool qk_norm;       /* RMSNorm over each query and key head before RoPE (Qwen3) */
+    int sliding_window; /* attend to the last W positions only (0: all); Mistral */
+    /* Llama-3 RoPE scaling (rope_type llama3) when rope_factor > 0 */
+    float rope_factor, rope_low_freq_factor, rope_high_freq_factor;
+    int rope_original_max_pos;
+    /* config.json's bos/eos ids, carried from import to export (-1: none) */
+    int bos_token_id, eos_token_id;
 } sharc_model_config;
+
+/* RoPE inverse frequencies (head_dim/2 floats) of a llama-family config:
+ * theta^(-2i/hd), with Llama-3 scaling applied when rope_factor > 0. */
+void sharc_model_rope_inv_freq(const sharc_model_config *c, float *inv_freq);
 
 /* Family defaults (GPT-2 124M shape, or a Llama of the same width). */
 void sharc_model_config_default(sharc_model_config *c, sharc_family family);
@@ -50,7 +65,7 @@ sharc_status sharc_model_config_validate(sharc_model_config *c);
 const char *sharc_family_name(sharc_family f);
 /* Parameters, and the matmul parameters that MFU counts (PaLM's N). */
 int64_t sharc_model_num_params(const sharc_model_config *c);
-/* Training FLOPs per token: 6 * N_matmul + 12 * L * C * T (PaLM, appendix B). */
+/* Training FLOPs per token: 6 * N_matmul + 12 * L * (num_heads * head_dim) * T (PaLM, appendix B). */
 double sharc_model_flops_per_token(const sharc_model_config *c, int T);
 
 typedef struct sharc_model sharc_model;
@@ -116,6 +131,15 @@ void sharc_model_logits_last(sharc_model *m, sharc_fsdp *e, const int32_t *input
  * param_dtype is bf16 and the device's kernels can (note [bf16-compute] in
  * src/model/model.c); otherwise they run in fp32. */
 bool sharc_model_computes_bf16(const sharc_model *m, const sharc_fsdp *e);
+/* Generation with a key/value cache (note [kv-cache] in src/model/model.c),
+ * on a plan of B = 1 and T positions. kv_enable allocates the caches (once)
+ * and empties them; kv_append runs n tokens at the next positions, caching
+ * their keys and values, and writes the logits (V floats of host memory) of
+ * the last; the cached positions plus n must not exceed T. Each token costs
+ * O(cached positions), not a forward over the whole prefix. */
+sharc_status sharc_model_kv_enable(sharc_model *m);
+sharc_status sharc_model_kv_append(sharc_model *m, sharc_fsdp *e, const int32_t *tokens, int n, float *logits);
+int sharc_model_kv_len(const sharc_model *m);
 
 /* Seconds spent in forward and backward since the last reset, measured by
  * the model around its layer loops (gather waits included). Forward:

@@ -51,7 +51,7 @@ static void usage(FILE *f) {
             "              [--stage NAME]   (multi-stage files: run only that stage)\n"
             "  sharc launch -n N [--] sharc train ...   run N ranks under mpirun with the right flags\n"
             "  sharc generate --checkpoint DIR|FILE [--prompt TEXT] [--tokens N]\n"
-            "                 [--temperature T] [--top-k K] [--seed S] [--threads K] [--timeout S]\n"
+            "                 [--temperature T] [--top-k K] [--seed S] [--threads K] [--timeout S] [--no-kv-cache]\n"
             "                 [--tokenizer PATH] [--chat]   (default: the run's model.tokenizer; --chat: the prompt\n"
             "                 as one user turn of the chat template)\n"
             "  sharc tokenize [--config FILE] [--section.key=value ...] [--out FILE] [--threads N]\n"
@@ -599,7 +599,7 @@ static sharc_status generate_prompt(const sharc_config *c, const sharc_tokenizer
 static int cmd_generate(int argc, char **argv) {
     option o[] = {{"--checkpoint", NULL}, {"--prompt", "\n"}, {"--tokens", "200"}, {"--temperature", "0.8"},
                   {"--top-k", "40"}, {"--seed", "1"}, {"--threads", "0"}, {"--timeout", DEFAULT_TIMEOUT},
-                  {"--tokenizer", NULL}, {"--chat", OPT_SWITCH}};
+                  {"--tokenizer", NULL}, {"--chat", OPT_SWITCH}, {"--no-kv-cache", OPT_SWITCH}};
     const int no = (int)(sizeof o / sizeof o[0]);
     long long ntok = 0, top_k = 0, threads = 0;
     unsigned long long seed = 1;
@@ -615,6 +615,7 @@ static int cmd_generate(int argc, char **argv) {
     const char *ckpt = opt_value(o, no, "--checkpoint"), *prompt = opt_value(o, no, "--prompt");
     const char *tok_path = opt_value(o, no, "--tokenizer");
     bool chat = opt_value(o, no, "--chat") != OPT_SWITCH;
+    bool cache = opt_value(o, no, "--no-kv-cache") == OPT_SWITCH;
     if (st == SHARC_OK && !ckpt) st = sharc_error(SHARC_ERR_INVALID, "generate: --checkpoint DIR|FILE is required");
     if (st != SHARC_OK) return fail(st);
     sharc_config c;
@@ -648,6 +649,7 @@ static int cmd_generate(int argc, char **argv) {
     sharc_fsdp *e = NULL;
     int T = c.model.family == SHARC_FAMILY_GPT2 ? c.model.max_seq_len : c.train.seq_len;
     if (st == SHARC_OK) st = inference_load(&src, &c, 1, &m, &e);
+    if (st == SHARC_OK && cache) st = sharc_model_kv_enable(m);
     float *logits = malloc(sizeof(float) * (size_t)V);
     if (st == SHARC_OK && !logits) st = sharc_error(SHARC_ERR_NOMEM, "generate: out of memory");
     if (st != SHARC_OK) {
@@ -665,8 +667,16 @@ static int cmd_generate(int argc, char **argv) {
     sharc_fault_at("generate", 0);
     for (long long i = 0; i < ntok; i++) {
         sharc_activity_step(i + 1); /* note [watchdog]: each token is progress */
-        size_t start = ids.n > (size_t)T ? ids.n - (size_t)T : 0;
-        sharc_model_logits_last(m, e, ids.ids + start, (int)(ids.n - start), logits);
+        /* note [kv-cache]: within the T planned positions each token is
+         * appended to the cache; past them (or with --no-kv-cache) the last
+         * T tokens are recomputed from position 0, as without a cache */
+        if (cache && ids.n <= (size_t)T) {
+            int have = sharc_model_kv_len(m);
+            if ((st = sharc_model_kv_append(m, e, ids.ids + have, (int)ids.n - have, logits)) != SHARC_OK) break;
+        } else {
+            size_t start = ids.n > (size_t)T ? ids.n - (size_t)T : 0;
+            sharc_model_logits_last(m, e, ids.ids + start, (int)(ids.n - start), logits);
+        }
         int next = sharc_sample_logits(logits, V, (float)temperature, (int)top_k, sharc_rng_next_uniform(&rng));
         if (tok && (next == eos || next == turn_end)) break; /* the model ended its text */
         ids.ids[ids.n++] = next;
@@ -683,7 +693,7 @@ static int cmd_generate(int argc, char **argv) {
     sharc_tokenizer_free(tok);
     sharc_fsdp_free(e);
     sharc_model_free(m);
-    return 0;
+    return st == SHARC_OK ? 0 : fail(st);
 }
 
 /* A progress line on stderr when it is a terminal. */

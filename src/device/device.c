@@ -261,11 +261,11 @@ static void accumulate_by_sum_ranks(sharc_stream *s, float *dst, const float *sr
  * and not here. */
 #define SHARC_KERNEL_SLOTS(X)                                                                                  \
     X(matmul_forward, 1) X(matmul_backward, 1) X(layernorm_forward, 1) X(layernorm_backward, 1)                 \
-    X(rmsnorm_forward, 1) X(rmsnorm_backward, 1) X(gelu_forward, 1) X(gelu_backward, 1) X(swiglu_forward, 1)    \
+    X(rmsnorm_forward, 1) X(rmsnorm_backward, 1) X(head_rmsnorm_forward, 1) X(head_rmsnorm_backward, 1) X(gelu_forward, 1) X(gelu_backward, 1) X(swiglu_forward, 1)    \
     X(swiglu_backward, 1) X(add, 0) X(embedding_forward, 1) X(embedding_backward, 1) X(rope_table, 1)          \
     X(rope_forward, 1) X(rope_backward, 1) X(attention_workspace, 1) X(attention_forward, 1)                  \
-    X(attention_backward, 1) X(xent_forward_backward, 1) X(lmhead_xent, 1) X(cast, 1) X(round, 1)              \
-    X(accumulate, 0) X(sum_ranks, 1) X(sumsq, 1) X(adamw, 1) X(fill, 1) X(init_normal, 1)                     \
+    X(attention_backward, 1) X(attention_cached, 1) X(xent_forward_backward, 1) X(lmhead_xent, 1) X(cast, 1)      \
+    X(round, 1) X(accumulate, 0) X(sum_ranks, 1) X(sumsq, 1) X(adamw, 1) X(fill, 1) X(init_normal, 1)         \
     X(bf16_compute, 0) X(matmul_forward_bf16, 0) X(matmul_backward_bf16, 0) X(lmhead_xent_bf16, 0)
 
 #define COUNT_SLOT(name, required) +1

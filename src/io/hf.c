@@ -232,6 +232,7 @@ enum {
     HF_CHECK = 4,     /* compared with a run's model.* (model.init_from) */
     HF_WRITE = 8,     /* written by export */
     HF_NULL_4C = 16,  /* written as null when the field is 4 x embed_dim (GPT-2's n_inner default) */
+    HF_HARMLESS = 32, /* accepted and ignored on read (note [hf-keys]) */
 };
 
 typedef enum {
@@ -239,6 +240,7 @@ typedef enum {
     HF_FLOAT, /* a float field */
     HF_BOOL,  /* a bool field */
     HF_FIXED, /* no field: the one value sharc implements (`value`, JSON), refused otherwise */
+    HF_CODE,  /* read, checked and written by code (RoPE, the window, bos/eos: note [hf-keys]) */
 } hf_kind;
 
 typedef struct {
@@ -277,25 +279,66 @@ static const hf_key gpt2_keys[] = {
     {"add_cross_attention", HF_FIXED, FIXED, HF_READ, 0, 0, "false", NULL, "decoder-only models"},
     {"tie_word_embeddings", HF_BOOL, F(tie_embeddings), HF_READ | HF_CHECK | HF_WRITE, 1, 0, NULL, NULL, NULL},
     {"initializer_range", HF_FLOAT, F(init_std), HF_READ | HF_WRITE, NO_DEFAULT, 0, NULL, NULL, NULL},
+    /* harmless: the double-heads model's classifier, task presets, fp32 upcast only (dropout: above, written 0) */
+    {"summary_type", HF_FIXED, FIXED, HF_HARMLESS, 0, 0, NULL, NULL, NULL},
+    {"summary_use_proj", HF_FIXED, FIXED, HF_HARMLESS, 0, 0, NULL, NULL, NULL},
+    {"summary_activation", HF_FIXED, FIXED, HF_HARMLESS, 0, 0, NULL, NULL, NULL},
+    {"summary_proj_to_labels", HF_FIXED, FIXED, HF_HARMLESS, 0, 0, NULL, NULL, NULL},
+    {"summary_first_dropout", HF_FIXED, FIXED, HF_HARMLESS, 0, 0, NULL, NULL, NULL},
+    {"task_specific_params", HF_FIXED, FIXED, HF_HARMLESS, 0, 0, NULL, NULL, NULL},
+    {"reorder_and_upcast_attn", HF_FIXED, FIXED, HF_HARMLESS, 0, 0, NULL, NULL, NULL},
 };
 
+/* The Llama family's rows, shared by its model types; each type adds its own. */
+#define LLAMA_SHAPE_KEYS                                                                                                 \
+    {"hidden_act", HF_FIXED, FIXED, HF_READ | HF_WRITE, 0, 0, "\"silu\"", NULL, ""},                                    \
+    {"hidden_size", HF_INT, F(embed_dim), HF_READ | HF_REQUIRED | HF_CHECK | HF_WRITE, 0, 1, NULL, NULL, NULL},          \
+    {"intermediate_size", HF_INT, F(ff_hidden_dim), HF_READ | HF_REQUIRED | HF_CHECK | HF_WRITE, 0, 1, NULL, NULL, NULL}, \
+    {"num_hidden_layers", HF_INT, F(num_layers), HF_READ | HF_REQUIRED | HF_CHECK | HF_WRITE, 0, 1, NULL, NULL, NULL},   \
+    {"num_attention_heads", HF_INT, F(num_heads), HF_READ | HF_REQUIRED | HF_CHECK | HF_WRITE, 0, 1, NULL, NULL, NULL},  \
+    {"num_key_value_heads", HF_INT, F(num_kv_heads), HF_READ | HF_CHECK | HF_WRITE, 0 /* = heads */, 1, NULL, NULL, NULL}
+#define LLAMA_HEAD_DIM {"head_dim", HF_INT, F(head_dim), HF_READ | HF_CHECK | HF_WRITE, 0 /* width / heads */, 2, NULL, NULL, NULL}
+#define LLAMA_TAIL_KEYS                                                                                                  \
+    {"vocab_size", HF_INT, F(vocab_size), HF_READ | HF_REQUIRED | HF_CHECK | HF_WRITE, 0, 2, NULL, NULL, NULL},          \
+    {"max_position_embeddings", HF_INT, F(max_seq_len), HF_READ | HF_WRITE, 2048, 1, NULL, NULL, NULL},                  \
+    {"rms_norm_eps", HF_FLOAT, F(norm_eps), HF_READ | HF_CHECK | HF_WRITE, 1e-6, 0, NULL, NULL, NULL},                   \
+    {"rope_theta", HF_CODE, FIXED, HF_WRITE, 0, 0, NULL, NULL, NULL},                                                     \
+    {"rope_scaling", HF_CODE, FIXED, HF_WRITE, 0, 0, NULL, NULL, NULL},                                                   \
+    {"rope_parameters", HF_CODE, FIXED, 0, 0, 0, NULL, NULL, NULL}
+#define LLAMA_BIAS_KEYS                                                                                                  \
+    {"attention_bias", HF_FIXED, FIXED, HF_READ | HF_WRITE, 0, 0, "false", NULL, "a bias on o_proj as well is not implemented"}
+#define LLAMA_END_KEYS                                                                                                   \
+    {"tie_word_embeddings", HF_BOOL, F(tie_embeddings), HF_READ | HF_CHECK | HF_WRITE, 0, 0, NULL, NULL, NULL},          \
+    {"initializer_range", HF_FLOAT, F(init_std), HF_READ | HF_WRITE, NO_DEFAULT, 0, NULL, NULL, NULL},                   \
+    {"attention_dropout", HF_FIXED, FIXED, HF_HARMLESS, 0, 0, NULL, NULL, "sharc applies no dropout"},                    \
+    {"pretraining_tp", HF_FIXED, FIXED, HF_HARMLESS, 0, 0, NULL, NULL, "slices the same matmuls"}
+/* Qwen2/3's window keys: a window only with use_sliding_window, on layers >= max_window_layers */
+#define QWEN_WINDOW_KEYS                                                                                                 \
+    {"use_sliding_window", HF_CODE, FIXED, HF_WRITE, 0, 0, NULL, NULL, NULL},                                             \
+    {"sliding_window", HF_CODE, FIXED, HF_WRITE, 0, 0, NULL, NULL, NULL},                                                 \
+    {"max_window_layers", HF_CODE, FIXED, HF_WRITE, 0, 0, NULL, NULL, NULL},                                              \
+    {"layer_types", HF_CODE, FIXED, 0, 0, 0, NULL, NULL, NULL}
+
 static const hf_key llama_keys[] = {
-    {"hidden_act", HF_FIXED, FIXED, HF_READ | HF_WRITE, 0, 0, "\"silu\"", NULL, ""},
-    {"hidden_size", HF_INT, F(embed_dim), HF_READ | HF_REQUIRED | HF_CHECK | HF_WRITE, 0, 1, NULL, NULL, NULL},
-    {"intermediate_size", HF_INT, F(ff_hidden_dim), HF_READ | HF_REQUIRED | HF_CHECK | HF_WRITE, 0, 1, NULL, NULL, NULL},
-    {"num_hidden_layers", HF_INT, F(num_layers), HF_READ | HF_REQUIRED | HF_CHECK | HF_WRITE, 0, 1, NULL, NULL, NULL},
-    {"num_attention_heads", HF_INT, F(num_heads), HF_READ | HF_REQUIRED | HF_CHECK | HF_WRITE, 0, 1, NULL, NULL, NULL},
-    {"num_key_value_heads", HF_INT, F(num_kv_heads), HF_READ | HF_CHECK | HF_WRITE, 0 /* = heads */, 1, NULL, NULL, NULL},
-    {"vocab_size", HF_INT, F(vocab_size), HF_READ | HF_REQUIRED | HF_CHECK | HF_WRITE, 0, 2, NULL, NULL, NULL},
-    {"max_position_embeddings", HF_INT, F(max_seq_len), HF_READ | HF_WRITE, 2048, 1, NULL, NULL, NULL},
-    {"rms_norm_eps", HF_FLOAT, F(norm_eps), HF_READ | HF_CHECK | HF_WRITE, 1e-6, 0, NULL, NULL, NULL},
-    {"rope_theta", HF_FLOAT, F(rope_theta), HF_READ | HF_CHECK | HF_WRITE, 10000, 0, NULL, NULL, NULL},
-    {"rope_scaling", HF_FIXED, FIXED, HF_READ | HF_WRITE, 0, 0, "null", NULL, "plain RoPE only"},
-    {"attention_bias", HF_FIXED, FIXED, HF_READ | HF_WRITE, 0, 0, "false", NULL, "sharc's Llama has no biases"},
-    {"mlp_bias", HF_FIXED, FIXED, HF_READ | HF_WRITE, 0, 0, "false", NULL, "sharc's Llama has no biases"},
-    {"tie_word_embeddings", HF_BOOL, F(tie_embeddings), HF_READ | HF_CHECK | HF_WRITE, 0, 0, NULL, NULL, NULL},
-    {"initializer_range", HF_FLOAT, F(init_std), HF_READ | HF_WRITE, NO_DEFAULT, 0, NULL, NULL, NULL},
+    LLAMA_SHAPE_KEYS, LLAMA_HEAD_DIM, LLAMA_TAIL_KEYS, LLAMA_BIAS_KEYS,
+    {"mlp_bias", HF_FIXED, FIXED, HF_READ | HF_WRITE, 0, 0, "false", NULL, "MLP biases are not implemented"},
+    LLAMA_END_KEYS,
 };
+/* Qwen2: q/k/v biases are the architecture (no attention_bias key); no head_dim key */
+static const hf_key qwen2_keys[] = {LLAMA_SHAPE_KEYS, LLAMA_TAIL_KEYS, QWEN_WINDOW_KEYS, LLAMA_END_KEYS};
+/* Qwen3: q/k norms are the architecture */
+static const hf_key qwen3_keys[] = {LLAMA_SHAPE_KEYS, LLAMA_HEAD_DIM, LLAMA_TAIL_KEYS, LLAMA_BIAS_KEYS, QWEN_WINDOW_KEYS,
+                                   LLAMA_END_KEYS};
+/* Mistral: a window on every layer when sliding_window is set */
+static const hf_key mistral_keys[] = {LLAMA_SHAPE_KEYS, LLAMA_HEAD_DIM, LLAMA_TAIL_KEYS,
+                                      {"sliding_window", HF_CODE, FIXED, HF_WRITE, 0, 0, NULL, NULL, NULL}, LLAMA_END_KEYS};
+
+/* Keys of every family: read by code (bos/eos), or bookkeeping that does not
+ * change the model (note [hf-keys]). */
+static const char *const keys_common[] = {"model_type", "architectures", "bos_token_id", "eos_token_id",
+                                          "transformers_version", "torch_dtype", "dtype", "use_cache", "pad_token_id",
+                                          "_name_or_path", "output_attentions", "output_hidden_states", "return_dict",
+                                          NULL};
 
 #undef F
 #undef FIXED
@@ -309,18 +352,36 @@ typedef struct {
     const char *prefix;           /* of every parameter but lm_head.weight in the files sharc writes (read: optional) */
     const char *transposed[5];    /* parameters stored (in, out): names ending so (GPT-2's Conv1D) */
     const char *buffers[4];       /* tensors in its files that are not parameters (names ending so) */
+    bool qkv_bias, qk_norm;       /* what the model type implies (note [families] in src/model/model.c) */
 } hf_family;
 
 static const hf_family hf_families[] = {
     {SHARC_FAMILY_GPT2, "gpt2", "GPT2LMHeadModel", "GPT2Model", gpt2_keys, (int)(sizeof gpt2_keys / sizeof gpt2_keys[0]),
      "transformer.", {".attn.c_attn.weight", ".attn.c_proj.weight", ".mlp.c_fc.weight", ".mlp.c_proj.weight", NULL},
-     {".attn.bias", ".attn.masked_bias", "rotary_emb.inv_freq", NULL}},
+     {".attn.bias", ".attn.masked_bias", "rotary_emb.inv_freq", NULL}, false, false},
     {SHARC_FAMILY_LLAMA, "llama", "LlamaForCausalLM", "LlamaModel", llama_keys,
-     (int)(sizeof llama_keys / sizeof llama_keys[0]), "", {NULL}, {"rotary_emb.inv_freq", NULL}},
+     (int)(sizeof llama_keys / sizeof llama_keys[0]), "", {NULL}, {"rotary_emb.inv_freq", NULL}, false, false},
+    {SHARC_FAMILY_LLAMA, "qwen2", "Qwen2ForCausalLM", "Qwen2Model", qwen2_keys,
+     (int)(sizeof qwen2_keys / sizeof qwen2_keys[0]), "", {NULL}, {"rotary_emb.inv_freq", NULL}, true, false},
+    {SHARC_FAMILY_LLAMA, "qwen3", "Qwen3ForCausalLM", "Qwen3Model", qwen3_keys,
+     (int)(sizeof qwen3_keys / sizeof qwen3_keys[0]), "", {NULL}, {"rotary_emb.inv_freq", NULL}, false, true},
+    {SHARC_FAMILY_LLAMA, "mistral", "MistralForCausalLM", "MistralModel", mistral_keys,
+     (int)(sizeof mistral_keys / sizeof mistral_keys[0]), "", {NULL}, {"rotary_emb.inv_freq", NULL}, false, false},
 };
+#define HF_LLAMA_ROW 1
+#define HF_QWEN2_ROW 2
+#define HF_QWEN3_ROW 3
+#define HF_MISTRAL_ROW 4
 
 static const hf_family *hf_family_of(sharc_family f) {
-    return &hf_families[f == SHARC_FAMILY_GPT2 ? 0 : 1];
+    return &hf_families[f == SHARC_FAMILY_GPT2 ? 0 : HF_LLAMA_ROW];
+}
+
+/* The model type a config exports as: its options decide (note [families]). */
+static const hf_family *hf_family_for(const sharc_model_config *c) {
+    if (c->family == SHARC_FAMILY_GPT2) return &hf_families[0];
+    return &hf_families[c->qk_norm ? HF_QWEN3_ROW : c->qkv_bias ? HF_QWEN2_ROW : c->sliding_window ? HF_MISTRAL_ROW
+                                                                                                   : HF_LLAMA_ROW];
 }
 
 /* --------------------------------------------------------------- config */
@@ -371,7 +432,8 @@ static sharc_status cfg_read_field(const jcfg *j, const hf_key *k, sharc_model_c
                                k->key, json_object_to_json_string(v));
         *(bool *)dst = json_object_get_boolean(v);
         return SHARC_OK;
-    case HF_FIXED: break;
+    case HF_FIXED:
+    case HF_CODE: break;
     }
     return SHARC_ERR_INTERNAL;
 }
@@ -384,7 +446,7 @@ static sharc_status cfg_read_fixed(const jcfg *j, const hf_key *k) {
     const char *got = json_object_to_json_string_ext(v, JSON_C_TO_STRING_SPACED);
     if (!strcmp(k->value, "null")) {
         if (json_object_is_type(v, json_type_null)) return SHARC_OK;
-        return sharc_error(SHARC_ERR_UNSUPPORTED, "hf config '%s': \"%s\": %s is not supported (%s)", j->path, k->key,
+        return sharc_error(SHARC_ERR_INVALID, "hf config '%s': \"%s\": %s is not supported (%s)", j->path, k->key,
                            got, k->why);
     }
     if (!strcmp(k->value, "true") || !strcmp(k->value, "false")) {
@@ -393,14 +455,14 @@ static sharc_status cfg_read_fixed(const jcfg *j, const hf_key *k) {
             return sharc_error(SHARC_ERR_FORMAT, "hf config '%s': \"%s\" is %s, expected true or false", j->path,
                                k->key, got);
         if (!strcmp(got, k->value)) return SHARC_OK;
-        return sharc_error(SHARC_ERR_UNSUPPORTED, "hf config '%s': \"%s\": %s is not supported (%s)", j->path, k->key,
+        return sharc_error(SHARC_ERR_INVALID, "hf config '%s': \"%s\": %s is not supported (%s)", j->path, k->key,
                            got, k->why);
     }
     /* a string: null or another type is refused as well */
     if (!strcmp(got, k->value) || (k->also && !strcmp(got, k->also))) return SHARC_OK;
     char expected[128];
     snprintf(expected, sizeof expected, "%s%s%s", k->value, k->also ? " or " : "", k->also ? k->also : "");
-    return sharc_error(SHARC_ERR_UNSUPPORTED, "hf config '%s': \"%s\": %s is not supported; expected %s%s", j->path,
+    return sharc_error(SHARC_ERR_INVALID, "hf config '%s': \"%s\": %s is not supported; expected %s%s", j->path,
                        k->key, json_object_to_json_string(v), expected, k->why);
 }
 
@@ -424,24 +486,212 @@ static sharc_status cfg_family(const jcfg *j, const hf_family **fam) {
             return SHARC_OK;
         }
     }
-    return sharc_error(SHARC_ERR_UNSUPPORTED, "hf config '%s': model_type '%s' (architecture '%s') is not supported; "
-                       "expected gpt2 (GPT2LMHeadModel) or llama (LlamaForCausalLM)",
+    return sharc_error(SHARC_ERR_INVALID, "hf config '%s': model_type '%s' (architecture '%s') is not supported; "
+                       "expected gpt2, llama, qwen2, qwen3 or mistral",
                        j->path, mt ? mt : "(none)", arch ? arch : "(none)");
 }
 
-/* Keys of config.json that are about the model but no field of it. */
-static sharc_status cfg_extra(const jcfg *j, const sharc_model_config *c) {
-    int head_dim = 0;
-    json_object *v = cfg_get(j, "head_dim");
-    if (!v) return SHARC_OK;
+/* Integer key: absent -> *out unchanged (error if required). */
+static sharc_status cfg_int(const jcfg *j, const char *key, bool required, int lo, int *out) {
+    json_object *v;
+    if (!json_object_object_get_ex(j->root, key, &v) || json_object_is_type(v, json_type_null)) {
+        if (required) return sharc_error(SHARC_ERR_FORMAT, "hf config '%s': \"%s\" is required", j->path, key);
+        return SHARC_OK;
+    }
     int64_t x = json_object_get_int64(v);
-    if (!json_object_is_type(v, json_type_int) || x < 1 || x > (1 << 30))
-        return sharc_error(SHARC_ERR_FORMAT, "hf config '%s': \"head_dim\" is %s, expected an integer >= 1", j->path,
+    if (!json_object_is_type(v, json_type_int) || x < lo || x > (1 << 30))
+        return sharc_error(SHARC_ERR_FORMAT, "hf config '%s': \"%s\" is %s, expected an integer >= %d", j->path, key,
+                           json_object_to_json_string(v), lo);
+    *out = (int)x;
+    return SHARC_OK;
+}
+
+static sharc_status cfg_float(const jcfg *j, const char *key, float *out) {
+    json_object *v;
+    if (!json_object_object_get_ex(j->root, key, &v) || json_object_is_type(v, json_type_null)) return SHARC_OK;
+    if (!json_object_is_type(v, json_type_double) && !json_object_is_type(v, json_type_int))
+        return sharc_error(SHARC_ERR_FORMAT, "hf config '%s': \"%s\" is %s, expected a number", j->path, key,
                            json_object_to_json_string(v));
-    head_dim = (int)x;
-    if (c->num_heads > 0 && head_dim * c->num_heads != c->embed_dim)
-        return sharc_error(SHARC_ERR_UNSUPPORTED, "hf config '%s': \"head_dim\": %d is not hidden_size / num_attention_heads (%d / %d)",
-                           j->path, head_dim, c->embed_dim, c->num_heads);
+    *out = (float)json_object_get_double(v);
+    return SHARC_OK;
+}
+
+static sharc_status cfg_bool(const jcfg *j, const char *key, bool *out) {
+    json_object *v;
+    if (!json_object_object_get_ex(j->root, key, &v) || json_object_is_type(v, json_type_null)) return SHARC_OK;
+    if (!json_object_is_type(v, json_type_boolean))
+        return sharc_error(SHARC_ERR_FORMAT, "hf config '%s': \"%s\" is %s, expected true or false", j->path, key,
+                           json_object_to_json_string(v));
+    *out = json_object_get_boolean(v);
+    return SHARC_OK;
+}
+
+/* A number inside an object (rope_scaling / rope_parameters). */
+static sharc_status rope_num(const jcfg *j, const char *obj, json_object *o, const char *key, bool required,
+                             double *out) {
+    json_object *v;
+    if (!json_object_object_get_ex(o, key, &v) || json_object_is_type(v, json_type_null)) {
+        if (required)
+            return sharc_error(SHARC_ERR_FORMAT, "hf config '%s': \"%s\" needs \"%s\" for its rope_type", j->path, obj, key);
+        return SHARC_OK;
+    }
+    if (!json_object_is_type(v, json_type_double) && !json_object_is_type(v, json_type_int))
+        return sharc_error(SHARC_ERR_FORMAT, "hf config '%s': \"%s\".\"%s\" is %s, expected a number", j->path, obj, key,
+                           json_object_to_json_string(v));
+    *out = json_object_get_double(v);
+    return SHARC_OK;
+}
+
+/* RoPE from either layout (note [hf-keys]): transformers 4.x's top-level
+ * rope_theta + rope_scaling, or 5.x's rope_parameters {rope_type, rope_theta,
+ * ...}. rope_type default and llama3 are honoured, any other refused, as is
+ * any key inside the object sharc does not know. */
+static sharc_status cfg_rope(const jcfg *j, sharc_model_config *c) {
+    c->rope_theta = 10000.0f;
+    SHARC_TRY(cfg_float(j, "rope_theta", &c->rope_theta));
+    json_object *top_theta = NULL;
+    json_object_object_get_ex(j->root, "rope_theta", &top_theta);
+    const char *objs[2] = {"rope_scaling", "rope_parameters"};
+    int seen = 0;
+    for (int k = 0; k < 2; k++) {
+        json_object *o;
+        if (!json_object_object_get_ex(j->root, objs[k], &o) || json_object_is_type(o, json_type_null)) continue;
+        if (!json_object_is_type(o, json_type_object))
+            return sharc_error(SHARC_ERR_FORMAT, "hf config '%s': \"%s\" is %s, expected an object", j->path, objs[k],
+                               json_object_to_json_string(o));
+        if (seen++)
+            return sharc_error(SHARC_ERR_INVALID, "hf config '%s': both \"rope_scaling\" and \"rope_parameters\"; "
+                               "expected one of the two layouts", j->path);
+        const char *type = NULL;
+        json_object_object_foreach(o, key, val) {
+            if (!strcmp(key, "rope_type") || !strcmp(key, "type")) {
+                if (!json_object_is_type(val, json_type_string))
+                    return sharc_error(SHARC_ERR_FORMAT, "hf config '%s': \"%s\".\"%s\" is %s, expected a string",
+                                       j->path, objs[k], key, json_object_to_json_string(val));
+                type = json_object_get_string(val);
+            } else if (strcmp(key, "rope_theta") && strcmp(key, "factor") && strcmp(key, "low_freq_factor") &&
+                       strcmp(key, "high_freq_factor") && strcmp(key, "original_max_position_embeddings") &&
+                       strcmp(key, "partial_rotary_factor")) {
+                return sharc_error(SHARC_ERR_INVALID, "hf config '%s': \"%s\".\"%s\" is not a key sharc knows; "
+                                   "it may change RoPE, so the import stops", j->path, objs[k], key);
+            }
+        }
+        if (!type) type = "default";
+        double theta = -1, partial = 1;
+        SHARC_TRY(rope_num(j, objs[k], o, "rope_theta", false, &theta));
+        SHARC_TRY(rope_num(j, objs[k], o, "partial_rotary_factor", false, &partial));
+        if (partial != 1.0)
+            return sharc_error(SHARC_ERR_INVALID, "hf config '%s': \"%s\".\"partial_rotary_factor\": %g is not "
+                               "supported (RoPE over the whole head only)", j->path, objs[k], partial);
+        if (theta >= 0) {
+            if (top_theta && !json_object_is_type(top_theta, json_type_null) && (float)theta != c->rope_theta)
+                return sharc_error(SHARC_ERR_INVALID, "hf config '%s': \"rope_theta\" %g and \"%s\".\"rope_theta\" %g "
+                                   "disagree", j->path, (double)c->rope_theta, objs[k], theta);
+            c->rope_theta = (float)theta;
+        }
+        if (!strcmp(type, "llama3")) {
+            double f = 0, lo = 0, hi = 0, orig = 0;
+            SHARC_TRY(rope_num(j, objs[k], o, "factor", true, &f));
+            SHARC_TRY(rope_num(j, objs[k], o, "low_freq_factor", true, &lo));
+            SHARC_TRY(rope_num(j, objs[k], o, "high_freq_factor", true, &hi));
+            SHARC_TRY(rope_num(j, objs[k], o, "original_max_position_embeddings", true, &orig));
+            if (!(f >= 1) || !(lo > 0) || !(hi > lo) || !(orig >= 1) || orig > (1 << 30) || orig != (int)orig)
+                return sharc_error(SHARC_ERR_FORMAT, "hf config '%s': \"%s\" llama3: factor %g, low_freq_factor %g, "
+                                   "high_freq_factor %g, original_max_position_embeddings %g; expected factor >= 1, "
+                                   "0 < low < high and an integer >= 1", j->path, objs[k], f, lo, hi, orig);
+            c->rope_factor = (float)f;
+            c->rope_low_freq_factor = (float)lo;
+            c->rope_high_freq_factor = (float)hi;
+            c->rope_original_max_pos = (int)orig;
+        } else if (strcmp(type, "default")) {
+            return sharc_error(SHARC_ERR_INVALID, "hf config '%s': \"%s\" rope_type \"%s\" is not supported; "
+                               "expected \"default\" or \"llama3\"", j->path, objs[k], type);
+        } else {
+            double f = 1;
+            SHARC_TRY(rope_num(j, objs[k], o, "factor", false, &f));
+            if (f != 1.0)
+                return sharc_error(SHARC_ERR_INVALID, "hf config '%s': \"%s\" rope_type default with \"factor\" %g "
+                                   "is not supported", j->path, objs[k], f);
+        }
+    }
+    return SHARC_OK;
+}
+
+/* The sliding-window keys: Mistral's sliding_window applies to every layer;
+ * Qwen2/3's only when use_sliding_window, to layers >= max_window_layers
+ * (or where layer_types says "sliding_attention"). sharc has one window
+ * for all layers, so a window on some layers only is refused. */
+static sharc_status cfg_window(const jcfg *j, const hf_family *fam, sharc_model_config *c) {
+    int w = 0;
+    SHARC_TRY(cfg_int(j, "sliding_window", false, 1, &w));
+    if (fam == &hf_families[HF_MISTRAL_ROW]) {
+        c->sliding_window = w;
+        return SHARC_OK;
+    }
+    bool use = false;
+    SHARC_TRY(cfg_bool(j, "use_sliding_window", &use));
+    int mwl = c->num_layers, nsliding = 0;
+    SHARC_TRY(cfg_int(j, "max_window_layers", false, 0, &mwl));
+    json_object *lt;
+    if (json_object_object_get_ex(j->root, "layer_types", &lt) && !json_object_is_type(lt, json_type_null)) {
+        if (!json_object_is_type(lt, json_type_array) || (int)json_object_array_length(lt) != c->num_layers)
+            return sharc_error(SHARC_ERR_FORMAT, "hf config '%s': \"layer_types\" is not a list of %d layer types",
+                               j->path, c->num_layers);
+        for (int i = 0; i < c->num_layers; i++) {
+            const char *s = json_object_get_string(json_object_array_get_idx(lt, i));
+            if (!s || (strcmp(s, "full_attention") && strcmp(s, "sliding_attention")))
+                return sharc_error(SHARC_ERR_FORMAT, "hf config '%s': \"layer_types\"[%d] is %s, expected "
+                                   "\"full_attention\" or \"sliding_attention\"", j->path, i,
+                                   json_object_to_json_string(json_object_array_get_idx(lt, i)));
+            nsliding += !strcmp(s, "sliding_attention");
+        }
+        if (nsliding && (!use || !w))
+            return sharc_error(SHARC_ERR_FORMAT, "hf config '%s': \"layer_types\" has sliding layers but "
+                               "use_sliding_window / sliding_window do not set a window", j->path);
+    } else if (use && w) {
+        nsliding = mwl < c->num_layers ? c->num_layers - mwl : 0;
+    }
+    if (!use || !w || nsliding == 0) return SHARC_OK;
+    if (nsliding != c->num_layers)
+        return sharc_error(SHARC_ERR_INVALID, "hf config '%s': \"max_window_layers\" / \"layer_types\": a sliding "
+                           "window on %d of %d layers is not supported (all or none)", j->path, nsliding, c->num_layers);
+    c->sliding_window = w;
+    return SHARC_OK;
+}
+
+/* bos/eos ids (an integer, a list whose first entry is kept, or null);
+ * ids outside the vocabulary are dropped (they name no token). */
+static sharc_status cfg_token_id(const jcfg *j, const char *key, int V, int *out) {
+    json_object *v;
+    *out = -1;
+    if (!json_object_object_get_ex(j->root, key, &v) || json_object_is_type(v, json_type_null)) return SHARC_OK;
+    if (json_object_is_type(v, json_type_array) && json_object_array_length(v) > 0)
+        v = json_object_array_get_idx(v, 0);
+    if (!json_object_is_type(v, json_type_int))
+        return sharc_error(SHARC_ERR_FORMAT, "hf config '%s': \"%s\" is %s, expected a token id", j->path, key,
+                           json_object_to_json_string(v));
+    int64_t id = json_object_get_int64(v);
+    if (id >= 0 && id < V) *out = (int)id;
+    return SHARC_OK;
+}
+
+/* Note [hf-keys]. Every key of a config.json is honoured (a row of its
+ * family that sets the model), known harmless (keys_common, or a row marked
+ * HF_HARMLESS: bookkeeping, dropout, which sharc never applies, ...), or
+ * refused by name: a key sharc does not know may change the model, so an
+ * import never guesses. docs/ARCHITECTURE.md has the table. */
+static sharc_status cfg_check_keys(const jcfg *j, const hf_family *fam) {
+    json_object_object_foreach(j->root, key, val) {
+        (void)val;
+        bool known = false;
+        for (int i = 0; keys_common[i] && !known; i++) known = !strcmp(keys_common[i], key);
+        for (int i = 0; i < fam->nkeys && !known; i++) known = !strcmp(fam->keys[i].key, key);
+        if (!known)
+            return sharc_error(SHARC_ERR_INVALID,
+                               "hf config '%s': key \"%s\" is not one sharc knows for model_type %s; it may change "
+                               "the model, so the import stops (docs/ARCHITECTURE.md lists the keys)",
+                               j->path, key, fam->model_type);
+    }
     return SHARC_OK;
 }
 
@@ -452,12 +702,20 @@ sharc_status sharc_hf_read_config(const char *dir, sharc_model_config *c) {
     SHARC_TRY(read_json(path, &j.root));
     const hf_family *fam = NULL;
     sharc_status st = cfg_family(&j, &fam);
+    if (st == SHARC_OK) st = cfg_check_keys(&j, fam);
     if (st == SHARC_OK) sharc_model_config_default(c, fam->family);
     for (int i = 0; st == SHARC_OK && i < fam->nkeys; i++) {
         const hf_key *k = &fam->keys[i];
         if (k->flags & HF_READ) st = k->kind == HF_FIXED ? cfg_read_fixed(&j, k) : cfg_read_field(&j, k, c);
     }
-    if (st == SHARC_OK && fam->family == SHARC_FAMILY_LLAMA) st = cfg_extra(&j, c);
+    if (st == SHARC_OK && fam->family == SHARC_FAMILY_LLAMA) {
+        c->qkv_bias = fam->qkv_bias;
+        c->qk_norm = fam->qk_norm;
+        st = cfg_rope(&j, c);
+        if (st == SHARC_OK && fam != &hf_families[HF_LLAMA_ROW]) st = cfg_window(&j, fam, c);
+    }
+    if (st == SHARC_OK) st = cfg_token_id(&j, "bos_token_id", c->vocab_size, &c->bos_token_id);
+    if (st == SHARC_OK) st = cfg_token_id(&j, "eos_token_id", c->vocab_size, &c->eos_token_id);
     json_object_put(j.root);
     if (st != SHARC_OK) return st;
     st = sharc_model_config_validate(c);
@@ -477,7 +735,7 @@ sharc_status sharc_hf_check_config(const char *dir, const sharc_model_config *ru
         return sharc_error(SHARC_ERR_INVALID, "hf '%s/config.json' is a %s model, model.family is %s", dir,
                            sharc_family_name(hf.family), sharc_family_name(r.family));
     /* the checked keys, in the order of the model's fields */
-    const hf_family *fam = hf_family_of(hf.family);
+    const hf_family *fam = hf_family_for(&hf);
     for (size_t at = 0; at < sizeof hf; at++)
         for (int i = 0; i < fam->nkeys; i++) {
             const hf_key *k = &fam->keys[i];
@@ -493,6 +751,25 @@ sharc_status sharc_hf_check_config(const char *dir, const sharc_model_config *ru
                 return sharc_error(SHARC_ERR_INVALID, "hf '%s/config.json': %s is %s, %s is %s", dir, k->key,
                                    *(const bool *)a ? "true" : "false", k->field, *(const bool *)b ? "true" : "false");
         }
+    if (hf.family == SHARC_FAMILY_GPT2) return SHARC_OK;
+    /* the keys read by code (note [hf-keys]) */
+    if (hf.rope_theta != r.rope_theta)
+        return sharc_error(SHARC_ERR_INVALID, "hf '%s/config.json': rope_theta is %g, model.rope_theta is %g", dir,
+                           (double)hf.rope_theta, (double)r.rope_theta);
+    if (hf.qkv_bias != r.qkv_bias || hf.qk_norm != r.qk_norm)
+        return sharc_error(SHARC_ERR_INVALID, "hf '%s/config.json': model_type %s (q/k/v biases %s, q/k norms %s), "
+                           "model.qkv_bias is %s, model.qk_norm is %s", dir, fam->model_type, hf.qkv_bias ? "yes" : "no",
+                           hf.qk_norm ? "yes" : "no", r.qkv_bias ? "true" : "false", r.qk_norm ? "true" : "false");
+    if (hf.sliding_window != r.sliding_window)
+        return sharc_error(SHARC_ERR_INVALID, "hf '%s/config.json': sliding_window is %d, model.sliding_window is %d",
+                           dir, hf.sliding_window, r.sliding_window);
+    if (hf.rope_factor != r.rope_factor || hf.rope_low_freq_factor != r.rope_low_freq_factor ||
+        hf.rope_high_freq_factor != r.rope_high_freq_factor || hf.rope_original_max_pos != r.rope_original_max_pos)
+        return sharc_error(SHARC_ERR_INVALID, "hf '%s/config.json': rope scaling factor %g (low %g, high %g, original "
+                           "%d), model.rope_factor %g (low %g, high %g, original %d)", dir, (double)hf.rope_factor,
+                           (double)hf.rope_low_freq_factor, (double)hf.rope_high_freq_factor, hf.rope_original_max_pos,
+                           (double)r.rope_factor, (double)r.rope_low_freq_factor, (double)r.rope_high_freq_factor,
+                           r.rope_original_max_pos);
     return SHARC_OK;
 }
 
@@ -656,10 +933,34 @@ static json_object *json_float(float v) {
     return json_object_new_double_s((double)v, buf);
 }
 
+/* The value export writes for a key read by code (note [hf-keys]). */
+static json_object *config_code_value(const sharc_model_config *c, const hf_family *fam, const char *key) {
+    bool mistral = fam == &hf_families[HF_MISTRAL_ROW];
+    if (!strcmp(key, "rope_theta")) return json_float(c->rope_theta);
+    if (!strcmp(key, "rope_scaling")) {
+        if (c->rope_factor == 0.0f) return NULL;
+        json_object *rs = json_object_new_object();
+        json_object_object_add(rs, "rope_type", json_object_new_string("llama3"));
+        json_object_object_add(rs, "factor", json_float(c->rope_factor));
+        json_object_object_add(rs, "low_freq_factor", json_float(c->rope_low_freq_factor));
+        json_object_object_add(rs, "high_freq_factor", json_float(c->rope_high_freq_factor));
+        json_object_object_add(rs, "original_max_position_embeddings", json_object_new_int(c->rope_original_max_pos));
+        return rs;
+    }
+    if (!strcmp(key, "sliding_window"))
+        return c->sliding_window || mistral ? json_object_new_int(c->sliding_window) : NULL;
+    if (!strcmp(key, "use_sliding_window")) return json_object_new_boolean(c->sliding_window > 0);
+    if (!strcmp(key, "max_window_layers")) return json_object_new_int(c->sliding_window ? 0 : c->num_layers);
+    return NULL;
+}
+
 /* config.json of a model: the rows of its family marked HF_WRITE, in order
- * (note [hf-map]). */
-static char *config_json(const sharc_model_config *c, sharc_dtype dtype) {
-    const hf_family *fam = hf_family_of(c->family);
+ * (note [hf-map]), the model type chosen by its options. */
+static char *config_json(const sharc_model_config *cfg, sharc_dtype dtype) {
+    sharc_model_config full = *cfg, *c = &full;
+    (void)sharc_model_config_validate(c); /* head_dim and the other derived values */
+    const hf_family *fam = hf_family_for(c);
+    if (fam == &hf_families[HF_QWEN2_ROW] && c->head_dim * c->num_heads != c->embed_dim) return NULL;
     json_object *r = json_object_new_object();
     const char *td = dtype == SHARC_DT_BF16 ? "bfloat16" : dtype == SHARC_DT_F16 ? "float16" : "float32";
     json_object *arch = json_object_new_array();
@@ -678,8 +979,18 @@ static char *config_json(const sharc_model_config *c, sharc_dtype dtype) {
         case HF_FLOAT: v = json_float(*(const float *)src); break;
         case HF_BOOL: v = json_object_new_boolean(*(const bool *)src); break;
         case HF_FIXED: v = json_tokener_parse(k->value); break; /* "null" is NULL: a null value */
+        case HF_CODE: v = config_code_value(c, fam, k->key); break;
         }
         json_object_object_add(r, k->key, v);
+    }
+    /* ids inside the vocabulary only: GPT-2's 50256 where it exists, else
+     * what the import carried, else null (HF's class defaults would name
+     * tokens a small vocabulary does not have) */
+    for (int k = 0; k < 2; k++) {
+        int id = k ? c->eos_token_id : c->bos_token_id;
+        if (id < 0 && c->family == SHARC_FAMILY_GPT2) id = 50256;
+        json_object_object_add(r, k ? "eos_token_id" : "bos_token_id",
+                               id >= 0 && id < c->vocab_size ? json_object_new_int(id) : NULL);
     }
     json_object_object_add(r, "torch_dtype", json_object_new_string(td));
     char *out = strdup(json_object_to_json_string_ext(r, JSON_C_TO_STRING_PRETTY | JSON_C_TO_STRING_SPACED));
@@ -828,7 +1139,10 @@ sharc_status sharc_hf_export(sharc_fsdp *e, sharc_comm *world, const sharc_model
     if (writer && st == SHARC_OK) {
         char *js = config_json(cfg, dtype), path[4400];
         snprintf(path, sizeof path, "%s/config.json", tmp);
-        st = js ? sharc_write_text_atomic(path, js) : sharc_error(SHARC_ERR_NOMEM, "hf export: out of memory");
+        st = js ? sharc_write_text_atomic(path, js)
+                : sharc_error(SHARC_ERR_INVALID, "hf export: a Qwen2 model (q/k/v biases) with head_dim %d != "
+                              "embed_dim / num_heads has no Hugging Face config; set model.head_dim to 0",
+                              cfg->head_dim);
         free(js);
     }
     /* agree on the set-up (buffers everywhere, the target and temporary

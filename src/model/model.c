@@ -36,7 +36,20 @@
  * can compute in bf16 (bf16_compute), the model runs on a copy of the table
  * whose matmul and LM-head slots are the *_bf16 variants (use_kernels, at
  * each entry point); every other kernel, the activations kept for backward
- * and the loss stay fp32. Otherwise the device's own table. */
+ * and the loss stay fp32. Otherwise the device's own table.
+ *
+ * Note [families]. Qwen2, Qwen3, Mistral and Llama-3.1/3.2 are the Llama
+ * block with options (sharc_model_config): qkv_bias adds q/k/v_proj.bias
+ * (adjacent, one (QKV) bias of the fused projection); qk_norm adds
+ * q_norm/k_norm.weight (hd), an RMSNorm of every query and key head between
+ * the projection and RoPE; head_dim may differ from embed_dim / num_heads
+ * (o_proj is then (C, NH*hd)); rope_factor > 0 selects Llama-3's RoPE
+ * scaling, whose tables are computed on the host at plan time. These
+ * parameters follow the plain Llama's nine in a block unit, so its indices
+ * stay fixed. sliding_window is honoured only where it masks nothing: a plan
+ * of T tokens longer than the window is refused (the attention kernel has no
+ * window yet). The Hugging Face model_type each combination exports as, and
+ * every config.json key, are in src/io/hf.c (note [hf-keys]). */
 #include "sharc/model.h"
 #include "sharc/blas.h"
 #include "sharc/clock.h"
@@ -68,6 +81,7 @@ typedef struct {
     float *ln2, *ln2_mean, *ln2_rstd; /* (N,C), (N), (N) */
     float *fc;                        /* (N, F) MLP pre-activation (NULL with a tiled MLP) */
     float *fca;                       /* (N, Fa) MLP activation (NULL with a tiled MLP) */
+    float *qkraw, *qkrstd;            /* qk_norm: (N, QKV) before the head norms, (N, NH+NKV) */
 } block_acts;
 
 struct sharc_model {
@@ -84,7 +98,8 @@ struct sharc_model {
     sharc_unit_schedule schedule;
     int head_w;                /* index of lm_head.weight in the head unit, -1 when tied */
     /* derived sizes */
-    int L, C, NH, NKV, hd, QKV, F, Fa, V;
+    int L, C, NH, NKV, hd, QKV, AD, F, Fa, V; /* AD = NH*hd, the attention output width */
+    int bq, qn;                /* indices in a block unit of q_proj.bias and q_norm.weight, -1 when absent */
     /* plan */
     int B, T;
     int plan_threads; /* the thread count the workspaces were sized for */
@@ -101,6 +116,8 @@ struct sharc_model {
     int64_t head_chunk;
     float *rope_cos, *rope_sin; /* (T, hd/2) */
     double *loss;               /* (1) device scalar: the loss sum of the last head */
+    float *kcache, *vcache;     /* (L, T, NKV*hd) note [kv-cache]; NULL until sharc_model_kv_enable */
+    int kv_len;                 /* positions the caches hold */
     /* Ulysses sequence parallelism (note [ulysses] in ulysses.h): this rank
      * holds tokens [sp_rank T, (sp_rank + 1) T) of sequences of sp T */
     int sp, sp_rank;
@@ -128,6 +145,7 @@ void sharc_model_config_default(sharc_model_config *c, sharc_family family) {
     c->rope_theta = 10000.0f;
     c->init_std = 0.02f;
     c->tie_embeddings = family == SHARC_FAMILY_GPT2;
+    c->bos_token_id = c->eos_token_id = -1;
     /* num_kv_heads and ff_hidden_dim: 0 = derived in validate */
 }
 
@@ -147,10 +165,28 @@ sharc_status sharc_model_config_validate(sharc_model_config *c) {
         return sharc_error(SHARC_ERR_INVALID,
                            "model.num_kv_heads: %d, gpt2 has num_kv_heads = num_heads (%d)",
                            c->num_kv_heads, c->num_heads);
-    int hd = c->embed_dim / c->num_heads;
-    if (c->family == SHARC_FAMILY_LLAMA && hd % 2 != 0)
-        return sharc_error(SHARC_ERR_INVALID,
-                           "model: head dim embed_dim/num_heads = %d must be even for RoPE", hd);
+    bool gpt2 = c->family == SHARC_FAMILY_GPT2;
+    bool hd_set = c->head_dim && c->head_dim != c->embed_dim / c->num_heads;
+    if (gpt2 && (hd_set || c->qkv_bias || c->qk_norm || c->sliding_window || c->rope_factor != 0.0f))
+        return sharc_error(SHARC_ERR_INVALID, "model.%s: a llama-family option; model.family is gpt2",
+                           hd_set ? "head_dim" : c->qkv_bias ? "qkv_bias" : c->qk_norm ? "qk_norm"
+                           : c->sliding_window ? "sliding_window" : "rope_factor");
+    if (c->head_dim < 0) return sharc_error(SHARC_ERR_INVALID, "model.head_dim: %d, expected >= 0", c->head_dim);
+    if (c->head_dim == 0) c->head_dim = c->embed_dim / c->num_heads;
+    int hd = c->head_dim;
+    if (!gpt2 && hd % 2 != 0)
+        return sharc_error(SHARC_ERR_INVALID, "model.head_dim: %d must be even for RoPE", hd);
+    if (c->sliding_window < 0)
+        return sharc_error(SHARC_ERR_INVALID, "model.sliding_window: %d, expected >= 0 (0: none)", c->sliding_window);
+    if (c->rope_factor != 0.0f) {
+        if (!(c->rope_factor >= 1.0f))
+            return sharc_error(SHARC_ERR_INVALID, "model.rope_factor: %g, expected >= 1 (0: no scaling)", (double)c->rope_factor);
+        if (!(c->rope_low_freq_factor > 0.0f) || !(c->rope_high_freq_factor > c->rope_low_freq_factor))
+            return sharc_error(SHARC_ERR_INVALID, "model.rope_low_freq_factor %g / rope_high_freq_factor %g: expected 0 < low < high",
+                               (double)c->rope_low_freq_factor, (double)c->rope_high_freq_factor);
+        if (c->rope_original_max_pos < 1)
+            return sharc_error(SHARC_ERR_INVALID, "model.rope_original_max_pos: %d, expected >= 1", c->rope_original_max_pos);
+    }
     if (c->ff_hidden_dim == 0) {
         if (c->family == SHARC_FAMILY_GPT2) c->ff_hidden_dim = 4 * c->embed_dim;
         else c->ff_hidden_dim = (8 * c->embed_dim / 3 + 15) / 16 * 16; /* Llama: 2/3 of 4C, to 16 */
@@ -165,7 +201,7 @@ sharc_status sharc_model_config_validate(sharc_model_config *c) {
 }
 
 static int64_t block_matmul_params(const sharc_model_config *c) {
-    int64_t C = c->embed_dim, hd = C / c->num_heads;
+    int64_t C = c->embed_dim, hd = c->head_dim;
     int64_t qkv = (c->num_heads + 2 * c->num_kv_heads) * hd;
     int64_t F = c->family == SHARC_FAMILY_LLAMA ? 2 * c->ff_hidden_dim : c->ff_hidden_dim;
     return qkv * C + c->num_heads * hd * C + F * C + c->ff_hidden_dim * C;
@@ -176,11 +212,11 @@ int64_t sharc_model_num_params(const sharc_model_config *cfg) {
     if (sharc_model_config_validate(c) != SHARC_OK) return 0;
     int64_t C = c->embed_dim, V = c->vocab_size, L = c->num_layers;
     int64_t n = V * C + L * block_matmul_params(c);
-    int64_t hd = C / c->num_heads, qkv = (c->num_heads + 2 * c->num_kv_heads) * hd;
+    int64_t hd = c->head_dim, qkv = (c->num_heads + 2 * c->num_kv_heads) * hd;
     if (c->family == SHARC_FAMILY_GPT2)
         n += (int64_t)c->max_seq_len * C + L * (4 * C + qkv + C + c->ff_hidden_dim + C) + 2 * C;
     else
-        n += L * 2 * C + C + (c->tie_embeddings ? 0 : V * C);
+        n += L * (2 * C + (c->qkv_bias ? qkv : 0) + (c->qk_norm ? 2 * hd : 0)) + C + (c->tie_embeddings ? 0 : V * C);
     return n;
 }
 
@@ -189,7 +225,7 @@ double sharc_model_flops_per_token(const sharc_model_config *cfg, int T) {
     if (sharc_model_config_validate(c) != SHARC_OK) return 0.0;
     double n_matmul = (double)c->num_layers * (double)block_matmul_params(c) +
                       (double)c->vocab_size * c->embed_dim;
-    return 6.0 * n_matmul + 12.0 * c->num_layers * (double)c->embed_dim * T;
+    return 6.0 * n_matmul + 12.0 * c->num_layers * (double)c->num_heads * c->head_dim * T;
 }
 
 /* ----------------------------------------------------------------- units */
@@ -242,11 +278,23 @@ static void build_units(sharc_model *m) {
             add(u, P("model.layers.%d.self_attn.q_proj.weight"), (int64_t)m->NH * m->hd, m->C, SHARC_INIT_NORMAL, std);
             add(u, P("model.layers.%d.self_attn.k_proj.weight"), (int64_t)m->NKV * m->hd, m->C, SHARC_INIT_NORMAL, std);
             add(u, P("model.layers.%d.self_attn.v_proj.weight"), (int64_t)m->NKV * m->hd, m->C, SHARC_INIT_NORMAL, std);
-            add(u, P("model.layers.%d.self_attn.o_proj.weight"), m->C, (int64_t)m->NH * m->hd, SHARC_INIT_NORMAL, std_res);
+            add(u, P("model.layers.%d.self_attn.o_proj.weight"), m->C, m->AD, SHARC_INIT_NORMAL, std_res);
             add(u, P("model.layers.%d.post_attention_layernorm.weight"), m->C, 0, SHARC_INIT_ONES, 0);
             add(u, P("model.layers.%d.mlp.gate_proj.weight"), m->Fa, m->C, SHARC_INIT_NORMAL, std);
             add(u, P("model.layers.%d.mlp.up_proj.weight"), m->Fa, m->C, SHARC_INIT_NORMAL, std);
             add(u, P("model.layers.%d.mlp.down_proj.weight"), m->C, m->Fa, SHARC_INIT_NORMAL, std_res);
+            /* note [families]: the variants' parameters follow the plain Llama's nine */
+            if (c->qkv_bias) {
+                m->bq = u->nparams;
+                add(u, P("model.layers.%d.self_attn.q_proj.bias"), (int64_t)m->NH * m->hd, 0, SHARC_INIT_ZEROS, 0);
+                add(u, P("model.layers.%d.self_attn.k_proj.bias"), (int64_t)m->NKV * m->hd, 0, SHARC_INIT_ZEROS, 0);
+                add(u, P("model.layers.%d.self_attn.v_proj.bias"), (int64_t)m->NKV * m->hd, 0, SHARC_INIT_ZEROS, 0);
+            }
+            if (c->qk_norm) {
+                m->qn = u->nparams;
+                add(u, P("model.layers.%d.self_attn.q_norm.weight"), m->hd, 0, SHARC_INIT_ONES, 0);
+                add(u, P("model.layers.%d.self_attn.k_norm.weight"), m->hd, 0, SHARC_INIT_ONES, 0);
+            }
         }
 #undef P
     }
@@ -293,8 +341,10 @@ sharc_status sharc_model_init(sharc_model **out, const sharc_model_config *cfg, 
     m->C = c.embed_dim;
     m->NH = c.num_heads;
     m->NKV = c.num_kv_heads;
-    m->hd = c.embed_dim / c.num_heads;
+    m->hd = c.head_dim;
     m->QKV = (m->NH + 2 * m->NKV) * m->hd;
+    m->AD = m->NH * m->hd;
+    m->bq = m->qn = -1;
     m->Fa = c.ff_hidden_dim;
     m->F = c.family == SHARC_FAMILY_LLAMA ? 2 * c.ff_hidden_dim : c.ff_hidden_dim;
     m->V = c.vocab_size;
@@ -308,7 +358,7 @@ static void free_plan(sharc_model *m) {
     for (int s = 0; s < m->nsets; s++) {
         block_acts *a = &m->sets[s];
         float *bufs[] = {a->ln1, a->ln1_mean, a->ln1_rstd, a->qkv, a->att, a->lse, a->att_h,
-                         a->xmid, a->ln2, a->ln2_mean, a->ln2_rstd, a->fc, a->fca};
+                         a->xmid, a->ln2, a->ln2_mean, a->ln2_rstd, a->fc, a->fca, a->qkraw, a->qkrstd};
         for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) sharc_device_free(m->dev, bufs[i]);
     }
     free(m->sets);
@@ -319,6 +369,10 @@ static void free_plan(sharc_model *m) {
                      m->tfc, m->tfca};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) sharc_device_free(m->dev, bufs[i]);
     sharc_device_free(m->dev, m->loss);
+    sharc_device_free(m->dev, m->kcache);
+    sharc_device_free(m->dev, m->vcache);
+    m->kcache = m->vcache = NULL;
+    m->kv_len = 0;
     sharc_ulysses_free(&m->uly);
     m->x = NULL;
     m->lnf = m->lnf_mean = m->lnf_rstd = m->tmp = m->dres = m->dxmid = m->dtmp = NULL;
@@ -365,6 +419,54 @@ sharc_status sharc_model_freeze(sharc_model *m, const char *prefixes, const char
 }
 sharc_device *sharc_model_device(const sharc_model *m) { return m->dev; }
 
+/* ------------------------------------------------------------------ rope */
+
+void sharc_model_rope_inv_freq(const sharc_model_config *c, float *inv_freq) {
+    int hd = c->head_dim ? c->head_dim : c->embed_dim / c->num_heads, half = hd / 2;
+    for (int i = 0; i < half; i++) {
+        /* as the rope_table kernel and Hugging Face: fp32 throughout */
+        float f = 1.0f / powf(c->rope_theta, (float)(2 * i) / (float)hd);
+        if (c->rope_factor != 0.0f) { /* note [families]: Llama-3 scaling */
+            float orig = (float)c->rope_original_max_pos, lo = c->rope_low_freq_factor, hi = c->rope_high_freq_factor;
+            float wavelen = 2.0f * (float)M_PI / f;
+            if (wavelen > orig / lo) {
+                f = f / c->rope_factor;
+            } else if (!(wavelen < orig / hi)) {
+                float sm = (orig / wavelen - lo) / (hi - lo);
+                f = (1.0f - sm) * f / c->rope_factor + sm * f;
+            }
+        }
+        inv_freq[i] = f;
+    }
+}
+
+/* The cos / sin tables of a scaled RoPE, computed on the host (once per
+ * plan) with the angle in fp32 as the rope_table kernel does. */
+static sharc_status rope_table_scaled(sharc_model *m, int T, int t0) {
+    int half = m->hd / 2;
+    float *inv = malloc(sizeof(float) * (size_t)half), *c = malloc(sizeof(float) * (size_t)T * half),
+          *sn = malloc(sizeof(float) * (size_t)T * half);
+    sharc_status st = SHARC_OK;
+    if (!inv || !c || !sn) st = sharc_error(SHARC_ERR_NOMEM, "model: out of memory for the RoPE tables");
+    if (st == SHARC_OK) {
+        sharc_model_rope_inv_freq(&m->cfg, inv);
+        for (int t = 0; t < T; t++)
+            for (int i = 0; i < half; i++) {
+                float a = (float)(t0 + t) * inv[i];
+                c[(int64_t)t * half + i] = cosf(a);
+                sn[(int64_t)t * half + i] = sinf(a);
+            }
+        size_t bytes = sizeof(float) * (size_t)T * half;
+        st = sharc_device_copy(m->dev, m->rope_cos, c, bytes, SHARC_COPY_HOST_TO_DEVICE, m->s);
+        if (st == SHARC_OK) st = sharc_device_copy(m->dev, m->rope_sin, sn, bytes, SHARC_COPY_HOST_TO_DEVICE, m->s);
+        if (st == SHARC_OK) st = sharc_device_synchronize(m->s);
+    }
+    free(inv);
+    free(c);
+    free(sn);
+    return st;
+}
+
 /* ------------------------------------------------------------------ plan */
 
 static float *act(sharc_model *m, int64_t n, bool *ok) {
@@ -404,11 +506,13 @@ int64_t sharc_model_activation_bytes(const sharc_model *m, int B, int T, bool ac
     int64_t R = mlp_rows(m, N); /* note [tiled-mlp]: rows of MLP intermediates alive */
     bool tiled = R < N;
     f += (int64_t)(m->L + 1) * N * C;                                                 /* x */
-    f += sets * (4 * N * C + 4 * N + N * m->QKV + (int64_t)B * m->NH * T);          /* block_acts */
+    const int64_t AD = m->AD;                                                         /* attention width NH hd */
+    f += sets * (3 * N * C + N * AD + 4 * N + N * m->QKV + (int64_t)B * m->NH * T); /* block_acts */
+    if (m->cfg.qk_norm) f += sets * (N * m->QKV + N * (m->NH + m->NKV));             /* qkraw, qkrstd */
     if (!tiled) f += sets * (N * m->F + N * m->Fa);                                   /* fc, fca per set */
     else f += R * m->F + R * m->Fa;                                                   /* tfc, tfca */
     f += 2 * N + N * C;                                                               /* lnf, mean, rstd */
-    f += 4 * N * C + N * m->QKV + R * m->F + R * m->Fa;                               /* tmp, dres, dxmid, dtmp, dqkv, dfc, dfca */
+    f += 3 * N * C + N * (AD > C ? AD : C) + N * m->QKV + R * m->F + R * m->Fa;     /* tmp, dres, dxmid, dtmp, dqkv, dfc, dfca */
     f += m->k->attention_workspace(T * m->sp); /* sp > 1 (Ulysses buffers) is not planned: note [memory-plan] */
     int64_t chunk = HEAD_CHUNK_BYTES / ((int64_t)m->V * (int64_t)sizeof(float));
     if (chunk < 16) chunk = 16;
@@ -424,6 +528,12 @@ sharc_status sharc_model_plan(sharc_model *m, int B, int T, bool activation_chec
         return sharc_error(SHARC_ERR_INVALID,
                            "train.seq_len: %d exceeds model.max_seq_len %d (the position table)",
                            T, m->cfg.max_seq_len);
+    /* note [families]: a window at least as long as the sequence masks nothing */
+    if (m->cfg.sliding_window > 0 && T > m->cfg.sliding_window)
+        return sharc_error(SHARC_ERR_INVALID,
+                           "model.sliding_window: %d is shorter than the sequence (%d tokens) and sliding-window "
+                           "attention is not implemented; use train.seq_len <= %d",
+                           m->cfg.sliding_window, T, m->cfg.sliding_window);
     free_plan(m);
     m->B = B;
     m->T = T;
@@ -452,7 +562,7 @@ sharc_status sharc_model_plan(sharc_model *m, int B, int T, bool activation_chec
         } else {
             a->qkv = act(m, N * m->QKV, &ok);
         }
-        a->att = act(m, N * C, &ok);
+        a->att = act(m, N * m->AD, &ok);
         a->lse = act(m, (int64_t)B * m->NH * T, &ok); /* = B NHl (sp T) under sp */
         a->xmid = act(m, N * C, &ok);
         a->ln2 = act(m, N * C, &ok);
@@ -461,6 +571,10 @@ sharc_status sharc_model_plan(sharc_model *m, int B, int T, bool activation_chec
         if (!tiled) {
             a->fc = act(m, N * m->F, &ok);
             a->fca = act(m, N * m->Fa, &ok);
+        }
+        if (m->cfg.qk_norm) {
+            a->qkraw = act(m, N * m->QKV, &ok);
+            a->qkrstd = act(m, N * (m->NH + m->NKV), &ok);
         }
     }
     if (tiled) {
@@ -473,7 +587,7 @@ sharc_status sharc_model_plan(sharc_model *m, int B, int T, bool activation_chec
     m->tmp = act(m, N * C, &ok);
     m->dres = act(m, N * C, &ok);
     m->dxmid = act(m, N * C, &ok);
-    m->dtmp = act(m, N * C, &ok);
+    m->dtmp = act(m, N * (m->AD > C ? m->AD : C), &ok);
     m->dqkv = act(m, N * m->QKV, &ok);
     m->dfc = act(m, m->tile_rows * m->F, &ok);
     m->dfca = act(m, m->tile_rows * m->Fa, &ok);
@@ -493,8 +607,17 @@ sharc_status sharc_model_plan(sharc_model *m, int B, int T, bool activation_chec
                            "train.batch_size or set fsdp.activation_checkpointing: true",
                            B, T);
     }
-    if (m->cfg.family == SHARC_FAMILY_LLAMA)
-        m->k->rope_table(m->s, m->rope_cos, m->rope_sin, T, m->hd, m->cfg.rope_theta, m->sp_rank * T);
+    if (m->cfg.family == SHARC_FAMILY_LLAMA) {
+        if (m->cfg.rope_factor == 0.0f) {
+            m->k->rope_table(m->s, m->rope_cos, m->rope_sin, T, m->hd, m->cfg.rope_theta, m->sp_rank * T);
+        } else {
+            sharc_status st = rope_table_scaled(m, T, m->sp_rank * T);
+            if (st != SHARC_OK) {
+                free_plan(m);
+                return st;
+            }
+        }
+    }
     return SHARC_OK;
 }
 
@@ -503,6 +626,7 @@ sharc_status sharc_model_plan(sharc_model *m, int B, int T, bool activation_chec
 /* Pointers to one block's weights (or gradients) inside a unit buffer. */
 typedef struct {
     float *ln1w, *ln1b, *wqkv, *bqkv, *wo, *bo, *ln2w, *ln2b, *wfc, *bfc, *wproj, *bproj;
+    float *qnw, *knw; /* Qwen3's per-head norms (hd), NULL otherwise */
 } block_ptrs;
 
 /* For gradients (`grads`), a frozen parameter's pointer is NULL (and so is
@@ -536,6 +660,11 @@ static block_ptrs block_view(const sharc_model *m, int l, float *base, bool grad
         b.ln2w = AT(5);
         b.wfc = AT2(6); /* gate, up adjacent: one (2I, C) matrix */
         b.wproj = AT(8);
+        if (m->bq >= 0) b.bqkv = AT3(m->bq); /* q, k, v biases adjacent: one (QKV) vector */
+        if (m->qn >= 0) {
+            b.qnw = AT(m->qn);
+            b.knw = AT(m->qn + 1);
+        }
     }
 #undef AT
 #undef AT2
@@ -575,6 +704,18 @@ static void mlp_chunk_forward(sharc_model *m, const block_ptrs *w, const float *
     else SHARC_PROF("fwd.act", k->gelu_forward(m->s, m->tfca, m->tfc, n * m->Fa));
 }
 
+/* Qwen3's q_norm / k_norm: qkv = qkraw with each query and key head
+ * RMS-normalised (rstd: N*NH for q, then N*NKV for k). */
+static void qk_norm_fwd(sharc_model *m, const block_ptrs *w, block_acts *a, float *qkv, int64_t N) {
+    int64_t ld = m->QKV, nq = (int64_t)m->NH * m->hd;
+    if (sharc_device_copy(m->dev, qkv, a->qkraw, (size_t)(N * ld) * sizeof(float), SHARC_COPY_DEVICE_TO_DEVICE,
+                          m->s) != SHARC_OK)
+        sharc_fatal(__FILE__, __LINE__, "model: copying qkv: %s", sharc_last_error());
+    m->k->head_rmsnorm_forward(m->s, qkv, a->qkrstd, a->qkraw, w->qnw, N, m->NH, m->hd, ld, m->cfg.norm_eps);
+    m->k->head_rmsnorm_forward(m->s, qkv + nq, a->qkrstd + N * m->NH, a->qkraw + nq, w->knw, N, m->NKV, m->hd, ld,
+                               m->cfg.norm_eps);
+}
+
 static void block_forward(sharc_model *m, const block_ptrs *w, block_acts *a, const float *x,
                           float *y, int B, int T) {
     const sharc_kernels *k = m->k;
@@ -583,7 +724,12 @@ static void block_forward(sharc_model *m, const block_ptrs *w, block_acts *a, co
     bool llama = m->cfg.family == SHARC_FAMILY_LLAMA;
     SHARC_PROF("fwd.norm", norm_fwd(m, a->ln1, a->ln1_mean, a->ln1_rstd, x, w->ln1w, w->ln1b, N));
     float *qkv = m->sp > 1 ? m->uly.qkv_seq : a->qkv; /* this rank's tokens */
-    SHARC_PROF("fwd.matmul.qkv", k->matmul_forward(s, qkv, a->ln1, w->wqkv, w->bqkv, N, m->C, m->QKV));
+    if (w->qnw) { /* Qwen3: project into qkraw, normalise q and k heads into qkv (v copied) */
+        SHARC_PROF("fwd.matmul.qkv", k->matmul_forward(s, a->qkraw, a->ln1, w->wqkv, w->bqkv, N, m->C, m->QKV));
+        SHARC_PROF("fwd.qknorm", qk_norm_fwd(m, w, a, qkv, N));
+    } else {
+        SHARC_PROF("fwd.matmul.qkv", k->matmul_forward(s, qkv, a->ln1, w->wqkv, w->bqkv, N, m->C, m->QKV));
+    }
     if (llama) SHARC_PROF("fwd.rope", k->rope_forward(s, qkv, m->rope_cos, m->rope_sin, B, T, m->NH, m->NKV, m->hd));
     if (m->sp > 1) { /* note [ulysses]: whole sequences, NHl heads */
         sharc_ulysses *u = &m->uly;
@@ -594,7 +740,7 @@ static void block_forward(sharc_model *m, const block_ptrs *w, block_acts *a, co
     } else {
         SHARC_PROF("fwd.attention", k->attention_forward(s, a->att, a->lse, a->qkv, B, T, m->NH, m->NKV, m->hd, m->att_ws));
     }
-    SHARC_PROF("fwd.matmul.attproj", k->matmul_forward(s, m->tmp, a->att, w->wo, w->bo, N, m->C, m->C));
+    SHARC_PROF("fwd.matmul.attproj", k->matmul_forward(s, m->tmp, a->att, w->wo, w->bo, N, m->AD, m->C));
     SHARC_PROF("fwd.residual", k->add(s, a->xmid, x, m->tmp, N * m->C));
     SHARC_PROF("fwd.norm", norm_fwd(m, a->ln2, a->ln2_mean, a->ln2_rstd, a->xmid, w->ln2w, w->ln2b, N));
     if (m->tile_rows < N) { /* note [tiled-mlp]: chunk by chunk into tmp; a recompute stops at ln2 */
@@ -642,7 +788,7 @@ static void block_backward(sharc_model *m, const block_ptrs *w, const block_ptrs
     }
     SHARC_PROF("bwd.norm", norm_bwd(m, m->dxmid, g->ln2w, g->ln2b, m->dtmp, dres, a->xmid, w->ln2w, a->ln2_mean,
              a->ln2_rstd, N));
-    SHARC_PROF("bwd.matmul.attproj", k->matmul_backward(s, m->dtmp, g->wo, g->bo, m->dxmid, a->att, w->wo, N, m->C, m->C));
+    SHARC_PROF("bwd.matmul.attproj", k->matmul_backward(s, m->dtmp, g->wo, g->bo, m->dxmid, a->att, w->wo, N, m->AD, m->C));
     if (m->sp > 1) { /* note [ulysses], mirrored */
         sharc_ulysses *u = &m->uly;
         SHARC_PROF("bwd.ulysses", sharc_ulysses_datt_to_heads(u, u->datt_h, m->dtmp));
@@ -654,6 +800,13 @@ static void block_backward(sharc_model *m, const block_ptrs *w, const block_ptrs
                                                           m->hd, m->att_ws));
     }
     if (llama) SHARC_PROF("bwd.rope", k->rope_backward(s, m->dqkv, m->rope_cos, m->rope_sin, B, T, m->NH, m->NKV, m->hd));
+    if (w->qnw) {
+        int64_t ld = m->QKV, nq = (int64_t)m->NH * m->hd;
+        SHARC_PROF("bwd.qknorm", k->head_rmsnorm_backward(s, m->dqkv, g->qnw, m->dqkv, a->qkraw, w->qnw, a->qkrstd,
+                                                          N, m->NH, m->hd, ld));
+        SHARC_PROF("bwd.qknorm", k->head_rmsnorm_backward(s, m->dqkv + nq, g->knw, m->dqkv + nq, a->qkraw + nq, w->knw,
+                                                          a->qkrstd + N * m->NH, N, m->NKV, m->hd, ld));
+    }
     SHARC_PROF("bwd.matmul.qkv", k->matmul_backward(s, m->dtmp, g->wqkv, g->bqkv, m->dqkv, a->ln1, w->wqkv, N, m->C, m->QKV));
     SHARC_PROF("bwd.norm", norm_bwd(m, dres, g->ln1w, g->ln1b, m->dtmp, m->dxmid, x, w->ln1w, a->ln1_mean, a->ln1_rstd, N));
 }
@@ -817,4 +970,110 @@ void sharc_model_logits_last(sharc_model *m, sharc_fsdp *e, const int32_t *input
                           m->s) != SHARC_OK ||
         sharc_device_synchronize(m->s) != SHARC_OK)
         sharc_fatal(__FILE__, __LINE__, "model: reading the logits: %s", sharc_last_error());
+}
+
+/* ------------------------------------------------------------ generation */
+
+/* Note [kv-cache]. Generation appends tokens to a per-layer cache of keys
+ * and values (after RoPE) at their positions, so a new token costs one
+ * token's forward plus attention over the cached positions: O(T) per token,
+ * not the O(T^2) of recomputing the prefix. The caches hold the plan's T
+ * positions (plan B = 1); the block below is block_forward's forward for n
+ * rows at positions pos .. pos+n-1 with attention_cached in place of
+ * attention_forward, using activation set 0 (nothing is kept for backward). */
+sharc_status sharc_model_kv_enable(sharc_model *m) {
+    if (m->B != 1 || m->T < 1 || m->sp > 1)
+        return sharc_error(SHARC_ERR_INVALID, "model: a key/value cache needs a plan of batch 1 on one sequence-parallel "
+                           "rank (planned %d x %d, sp %d)", m->B, m->T, m->sp);
+    if (!m->kcache) {
+        size_t bytes = (size_t)m->L * (size_t)m->T * (size_t)m->NKV * (size_t)m->hd * sizeof(float);
+        m->kcache = sharc_device_alloc(m->dev, bytes, SHARC_MEM_ACTIVATIONS);
+        m->vcache = sharc_device_alloc(m->dev, bytes, SHARC_MEM_ACTIVATIONS);
+        if (!m->kcache || !m->vcache) {
+            sharc_device_free(m->dev, m->kcache);
+            sharc_device_free(m->dev, m->vcache);
+            m->kcache = m->vcache = NULL;
+            return sharc_error(SHARC_ERR_NOMEM, "model: cannot allocate the key/value cache (%d positions)", m->T);
+        }
+    }
+    m->kv_len = 0;
+    return SHARC_OK;
+}
+
+int sharc_model_kv_len(const sharc_model *m) { return m->kv_len; }
+
+static void kv_copy(sharc_model *m, float *dst, const float *src, size_t n) {
+    if (sharc_device_copy(m->dev, dst, src, n * sizeof(float), SHARC_COPY_DEVICE_TO_DEVICE, m->s) != SHARC_OK)
+        sharc_fatal(__FILE__, __LINE__, "model: filling the key/value cache: %s", sharc_last_error());
+}
+
+static void block_forward_cached(sharc_model *m, int l, const block_ptrs *w, const float *x, float *y, int n, int pos) {
+    const sharc_kernels *k = m->k;
+    sharc_stream *s = m->s;
+    block_acts *a = &m->sets[0];
+    bool llama = m->cfg.family == SHARC_FAMILY_LLAMA;
+    int half = m->hd / 2, KV = m->NKV * m->hd;
+    norm_fwd(m, a->ln1, a->ln1_mean, a->ln1_rstd, x, w->ln1w, w->ln1b, n);
+    if (w->qnw) {
+        k->matmul_forward(s, a->qkraw, a->ln1, w->wqkv, w->bqkv, n, m->C, m->QKV);
+        qk_norm_fwd(m, w, a, a->qkv, n);
+    } else {
+        k->matmul_forward(s, a->qkv, a->ln1, w->wqkv, w->bqkv, n, m->C, m->QKV);
+    }
+    if (llama) /* the tables' rows from position pos */
+        k->rope_forward(s, a->qkv, m->rope_cos + (int64_t)pos * half, m->rope_sin + (int64_t)pos * half, 1, n, m->NH,
+                        m->NKV, m->hd);
+    float *kc = m->kcache + (int64_t)l * m->T * KV, *vc = m->vcache + (int64_t)l * m->T * KV;
+    for (int i = 0; i < n; i++) {
+        const float *row = a->qkv + (int64_t)i * m->QKV;
+        kv_copy(m, kc + (int64_t)(pos + i) * KV, row + m->AD, (size_t)KV);
+        kv_copy(m, vc + (int64_t)(pos + i) * KV, row + m->AD + KV, (size_t)KV);
+    }
+    k->attention_cached(s, a->att, a->qkv, m->QKV, kc, vc, n, pos, m->NH, m->NKV, m->hd, m->att_ws);
+    k->matmul_forward(s, m->tmp, a->att, w->wo, w->bo, n, m->AD, m->C);
+    k->add(s, a->xmid, x, m->tmp, (int64_t)n * m->C);
+    norm_fwd(m, a->ln2, a->ln2_mean, a->ln2_rstd, a->xmid, w->ln2w, w->ln2b, n);
+    if (a->fc) {
+        k->matmul_forward(s, a->fc, a->ln2, w->wfc, w->bfc, n, m->C, m->F);
+        if (llama) k->swiglu_forward(s, a->fca, a->fc, n, m->Fa);
+        else k->gelu_forward(s, a->fca, a->fc, (int64_t)n * m->Fa);
+        k->matmul_forward(s, m->tmp, a->fca, w->wproj, w->bproj, n, m->Fa, m->C);
+    } else { /* a tiled MLP (note [tiled-mlp]): its chunk buffers, tile_rows rows at a time */
+        for (int64_t r0 = 0; r0 < n; r0 += m->tile_rows) {
+            int64_t nr = n - r0 < m->tile_rows ? n - r0 : m->tile_rows;
+            mlp_chunk_forward(m, w, a->ln2 + r0 * m->C, nr);
+            k->matmul_forward(s, m->tmp + r0 * m->C, m->tfca, w->wproj, w->bproj, nr, m->Fa, m->C);
+        }
+    }
+    k->add(s, y, a->xmid, m->tmp, (int64_t)n * m->C);
+}
+
+sharc_status sharc_model_kv_append(sharc_model *m, sharc_fsdp *e, const int32_t *tokens, int n, float *logits) {
+    if (!m->kcache) return sharc_error(SHARC_ERR_INVALID, "model: sharc_model_kv_enable was not called");
+    if (n < 1 || m->kv_len + n > m->T)
+        return sharc_error(SHARC_ERR_INVALID, "model: %d new tokens after %d cached exceed the %d positions planned", n,
+                           m->kv_len, m->T);
+    const int L = m->L, H = L + 1, pos = m->kv_len;
+    use_kernels(m, e); /* note [bf16-compute] */
+    check_inputs(m, e, tokens, n);
+    const float *ep = sharc_fsdp_gather(e, 0);
+    const float *wpe = m->cfg.family == SHARC_FAMILY_GPT2 ? ep + m->units[0].params[1].offset : NULL;
+    m->k->embedding_forward(m->s, xl(m, 0), tokens, ep, wpe, 1, n, m->C, pos);
+    sharc_fsdp_forward_done(e, 0);
+    for (int l = 0; l < L; l++) {
+        block_ptrs w = block_view(m, l, (float *)sharc_fsdp_gather(e, 1 + l), false);
+        block_forward_cached(m, l, &w, xl(m, l), xl(m, l + 1), n, pos);
+        sharc_fsdp_forward_done(e, 1 + l);
+    }
+    const float *hp = sharc_fsdp_gather(e, H), *nw, *nb;
+    head_norm(m, hp, &nw, &nb);
+    norm_fwd(m, m->lnf, m->lnf_mean, m->lnf_rstd, xl(m, L) + (int64_t)(n - 1) * m->C, nw, nb, 1);
+    m->k->matmul_forward(m->s, m->head_ws, m->lnf, head_weight(m, e, hp), NULL, 1, m->C, m->V);
+    release_head(m, e);
+    m->kv_len = pos + n;
+    if (sharc_device_copy(m->dev, logits, m->head_ws, (size_t)m->V * sizeof(float), SHARC_COPY_DEVICE_TO_HOST,
+                          m->s) != SHARC_OK ||
+        sharc_device_synchronize(m->s) != SHARC_OK)
+        return sharc_error(SHARC_ERR_IO, "model: reading the logits: %s", sharc_last_error());
+    return SHARC_OK;
 }

@@ -18,14 +18,17 @@ expect_fail() { # expected-substring command...
   if [ "$(wc -l <<< "$err")" -ne 1 ]; then echo "expected one line, got: $err"; exit 1; fi
 }
 
-for fam in gpt2 llama; do
-  "$S" train --model.family=$fam --model.num_layers=2 --model.embed_dim=48 --model.num_heads=3 \
-      --model.num_kv_heads=$([ $fam = llama ] && echo 1 || echo 3) --model.max_seq_len=32 \
+for fam in gpt2 llama qwen3; do
+  extra=""  # qwen3: the Llama block with q/k norms and head_dim 20 != 48/3 (model_type qwen3 on export)
+  [ $fam = qwen3 ] && extra="--model.qk_norm=true --model.head_dim=20 --model.tie_embeddings=true"
+  "$S" train --model.family=$([ $fam = gpt2 ] && echo gpt2 || echo llama) --model.num_layers=2 --model.embed_dim=48 \
+      --model.num_heads=3 --model.num_kv_heads=$([ $fam = gpt2 ] && echo 3 || echo 1) --model.max_seq_len=32 $extra \
       --data.path=text.txt --train.seq_len=32 --train.batch_size=4 --train.max_steps=3 \
       --train.log_every=10 --train.out_dir=run_$fam > log_$fam.txt
   shard=$([ $fam = llama ] && echo 60000 || echo 0)
   "$S" export --checkpoint run_$fam --out hf_$fam --max-shard-size $shard
   test -s hf_$fam/config.json
+  if [ $fam = qwen3 ]; then grep -q '"model_type": "qwen3"' hf_$fam/config.json; grep -q '"head_dim": 20' hf_$fam/config.json; fi
   if [ $fam = llama ]; then test -s hf_$fam/model.safetensors.index.json; ls hf_$fam/model-00001-of-*.safetensors; fi
   "$S" import --hf hf_$fam --out imported_$fam.safetensors
   "$S" export --checkpoint imported_$fam.safetensors --out hf2_$fam --max-shard-size $shard
@@ -59,6 +62,11 @@ cp -r hf_gpt2 trunc && head -c 5000 hf_gpt2/model.safetensors > trunc/model.safe
 expect_fail "trunc/model.safetensors': tensors cover" "$S" import --hf trunc --out imported_gpt2.safetensors
 cp -r hf_llama noshard && rm noshard/model-00002-of-*.safetensors
 expect_fail "is missing" "$S" import --hf noshard --out imported_gpt2.safetensors
+# a config.json key sharc does not know may change the math: refused by name, exit status 2
+cp -r hf_llama unknown && sed -i 's/"rms_norm_eps"/"attn_logit_softcapping": 30.0, "rms_norm_eps"/' unknown/config.json
+expect_fail "key \"attn_logit_softcapping\" is not one sharc knows" "$S" import --hf unknown --out imported_gpt2.safetensors
+set +e; "$S" import --hf unknown --out imported_gpt2.safetensors 2>/dev/null; rc=$?; set -e
+[ $rc -eq 2 ] || { echo "unknown key: exit status $rc, expected 2"; exit 1; }
 cmp keep.safetensors imported_gpt2.safetensors
 expect_fail "--dtype 'int8': expected fp32, bf16 or fp16" "$S" export --checkpoint run_gpt2 --out x --dtype int8
 expect_fail "not a sharc weights file" "$S" export --checkpoint hf_gpt2/model.safetensors --out x

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # timeout: 300
 # sharc train on a small text file, both families: loss falls, metrics and
-# weights are written, generate samples from the saved weights.
+# weights are written, generate samples from the saved weights, with the
+# key/value cache the same text as without it.
 set -euo pipefail
 S="$SHARC_BIN/sharc"
 cd "$TMPDIR"
@@ -25,4 +26,12 @@ for fam in gpt2 llama; do
   out=$("$S" generate --checkpoint run_$fam --prompt "the quick" --tokens 40 --temperature 0)
   echo "$out"
   [ "${#out}" -ge 49 ]
+  # the key/value cache changes the cost, not the text: greedy and sampled,
+  # within the 64 planned positions and past them (79 tokens: the window
+  # is recomputed there, as without the cache)
+  for args in "--temperature 0 --tokens 40" "--temperature 0.9 --top-k 20 --seed 7 --tokens 70"; do
+    a=$("$S" generate --checkpoint run_$fam --prompt "the quick" $args)
+    b=$("$S" generate --checkpoint run_$fam --prompt "the quick" $args --no-kv-cache)
+    [ "$a" = "$b" ] || { echo "$fam $args: cached '$a' vs uncached '$b'"; exit 1; }
+  done
 done

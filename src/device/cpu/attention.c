@@ -1,4 +1,5 @@
-/* attention.c: sharc_cpu_attention_*, causal attention with grouped-query heads.
+/* attention.c: sharc_cpu_attention_*, causal attention with grouped-query heads
+ * (and the forward of new queries against a key/value cache).
  *
  * Note [attention-tiling]. Work is done one block of BQ query rows at a time:
  * the block's scores against every key it may see (at most BQ x T floats,
@@ -31,7 +32,8 @@ int64_t sharc_cpu_attention_workspace(int T) {
 }
 
 /* Causal softmax of rows i0..i0+m-1 over keys 0..kend-1 (row r sees keys
- * j <= i0 + r); S holds scaled scores with leading dimension kend. */
+ * j <= i0 + r); S holds scaled scores with leading dimension kend; lse
+ * (nullable) receives each row's log-sum-exp. */
 SHARC_VEC static void softmax_block(float *S, float *lse, int i0, int m, int kend) {
     for (int r = 0; r < m; r++) {
         float *row = S + (int64_t)r * kend;
@@ -48,7 +50,7 @@ SHARC_VEC static void softmax_block(float *S, float *lse, int i0, int m, int ken
 #pragma omp simd
         for (int j = 0; j < n; j++) row[j] *= inv;
         for (int j = n; j < kend; j++) row[j] = 0.0f;
-        lse[i0 + r] = mx + logf(sum);
+        if (lse) lse[i0 + r] = mx + logf(sum);
     }
 }
 
@@ -142,6 +144,30 @@ void sharc_cpu_attention_backward(sharc_stream *s, float *dqkv, const float *dou
                     sharc_sgemm(true, false, kend, hd, m, 1.0f, Sb, kend, dO, C, 1.0f, dV, S);
                 }
             }
+        }
+    }
+}
+
+/* New queries against a key/value cache (generation): the same blocks,
+ * with query row i at position t0 + i seeing keys 0 .. t0 + i. */
+void sharc_cpu_attention_cached(sharc_stream *s, float *out, const float *q, int64_t ldq, const float *kc,
+                                const float *vc, int n, int t0, int NH, int NKV, int hd, float *ws) {
+    const int C = NH * hd, KV = NKV * hd, group = NH / NKV;
+    const float scale = 1.0f / sqrtf((float)hd);
+    const int nblk = (n + BQ - 1) / BQ, Tk = t0 + n;
+    const int64_t ntask = (int64_t)NH * nblk;
+#pragma omp parallel num_threads(sharc_threads_get()) if (ntask > 1)
+    {
+        float *Sb = ws + (int64_t)omp_get_thread_num() * 2 * BQ * Tk;
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t task = 0; task < ntask; task++) {
+            int blk = nblk - 1 - (int)(task % nblk), h = (int)(task / nblk);
+            int g = h / group, i0 = blk * BQ, m = n - i0 < BQ ? n - i0 : BQ, kend = t0 + i0 + m;
+            sharc_sgemm(false, true, m, kend, hd, scale, q + (int64_t)i0 * ldq + h * hd, (int)ldq, kc + g * hd, KV,
+                        0.0f, Sb, kend);
+            softmax_block(Sb, NULL, t0 + i0, m, kend);
+            sharc_sgemm(false, false, m, hd, kend, 1.0f, Sb, kend, vc + g * hd, KV, 0.0f,
+                        out + (int64_t)i0 * C + h * hd, C);
         }
     }
 }

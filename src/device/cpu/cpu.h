@@ -35,6 +35,10 @@ void sharc_cpu_rmsnorm_forward(sharc_stream *s, float *y, float *rstd, const flo
                                int C, float eps);
 void sharc_cpu_rmsnorm_backward(sharc_stream *s, float *dx, float *dw, const float *dy, const float *dres,
                                 const float *x, const float *w, const float *rstd, int64_t N, int C);
+void sharc_cpu_head_rmsnorm_forward(sharc_stream *s, float *y, float *rstd, const float *x, const float *w,
+                                    int64_t N, int H, int hd, int64_t ld, float eps);
+void sharc_cpu_head_rmsnorm_backward(sharc_stream *s, float *dx, float *dw, const float *dy, const float *x,
+                                     const float *w, const float *rstd, int64_t N, int H, int hd, int64_t ld);
 /* activation.c */
 void sharc_cpu_gelu_forward(sharc_stream *s, float *y, const float *x, int64_t n);
 void sharc_cpu_gelu_backward(sharc_stream *s, float *dx, const float *dy, const float *x, int64_t n);
@@ -59,6 +63,8 @@ void sharc_cpu_attention_forward(sharc_stream *s, float *out, float *lse, const 
 void sharc_cpu_attention_backward(sharc_stream *s, float *dqkv, const float *dout, const float *qkv,
                                   const float *out, const float *lse, int B, int T, int NH, int NKV, int hd,
                                   float *ws);
+void sharc_cpu_attention_cached(sharc_stream *s, float *out, const float *q, int64_t ldq, const float *kc,
+                                const float *vc, int n, int t0, int NH, int NKV, int hd, float *ws);
 /* xent.c */
 void sharc_cpu_xent_forward_backward(sharc_stream *s, double *loss_sum, float *logits, float *losses,
                                      const int32_t *targets, int64_t N, int V, float scale, bool want_grad);

@@ -1,4 +1,4 @@
-/* norm.c: sharc_cpu_layernorm_* and sharc_cpu_rmsnorm_*, row-wise normalisation.
+/* norm.c: sharc_cpu_layernorm_*, sharc_cpu_rmsnorm_* and sharc_cpu_head_rmsnorm_*, row-wise normalisation.
  * Weight/bias gradients are reduced over rows through per-chunk partial sums
  * (one slice per chunk of rows), then added in a fixed order, so results do
  * not depend on thread timing. */
@@ -154,4 +154,32 @@ void sharc_cpu_rmsnorm_backward(sharc_stream *s, float *dx, float *dw, const flo
         rmsnorm_back_rows(dx, dw ? p + c * C : NULL, dy, dres, x, w, rstd, c * N / nc, (c + 1) * N / nc, C);
     if (dw) add_partials(dw, p, nc, C);
     sharc_free(p);
+}
+
+/* Per-head RMSNorm: token n's H rows of hd start at n*ld (the rows of one
+ * token are adjacent, so the row functions above do the work). */
+void sharc_cpu_head_rmsnorm_forward(sharc_stream *s, float *y, float *rstd, const float *x, const float *w,
+                                    int64_t N, int H, int hd, int64_t ld, float eps) {
+    int64_t nc = sharc_par_chunks(N, (int64_t)H * hd, sharc_threads_get());
+#pragma omp parallel for schedule(static) if (nc > 1)
+    for (int64_t c = 0; c < nc; c++)
+        for (int64_t n = c * N / nc; n < (c + 1) * N / nc; n++)
+            rmsnorm_rows(y + n * ld, rstd + n * H, x + n * ld, w, 0, H, hd, eps);
+}
+
+/* dx may alias dy: each row's dy is read in full before its dx is written. */
+void sharc_cpu_head_rmsnorm_backward(sharc_stream *s, float *dx, float *dw, const float *dy, const float *x,
+                                     const float *w, const float *rstd, int64_t N, int H, int hd, int64_t ld) {
+    int64_t nc = sharc_par_chunks(N, (int64_t)H * hd, sharc_threads_get());
+    float *p = dw && nc > 1 ? partials(nc, hd) : NULL;
+#pragma omp parallel for schedule(static) if (nc > 1)
+    for (int64_t c = 0; c < nc; c++) {
+        float *dwc = !dw ? NULL : nc > 1 ? p + c * hd : dw;
+        for (int64_t n = c * N / nc; n < (c + 1) * N / nc; n++)
+            rmsnorm_back_rows(dx + n * ld, dwc, dy + n * ld, NULL, x + n * ld, w, rstd + n * H, 0, H, hd);
+    }
+    if (p) {
+        add_partials(dw, p, nc, hd);
+        sharc_free(p);
+    }
 }
