@@ -64,9 +64,12 @@ static void tiny_config(sharc_model_config *c, int variant) {
     ASSERT_OK(sharc_model_config_validate(c));
 }
 
+static int tiny_tiles = 1; /* > 1: the MLP tiled in that many chunks (note [tiled-mlp]) */
+
 static void tiny_build(tiny *t, const sharc_model_config *c) {
     t->cfg = *c;
     ASSERT_OK(sharc_model_init(&t->m, c, NULL));
+    sharc_model_set_tiled_mlp(t->m, tiny_tiles);
     ASSERT_OK(sharc_model_plan(t->m, 1, c->max_seq_len, false));
     sharc_fsdp_config fc;
     sharc_fsdp_config_default(&fc);
@@ -613,9 +616,12 @@ TEST(hf_config_keys) {
  * the uncached forward over the whole prefix within fp32 rounding, and so
  * the same greedy tokens, up to the planned 13 positions. */
 TEST(generate_kv_cache_matches_recompute) {
-    for (int f = 0; f < V_COUNT; f++) {
+    /* every variant untiled, then GPT-2 and Llama with a tiled MLP, whose
+     * cached path runs the MLP in chunks of its own buffers */
+    for (int f = 0; f < V_COUNT + 2; f++) {
+        tiny_tiles = f < V_COUNT ? 1 : 3;
         tiny a;
-        tiny_seeded(&a, f);
+        tiny_seeded(&a, f < V_COUNT ? f : (f == V_COUNT ? V_GPT2 : V_LLAMA));
         int T = a.cfg.max_seq_len, V = a.cfg.vocab_size;
         int32_t ids[64] = {3, 17, 5, 30, 11};
         int n = 5;
@@ -636,7 +642,10 @@ TEST(generate_kv_cache_matches_recompute) {
         ASSERT_EQ(sharc_model_kv_len(a.m), T);
         /* full: one more position is refused, not written past the cache */
         ASSERT_TRUE(sharc_model_kv_append(a.m, a.e, ids, 1, got) == SHARC_ERR_INVALID);
-        fprintf(stderr, "  %s: %d greedy tokens, max |cached - uncached| logit %.3g\n", variant_names[f], T - 5, worst);
+        fprintf(stderr, "  %s%s: %d greedy tokens, max |cached - uncached| logit %.3g\n",
+                variant_names[f < V_COUNT ? f : (f == V_COUNT ? V_GPT2 : V_LLAMA)], tiny_tiles > 1 ? " (tiled MLP)" : "",
+                T - 5, worst);
         tiny_free(&a);
     }
+    tiny_tiles = 1;
 }

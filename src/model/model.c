@@ -743,7 +743,10 @@ static void block_forward(sharc_model *m, const block_ptrs *w, block_acts *a, co
     SHARC_PROF("fwd.matmul.attproj", k->matmul_forward(s, m->tmp, a->att, w->wo, w->bo, N, m->AD, m->C));
     SHARC_PROF("fwd.residual", k->add(s, a->xmid, x, m->tmp, N * m->C));
     SHARC_PROF("fwd.norm", norm_fwd(m, a->ln2, a->ln2_mean, a->ln2_rstd, a->xmid, w->ln2w, w->ln2b, N));
-    if (m->tile_rows < N) { /* note [tiled-mlp]: chunk by chunk into tmp; a recompute stops at ln2 */
+    /* note [tiled-mlp]: chunk by chunk into tmp; a recompute stops at ln2. A
+     * tiled plan has no per-set fc buffers, so a forward over fewer rows than
+     * planned (logits of a shorter prefix) takes this path too */
+    if (!a->fc || m->tile_rows < N) {
         if (!y) return;
         for (int64_t r0 = 0; r0 < N; r0 += m->tile_rows) {
             int64_t n = N - r0 < m->tile_rows ? N - r0 : m->tile_rows;
