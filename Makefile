@@ -44,7 +44,7 @@ TEST_SRC := $(wildcard tests/*.c)
 TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/%.o)
 BENCH_SRC := $(wildcard bench/*.c)
 
-.PHONY: all deps test run asan clean fixtures bench fmt fuzz hf-fixtures tokenizer-fixtures
+.PHONY: all deps test run asan clean fixtures bench format fuzz hf-fixtures tokenizer-fixtures
 all: $(BUILD)/libsharc.a $(BUILD)/libsharc.so $(BUILD)/sharc $(BUILD)/sharc_tests $(BUILD)/mpi_tests \
      $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%) $(if $(filter 1,$(CUDA)),$(BUILD)/gpu_kernels $(BUILD)/gpu_model)
 
@@ -174,3 +174,7 @@ bench: all
 
 clean:
 	rm -rf build build-asan
+
+# The house style (.clang-format; tests/cli/format.sh checks it in the suite).
+format:
+	git ls-files '*.c' '*.h' '*.cu' | xargs clang-format -i

@@ -50,7 +50,8 @@ static void *wait_thread(void *p) {
 int main(int argc, char **argv) {
     int provided, rank, size, level = MPI_THREAD_MULTIPLE;
     for (int i = 1; i + 1 < argc; i += 2)
-        if (!strcmp(argv[i], "--level")) level = strcmp(argv[i + 1], "funneled") ? MPI_THREAD_MULTIPLE : MPI_THREAD_FUNNELED;
+        if (!strcmp(argv[i], "--level"))
+            level = strcmp(argv[i + 1], "funneled") ? MPI_THREAD_MULTIPLE : MPI_THREAD_FUNNELED;
     MPI_Init_thread(&argc, &argv, level, &provided);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);

@@ -111,8 +111,8 @@ static int sgemm_ceiling(double min_time) {
                 snprintf(best_what, sizeof best_what, "%dx%dx%d %s", M, N, K, form_name[form]);
             }
             if (s < 5 && gf > gpt2_best) gpt2_best = gf;
-            printf("%s{\"m\": %d, \"n\": %d, \"k\": %d, \"form\": \"%s\", \"gflops\": %.1f}", s + form ? ", " : "",
-                   M, N, K, form_name[form], gf);
+            printf("%s{\"m\": %d, \"n\": %d, \"k\": %d, \"form\": \"%s\", \"gflops\": %.1f}", s + form ? ", " : "", M,
+                   N, K, form_name[form], gf);
             fflush(stdout);
         }
         free(x);
@@ -129,10 +129,9 @@ static int sgemm_ceiling(double min_time) {
 }
 
 static void usage(void) {
-    fprintf(stderr,
-            "usage: step --family gpt2|llama [--layers L --dim C --heads H --kv-heads K --ffn F --vocab V\n"
-            "            --max-seq M] [--batch B --seq T --steps N --threads K --ac --fwd-steps N --bf16]\n"
-            "       step --sgemm [--threads K --min-time S]\n");
+    fprintf(stderr, "usage: step --family gpt2|llama [--layers L --dim C --heads H --kv-heads K --ffn F --vocab V\n"
+                    "            --max-seq M] [--batch B --seq T --steps N --threads K --ac --fwd-steps N --bf16]\n"
+                    "       step --sgemm [--threads K --min-time S]\n");
 }
 
 int main(int argc, char **argv) {
@@ -142,10 +141,22 @@ int main(int argc, char **argv) {
     double min_time = 0.4;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
-        if (!strcmp(a, "--sgemm")) { sgemm = 1; continue; }
-        if (!strcmp(a, "--ac")) { ac = 1; continue; }
-        if (!strcmp(a, "--bf16")) { bf16 = 1; continue; }
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(); return 0; }
+        if (!strcmp(a, "--sgemm")) {
+            sgemm = 1;
+            continue;
+        }
+        if (!strcmp(a, "--ac")) {
+            ac = 1;
+            continue;
+        }
+        if (!strcmp(a, "--bf16")) {
+            bf16 = 1;
+            continue;
+        }
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage();
+            return 0;
+        }
         if (i + 1 >= argc) {
             fprintf(stderr, "step: %s needs a value\n", a);
             usage();
@@ -270,17 +281,20 @@ int main(int argc, char **argv) {
     sharc_mem_get(&mem);
     printf("{\"system\": \"sharc\", \"family\": \"%s\", \"params\": %lld, \"layers\": %d, \"dim\": %d, \"heads\": %d, "
            "\"kv_heads\": %d, \"ffn\": %d, \"vocab\": %d, \"batch\": %d, \"seq\": %d, \"ac\": %s, \"steps\": %d, "
-           "\"threads\": %d, \"gemm\": \"%s\", \"blas_core\": \"%s\", \"step_ms\": %.1f, \"step_ms_min\": %.1f, \"step_ms_mean\": %.1f, "
+           "\"threads\": %d, \"gemm\": \"%s\", \"blas_core\": \"%s\", \"step_ms\": %.1f, \"step_ms_min\": %.1f, "
+           "\"step_ms_mean\": %.1f, "
            "\"tokens_per_s\": %.1f, \"flops_per_token\": %.4g, \"gflops_per_s\": %.1f, "
            "\"zero_grad_ms\": %.2f, \"fwd_bwd_ms\": %.1f, \"clip_ms\": %.2f, \"optim_ms\": %.2f",
-           sharc_family_name(c.family), (long long)sharc_model_num_params(&c), c.num_layers, c.embed_dim,
-           c.num_heads, c.num_kv_heads, c.ff_hidden_dim, c.vocab_size, B, T, ac ? "true" : "false", steps,
-           sharc_threads_get(), sharc_blas_get_info()->gemm, sharc_blas_get_info()->corename, med * 1e3, mn * 1e3, mean * 1e3, tps, fpt,
+           sharc_family_name(c.family), (long long)sharc_model_num_params(&c), c.num_layers, c.embed_dim, c.num_heads,
+           c.num_kv_heads, c.ff_hidden_dim, c.vocab_size, B, T, ac ? "true" : "false", steps, sharc_threads_get(),
+           sharc_blas_get_info()->gemm, sharc_blas_get_info()->corename, med * 1e3, mn * 1e3, mean * 1e3, tps, fpt,
            fpt * tps * 1e-9, median(ph[1], steps) * 1e3, median(ph[2], steps) * 1e3, median(ph[3], steps) * 1e3,
            median(ph[4], steps) * 1e3);
     if (fwd_steps > 0) printf(", \"forward_only_ms\": %.1f", fwd_ms);
     sharc_bf16_mode bm = sharc_bf16_mode_get(NULL);
-    printf(", \"bf16\": \"%s\"", !sharc_model_computes_bf16(m, e) ? "fp32" : bm == SHARC_BF16_ONEDNN ? "oneDNN" : "emulated");
+    printf(", \"bf16\": \"%s\"", !sharc_model_computes_bf16(m, e) ? "fp32"
+                                 : bm == SHARC_BF16_ONEDNN        ? "oneDNN"
+                                                                  : "emulated");
     printf(", \"loss_first\": %.4f, \"loss_last\": %.4f, \"peak_mem_mib\": %.1f, \"max_rss_mib\": %.1f}\n", first_loss,
            last_loss, (double)mem.peak_total / (1 << 20), max_rss_mib());
     free(in);

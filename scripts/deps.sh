@@ -28,8 +28,9 @@ case "$what" in
                        iproute2) ;;  # ip netns / veth / bridge / tc: the hosts of scripts/hosts.sh
 esac
 case "$what" in
-  test|dev) pkgs+=(strace) ;;        # SIGKILL injected at file-system calls: tests/cli/crash_chain.sh
-  test|dev) pkgs+=(python3-jinja2) ;;  # renders the real chat templates the fixed chat formats are checked against
+  test|dev) pkgs+=(strace           # SIGKILL injected at file-system calls: tests/cli/crash_chain.sh
+                   python3-jinja2   # renders the real chat templates the fixed chat formats are checked against
+                   clang-format) ;; # the house style, checked by tests/cli/format.sh
 esac
 case "$what" in
   dev) pkgs+=(python3-torch) ;;

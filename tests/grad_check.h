@@ -30,8 +30,8 @@ typedef double (*sharc_loss_fn)(void *ctx);
 /* Check g = dL/dx at up to `max_points` elements of x (all if n is small) by
  * central differences with step eps. The loss is evaluated in double, so the
  * error is the O(eps^2) truncation plus fp32 rounding of the forward. */
-static inline void fd_check(sharc_loss_fn loss, void *ctx, float *x, const float *g, int64_t n,
-                            float eps, double rtol, double atol, const char *what) {
+static inline void fd_check(sharc_loss_fn loss, void *ctx, float *x, const float *g, int64_t n, float eps, double rtol,
+                            double atol, const char *what) {
     int64_t step = n > 97 ? n / 97 : 1;
     for (int64_t i = 0; i < n; i += step) {
         float saved = x[i];
@@ -42,8 +42,8 @@ static inline void fd_check(sharc_loss_fn loss, void *ctx, float *x, const float
         x[i] = saved;
         double num = (lp - lm) / (2.0 * (double)eps);
         if (!(fabs(num - (double)g[i]) <= atol + rtol * fabs(num))) {
-            fprintf(stderr, "  gradient of %s at [%lld]: analytic %.8g vs numeric %.8g\n", what,
-                    (long long)i, (double)g[i], num);
+            fprintf(stderr, "  gradient of %s at [%lld]: analytic %.8g vs numeric %.8g\n", what, (long long)i,
+                    (double)g[i], num);
             exit(1);
         }
     }

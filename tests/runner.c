@@ -23,7 +23,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#define MAX_TESTS 2048
+#define MAX_TESTS    2048
 #define UNIT_TIMEOUT 120.0
 
 typedef struct {
@@ -53,8 +53,7 @@ const char *sharc_test_tmpdir(void) {
     return d ? d : "/tmp";
 }
 
-long long sharc_test_allclose(const float *a, const float *b, long long n, double rtol,
-                              double atol) {
+long long sharc_test_allclose(const float *a, const float *b, long long n, double rtol, double atol) {
     long long worst = -1;
     double worst_excess = 0.0;
     for (long long i = 0; i < n; i++) {
@@ -152,12 +151,9 @@ static int run_child(const char *label, const test_entry *t, const char *script,
     } else if (ok) {
         printf("ok   %-52s %7.2fs\n", label, dt);
     } else {
-        if (timed_out)
-            printf("FAIL %-52s timed out after %.0fs\n", label, timeout);
-        else if (WIFSIGNALED(status))
-            printf("FAIL %-52s killed by signal %d\n", label, WTERMSIG(status));
-        else
-            printf("FAIL %-52s exit status %d\n", label, WEXITSTATUS(status));
+        if (timed_out) printf("FAIL %-52s timed out after %.0fs\n", label, timeout);
+        else if (WIFSIGNALED(status)) printf("FAIL %-52s killed by signal %d\n", label, WTERMSIG(status));
+        else printf("FAIL %-52s exit status %d\n", label, WEXITSTATUS(status));
         FILE *f = fopen(log_path, "r");
         if (f) {
             char line[4096];
@@ -185,9 +181,7 @@ static double script_timeout(const char *path) {
     return t;
 }
 
-static int cmp_str(const void *a, const void *b) {
-    return strcmp(*(char *const *)a, *(char *const *)b);
-}
+static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
 
 int main(int argc, char **argv) {
     const char *filter = NULL, *one = NULL, *scripts = NULL;
@@ -202,8 +196,10 @@ int main(int argc, char **argv) {
         } else if (!strcmp(argv[i], "--timeout-scale") && i + 1 < argc) scale = atof(argv[++i]);
         else if (!strcmp(argv[i], "--list")) list = 1;
         else {
-            fprintf(stderr, "usage: %s [--filter S] [--list] [--one NAME] [--scripts DIR] "
-                            "[--bin DIR] [--timeout-scale K]\n", argv[0]);
+            fprintf(stderr,
+                    "usage: %s [--filter S] [--list] [--one NAME] [--scripts DIR] "
+                    "[--bin DIR] [--timeout-scale K]\n",
+                    argv[0]);
             return 2;
         }
     }

@@ -89,8 +89,8 @@ static void matmul_case(int64_t N, int IC, int OC) {
         k->matmul_backward_bf16(ks(), dx, dw, db, dy, x, w, N, IC, OC);
         /* against fp32: within bf16's rounding */
         double ey = rel_err(y, y32, N * OC), edx = rel_err(dx, dx32, N * IC), edw = rel_err(dw, dw32, (int64_t)OC * IC);
-        fprintf(stderr, "  mode %d N=%lld IC=%d OC=%d: vs fp32 y %.2e dx %.2e dw %.2e\n", (int)ms[mi], (long long)N,
-                IC, OC, ey, edx, edw);
+        fprintf(stderr, "  mode %d N=%lld IC=%d OC=%d: vs fp32 y %.2e dx %.2e dw %.2e\n", (int)ms[mi], (long long)N, IC,
+                OC, ey, edx, edw);
         ASSERT_TRUE(ey < 1e-2 && edx < 1e-2 && edw < 1e-2);
         /* and visibly rounded: x and dy are not bf16 values, so the results differ from fp32 */
         ASSERT_TRUE(ey > 1e-5 && edx > 1e-5 && edw > 1e-5);
@@ -244,7 +244,8 @@ static void model_grads(sharc_family f) {
             fprintf(stderr, "  %-44s %.2e of fp32 compute, %.2e of fp32 weights\n", p->name, r,
                     nf > 0 ? sqrt(df / nf) : sqrt(df));
             if (r > worst) worst = r;
-            if (!(r < 2e-2)) TEST_FAIL_AT("%s: bf16 gradient %.3e from fp32 (relative norm), expected < 2e-2", p->name, r);
+            if (!(r < 2e-2))
+                TEST_FAIL_AT("%s: bf16 gradient %.3e from fp32 (relative norm), expected < 2e-2", p->name, r);
         }
     }
     fprintf(stderr, "  worst parameter gradient: %.3e of its norm\n", worst);

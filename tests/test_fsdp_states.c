@@ -96,8 +96,8 @@ static void no_such_unit(void) { sharc_fsdp_gather(engine, 4); }
 
 TEST(fsdp_states_stop_a_wrong_order) {
     setup(false);
-    expect_abort(forward_done_without_gather,
-                 (const char *[]){"forward_done(unit 1 'block.0')", "parameters are SHARDED", "expected GATHERED", NULL});
+    expect_abort(forward_done_without_gather, (const char *[]){"forward_done(unit 1 'block.0')",
+                                                               "parameters are SHARDED", "expected GATHERED", NULL});
     expect_abort(backward_done_without_grad,
                  (const char *[]){"backward_done(unit 2 'block.1')", "gradient is NONE", "expected OPEN", NULL});
     expect_abort(grad_without_gather,
@@ -114,7 +114,8 @@ TEST(fsdp_shard_writes_need_the_bracket) {
     setup(false);
     expect_abort(write_outside_bracket,
                  (const char *[]){"shard of unit 2 'block.1' written outside sharc_fsdp_shard_write_begin", NULL});
-    expect_abort(gather_inside_bracket, (const char *[]){"gather(unit 1 'block.0') while shards are being written", NULL});
+    expect_abort(gather_inside_bracket,
+                 (const char *[]){"gather(unit 1 'block.0') while shards are being written", NULL});
     expect_abort(write_while_gathered,
                  (const char *[]){"shard_write_begin(unit 1 'block.0')", "parameters are GATHERED", NULL});
     /* the right order: a write between begin and end is what the next gather returns (bf16-rounded) */

@@ -73,8 +73,8 @@ static void tiny_build(tiny *t, const sharc_model_config *c) {
     ASSERT_OK(sharc_model_plan(t->m, 1, c->max_seq_len, false));
     sharc_fsdp_config fc;
     sharc_fsdp_config_default(&fc);
-    ASSERT_OK(sharc_fsdp_init(&t->e, sharc_model_units(t->m), sharc_model_num_units(t->m), sharc_model_schedule(t->m), &fc, NULL,
-                              sharc_model_device(t->m)));
+    ASSERT_OK(sharc_fsdp_init(&t->e, sharc_model_units(t->m), sharc_model_num_units(t->m), sharc_model_schedule(t->m),
+                              &fc, NULL, sharc_model_device(t->m)));
 }
 
 static void tiny_free(tiny *t) {
@@ -99,7 +99,8 @@ static void tiny_fill(tiny *t) {
             const sharc_param_spec *ps = &s->params[p];
             float *v = malloc(sizeof(float) * (size_t)ps->numel);
             for (int64_t i = 0; i < ps->numel; i++) {
-                float r = (float)((double)(mix(((uint64_t)k << 32) ^ (uint64_t)i) >> 40) / (double)(1 << 24)) * 2.0f - 1.0f;
+                float r =
+                    (float)((double)(mix(((uint64_t)k << 32) ^ (uint64_t)i) >> 40) / (double)(1 << 24)) * 2.0f - 1.0f;
                 v[i] = ps->init == SHARC_INIT_ONES ? 1.0f + 0.2f * r : 0.3f * r;
             }
             ASSERT_OK(sharc_fsdp_param_write_local(t->e, ps->name, v, ps->numel));
@@ -254,14 +255,17 @@ TEST(hf_export_layout_gpt2) {
         names[i] = strdup(x->name + strlen("transformer."));
         data[i] = malloc((size_t)(x->end - x->begin) + 1);
         ASSERT_OK(sharc_st_read_bytes(f, x, 0, x->end - x->begin, data[i]));
-        es[i] = (sharc_st_entry){.name = names[i], .dtype = x->dtype, .ndim = x->ndim, .shape = x->shape, .data = data[i]};
+        es[i] =
+            (sharc_st_entry){.name = names[i], .dtype = x->dtype, .ndim = x->ndim, .shape = x->shape, .data = data[i]};
     }
     static float mask[13 * 13], mb = -1e4f;
     int64_t mshape[4] = {1, 1, 13, 13};
     es[n] = (sharc_st_entry){.name = "h.0.attn.bias", .dtype = SHARC_DT_F32, .ndim = 4, .shape = mshape, .data = mask};
-    es[n + 1] = (sharc_st_entry){.name = "h.1.attn.masked_bias", .dtype = SHARC_DT_F32, .ndim = 0, .shape = NULL, .data = &mb};
+    es[n + 1] =
+        (sharc_st_entry){.name = "h.1.attn.masked_bias", .dtype = SHARC_DT_F32, .ndim = 0, .shape = NULL, .data = &mb};
     const sharc_st_tensor *wte = sharc_st_find(f, "transformer.wte.weight");
-    es[n + 2] = (sharc_st_entry){.name = "lm_head.weight", .dtype = SHARC_DT_F32, .ndim = 2, .shape = wte->shape, .data = NULL};
+    es[n + 2] =
+        (sharc_st_entry){.name = "lm_head.weight", .dtype = SHARC_DT_F32, .ndim = 2, .shape = wte->shape, .data = NULL};
     for (int i = 0; i < n; i++)
         if (!strcmp(names[i], "wte.weight")) es[n + 2].data = data[i];
     const char *dir2 = tmp_path("gl2");
@@ -376,8 +380,9 @@ TEST(hf_reference_models_export) {
         snprintf(d2, sizeof d2, "%s/again-%d", sharc_test_tmpdir(), f);
         ASSERT_OK(sharc_hf_export(a.e, NULL, &a.cfg, d1, SHARC_DT_F32, 0));
         ASSERT_OK(sharc_hf_export(a.e, NULL, &a.cfg, d2, SHARC_DT_F32, 0));
-        snprintf(cmd, sizeof cmd, "cmp -s %s/model.safetensors %s/model.safetensors && cmp -s %s/config.json %s/config.json",
-                 d1, d2, d1, d2);
+        snprintf(cmd, sizeof cmd,
+                 "cmp -s %s/model.safetensors %s/model.safetensors && cmp -s %s/config.json %s/config.json", d1, d2, d1,
+                 d2);
         ASSERT_EQ(system(cmd), 0);
         tiny_free(&a);
     }
@@ -430,7 +435,8 @@ TEST(hf_config_every_key_round_trips) {
             ASSERT_OK(sharc_hf_export(t.e, NULL, &t.cfg, dir, SHARC_DT_BF16, 0));
             sharc_model_config r;
             ASSERT_OK(sharc_hf_read_config(dir, &r));
-            if (memcmp(&r, &c, sizeof r) != 0) TEST_FAIL_AT("%s: config.json does not read back to the model exported", name);
+            if (memcmp(&r, &c, sizeof r) != 0)
+                TEST_FAIL_AT("%s: config.json does not read back to the model exported", name);
             ASSERT_OK(sharc_hf_check_config(dir, &c));
             char p[1300], *text;
             size_t len;
@@ -471,8 +477,11 @@ TEST(hf_bad_directories) {
     ASSERT_TRUE(access(p, F_OK) != 0);
     /* a name mapped to a shard that lacks it */
     snprintf(p, sizeof p, "%s/model.safetensors.index.json", dir);
-    snprintf(cmd, sizeof cmd, "cp %s %s.orig && sed -i 's/\"model.norm.weight\": \"model-0000[0-9]-of-00006.safetensors\"/\"model.norm.weight\": \"model-00001-of-00006.safetensors\"/' %s",
-             p, p, p);
+    snprintf(
+        cmd, sizeof cmd,
+        "cp %s %s.orig && sed -i 's/\"model.norm.weight\": "
+        "\"model-0000[0-9]-of-00006.safetensors\"/\"model.norm.weight\": \"model-00001-of-00006.safetensors\"/' %s",
+        p, p, p);
     ASSERT_EQ(system(cmd), 0);
     expect_error(sharc_hf_load(b.e, dir), "maps 'model.norm.weight' to", "which has no such tensor");
     /* bad JSON in the index */
@@ -487,7 +496,9 @@ TEST(hf_bad_directories) {
     ASSERT_EQ(system(cmd), 0);
     expect_error(sharc_hf_load(b.e, dir), "model-00001-of-00006.safetensors", "data bytes but the file has");
     /* a corrupt header */
-    snprintf(cmd, sizeof cmd, "cp %s/moved %s/model-00001-of-00006.safetensors && printf '\\377\\377' | dd of=%s/model-00001-of-00006.safetensors bs=1 seek=10 conv=notrunc 2>/dev/null",
+    snprintf(cmd, sizeof cmd,
+             "cp %s/moved %s/model-00001-of-00006.safetensors && printf '\\377\\377' | dd "
+             "of=%s/model-00001-of-00006.safetensors bs=1 seek=10 conv=notrunc 2>/dev/null",
              dir, dir, dir);
     ASSERT_EQ(system(cmd), 0);
     expect_error(sharc_hf_load(b.e, dir), "model-00001-of-00006.safetensors", "not valid JSON");
@@ -496,15 +507,18 @@ TEST(hf_bad_directories) {
     sharc_model_config c;
     write_text(q, "{\"model_type\": \"llama\",");
     expect_error(sharc_hf_read_config(dir, &c), "config.json' is not valid JSON", NULL);
-    write_text(q, "{\"model_type\": \"llama\", \"hidden_size\": 48, \"intermediate_size\": 72, \"num_hidden_layers\": 2,"
-                  " \"num_attention_heads\": 3, \"vocab_size\": 37, \"rope_scaling\": {\"type\": \"linear\", \"factor\": 2.0}}");
+    write_text(
+        q,
+        "{\"model_type\": \"llama\", \"hidden_size\": 48, \"intermediate_size\": 72, \"num_hidden_layers\": 2,"
+        " \"num_attention_heads\": 3, \"vocab_size\": 37, \"rope_scaling\": {\"type\": \"linear\", \"factor\": 2.0}}");
     expect_error(sharc_hf_read_config(dir, &c), "\"rope_scaling\"", "not supported");
     write_text(q, "{\"model_type\": \"llama\", \"hidden_size\": \"48\"}");
     expect_error(sharc_hf_read_config(dir, &c), "\"hidden_size\" is \"48\"", "expected an integer");
     write_text(q, "{\"model_type\": \"gpt2\", \"n_embd\": 48, \"n_layer\": 2, \"n_head\": 3, \"vocab_size\": 37,"
                   " \"n_positions\": 13, \"activation_function\": \"relu\"}");
     expect_error(sharc_hf_read_config(dir, &c), "\"activation_function\": \"relu\"", "not supported");
-    write_text(q, "{\"model_type\": \"gpt2\", \"n_embd\": 48, \"n_layer\": 2, \"n_head\": 5, \"vocab_size\": 37, \"n_positions\": 13}");
+    write_text(q, "{\"model_type\": \"gpt2\", \"n_embd\": 48, \"n_layer\": 2, \"n_head\": 5, \"vocab_size\": 37, "
+                  "\"n_positions\": 13}");
     expect_error(sharc_hf_read_config(dir, &c), "config.json", "model.num_heads: 5 does not divide");
     write_text(q, "{\"model_type\": \"bert\"}");
     expect_error(sharc_hf_read_config(dir, &c), "model_type 'bert'", "not supported");
@@ -516,7 +530,8 @@ TEST(hf_bad_directories) {
     tiny o;
     tiny_build(&o, &oc);
     ASSERT_OK(sharc_hf_export(o.e, NULL, &oc, dir2, SHARC_DT_F32, 0));
-    expect_error(sharc_hf_load(b.e, dir2), "'model.embed_tokens.weight' has shape [37, 24], this model needs [37, 48]", dir2);
+    expect_error(sharc_hf_load(b.e, dir2), "'model.embed_tokens.weight' has shape [37, 24], this model needs [37, 48]",
+                 dir2);
     /* another family */
     tiny g;
     tiny_seeded(&g, SHARC_FAMILY_GPT2);
@@ -535,17 +550,20 @@ TEST(hf_bad_directories) {
  * + rope_scaling) and 5.x's (rope_parameters) read the same; every key is
  * honoured, harmless or refused by name; bos/eos ids come and go with the
  * config, exported only inside the vocabulary. */
-#define LLAMA_KEYS "\"model_type\": \"llama\", \"hidden_size\": 48, \"intermediate_size\": 72, \"num_hidden_layers\": 2, " \
-                   "\"num_attention_heads\": 3, \"num_key_value_heads\": 1, \"vocab_size\": 37"
+#define LLAMA_KEYS                                                                                                     \
+    "\"model_type\": \"llama\", \"hidden_size\": 48, \"intermediate_size\": 72, \"num_hidden_layers\": 2, "            \
+    "\"num_attention_heads\": 3, \"num_key_value_heads\": 1, \"vocab_size\": 37"
 TEST(hf_config_keys) {
     char dir[1200], q[1300];
     snprintf(dir, sizeof dir, "%s", tmp_path("keys"));
     ASSERT_OK(sharc_mkdirs(dir));
     snprintf(q, sizeof q, "%s/config.json", dir);
     sharc_model_config v4, v5;
-    write_text(q, "{" LLAMA_KEYS ", \"rope_theta\": 500000.0, \"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 8.0,"
+    write_text(q, "{" LLAMA_KEYS
+                  ", \"rope_theta\": 500000.0, \"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 8.0,"
                   " \"low_freq_factor\": 1.0, \"high_freq_factor\": 4.0, \"original_max_position_embeddings\": 8192},"
-                  " \"bos_token_id\": 1, \"eos_token_id\": [2, 3], \"transformers_version\": \"4.43.0\", \"attention_dropout\": 0.0}");
+                  " \"bos_token_id\": 1, \"eos_token_id\": [2, 3], \"transformers_version\": \"4.43.0\", "
+                  "\"attention_dropout\": 0.0}");
     ASSERT_OK(sharc_hf_read_config(dir, &v4));
     ASSERT_NEAR(v4.rope_theta, 500000.0, 0, 0);
     ASSERT_NEAR(v4.rope_factor, 8.0, 0, 0);
@@ -553,9 +571,11 @@ TEST(hf_config_keys) {
     ASSERT_EQ(v4.bos_token_id, 1);
     ASSERT_EQ(v4.eos_token_id, 2);
     /* the 5.x layout: theta inside rope_parameters (the defect: read as 10000 before) */
-    write_text(q, "{" LLAMA_KEYS ", \"rope_parameters\": {\"rope_type\": \"llama3\", \"rope_theta\": 500000.0, \"factor\": 8.0,"
-                  " \"low_freq_factor\": 1.0, \"high_freq_factor\": 4.0, \"original_max_position_embeddings\": 8192},"
-                  " \"bos_token_id\": 1, \"eos_token_id\": 2, \"transformers_version\": \"5.0.0\", \"dtype\": \"bfloat16\"}");
+    write_text(
+        q,
+        "{" LLAMA_KEYS ", \"rope_parameters\": {\"rope_type\": \"llama3\", \"rope_theta\": 500000.0, \"factor\": 8.0,"
+        " \"low_freq_factor\": 1.0, \"high_freq_factor\": 4.0, \"original_max_position_embeddings\": 8192},"
+        " \"bos_token_id\": 1, \"eos_token_id\": 2, \"transformers_version\": \"5.0.0\", \"dtype\": \"bfloat16\"}");
     ASSERT_OK(sharc_hf_read_config(dir, &v5));
     ASSERT_TRUE(memcmp(&v4, &v5, sizeof v4) == 0);
     write_text(q, "{" LLAMA_KEYS ", \"rope_parameters\": {\"rope_type\": \"default\", \"rope_theta\": 1000000.0}}");
@@ -565,28 +585,35 @@ TEST(hf_config_keys) {
     /* refused by name */
     sharc_model_config c;
     write_text(q, "{" LLAMA_KEYS ", \"attn_logit_softcapping\": 50.0}");
-    expect_error(sharc_hf_read_config(dir, &c), "key \"attn_logit_softcapping\" is not one sharc knows for model_type llama", q);
-    write_text(q, "{" LLAMA_KEYS ", \"rope_parameters\": {\"rope_type\": \"yarn\", \"rope_theta\": 1e6, \"factor\": 4.0}}");
+    expect_error(sharc_hf_read_config(dir, &c),
+                 "key \"attn_logit_softcapping\" is not one sharc knows for model_type llama", q);
+    write_text(q, "{" LLAMA_KEYS
+                  ", \"rope_parameters\": {\"rope_type\": \"yarn\", \"rope_theta\": 1e6, \"factor\": 4.0}}");
     expect_error(sharc_hf_read_config(dir, &c), "\"rope_parameters\" rope_type \"yarn\" is not supported", q);
-    write_text(q, "{" LLAMA_KEYS ", \"rope_parameters\": {\"rope_type\": \"default\", \"rope_theta\": 1e6, \"beta_fast\": 32}}");
+    write_text(q, "{" LLAMA_KEYS
+                  ", \"rope_parameters\": {\"rope_type\": \"default\", \"rope_theta\": 1e6, \"beta_fast\": 32}}");
     expect_error(sharc_hf_read_config(dir, &c), "\"rope_parameters\".\"beta_fast\" is not a key sharc knows", q);
-    write_text(q, "{" LLAMA_KEYS ", \"rope_theta\": 10000.0, \"rope_parameters\": {\"rope_type\": \"default\", \"rope_theta\": 1e6}}");
+    write_text(q, "{" LLAMA_KEYS
+                  ", \"rope_theta\": 10000.0, \"rope_parameters\": {\"rope_type\": \"default\", \"rope_theta\": 1e6}}");
     expect_error(sharc_hf_read_config(dir, &c), "disagree", q);
     write_text(q, "{" LLAMA_KEYS ", \"attention_bias\": true}");
     expect_error(sharc_hf_read_config(dir, &c), "\"attention_bias\": true is not supported", q);
-    write_text(q, "{\"model_type\": \"qwen2\", \"hidden_size\": 48, \"intermediate_size\": 72, \"num_hidden_layers\": 2,"
-                  " \"num_attention_heads\": 3, \"vocab_size\": 37, \"use_sliding_window\": true, \"sliding_window\": 8,"
-                  " \"max_window_layers\": 1}");
+    write_text(q,
+               "{\"model_type\": \"qwen2\", \"hidden_size\": 48, \"intermediate_size\": 72, \"num_hidden_layers\": 2,"
+               " \"num_attention_heads\": 3, \"vocab_size\": 37, \"use_sliding_window\": true, \"sliding_window\": 8,"
+               " \"max_window_layers\": 1}");
     expect_error(sharc_hf_read_config(dir, &c), "a sliding window on 1 of 2 layers is not supported", q);
-    write_text(q, "{\"model_type\": \"mistral\", \"hidden_size\": 48, \"intermediate_size\": 72, \"num_hidden_layers\": 2,"
-                  " \"num_attention_heads\": 3, \"vocab_size\": 37, \"sliding_window\": 8, \"head_dim\": 20}");
+    write_text(q,
+               "{\"model_type\": \"mistral\", \"hidden_size\": 48, \"intermediate_size\": 72, \"num_hidden_layers\": 2,"
+               " \"num_attention_heads\": 3, \"vocab_size\": 37, \"sliding_window\": 8, \"head_dim\": 20}");
     ASSERT_OK(sharc_hf_read_config(dir, &c));
     ASSERT_EQ(c.sliding_window, 8);
     ASSERT_EQ(c.head_dim, 20);
     ASSERT_TRUE(!c.qkv_bias && !c.qk_norm);
-    write_text(q, "{\"model_type\": \"qwen3\", \"hidden_size\": 48, \"intermediate_size\": 72, \"num_hidden_layers\": 2,"
-                  " \"num_attention_heads\": 3, \"vocab_size\": 37, \"head_dim\": 20, \"use_sliding_window\": false,"
-                  " \"sliding_window\": null, \"max_window_layers\": 2, \"tie_word_embeddings\": true}");
+    write_text(q,
+               "{\"model_type\": \"qwen3\", \"hidden_size\": 48, \"intermediate_size\": 72, \"num_hidden_layers\": 2,"
+               " \"num_attention_heads\": 3, \"vocab_size\": 37, \"head_dim\": 20, \"use_sliding_window\": false,"
+               " \"sliding_window\": null, \"max_window_layers\": 2, \"tie_word_embeddings\": true}");
     ASSERT_OK(sharc_hf_read_config(dir, &c));
     ASSERT_TRUE(c.qk_norm && !c.qkv_bias && c.head_dim == 20 && c.sliding_window == 0 && c.tie_embeddings);
     /* bos/eos inside the vocabulary: a 300-token GPT-2 exports null, a 50257-token one 50256 */
@@ -643,8 +670,8 @@ TEST(generate_kv_cache_matches_recompute) {
         /* full: one more position is refused, not written past the cache */
         ASSERT_TRUE(sharc_model_kv_append(a.m, a.e, ids, 1, got) == SHARC_ERR_INVALID);
         fprintf(stderr, "  %s%s: %d greedy tokens, max |cached - uncached| logit %.3g\n",
-                variant_names[f < V_COUNT ? f : (f == V_COUNT ? V_GPT2 : V_LLAMA)], tiny_tiles > 1 ? " (tiled MLP)" : "",
-                T - 5, worst);
+                variant_names[f < V_COUNT ? f : (f == V_COUNT ? V_GPT2 : V_LLAMA)],
+                tiny_tiles > 1 ? " (tiled MLP)" : "", T - 5, worst);
         tiny_free(&a);
     }
     tiny_tiles = 1;

@@ -8,7 +8,7 @@
 
 #include <string.h>
 
-#define EPS 1e-2f
+#define EPS  1e-2f
 #define RTOL 2e-2
 #define ATOL 2e-3
 
@@ -205,8 +205,7 @@ TEST(rope_finite_difference) {
     rope_loss(&c);
     int S = (c.NH + 2 * c.NKV) * c.hd;
     for (int i = 0; i < S; i++) ASSERT_NEAR(c.qkv[i], c.in[i], 1e-6, 1e-7);
-    for (int i = (c.NH + c.NKV) * c.hd; i < S; i++)
-        ASSERT_NEAR(c.qkv[3 * S + i], c.in[3 * S + i], 0, 0);
+    for (int i = (c.NH + c.NKV) * c.hd; i < S; i++) ASSERT_NEAR(c.qkv[3 * S + i], c.in[3 * S + i], 0, 0);
 }
 
 /* ---------------- attention ---------------- */

@@ -55,8 +55,8 @@ static void setup_tiled(model_ctx *x, sharc_family f, int B, int T, bool ac, boo
     ASSERT_OK(sharc_model_plan(x->m, B, T, ac));
     sharc_fsdp_config fc;
     sharc_fsdp_config_default(&fc);
-    ASSERT_OK(sharc_fsdp_init(&x->e, sharc_model_units(x->m), sharc_model_num_units(x->m), sharc_model_schedule(x->m), &fc, NULL,
-                              sharc_model_device(x->m)));
+    ASSERT_OK(sharc_fsdp_init(&x->e, sharc_model_units(x->m), sharc_model_num_units(x->m), sharc_model_schedule(x->m),
+                              &fc, NULL, sharc_model_device(x->m)));
     sharc_fsdp_init_params(x->e, 42);
     /* make norms and biases non-trivial so their gradients are exercised */
     sharc_fsdp_shard_write_begin(x->e);
@@ -123,9 +123,18 @@ TEST(model_llama_finite_difference) { model_fd(SHARC_FAMILY_LLAMA, false); }
 /* Llama with tied embeddings through the tiled MLP (note [tiled-mlp]): 26
  * rows in 3 chunks of 9, 9 and 8 */
 TEST(model_llama_tied_finite_difference) { model_fd_tiled(SHARC_FAMILY_LLAMA, true, 3); }
-TEST(model_qwen2_finite_difference) { variant = 1; model_fd(SHARC_FAMILY_LLAMA, false); }
-TEST(model_qwen3_finite_difference) { variant = 2; model_fd(SHARC_FAMILY_LLAMA, true); }
-TEST(model_llama31_finite_difference) { variant = 3; model_fd(SHARC_FAMILY_LLAMA, false); }
+TEST(model_qwen2_finite_difference) {
+    variant = 1;
+    model_fd(SHARC_FAMILY_LLAMA, false);
+}
+TEST(model_qwen3_finite_difference) {
+    variant = 2;
+    model_fd(SHARC_FAMILY_LLAMA, true);
+}
+TEST(model_llama31_finite_difference) {
+    variant = 3;
+    model_fd(SHARC_FAMILY_LLAMA, false);
+}
 
 /* Llama-3.1-8B's RoPE (theta 5e5, hd 128, factor 8, low 1, high 4, original
  * 8192) against float64 values of Hugging Face's llama3 rule: 29 frequencies
@@ -171,7 +180,8 @@ TEST(model_sliding_window_refused_past_the_sequence) {
     ASSERT_OK(sharc_model_init(&m, &c, NULL));
     ASSERT_OK(sharc_model_plan(m, 1, 12, false));
     ASSERT_TRUE(sharc_model_plan(m, 1, 13, false) == SHARC_ERR_INVALID);
-    ASSERT_TRUE(strstr(sharc_last_error(), "model.sliding_window: 12 is shorter than the sequence (13 tokens)") != NULL);
+    ASSERT_TRUE(strstr(sharc_last_error(), "model.sliding_window: 12 is shorter than the sequence (13 tokens)") !=
+                NULL);
     sharc_model_free(m);
 }
 
@@ -188,8 +198,8 @@ static void ac_identical(sharc_family f) {
     ASSERT_TRUE(la == lb);
     for (int u = 0; u < sharc_fsdp_num_units(a.e); u++) {
         int64_t n = sharc_fsdp_shard_numel(a.e, u);
-        ASSERT_TRUE(memcmp(sharc_fsdp_shard_grads(a.e, u), sharc_fsdp_shard_grads(b.e, u),
-                           (size_t)n * sizeof(float)) == 0);
+        ASSERT_TRUE(memcmp(sharc_fsdp_shard_grads(a.e, u), sharc_fsdp_shard_grads(b.e, u), (size_t)n * sizeof(float)) ==
+                    0);
     }
     teardown(&a);
     teardown(&b);
@@ -325,8 +335,8 @@ TEST(model_micro_batches_accumulate) {
     lb += sharc_model_forward_backward(b.m, b.e, a.in + 13, a.tgt + 13, scale);
     ASSERT_NEAR(lb, la, 1e-6, 0);
     for (int u = 0; u < sharc_fsdp_num_units(a.e); u++)
-        ASSERT_ALLCLOSE(sharc_fsdp_shard_grads(b.e, u), sharc_fsdp_shard_grads(a.e, u),
-                        sharc_fsdp_shard_numel(a.e, u), 1e-4, 2e-6);
+        ASSERT_ALLCLOSE(sharc_fsdp_shard_grads(b.e, u), sharc_fsdp_shard_grads(a.e, u), sharc_fsdp_shard_numel(a.e, u),
+                        1e-4, 2e-6);
     teardown(&a);
     teardown(&b);
 }

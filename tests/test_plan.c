@@ -40,7 +40,9 @@ TEST(plan_follows_the_gathered_bound) {
             if (variant == 4) c.no_sync = true;
             if (variant == 5) c.param_dtype = SHARC_DT_BF16;
             if (variant == 6) max_live = 2;
-            sharc_fsdp_plan_in in = {.S = S, .shard_rank = S - 1, .max_live = max_live,
+            sharc_fsdp_plan_in in = {.S = S,
+                                     .shard_rank = S - 1,
+                                     .max_live = max_live,
                                      .params_in_place = S == 1 && c.param_dtype == SHARC_DT_F32,
                                      .grads_in_place = S == 1};
             sharc_fsdp_plan p;
@@ -64,7 +66,8 @@ TEST(plan_follows_the_gathered_bound) {
                 else if (variant == 2) params = 1 * max_plain + roots;
                 else params = (max_live + prefetch) * max_plain + roots;
             }
-            if (!in.grads_in_place) grads = variant == 4 ? padded[0] + padded[1] + padded[2] : max_live * max_plain + roots;
+            if (!in.grads_in_place)
+                grads = variant == 4 ? padded[0] + padded[1] + padded[2] : max_live * max_plain + roots;
             ASSERT_EQ(sum_i64(p.param_slot_numel, p.n_param_slots), params);
             ASSERT_EQ(p.grad_slots_numel, grads);
             ASSERT_EQ(p.bytes[SHARC_MEM_GATHERED], 4 * (params + grads));
@@ -113,7 +116,8 @@ TEST(plan_is_what_the_engine_allocates) {
                 TEST_FAIL_AT("%s: allocated %lld bytes, planned %lld (%s)", sharc_mem_cat_name((sharc_mem_cat)cat),
                              (long long)(b.current[cat] - a.current[cat]),
                              (long long)sharc_fsdp_planned_bytes(e, (sharc_mem_cat)cat), dt ? "bf16" : "fp32");
-        ASSERT_TRUE(sharc_fsdp_planned_bytes(e, SHARC_MEM_GATHERED) == (dt ? sharc_fsdp_gathered_capacity_bytes(e) : 0));
+        ASSERT_TRUE(sharc_fsdp_planned_bytes(e, SHARC_MEM_GATHERED) ==
+                    (dt ? sharc_fsdp_gathered_capacity_bytes(e) : 0));
         const char *reduce;
         ASSERT_TRUE(strcmp(sharc_fsdp_strategy_names(e, &reduce), dt ? "16-bit all-gather" : "direct") == 0);
         ASSERT_TRUE(strcmp(reduce, "direct") == 0);

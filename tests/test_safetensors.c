@@ -10,8 +10,7 @@
 #include <string.h>
 
 /* Write 8-byte length + header + `data_len` bytes (0, 1, 2, ...) to a temp file. */
-static const char *craft(const char *name, uint64_t hlen, const char *header, size_t header_bytes,
-                         size_t data_len) {
+static const char *craft(const char *name, uint64_t hlen, const char *header, size_t header_bytes, size_t data_len) {
     static char path[1200];
     snprintf(path, sizeof path, "%s/%s.safetensors", sharc_test_tmpdir(), name);
     FILE *f = fopen(path, "wb");
@@ -43,31 +42,52 @@ TEST(safetensors_rejects_malformed_files) {
         {"array_root", "[1, 2]", 0, "not a JSON object"},
         {"entry_not_object", "{\"a\": 3}", 0, "needs dtype, shape and data_offsets"},
         {"missing_offsets", "{\"a\": {\"dtype\": \"F32\", \"shape\": [1]}}", 4, "needs dtype, shape and data_offsets"},
-        {"extra_key", "{\"a\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [0, 4], \"x\": 1}}", 4, "keys other than"},
-        {"unknown_dtype", "{\"a\": {\"dtype\": \"F33\", \"shape\": [1], \"data_offsets\": [0, 4]}}", 4, "unknown dtype"},
+        {"extra_key", "{\"a\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [0, 4], \"x\": 1}}", 4,
+         "keys other than"},
+        {"unknown_dtype", "{\"a\": {\"dtype\": \"F33\", \"shape\": [1], \"data_offsets\": [0, 4]}}", 4,
+         "unknown dtype"},
         {"dtype_not_string", "{\"a\": {\"dtype\": 7, \"shape\": [1], \"data_offsets\": [0, 4]}}", 4, "unknown dtype"},
         {"newer_dtype", "{\"w.x\": {\"dtype\": \"F8_E8M0\", \"shape\": [4], \"data_offsets\": [0, 4]}}", 4,
          "tensor 'w.x' has unsupported dtype F8_E8M0"},
-        {"complex_dtype", "{\"c\": {\"dtype\": \"C64\", \"shape\": [1], \"data_offsets\": [0, 8]}}", 8, "unsupported dtype C64"},
-        {"shape_not_array", "{\"a\": {\"dtype\": \"F32\", \"shape\": 1, \"data_offsets\": [0, 4]}}", 4, "shape must be an array"},
-        {"negative_dim", "{\"a\": {\"dtype\": \"F32\", \"shape\": [-1], \"data_offsets\": [0, 4]}}", 4, "non-negative integers"},
-        {"float_dim", "{\"a\": {\"dtype\": \"F32\", \"shape\": [1.0], \"data_offsets\": [0, 4]}}", 4, "non-negative integers"},
-        {"string_dim", "{\"a\": {\"dtype\": \"F32\", \"shape\": [\"1\"], \"data_offsets\": [0, 4]}}", 4, "non-negative integers"},
-        {"shape_overflow", "{\"a\": {\"dtype\": \"F32\", \"shape\": [4294967296, 4294967296], \"data_offsets\": [0, 4]}}", 4, "shape overflows"},
-        {"bytes_overflow", "{\"a\": {\"dtype\": \"F64\", \"shape\": [2305843009213693952, 2], \"data_offsets\": [0, 8]}}", 8, "need"},
-        {"offsets_short", "{\"a\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [0]}}", 4, "data_offsets must be [begin, end]"},
-        {"offsets_reversed", "{\"a\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [4, 0]}}", 4, "0 <= begin <= end"},
-        {"offsets_negative", "{\"a\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [-4, 0]}}", 4, "0 <= begin <= end"},
-        {"offsets_float", "{\"a\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [0, 4.0]}}", 4, "0 <= begin <= end"},
-        {"size_mismatch", "{\"a\": {\"dtype\": \"F32\", \"shape\": [2], \"data_offsets\": [0, 4]}}", 4, "need 8 bytes, data_offsets give 4"},
-        {"gap", "{\"a\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [4, 8]}}", 8, "starts at byte 4, expected 0"},
-        {"overlap", "{\"a\": {\"dtype\": \"F32\", \"shape\": [2], \"data_offsets\": [0, 8]}, "
-                    "\"b\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [4, 8]}}", 8, "starts at byte"},
-        {"beyond_buffer", "{\"a\": {\"dtype\": \"F32\", \"shape\": [4], \"data_offsets\": [0, 16]}}", 8, "cover 16 data bytes but the file has 8"},
-        {"buffer_longer", "{\"a\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [0, 4]}}", 12, "cover 4 data bytes but the file has 12"},
+        {"complex_dtype", "{\"c\": {\"dtype\": \"C64\", \"shape\": [1], \"data_offsets\": [0, 8]}}", 8,
+         "unsupported dtype C64"},
+        {"shape_not_array", "{\"a\": {\"dtype\": \"F32\", \"shape\": 1, \"data_offsets\": [0, 4]}}", 4,
+         "shape must be an array"},
+        {"negative_dim", "{\"a\": {\"dtype\": \"F32\", \"shape\": [-1], \"data_offsets\": [0, 4]}}", 4,
+         "non-negative integers"},
+        {"float_dim", "{\"a\": {\"dtype\": \"F32\", \"shape\": [1.0], \"data_offsets\": [0, 4]}}", 4,
+         "non-negative integers"},
+        {"string_dim", "{\"a\": {\"dtype\": \"F32\", \"shape\": [\"1\"], \"data_offsets\": [0, 4]}}", 4,
+         "non-negative integers"},
+        {"shape_overflow",
+         "{\"a\": {\"dtype\": \"F32\", \"shape\": [4294967296, 4294967296], \"data_offsets\": [0, 4]}}", 4,
+         "shape overflows"},
+        {"bytes_overflow",
+         "{\"a\": {\"dtype\": \"F64\", \"shape\": [2305843009213693952, 2], \"data_offsets\": [0, 8]}}", 8, "need"},
+        {"offsets_short", "{\"a\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [0]}}", 4,
+         "data_offsets must be [begin, end]"},
+        {"offsets_reversed", "{\"a\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [4, 0]}}", 4,
+         "0 <= begin <= end"},
+        {"offsets_negative", "{\"a\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [-4, 0]}}", 4,
+         "0 <= begin <= end"},
+        {"offsets_float", "{\"a\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [0, 4.0]}}", 4,
+         "0 <= begin <= end"},
+        {"size_mismatch", "{\"a\": {\"dtype\": \"F32\", \"shape\": [2], \"data_offsets\": [0, 4]}}", 4,
+         "need 8 bytes, data_offsets give 4"},
+        {"gap", "{\"a\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [4, 8]}}", 8,
+         "starts at byte 4, expected 0"},
+        {"overlap",
+         "{\"a\": {\"dtype\": \"F32\", \"shape\": [2], \"data_offsets\": [0, 8]}, "
+         "\"b\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [4, 8]}}",
+         8, "starts at byte"},
+        {"beyond_buffer", "{\"a\": {\"dtype\": \"F32\", \"shape\": [4], \"data_offsets\": [0, 16]}}", 8,
+         "cover 16 data bytes but the file has 8"},
+        {"buffer_longer", "{\"a\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [0, 4]}}", 12,
+         "cover 4 data bytes but the file has 12"},
         {"meta_not_object", "{\"__metadata__\": [\"pt\"]}", 0, "__metadata__ must be an object"},
         {"meta_not_string", "{\"__metadata__\": {\"format\": 1}}", 0, "value of 'format' must be a string"},
-        {"bad_utf8", "{\"\xff\xfe\": {\"dtype\": \"F32\", \"shape\": [0], \"data_offsets\": [0, 0]}}", 0, "not valid JSON"},
+        {"bad_utf8", "{\"\xff\xfe\": {\"dtype\": \"F32\", \"shape\": [0], \"data_offsets\": [0, 0]}}", 0,
+         "not valid JSON"},
         {"nul_in_header", NULL, 0, "NUL byte"},
         {"header_past_file", NULL, 0, "exceeds the file"},
         {"header_too_big", NULL, 0, "exceeds the file"},
@@ -115,10 +135,11 @@ TEST(safetensors_rejects_malformed_files) {
 TEST(safetensors_accepts_edge_cases) {
     /* an empty tensor, a rank-0 tensor, an empty header object, metadata, spaces padding */
     const char *path = craft_json("edge",
-        "{\"__metadata__\": {\"format\": \"pt\", \"k\": \"v\"}, "
-        "\"empty\": {\"dtype\": \"F32\", \"shape\": [0, 5], \"data_offsets\": [0, 0]}, "
-        "\"scalar\": {\"dtype\": \"F32\", \"shape\": [], \"data_offsets\": [0, 4]}, "
-        "\"h\": {\"dtype\": \"BF16\", \"shape\": [2], \"data_offsets\": [4, 8]}}    ", 8);
+                                  "{\"__metadata__\": {\"format\": \"pt\", \"k\": \"v\"}, "
+                                  "\"empty\": {\"dtype\": \"F32\", \"shape\": [0, 5], \"data_offsets\": [0, 0]}, "
+                                  "\"scalar\": {\"dtype\": \"F32\", \"shape\": [], \"data_offsets\": [0, 4]}, "
+                                  "\"h\": {\"dtype\": \"BF16\", \"shape\": [2], \"data_offsets\": [4, 8]}}    ",
+                                  8);
     sharc_st_file *f;
     ASSERT_OK(sharc_st_open(&f, path));
     ASSERT_EQ(sharc_st_count(f), 3);

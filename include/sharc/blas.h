@@ -24,7 +24,7 @@ typedef struct {
     char overridden[32]; /* a different OPENBLAS_CORETYPE found in the environment, if any */
     char gemm[16];       /* the library large products run on: "oneDNN" or "OpenBLAS" */
     int threads;
-    bool openmp;         /* OpenBLAS shares the OpenMP thread pool with sharc's kernels */
+    bool openmp; /* OpenBLAS shares the OpenMP thread pool with sharc's kernels */
 } sharc_blas_info;
 
 /* Load the library (once) and set the thread count; threads <= 0 keeps the
@@ -43,8 +43,8 @@ int sharc_cpus_available(void);
 
 /* Row-major C(M,N) = alpha * op(A)(M,K) @ op(B)(K,N) + beta * C. Safe to call
  * from inside an OpenMP parallel region (it then runs on the calling thread). */
-void sharc_sgemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float *A,
-                 int lda, const float *B, int ldb, float beta, float *C, int ldc);
+void sharc_sgemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float *A, int lda, const float *B,
+                 int ldb, float beta, float *C, int ldc);
 
 /* bf16 compute (note [bf16-gemm] in src/device/cpu/blas.c): how sharc_bgemm
  * computes. NONE: this CPU or library cannot (sharc_bgemm still works, by

@@ -31,9 +31,9 @@
 extern "C" {
 #endif
 
-#define SHARC_CKPT_PATH_MAX 1024 /* = SHARC_PATH_MAX: the config table writes strings of this size */
+#define SHARC_CKPT_PATH_MAX       1024 /* = SHARC_PATH_MAX: the config table writes strings of this size */
 #define SHARC_CKPT_FORMAT_VERSION 1
-#define SHARC_CKPT_CHUNK_BYTES (1 << 20) /* each file's crc32 is also kept per chunk of this size */
+#define SHARC_CKPT_CHUNK_BYTES    (1 << 20) /* each file's crc32 is also kept per chunk of this size */
 
 typedef struct {
     char dir[SHARC_CKPT_PATH_MAX];    /* "" = train.out_dir/checkpoints */
@@ -52,11 +52,11 @@ typedef struct sharc_ckpt sharc_ckpt;
 /* What a checkpoint holds and where it comes from, each borrowed from its
  * owner for the checkpointer's whole life. */
 typedef struct {
-    sharc_comm *world;               /* every call is collective over it */
-    const struct sharc_mesh *mesh;   /* which ranks write (replicate group 0), the shard files */
-    struct sharc_fsdp *engine;       /* the parameter shards, read at a save, written at a resume */
-    struct sharc_adamw *optim;       /* both moments and AdamW's step count, likewise */
-    const struct sharc_config *cfg;  /* ckpt.*, train.out_dir, the model; recorded in the manifest */
+    sharc_comm *world;              /* every call is collective over it */
+    const struct sharc_mesh *mesh;  /* which ranks write (replicate group 0), the shard files */
+    struct sharc_fsdp *engine;      /* the parameter shards, read at a save, written at a resume */
+    struct sharc_adamw *optim;      /* both moments and AdamW's step count, likewise */
+    const struct sharc_config *cfg; /* ckpt.*, train.out_dir, the model; recorded in the manifest */
 } sharc_ckpt_state;
 
 /* A checkpointer over `state` (copied; what it points to must outlive the

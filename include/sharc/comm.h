@@ -79,12 +79,11 @@ const char *sharc_comm_backend(const sharc_comm *c);
 void sharc_comm_abort(sharc_comm *c, int code);
 
 /* ---- blocking collectives ---- */
-sharc_status sharc_comm_all_gather(sharc_comm *c, const void *send, void *recv, size_t count,
-                                  sharc_dtype dt);
-sharc_status sharc_comm_reduce_scatter(sharc_comm *c, const void *send, void *recv, size_t count,
-                                       sharc_dtype dt, sharc_reduce_op op);
-sharc_status sharc_comm_all_reduce(sharc_comm *c, const void *send, void *recv, size_t count,
-                                  sharc_dtype dt, sharc_reduce_op op);
+sharc_status sharc_comm_all_gather(sharc_comm *c, const void *send, void *recv, size_t count, sharc_dtype dt);
+sharc_status sharc_comm_reduce_scatter(sharc_comm *c, const void *send, void *recv, size_t count, sharc_dtype dt,
+                                       sharc_reduce_op op);
+sharc_status sharc_comm_all_reduce(sharc_comm *c, const void *send, void *recv, size_t count, sharc_dtype dt,
+                                   sharc_reduce_op op);
 /* recv(size, count) slice q = rank q's send slice r (send is (size, count)):
  * every rank sends its q-th slice to rank q (the exchange of sequence
  * parallelism). Out of place. */
@@ -99,9 +98,8 @@ sharc_status sharc_comm_barrier(sharc_comm *c);
  * the host first, a no-op on the CPU device). */
 sharc_status sharc_comm_iall_gather(sharc_comm *c, const void *send, void *recv, size_t count, sharc_dtype dt,
                                     sharc_stream *after, sharc_comm_request **req);
-sharc_status sharc_comm_ireduce_scatter(sharc_comm *c, const void *send, void *recv, size_t count,
-                                        sharc_dtype dt, sharc_reduce_op op, sharc_stream *after,
-                                        sharc_comm_request **req);
+sharc_status sharc_comm_ireduce_scatter(sharc_comm *c, const void *send, void *recv, size_t count, sharc_dtype dt,
+                                        sharc_reduce_op op, sharc_stream *after, sharc_comm_request **req);
 /* Host buffers, no stream (small agreements: sharc_comm_world_settle). */
 sharc_status sharc_comm_iall_reduce(sharc_comm *c, const void *send, void *recv, size_t count, sharc_dtype dt,
                                     sharc_reduce_op op, sharc_comm_request **req);
@@ -118,10 +116,10 @@ sharc_status sharc_comm_test(sharc_comm_request *req, bool *done);
  * base[r] is rank r's part, readable and writable by every rank of the group.
  * Used for the zero-copy exchanges of note [shm-collectives]. */
 typedef struct {
-    sharc_comm *comm;  /* the group; free the segment before the group */
+    sharc_comm *comm; /* the group; free the segment before the group */
     int size;
-    size_t bytes;      /* per rank */
-    char **base;       /* (size) */
+    size_t bytes; /* per rank */
+    char **base;  /* (size) */
     void *impl;
     const void **part; /* (size) the dispatcher's scratch for sums over the parts */
 } sharc_comm_shared;
@@ -138,8 +136,7 @@ sharc_status sharc_comm_shared_sync(sharc_comm *c, sharc_comm_shared *s);
  * a second sync lets every rank reuse its buffer. Counted as a
  * reduce-scatter of count * size floats (and its two syncs as barriers).
  * Collective over the window's group. */
-sharc_status sharc_comm_shared_reduce_scatter(sharc_comm_shared *s, size_t offset, float *recv, size_t count,
-                                              bool add);
+sharc_status sharc_comm_shared_reduce_scatter(sharc_comm_shared *s, size_t offset, float *recv, size_t count, bool add);
 
 /* Allow (default) or forbid the shared-memory paths of note [shm-collectives]
  * for this group's all-gather, reduce-scatter and all-reduce; every rank of

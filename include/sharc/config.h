@@ -45,35 +45,35 @@ typedef struct {
     char output_key[SHARC_PATH_MAX];     /* the response's key ("": messages records) */
     char input_template[SHARC_PATH_MAX]; /* without a chat template: one {} for the input ("": the input as is) */
     bool apply_chat_template;
-    int chat_template;                   /* sharc_chat_format: 0 auto (the tokenizer's, recognised) */
-    int max_len;                         /* tokens per SFT sample (0: train.seq_len + 1) */
-    bool multiturn;                      /* train every assistant turn */
-    int loss_mask;                       /* sharc_sft_mask: 0 ranges, 1 openrlhf */
+    int chat_template; /* sharc_chat_format: 0 auto (the tokenizer's, recognised) */
+    int max_len;       /* tokens per SFT sample (0: train.seq_len + 1) */
+    bool multiturn;    /* train every assistant turn */
+    int loss_mask;     /* sharc_sft_mask: 0 ranges, 1 openrlhf */
 } sharc_data_config;
 
 typedef struct {
-    int batch_size;   /* sequences per micro-batch per data-parallel rank */
-    int grad_accum;   /* micro-batches per optimizer step */
-    int seq_len;      /* T */
+    int batch_size; /* sequences per micro-batch per data-parallel rank */
+    int grad_accum; /* micro-batches per optimizer step */
+    int seq_len;    /* T */
     int64_t max_steps;
-    uint64_t seed;    /* parameter initialisation */
+    uint64_t seed; /* parameter initialisation */
     int log_every;
-    int threads;      /* 0: the CPUs this process may use */
+    int threads; /* 0: the CPUs this process may use */
     char out_dir[SHARC_PATH_MAX];
     char metrics_path[SHARC_PATH_MAX]; /* "" = out_dir/metrics.jsonl */
-    bool overwrite_output_dir; /* a new run may replace another run's outputs in out_dir (note [run-dir]) */
-    float epochs;      /* > 0: max_steps = ceil(epochs * windows / sequences per step) (trainer) */
+    bool overwrite_output_dir;         /* a new run may replace another run's outputs in out_dir (note [run-dir]) */
+    float epochs;                      /* > 0: max_steps = ceil(epochs * windows / sequences per step) (trainer) */
     int timeout;       /* step watchdog: seconds without progress before every rank reports and exits (0: off) */
     int max_bad_steps; /* stop after this many non-finite steps in a row */
     int loss_normalization; /* 0 global_tokens: / valid targets of the global batch; 1 micro_batch: mean of micro-batch means */
-    int device;        /* 0 cpu, 1 cuda (sharc/device.h; the trainer opens it) */
+    int device;             /* 0 cpu, 1 cuda (sharc/device.h; the trainer opens it) */
 } sharc_train_config;
 
 typedef struct {
     sharc_fsdp_config engine; /* sharding_strategy, fsdp_size, dtypes, prefetch, ... */
     bool activation_checkpointing;
-    bool apply_tiled_mlp;  /* note [tiled-mlp] in src/model/model.c */
-    int tiled_num_shards;  /* its chunks per block (may differ between ranks) */
+    bool apply_tiled_mlp; /* note [tiled-mlp] in src/model/model.c */
+    int tiled_num_shards; /* its chunks per block (may differ between ranks) */
     bool cpu_offload;     /* accepted, not implemented: a warning at start (sharc_config_warnings) */
     bool use_orig_params; /* accepted from FSDP1 configs; no meaning here */
     int wrap_policy;      /* 0 transformer_block (the only one implemented), 1 size, 2 none */
@@ -107,7 +107,8 @@ typedef struct sharc_config { /* tagged: sharc/ckpt.h declares it ahead */
     sharc_log_config log;
     sharc_mesh_config mesh;
     char init_from[SHARC_PATH_MAX]; /* model.init_from: sharc weights loaded after initialisation ("" = none) */
-    char tokenizer[SHARC_PATH_MAX]; /* model.tokenizer: a tokenizer.json or its directory ("" = byte-level, or init_from's) */
+    char tokenizer
+        [SHARC_PATH_MAX]; /* model.tokenizer: a tokenizer.json or its directory ("" = byte-level, or init_from's) */
     /* note [frozen-params] (src/fsdp/units.c): comma-separated lists ("" = none) */
     char freeze_module_prefix[SHARC_PATH_MAX]; /* model.freeze_module_prefix: name prefixes frozen (ROLL) */
     char trainable[SHARC_PATH_MAX];            /* train.trainable: fnmatch globs; when set, the rest is frozen */
@@ -115,7 +116,7 @@ typedef struct sharc_config { /* tagged: sharc/ckpt.h declares it ahead */
      * `stage` selects the stage whose keys are applied ("" = none: they are
      * only checked); every stage name seen is listed in file order. */
     char stage[48];
-    int stage_pass;   /* loader: 0 all keys; 1 all but the selected stage's; 2 only the selected stage's */
+    int stage_pass; /* loader: 0 all keys; 1 all but the selected stage's; 2 only the selected stage's */
     int num_stages;
     char stages[SHARC_MAX_STAGES][48];
     /* Accepted keys that have no effect here, one "key = value: why" per line
@@ -131,8 +132,7 @@ sharc_status sharc_config_load_file(sharc_config *c, const char *path);
 /* Apply YAML text (origin names it in errors). */
 sharc_status sharc_config_load_string(sharc_config *c, const char *text, const char *origin);
 /* Apply one "section.key" = "value" (from the command line). */
-sharc_status sharc_config_set(sharc_config *c, const char *key, const char *value,
-                              const char *origin);
+sharc_status sharc_config_set(sharc_config *c, const char *key, const char *value, const char *origin);
 /* Cross-key checks and derived defaults (model arithmetic, ...). */
 sharc_status sharc_config_validate(sharc_config *c);
 /* The resolved configuration as YAML (every key). */

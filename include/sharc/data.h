@@ -67,8 +67,7 @@ typedef struct sharc_dataset sharc_dataset;
 
 /* Open (memory-map) a token file and validate it against vocab_size. AUTO
  * resolves as above; jsonl (and text with a tokenizer) are sharc/dataprep.h's. */
-sharc_status sharc_dataset_open(sharc_dataset **out, const char *path, sharc_token_format fmt,
-                                int vocab_size);
+sharc_status sharc_dataset_open(sharc_dataset **out, const char *path, sharc_token_format fmt, int vocab_size);
 /* The format AUTO resolves to for `path` (by magic, then extension). */
 sharc_status sharc_dataset_detect(const char *path, sharc_token_format *out);
 /* A dataset over tokens in memory, taken over (malloc'd; freed with the
@@ -87,8 +86,7 @@ void sharc_dataset_read(const sharc_dataset *d, int64_t start, int64_t n, int32_
 /* Write ids (each < vocab) as an llm.c token file (uint16 when vocab <= 65536,
  * else uint32), atomically; sha256 (may be NULL), the tokenizer fingerprint,
  * goes into unused header words (docs/ARCHITECTURE.md, "Token files"). */
-sharc_status sharc_tokens_write_llmc(const char *path, const int32_t *ids, int64_t n, int vocab,
-                                     const uint8_t *sha256);
+sharc_status sharc_tokens_write_llmc(const char *path, const int32_t *ids, int64_t n, int vocab, const uint8_t *sha256);
 /* Samples (SFT), 0 for a token stream. */
 int64_t sharc_dataset_num_samples(const sharc_dataset *d);
 /* Tokens of the longest sample (0 for a stream). */
@@ -102,10 +100,10 @@ int64_t sharc_dataset_num_items(const sharc_dataset *d, int T);
 int64_t sharc_dataset_item(const sharc_dataset *d, int64_t k, int T, int32_t *inputs, int32_t *targets);
 
 typedef struct {
-    int seq_len;     /* T */
-    int batch_size;  /* B: sequences per micro-batch per data-parallel rank */
-    int grad_accum;  /* A: micro-batches per step */
-    int dp_size;     /* R: data-parallel ranks sharing a step */
+    int seq_len;    /* T */
+    int batch_size; /* B: sequences per micro-batch per data-parallel rank */
+    int grad_accum; /* A: micro-batches per step */
+    int dp_size;    /* R: data-parallel ranks sharing a step */
     bool shuffle;
     uint64_t seed;
 } sharc_sampler_config;
@@ -114,8 +112,7 @@ typedef struct sharc_sampler sharc_sampler;
 
 /* Errors (naming train.seq_len / the file) if the dataset has fewer than
  * one window. */
-sharc_status sharc_sampler_init(sharc_sampler **out, const sharc_dataset *d,
-                                const sharc_sampler_config *c);
+sharc_status sharc_sampler_init(sharc_sampler **out, const sharc_dataset *d, const sharc_sampler_config *c);
 void sharc_sampler_free(sharc_sampler *s);
 /* Windows per epoch (W). */
 int64_t sharc_sampler_windows(const sharc_sampler *s);
@@ -123,8 +120,7 @@ int64_t sharc_sampler_windows(const sharc_sampler *s);
 int64_t sharc_sampler_window_of(sharc_sampler *s, int64_t g);
 /* inputs, targets (B x T) of micro-batch `micro` of data-parallel rank
  * `dp_rank` at step `step`. */
-void sharc_sampler_batch(sharc_sampler *s, int64_t step, int micro, int dp_rank, int32_t *inputs,
-                         int32_t *targets);
+void sharc_sampler_batch(sharc_sampler *s, int64_t step, int micro, int dp_rank, int32_t *inputs, int32_t *targets);
 
 /* Byte-level tokenizer (vocab 256): encode is the identity on bytes. */
 int64_t sharc_byte_encode(const char *text, int64_t len, int32_t *tokens);

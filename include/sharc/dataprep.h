@@ -57,8 +57,8 @@ sharc_status sharc_dataprep_documents(const sharc_tokenizer *t, const char *key,
  * the path written goes to `written`. progress (may be NULL) is called on
  * the calling thread with bytes or records done. */
 sharc_status sharc_dataprep_tokenize(const sharc_config *c, const sharc_tokenizer *t, const char *out, int threads,
-                                     void (*progress)(size_t done, size_t total, const char *unit, void *ctx), void *ctx,
-                                     char *written, size_t written_len);
+                                     void (*progress)(size_t done, size_t total, const char *unit, void *ctx),
+                                     void *ctx, char *written, size_t written_len);
 
 #ifdef __cplusplus
 }

@@ -42,17 +42,17 @@ typedef struct {
 /* Evaluate `d` with model m (planned for B x T) and engine e; max_batches
  * micro-batches at most (0: every window). Collective over `world`, which
  * must hold every rank of e's mesh. */
-sharc_status sharc_eval_dataset(sharc_model *m, sharc_fsdp *e, sharc_comm *world, const sharc_dataset *d,
-                                int B, int T, int64_t max_batches, sharc_eval_result *out);
+sharc_status sharc_eval_dataset(sharc_model *m, sharc_fsdp *e, sharc_comm *world, const sharc_dataset *d, int B, int T,
+                                int64_t max_batches, sharc_eval_result *out);
 
 typedef struct {
-    const char *weights;    /* a sharc weights file, or a run directory holding model.safetensors */
+    const char *weights; /* a sharc weights file, or a run directory holding model.safetensors */
     const char *data_path;
     sharc_token_format format;
-    int batch_size;         /* 0: the checkpoint's train.batch_size */
-    int seq_len;            /* 0: the checkpoint's train.seq_len */
-    int64_t max_batches;    /* 0: every window */
-    int threads;            /* 0: this process's CPUs */
+    int batch_size;      /* 0: the checkpoint's train.batch_size */
+    int seq_len;         /* 0: the checkpoint's train.seq_len */
+    int64_t max_batches; /* 0: every window */
+    int threads;         /* 0: this process's CPUs */
 } sharc_eval_options;
 
 /* `sharc eval`: load the weights FULL_SHARD over `world` (each rank reads

@@ -26,8 +26,8 @@ int sharc_flight_group_new(void);
  * of `kind` (static) with `bytes` of payload on group `group` (this rank is
  * `group_rank` of `group_size`); the step and unit come from the activity
  * record. Returns a handle for sharc_flight_end. */
-uint64_t sharc_flight_begin(int group, uint64_t seq, int group_size, int group_rank, const char *kind,
-                            int64_t bytes, int nonblocking);
+uint64_t sharc_flight_begin(int group, uint64_t seq, int group_size, int group_rank, const char *kind, int64_t bytes,
+                            int nonblocking);
 /* The collective of `handle` completed (nothing if the ring moved past it). */
 void sharc_flight_end(uint64_t handle);
 

@@ -56,16 +56,16 @@ typedef enum {
 
 typedef struct {
     sharc_sharding strategy;
-    int reshard_after_forward;  /* -1: as the strategy says; 0 or 1 to force */
-    int fsdp_size;              /* HYBRID_SHARD shard-group size */
-    sharc_dtype param_dtype;    /* F32, BF16 or F16: parameters are gathered and computed rounded to it */
-    sharc_dtype reduce_dtype;   /* F32 or BF16: gradients are reduced in it, accumulated in fp32 */
-    bool forward_prefetch;      /* gather the next units while u runs forward */
+    int reshard_after_forward; /* -1: as the strategy says; 0 or 1 to force */
+    int fsdp_size;             /* HYBRID_SHARD shard-group size */
+    sharc_dtype param_dtype;   /* F32, BF16 or F16: parameters are gathered and computed rounded to it */
+    sharc_dtype reduce_dtype;  /* F32 or BF16: gradients are reduced in it, accumulated in fp32 */
+    bool forward_prefetch;     /* gather the next units while u runs forward */
     sharc_backward_prefetch backward_prefetch;
     int forward_prefetch_depth;  /* units gathered ahead in forward (>= 1; MindSpeed-MM's num_to_forward_prefetch) */
     int backward_prefetch_depth; /* units gathered ahead in backward (>= 1; num_to_backward_prefetch) */
-    int limit_all_gathers;      /* at most this many gathered non-root units alive (0: no limit) */
-    bool no_sync;               /* keep unsharded gradients across micro-batches, reduce once per step */
+    int limit_all_gathers;       /* at most this many gathered non-root units alive (0: no limit) */
+    bool no_sync;                /* keep unsharded gradients across micro-batches, reduce once per step */
 } sharc_fsdp_config;
 
 void sharc_fsdp_config_default(sharc_fsdp_config *c);
@@ -79,8 +79,8 @@ struct sharc_mesh;
  * one process), its memory on `dev` (NULL: the CPU device). Collective:
  * every rank of the mesh calls it. */
 sharc_status sharc_fsdp_init(sharc_fsdp **out, const sharc_unit_spec *units, int nunits,
-                             const sharc_unit_schedule *schedule, const sharc_fsdp_config *cfg,
-                             struct sharc_mesh *mesh, sharc_device *dev);
+                             const sharc_unit_schedule *schedule, const sharc_fsdp_config *cfg, struct sharc_mesh *mesh,
+                             sharc_device *dev);
 void sharc_fsdp_free(sharc_fsdp *e);
 
 /* Initialise this rank's shard from (seed, parameter name, element index). */
@@ -127,9 +127,9 @@ const char *sharc_fsdp_strategy_names(const sharc_fsdp *e, const char **reduce);
 
 /* ---- shards ---- */
 typedef struct {
-    int param;          /* index in the unit spec */
-    int64_t shard_off;  /* first element in the shard */
-    int64_t param_off;  /* first element in the parameter */
+    int param;         /* index in the unit spec */
+    int64_t shard_off; /* first element in the shard */
+    int64_t param_off; /* first element in the parameter */
     int64_t len;
 } sharc_segment;
 
@@ -191,10 +191,8 @@ sharc_status sharc_fsdp_plan_bytes(const sharc_unit_spec *units, int nunits, con
 
 /* Copy a whole parameter (numel floats, by global name) into / out of the
  * part this rank holds. read_local fills only the elements this rank holds. */
-sharc_status sharc_fsdp_param_write_local(sharc_fsdp *e, const char *name, const float *src,
-                                          int64_t numel);
-sharc_status sharc_fsdp_param_read_local(const sharc_fsdp *e, const char *name, float *dst,
-                                         int64_t numel);
+sharc_status sharc_fsdp_param_write_local(sharc_fsdp *e, const char *name, const float *src, int64_t numel);
+sharc_status sharc_fsdp_param_read_local(const sharc_fsdp *e, const char *name, float *dst, int64_t numel);
 /* All-gather unit `unit`'s fp32 master parameters (not rounded to
  * param_dtype) into dst (numel_padded floats, at most
  * sharc_fsdp_gathered_unit_bytes). Collective over the shard group. */

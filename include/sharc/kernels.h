@@ -55,8 +55,8 @@ typedef struct {
 
 typedef struct sharc_kernels {
     /* ---- linear: y(N,OC) = x(N,IC) @ w(OC,IC)^T + b(OC); b may be NULL ---- */
-    void (*matmul_forward)(sharc_stream *s, float *y, const float *x, const float *w, const float *b, int64_t N,
-                           int IC, int OC);
+    void (*matmul_forward)(sharc_stream *s, float *y, const float *x, const float *w, const float *b, int64_t N, int IC,
+                           int OC);
     /* dx(N,IC) = dy @ w; dw(OC,IC) += dy^T @ x; db(OC) += colsum(dy); each skipped if NULL */
     void (*matmul_backward)(sharc_stream *s, float *dx, float *dw, float *db, const float *dy, const float *x,
                             const float *w, int64_t N, int IC, int OC);
@@ -66,13 +66,12 @@ typedef struct sharc_kernels {
     void (*layernorm_forward)(sharc_stream *s, float *y, float *mean, float *rstd, const float *x, const float *w,
                               const float *b, int64_t N, int C, float eps);
     void (*layernorm_backward)(sharc_stream *s, float *dx, float *dw, float *db, const float *dy, const float *dres,
-                               const float *x, const float *w, const float *mean, const float *rstd, int64_t N,
-                               int C);
+                               const float *x, const float *w, const float *mean, const float *rstd, int64_t N, int C);
     /* ---- RMSNorm (Llama): y = x * rstd * w, rstd = 1/sqrt(mean(x^2) + eps) ---- */
     void (*rmsnorm_forward)(sharc_stream *s, float *y, float *rstd, const float *x, const float *w, int64_t N, int C,
                             float eps);
-    void (*rmsnorm_backward)(sharc_stream *s, float *dx, float *dw, const float *dy, const float *dres,
-                             const float *x, const float *w, const float *rstd, int64_t N, int C);
+    void (*rmsnorm_backward)(sharc_stream *s, float *dx, float *dw, const float *dy, const float *dres, const float *x,
+                             const float *w, const float *rstd, int64_t N, int C);
     /* ---- per-head RMSNorm (Qwen3's q_norm / k_norm): for each of N tokens, H
      * rows of hd elements at x + n*ld + h*hd (the heads inside a qkv row of
      * stride ld), y = x * rstd * w with one w (hd) for all heads; rstd (N*H).
@@ -96,8 +95,8 @@ typedef struct sharc_kernels {
      * Backward: dwte(V,C) += scatter(dx) (skipped if NULL); dwpe += sum over the batch (skipped if NULL). */
     void (*embedding_forward)(sharc_stream *s, float *x, const int32_t *tokens, const float *wte, const float *wpe,
                               int B, int T, int C, int t0);
-    void (*embedding_backward)(sharc_stream *s, float *dwte, float *dwpe, const float *dx, const int32_t *tokens,
-                               int B, int T, int C, int t0);
+    void (*embedding_backward)(sharc_stream *s, float *dwte, float *dwpe, const float *dx, const int32_t *tokens, int B,
+                               int T, int C, int t0);
 
     /* ---- RoPE, Hugging Face rotate-half convention ----
      * Tables cos, sin (T, hd/2): angle(t, i) = (t0 + t) * theta^(-2i/hd).
@@ -119,8 +118,8 @@ typedef struct sharc_kernels {
      * workspace of attention_workspace(T) floats (the count may depend on the
      * thread count at the time of the call: plan after setting it). */
     int64_t (*attention_workspace)(int T);
-    void (*attention_forward)(sharc_stream *s, float *out, float *lse, const float *qkv, int B, int T, int NH,
-                              int NKV, int hd, float *ws);
+    void (*attention_forward)(sharc_stream *s, float *out, float *lse, const float *qkv, int B, int T, int NH, int NKV,
+                              int hd, float *ws);
     /* dqkv is written (=) for every query, key and value element. */
     void (*attention_backward)(sharc_stream *s, float *dqkv, const float *dout, const float *qkv, const float *out,
                                const float *lse, int B, int T, int NH, int NKV, int hd, float *ws);
@@ -128,8 +127,8 @@ typedef struct sharc_kernels {
      * ldq (the query heads of a qkv row), against cached keys and values kc,
      * vc (t0+n, NKV*hd) that already hold the new tokens' own; out (n, NH*hd).
      * ws: attention_workspace(T) floats for any t0 + n <= T. */
-    void (*attention_cached)(sharc_stream *s, float *out, const float *q, int64_t ldq, const float *kc,
-                             const float *vc, int n, int t0, int NH, int NKV, int hd, float *ws);
+    void (*attention_cached)(sharc_stream *s, float *out, const float *q, int64_t ldq, const float *kc, const float *vc,
+                             int n, int t0, int NH, int NKV, int hd, float *ws);
 
     /* ---- softmax cross-entropy over V classes, rows with target < 0 masked ----
      * losses[r] = logsumexp(logits[r]) - logits[r][target[r]] (0 for masked
@@ -161,8 +160,7 @@ typedef struct sharc_kernels {
      * computes bit-identical sums. dt F32: fp32 in and out, `add` adds the
      * sum to dst; dt BF16/F16: 16-bit in and out, widened exactly, rounded
      * once (add must be false). dst may be one of the sources. */
-    void (*sum_ranks)(sharc_stream *s, void *dst, const void *const *src, int S, int64_t n, sharc_dtype dt,
-                      bool add);
+    void (*sum_ranks)(sharc_stream *s, void *dst, const void *const *src, int S, int64_t n, sharc_dtype dt, bool add);
     /* *acc += sum of x[i]^2: fp32 sums over blocks of 4096, added in double. */
     void (*sumsq)(sharc_stream *s, double *acc, const float *x, int64_t n);
     /* One AdamW update of n elements (sharc_adamw_scalars). */
@@ -184,8 +182,8 @@ typedef struct sharc_kernels {
      * operands (x, w, dy, dlogits) rounded to bf16 and products accumulated
      * in fp32; inputs, outputs, biases, the softmax and the loss stay fp32.
      * (optional: the fp32 slot) */
-    void (*matmul_forward_bf16)(sharc_stream *s, float *y, const float *x, const float *w, const float *b,
-                                int64_t N, int IC, int OC);
+    void (*matmul_forward_bf16)(sharc_stream *s, float *y, const float *x, const float *w, const float *b, int64_t N,
+                                int IC, int OC);
     void (*matmul_backward_bf16)(sharc_stream *s, float *dx, float *dw, float *db, const float *dy, const float *x,
                                  const float *w, int64_t N, int IC, int OC);
     void (*lmhead_xent_bf16)(sharc_stream *s, double *loss_sum, float *dx, float *dw, const float *x, const float *w,

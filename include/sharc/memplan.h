@@ -22,9 +22,9 @@ extern "C" {
 
 typedef struct {
     int world, dp_shard, dp_replicate, threads;
-    bool node_local;              /* every shard group on one node */
-    bool shared;                  /* parameters in one shared-memory window per group (note [shared-params]) */
-    int64_t nparams, ntrainable;  /* parameter elements, and those not frozen */
+    bool node_local;               /* every shard group on one node */
+    bool shared;                   /* parameters in one shared-memory window per group (note [shared-params]) */
+    int64_t nparams, ntrainable;   /* parameter elements, and those not frozen */
     int64_t bytes[SHARC_MEM_NCAT]; /* per rank */
     int64_t total;
 } sharc_memplan;
@@ -33,8 +33,7 @@ typedef struct {
  * to a node (consecutive ranks; >= world: one node), `threads` per rank
  * (the attention workspace). SHARC_ERR_INVALID for a mesh the strategy
  * cannot make or nodes that do not divide the ranks. */
-sharc_status sharc_memplan_make(sharc_memplan *p, const sharc_config *cfg, int world, int ranks_per_node,
-                                int threads);
+sharc_status sharc_memplan_make(sharc_memplan *p, const sharc_config *cfg, int world, int ranks_per_node, int threads);
 /* The table, one line per category in GiB; with `measured` (per category,
  * may be NULL) a column of measured peaks and their ratio to the plan. */
 void sharc_memplan_print(FILE *f, const sharc_memplan *p, const sharc_config *cfg, const int64_t *measured);
@@ -42,8 +41,7 @@ void sharc_memplan_print(FILE *f, const sharc_memplan *p, const sharc_config *cf
  * that fits (activation checkpointing, FULL_SHARD, a smaller micro-batch
  * with more accumulation, more ranks), printed with its plan. Returns true
  * when the configuration fits as it is or a change was found. */
-bool sharc_memplan_suggest(FILE *f, const sharc_config *cfg, int world, int ranks_per_node, int threads,
-                           int64_t limit);
+bool sharc_memplan_suggest(FILE *f, const sharc_config *cfg, int world, int ranks_per_node, int threads, int64_t limit);
 
 #ifdef __cplusplus
 }

@@ -40,14 +40,14 @@ typedef struct sharc_mesh {
     sharc_comm *replicate; /* FSDP's replicate group (owned) */
     sharc_comm *sp_group;  /* this rank's sequence-parallel group (owned; NULL when sp = 1) */
     int rank, world_size;
-    sharc_mesh_dims dims;  /* the mesh's degrees */
+    sharc_mesh_dims dims; /* the mesh's degrees */
     /* FSDP's view (what sharc_fsdp_init and the checkpoints read): the sizes
      * of and this rank's place in the shard and replicate groups; with sp = 1
      * dp_shard and dp_replicate are the mesh's degrees */
     int dp_shard, dp_replicate;
     int shard_rank, replicate_rank;
     int tp, sp, sp_rank;
-    int dp, dp_rank;       /* the batch axis: data streams, and this rank's */
+    int dp, dp_rank; /* the batch axis: data streams, and this rank's */
 } sharc_mesh;
 
 /* The shard-group size a strategy gives on `world_size` ranks: FULL_SHARD and
@@ -68,8 +68,7 @@ sharc_status sharc_mesh_dims_resolve(const sharc_fsdp_config *cfg, const sharc_m
  * are replicated when sp exceeds them). */
 sharc_status sharc_mesh_check_model(const sharc_mesh_config *mc, const sharc_model_config *model, int seq_len);
 /* Collective over `world` (splits): the groups of note [mesh-fsdp]. */
-sharc_status sharc_mesh_init_dims(sharc_mesh *m, sharc_comm *world, const sharc_mesh_dims *d,
-                                  sharc_sharding strategy);
+sharc_status sharc_mesh_init_dims(sharc_mesh *m, sharc_comm *world, const sharc_mesh_dims *d, sharc_sharding strategy);
 /* dp_replicate x dp_shard with sp = tp = 1 (FSDP alone). */
 sharc_status sharc_mesh_init(sharc_mesh *m, sharc_comm *world, int dp_shard);
 void sharc_mesh_free(sharc_mesh *m);

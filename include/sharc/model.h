@@ -36,7 +36,7 @@ typedef struct {
     int num_kv_heads;  /* NKV, divides NH (GPT-2: = NH) */
     int ff_hidden_dim; /* MLP width: GPT-2 4C; Llama the SwiGLU intermediate size */
     int vocab_size;
-    int max_seq_len;   /* GPT-2: rows of the position table */
+    int max_seq_len; /* GPT-2: rows of the position table */
     float norm_eps;
     float rope_theta;
     float init_std;
@@ -116,16 +116,14 @@ int64_t sharc_model_activation_bytes(const sharc_model *m, int B, int T, bool ac
  * masked). Gradients are accumulated (+=) through the engine with each
  * token's loss weighted by loss_scale (1 / valid tokens of the global batch).
  * Returns the sum of the unmasked tokens' losses. */
-double sharc_model_forward_backward(sharc_model *m, sharc_fsdp *e, const int32_t *inputs,
-                                    const int32_t *targets, float loss_scale);
+double sharc_model_forward_backward(sharc_model *m, sharc_fsdp *e, const int32_t *inputs, const int32_t *targets,
+                                    float loss_scale);
 /* Forward only, for evaluation: the loss sum over unmasked targets. */
-double sharc_model_forward_loss(sharc_model *m, sharc_fsdp *e, const int32_t *inputs,
-                                const int32_t *targets);
+double sharc_model_forward_loss(sharc_model *m, sharc_fsdp *e, const int32_t *inputs, const int32_t *targets);
 /* Forward only, logits (V floats of host memory) of the last position of
  * sequence 0 of a plan of B = 1 and T = len: inputs has len tokens (len <=
  * the planned T). */
-void sharc_model_logits_last(sharc_model *m, sharc_fsdp *e, const int32_t *inputs, int len,
-                             float *logits);
+void sharc_model_logits_last(sharc_model *m, sharc_fsdp *e, const int32_t *inputs, int len, float *logits);
 
 /* Whether the model's matrix products run in bf16 with engine e: its
  * param_dtype is bf16 and the device's kernels can (note [bf16-compute] in

@@ -15,10 +15,10 @@ extern "C" {
 typedef enum { SHARC_LR_COSINE = 0, SHARC_LR_LINEAR, SHARC_LR_CONSTANT } sharc_lr_decay;
 
 typedef struct {
-    float lr;            /* peak learning rate */
-    float min_lr_ratio;  /* decay floor as a fraction of lr */
-    int warmup_steps;    /* linear warmup from lr/warmup to lr */
-    int decay_steps;     /* steps from the end of warmup to the floor (0: to max_steps) */
+    float lr;           /* peak learning rate */
+    float min_lr_ratio; /* decay floor as a fraction of lr */
+    int warmup_steps;   /* linear warmup from lr/warmup to lr */
+    int decay_steps;    /* steps from the end of warmup to the floor (0: to max_steps) */
     sharc_lr_decay decay;
     float beta1, beta2, eps;
     float weight_decay;  /* decoupled, on parameters with spec.decay (2-D+) */

@@ -24,17 +24,17 @@ void sharc_prof_add(int id, double seconds);
 void sharc_prof_report(FILE *f, int steps);
 
 /* SHARC_PROF("name", statement); */
-#define SHARC_PROF(name, stmt)                                                   \
-    do {                                                                         \
-        if (sharc_prof_enabled()) {                                              \
-            static int sharc_prof_id_ = -1;                                      \
-            if (sharc_prof_id_ < 0) sharc_prof_id_ = sharc_prof_id(name);        \
-            double sharc_prof_t0_ = sharc_clock_now();                            \
-            stmt;                                                                \
-            sharc_prof_add(sharc_prof_id_, sharc_clock_now() - sharc_prof_t0_);   \
-        } else {                                                                 \
-            stmt;                                                                \
-        }                                                                        \
+#define SHARC_PROF(name, stmt)                                                                                         \
+    do {                                                                                                               \
+        if (sharc_prof_enabled()) {                                                                                    \
+            static int sharc_prof_id_ = -1;                                                                            \
+            if (sharc_prof_id_ < 0) sharc_prof_id_ = sharc_prof_id(name);                                              \
+            double sharc_prof_t0_ = sharc_clock_now();                                                                 \
+            stmt;                                                                                                      \
+            sharc_prof_add(sharc_prof_id_, sharc_clock_now() - sharc_prof_t0_);                                        \
+        } else {                                                                                                       \
+            stmt;                                                                                                      \
+        }                                                                                                              \
     } while (0)
 
 #ifdef __cplusplus

@@ -21,7 +21,7 @@
 extern "C" {
 #endif
 
-#define SHARC_ST_MAX_DIMS 8
+#define SHARC_ST_MAX_DIMS   8
 #define SHARC_ST_HEADER_MAX (100u << 20)
 
 typedef struct {
@@ -44,11 +44,10 @@ const sharc_st_tensor *sharc_st_find(const sharc_st_file *f, const char *name);
 /* A __metadata__ value, or NULL. */
 const char *sharc_st_metadata(const sharc_st_file *f, const char *key);
 /* Read nbytes at byte offset `off` within tensor t's range. */
-sharc_status sharc_st_read_bytes(const sharc_st_file *f, const sharc_st_tensor *t, uint64_t off,
-                                 uint64_t nbytes, void *dst);
+sharc_status sharc_st_read_bytes(const sharc_st_file *f, const sharc_st_tensor *t, uint64_t off, uint64_t nbytes,
+                                 void *dst);
 /* Read elements [first, first + n) of a float tensor (F32, BF16 or F16) as fp32. */
-sharc_status sharc_st_read_f32(const sharc_st_file *f, const sharc_st_tensor *t, int64_t first,
-                               int64_t n, float *dst);
+sharc_status sharc_st_read_f32(const sharc_st_file *f, const sharc_st_tensor *t, int64_t first, int64_t n, float *dst);
 /* Find `name`, check its element count, read it all as fp32 (or I32 as int32). */
 sharc_status sharc_st_load_f32(const sharc_st_file *f, const char *name, float *dst, int64_t numel);
 sharc_status sharc_st_load_i32(const sharc_st_file *f, const char *name, int32_t *dst, int64_t numel);
@@ -64,9 +63,8 @@ typedef struct {
 
 /* Write `n` tensors and metadata pairs (keys[i], values[i]); "format": "pt" is
  * always included. The file appears under `path` only when complete. */
-sharc_status sharc_st_write(const char *path, const sharc_st_entry *entries, int n,
-                            const char *const *meta_keys, const char *const *meta_values,
-                            int nmeta);
+sharc_status sharc_st_write(const char *path, const sharc_st_entry *entries, int n, const char *const *meta_keys,
+                            const char *const *meta_values, int nmeta);
 
 /* Streaming: the header is written from the entries' names, dtypes and
  * shapes (data ignored); then each tensor's bytes are appended in the

@@ -55,25 +55,25 @@ extern "C" {
 typedef enum { SHARC_SFT_MASK_RANGES = 0, SHARC_SFT_MASK_OPENRLHF } sharc_sft_mask;
 
 typedef struct {
-    const char *input_key;       /* OpenRLHF's default "input" */
-    const char *output_key;      /* "": none */
+    const char *input_key;  /* OpenRLHF's default "input" */
+    const char *output_key; /* "": none */
     bool apply_chat_template;
     sharc_chat_format chat_format; /* AUTO: the tokenizer's chat_template, recognised */
-    const char *input_template;  /* "": the input as is; else exactly one {} */
-    int max_len;                 /* tokens per sample (>= 4) */
+    const char *input_template;    /* "": the input as is; else exactly one {} */
+    int max_len;                   /* tokens per sample (>= 4) */
     bool multiturn;
     sharc_sft_mask mask;
 } sharc_sft_options;
 
 typedef struct {
-    uint32_t *tokens;   /* (ntokens) id | SHARC_SFT_TRAINED */
-    uint64_t *offsets;  /* (nsamples + 1) sample k is tokens [offsets[k], offsets[k+1]) */
+    uint32_t *tokens;  /* (ntokens) id | SHARC_SFT_TRAINED */
+    uint64_t *offsets; /* (nsamples + 1) sample k is tokens [offsets[k], offsets[k+1]) */
     size_t ntokens, nsamples;
-    size_t records;     /* records read */
+    size_t records;                     /* records read */
     size_t dropped_empty, dropped_long; /* dropped: empty prompt or response; prompt >= max_len - 2 tokens */
-    size_t truncated;   /* samples cut to max_len */
-    size_t trained;     /* trained targets in all samples */
-    uint32_t longest;   /* tokens of the longest sample */
+    size_t truncated;                   /* samples cut to max_len */
+    size_t trained;                     /* trained targets in all samples */
+    uint32_t longest;                   /* tokens of the longest sample */
 } sharc_sft_data;
 
 /* Check options against the tokenizer (keys, template, EOS); errors name the data.* key. */

@@ -28,8 +28,7 @@ typedef enum {
 } sharc_status;
 
 /* Record a formatted message for the calling thread and return `code`. */
-sharc_status sharc_error(sharc_status code, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
+sharc_status sharc_error(sharc_status code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 sharc_status sharc_verror(sharc_status code, const char *fmt, va_list ap);
 
 /* The message recorded by the last sharc_error on this thread ("" if none). */
@@ -46,24 +45,23 @@ const char *sharc_clip(char *buf, const char *s);
 const char *sharc_status_str(sharc_status code);
 
 /* Abort the whole job with rank and file:line when an invariant is broken. */
-void sharc_fatal(const char *file, int line, const char *fmt, ...)
-    __attribute__((noreturn, format(printf, 3, 4)));
+void sharc_fatal(const char *file, int line, const char *fmt, ...) __attribute__((noreturn, format(printf, 3, 4)));
 
 /* Called by sharc_fatal after its message, before abort(): the command
  * installs one that ends the whole job (MPI_Abort, note [job-end] in
  * src/cli/main.c) so that no other rank waits for this one. */
 void sharc_set_fatal_hook(void (*hook)(void));
 
-#define SHARC_CHECK(cond)                                                      \
-    do {                                                                       \
-        if (!(cond)) sharc_fatal(__FILE__, __LINE__, "check failed: %s", #cond); \
+#define SHARC_CHECK(cond)                                                                                              \
+    do {                                                                                                               \
+        if (!(cond)) sharc_fatal(__FILE__, __LINE__, "check failed: %s", #cond);                                       \
     } while (0)
 
 /* Propagate a failure: evaluate `expr`, return its status if it is not OK. */
-#define SHARC_TRY(expr)                                                        \
-    do {                                                                       \
-        sharc_status sharc_try_st_ = (expr);                                   \
-        if (sharc_try_st_ != SHARC_OK) return sharc_try_st_;                   \
+#define SHARC_TRY(expr)                                                                                                \
+    do {                                                                                                               \
+        sharc_status sharc_try_st_ = (expr);                                                                           \
+        if (sharc_try_st_ != SHARC_OK) return sharc_try_st_;                                                           \
     } while (0)
 
 #ifdef __cplusplus

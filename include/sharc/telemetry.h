@@ -26,34 +26,33 @@ extern "C" {
 /* A step's metrics over all ranks. */
 typedef struct {
     int world_size;
-    double loss_max;                /* max over ranks of each rank's mean loss */
-    double step_s_max, step_s_min;  /* slowest and fastest rank's step time */
-    int slowest_rank;               /* the straggler: the most busy time, step_s - comm_wait_s (lowest such rank) */
+    double loss_max;                   /* max over ranks of each rank's mean loss */
+    double step_s_max, step_s_min;     /* slowest and fastest rank's step time */
+    int slowest_rank;                  /* the straggler: the most busy time, step_s - comm_wait_s (lowest such rank) */
     char slowest_host[SHARC_HOST_MAX]; /* its hostname */
-    double slowest_busy_s;          /* its busy time */
-    double slowest_ratio;           /* its busy time / the median of the other ranks' (1 on one rank) */
+    double slowest_busy_s;             /* its busy time */
+    double slowest_ratio;              /* its busy time / the median of the other ranks' (1 on one rank) */
     double forward_s, backward_s, optimizer_s, comm_wait_s; /* max over ranks */
-    double forward_backward_s;      /* max over ranks (forward + backward + finishing the reductions) */
-    double tps_global;              /* global batch tokens / step_s_max */
-    double cpu_s_max;               /* max over ranks of CPU seconds / threads (sharc_step_stats.cpu_s) */
-    double tps_cpu;                 /* global batch tokens / cpu_s_max: throughput without preemption */
+    double forward_backward_s; /* max over ranks (forward + backward + finishing the reductions) */
+    double tps_global;         /* global batch tokens / step_s_max */
+    double cpu_s_max;          /* max over ranks of CPU seconds / threads (sharc_step_stats.cpu_s) */
+    double tps_cpu;            /* global batch tokens / cpu_s_max: throughput without preemption */
     double tps_rank_min, tps_rank_max, tps_rank_sum; /* local tokens / local step time */
-    double tflops;                  /* flops_per_token x tps_global / 1e12 */
-    double mfu_pct;                 /* 100 x flops_per_token x tps_global / peak of all ranks */
-    int64_t comm_bytes[SHARC_COLL_NKINDS]; /* max over ranks of bytes handed in per kind */
-    double comm_s[SHARC_COLL_NKINDS];      /* max over ranks of seconds per kind */
-    int64_t comm_bytes_total;              /* sum over ranks and kinds */
+    double tflops;                                   /* flops_per_token x tps_global / 1e12 */
+    double mfu_pct;                                  /* 100 x flops_per_token x tps_global / peak of all ranks */
+    int64_t comm_bytes[SHARC_COLL_NKINDS];           /* max over ranks of bytes handed in per kind */
+    double comm_s[SHARC_COLL_NKINDS];                /* max over ranks of seconds per kind */
+    int64_t comm_bytes_total;                        /* sum over ranks and kinds */
     int64_t mem_current[SHARC_MEM_NCAT], mem_peak[SHARC_MEM_NCAT]; /* max over ranks */
-    int64_t mem_peak_total;                /* max over ranks of the total peak */
-    int mem_peak_rank;                     /* the rank with mem_peak_total */
+    int64_t mem_peak_total;                                        /* max over ranks of the total peak */
+    int mem_peak_rank;                                             /* the rank with mem_peak_total */
 } sharc_step_global;
 
 /* Aggregate this rank's stats with every other rank's: one all-gather of a
  * fixed-size vector over `world`. Collective: every rank calls it each step.
  * peak_flops_world is the sum of the ranks' peaks (FLOP/s). */
-sharc_status sharc_telemetry_reduce(sharc_comm *world, const sharc_step_stats *local,
-                                    double flops_per_token, double peak_flops_world,
-                                    sharc_step_global *out);
+sharc_status sharc_telemetry_reduce(sharc_comm *world, const sharc_step_stats *local, double flops_per_token,
+                                    double peak_flops_world, sharc_step_global *out);
 
 /* The fp32 FLOP/s `threads` threads reach together in a register-only FMA
  * loop (AVX-512 or AVX2+FMA, chosen at run time; best of a few ~20 ms runs).

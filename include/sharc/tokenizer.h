@@ -48,8 +48,8 @@ typedef struct sharc_tokenizer sharc_tokenizer;
  * template (a chat_template.jinja beside it is read when the config has none). */
 sharc_status sharc_tokenizer_load(sharc_tokenizer **out, const char *path);
 /* The same from memory; config_json may be NULL; name appears in messages. */
-sharc_status sharc_tokenizer_load_json(sharc_tokenizer **out, const char *json, size_t len,
-                                       const char *config_json, const char *name);
+sharc_status sharc_tokenizer_load_json(sharc_tokenizer **out, const char *json, size_t len, const char *config_json,
+                                       const char *name);
 void sharc_tokenizer_free(sharc_tokenizer *t);
 
 const char *sharc_tokenizer_path(const sharc_tokenizer *t);
@@ -80,8 +80,7 @@ const char *sharc_tokenizer_token_bytes(const sharc_tokenizer *t, int32_t id, si
 bool sharc_tokenizer_is_special(const sharc_tokenizer *t, int32_t id);
 /* The bytes of ids, concatenated, in a malloc'd NUL-terminated buffer. Ids
  * without a token decode to nothing. */
-sharc_status sharc_tokenizer_decode(const sharc_tokenizer *t, const int32_t *ids, size_t n, char **out,
-                                    size_t *len);
+sharc_status sharc_tokenizer_decode(const sharc_tokenizer *t, const int32_t *ids, size_t n, char **out, size_t *len);
 
 typedef struct sharc_encoder sharc_encoder;
 

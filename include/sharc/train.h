@@ -23,21 +23,21 @@ extern "C" {
 #endif
 
 typedef struct {
-    int64_t step;         /* steps completed, counting this one */
-    double loss;          /* mean over the valid targets of the global batch */
+    int64_t step; /* steps completed, counting this one */
+    double loss;  /* mean over the valid targets of the global batch */
     float lr;
     double grad_norm;     /* before clipping */
     int64_t tokens;       /* input tokens of the global batch */
     int64_t valid_tokens; /* unmasked targets */
     double step_s;
     double tokens_per_s;
-    double tflops;        /* achieved model TFLOP/s (sharc_model_flops_per_token) */
+    double tflops; /* achieved model TFLOP/s (sharc_model_flops_per_token) */
     double forward_backward_s, optimizer_s;
-    double comm_wait_s;   /* time the step waited inside the engine's collectives */
+    double comm_wait_s;    /* time the step waited inside the engine's collectives */
     sharc_comm_stats comm; /* this rank's collectives during the step, all groups */
-    sharc_mem_stats mem;  /* this rank's memory: current and peak of the step */
+    sharc_mem_stats mem;   /* this rank's memory: current and peak of the step */
     int64_t gathered_peak;
-    bool skipped;         /* non-finite loss or grad norm (agreed): no update (note [bad-steps] in trainer.c) */
+    bool skipped; /* non-finite loss or grad norm (agreed): no update (note [bad-steps] in trainer.c) */
     /* this rank alone (sharc/telemetry.h aggregates them over the ranks) */
     double forward_s, backward_s; /* split of forward_backward_s (sharc_model_timing) */
     double local_loss;            /* mean loss over this rank's valid targets (NAN if none) */

@@ -17,7 +17,7 @@ extern "C" {
 #endif
 
 #define SHARC_MAX_UNIT_PARAMS 16
-#define SHARC_NAME_MAX 96
+#define SHARC_NAME_MAX        96
 
 typedef enum { SHARC_INIT_ZEROS = 0, SHARC_INIT_ONES, SHARC_INIT_NORMAL } sharc_init_kind;
 
@@ -26,18 +26,18 @@ typedef struct {
     int ndim;
     int64_t shape[4];
     int64_t numel;
-    int64_t offset;            /* first element in the unit's flat buffer */
+    int64_t offset; /* first element in the unit's flat buffer */
     sharc_init_kind init;
-    float std;                 /* for SHARC_INIT_NORMAL */
-    bool decay;                /* AdamW weight decay applies (matrices, not norms/biases) */
-    bool frozen;               /* note [frozen-params]: gathered, never given a gradient or an update */
+    float std;   /* for SHARC_INIT_NORMAL */
+    bool decay;  /* AdamW weight decay applies (matrices, not norms/biases) */
+    bool frozen; /* note [frozen-params]: gathered, never given a gradient or an update */
 } sharc_param_spec;
 
 typedef struct {
-    char name[32];             /* "embed", "block.3", "head" */
+    char name[32]; /* "embed", "block.3", "head" */
     int nparams;
     sharc_param_spec params[SHARC_MAX_UNIT_PARAMS];
-    int64_t numel;             /* sum of the parameters' numel (no padding) */
+    int64_t numel; /* sum of the parameters' numel (no padding) */
     /* Note [root-unit]: a root unit stays gathered from its forward until its
      * backward is done, and its gradient buffer collects contributions from
      * other units (the embedding tied to the LM head). */
@@ -58,8 +58,8 @@ typedef struct {
 } sharc_unit_schedule;
 
 /* Append a parameter to a unit (offsets are assigned in order). */
-void sharc_unit_add_param(sharc_unit_spec *u, const char *name, int ndim, const int64_t *shape,
-                          sharc_init_kind init, float std, bool decay);
+void sharc_unit_add_param(sharc_unit_spec *u, const char *name, int ndim, const int64_t *shape, sharc_init_kind init,
+                          float std, bool decay);
 /* Index of the parameter called `name` in the unit, or -1. */
 int sharc_unit_find_param(const sharc_unit_spec *u, const char *name);
 /* The unit has a parameter that is not frozen (note [frozen-params]). */

@@ -65,7 +65,8 @@ sharc_status sharc_ckpt_init(sharc_ckpt **out, const sharc_ckpt_state *state) {
         int32_t lead = st == SHARC_OK && sharc_comm_rank(c->node) == 0, *leads = NULL;
         const int R = sharc_comm_size(world);
         if (st == SHARC_OK)
-            st = (leads = calloc((size_t)R, sizeof *leads)) ? SHARC_OK : sharc_error(SHARC_ERR_NOMEM, "ckpt: out of memory");
+            st = (leads = calloc((size_t)R, sizeof *leads)) ? SHARC_OK
+                                                            : sharc_error(SHARC_ERR_NOMEM, "ckpt: out of memory");
         st = agree(world, st);
         if (st == SHARC_OK) st = sharc_comm_all_gather(world, &lead, leads, 1, SHARC_DT_I32);
         for (int r = 0; r < R && st == SHARC_OK; r++) {
@@ -126,8 +127,12 @@ static sharc_status exchange(sharc_ckpt *c, sharc_ckpt_written *w) {
     const int R = sharc_comm_size(world);
     memset(w, 0, sizeof *w);
     w->R = R;
-    int64_t mine[6] = {c->writes, c->s.mesh->shard_rank, c->writes ? p->nrecs : 0, c->writes ? j->nchunks : 0,
-                       c->writes ? j->bytes : 0, c->writes ? j->crc : 0};
+    int64_t mine[6] = {c->writes,
+                       c->s.mesh->shard_rank,
+                       c->writes ? p->nrecs : 0,
+                       c->writes ? j->nchunks : 0,
+                       c->writes ? j->bytes : 0,
+                       c->writes ? j->crc : 0};
     int64_t *hdr = malloc(sizeof(int64_t) * 6 * (size_t)R);
     w->hdr = hdr;
     w->maxrec = w->maxchunk = 1;
@@ -278,7 +283,8 @@ static sharc_status finish(sharc_ckpt *c) {
         if (rank == 0) {
             if (c->async)
                 sharc_info("ckpt: saved step %lld to %s (%.1f MB; training paused %.3f s to stage it, published %.3f s "
-                           "after the start)", (long long)step, c->last, (double)total / 1e6, c->t_staged - c->t_start,
+                           "after the start)",
+                           (long long)step, c->last, (double)total / 1e6, c->t_staged - c->t_start,
                            sharc_clock_now() - c->t_start);
             else
                 sharc_info("ckpt: saved step %lld to %s (%.1f MB in %.3f s)", (long long)step, c->last,
@@ -294,8 +300,7 @@ sharc_status sharc_ckpt_save(sharc_ckpt *c, int64_t step) {
     SHARC_TRY(finish(c));
     if (step == c->done_step) return SHARC_OK;
     c->t_start = sharc_clock_now();
-    SHARC_TRY(agree(c->s.world, sharc_comm_rank(c->s.world) == 0 ? sharc_ckpt_commit_begin(c->dir, step)
-                                                                           : SHARC_OK));
+    SHARC_TRY(agree(c->s.world, sharc_comm_rank(c->s.world) == 0 ? sharc_ckpt_commit_begin(c->dir, step) : SHARC_OK));
     char tmp0[PATHLEN];
     sharc_ckpt_commit_step_path(tmp0, sizeof tmp0, c->dir, step, ".tmp");
     SHARC_TRY(check_hosts_see_tmp(c, tmp0, step));
@@ -345,7 +350,8 @@ static sharc_status load_dir(sharc_ckpt *c, const char *step_dir, bool warn) {
                        (long long)m.step, (long long)m.world_size, m.strategy, sharc_clock_now() - t0);
             if (sharc_ckpt_manifest_get_i64(&m, m.train, "sequences_per_step", &v) == SHARC_OK && v != G)
                 sharc_warn("ckpt: the checkpoint ran %lld sequences per step, this run %lld: the data order differs "
-                           "from an uninterrupted run", (long long)v, (long long)G);
+                           "from an uninterrupted run",
+                           (long long)v, (long long)G);
             if (sharc_ckpt_manifest_get_i64(&m, m.train, "data_seed", &v) == SHARC_OK && (uint64_t)v != cfg->data.seed)
                 sharc_warn("ckpt: data.seed %lld in the checkpoint, %llu in this run", (long long)v,
                            (unsigned long long)cfg->data.seed);
@@ -374,7 +380,8 @@ sharc_status sharc_ckpt_resume(sharc_ckpt *c, const char *what, int64_t *loaded_
     const char *dir = autom ? c->dir : what;
     char man[PATHLEN + 32];
     snprintf(man, sizeof man, "%s/" MANIFEST_NAME, what);
-    if (!autom && (sharc_ckpt_exists(man) || !sharc_ckpt_is_dir(what))) { /* a step directory (or a bad path: load names it) */
+    if (!autom &&
+        (sharc_ckpt_exists(man) || !sharc_ckpt_is_dir(what))) { /* a step directory (or a bad path: load names it) */
         SHARC_TRY(load_dir(c, what, false));
         if (loaded_step) *loaded_step = c->done_step;
         return SHARC_OK;
@@ -398,8 +405,10 @@ sharc_status sharc_ckpt_resume(sharc_ckpt *c, const char *what, int64_t *loaded_
             if (lead) sharc_info("ckpt: no checkpoint in %s to resume from (ckpt.resume=auto)", dir);
             return SHARC_OK;
         }
-        return sharc_error(SHARC_ERR_INVALID, "ckpt.resume: '%s' holds no checkpoint (no manifest.json, no step-N "
-                           "directory with one)", what);
+        return sharc_error(SHARC_ERR_INVALID,
+                           "ckpt.resume: '%s' holds no checkpoint (no manifest.json, no step-N "
+                           "directory with one)",
+                           what);
     }
     char p[PATHLEN];
     st = SHARC_ERR_IO;
@@ -414,8 +423,10 @@ sharc_status sharc_ckpt_resume(sharc_ckpt *c, const char *what, int64_t *loaded_
     }
     free(steps);
     if (st != SHARC_OK && autom)
-        st = sharc_error(st, "ckpt: no checkpoint in '%s' could be loaded (the reasons are above); remove the "
-                         "directory or set ckpt.resume=none to start over", dir);
+        st = sharc_error(st,
+                         "ckpt: no checkpoint in '%s' could be loaded (the reasons are above); remove the "
+                         "directory or set ckpt.resume=none to start over",
+                         dir);
     if (st == SHARC_OK && loaded_step) *loaded_step = c->done_step;
     return st;
 }

@@ -45,7 +45,9 @@ void sharc_ckpt_commit_step_path(char *out, size_t n, const char *dir, int64_t s
 
 sharc_status sharc_ckpt_commit_remove_tree(const char *dir) {
     DIR *d = opendir(dir);
-    if (!d) return errno == ENOENT ? SHARC_OK : sharc_error(SHARC_ERR_IO, "ckpt: cannot open '%s': %s", dir, strerror(errno));
+    if (!d)
+        return errno == ENOENT ? SHARC_OK
+                               : sharc_error(SHARC_ERR_IO, "ckpt: cannot open '%s': %s", dir, strerror(errno));
     struct dirent *de;
     char p[PATHLEN + 300];
     while ((de = readdir(d)) != NULL) {
@@ -197,7 +199,8 @@ sharc_status sharc_ckpt_commit_publish(const char *dir, int64_t step, int keep, 
             return sharc_error(SHARC_ERR_IO, "ckpt: cannot rename '%s': %s", fin, strerror(errno));
         replaced = true;
     }
-    if (rename(tmp, fin) != 0) return sharc_error(SHARC_ERR_IO, "ckpt: cannot rename '%s' to '%s': %s", tmp, fin, strerror(errno));
+    if (rename(tmp, fin) != 0)
+        return sharc_error(SHARC_ERR_IO, "ckpt: cannot rename '%s' to '%s': %s", tmp, fin, strerror(errno));
     SHARC_TRY(sharc_fsync_dir(fin));
     sharc_fault_at("ckpt:after-rename", step);
     if (replaced) SHARC_TRY(sharc_ckpt_commit_remove_tree(old));
@@ -209,4 +212,3 @@ sharc_status sharc_ckpt_commit_publish(const char *dir, int64_t step, int keep, 
     sharc_fault_at("ckpt:after-latest", step);
     return sharc_ckpt_commit_prune(dir, step, keep, true);
 }
-

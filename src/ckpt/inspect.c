@@ -21,8 +21,10 @@ sharc_status sharc_ckpt_inspect(const char *path, FILE *out) {
         int n = sharc_ckpt_commit_list(path, &steps);
         if (n == 0) {
             free(steps);
-            return sharc_error(SHARC_ERR_INVALID, "ckpt inspect: '%s' is not a checkpoint (no manifest.json, no step-N "
-                               "directory with one)", path);
+            return sharc_error(SHARC_ERR_INVALID,
+                               "ckpt inspect: '%s' is not a checkpoint (no manifest.json, no step-N "
+                               "directory with one)",
+                               path);
         }
         sharc_ckpt_commit_step_path(dir, sizeof dir, path, steps[0], "");
         free(steps);
@@ -74,8 +76,9 @@ sharc_status sharc_ckpt_resolve(const char *path, char *step_dir, size_t n) {
     }
     if (!sharc_ckpt_is_dir(path))
         return sharc_error(SHARC_ERR_INVALID, "ckpt '%s': %s", path,
-                           sharc_ckpt_exists(path) ? "not a directory (a checkpoint is a step-N directory or a directory of them)"
-                                        : "no such file or directory");
+                           sharc_ckpt_exists(path)
+                               ? "not a directory (a checkpoint is a step-N directory or a directory of them)"
+                               : "no such file or directory");
     const char *base = strrchr(path, '/');
     base = base && base[1] ? base + 1 : path;
     int64_t *steps;
@@ -83,10 +86,14 @@ sharc_status sharc_ckpt_resolve(const char *path, char *step_dir, size_t n) {
     if (ns == 0) {
         free(steps);
         if (sharc_ckpt_commit_parse_step(base) >= 0)
-            return sharc_error(SHARC_ERR_FORMAT, "ckpt '%s': no manifest.json (an incomplete save, or its manifest was "
-                               "removed)", path);
-        return sharc_error(SHARC_ERR_INVALID, "ckpt '%s': not a checkpoint (no manifest.json, no step-N directory "
-                           "with one)", path);
+            return sharc_error(SHARC_ERR_FORMAT,
+                               "ckpt '%s': no manifest.json (an incomplete save, or its manifest was "
+                               "removed)",
+                               path);
+        return sharc_error(SHARC_ERR_INVALID,
+                           "ckpt '%s': not a checkpoint (no manifest.json, no step-N directory "
+                           "with one)",
+                           path);
     }
     /* the newest that passes every check, as auto resume does: `latest` is
      * not trusted, a newer checkpoint that fails is reported and skipped */
@@ -100,8 +107,8 @@ sharc_status sharc_ckpt_resolve(const char *path, char *step_dir, size_t n) {
         sharc_ckpt_manifest_free(&m);
         if (st == SHARC_OK) break;
         sharc_warn("%s", sharc_last_error());
-        sharc_warn("ckpt: %s cannot be used; %s", p, i + 1 < ns ? "falling back to the previous checkpoint"
-                                                               : "no older checkpoint left");
+        sharc_warn("ckpt: %s cannot be used; %s", p,
+                   i + 1 < ns ? "falling back to the previous checkpoint" : "no older checkpoint left");
     }
     free(steps);
     if (st != SHARC_OK)
@@ -117,7 +124,8 @@ sharc_status sharc_ckpt_read_config(const char *step_dir, sharc_config *cfg) {
     const char *yaml = NULL;
     sharc_status st = sharc_ckpt_manifest_read(&m, step_dir);
     if (st == SHARC_OK) st = sharc_ckpt_manifest_get_str(&m, m.root, "config", &yaml);
-    if (st == SHARC_OK && !yaml[0]) st = sharc_ckpt_manifest_bad(&m, "\"config\" is empty: the checkpoint holds no run configuration");
+    if (st == SHARC_OK && !yaml[0])
+        st = sharc_ckpt_manifest_bad(&m, "\"config\" is empty: the checkpoint holds no run configuration");
     if (st == SHARC_OK) {
         char origin[PATHLEN + 64];
         snprintf(origin, sizeof origin, "%s (its \"config\")", m.path);

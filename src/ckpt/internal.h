@@ -29,8 +29,8 @@
 #include <sys/stat.h>
 
 #define MANIFEST_NAME "manifest.json"
-#define KINDS 3 /* parameter, exp_avg, exp_avg_sq */
-#define PATHLEN (SHARC_CKPT_PATH_MAX + 128)
+#define KINDS         3 /* parameter, exp_avg, exp_avg_sq */
+#define PATHLEN       (SHARC_CKPT_PATH_MAX + 128)
 
 static inline bool sharc_ckpt_is_dir(const char *p) {
     struct stat sb;
@@ -93,9 +93,9 @@ typedef struct {
 
 /* One range of this rank's file (note [ckpt-layout]). */
 typedef struct {
-    int64_t gp;     /* global parameter index: units in order, their parameters in order */
+    int64_t gp;         /* global parameter index: units in order, their parameters in order */
     int64_t begin, end; /* the parameter's elements [begin, end) */
-    int64_t offset; /* byte offset in the file of the parameter's elements; both moments follow */
+    int64_t offset;     /* byte offset in the file of the parameter's elements; both moments follow */
 } sharc_ckpt_rec;
 
 /* The range plan: a pure function of the engine's unit specs and this
@@ -105,7 +105,7 @@ typedef struct {
     int *gp_unit, *gp_param; /* (nglobal) each global parameter's unit and index in it */
     sharc_ckpt_rec *recs;    /* (nrecs) this rank's ranges, in unit and segment order */
     int nrecs;
-    int64_t file_bytes;      /* this rank's file: KINDS x 4 bytes per element of its segments */
+    int64_t file_bytes; /* this rank's file: KINDS x 4 bytes per element of its segments */
 } sharc_ckpt_plan;
 
 /* ---------------------------------------------------------- writer.c */
@@ -130,18 +130,18 @@ typedef struct {
 /* The writer of this rank's file (note [ckpt-async]). */
 typedef struct {
     sharc_ckpt_job job;
-    bool running;     /* the background thread holds `job` */
+    bool running; /* the background thread holds `job` */
     pthread_t thread;
-    float *stage;     /* ckpt.async: (file_bytes / 4) the staged copy, kept from one save to the next (SHARC_MEM_OTHER) */
+    float *stage; /* ckpt.async: (file_bytes / 4) the staged copy, kept from one save to the next (SHARC_MEM_OTHER) */
 } sharc_ckpt_writer;
 
 /* --------------------------------------------------------- manifest.c */
 
 /* Every rank's part of a save, all-gathered for the manifest (ckpt.c). */
 typedef struct {
-    int R;                 /* ranks in the world */
-    const int64_t *hdr;    /* (R, 6) writer, shard_rank, nrecs, nchunks, bytes, crc */
-    const int64_t *recs;   /* (R, maxrec, 4) gp, begin, end, offset */
+    int R;               /* ranks in the world */
+    const int64_t *hdr;  /* (R, 6) writer, shard_rank, nrecs, nchunks, bytes, crc */
+    const int64_t *recs; /* (R, maxrec, 4) gp, begin, end, offset */
     int64_t maxrec;
     const int64_t *chunks; /* (R, maxchunk) chunk crcs */
     int64_t maxchunk;
@@ -160,7 +160,7 @@ struct sharc_ckpt {
     bool pending;
     int64_t pending_step, pending_adam_step; /* captured when the save starts */
     double t_start, t_staged;                /* when the save started, when its state was staged */
-    int64_t done_step; /* last step published or loaded, -1 */
+    int64_t done_step;                       /* last step published or loaded, -1 */
     char last[PATHLEN];
     /* note [ckpt-node-local] (ckpt.c) */
     sharc_comm *node;      /* this rank's host (MPI's node), owned */
@@ -178,7 +178,8 @@ sharc_status sharc_ckpt_manifest_bad(const sharc_ckpt_manifest *m, const char *w
 sharc_status sharc_ckpt_manifest_check_frozen(const sharc_ckpt_manifest *m, sharc_fsdp *e);
 sharc_status sharc_ckpt_manifest_get_i64(const sharc_ckpt_manifest *m, json_object *o, const char *key, int64_t *v);
 sharc_status sharc_ckpt_manifest_get_str(const sharc_ckpt_manifest *m, json_object *o, const char *key, const char **v);
-sharc_status sharc_ckpt_manifest_get_arr(const sharc_ckpt_manifest *m, json_object *o, const char *key, json_object **v);
+sharc_status sharc_ckpt_manifest_get_arr(const sharc_ckpt_manifest *m, json_object *o, const char *key,
+                                         json_object **v);
 /* Read and check a step directory's manifest: every field typed, every range
  * inside its file, every tensor's ranges tiling [0, numel). */
 sharc_status sharc_ckpt_manifest_read(sharc_ckpt_manifest *m, const char *step_dir);

@@ -37,7 +37,8 @@ sharc_status sharc_ckpt_manifest_get_i64(const sharc_ckpt_manifest *m, json_obje
     return SHARC_OK;
 }
 
-sharc_status sharc_ckpt_manifest_get_str(const sharc_ckpt_manifest *m, json_object *o, const char *key, const char **v) {
+sharc_status sharc_ckpt_manifest_get_str(const sharc_ckpt_manifest *m, json_object *o, const char *key,
+                                         const char **v) {
     json_object *x;
     if (!o || !json_object_object_get_ex(o, key, &x) || !json_object_is_type(x, json_type_string)) {
         char w[200];
@@ -48,7 +49,8 @@ sharc_status sharc_ckpt_manifest_get_str(const sharc_ckpt_manifest *m, json_obje
     return SHARC_OK;
 }
 
-sharc_status sharc_ckpt_manifest_get_arr(const sharc_ckpt_manifest *m, json_object *o, const char *key, json_object **v) {
+sharc_status sharc_ckpt_manifest_get_arr(const sharc_ckpt_manifest *m, json_object *o, const char *key,
+                                         json_object **v) {
     if (!o || !json_object_object_get_ex(o, key, v) || !json_object_is_type(*v, json_type_array)) {
         char w[200];
         snprintf(w, sizeof w, "\"%s\" is missing or not a list", key);
@@ -71,9 +73,9 @@ sharc_status sharc_ckpt_manifest_read(sharc_ckpt_manifest *m, const char *step_d
     sharc_status st = sharc_read_file(m->path, &text, &len);
     if (st != SHARC_OK) {
         return sharc_error(st, "ckpt '%s': cannot read the manifest: %s", step_dir,
-                           sharc_ckpt_is_dir(step_dir) ? "no manifest.json (an incomplete or foreign directory)"
+                           sharc_ckpt_is_dir(step_dir)   ? "no manifest.json (an incomplete or foreign directory)"
                            : sharc_ckpt_exists(step_dir) ? "not a directory (a checkpoint is a step-N directory)"
-                           : "no such checkpoint");
+                                                         : "no such checkpoint");
     }
     json_tokener *tok = json_tokener_new();
     m->root = tok ? json_tokener_parse_ex(tok, text, (int)len) : NULL;
@@ -92,7 +94,8 @@ sharc_status sharc_ckpt_manifest_read(sharc_ckpt_manifest *m, const char *step_d
     }
     const char *format = NULL;
     SHARC_TRY(sharc_ckpt_manifest_get_str(m, m->root, "format", &format));
-    if (strcmp(format, "sharc-checkpoint") != 0) return sharc_ckpt_manifest_bad(m, "\"format\" is not \"sharc-checkpoint\"");
+    if (strcmp(format, "sharc-checkpoint") != 0)
+        return sharc_ckpt_manifest_bad(m, "\"format\" is not \"sharc-checkpoint\"");
     SHARC_TRY(sharc_ckpt_manifest_get_i64(m, m->root, "format_version", &m->version));
     if (m->version > SHARC_CKPT_FORMAT_VERSION || m->version < 1) {
         return sharc_error(SHARC_ERR_FORMAT,
@@ -106,7 +109,8 @@ sharc_status sharc_ckpt_manifest_read(sharc_ckpt_manifest *m, const char *step_d
     SHARC_TRY(sharc_ckpt_manifest_get_i64(m, m->root, "dp_replicate", &m->dp_replicate));
     SHARC_TRY(sharc_ckpt_manifest_get_str(m, m->root, "strategy", &m->strategy));
     SHARC_TRY(sharc_ckpt_manifest_get_i64(m, m->root, "chunk_bytes", &m->chunk_bytes));
-    if (m->chunk_bytes <= 0 || m->chunk_bytes > (1ll << 30)) return sharc_ckpt_manifest_bad(m, "\"chunk_bytes\" out of range");
+    if (m->chunk_bytes <= 0 || m->chunk_bytes > (1ll << 30))
+        return sharc_ckpt_manifest_bad(m, "\"chunk_bytes\" out of range");
     if (!json_object_object_get_ex(m->root, "model", &m->model) || !json_object_is_type(m->model, json_type_object))
         return sharc_ckpt_manifest_bad(m, "\"model\" is missing or not an object");
     if (!json_object_object_get_ex(m->root, "train", &m->train) || !json_object_is_type(m->train, json_type_object))
@@ -126,7 +130,8 @@ sharc_status sharc_ckpt_manifest_read(sharc_ckpt_manifest *m, const char *step_d
         const char *name;
         int64_t crc;
         SHARC_TRY(sharc_ckpt_manifest_get_str(m, o, "name", &name));
-        if (strlen(name) >= sizeof f->name || strchr(name, '/')) return sharc_ckpt_manifest_bad(m, "a file name is too long or has a '/'");
+        if (strlen(name) >= sizeof f->name || strchr(name, '/'))
+            return sharc_ckpt_manifest_bad(m, "a file name is too long or has a '/'");
         snprintf(f->name, sizeof f->name, "%s", name);
         SHARC_TRY(sharc_ckpt_manifest_get_i64(m, o, "bytes", &f->bytes));
         SHARC_TRY(sharc_ckpt_manifest_get_i64(m, o, "crc32", &crc));
@@ -212,7 +217,9 @@ const sharc_ckpt_tensor *sharc_ckpt_manifest_find(const sharc_ckpt_manifest *m, 
     return NULL;
 }
 
-static void json_add_i64(json_object *o, const char *k, int64_t v) { json_object_object_add(o, k, json_object_new_int64(v)); }
+static void json_add_i64(json_object *o, const char *k, int64_t v) {
+    json_object_object_add(o, k, json_object_new_int64(v));
+}
 
 static json_object *model_json(const sharc_model_config *m) {
     json_object *o = json_object_new_object();
@@ -247,23 +254,27 @@ char *sharc_ckpt_manifest_build(const sharc_ckpt_state *st, const sharc_ckpt_pla
     int64_t G = (int64_t)cfg->train.batch_size * cfg->train.grad_accum * R;
     json_add_i64(tr, "step", step);
     json_add_i64(tr, "adam_step", adam_step);
-    json_object_object_add(tr, "next_lr", json_object_new_double((double)sharc_lr_at(&cfg->optim, step, cfg->train.max_steps)));
+    json_object_object_add(tr, "next_lr",
+                           json_object_new_double((double)sharc_lr_at(&cfg->optim, step, cfg->train.max_steps)));
     json_add_i64(tr, "max_steps", cfg->train.max_steps);
     json_add_i64(tr, "sequences_per_step", G);
     json_add_i64(tr, "samples_consumed", step * G);
     json_add_i64(tr, "data_seed", (int64_t)cfg->data.seed);
     json_object_object_add(tr, "data_shuffle", json_object_new_boolean(cfg->data.shuffle));
     json_add_i64(tr, "train_seed", (int64_t)cfg->train.seed);
-    json_object_object_add(tr, "rng", json_object_new_string(
-        "none besides data_seed and step: the sampler is a pure function of (data.seed, step) and dropout does not exist"));
+    json_object_object_add(tr, "rng",
+                           json_object_new_string("none besides data_seed and step: the sampler is a pure function of "
+                                                  "(data.seed, step) and dropout does not exist"));
     json_object_object_add(root, "train", tr);
     char *yaml = sharc_config_to_yaml(cfg);
     json_object_object_add(root, "config", json_object_new_string(yaml ? yaml : ""));
     free(yaml);
     json_add_i64(root, "chunk_bytes", SHARC_CKPT_CHUNK_BYTES);
-    json_object_object_add(root, "layout", json_object_new_string(
-        "each range [file, begin, end, offset]: the parameter's elements [begin, end), then exp_avg's, then "
-        "exp_avg_sq's, float32 little-endian, back to back from byte offset"));
+    json_object_object_add(
+        root, "layout",
+        json_object_new_string(
+            "each range [file, begin, end, offset]: the parameter's elements [begin, end), then exp_avg's, then "
+            "exp_avg_sq's, float32 little-endian, back to back from byte offset"));
     /* files in shard order; writer rank of shard s */
     int *who = malloc(sizeof(int) * (size_t)S);
     for (int r = 0; r < R; r++)
@@ -344,8 +355,10 @@ sharc_status sharc_ckpt_manifest_check_frozen(const sharc_ckpt_manifest *m, shar
             sharc_fsdp_find_param(e, json_object_get_string(x), &u, &p) != SHARC_OK)
             return sharc_ckpt_manifest_bad(m, "\"frozen\" holds an entry that is not a parameter name of this model");
         if (!sharc_fsdp_unit_spec(e, u)->params[p].frozen)
-            return sharc_error(SHARC_ERR_INVALID, "ckpt '%s': parameter '%s' is frozen in the checkpoint but trains "
-                               "in this run %s", m->path, json_object_get_string(x), why);
+            return sharc_error(SHARC_ERR_INVALID,
+                               "ckpt '%s': parameter '%s' is frozen in the checkpoint but trains "
+                               "in this run %s",
+                               m->path, json_object_get_string(x), why);
     }
     for (int u = 0; u < sharc_fsdp_num_units(e); u++) {
         const sharc_unit_spec *s = sharc_fsdp_unit_spec(e, u);
@@ -355,8 +368,10 @@ sharc_status sharc_ckpt_manifest_check_frozen(const sharc_ckpt_manifest *m, shar
             for (size_t i = 0; i < n && !there; i++)
                 there = strcmp(json_object_get_string(json_object_array_get_idx(list, i)), s->params[p].name) == 0;
             if (!there)
-                return sharc_error(SHARC_ERR_INVALID, "ckpt '%s': parameter '%s' is frozen in this run but trained "
-                                   "in the checkpoint %s", m->path, s->params[p].name, why);
+                return sharc_error(SHARC_ERR_INVALID,
+                                   "ckpt '%s': parameter '%s' is frozen in this run but trained "
+                                   "in the checkpoint %s",
+                                   m->path, s->params[p].name, why);
         }
     }
     return SHARC_OK;
@@ -370,8 +385,10 @@ sharc_status sharc_ckpt_manifest_check_model(const sharc_ckpt_manifest *m, const
         const char *a = json_object_to_json_string(val);
         const char *b = json_object_object_get_ex(m->model, key, &got) ? json_object_to_json_string(got) : "(missing)";
         if (strcmp(a, b) != 0 && own) {
-            st = sharc_error(SHARC_ERR_FORMAT, "ckpt '%s': model.%s is %s in \"model\" but %s in \"config\": the "
-                             "manifest contradicts itself", m->path, key, b, a);
+            st = sharc_error(SHARC_ERR_FORMAT,
+                             "ckpt '%s': model.%s is %s in \"model\" but %s in \"config\": the "
+                             "manifest contradicts itself",
+                             m->path, key, b, a);
             break;
         }
         if (strcmp(a, b) != 0) {
@@ -385,4 +402,3 @@ sharc_status sharc_ckpt_manifest_check_model(const sharc_ckpt_manifest *m, const
     json_object_put(want);
     return st;
 }
-

@@ -165,7 +165,8 @@ sharc_status sharc_ckpt_shard_read(sharc_ckpt_manifest *m, sharc_fsdp *e, sharc_
         sharc_activity_phase("loading a checkpoint", u, s->name); /* progress for the watchdog */
         const sharc_segment *segs;
         int ns = sharc_fsdp_shard_segments(e, u, &segs);
-        float *dst[KINDS] = {sharc_fsdp_shard_write(e, u), a ? sharc_adamw_m(a, u) : NULL, a ? sharc_adamw_v(a, u) : NULL};
+        float *dst[KINDS] = {sharc_fsdp_shard_write(e, u), a ? sharc_adamw_m(a, u) : NULL,
+                             a ? sharc_adamw_v(a, u) : NULL};
         for (int k = 0; k < ns && st == SHARC_OK; k++) {
             const sharc_ckpt_tensor *t = sharc_ckpt_manifest_find(m, s->params[segs[k].param].name);
             int64_t lo0 = segs[k].param_off, hi0 = lo0 + segs[k].len;
@@ -175,8 +176,9 @@ sharc_status sharc_ckpt_shard_read(sharc_ckpt_manifest *m, sharc_fsdp *e, sharc_
                 if (lo >= hi) continue;
                 for (int kind = 0; kind < kinds && st == SHARC_OK; kind++)
                     if (dst[kind]) /* a frozen unit has no moments to read */
-                        st = reader_read(&rd, (int)r->file, r->offset + ((int64_t)kind * (r->end - r->begin) + lo - r->begin) * 4,
-                                     (hi - lo) * 4, dst[kind] + segs[k].shard_off + (lo - lo0));
+                        st = reader_read(&rd, (int)r->file,
+                                         r->offset + ((int64_t)kind * (r->end - r->begin) + lo - r->begin) * 4,
+                                         (hi - lo) * 4, dst[kind] + segs[k].shard_off + (lo - lo0));
             }
         }
     }
@@ -193,7 +195,8 @@ sharc_status sharc_ckpt_shard_verify(sharc_ckpt_manifest *m, FILE *out, int64_t 
         uLong crc = crc32(0L, Z_NULL, 0);
         for (int64_t k = 0; k < m->files[f].nchunks && st == SHARC_OK; k++) {
             st = reader_chunk(&rd, f, k);
-            int64_t lo = k * m->chunk_bytes, n = m->files[f].bytes - lo < m->chunk_bytes ? m->files[f].bytes - lo : m->chunk_bytes;
+            int64_t lo = k * m->chunk_bytes,
+                    n = m->files[f].bytes - lo < m->chunk_bytes ? m->files[f].bytes - lo : m->chunk_bytes;
             if (st == SHARC_OK) crc = crc32(crc, rd.buf, (uInt)n);
         }
         if (st == SHARC_OK && m->files[f].nchunks == 0) st = reader_open_file(&rd, f);
@@ -201,10 +204,10 @@ sharc_status sharc_ckpt_shard_verify(sharc_ckpt_manifest *m, FILE *out, int64_t 
             st = sharc_error(SHARC_ERR_FORMAT, "ckpt '%s/%s': whole-file crc32 %08x, the manifest says %08x", m->dir,
                              m->files[f].name, (unsigned)crc, m->files[f].crc);
         if (st == SHARC_OK && out)
-            fprintf(out, "  %s: %lld bytes, crc32 %08x ok\n", m->files[f].name, (long long)m->files[f].bytes, m->files[f].crc);
+            fprintf(out, "  %s: %lld bytes, crc32 %08x ok\n", m->files[f].name, (long long)m->files[f].bytes,
+                    m->files[f].crc);
         if (total) *total += m->files[f].bytes;
     }
     free(rd.buf);
     return st;
 }
-

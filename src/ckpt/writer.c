@@ -31,8 +31,10 @@ static sharc_status job_prepare(sharc_ckpt_writer *w, const sharc_ckpt_plan *p, 
         if (!w->stage) w->stage = sharc_alloc((size_t)j->bytes, SHARC_MEM_OTHER);
         dst = w->stage;
         if (!dst)
-            return sharc_error(SHARC_ERR_NOMEM, "ckpt: cannot stage %lld bytes for ckpt.async (turn it off to save "
-                               "without a copy)", (long long)j->bytes);
+            return sharc_error(SHARC_ERR_NOMEM,
+                               "ckpt: cannot stage %lld bytes for ckpt.async (turn it off to save "
+                               "without a copy)",
+                               (long long)j->bytes);
     }
     int r = 0;
     for (int u = 0; u < sharc_fsdp_num_units(e); u++) {

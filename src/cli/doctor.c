@@ -122,8 +122,7 @@ int sharc_doctor_main(int argc, char **argv) {
     int nfiles = 0, world = 0, rc = 0;
     for (struct dirent *de; d && ranks && (de = readdir(d));) {
         size_t L = strlen(de->d_name);
-        if (strncmp(de->d_name, "flight-rank-", 12) != 0 || L < 5 || strcmp(de->d_name + L - 5, ".json") != 0)
-            continue;
+        if (strncmp(de->d_name, "flight-rank-", 12) != 0 || L < 5 || strcmp(de->d_name + L - 5, ".json") != 0) continue;
         snprintf(path, sizeof path, "%s/%s", dpath, de->d_name);
         flight_rank r;
         if ((rc = load(path, &r)) != 0) break;
@@ -139,20 +138,23 @@ int sharc_doctor_main(int argc, char **argv) {
     if (!ranks) return bad("out of memory%s%s", "", "");
     if (rc == 0 && nfiles == 0) {
         printf("doctor: no flight records in %s (a rank writes flight-rank-R.json only when the run fails: "
-               "watchdog timeout, terminated by the launcher, fatal error)\n", dpath);
+               "watchdog timeout, terminated by the launcher, fatal error)\n",
+               dpath);
     } else if (rc == 0) {
         char verdict[1024] = "", buf[256], buf2[256];
         for (int q = 0; q < world; q++) {
             const flight_rank *r = &ranks[q];
             if (r->doc)
-                printf("rank %d on %s: %s at %s (%d collectives recorded)\n", q, r->host, r->reason, r->activity,
-                       r->n);
+                printf("rank %d on %s: %s at %s (%d collectives recorded)\n", q, r->host, r->reason, r->activity, r->n);
             else {
                 printf("rank %d: no flight record: it ended before the others could be told (killed: kill -9, the "
-                       "OOM killer, a lost host); the launcher's message names its host\n", q);
+                       "OOM killer, a lost host); the launcher's message names its host\n",
+                       q);
                 if (!verdict[0])
-                    snprintf(verdict, sizeof verdict, "rank %d died first (no flight record); the others were "
-                             "ended after it", q);
+                    snprintf(verdict, sizeof verdict,
+                             "rank %d died first (no flight record); the others were "
+                             "ended after it",
+                             q);
             }
         }
         /* groups present in any record, in id order */
@@ -181,8 +183,10 @@ int sharc_doctor_main(int argc, char **argv) {
                 printf("group %d: ranks disagree at collective #%lld: rank %d called %s, rank %d %s\n", g, worst, a,
                        buf, b, buf2);
                 if (!verdict[0])
-                    snprintf(verdict, sizeof verdict, "ranks %d and %d called different collectives as #%lld of "
-                             "group %d (a schedule that differs between ranks)", a, b, worst, g);
+                    snprintf(verdict, sizeof verdict,
+                             "ranks %d and %d called different collectives as #%lld of "
+                             "group %d (a schedule that differs between ranks)",
+                             a, b, worst, g);
             }
             /* waiting: the highest collective some rank is inside, and who never got there */
             long long top = -1;
@@ -212,12 +216,14 @@ int sharc_doctor_main(int argc, char **argv) {
             printf("group %d (%d ranks): collective %s: waiting in it: rank%s %s; never reached it: %s\n", g,
                    w->group_size, buf, strchr(waiting, ',') ? "s" : "", waiting, behind[0] ? behind : "none seen");
             if (first_behind >= 0 && !verdict[0])
-                snprintf(verdict, sizeof verdict, "rank %d (host %s) never reached collective #%lld (%s) of group %d "
-                         "where the others wait; it was: %s", first_behind, ranks[first_behind].host, top, w->kind, g,
-                         ranks[first_behind].activity);
+                snprintf(verdict, sizeof verdict,
+                         "rank %d (host %s) never reached collective #%lld (%s) of group %d "
+                         "where the others wait; it was: %s",
+                         first_behind, ranks[first_behind].host, top, w->kind, g, ranks[first_behind].activity);
         }
-        printf("verdict: %s\n", verdict[0] ? verdict : "every rank reached the same collectives (no disagreement "
-                                                       "in the records)");
+        printf("verdict: %s\n", verdict[0] ? verdict
+                                           : "every rank reached the same collectives (no disagreement "
+                                             "in the records)");
     }
     for (int q = 0; q < MAX_RANKS; q++) {
         if (ranks[q].doc) json_object_put(ranks[q].doc);

@@ -40,40 +40,41 @@
 #define SHARC_VERSION "0.1.0"
 
 static void usage(FILE *f) {
-    fprintf(f,
-            "sharc " SHARC_VERSION ": fully sharded data-parallel training of GPT-2 and Llama models\n"
-            "\n"
-            "usage:\n"
-            "  sharc train [--config FILE.yaml|.json] [--preset NAME] [--section.key=value ...]\n"
-            "              [--batch-size N] [--grad-accum N] [--precision P] [--sharding S] [--epochs E]\n"
-            "              [--[no-]activation-checkpoint] [--[no-]limit-all-gathers] [--resume] [--ckpt-dir D]\n"
-            "              [--overwrite_output_dir]   (start over in an out_dir that holds another run)\n"
-            "              [--stage NAME]   (multi-stage files: run only that stage)\n"
-            "  sharc launch -n N [--] sharc train ...   run N ranks under mpirun with the right flags\n"
-            "  sharc generate --checkpoint DIR|FILE [--prompt TEXT] [--tokens N]\n"
-            "                 [--temperature T] [--top-k K] [--seed S] [--threads K] [--timeout S] [--no-kv-cache]\n"
-            "                 [--tokenizer PATH] [--chat]   (default: the run's model.tokenizer; --chat: the prompt\n"
-            "                 as one user turn of the chat template)\n"
-            "  sharc tokenize [--config FILE] [--section.key=value ...] [--out FILE] [--threads N]\n"
-            "                 data.path (text or JSONL) -> tokens with model.tokenizer: llm.c tokens, or a\n"
-            "                 sharc SFT file for JSONL with data.output_key / data.apply_chat_template\n"
-            "  sharc eval --checkpoint RUN_DIR|FILE --data.path VAL [--data.format F] [--infer_batch_size N]\n"
-            "             [--seq_len T] [--eval_batches N] [--threads K] [--timeout S]   validation loss and perplexity\n"
-            "  sharc plot RUN/metrics.jsonl ... --out DIR   loss, throughput and memory curves (PNG)\n"
-            "  sharc doctor RUN_DIR   a failed run's flight records: the rank that never arrived, where ranks part\n"
-            "  sharc config [--config FILE.yaml] [--section.key=value ...]   print the resolved config\n"
-            "  sharc config --keys                                          list every config key\n"
-            "  sharc plan [--config FILE] [--section.key=value ...] --ranks N [--ranks-per-node K]\n"
-            "             [--memory-per-rank SIZE]   bytes per rank by category before a run (SIZE: 24G, 512M, ...;\n"
-            "             with it, the smallest change that fits)\n"
-            "  sharc ckpt inspect DIR                                       describe and verify a checkpoint\n"
-            "  sharc import --hf HF_DIR --out FILE.safetensors      a Hugging Face model -> sharc weights\n"
-            "  sharc export --checkpoint DIR|FILE --out HF_DIR [--dtype fp32|bf16|fp16]\n"
-            "               [--max-shard-size BYTES]                sharc weights -> a Hugging Face model\n"
-            "  (--checkpoint: a weights file, a run directory, a checkpoint directory or one step-N directory;\n"
-            "   --timeout S: the watchdog's seconds without progress, 600 by default, 0 off)\n"
-            "  sharc version\n"
-            "exit status: 0 done, 2 bad input (nothing written), 1 another failure, 3 the watchdog\n");
+    fprintf(
+        f,
+        "sharc " SHARC_VERSION ": fully sharded data-parallel training of GPT-2 and Llama models\n"
+        "\n"
+        "usage:\n"
+        "  sharc train [--config FILE.yaml|.json] [--preset NAME] [--section.key=value ...]\n"
+        "              [--batch-size N] [--grad-accum N] [--precision P] [--sharding S] [--epochs E]\n"
+        "              [--[no-]activation-checkpoint] [--[no-]limit-all-gathers] [--resume] [--ckpt-dir D]\n"
+        "              [--overwrite_output_dir]   (start over in an out_dir that holds another run)\n"
+        "              [--stage NAME]   (multi-stage files: run only that stage)\n"
+        "  sharc launch -n N [--] sharc train ...   run N ranks under mpirun with the right flags\n"
+        "  sharc generate --checkpoint DIR|FILE [--prompt TEXT] [--tokens N]\n"
+        "                 [--temperature T] [--top-k K] [--seed S] [--threads K] [--timeout S] [--no-kv-cache]\n"
+        "                 [--tokenizer PATH] [--chat]   (default: the run's model.tokenizer; --chat: the prompt\n"
+        "                 as one user turn of the chat template)\n"
+        "  sharc tokenize [--config FILE] [--section.key=value ...] [--out FILE] [--threads N]\n"
+        "                 data.path (text or JSONL) -> tokens with model.tokenizer: llm.c tokens, or a\n"
+        "                 sharc SFT file for JSONL with data.output_key / data.apply_chat_template\n"
+        "  sharc eval --checkpoint RUN_DIR|FILE --data.path VAL [--data.format F] [--infer_batch_size N]\n"
+        "             [--seq_len T] [--eval_batches N] [--threads K] [--timeout S]   validation loss and perplexity\n"
+        "  sharc plot RUN/metrics.jsonl ... --out DIR   loss, throughput and memory curves (PNG)\n"
+        "  sharc doctor RUN_DIR   a failed run's flight records: the rank that never arrived, where ranks part\n"
+        "  sharc config [--config FILE.yaml] [--section.key=value ...]   print the resolved config\n"
+        "  sharc config --keys                                          list every config key\n"
+        "  sharc plan [--config FILE] [--section.key=value ...] --ranks N [--ranks-per-node K]\n"
+        "             [--memory-per-rank SIZE]   bytes per rank by category before a run (SIZE: 24G, 512M, ...;\n"
+        "             with it, the smallest change that fits)\n"
+        "  sharc ckpt inspect DIR                                       describe and verify a checkpoint\n"
+        "  sharc import --hf HF_DIR --out FILE.safetensors      a Hugging Face model -> sharc weights\n"
+        "  sharc export --checkpoint DIR|FILE --out HF_DIR [--dtype fp32|bf16|fp16]\n"
+        "               [--max-shard-size BYTES]                sharc weights -> a Hugging Face model\n"
+        "  (--checkpoint: a weights file, a run directory, a checkpoint directory or one step-N directory;\n"
+        "   --timeout S: the watchdog's seconds without progress, 600 by default, 0 off)\n"
+        "  sharc version\n"
+        "exit status: 0 done, 2 bad input (nothing written), 1 another failure, 3 the watchdog\n");
 }
 
 /* Note [exit-status]. 0: done. 2: bad input, SHARC_ERR_INVALID or
@@ -183,13 +184,20 @@ static sharc_status parse_timeout(const char *cmd, const char *text, int *out) {
 static const struct {
     const char *flag, *key, *value;
 } shorthands[] = {
-    {"batch-size", "train.batch_size", NULL},       {"grad-accum", "train.grad_accum", NULL},
-    {"precision", "train.precision", NULL},         {"sharding", "fsdp.sharding_strategy", NULL},
-    {"epochs", "train.epochs", NULL},               {"max-steps", "train.max_steps", NULL},
-    {"lr", "optim.lr", NULL},                       {"out-dir", "train.out_dir", NULL},
-    {"resume", "ckpt.resume", NULL},                {"ckpt-dir", "ckpt.dir", NULL},
-    {"auto-wrap", "fsdp.auto_wrap_policy", NULL},   {"preset", "preset", NULL},
-    {"fsdp-config", "preset", NULL},                {"init-from", "model.init_from", NULL},
+    {"batch-size", "train.batch_size", NULL},
+    {"grad-accum", "train.grad_accum", NULL},
+    {"precision", "train.precision", NULL},
+    {"sharding", "fsdp.sharding_strategy", NULL},
+    {"epochs", "train.epochs", NULL},
+    {"max-steps", "train.max_steps", NULL},
+    {"lr", "optim.lr", NULL},
+    {"out-dir", "train.out_dir", NULL},
+    {"resume", "ckpt.resume", NULL},
+    {"ckpt-dir", "ckpt.dir", NULL},
+    {"auto-wrap", "fsdp.auto_wrap_policy", NULL},
+    {"preset", "preset", NULL},
+    {"fsdp-config", "preset", NULL},
+    {"init-from", "model.init_from", NULL},
     {"activation-checkpoint", "fsdp.activation_checkpointing", "true"},
     {"no-activation-checkpoint", "fsdp.activation_checkpointing", "false"},
     {"limit-all-gathers", "fsdp.limit_all_gathers", "true"},
@@ -235,7 +243,8 @@ static sharc_status parse_config_args(int argc, char **argv, sharc_config *c, co
         char key[256];
         const char *value = NULL;
         if ((eq ? (size_t)(eq - a) : strlen(a)) >= sizeof key)
-            return sharc_error(SHARC_ERR_INVALID, "command line: option '--%s' is too long for a key", sharc_clip(clip, a));
+            return sharc_error(SHARC_ERR_INVALID, "command line: option '--%s' is too long for a key",
+                               sharc_clip(clip, a));
         snprintf(key, sizeof key, "%.*s", eq ? (int)(eq - a) : (int)strlen(a), a);
         int sh = -1;
         for (int j = 0; j < (int)(sizeof shorthands / sizeof shorthands[0]); j++)
@@ -263,9 +272,7 @@ static sharc_status parse_config_args(int argc, char **argv, sharc_config *c, co
     }
     /* model.init_from = a Hugging Face directory: its config.json defines the
      * model (every model.* shape key is taken from it) */
-    if (c->init_from[0] && sharc_hf_is_dir(c->init_from)) {
-        SHARC_TRY(sharc_hf_read_config(c->init_from, &c->model));
-    }
+    if (c->init_from[0] && sharc_hf_is_dir(c->init_from)) { SHARC_TRY(sharc_hf_read_config(c->init_from, &c->model)); }
     return sharc_config_validate(c);
 }
 
@@ -359,7 +366,8 @@ static int cmd_launch(int argc, char **argv) {
     FILE *p = popen("mpirun --version 2>&1", "r");
     if (p) {
         char line[256];
-        while (fgets(line, sizeof line, p)) openmpi |= strstr(line, "Open MPI") != NULL || strstr(line, "OpenRTE") != NULL;
+        while (fgets(line, sizeof line, p))
+            openmpi |= strstr(line, "Open MPI") != NULL || strstr(line, "OpenRTE") != NULL;
         pclose(p);
     }
     char **av = calloc((size_t)(argc + 16), sizeof(char *));
@@ -402,7 +410,8 @@ static int cmd_launch(int argc, char **argv) {
     fprintf(stderr, "\n");
     fflush(stderr);
     execvp("mpirun", av);
-    sharc_error(SHARC_ERR_UNSUPPORTED, "launch: cannot run mpirun: %s; install Open MPI (make deps does)", strerror(errno));
+    sharc_error(SHARC_ERR_UNSUPPORTED, "launch: cannot run mpirun: %s; install Open MPI (make deps does)",
+                strerror(errno));
     free(av);
     return fail(SHARC_ERR_UNSUPPORTED);
 }
@@ -577,7 +586,8 @@ static sharc_status generate_prompt(const sharc_config *c, const sharc_tokenizer
     sharc_status st = SHARC_OK;
     if (chat) {
         sharc_chat_format f = (sharc_chat_format)c->data.chat_template;
-        if (f == SHARC_CHAT_AUTO) st = sharc_chat_identify(sharc_tokenizer_chat_template(t), "generate --chat: the tokenizer", &f);
+        if (f == SHARC_CHAT_AUTO)
+            st = sharc_chat_identify(sharc_tokenizer_chat_template(t), "generate --chat: the tokenizer", &f);
         sharc_chat_msg m = {SHARC_ROLE_USER, prompt, strlen(prompt), NULL, 0};
         sharc_chat_options o = {.add_generation_prompt = true, .bos = sharc_tokenizer_bos_text(t)};
         sharc_chat_text text = {0};
@@ -597,9 +607,10 @@ static sharc_status generate_prompt(const sharc_config *c, const sharc_tokenizer
 }
 
 static int cmd_generate(int argc, char **argv) {
-    option o[] = {{"--checkpoint", NULL}, {"--prompt", "\n"}, {"--tokens", "200"}, {"--temperature", "0.8"},
-                  {"--top-k", "40"}, {"--seed", "1"}, {"--threads", "0"}, {"--timeout", DEFAULT_TIMEOUT},
-                  {"--tokenizer", NULL}, {"--chat", OPT_SWITCH}, {"--no-kv-cache", OPT_SWITCH}};
+    option o[] = {
+        {"--checkpoint", NULL}, {"--prompt", "\n"},     {"--tokens", "200"},          {"--temperature", "0.8"},
+        {"--top-k", "40"},      {"--seed", "1"},        {"--threads", "0"},           {"--timeout", DEFAULT_TIMEOUT},
+        {"--tokenizer", NULL},  {"--chat", OPT_SWITCH}, {"--no-kv-cache", OPT_SWITCH}};
     const int no = (int)(sizeof o / sizeof o[0]);
     long long ntok = 0, top_k = 0, threads = 0;
     unsigned long long seed = 1;
@@ -607,7 +618,8 @@ static int cmd_generate(int argc, char **argv) {
     int timeout = 0;
     sharc_status st = parse_options("generate", argc, argv, o, no);
     if (st == SHARC_OK) st = parse_int("generate", "--tokens", opt_value(o, no, "--tokens"), 0, 1 << 24, &ntok);
-    if (st == SHARC_OK) st = parse_real("generate", "--temperature", opt_value(o, no, "--temperature"), 0, 1e6, &temperature);
+    if (st == SHARC_OK)
+        st = parse_real("generate", "--temperature", opt_value(o, no, "--temperature"), 0, 1e6, &temperature);
     if (st == SHARC_OK) st = parse_int("generate", "--top-k", opt_value(o, no, "--top-k"), 0, 1 << 30, &top_k);
     if (st == SHARC_OK) st = parse_u64("generate", "--seed", opt_value(o, no, "--seed"), &seed);
     if (st == SHARC_OK) st = parse_int("generate", "--threads", opt_value(o, no, "--threads"), 0, 4096, &threads);
@@ -626,8 +638,10 @@ static int cmd_generate(int argc, char **argv) {
     sharc_tokenizer *tok = NULL;
     if ((st = sharc_dataprep_tokenizer(&c, &tok)) != SHARC_OK) return fail(st);
     if (!tok && c.model.vocab_size != 256) {
-        sharc_error(SHARC_ERR_INVALID, "generate: '%s' has model.vocab_size %d and no model.tokenizer; give --tokenizer "
-                    "PATH (its tokenizer.json or directory)", src.path, c.model.vocab_size);
+        sharc_error(SHARC_ERR_INVALID,
+                    "generate: '%s' has model.vocab_size %d and no model.tokenizer; give --tokenizer "
+                    "PATH (its tokenizer.json or directory)",
+                    src.path, c.model.vocab_size);
         return fail(SHARC_ERR_INVALID);
     }
     if (chat && !tok) {
@@ -635,7 +649,8 @@ static int cmd_generate(int argc, char **argv) {
         sharc_error(SHARC_ERR_INVALID, "generate --chat needs a tokenizer with a chat template (--tokenizer PATH)");
         return fail(SHARC_ERR_INVALID);
     }
-    if ((st = sharc_watchdog_start(timeout, "--timeout")) != SHARC_OK || (st = sharc_blas_init((int)threads)) != SHARC_OK) {
+    if ((st = sharc_watchdog_start(timeout, "--timeout")) != SHARC_OK ||
+        (st = sharc_blas_init((int)threads)) != SHARC_OK) {
         sharc_tokenizer_free(tok);
         return fail(st);
     }
@@ -643,7 +658,10 @@ static int cmd_generate(int argc, char **argv) {
     sharc_ids ids = {0};
     int32_t turn_end = -1, eos = tok ? sharc_tokenizer_eos(tok) : -1;
     if ((st = generate_prompt(&c, tok, prompt, chat, &ids, &turn_end)) == SHARC_OK && ids.n == 0)
-        st = sharc_ids_push(&ids, tok ? (sharc_tokenizer_bos(tok) >= 0 ? sharc_tokenizer_bos(tok) : eos >= 0 ? eos : 0) : '\n');
+        st = sharc_ids_push(&ids, tok ? (sharc_tokenizer_bos(tok) >= 0 ? sharc_tokenizer_bos(tok)
+                                         : eos >= 0                    ? eos
+                                                                       : 0)
+                                      : '\n');
     if (st == SHARC_OK) st = sharc_ids_reserve(&ids, ids.n + (size_t)ntok + 1);
     sharc_model *m = NULL;
     sharc_fsdp *e = NULL;
@@ -719,7 +737,8 @@ static int cmd_tokenize(int argc, char **argv) {
     sharc_status st = rest ? SHARC_OK : sharc_error(SHARC_ERR_NOMEM, "tokenize: out of memory");
     for (int i = 0; i < argc && st == SHARC_OK; i++) {
         bool out_opt = !strcmp(argv[i], "--out"), thr_opt = !strcmp(argv[i], "--threads");
-        if ((out_opt || thr_opt) && i + 1 >= argc) st = sharc_error(SHARC_ERR_INVALID, "tokenize: %s needs a value", argv[i]);
+        if ((out_opt || thr_opt) && i + 1 >= argc)
+            st = sharc_error(SHARC_ERR_INVALID, "tokenize: %s needs a value", argv[i]);
         else if (out_opt) out = argv[++i];
         else if (!strncmp(argv[i], "--out=", 6)) out = argv[i] + 6;
         else if (thr_opt || !strncmp(argv[i], "--threads=", 10)) {
@@ -741,8 +760,8 @@ static int cmd_tokenize(int argc, char **argv) {
     char written[SHARC_PATH_MAX + 8] = "";
     double t0 = sharc_clock_now();
     if (st == SHARC_OK)
-        st = sharc_dataprep_tokenize(&c, t, out, sharc_threads_get(), isatty(2) ? tokenize_progress : NULL, &t0, written,
-                                     sizeof written);
+        st = sharc_dataprep_tokenize(&c, t, out, sharc_threads_get(), isatty(2) ? tokenize_progress : NULL, &t0,
+                                     written, sizeof written);
     sharc_tokenizer_free(t);
     return st == SHARC_OK ? 0 : fail(st);
 }
@@ -820,8 +839,11 @@ static int cmd_import(int argc, char **argv) {
     if (sharc_dataprep_tokenizer_path(&probe, tpath, sizeof tpath)[0]) {
         char abs[PATH_MAX];
         const char *keep = realpath(tpath, abs) && strlen(abs) < sizeof c.tokenizer ? abs : tpath;
-        if (sharc_dataprep_tokenizer(&probe, &tok) == SHARC_OK) snprintf(c.tokenizer, sizeof c.tokenizer, "%.1023s", keep);
-        else sharc_warn("import: %s; the weights get no model.tokenizer (give generate --tokenizer)", sharc_last_error());
+        if (sharc_dataprep_tokenizer(&probe, &tok) == SHARC_OK)
+            snprintf(c.tokenizer, sizeof c.tokenizer, "%.1023s", keep);
+        else
+            sharc_warn("import: %s; the weights get no model.tokenizer (give generate --tokenizer)",
+                       sharc_last_error());
         sharc_tokenizer_free(tok);
     }
     if ((st = sharc_config_validate(&c)) != SHARC_OK) return fail(st);
@@ -840,7 +862,10 @@ static int cmd_import(int argc, char **argv) {
 }
 
 static int cmd_export(int argc, char **argv) {
-    option o[] = {{"--checkpoint", NULL}, {"--out", NULL}, {"--dtype", "fp32"}, {"--max-shard-size", "0"},
+    option o[] = {{"--checkpoint", NULL},
+                  {"--out", NULL},
+                  {"--dtype", "fp32"},
+                  {"--max-shard-size", "0"},
                   {"--timeout", DEFAULT_TIMEOUT}};
     unsigned long long shard = 0;
     int timeout = 0;
@@ -853,7 +878,9 @@ static int cmd_export(int argc, char **argv) {
         if (!strcmp(o[2].value, "fp32")) dt = SHARC_DT_F32;
         else if (!strcmp(o[2].value, "bf16")) dt = SHARC_DT_BF16;
         else if (!strcmp(o[2].value, "fp16")) dt = SHARC_DT_F16;
-        else st = sharc_error(SHARC_ERR_INVALID, "export: --dtype '%s': expected fp32, bf16 or fp16", sharc_clip(clip, o[2].value));
+        else
+            st = sharc_error(SHARC_ERR_INVALID, "export: --dtype '%s': expected fp32, bf16 or fp16",
+                             sharc_clip(clip, o[2].value));
     }
     if (st == SHARC_OK) st = parse_u64("export", "--max-shard-size", o[3].value, &shard); /* bytes; 0: one file */
     if (st == SHARC_OK) st = parse_timeout("export", o[4].value, &timeout);
@@ -883,16 +910,17 @@ typedef struct {
 } eval_plan;
 
 static sharc_status eval_plan_parse(eval_plan *p, int argc, char **argv) {
-    option o[] = {{"--checkpoint", NULL}, {"--data.path", NULL}, {"--data.format", "auto"},
-                  {"--infer_batch_size", "0"}, {"--seq_len", "0"}, {"--eval_batches", "0"}, {"--threads", "0"},
-                  {"--timeout", DEFAULT_TIMEOUT}};
+    option o[] = {
+        {"--checkpoint", NULL}, {"--data.path", NULL},   {"--data.format", "auto"}, {"--infer_batch_size", "0"},
+        {"--seq_len", "0"},     {"--eval_batches", "0"}, {"--threads", "0"},        {"--timeout", DEFAULT_TIMEOUT}};
     memset(p, 0, sizeof *p);
     long long b = 0, t = 0, nb = 0, th = 0;
     SHARC_TRY(parse_options("eval", argc, argv, o, 8));
     int f = sharc_token_format_parse(o[2].value);
     char clip[SHARC_CLIP_BUF];
     if (f < 0)
-        return sharc_error(SHARC_ERR_INVALID, "eval: --data.format '%s': expected auto, u16, u32, llmc, text, sft or jsonl",
+        return sharc_error(SHARC_ERR_INVALID,
+                           "eval: --data.format '%s': expected auto, u16, u32, llmc, text, sft or jsonl",
                            sharc_clip(clip, o[2].value));
     SHARC_TRY(parse_int("eval", "--infer_batch_size", o[3].value, 0, 1 << 20, &b));
     SHARC_TRY(parse_int("eval", "--seq_len", o[4].value, 0, 1 << 24, &t));
@@ -901,8 +929,13 @@ static sharc_status eval_plan_parse(eval_plan *p, int argc, char **argv) {
     SHARC_TRY(parse_timeout("eval", o[7].value, &p->timeout));
     if (!o[0].value || !o[1].value)
         return sharc_error(SHARC_ERR_INVALID, "eval: --checkpoint RUN_DIR|FILE and --data.path VAL are required");
-    p->o = (sharc_eval_options){.weights = o[0].value, .data_path = o[1].value, .format = (sharc_token_format)f,
-                                .batch_size = (int)b, .seq_len = (int)t, .max_batches = nb, .threads = (int)th};
+    p->o = (sharc_eval_options){.weights = o[0].value,
+                                .data_path = o[1].value,
+                                .format = (sharc_token_format)f,
+                                .batch_size = (int)b,
+                                .seq_len = (int)t,
+                                .max_batches = nb,
+                                .threads = (int)th};
     return SHARC_OK;
 }
 
@@ -1034,15 +1067,17 @@ static int run_on_world(int *argc, char ***argv, sharc_status parsed, int timeou
     sharc_log_set_rank(sharc_comm_rank(world), sharc_comm_size(world));
     job_world = world;
     sharc_set_fatal_hook(abort_job);
-    sharc_watchdog_catch_term(); /* note [rank-death] in src/core/watchdog.c */
+    sharc_watchdog_catch_term();           /* note [rank-death] in src/core/watchdog.c */
     lst = sharc_launch_check_world(world); /* collective: every rank calls it */
     if (parsed != SHARC_OK) st = sharc_error(parsed, "%s", msg);
     else if (st == SHARC_OK && lst != SHARC_OK) st = lst;
     st = sharc_comm_agree(world, st, SHARC_ERR_COMM, "rank %d failed to start (see its message)");
     int rc = st != SHARC_OK ? fail(st) : cmd(plan, world);
     if (sharc_comm_world_broken()) {
-        sharc_log(SHARC_LOG_ERROR, "ending the whole job with exit status %d (MPI_Abort): the other ranks did not stop "
-                  "with this one", rc ? rc : 1);
+        sharc_log(SHARC_LOG_ERROR,
+                  "ending the whole job with exit status %d (MPI_Abort): the other ranks did not stop "
+                  "with this one",
+                  rc ? rc : 1);
         char what[400];
         sharc_activity_describe(what, sizeof what);
         flight_dump("failed", what);

@@ -15,8 +15,8 @@
 #include <unistd.h>
 
 const char *sharc_coll_kind_name(sharc_coll_kind k) {
-    static const char *n[SHARC_COLL_NKINDS] = {"all_gather", "reduce_scatter", "all_reduce", "broadcast",
-                                               "barrier",    "all_to_all"};
+    static const char *n[SHARC_COLL_NKINDS] = {"all_gather", "reduce_scatter", "all_reduce",
+                                               "broadcast",  "barrier",        "all_to_all"};
     return (k >= 0 && k < SHARC_COLL_NKINDS) ? n[k] : "?";
 }
 
@@ -54,8 +54,7 @@ void sharc_comm_abort(sharc_comm *c, int code) {
     exit(code);
 }
 
-static sharc_status check_buffers(const char *what, const void *send, const void *recv, size_t count,
-                                  sharc_dtype dt) {
+static sharc_status check_buffers(const char *what, const void *send, const void *recv, size_t count, sharc_dtype dt) {
     if (count > 0 && (!send || !recv))
         return sharc_error(SHARC_ERR_INVALID, "comm: %s of %zu elements with a NULL buffer", what, count);
     if (sharc_dtype_size(dt) == 0) return sharc_error(SHARC_ERR_INVALID, "comm: %s: unknown dtype %d", what, (int)dt);
@@ -92,8 +91,8 @@ static uint64_t flight_begin(sharc_comm *c, const char *kind, int64_t bytes, boo
 
 /* Finish a backend call, blocking or non-blocking, with accounting; fl is
  * its flight entry (ended here unless a request now carries it). */
-static sharc_status finish(sharc_comm *c, sharc_coll_kind k, int64_t bytes, double t0, sharc_status st,
-                           void *handle, sharc_comm_request **req, uint64_t fl) {
+static sharc_status finish(sharc_comm *c, sharc_coll_kind k, int64_t bytes, double t0, sharc_status st, void *handle,
+                           sharc_comm_request **req, uint64_t fl) {
     if (st != SHARC_OK || !req) sharc_flight_end(fl);
     if (st != SHARC_OK) return st;
     if (!req) {
@@ -204,9 +203,8 @@ sharc_status sharc_comm_iall_gather(sharc_comm *c, const void *send, void *recv,
     return do_all_gather(c, send, recv, count, dt, after, req);
 }
 
-sharc_status sharc_comm_ireduce_scatter(sharc_comm *c, const void *send, void *recv, size_t count,
-                                        sharc_dtype dt, sharc_reduce_op op, sharc_stream *after,
-                                        sharc_comm_request **req) {
+sharc_status sharc_comm_ireduce_scatter(sharc_comm *c, const void *send, void *recv, size_t count, sharc_dtype dt,
+                                        sharc_reduce_op op, sharc_stream *after, sharc_comm_request **req) {
     *req = NULL;
     return do_reduce_scatter(c, send, recv, count, dt, op, after, req);
 }
@@ -337,8 +335,8 @@ sharc_status sharc_comm_shared_reduce_scatter(sharc_comm_shared *s, size_t offse
     size_t mine = offset + (size_t)c->rank * count * sizeof(float);
     for (int r = 0; r < c->size; r++) s->part[r] = s->base[r] + mine;
     sharc_device *cpu = sharc_device_cpu(); /* the window is host memory */
-    sharc_device_kernels(cpu)->sum_ranks(sharc_device_stream(cpu), recv, s->part, c->size, (int64_t)count,
-                                         SHARC_DT_F32, add);
+    sharc_device_kernels(cpu)->sum_ranks(sharc_device_stream(cpu), recv, s->part, c->size, (int64_t)count, SHARC_DT_F32,
+                                         add);
     SHARC_TRY(sharc_comm_shared_sync(c, s)); /* nobody reuses a buffer a peer still reads */
     account(c, SHARC_COLL_REDUCE_SCATTER, (int64_t)full, sharc_clock_now() - t0);
     return SHARC_OK;
@@ -406,5 +404,6 @@ sharc_status sharc_comm_agree(sharc_comm *c, sharc_status local, sharc_status co
     if (first == INT32_MAX) return SHARC_OK;
     if (local != SHARC_OK) return local; /* keep this rank's own message */
     const sharc_status theirs = (sharc_status)(first % 8);
-    return sharc_error(theirs == SHARC_ERR_INVALID || theirs == SHARC_ERR_FORMAT ? theirs : code, fmt_rank, (int)(first / 8));
+    return sharc_error(theirs == SHARC_ERR_INVALID || theirs == SHARC_ERR_FORMAT ? theirs : code, fmt_rank,
+                       (int)(first / 8));
 }

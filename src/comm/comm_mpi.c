@@ -23,13 +23,13 @@
 struct mpi_req {
     MPI_Request req;
     bool sum_pending;
-    const void *slices;  /* (size, count) received slices */
+    const void *slices; /* (size, count) received slices */
     void *recv;
     size_t count;
     sharc_dtype dt;
     sharc_reduce_op op;
     int size;
-    mpi_req *next;       /* on the group's spare list */
+    mpi_req *next; /* on the group's spare list */
 };
 
 static const sharc_comm_vtable mpi_vtable;
@@ -63,7 +63,9 @@ static MPI_Datatype reduce_type(sharc_dtype dt) {
     }
 }
 
-static MPI_Op op_of(sharc_reduce_op op) { return op == SHARC_REDUCE_OP_MAX ? MPI_MAX : op == SHARC_REDUCE_OP_MIN ? MPI_MIN : MPI_SUM; }
+static MPI_Op op_of(sharc_reduce_op op) {
+    return op == SHARC_REDUCE_OP_MAX ? MPI_MAX : op == SHARC_REDUCE_OP_MIN ? MPI_MIN : MPI_SUM;
+}
 
 static void *scratch(mpi_impl *m, size_t bytes) {
     if (m->scratch_bytes < bytes) {
@@ -180,8 +182,8 @@ static sharc_status mpi_reduce_scatter(sharc_comm *c, const void *send, void *re
     }
     mpi_req *r = NULL;
     SHARC_TRY(new_req(m, req, &r));
-    *r = (mpi_req){.sum_pending = true, .slices = slices, .recv = recv, .count = count, .dt = dt, .op = op,
-                   .size = c->size};
+    *r = (mpi_req){
+        .sum_pending = true, .slices = slices, .recv = recv, .count = count, .dt = dt, .op = op, .size = c->size};
     MPI_TRY(MPI_Ialltoall(send, (int)count, move_type(dt), slices, (int)count, move_type(dt), comm_of(c), &r->req),
             "MPI_Ialltoall");
     return SHARC_OK;
@@ -190,7 +192,7 @@ static sharc_status mpi_reduce_scatter(sharc_comm *c, const void *send, void *re
 /* 16-bit floats: an all-to-all reduce-scatter of padded pieces summed in
  * fp32 in rank order, then an all-gather; blocking. */
 static sharc_status all_reduce16(sharc_comm *c, const void *send, void *recv, size_t count, sharc_dtype dt,
-                                sharc_reduce_op op) {
+                                 sharc_reduce_op op) {
     mpi_impl *m = c->impl;
     size_t S = (size_t)c->size, piece = (count + S - 1) / S;
     SHARC_TRY(check_count(piece, c->size, "all-reduce"));
@@ -231,8 +233,7 @@ static sharc_status mpi_all_reduce(sharc_comm *c, const void *send, void *recv, 
 
 static sharc_status mpi_all_to_all(sharc_comm *c, const void *send, void *recv, size_t count, sharc_dtype dt) {
     SHARC_TRY(check_count(count, c->size, "all-to-all"));
-    MPI_TRY(MPI_Alltoall(send, (int)count, move_type(dt), recv, (int)count, move_type(dt), comm_of(c)),
-            "MPI_Alltoall");
+    MPI_TRY(MPI_Alltoall(send, (int)count, move_type(dt), recv, (int)count, move_type(dt), comm_of(c)), "MPI_Alltoall");
     return SHARC_OK;
 }
 
@@ -313,8 +314,7 @@ static sharc_status mpi_split(sharc_comm *c, int color, int key, sharc_comm **ou
 
 static sharc_status mpi_split_node(sharc_comm *c, sharc_comm **out) {
     MPI_Comm nc;
-    MPI_TRY(MPI_Comm_split_type(comm_of(c), MPI_COMM_TYPE_SHARED, c->rank, MPI_INFO_NULL, &nc),
-            "MPI_Comm_split_type");
+    MPI_TRY(MPI_Comm_split_type(comm_of(c), MPI_COMM_TYPE_SHARED, c->rank, MPI_INFO_NULL, &nc), "MPI_Comm_split_type");
     return wrap(nc, out);
 }
 
@@ -355,8 +355,8 @@ static const sharc_comm_vtable mpi_vtable = {
 /* ----------------------------------------------------------------- world */
 
 static bool sharc_comm_mpi_launched(void) {
-    static const char *vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "MPI_LOCALNRANKS",
-                                 "SLURM_STEP_ID", NULL};
+    static const char *vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE",      "PMIX_RANK",
+                                 "MPI_LOCALNRANKS",      "SLURM_STEP_ID", NULL};
     for (int i = 0; vars[i]; i++)
         if (getenv(vars[i])) return true;
     return false;

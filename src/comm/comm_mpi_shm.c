@@ -58,8 +58,8 @@ static sharc_status mpi_shared_alloc(sharc_comm *c, size_t bytes, sharc_comm_sha
     }
     void *mine;
     /* segments of all ranks lie back to back (the default, contiguous layout) */
-    int rc = MPI_Win_allocate_shared((MPI_Aint)(bytes ? bytes : 1), 1, MPI_INFO_NULL, sharc_comm_mpi_of(c), &mine,
-                                     &si->win);
+    int rc =
+        MPI_Win_allocate_shared((MPI_Aint)(bytes ? bytes : 1), 1, MPI_INFO_NULL, sharc_comm_mpi_of(c), &mine, &si->win);
     if (rc != MPI_SUCCESS) {
         free(si);
         free(s);
@@ -136,8 +136,7 @@ static char *half(sharc_comm_shared *s, int rank, uint64_t piece) {
     return s->base[rank] + (piece % 2) * (SHM_SEGMENT_BYTES / 2);
 }
 
-sharc_status sharc_comm_mpi_shm_all_gather(sharc_comm *c, const void *send, void *recv, size_t count,
-                                           sharc_dtype dt) {
+sharc_status sharc_comm_mpi_shm_all_gather(sharc_comm *c, const void *send, void *recv, size_t count, sharc_dtype dt) {
     sharc_comm_shared *s = stage_of(c);
     if (!s) return SHARC_ERR_UNSUPPORTED;
     mpi_impl *m = c->impl;
@@ -159,7 +158,8 @@ sharc_status sharc_comm_mpi_shm_reduce_scatter(sharc_comm *c, const void *send, 
     if (!s) return SHARC_ERR_UNSUPPORTED;
     mpi_impl *m = c->impl;
     const int S = c->size;
-    const size_t es = sharc_dtype_size(dt), per = (SHM_SEGMENT_BYTES / 2) / ((size_t)S * es); /* elements per slice piece */
+    const size_t es = sharc_dtype_size(dt),
+                 per = (SHM_SEGMENT_BYTES / 2) / ((size_t)S * es); /* elements per slice piece */
     for (size_t e0 = 0; e0 < count; e0 += per) {
         size_t len = count - e0 < per ? count - e0 : per;
         uint64_t piece = m->pieces++;
@@ -174,8 +174,8 @@ sharc_status sharc_comm_mpi_shm_reduce_scatter(sharc_comm *c, const void *send, 
     return SHARC_OK;
 }
 
-sharc_status sharc_comm_mpi_shm_all_reduce(sharc_comm *c, const void *send, void *recv, size_t count,
-                                           sharc_dtype dt, sharc_reduce_op op) {
+sharc_status sharc_comm_mpi_shm_all_reduce(sharc_comm *c, const void *send, void *recv, size_t count, sharc_dtype dt,
+                                           sharc_reduce_op op) {
     if (!sharc_comm_mpi_float_sum(dt, op)) return SHARC_ERR_UNSUPPORTED;
     sharc_comm_shared *s = stage_of(c);
     if (!s) return SHARC_ERR_UNSUPPORTED;

@@ -19,8 +19,8 @@ static sharc_status self_all_gather(sharc_comm *c, const void *send, void *recv,
     return self_copy(send, recv, count, dt);
 }
 
-static sharc_status self_reduce_scatter(sharc_comm *c, const void *send, void *recv, size_t count,
-                                        sharc_dtype dt, sharc_reduce_op op, sharc_stream *s, void **req) {
+static sharc_status self_reduce_scatter(sharc_comm *c, const void *send, void *recv, size_t count, sharc_dtype dt,
+                                        sharc_reduce_op op, sharc_stream *s, void **req) {
     if (req) *req = NULL;
     return self_copy(send, recv, count, dt);
 }

@@ -14,17 +14,17 @@ typedef struct mpi_req mpi_req;
 
 typedef struct {
     MPI_Comm comm;
-    bool owns;           /* MPI_Comm_free at the end */
-    void *scratch;       /* all-to-all receive buffer, grown on demand (SHARC_MEM_COMM) */
+    bool owns;     /* MPI_Comm_free at the end */
+    void *scratch; /* all-to-all receive buffer, grown on demand (SHARC_MEM_COMM) */
     size_t scratch_bytes;
-    const void **slice;  /* (size) the received slices of a local sum (note [rank-order]) */
-    mpi_req *spare;      /* completed requests kept for reuse */
+    const void **slice; /* (size) the received slices of a local sum (note [rank-order]) */
+    mpi_req *spare;     /* completed requests kept for reuse */
     bool native_rs;
-    int node_local;      /* -1 unknown, 0 no, 1 every rank on this node */
-    bool shm_on;         /* note [shm-collectives] allowed */
-    bool shm_all_gather; /* also for all-gather (off by default: see mpi_all_gather) */
+    int node_local;           /* -1 unknown, 0 no, 1 every rank on this node */
+    bool shm_on;              /* note [shm-collectives] allowed */
+    bool shm_all_gather;      /* also for all-gather (off by default: see mpi_all_gather) */
     sharc_comm_shared *stage; /* the staging window, allocated at first use */
-    uint64_t pieces;     /* pieces exchanged so far: selects the half */
+    uint64_t pieces;          /* pieces exchanged so far: selects the half */
 } mpi_impl;
 
 /* An MPI error as a status, with MPI's own words. */
@@ -35,10 +35,10 @@ static inline sharc_status sharc_comm_mpi_fail(int rc, const char *what) {
     return sharc_error(SHARC_ERR_COMM, "comm: %s failed: %.*s", what, len, msg);
 }
 
-#define MPI_TRY(call, what)                                                      \
-    do {                                                                         \
-        int rc_ = (call);                                                        \
-        if (rc_ != MPI_SUCCESS) return sharc_comm_mpi_fail(rc_, what);           \
+#define MPI_TRY(call, what)                                                                                            \
+    do {                                                                                                               \
+        int rc_ = (call);                                                                                              \
+        if (rc_ != MPI_SUCCESS) return sharc_comm_mpi_fail(rc_, what);                                                 \
     } while (0)
 
 static inline MPI_Comm sharc_comm_mpi_of(const sharc_comm *c) { return ((const mpi_impl *)c->impl)->comm; }
@@ -58,11 +58,10 @@ static inline void sharc_comm_mpi_sum(void *dst, const void *const *src, int S, 
  * group cannot use them, and the caller falls back to MPI. */
 extern const sharc_comm_shm_i sharc_comm_mpi_shm;
 void sharc_comm_mpi_shm_init(mpi_impl *m); /* the environment's choices */
-sharc_status sharc_comm_mpi_shm_all_gather(sharc_comm *c, const void *send, void *recv, size_t count,
-                                           sharc_dtype dt);
+sharc_status sharc_comm_mpi_shm_all_gather(sharc_comm *c, const void *send, void *recv, size_t count, sharc_dtype dt);
 sharc_status sharc_comm_mpi_shm_reduce_scatter(sharc_comm *c, const void *send, void *recv, size_t count,
                                                sharc_dtype dt, sharc_reduce_op op);
-sharc_status sharc_comm_mpi_shm_all_reduce(sharc_comm *c, const void *send, void *recv, size_t count,
-                                           sharc_dtype dt, sharc_reduce_op op);
+sharc_status sharc_comm_mpi_shm_all_reduce(sharc_comm *c, const void *send, void *recv, size_t count, sharc_dtype dt,
+                                           sharc_reduce_op op);
 
 #endif

@@ -43,108 +43,179 @@ static const char *const prefetches[] = {"NONE", "BACKWARD_PRE", "BACKWARD_POST"
 static const char *const wrap_policies[] = {"transformer_block", "size", "none", NULL};
 
 #define OFF(f) offsetof(sharc_config, f)
-#define BIG 1e18
+#define BIG    1e18
 
 static const key_def keys[] = {
     {"model.family", K_ENUM, OFF(model.family), 0, 0, families, "gpt2", AGREE, "gpt2 or llama"},
     {"model.num_layers", K_INT, OFF(model.num_layers), 1, 4096, NULL, "4", AGREE, "transformer blocks (L)"},
     {"model.embed_dim", K_INT, OFF(model.embed_dim), 1, 1 << 20, NULL, "256", AGREE, "model width (C)"},
     {"model.num_heads", K_INT, OFF(model.num_heads), 1, 4096, NULL, "4", AGREE, "attention heads; divides embed_dim"},
-    {"model.num_kv_heads", K_INT, OFF(model.num_kv_heads), 0, 4096, NULL, "0", AGREE, "key/value heads (0: = num_heads); divides num_heads"},
-    {"model.ff_hidden_dim", K_INT, OFF(model.ff_hidden_dim), 0, 1 << 22, NULL, "0", AGREE, "MLP width (0: gpt2 4C, llama 8C/3 rounded to 16)"},
-    {"model.vocab_size", K_INT, OFF(model.vocab_size), 2, 1 << 30, NULL, "256", AGREE, "vocabulary (256 for byte-level text)"},
-    {"model.max_seq_len", K_INT, OFF(model.max_seq_len), 1, 1 << 24, NULL, "128", AGREE, "longest sequence (gpt2: position table rows)"},
+    {"model.num_kv_heads", K_INT, OFF(model.num_kv_heads), 0, 4096, NULL, "0", AGREE,
+     "key/value heads (0: = num_heads); divides num_heads"},
+    {"model.ff_hidden_dim", K_INT, OFF(model.ff_hidden_dim), 0, 1 << 22, NULL, "0", AGREE,
+     "MLP width (0: gpt2 4C, llama 8C/3 rounded to 16)"},
+    {"model.vocab_size", K_INT, OFF(model.vocab_size), 2, 1 << 30, NULL, "256", AGREE,
+     "vocabulary (256 for byte-level text)"},
+    {"model.max_seq_len", K_INT, OFF(model.max_seq_len), 1, 1 << 24, NULL, "128", AGREE,
+     "longest sequence (gpt2: position table rows)"},
     {"model.norm_eps", K_FLOAT, OFF(model.norm_eps), 0, 1, NULL, "1e-5", AGREE, "LayerNorm/RMSNorm epsilon"},
     {"model.rope_theta", K_FLOAT, OFF(model.rope_theta), 0, BIG, NULL, "10000", AGREE, "RoPE base (llama)"},
-    {"model.init_std", K_FLOAT, OFF(model.init_std), 0, 10, NULL, "0.02", AGREE, "std of normal weight init (residual outputs / sqrt(2L))"},
-    {"model.tie_embeddings", K_BOOL, OFF(model.tie_embeddings), 0, 0, NULL, "true", AGREE, "LM head shares the token embedding"},
-    {"model.head_dim", K_INT, OFF(model.head_dim), 0, 1 << 16, NULL, "0", AGREE, "llama family: per-head width (0: embed_dim / num_heads)"},
-    {"model.qkv_bias", K_BOOL, OFF(model.qkv_bias), 0, 0, NULL, "false", AGREE, "llama family: q/k/v projection biases (Qwen2)"},
-    {"model.qk_norm", K_BOOL, OFF(model.qk_norm), 0, 0, NULL, "false", AGREE, "llama family: RMSNorm of each query/key head before RoPE (Qwen3)"},
-    {"model.sliding_window", K_INT, OFF(model.sliding_window), 0, 1 << 30, NULL, "0", AGREE, "llama family: attention window (0: none); train.seq_len must not exceed it"},
-    {"model.rope_factor", K_FLOAT, OFF(model.rope_factor), 0, BIG, NULL, "0", AGREE, "llama family: Llama-3 RoPE scaling factor (0: no scaling)"},
-    {"model.rope_low_freq_factor", K_FLOAT, OFF(model.rope_low_freq_factor), 0, BIG, NULL, "0", AGREE, "Llama-3 RoPE scaling: low_freq_factor"},
-    {"model.rope_high_freq_factor", K_FLOAT, OFF(model.rope_high_freq_factor), 0, BIG, NULL, "0", AGREE, "Llama-3 RoPE scaling: high_freq_factor"},
-    {"model.rope_original_max_pos", K_INT, OFF(model.rope_original_max_pos), 0, 1 << 30, NULL, "0", AGREE, "Llama-3 RoPE scaling: original_max_position_embeddings"},
-    {"model.bos_token_id", K_INT, OFF(model.bos_token_id), -1, 1 << 30, NULL, "-1", AGREE, "config.json's bos_token_id, carried to export (-1: none)"},
-    {"model.eos_token_id", K_INT, OFF(model.eos_token_id), -1, 1 << 30, NULL, "-1", AGREE, "config.json's eos_token_id, carried to export (-1: none)"},
-    {"model.init_from", K_STR, OFF(init_from), 0, 0, NULL, "", AGREE, "sharc weights file (model.safetensors) loaded after initialisation"},
-    {"model.freeze_module_prefix", K_STR, OFF(freeze_module_prefix), 0, 0, NULL, "", AGREE, "parameter name prefixes to freeze, a list or comma-separated (ROLL): gathered, no gradient, no AdamW state"},
-    {"model.tokenizer", K_STR, OFF(tokenizer), 0, 0, NULL, "", LOCAL, "Hugging Face tokenizer.json or its directory (\"\": byte-level, or model.init_from's directory when it holds one)"},
+    {"model.init_std", K_FLOAT, OFF(model.init_std), 0, 10, NULL, "0.02", AGREE,
+     "std of normal weight init (residual outputs / sqrt(2L))"},
+    {"model.tie_embeddings", K_BOOL, OFF(model.tie_embeddings), 0, 0, NULL, "true", AGREE,
+     "LM head shares the token embedding"},
+    {"model.head_dim", K_INT, OFF(model.head_dim), 0, 1 << 16, NULL, "0", AGREE,
+     "llama family: per-head width (0: embed_dim / num_heads)"},
+    {"model.qkv_bias", K_BOOL, OFF(model.qkv_bias), 0, 0, NULL, "false", AGREE,
+     "llama family: q/k/v projection biases (Qwen2)"},
+    {"model.qk_norm", K_BOOL, OFF(model.qk_norm), 0, 0, NULL, "false", AGREE,
+     "llama family: RMSNorm of each query/key head before RoPE (Qwen3)"},
+    {"model.sliding_window", K_INT, OFF(model.sliding_window), 0, 1 << 30, NULL, "0", AGREE,
+     "llama family: attention window (0: none); train.seq_len must not exceed it"},
+    {"model.rope_factor", K_FLOAT, OFF(model.rope_factor), 0, BIG, NULL, "0", AGREE,
+     "llama family: Llama-3 RoPE scaling factor (0: no scaling)"},
+    {"model.rope_low_freq_factor", K_FLOAT, OFF(model.rope_low_freq_factor), 0, BIG, NULL, "0", AGREE,
+     "Llama-3 RoPE scaling: low_freq_factor"},
+    {"model.rope_high_freq_factor", K_FLOAT, OFF(model.rope_high_freq_factor), 0, BIG, NULL, "0", AGREE,
+     "Llama-3 RoPE scaling: high_freq_factor"},
+    {"model.rope_original_max_pos", K_INT, OFF(model.rope_original_max_pos), 0, 1 << 30, NULL, "0", AGREE,
+     "Llama-3 RoPE scaling: original_max_position_embeddings"},
+    {"model.bos_token_id", K_INT, OFF(model.bos_token_id), -1, 1 << 30, NULL, "-1", AGREE,
+     "config.json's bos_token_id, carried to export (-1: none)"},
+    {"model.eos_token_id", K_INT, OFF(model.eos_token_id), -1, 1 << 30, NULL, "-1", AGREE,
+     "config.json's eos_token_id, carried to export (-1: none)"},
+    {"model.init_from", K_STR, OFF(init_from), 0, 0, NULL, "", AGREE,
+     "sharc weights file (model.safetensors) loaded after initialisation"},
+    {"model.freeze_module_prefix", K_STR, OFF(freeze_module_prefix), 0, 0, NULL, "", AGREE,
+     "parameter name prefixes to freeze, a list or comma-separated (ROLL): gathered, no gradient, no AdamW state"},
+    {"model.tokenizer", K_STR, OFF(tokenizer), 0, 0, NULL, "", LOCAL,
+     "Hugging Face tokenizer.json or its directory (\"\": byte-level, or model.init_from's directory when it holds "
+     "one)"},
 
     {"data.path", K_STR, OFF(data.path), 0, 0, NULL, "data/kjv.txt", LOCAL, "training token file or UTF-8 text"},
     {"data.val_path", K_STR, OFF(data.val_path), 0, 0, NULL, "", LOCAL, "validation token file (optional)"},
-    {"data.format", K_ENUM, OFF(data.format), 0, 0, token_formats, "auto", AGREE, "auto, u16, u32, llmc, text, sft (sharc tokenize's SFT file) or jsonl (SFT records)"},
+    {"data.format", K_ENUM, OFF(data.format), 0, 0, token_formats, "auto", AGREE,
+     "auto, u16, u32, llmc, text, sft (sharc tokenize's SFT file) or jsonl (SFT records)"},
     {"data.shuffle", K_BOOL, OFF(data.shuffle), 0, 0, NULL, "true", AGREE, "seeded permutation of windows each epoch"},
     {"data.seed", K_U64, OFF(data.seed), 0, 0, NULL, "1", AGREE, "shuffle seed"},
-    {"data.input_key", K_STR, OFF(data.input_key), 0, 0, NULL, "input", LOCAL, "JSONL: the prompt's key (a string, or a list of messages)"},
-    {"data.output_key", K_STR, OFF(data.output_key), 0, 0, NULL, "", LOCAL, "JSONL: the response's key (\"\": records of messages, the last one the response)"},
-    {"data.input_template", K_STR, OFF(data.input_template), 0, 0, NULL, "User: {}\nAssistant: ", LOCAL, "JSONL without a chat template: the prompt, {} = the input (\"\": the input as is)"},
-    {"data.apply_chat_template", K_BOOL, OFF(data.apply_chat_template), 0, 0, NULL, "false", AGREE, "JSONL: render records with the chat template"},
-    {"data.chat_template", K_ENUM, OFF(data.chat_template), 0, 0, chat_formats, "auto", LOCAL, "auto (the tokenizer's, recognised), chatml, qwen3 or llama3"},
-    {"data.max_len", K_INT, OFF(data.max_len), 0, 1 << 24, NULL, "0", AGREE, "tokens per SFT sample, longer ones cut (0: train.seq_len + 1)"},
-    {"data.multiturn", K_BOOL, OFF(data.multiturn), 0, 0, NULL, "false", AGREE, "JSONL messages: train every assistant turn, not only the last"},
-    {"data.loss_mask", K_ENUM, OFF(data.loss_mask), 0, 0, loss_masks, "ranges", AGREE, "ranges (response tokens by their bytes) or openrlhf (OpenRLHF's exact mask)"},
+    {"data.input_key", K_STR, OFF(data.input_key), 0, 0, NULL, "input", LOCAL,
+     "JSONL: the prompt's key (a string, or a list of messages)"},
+    {"data.output_key", K_STR, OFF(data.output_key), 0, 0, NULL, "", LOCAL,
+     "JSONL: the response's key (\"\": records of messages, the last one the response)"},
+    {"data.input_template", K_STR, OFF(data.input_template), 0, 0, NULL, "User: {}\nAssistant: ", LOCAL,
+     "JSONL without a chat template: the prompt, {} = the input (\"\": the input as is)"},
+    {"data.apply_chat_template", K_BOOL, OFF(data.apply_chat_template), 0, 0, NULL, "false", AGREE,
+     "JSONL: render records with the chat template"},
+    {"data.chat_template", K_ENUM, OFF(data.chat_template), 0, 0, chat_formats, "auto", LOCAL,
+     "auto (the tokenizer's, recognised), chatml, qwen3 or llama3"},
+    {"data.max_len", K_INT, OFF(data.max_len), 0, 1 << 24, NULL, "0", AGREE,
+     "tokens per SFT sample, longer ones cut (0: train.seq_len + 1)"},
+    {"data.multiturn", K_BOOL, OFF(data.multiturn), 0, 0, NULL, "false", AGREE,
+     "JSONL messages: train every assistant turn, not only the last"},
+    {"data.loss_mask", K_ENUM, OFF(data.loss_mask), 0, 0, loss_masks, "ranges", AGREE,
+     "ranges (response tokens by their bytes) or openrlhf (OpenRLHF's exact mask)"},
 
     {"optim.lr", K_FLOAT, OFF(optim.lr), 0, 10, NULL, "2e-3", AGREE, "peak learning rate"},
-    {"optim.min_lr_ratio", K_FLOAT, OFF(optim.min_lr_ratio), 0, 1, NULL, "0.1", AGREE, "decay floor as a fraction of lr"},
+    {"optim.min_lr_ratio", K_FLOAT, OFF(optim.min_lr_ratio), 0, 1, NULL, "0.1", AGREE,
+     "decay floor as a fraction of lr"},
     {"optim.warmup_steps", K_INT, OFF(optim.warmup_steps), 0, INT_MAX, NULL, "20", AGREE, "linear warmup steps"},
-    {"optim.decay_steps", K_INT, OFF(optim.decay_steps), 0, INT_MAX, NULL, "0", AGREE, "decay length after warmup (0: to train.max_steps)"},
+    {"optim.decay_steps", K_INT, OFF(optim.decay_steps), 0, INT_MAX, NULL, "0", AGREE,
+     "decay length after warmup (0: to train.max_steps)"},
     {"optim.lr_decay", K_ENUM, OFF(optim.decay), 0, 0, lr_decays, "cosine", AGREE, "cosine, linear or constant"},
     {"optim.betas", K_FLOAT2, OFF(optim.beta1), 0, 1, NULL, NULL, LOCAL, "AdamW [beta1, beta2]"},
     {"optim.beta1", K_FLOAT, OFF(optim.beta1), 0, 1, NULL, "0.9", AGREE, "AdamW beta1"},
     {"optim.beta2", K_FLOAT, OFF(optim.beta2), 0, 1, NULL, "0.95", AGREE, "AdamW beta2"},
     {"optim.eps", K_FLOAT, OFF(optim.eps), 0, 1, NULL, "1e-8", AGREE, "AdamW epsilon"},
-    {"optim.weight_decay", K_FLOAT, OFF(optim.weight_decay), 0, 10, NULL, "0.1", AGREE, "decoupled weight decay on 2-D+ weights"},
-    {"optim.max_grad_norm", K_FLOAT, OFF(optim.max_grad_norm), 0, BIG, NULL, "1", AGREE, "clip the global gradient norm (0: off)"},
+    {"optim.weight_decay", K_FLOAT, OFF(optim.weight_decay), 0, 10, NULL, "0.1", AGREE,
+     "decoupled weight decay on 2-D+ weights"},
+    {"optim.max_grad_norm", K_FLOAT, OFF(optim.max_grad_norm), 0, BIG, NULL, "1", AGREE,
+     "clip the global gradient norm (0: off)"},
 
-    {"train.batch_size", K_INT, OFF(train.batch_size), 1, 1 << 20, NULL, "16", AGREE, "sequences per micro-batch per rank"},
-    {"train.grad_accum", K_INT, OFF(train.grad_accum), 1, 1 << 20, NULL, "1", AGREE, "micro-batches per optimizer step"},
+    {"train.batch_size", K_INT, OFF(train.batch_size), 1, 1 << 20, NULL, "16", AGREE,
+     "sequences per micro-batch per rank"},
+    {"train.grad_accum", K_INT, OFF(train.grad_accum), 1, 1 << 20, NULL, "1", AGREE,
+     "micro-batches per optimizer step"},
     {"train.seq_len", K_INT, OFF(train.seq_len), 1, 1 << 24, NULL, "128", AGREE, "tokens per sequence (T)"},
     {"train.max_steps", K_INT64, OFF(train.max_steps), 0, BIG, NULL, "400", AGREE, "optimizer steps"},
     {"train.seed", K_U64, OFF(train.seed), 0, 0, NULL, "1", AGREE, "parameter initialisation seed"},
     {"train.log_every", K_INT, OFF(train.log_every), 1, INT_MAX, NULL, "10", LOCAL, "print a line every N steps"},
     {"train.threads", K_INT, OFF(train.threads), 0, 4096, NULL, "0", LOCAL, "threads per process (0: its CPUs)"},
-    {"train.out_dir", K_STR, OFF(train.out_dir), 0, 0, NULL, "runs/kjv", AGREE, "run directory: metrics, config, final weights"},
-    {"train.metrics_path", K_STR, OFF(train.metrics_path), 0, 0, NULL, "", LOCAL, "JSON-lines metrics file (default out_dir/metrics.jsonl)"},
-    {"train.overwrite_output_dir", K_BOOL, OFF(train.overwrite_output_dir), 0, 0, NULL, "false", AGREE, "start over in an out_dir that holds another run: delete its checkpoints, weights and metrics (without it such a run is refused)"},
-    {"train.epochs", K_FLOAT, OFF(train.epochs), 0, 1e9, NULL, "0", LOCAL, "passes over the data (> 0: sets max_steps = ceil(epochs * windows / sequences per step))"},
-    {"train.timeout", K_INT, OFF(train.timeout), 0, INT_MAX, NULL, "600", LOCAL, "step watchdog: seconds without progress before every rank reports and exits (0: off)"},
-    {"train.max_bad_steps", K_INT, OFF(train.max_bad_steps), 1, INT_MAX, NULL, "3", AGREE, "stop after this many non-finite (skipped) steps in a row"},
-    {"train.trainable", K_STR, OFF(trainable), 0, 0, NULL, "", AGREE, "fnmatch globs of the parameters that train, a list or comma-separated (\"\": all); the others are frozen"},
-    {"train.loss_normalization", K_ENUM, OFF(train.loss_normalization), 0, 0, loss_norms, "global_tokens", AGREE, "global_tokens (loss / valid targets of the whole step) or micro_batch (mean of each micro-batch's mean)"},
-    {"train.device", K_ENUM, OFF(train.device), 0, 0, devices, "cpu", AGREE, "cpu or cuda: where the model, the engine and the optimizer run (cuda needs a build with nvcc, an NVIDIA driver and GPU, and cuBLASLt)"},
+    {"train.out_dir", K_STR, OFF(train.out_dir), 0, 0, NULL, "runs/kjv", AGREE,
+     "run directory: metrics, config, final weights"},
+    {"train.metrics_path", K_STR, OFF(train.metrics_path), 0, 0, NULL, "", LOCAL,
+     "JSON-lines metrics file (default out_dir/metrics.jsonl)"},
+    {"train.overwrite_output_dir", K_BOOL, OFF(train.overwrite_output_dir), 0, 0, NULL, "false", AGREE,
+     "start over in an out_dir that holds another run: delete its checkpoints, weights and metrics (without it such a "
+     "run is refused)"},
+    {"train.epochs", K_FLOAT, OFF(train.epochs), 0, 1e9, NULL, "0", LOCAL,
+     "passes over the data (> 0: sets max_steps = ceil(epochs * windows / sequences per step))"},
+    {"train.timeout", K_INT, OFF(train.timeout), 0, INT_MAX, NULL, "600", LOCAL,
+     "step watchdog: seconds without progress before every rank reports and exits (0: off)"},
+    {"train.max_bad_steps", K_INT, OFF(train.max_bad_steps), 1, INT_MAX, NULL, "3", AGREE,
+     "stop after this many non-finite (skipped) steps in a row"},
+    {"train.trainable", K_STR, OFF(trainable), 0, 0, NULL, "", AGREE,
+     "fnmatch globs of the parameters that train, a list or comma-separated (\"\": all); the others are frozen"},
+    {"train.loss_normalization", K_ENUM, OFF(train.loss_normalization), 0, 0, loss_norms, "global_tokens", AGREE,
+     "global_tokens (loss / valid targets of the whole step) or micro_batch (mean of each micro-batch's mean)"},
+    {"train.device", K_ENUM, OFF(train.device), 0, 0, devices, "cpu", AGREE,
+     "cpu or cuda: where the model, the engine and the optimizer run (cuda needs a build with nvcc, an NVIDIA driver "
+     "and GPU, and cuBLASLt)"},
 
-    {"fsdp.sharding_strategy", K_ENUM, OFF(fsdp.engine.strategy), 0, 0, strategies, "FULL_SHARD", AGREE, "FULL_SHARD, SHARD_GRAD_OP, NO_SHARD or HYBRID_SHARD"},
-    {"fsdp.fsdp_size", K_INT, OFF(fsdp.engine.fsdp_size), 0, 1 << 24, NULL, "0", AGREE, "HYBRID_SHARD shard-group size (>= world or <= 1: plain FSDP)"},
-    {"fsdp.reshard_after_forward", K_TRI, OFF(fsdp.engine.reshard_after_forward), 0, 0, NULL, "auto", AGREE, "free gathered parameters after forward (auto: per strategy)"},
-    {"fsdp.param_dtype", K_DTYPE, OFF(fsdp.engine.param_dtype), 0, 0, NULL, "fp32", AGREE, "gather and compute parameters in fp32, bf16 or fp16"},
-    {"fsdp.reduce_dtype", K_DTYPE, OFF(fsdp.engine.reduce_dtype), 0, 0, NULL, "fp32", AGREE, "reduce gradients in fp32 or bf16"},
-    {"fsdp.forward_prefetch", K_BOOL, OFF(fsdp.engine.forward_prefetch), 0, 0, NULL, "false", AGREE, "gather the next unit during forward"},
-    {"fsdp.backward_prefetch", K_ENUM, OFF(fsdp.engine.backward_prefetch), 0, 0, prefetches, "BACKWARD_PRE", AGREE, "BACKWARD_PRE, BACKWARD_POST or NONE"},
-    {"fsdp.forward_prefetch_depth", K_INT, OFF(fsdp.engine.forward_prefetch_depth), 1, 1024, NULL, "1", AGREE, "units gathered ahead in forward when forward_prefetch is on (num_to_forward_prefetch)"},
-    {"fsdp.backward_prefetch_depth", K_INT, OFF(fsdp.engine.backward_prefetch_depth), 1, 1024, NULL, "1", AGREE, "units gathered ahead in backward (num_to_backward_prefetch); limit_all_gathers caps both"},
-    {"fsdp.limit_all_gathers", K_LIMIT, OFF(fsdp.engine.limit_all_gathers), 0, 1 << 20, NULL, "false", AGREE, "max gathered non-root units (true = 2, false = no limit)"},
-    {"fsdp.no_sync", K_BOOL, OFF(fsdp.engine.no_sync), 0, 0, NULL, "false", AGREE, "reduce gradients once per step, not every micro-batch"},
-    {"mesh.sp", K_INT, OFF(mesh.sp), 1, 1 << 20, NULL, "1", AGREE, "Ulysses sequence parallelism: ranks sharing each sequence (divides train.seq_len and model.num_heads)"},
+    {"fsdp.sharding_strategy", K_ENUM, OFF(fsdp.engine.strategy), 0, 0, strategies, "FULL_SHARD", AGREE,
+     "FULL_SHARD, SHARD_GRAD_OP, NO_SHARD or HYBRID_SHARD"},
+    {"fsdp.fsdp_size", K_INT, OFF(fsdp.engine.fsdp_size), 0, 1 << 24, NULL, "0", AGREE,
+     "HYBRID_SHARD shard-group size (>= world or <= 1: plain FSDP)"},
+    {"fsdp.reshard_after_forward", K_TRI, OFF(fsdp.engine.reshard_after_forward), 0, 0, NULL, "auto", AGREE,
+     "free gathered parameters after forward (auto: per strategy)"},
+    {"fsdp.param_dtype", K_DTYPE, OFF(fsdp.engine.param_dtype), 0, 0, NULL, "fp32", AGREE,
+     "gather and compute parameters in fp32, bf16 or fp16"},
+    {"fsdp.reduce_dtype", K_DTYPE, OFF(fsdp.engine.reduce_dtype), 0, 0, NULL, "fp32", AGREE,
+     "reduce gradients in fp32 or bf16"},
+    {"fsdp.forward_prefetch", K_BOOL, OFF(fsdp.engine.forward_prefetch), 0, 0, NULL, "false", AGREE,
+     "gather the next unit during forward"},
+    {"fsdp.backward_prefetch", K_ENUM, OFF(fsdp.engine.backward_prefetch), 0, 0, prefetches, "BACKWARD_PRE", AGREE,
+     "BACKWARD_PRE, BACKWARD_POST or NONE"},
+    {"fsdp.forward_prefetch_depth", K_INT, OFF(fsdp.engine.forward_prefetch_depth), 1, 1024, NULL, "1", AGREE,
+     "units gathered ahead in forward when forward_prefetch is on (num_to_forward_prefetch)"},
+    {"fsdp.backward_prefetch_depth", K_INT, OFF(fsdp.engine.backward_prefetch_depth), 1, 1024, NULL, "1", AGREE,
+     "units gathered ahead in backward (num_to_backward_prefetch); limit_all_gathers caps both"},
+    {"fsdp.limit_all_gathers", K_LIMIT, OFF(fsdp.engine.limit_all_gathers), 0, 1 << 20, NULL, "false", AGREE,
+     "max gathered non-root units (true = 2, false = no limit)"},
+    {"fsdp.no_sync", K_BOOL, OFF(fsdp.engine.no_sync), 0, 0, NULL, "false", AGREE,
+     "reduce gradients once per step, not every micro-batch"},
+    {"mesh.sp", K_INT, OFF(mesh.sp), 1, 1 << 20, NULL, "1", AGREE,
+     "Ulysses sequence parallelism: ranks sharing each sequence (divides train.seq_len and model.num_heads)"},
     {"mesh.tp", K_INT, OFF(mesh.tp), 1, 1 << 20, NULL, "1", AGREE, "tensor parallelism (not implemented yet: 1)"},
-    {"fsdp.activation_checkpointing", K_BOOL, OFF(fsdp.activation_checkpointing), 0, 0, NULL, "false", AGREE, "recompute each block in backward"},
-    {"fsdp.apply_tiled_mlp", K_BOOL, OFF(fsdp.apply_tiled_mlp), 0, 0, NULL, "false", AGREE, "run each block's MLP over sequence chunks, recomputing them in backward (ROLL; note [tiled-mlp])"},
-    {"fsdp.tiled_num_shards", K_INT, OFF(fsdp.tiled_num_shards), 1, 1 << 20, NULL, "4", LOCAL, "chunks of the tiled MLP (ROLL's default 4)"},
+    {"fsdp.activation_checkpointing", K_BOOL, OFF(fsdp.activation_checkpointing), 0, 0, NULL, "false", AGREE,
+     "recompute each block in backward"},
+    {"fsdp.apply_tiled_mlp", K_BOOL, OFF(fsdp.apply_tiled_mlp), 0, 0, NULL, "false", AGREE,
+     "run each block's MLP over sequence chunks, recomputing them in backward (ROLL; note [tiled-mlp])"},
+    {"fsdp.tiled_num_shards", K_INT, OFF(fsdp.tiled_num_shards), 1, 1 << 20, NULL, "4", LOCAL,
+     "chunks of the tiled MLP (ROLL's default 4)"},
 
     {"ckpt.dir", K_STR, OFF(ckpt.dir), 0, 0, NULL, "", AGREE, "checkpoint directory (default out_dir/checkpoints)"},
-    {"ckpt.every", K_INT, OFF(ckpt.every), 0, INT_MAX, NULL, "0", AGREE, "steps between checkpoints (0: only at the end)"},
+    {"ckpt.every", K_INT, OFF(ckpt.every), 0, INT_MAX, NULL, "0", AGREE,
+     "steps between checkpoints (0: only at the end)"},
     {"ckpt.keep", K_INT, OFF(ckpt.keep), 1, INT_MAX, NULL, "2", AGREE, "newest checkpoints kept"},
-    {"ckpt.async", K_BOOL, OFF(ckpt.async), 0, 0, NULL, "false", AGREE, "write checkpoints in the background from a copy in memory"},
-    {"ckpt.resume", K_STR, OFF(ckpt.resume), 0, 0, NULL, "none", AGREE, "none, auto (newest valid checkpoint) or a checkpoint path"},
-    {"fsdp.cpu_offload", K_BOOL, OFF(fsdp.cpu_offload), 0, 0, NULL, "false", LOCAL, "accepted, not implemented (warns): state already lives in host memory"},
-    {"fsdp.use_orig_params", K_BOOL, OFF(fsdp.use_orig_params), 0, 0, NULL, "false", LOCAL, "accepted for FSDP1 configs; no effect (parameters keep their names and shapes)"},
-    {"fsdp.wrap_policy", K_ENUM, OFF(fsdp.wrap_policy), 0, 0, wrap_policies, "transformer_block", LOCAL, "transformer_block (one unit per block; others warn)"},
+    {"ckpt.async", K_BOOL, OFF(ckpt.async), 0, 0, NULL, "false", AGREE,
+     "write checkpoints in the background from a copy in memory"},
+    {"ckpt.resume", K_STR, OFF(ckpt.resume), 0, 0, NULL, "none", AGREE,
+     "none, auto (newest valid checkpoint) or a checkpoint path"},
+    {"fsdp.cpu_offload", K_BOOL, OFF(fsdp.cpu_offload), 0, 0, NULL, "false", LOCAL,
+     "accepted, not implemented (warns): state already lives in host memory"},
+    {"fsdp.use_orig_params", K_BOOL, OFF(fsdp.use_orig_params), 0, 0, NULL, "false", LOCAL,
+     "accepted for FSDP1 configs; no effect (parameters keep their names and shapes)"},
+    {"fsdp.wrap_policy", K_ENUM, OFF(fsdp.wrap_policy), 0, 0, wrap_policies, "transformer_block", LOCAL,
+     "transformer_block (one unit per block; others warn)"},
     /* telemetry and validation (src/train/telemetry.c, src/train/eval.c) */
-    {"log.peak_tflops", K_FLOAT, OFF(log.peak_tflops), 0, BIG, NULL, "0", LOCAL, "peak TFLOP/s of one rank for mfu(%), bf16 when computing in bf16 (0: measured at start)"},
-    {"log.debug", K_BOOL, OFF(log.debug), 0, 0, NULL, "false", LOCAL, "per-rank JSON lines of each step in out_dir/debug/rank-N.log"},
-    {"log.eval_every", K_INT, OFF(log.eval_every), 0, INT_MAX, NULL, "0", AGREE, "validation loss on data.val_path every N steps (0: off)"},
-    {"log.eval_batches", K_INT, OFF(log.eval_batches), 0, INT_MAX, NULL, "0", AGREE, "micro-batches per validation, all ranks together (0: every window)"},
+    {"log.peak_tflops", K_FLOAT, OFF(log.peak_tflops), 0, BIG, NULL, "0", LOCAL,
+     "peak TFLOP/s of one rank for mfu(%), bf16 when computing in bf16 (0: measured at start)"},
+    {"log.debug", K_BOOL, OFF(log.debug), 0, 0, NULL, "false", LOCAL,
+     "per-rank JSON lines of each step in out_dir/debug/rank-N.log"},
+    {"log.eval_every", K_INT, OFF(log.eval_every), 0, INT_MAX, NULL, "0", AGREE,
+     "validation loss on data.val_path every N steps (0: off)"},
+    {"log.eval_batches", K_INT, OFF(log.eval_batches), 0, INT_MAX, NULL, "0", AGREE,
+     "micro-batches per validation, all ranks together (0: every window)"},
 };
 #define NKEYS ((int)(sizeof keys / sizeof keys[0]))
 
@@ -187,15 +258,17 @@ static sharc_status unknown_key(const char *name, const char *origin) {
     const char *alias = closest_alias(name, &bd);
     if (alias) best = alias;
     if (best)
-        return sharc_error(SHARC_ERR_INVALID, "%s: unknown key '%s'; did you mean '%s'? (sharc config --keys lists them)",
-                           origin, sharc_clip(clip, name), best);
+        return sharc_error(SHARC_ERR_INVALID,
+                           "%s: unknown key '%s'; did you mean '%s'? (sharc config --keys lists them)", origin,
+                           sharc_clip(clip, name), best);
     return sharc_error(SHARC_ERR_INVALID, "%s: unknown key '%s' (sharc config --keys lists them)", origin,
                        sharc_clip(clip, name));
 }
 
 static sharc_status bad_value(const key_def *k, const char *value, const char *origin, const char *expected) {
     char clip[SHARC_CLIP_BUF];
-    return sharc_error(SHARC_ERR_INVALID, "%s: %s = '%s': expected %s", origin, k->name, sharc_clip(clip, value), expected);
+    return sharc_error(SHARC_ERR_INVALID, "%s: %s = '%s': expected %s", origin, k->name, sharc_clip(clip, value),
+                       expected);
 }
 
 static sharc_status parse_number(const key_def *k, const char *value, const char *origin, double *out, bool integer) {
@@ -242,8 +315,11 @@ static sharc_status set_key(sharc_config *c, const key_def *k, const char *value
         *(float *)dst = (float)v;
         return SHARC_OK;
     case K_BOOL:
-        if (!strcasecmp(value, "true") || !strcasecmp(value, "yes") || !strcasecmp(value, "on") || !strcmp(value, "1")) *(bool *)dst = true;
-        else if (!strcasecmp(value, "false") || !strcasecmp(value, "no") || !strcasecmp(value, "off") || !strcmp(value, "0")) *(bool *)dst = false;
+        if (!strcasecmp(value, "true") || !strcasecmp(value, "yes") || !strcasecmp(value, "on") || !strcmp(value, "1"))
+            *(bool *)dst = true;
+        else if (!strcasecmp(value, "false") || !strcasecmp(value, "no") || !strcasecmp(value, "off") ||
+                 !strcmp(value, "0"))
+            *(bool *)dst = false;
         else return bad_value(k, value, origin, "true or false");
         return SHARC_OK;
     case K_STR:
@@ -266,8 +342,8 @@ static sharc_status set_key(sharc_config *c, const key_def *k, const char *value
         static const struct {
             const char *name;
             sharc_dtype dt;
-        } names[] = {{"fp32", SHARC_DT_F32}, {"float32", SHARC_DT_F32}, {"bf16", SHARC_DT_BF16},
-                     {"bfloat16", SHARC_DT_BF16}, {"fp16", SHARC_DT_F16}, {"float16", SHARC_DT_F16}};
+        } names[] = {{"fp32", SHARC_DT_F32},      {"float32", SHARC_DT_F32}, {"bf16", SHARC_DT_BF16},
+                     {"bfloat16", SHARC_DT_BF16}, {"fp16", SHARC_DT_F16},    {"float16", SHARC_DT_F16}};
         for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
             if (!strcasecmp(value, names[i].name)) {
                 *(sharc_dtype *)dst = names[i].dt;
@@ -338,12 +414,16 @@ int sharc_config_agreed_values(const sharc_config *c, sharc_config_agreed *out, 
         a->key = k->name;
         a->text = NULL;
         switch (k->type) {
-        case K_INT: case K_ENUM: case K_TRI: case K_LIMIT: a->value = *(const int *)src; break;
+        case K_INT:
+        case K_ENUM:
+        case K_TRI:
+        case K_LIMIT: a->value = *(const int *)src; break;
         case K_INT64: a->value = *(const int64_t *)src; break;
-        case K_U64: a->value = (int64_t)*(const uint64_t *)src; break;
+        case K_U64: a->value = (int64_t) * (const uint64_t *)src; break;
         case K_BOOL: a->value = *(const bool *)src; break;
         case K_DTYPE: a->value = *(const sharc_dtype *)src; break;
-        case K_FLOAT: case K_FLOAT2: { /* the bits: -0.0 and 0.0, or two NaNs, are different settings */
+        case K_FLOAT:
+        case K_FLOAT2: { /* the bits: -0.0 and 0.0, or two NaNs, are different settings */
             int32_t bits;
             memcpy(&bits, src, sizeof bits);
             a->value = bits;
@@ -376,15 +456,21 @@ static const struct {
     const char *from, *to;
 } containers[] = {
     /* longest first */
-    {"strategy_args.strategy_config", "fsdp"}, {"distributed.fsdp", "fsdp"}, {"strategy_config", "fsdp"},
-    {"strategy_args", "fsdp"}, {"fsdp_config", "fsdp"}, {"training_args", "train"}, {"training", "train"},
-    {"runtime", "train"}, {"model_args", "model"},
+    {"strategy_args.strategy_config", "fsdp"},
+    {"distributed.fsdp", "fsdp"},
+    {"strategy_config", "fsdp"},
+    {"strategy_args", "fsdp"},
+    {"fsdp_config", "fsdp"},
+    {"training_args", "train"},
+    {"training", "train"},
+    {"runtime", "train"},
+    {"model_args", "model"},
 };
 
 typedef enum { A_KEY, A_NOT, A_PRECISION, A_WRAP, A_NOTE, A_COUNT } alias_kind;
 
 typedef struct {
-    const char *name;   /* after container rewriting */
+    const char *name; /* after container rewriting */
     alias_kind kind;
     const char *target; /* A_KEY/A_NOT/A_WRAP: the key set */
     const char *quiet;  /* A_NOTE: the value that needs no warning (NULL: any value is quiet; "!": never quiet) */
@@ -398,9 +484,12 @@ static const alias_def aliases[] = {
     {"fsdp.mixed_precision", A_PRECISION, NULL, NULL, NULL},
     {"fsdp.precision", A_PRECISION, NULL, NULL, NULL},
     {"fsdp.sharding", A_KEY, "fsdp.sharding_strategy", NULL, NULL},
-    {"fsdp.wrap_policy.transformer_layer_cls_to_wrap", A_NOTE, NULL, NULL, "sharc always makes one unit per transformer block"},
-    {"fsdp.wrap_policy.wrap_embeddings", A_NOTE, NULL, "true", "not implemented: sharc always gives the embeddings their own unit"},
-    {"fsdp.wrap_policy.wrap_lm_output", A_NOTE, NULL, "true", "not implemented: sharc always gives the final norm and LM head their own unit"},
+    {"fsdp.wrap_policy.transformer_layer_cls_to_wrap", A_NOTE, NULL, NULL,
+     "sharc always makes one unit per transformer block"},
+    {"fsdp.wrap_policy.wrap_embeddings", A_NOTE, NULL, "true",
+     "not implemented: sharc always gives the embeddings their own unit"},
+    {"fsdp.wrap_policy.wrap_lm_output", A_NOTE, NULL, "true",
+     "not implemented: sharc always gives the final norm and LM head their own unit"},
     {"fsdp.wrap_policy.moe_experts", A_NOTE, NULL, "!", "not implemented: sharc's models have no MoE experts"},
     {"fsdp.apply_expert_patch", A_NOTE, NULL, "false", "not implemented: sharc's models have no MoE experts"},
     {"fsdp.strategy_name", A_NOTE, NULL, NULL, "sharc always trains with FSDP"},
@@ -420,11 +509,15 @@ static const alias_def aliases[] = {
     {"fsdp.tensor_parallel_size", A_KEY, "mesh.tp", NULL, NULL},
     {"model.tensor_parallel_size", A_KEY, "mesh.tp", NULL, NULL},
     {"parallelism.tensor_parallel_degree", A_KEY, "mesh.tp", NULL, NULL},
-    {"fsdp.enabled", A_NOTE, NULL, "true", "not implemented: sharc always shards (use fsdp.sharding_strategy: NO_SHARD for DDP)"},
+    {"fsdp.enabled", A_NOTE, NULL, "true",
+     "not implemented: sharc always shards (use fsdp.sharding_strategy: NO_SHARD for DDP)"},
     /* Lightning `distributed:` block: the launcher decides ranks */
-    {"distributed.strategy", A_NOTE, NULL, "fsdp", "sharc always trains with FSDP; fsdp.sharding_strategy picks the variant"},
-    {"distributed.num_nodes", A_NOTE, NULL, "!", "no effect: ranks and nodes come from the launcher (sharc launch -n N, mpirun, srun)"},
-    {"distributed.devices", A_NOTE, NULL, "!", "no effect: ranks and nodes come from the launcher (sharc launch -n N, mpirun, srun)"},
+    {"distributed.strategy", A_NOTE, NULL, "fsdp",
+     "sharc always trains with FSDP; fsdp.sharding_strategy picks the variant"},
+    {"distributed.num_nodes", A_NOTE, NULL, "!",
+     "no effect: ranks and nodes come from the launcher (sharc launch -n N, mpirun, srun)"},
+    {"distributed.devices", A_NOTE, NULL, "!",
+     "no effect: ranks and nodes come from the launcher (sharc launch -n N, mpirun, srun)"},
     {"distributed.sync_batchnorm", A_NOTE, NULL, "false", "not implemented: sharc's models have no batch norm"},
     /* trainer arguments (training:, training_args:, runtime:, model_args:) */
     {"train.gradient_accumulation_steps", A_KEY, "train.grad_accum", NULL, NULL},
@@ -444,7 +537,8 @@ static const alias_def aliases[] = {
     {"epochs", A_KEY, "train.epochs", NULL, NULL},
     /* OpenRLHF's SFT options (its newer dotted names; the flags are main.c's shorthands) */
     {"data.dataset", A_KEY, "data.path", NULL, NULL},
-    {"data.packing_samples", A_NOTE, NULL, "false", "not implemented: SFT samples are padded to train.seq_len, one per row"},
+    {"data.packing_samples", A_NOTE, NULL, "false",
+     "not implemented: SFT samples are padded to train.seq_len, one per row"},
 };
 #define NALIASES ((int)(sizeof aliases / sizeof aliases[0]))
 
@@ -499,13 +593,13 @@ sharc_status sharc_config_set_precision(sharc_config *c, const char *value, cons
         const char *name;
         sharc_dtype param, reduce;
     } names[] = {
-        {"fp32", SHARC_DT_F32, SHARC_DT_F32},       {"32", SHARC_DT_F32, SHARC_DT_F32},
-        {"32-true", SHARC_DT_F32, SHARC_DT_F32},    {"float32", SHARC_DT_F32, SHARC_DT_F32},
-        {"full", SHARC_DT_F32, SHARC_DT_F32},       {"bf16", SHARC_DT_BF16, SHARC_DT_F32},
-        {"bfloat16", SHARC_DT_BF16, SHARC_DT_F32},  {"bf16-mixed", SHARC_DT_BF16, SHARC_DT_F32},
+        {"fp32", SHARC_DT_F32, SHARC_DT_F32},        {"32", SHARC_DT_F32, SHARC_DT_F32},
+        {"32-true", SHARC_DT_F32, SHARC_DT_F32},     {"float32", SHARC_DT_F32, SHARC_DT_F32},
+        {"full", SHARC_DT_F32, SHARC_DT_F32},        {"bf16", SHARC_DT_BF16, SHARC_DT_F32},
+        {"bfloat16", SHARC_DT_BF16, SHARC_DT_F32},   {"bf16-mixed", SHARC_DT_BF16, SHARC_DT_F32},
         {"bf16-true", SHARC_DT_BF16, SHARC_DT_BF16}, {"fp16", SHARC_DT_F16, SHARC_DT_F32},
-        {"16", SHARC_DT_F16, SHARC_DT_F32},         {"16-mixed", SHARC_DT_F16, SHARC_DT_F32},
-        {"float16", SHARC_DT_F16, SHARC_DT_F32},    {"fp16-mixed", SHARC_DT_F16, SHARC_DT_F32},
+        {"16", SHARC_DT_F16, SHARC_DT_F32},          {"16-mixed", SHARC_DT_F16, SHARC_DT_F32},
+        {"float16", SHARC_DT_F16, SHARC_DT_F32},     {"fp16-mixed", SHARC_DT_F16, SHARC_DT_F32},
     };
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         char alt[32]; /* bf16_mixed == bf16-mixed */
@@ -628,16 +722,21 @@ sharc_status sharc_config_set(sharc_config *c, const char *key, const char *valu
             return sharc_error(SHARC_ERR_INVALID, "%s: %s = '%s': expected a count >= 0", origin, key,
                                sharc_clip(clip, value));
         bool fwd = strcmp(a->target, "fsdp.forward_prefetch") == 0;
-        if (n > 0) SHARC_TRY(set_key(c, find_key(fwd ? "fsdp.forward_prefetch_depth" : "fsdp.backward_prefetch_depth"),
-                                     value, origin));
-        return set_key(c, find_key(a->target), n == 0 ? (fwd ? "false" : "NONE") : (fwd ? "true" : "BACKWARD_PRE"), origin);
+        if (n > 0)
+            SHARC_TRY(set_key(c, find_key(fwd ? "fsdp.forward_prefetch_depth" : "fsdp.backward_prefetch_depth"), value,
+                              origin));
+        return set_key(c, find_key(a->target), n == 0 ? (fwd ? "false" : "NONE") : (fwd ? "true" : "BACKWARD_PRE"),
+                       origin);
     }
     case A_WRAP: {
         static const struct {
             const char *from, *to;
-        } w[] = {{"transformer", "transformer_block"}, {"transformer_based_wrap", "transformer_block"},
-                 {"transformer_auto_wrap_policy", "transformer_block"}, {"size_based_wrap", "size"},
-                 {"size_based_auto_wrap_policy", "size"}, {"no_wrap", "none"}};
+        } w[] = {{"transformer", "transformer_block"},
+                 {"transformer_based_wrap", "transformer_block"},
+                 {"transformer_auto_wrap_policy", "transformer_block"},
+                 {"size_based_wrap", "size"},
+                 {"size_based_auto_wrap_policy", "size"},
+                 {"no_wrap", "none"}};
         for (size_t i = 0; i < sizeof w / sizeof w[0]; i++)
             if (!strcasecmp(value, w[i].from)) return set_key(c, find_key(a->target), w[i].to, origin);
         return set_key(c, find_key(a->target), value, origin);
@@ -647,7 +746,7 @@ sharc_status sharc_config_set(sharc_config *c, const char *key, const char *valu
         if (a->quiet && (!strcmp(a->quiet, "true") || !strcmp(a->quiet, "false"))) {
             if (!parse_bool(value, &b))
                 return sharc_error(SHARC_ERR_INVALID, "%s: %s = '%s': expected true or false", origin, key,
-                               sharc_clip(clip, value));
+                                   sharc_clip(clip, value));
             parse_bool(a->quiet, &q);
             if (b == q) return SHARC_OK;
         } else if (!a->quiet || (strcmp(a->quiet, "!") != 0 && !strcasecmp(value, a->quiet))) {
@@ -830,8 +929,10 @@ sharc_status sharc_config_load_file(sharc_config *c, const char *path) {
     /* a file that sets nothing (0 bytes, only comments, {}) is a mistake: a
      * truncated copy or the wrong file, never silently the defaults */
     if (st == SHARC_OK && settings == 0)
-        st = sharc_error(SHARC_ERR_INVALID, "config '%s': %s; expected a mapping of sections (model:, data:, optim:, "
-                         "train:, fsdp:, ...)", path, len == 0 ? "the file is empty (0 bytes)" : "the file sets no key");
+        st = sharc_error(SHARC_ERR_INVALID,
+                         "config '%s': %s; expected a mapping of sections (model:, data:, optim:, "
+                         "train:, fsdp:, ...)",
+                         path, len == 0 ? "the file is empty (0 bytes)" : "the file sets no key");
     free(text);
     return st;
 }
@@ -841,12 +942,14 @@ sharc_status sharc_config_load_file(sharc_config *c, const char *path) {
 sharc_status sharc_config_validate(sharc_config *c) {
     sharc_status st = sharc_model_config_validate(&c->model);
     if (st != SHARC_OK) return st;
-    if (c->data.path[0] == 0) return sharc_error(SHARC_ERR_INVALID, "data.path: empty; set it to a token file or a text file");
+    if (c->data.path[0] == 0)
+        return sharc_error(SHARC_ERR_INVALID, "data.path: empty; set it to a token file or a text file");
     if (c->train.out_dir[0] == 0) return sharc_error(SHARC_ERR_INVALID, "train.out_dir: empty; set a run directory");
     st = sharc_mesh_check_model(&c->mesh, &c->model, c->train.seq_len);
     if (st != SHARC_OK) return st;
     if (c->mesh.sp > 1 && c->log.eval_every > 0)
-        return sharc_error(SHARC_ERR_INVALID, "log.eval_every: %d with mesh.sp %d: validation under sequence "
+        return sharc_error(SHARC_ERR_INVALID,
+                           "log.eval_every: %d with mesh.sp %d: validation under sequence "
                            "parallelism is not implemented yet; set log.eval_every to 0 or mesh.sp to 1",
                            c->log.eval_every, c->mesh.sp);
     if (c->model.family == SHARC_FAMILY_GPT2 && c->train.seq_len > c->model.max_seq_len)
@@ -855,8 +958,8 @@ sharc_status sharc_config_validate(sharc_config *c) {
     if (c->fsdp.engine.reduce_dtype != SHARC_DT_F32 && c->fsdp.engine.reduce_dtype != SHARC_DT_BF16)
         return sharc_error(SHARC_ERR_INVALID, "fsdp.reduce_dtype: fp16, expected fp32 or bf16");
     if (c->optim.beta1 >= 1.0f || c->optim.beta2 >= 1.0f)
-        return sharc_error(SHARC_ERR_INVALID, "optim.betas: [%g, %g], each must be in [0, 1)",
-                           (double)c->optim.beta1, (double)c->optim.beta2);
+        return sharc_error(SHARC_ERR_INVALID, "optim.betas: [%g, %g], each must be in [0, 1)", (double)c->optim.beta1,
+                           (double)c->optim.beta2);
     return SHARC_OK;
 }
 
@@ -886,7 +989,9 @@ static void format_value(const sharc_config *c, const key_def *k, char *out, siz
         break;
     }
     case K_ENUM: snprintf(out, n, "%s", k->choices[*(const int *)src]); break;
-    case K_FLOAT2: snprintf(out, n, "[%.9g, %.9g]", (double)((const float *)src)[0], (double)((const float *)src)[1]); break;
+    case K_FLOAT2:
+        snprintf(out, n, "[%.9g, %.9g]", (double)((const float *)src)[0], (double)((const float *)src)[1]);
+        break;
     case K_DTYPE: {
         sharc_dtype dt = *(const sharc_dtype *)src;
         snprintf(out, n, "%s", dt == SHARC_DT_BF16 ? "bf16" : dt == SHARC_DT_F16 ? "fp16" : "fp32");
@@ -913,7 +1018,8 @@ void sharc_config_write_yaml(const sharc_config *c, FILE *f) {
         fprintf(f, "%.*s:\n", sl, keys[i].name);
         for (int j = i; j < NKEYS; j++) {
             const key_def *k = &keys[j];
-            if (k->type == K_FLOAT2 || strncmp(k->name, keys[i].name, (size_t)sl + 1) != 0) continue; /* betas: beta1/beta2 */
+            if (k->type == K_FLOAT2 || strncmp(k->name, keys[i].name, (size_t)sl + 1) != 0)
+                continue; /* betas: beta1/beta2 */
             char v[SHARC_PATH_MAX + 8];
             format_value(c, k, v, sizeof v);
             fprintf(f, "  %s: %s\n", k->name + sl + 1, v);
@@ -932,8 +1038,8 @@ char *sharc_config_to_yaml(const sharc_config *c) {
 }
 
 void sharc_config_print_keys(FILE *f) {
-    static const char *type_names[] = {"int", "int", "uint", "float", "bool", "string", "enum", "[float, float]",
-                                       "dtype", "bool|auto", "bool|int"};
+    static const char *type_names[] = {
+        "int", "int", "uint", "float", "bool", "string", "enum", "[float, float]", "dtype", "bool|auto", "bool|int"};
     static sharc_config d; /* the defaults, for strings as they are written in YAML */
     sharc_config_default(&d);
     fprintf(f, "Keys (type, default; * = every rank of a run must hold the same value):\n");
@@ -941,8 +1047,8 @@ void sharc_config_print_keys(FILE *f) {
         char def[SHARC_PATH_MAX + 8] = "";
         if (keys[i].type == K_STR) format_value(&d, &keys[i], def, sizeof def);
         else if (keys[i].def) snprintf(def, sizeof def, "%s", keys[i].def);
-        fprintf(f, "  %-32s %-8s %-14s %s %s\n", keys[i].name, type_names[keys[i].type], def,
-                keys[i].agree ? "*" : " ", keys[i].help);
+        fprintf(f, "  %-32s %-8s %-14s %s %s\n", keys[i].name, type_names[keys[i].type], def, keys[i].agree ? "*" : " ",
+                keys[i].help);
     }
     fprintf(f, "\nAliases (note [aliases] in src/config/config.c); these wrappers are read as a section:\n ");
     for (size_t i = 0; i < sizeof containers / sizeof containers[0]; i++)
@@ -951,8 +1057,10 @@ void sharc_config_print_keys(FILE *f) {
     for (int i = 0; i < NALIASES; i++) {
         const alias_def *a = &aliases[i];
         if (a->kind == A_NOTE) fprintf(f, "  %-40s accepted: %s\n", a->name, a->why);
-        else if (a->kind == A_PRECISION) fprintf(f, "  %-40s -> fsdp.param_dtype + fsdp.reduce_dtype (a precision name)\n", a->name);
-        else if (a->kind == A_COUNT) fprintf(f, "  %-40s -> %s (0: off) and %s_depth (units ahead)\n", a->name, a->target, a->target);
+        else if (a->kind == A_PRECISION)
+            fprintf(f, "  %-40s -> fsdp.param_dtype + fsdp.reduce_dtype (a precision name)\n", a->name);
+        else if (a->kind == A_COUNT)
+            fprintf(f, "  %-40s -> %s (0: off) and %s_depth (units ahead)\n", a->name, a->target, a->target);
         else fprintf(f, "  %-40s -> %s%s\n", a->name, a->target, a->kind == A_NOT ? " (inverted)" : "");
     }
     fprintf(f, "\nPresets (preset: NAME or --preset NAME):\n");
@@ -971,13 +1079,15 @@ int sharc_config_warnings(const sharc_config *c, void (*emit)(const char *line, 
     char line[512];
     if (c->fsdp.cpu_offload) {
         emit("fsdp.cpu_offload (or offload_policy) = true is accepted but not implemented: sharc runs on CPUs and "
-             "keeps parameters, gradients and optimizer state in host memory; nothing is offloaded", ctx);
+             "keeps parameters, gradients and optimizer state in host memory; nothing is offloaded",
+             ctx);
         n++;
     }
     if (c->fsdp.wrap_policy != 0) {
         snprintf(line, sizeof line,
                  "fsdp.wrap_policy = %s is accepted but not implemented: sharc always makes one unit per transformer "
-                 "block (plus the embedding and head units)", wrap_policies[c->fsdp.wrap_policy]);
+                 "block (plus the embedding and head units)",
+                 wrap_policies[c->fsdp.wrap_policy]);
         emit(line, ctx);
         n++;
     }

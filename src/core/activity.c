@@ -15,7 +15,7 @@ static _Atomic(const char *) cur_coll;
 static _Atomic int cur_coll_ranks;
 
 #define STORE(v, x) atomic_store_explicit(&(v), (x), memory_order_relaxed)
-#define LOAD(v) atomic_load_explicit(&(v), memory_order_relaxed)
+#define LOAD(v)     atomic_load_explicit(&(v), memory_order_relaxed)
 
 static void bump(void) { atomic_fetch_add_explicit(&seq, 1, memory_order_release); }
 
@@ -60,6 +60,5 @@ void sharc_activity_describe(char *out, size_t n) {
     if (coll)
         snprintf(out, n, "step %lld: waiting in %s over %d ranks (%s)", (long long)LOAD(cur_step), coll,
                  LOAD(cur_coll_ranks), where);
-    else
-        snprintf(out, n, "step %lld: computing (%s)", (long long)LOAD(cur_step), where);
+    else snprintf(out, n, "step %lld: computing (%s)", (long long)LOAD(cur_step), where);
 }

@@ -25,8 +25,7 @@ static _Atomic int64_t peak_total;
 
 static void raise_peak(_Atomic int64_t *p, int64_t v) {
     int64_t old = atomic_load(p);
-    while (v > old && !atomic_compare_exchange_weak(p, &old, v)) {
-    }
+    while (v > old && !atomic_compare_exchange_weak(p, &old, v)) {}
 }
 
 void *sharc_alloc(size_t bytes, sharc_mem_cat cat) {
@@ -38,8 +37,7 @@ void *sharc_alloc(size_t bytes, sharc_mem_cat cat) {
     }
     char *base = aligned_alloc(64, total);
     if (!base) {
-        sharc_error(SHARC_ERR_NOMEM, "alloc: cannot allocate %zu bytes for %s", bytes,
-                    sharc_mem_cat_name(cat));
+        sharc_error(SHARC_ERR_NOMEM, "alloc: cannot allocate %zu bytes for %s", bytes, sharc_mem_cat_name(cat));
         return NULL;
     }
     memset(base, 0, total);
@@ -86,7 +84,6 @@ void sharc_mem_reset_peak(void) {
 }
 
 const char *sharc_mem_cat_name(sharc_mem_cat cat) {
-    static const char *names[SHARC_MEM_NCAT] = {"params", "grads", "optim", "gathered",
-                                                "activations", "comm", "other"};
+    static const char *names[SHARC_MEM_NCAT] = {"params", "grads", "optim", "gathered", "activations", "comm", "other"};
     return (cat >= 0 && cat < SHARC_MEM_NCAT) ? names[cat] : "?";
 }

@@ -10,12 +10,11 @@ static const struct {
     const char *name;
     size_t size;
 } table[SHARC_DT_COUNT] = {
-    [SHARC_DT_F32] = {"F32", 4},     [SHARC_DT_F16] = {"F16", 2},   [SHARC_DT_BF16] = {"BF16", 2},
-    [SHARC_DT_F64] = {"F64", 8},     [SHARC_DT_I8] = {"I8", 1},     [SHARC_DT_U8] = {"U8", 1},
-    [SHARC_DT_I16] = {"I16", 2},     [SHARC_DT_U16] = {"U16", 2},   [SHARC_DT_I32] = {"I32", 4},
-    [SHARC_DT_U32] = {"U32", 4},     [SHARC_DT_I64] = {"I64", 8},   [SHARC_DT_U64] = {"U64", 8},
-    [SHARC_DT_BOOL] = {"BOOL", 1},   [SHARC_DT_F8_E4M3] = {"F8_E4M3", 1},
-    [SHARC_DT_F8_E5M2] = {"F8_E5M2", 1},
+    [SHARC_DT_F32] = {"F32", 4},   [SHARC_DT_F16] = {"F16", 2},         [SHARC_DT_BF16] = {"BF16", 2},
+    [SHARC_DT_F64] = {"F64", 8},   [SHARC_DT_I8] = {"I8", 1},           [SHARC_DT_U8] = {"U8", 1},
+    [SHARC_DT_I16] = {"I16", 2},   [SHARC_DT_U16] = {"U16", 2},         [SHARC_DT_I32] = {"I32", 4},
+    [SHARC_DT_U32] = {"U32", 4},   [SHARC_DT_I64] = {"I64", 8},         [SHARC_DT_U64] = {"U64", 8},
+    [SHARC_DT_BOOL] = {"BOOL", 1}, [SHARC_DT_F8_E4M3] = {"F8_E4M3", 1}, [SHARC_DT_F8_E5M2] = {"F8_E5M2", 1},
 };
 
 size_t sharc_dtype_size(sharc_dtype t) { return (t >= 0 && t < SHARC_DT_COUNT) ? table[t].size : 0; }
@@ -47,9 +46,9 @@ uint16_t sharc_f32_to_f16(float f) {
     memcpy(&u, &f, 4);
     uint32_t sign = (u >> 16) & 0x8000u;
     uint32_t a = u & 0x7fffffffu;
-    if (a > 0x7f800000u) return (uint16_t)(sign | 0x7e00u);                 /* NaN */
-    if (a >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u);                /* overflow -> inf */
-    if (a < 0x38800000u) {                                                  /* subnormal or zero */
+    if (a > 0x7f800000u) return (uint16_t)(sign | 0x7e00u);  /* NaN */
+    if (a >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u); /* overflow -> inf */
+    if (a < 0x38800000u) {                                   /* subnormal or zero */
         float af;
         memcpy(&af, &a, 4);
         /* scale so the f16 subnormal unit (2^-24) becomes 1, round to nearest even */
@@ -143,13 +142,13 @@ static void round_f16_range(float *dst, const float *src, int64_t n) {
 }
 #endif
 
-#define PAR_CONVERT(n, call)                                                             \
-    do {                                                                                  \
-        int64_t nc_ = ((n) + 65535) / 65536;                                              \
-        _Pragma("omp parallel for schedule(static) if (nc_ > 1)") for (int64_t k_ = 0; k_ < nc_; k_++) { \
-            int64_t lo = sharc_chunk_lo(k_, nc_, (n)), len = sharc_chunk_lo(k_ + 1, nc_, (n)) - lo; \
-            call;                                                                         \
-        }                                                                                 \
+#define PAR_CONVERT(n, call)                                                                                           \
+    do {                                                                                                               \
+        int64_t nc_ = ((n) + 65535) / 65536;                                                                           \
+        _Pragma("omp parallel for schedule(static) if (nc_ > 1)") for (int64_t k_ = 0; k_ < nc_; k_++) {               \
+            int64_t lo = sharc_chunk_lo(k_, nc_, (n)), len = sharc_chunk_lo(k_ + 1, nc_, (n)) - lo;                    \
+            call;                                                                                                      \
+        }                                                                                                              \
     } while (0)
 
 void sharc_to_f32(float *dst, const void *src, sharc_dtype t, int64_t n) {

@@ -60,8 +60,13 @@ sharc_status sharc_fsync_dir(const char *path_in_dir) {
 
 sharc_status sharc_path_status(int err) {
     switch (err) {
-    case ENOENT: case ENOTDIR: case EISDIR: case ENAMETOOLONG: case ELOOP: case EACCES: case EPERM:
-        return SHARC_ERR_INVALID;
+    case ENOENT:
+    case ENOTDIR:
+    case EISDIR:
+    case ENAMETOOLONG:
+    case ELOOP:
+    case EACCES:
+    case EPERM: return SHARC_ERR_INVALID;
     default: return SHARC_ERR_IO;
     }
 }
@@ -149,8 +154,7 @@ sharc_status sharc_afile_open(sharc_afile *a, const char *final_path) {
     snprintf(a->final_path, sizeof a->final_path, "%s", final_path);
     snprintf(a->tmp_path, sizeof a->tmp_path, "%s.tmp.%d", final_path, (int)getpid());
     a->fd = open(a->tmp_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (a->fd < 0)
-        return sharc_error(SHARC_ERR_IO, "cannot create '%s': %s", a->tmp_path, strerror(errno));
+    if (a->fd < 0) return sharc_error(SHARC_ERR_IO, "cannot create '%s': %s", a->tmp_path, strerror(errno));
     return SHARC_OK;
 }
 
@@ -172,8 +176,8 @@ sharc_status sharc_afile_commit(sharc_afile *a) {
     }
     a->fd = -1;
     if (rename(a->tmp_path, a->final_path) != 0) {
-        sharc_status st = sharc_error(SHARC_ERR_IO, "cannot rename '%s' to '%s': %s", a->tmp_path,
-                                      a->final_path, strerror(errno));
+        sharc_status st =
+            sharc_error(SHARC_ERR_IO, "cannot rename '%s' to '%s': %s", a->tmp_path, a->final_path, strerror(errno));
         unlink(a->tmp_path);
         return st;
     }

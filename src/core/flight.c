@@ -55,8 +55,8 @@ static char path[4300];
 
 int sharc_flight_group_new(void) { return atomic_fetch_add(&groups, 1); }
 
-uint64_t sharc_flight_begin(int group, uint64_t seq, int group_size, int group_rank, const char *kind,
-                            int64_t bytes, int nonblocking) {
+uint64_t sharc_flight_begin(int group, uint64_t seq, int group_size, int group_rank, const char *kind, int64_t bytes,
+                            int nonblocking) {
     uint64_t h = atomic_fetch_add_explicit(&count, 1, memory_order_relaxed) + 1;
     entry *e = &ring[(h - 1) % SHARC_FLIGHT_N];
     atomic_store_explicit(&e->handle, 0, memory_order_relaxed);
@@ -95,9 +95,9 @@ static void json_safe(char *out, size_t n, const char *s) {
     out[i] = 0;
 }
 
-#define ADD(...)                                                                          \
-    do {                                                                                  \
-        if (len < sizeof buf) len += (size_t)snprintf(buf + len, sizeof buf - len, __VA_ARGS__); \
+#define ADD(...)                                                                                                       \
+    do {                                                                                                               \
+        if (len < sizeof buf) len += (size_t)snprintf(buf + len, sizeof buf - len, __VA_ARGS__);                       \
     } while (0)
 
 const char *sharc_flight_dump(const char *reason, const char *what) {
@@ -121,9 +121,8 @@ const char *sharc_flight_dump(const char *reason, const char *what) {
         const double end = atomic_load_explicit(&e->t_end, memory_order_relaxed);
         ADD("%s\n  {\"group\": %d, \"seq\": %llu, \"kind\": \"%s\", \"bytes\": %lld, \"group_size\": %d, "
             "\"group_rank\": %d, \"nonblocking\": %s, \"step\": %lld, \"unit\": %d, \"start\": %.6f, ",
-            h == first ? "" : ",", e->group, (unsigned long long)e->seq, e->kind ? e->kind : "?",
-            (long long)e->bytes, e->group_size, e->group_rank, e->nonblocking ? "true" : "false",
-            (long long)e->step, e->unit, e->t_start);
+            h == first ? "" : ",", e->group, (unsigned long long)e->seq, e->kind ? e->kind : "?", (long long)e->bytes,
+            e->group_size, e->group_rank, e->nonblocking ? "true" : "false", (long long)e->step, e->unit, e->t_start);
         if (end > 0) ADD("\"end\": %.6f}", end);
         else ADD("\"end\": null}");
     }

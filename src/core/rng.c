@@ -69,6 +69,4 @@ void sharc_rng_init(sharc_rng *r, uint64_t seed, uint64_t stream) {
     r->counter = 0;
 }
 
-float sharc_rng_next_uniform(sharc_rng *r) {
-    return sharc_rng_uniform(r->seed, r->stream, r->counter++);
-}
+float sharc_rng_next_uniform(sharc_rng *r) { return sharc_rng_uniform(r->seed, r->stream, r->counter++); }

@@ -40,7 +40,7 @@ static int depth;
 static atomic_bool stop;
 static atomic_int timeout_s;
 static _Atomic(const char *) setting_name;
-static atomic_bool watching;  /* the thread runs (read by the signal handler) */
+static atomic_bool watching; /* the thread runs (read by the signal handler) */
 
 /* Write the flight record (note [flight]) and say where, after `line`. */
 static void dump_and_say(const char *reason, const char *what) {

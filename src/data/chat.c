@@ -41,14 +41,15 @@ static const struct {
     const char *what;
 } known[] = {
     {"87a2728cb8dc9fe424d624542f6060ec05a1d285ebbec578bb078900e33396b5", SHARC_CHAT_QWEN3, "Qwen3"},
-    {"b48c47f6443892716176eb200bf4ef108f64e06ca26ed0fa8ebc0a4b3992fcb2", SHARC_CHAT_LLAMA3, "Llama-3 Instruct (first release)"},
+    {"b48c47f6443892716176eb200bf4ef108f64e06ca26ed0fa8ebc0a4b3992fcb2", SHARC_CHAT_LLAMA3,
+     "Llama-3 Instruct (first release)"},
     {"fcf7a096fe99a48fd9ad2b250bf9237e96e8f48bffec1c7ea4d3f225176cd40e", SHARC_CHAT_CHATML, "ChatML"},
 };
 
 sharc_status sharc_chat_identify(const char *template_text, const char *where, sharc_chat_format *out) {
     if (!template_text)
-        return sharc_error(SHARC_ERR_INVALID, "%s has no chat_template; set data.chat_template to chatml, qwen3 or llama3",
-                           where);
+        return sharc_error(SHARC_ERR_INVALID,
+                           "%s has no chat_template; set data.chat_template to chatml, qwen3 or llama3", where);
     struct sha256_ctx c;
     uint8_t d[32];
     char hex[65];
@@ -139,8 +140,9 @@ static bool py_space_at(const char *s, size_t n, size_t *len) {
     }
     if (u[0] == 0xE2 && n >= 3) {
         *len = 3;
-        if (u[1] == 0x80) return u[2] <= 0x8A || u[2] == 0xA8 || u[2] == 0xA9 || u[2] == 0xAF; /* 2000-200A, 2028, 2029, 202F */
-        return u[1] == 0x81 && u[2] == 0x9F;                                                 /* U+205F */
+        if (u[1] == 0x80)
+            return u[2] <= 0x8A || u[2] == 0xA8 || u[2] == 0xA9 || u[2] == 0xAF; /* 2000-200A, 2028, 2029, 202F */
+        return u[1] == 0x81 && u[2] == 0x9F;                                     /* U+205F */
     }
     if (u[0] == 0xE3 && n >= 3) {
         *len = 3;

@@ -37,26 +37,26 @@
 #endif
 
 #define LLMC_HEADER_BYTES 1024 /* 256 x int32 */
-#define LLMC_MAGIC_U16 20240520
-#define LLMC_VERSION_U16 1
-#define LLMC_MAGIC_U32 20240801
-#define LLMC_VERSION_U32 7
-#define SHTK_MARK 0x4B544853 /* "SHTK" */
-#define SFT_HEADER_BYTES 128
-#define SFT_VERSION 1
+#define LLMC_MAGIC_U16    20240520
+#define LLMC_VERSION_U16  1
+#define LLMC_MAGIC_U32    20240801
+#define LLMC_VERSION_U32  7
+#define SHTK_MARK         0x4B544853 /* "SHTK" */
+#define SFT_HEADER_BYTES  128
+#define SFT_VERSION       1
 
 struct sharc_dataset {
-    char *path;                  /* owned copy, for messages */
-    int fd;                      /* owned, -1 when closed */
-    void *map;                   /* owned read-only mapping of the whole file, or NULL */
+    char *path; /* owned copy, for messages */
+    int fd;     /* owned, -1 when closed */
+    void *map;  /* owned read-only mapping of the whole file, or NULL */
     size_t map_bytes;
     const unsigned char *tokens; /* (ntokens x token_bytes) first token, inside map or mem_tokens */
     int64_t ntokens;
-    int token_bytes;             /* 1 (text), 2 (u16) or 4 (u32, sft) */
-    sharc_token_format format;   /* as resolved: never AUTO */
-    const uint64_t *offsets;     /* (nsamples + 1) SFT samples, inside map or mem_offsets; NULL: a stream */
+    int token_bytes;           /* 1 (text), 2 (u16) or 4 (u32, sft) */
+    sharc_token_format format; /* as resolved: never AUTO */
+    const uint64_t *offsets;   /* (nsamples + 1) SFT samples, inside map or mem_offsets; NULL: a stream */
     int64_t nsamples, longest;
-    uint8_t sha256[32];          /* note [token-fingerprint] */
+    uint8_t sha256[32]; /* note [token-fingerprint] */
     bool has_sha256;
     void *mem_tokens, *mem_offsets; /* owned (malloc'd) by from_memory */
     int64_t mem_bytes;              /* their size, counted as SHARC_MEM_OTHER while held */
@@ -88,8 +88,7 @@ static bool ends_with(const char *s, const char *suffix) {
 }
 
 static int32_t le32(const unsigned char *p) {
-    return (int32_t)((uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
-                     (uint32_t)p[3] << 24);
+    return (int32_t)((uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24);
 }
 
 static bool starts_with_llmc_magic(const unsigned char *base, size_t bytes) {
@@ -99,8 +98,7 @@ static bool starts_with_llmc_magic(const unsigned char *base, size_t bytes) {
 }
 
 /* data.format = auto: llm.c or SFT magic first, then the extension. */
-static sharc_status detect_format(sharc_token_format *out, const char *path,
-                                  const unsigned char *base, size_t bytes) {
+static sharc_status detect_format(sharc_token_format *out, const char *path, const unsigned char *base, size_t bytes) {
     if (starts_with_llmc_magic(base, bytes)) *out = SHARC_TOKENS_LLMC;
     else if (bytes >= 8 && memcmp(base, "SHARCSFT", 8) == 0) *out = SHARC_TOKENS_SFT;
     else if (ends_with(path, ".txt") || ends_with(path, ".text")) *out = SHARC_TOKENS_TEXT;
@@ -118,7 +116,9 @@ static sharc_status detect_format(sharc_token_format *out, const char *path,
 sharc_status sharc_dataset_detect(const char *path, sharc_token_format *out) {
     unsigned char head[8] = {0};
     FILE *f = fopen(path, "rb");
-    if (!f) return sharc_error(sharc_path_status(errno), "data: cannot open '%s': %s; check data.path", path, strerror(errno));
+    if (!f)
+        return sharc_error(sharc_path_status(errno), "data: cannot open '%s': %s; check data.path", path,
+                           strerror(errno));
     size_t n = fread(head, 1, sizeof head, f);
     fclose(f);
     return detect_format(out, path, head, n);
@@ -128,16 +128,16 @@ sharc_status sharc_dataset_detect(const char *path, sharc_token_format *out) {
 static sharc_status layout_sft(sharc_dataset *d, const unsigned char *base, size_t bytes) {
     const char *path = d->path;
     if (bytes < SFT_HEADER_BYTES || memcmp(base, "SHARCSFT", 8) != 0)
-        return sharc_error(SHARC_ERR_FORMAT, "data: '%s' is not a sharc SFT token file (no SHARCSFT header); check data.format",
-                           path);
+        return sharc_error(SHARC_ERR_FORMAT,
+                           "data: '%s' is not a sharc SFT token file (no SHARCSFT header); check data.format", path);
     uint32_t version;
     uint64_t n, ntok;
     memcpy(&version, base + 8, 4);
     memcpy(&n, base + 16, 8);
     memcpy(&ntok, base + 24, 8);
     if (version != SFT_VERSION)
-        return sharc_error(SHARC_ERR_FORMAT, "data: '%s': SFT file version %u; this sharc reads version %d", path, version,
-                           SFT_VERSION);
+        return sharc_error(SHARC_ERR_FORMAT, "data: '%s': SFT file version %u; this sharc reads version %d", path,
+                           version, SFT_VERSION);
     if (n == 0 || n > (bytes - SFT_HEADER_BYTES) / 8 || ntok > bytes / 4 ||
         (uint64_t)bytes != SFT_HEADER_BYTES + 8 * (n + 1) + 4 * ntok)
         return sharc_error(SHARC_ERR_FORMAT, "data: '%s': %llu samples and %llu tokens do not fit its %zu bytes", path,
@@ -177,11 +177,9 @@ static sharc_status layout_llmc(sharc_dataset *d, const unsigned char *base, siz
         return sharc_error(SHARC_ERR_FORMAT,
                            "data: '%s': llm.c header has magic %d version %d; expected magic %d "
                            "version %d (uint16 tokens) or magic %d version %d (uint32 tokens)",
-                           path, magic, version, LLMC_MAGIC_U16, LLMC_VERSION_U16, LLMC_MAGIC_U32,
-                           LLMC_VERSION_U32);
+                           path, magic, version, LLMC_MAGIC_U16, LLMC_VERSION_U16, LLMC_MAGIC_U32, LLMC_VERSION_U32);
     if (count < 0)
-        return sharc_error(SHARC_ERR_FORMAT,
-                           "data: '%s': llm.c header says %d tokens; expected a count >= 0", path,
+        return sharc_error(SHARC_ERR_FORMAT, "data: '%s': llm.c header says %d tokens; expected a count >= 0", path,
                            count);
     size_t want = LLMC_HEADER_BYTES + (size_t)count * (size_t)d->token_bytes;
     if (want != bytes)
@@ -199,8 +197,8 @@ static sharc_status layout_llmc(sharc_dataset *d, const unsigned char *base, siz
 }
 
 /* Resolve the format and point d->tokens at the token array. */
-static sharc_status layout(sharc_dataset *d, const unsigned char *base, size_t bytes,
-                           sharc_token_format fmt, int vocab_size) {
+static sharc_status layout(sharc_dataset *d, const unsigned char *base, size_t bytes, sharc_token_format fmt,
+                           int vocab_size) {
     const char *path = d->path;
     if (fmt == SHARC_TOKENS_AUTO) SHARC_TRY(detect_format(&fmt, path, base, bytes));
     d->format = fmt;
@@ -233,13 +231,10 @@ static sharc_status layout(sharc_dataset *d, const unsigned char *base, size_t b
                            "data: '%s' is JSONL: set model.tokenizer (sharc train tokenizes it when it starts; sharc "
                            "tokenize writes a token file from it)",
                            path);
-    default:
-        return sharc_error(SHARC_ERR_INVALID, "data: '%s': unknown token format %d", path,
-                           (int)fmt);
+    default: return sharc_error(SHARC_ERR_INVALID, "data: '%s': unknown token format %d", path, (int)fmt);
     }
     if (d->ntokens == 0)
-        return sharc_error(SHARC_ERR_FORMAT, "data: '%s' holds no tokens; expected at least one",
-                           path);
+        return sharc_error(SHARC_ERR_FORMAT, "data: '%s' holds no tokens; expected at least one", path);
     return SHARC_OK;
 }
 
@@ -279,9 +274,7 @@ static sharc_status check_vocab(const sharc_dataset *d, int vocab_size) {
     uint32_t mx;
     switch (d->token_bytes) {
     case 1: mx = 0; break; /* bytes < 256 <= vocab_size, checked in layout() */
-    case 2:
-        mx = V > UINT16_MAX ? 0 : max_u16((const uint16_t *)(const void *)d->tokens, d->ntokens);
-        break;
+    case 2: mx = V > UINT16_MAX ? 0 : max_u16((const uint16_t *)(const void *)d->tokens, d->ntokens); break;
     default:
         mx = d->offsets ? max_sft((const uint32_t *)(const void *)d->tokens, d->ntokens)
                         : max_u32((const uint32_t *)(const void *)d->tokens, d->ntokens);
@@ -298,14 +291,11 @@ static sharc_status check_vocab(const sharc_dataset *d, int vocab_size) {
 
 /* ---------------- open / free / read ---------------- */
 
-sharc_status sharc_dataset_open(sharc_dataset **out, const char *path, sharc_token_format fmt,
-                                int vocab_size) {
+sharc_status sharc_dataset_open(sharc_dataset **out, const char *path, sharc_token_format fmt, int vocab_size) {
     *out = NULL;
-    if (!path || !*path)
-        return sharc_error(SHARC_ERR_INVALID, "data: no token file given; set data.path");
+    if (!path || !*path) return sharc_error(SHARC_ERR_INVALID, "data: no token file given; set data.path");
     if (vocab_size < 1)
-        return sharc_error(SHARC_ERR_INVALID,
-                           "data: '%s': model.vocab_size is %d; expected at least 1", path,
+        return sharc_error(SHARC_ERR_INVALID, "data: '%s': model.vocab_size is %d; expected at least 1", path,
                            vocab_size);
     if ((int)fmt < 0 || (int)fmt >= NFORMATS)
         return sharc_error(SHARC_ERR_INVALID,
@@ -325,8 +315,8 @@ sharc_status sharc_dataset_open(sharc_dataset **out, const char *path, sharc_tok
 
     d->fd = open(path, O_RDONLY | O_CLOEXEC);
     if (d->fd < 0) {
-        st = sharc_error(sharc_path_status(errno), "data: cannot open '%s': %s; check data.path", path,
-                         strerror(errno));
+        st =
+            sharc_error(sharc_path_status(errno), "data: cannot open '%s': %s; check data.path", path, strerror(errno));
         goto fail;
     }
     struct stat sb;
@@ -335,20 +325,20 @@ sharc_status sharc_dataset_open(sharc_dataset **out, const char *path, sharc_tok
         goto fail;
     }
     if (!S_ISREG(sb.st_mode)) {
-        st = sharc_error(SHARC_ERR_INVALID, "data: '%s' is not a regular file; data.path must name a "
-                                       "token file", path);
+        st = sharc_error(SHARC_ERR_INVALID,
+                         "data: '%s' is not a regular file; data.path must name a "
+                         "token file",
+                         path);
         goto fail;
     }
     size_t bytes = (size_t)sb.st_size;
     if (bytes == 0) {
-        st = sharc_error(SHARC_ERR_FORMAT, "data: '%s' is empty; expected at least one token",
-                         path);
+        st = sharc_error(SHARC_ERR_FORMAT, "data: '%s' is empty; expected at least one token", path);
         goto fail;
     }
     void *map = mmap(NULL, bytes, PROT_READ, MAP_PRIVATE, d->fd, 0);
     if (map == MAP_FAILED) {
-        st = sharc_error(SHARC_ERR_IO, "data: cannot map '%s' (%zu bytes): %s", path, bytes,
-                         strerror(errno));
+        st = sharc_error(SHARC_ERR_IO, "data: cannot map '%s' (%zu bytes): %s", path, bytes, strerror(errno));
         goto fail;
     }
     d->map = map;
@@ -407,8 +397,8 @@ sharc_status sharc_dataset_from_memory(sharc_dataset **out, const char *name, ui
         memcpy(d->sha256, sha256, 32);
         d->has_sha256 = true;
     }
-    sharc_status st = ntokens > 0 ? check_vocab(d, vocab_size)
-                                  : sharc_error(SHARC_ERR_FORMAT, "data: '%s' holds no tokens", name);
+    sharc_status st =
+        ntokens > 0 ? check_vocab(d, vocab_size) : sharc_error(SHARC_ERR_FORMAT, "data: '%s' holds no tokens", name);
     if (st != SHARC_OK) {
         sharc_dataset_free(d);
         return st;
@@ -445,7 +435,8 @@ int64_t sharc_dataset_item(const sharc_dataset *d, int64_t k, int T, int32_t *in
     return valid;
 }
 
-sharc_status sharc_tokens_write_llmc(const char *path, const int32_t *ids, int64_t n, int vocab, const uint8_t *sha256) {
+sharc_status sharc_tokens_write_llmc(const char *path, const int32_t *ids, int64_t n, int vocab,
+                                     const uint8_t *sha256) {
     if (n > INT32_MAX)
         return sharc_error(SHARC_ERR_INVALID, "data: '%s': %lld tokens do not fit an llm.c file (at most %d)", path,
                            (long long)n, INT32_MAX);

@@ -34,10 +34,10 @@
 #include <string.h>
 #include <utf8proc.h>
 
-#define CACHE_SLOTS 65536u         /* power of two */
-#define CACHE_MAX_WORD 64          /* longer words are merged every time */
+#define CACHE_SLOTS     65536u     /* power of two */
+#define CACHE_MAX_WORD  64         /* longer words are merged every time */
 #define CACHE_KEY_BYTES (1u << 21) /* arenas; the cache is emptied when one fills */
-#define CACHE_ID_COUNT (1u << 19)
+#define CACHE_ID_COUNT  (1u << 19)
 
 typedef struct {
     uint32_t hash;
@@ -284,8 +284,8 @@ static sharc_status nfc(const char *s, size_t n, const char **out, size_t *outle
         return SHARC_OK;
     }
     utf8proc_uint8_t *dst = NULL;
-    utf8proc_ssize_t r = utf8proc_map((const utf8proc_uint8_t *)s, (utf8proc_ssize_t)n, &dst,
-                                      UTF8PROC_STABLE | UTF8PROC_COMPOSE);
+    utf8proc_ssize_t r =
+        utf8proc_map((const utf8proc_uint8_t *)s, (utf8proc_ssize_t)n, &dst, UTF8PROC_STABLE | UTF8PROC_COMPOSE);
     if (r < 0) return sharc_error(SHARC_ERR_INVALID, "tokenizer: NFC failed: %s", utf8proc_errmsg(r));
     *owned = (char *)dst;
     *out = (const char *)dst;
@@ -326,8 +326,8 @@ static sharc_status encode_piece(sharc_encoder *e, const char *s, size_t n, shar
 static sharc_status check_utf8(const sharc_tokenizer *t, const char *text, size_t len) {
     size_t ok = sharc_tok_utf8_valid((const unsigned char *)text, len);
     if (ok != len)
-        return sharc_error(SHARC_ERR_INVALID, "tokenizer '%s': the text is not valid UTF-8 at byte %zu (0x%02x)", t->path,
-                           ok, (unsigned char)text[ok]);
+        return sharc_error(SHARC_ERR_INVALID, "tokenizer '%s': the text is not valid UTF-8 at byte %zu (0x%02x)",
+                           t->path, ok, (unsigned char)text[ok]);
     return SHARC_OK;
 }
 
@@ -431,7 +431,7 @@ sharc_status sharc_tokenizer_encode_text(const sharc_tokenizer *t, const char *t
     const size_t batch = (size_t)threads * 4;
     sharc_ids *part = calloc(batch, sizeof(sharc_ids));
     sharc_status *pst = calloc(batch, sizeof(sharc_status));
-    char (*msg)[512] = calloc(batch, sizeof *msg);
+    char(*msg)[512] = calloc(batch, sizeof *msg);
     sharc_status st = part && pst && msg ? SHARC_OK : sharc_error(SHARC_ERR_NOMEM, "tokenizer: out of memory");
     for (size_t b0 = 0; b0 < nchunks && st == SHARC_OK; b0 += batch) {
         size_t nb = nchunks - b0 < batch ? nchunks - b0 : batch;

@@ -32,8 +32,7 @@ static sharc_status check_positive(const char *key, int v) {
     return sharc_error(SHARC_ERR_INVALID, "data: sampler: %s is %d; expected at least 1", key, v);
 }
 
-sharc_status sharc_sampler_init(sharc_sampler **out, const sharc_dataset *d,
-                                const sharc_sampler_config *c) {
+sharc_status sharc_sampler_init(sharc_sampler **out, const sharc_dataset *d, const sharc_sampler_config *c) {
     *out = NULL;
     SHARC_TRY(check_positive("train.seq_len", c->seq_len));
     SHARC_TRY(check_positive("train.batch_size", c->batch_size));
@@ -45,8 +44,8 @@ sharc_status sharc_sampler_init(sharc_sampler **out, const sharc_dataset *d,
         return sharc_error(SHARC_ERR_INVALID,
                            "data: '%s' has a sample of %lld tokens, more than train.seq_len + 1 = %lld; "
                            "tokenize with data.max_len <= %lld or raise train.seq_len",
-                           sharc_dataset_path(d), (long long)sharc_dataset_longest_sample(d),
-                           (long long)c->seq_len + 1, (long long)c->seq_len + 1);
+                           sharc_dataset_path(d), (long long)sharc_dataset_longest_sample(d), (long long)c->seq_len + 1,
+                           (long long)c->seq_len + 1);
     if (W < 1)
         return sharc_error(SHARC_ERR_INVALID,
                            "data: '%s' holds %lld tokens, fewer than one window of train.seq_len "
@@ -65,8 +64,7 @@ sharc_status sharc_sampler_init(sharc_sampler **out, const sharc_dataset *d,
             return sharc_error(SHARC_ERR_NOMEM,
                                "data: '%s': cannot allocate the permutation of %lld windows (%lld "
                                "bytes)",
-                               sharc_dataset_path(d), (long long)W,
-                               (long long)W * (long long)sizeof(int64_t));
+                               sharc_dataset_path(d), (long long)W, (long long)W * (long long)sizeof(int64_t));
         }
     }
     *out = s;
@@ -104,11 +102,9 @@ int64_t sharc_sampler_window_of(sharc_sampler *s, int64_t g) {
     return s->perm[pos];
 }
 
-void sharc_sampler_batch(sharc_sampler *s, int64_t step, int micro, int dp_rank, int32_t *inputs,
-                         int32_t *targets) {
+void sharc_sampler_batch(sharc_sampler *s, int64_t step, int micro, int dp_rank, int32_t *inputs, int32_t *targets) {
     const sharc_sampler_config *c = &s->cfg;
-    SHARC_CHECK(step >= 0 && micro >= 0 && micro < c->grad_accum && dp_rank >= 0 &&
-                dp_rank < c->dp_size);
+    SHARC_CHECK(step >= 0 && micro >= 0 && micro < c->grad_accum && dp_rank >= 0 && dp_rank < c->dp_size);
     const int64_t T = c->seq_len, B = c->batch_size, R = c->dp_size;
     const int64_t G = B * c->grad_accum * R; /* sequences per step */
     for (int64_t i = 0; i < B; i++) {

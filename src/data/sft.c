@@ -79,15 +79,17 @@ sharc_status sharc_sft_format_template(const char *tmpl, const char *input, size
             st = str_add(&b, input, len);
             p++;
         } else if (*p == '{' || *p == '}') {
-            st = sharc_error(SHARC_ERR_INVALID, "data.input_template '%s': a lone '%c' (Python's str.format: {} is the "
-                                                "input, {{ and }} are braces)", tmpl, *p);
+            st = sharc_error(SHARC_ERR_INVALID,
+                             "data.input_template '%s': a lone '%c' (Python's str.format: {} is the "
+                             "input, {{ and }} are braces)",
+                             tmpl, *p);
         } else {
             st = str_add(&b, p, 1);
         }
     }
     if (st == SHARC_OK && holes != 1)
-        st = sharc_error(SHARC_ERR_INVALID, "data.input_template '%s': has %d {}, expected exactly one for the input", tmpl,
-                         holes);
+        st = sharc_error(SHARC_ERR_INVALID, "data.input_template '%s': has %d {}, expected exactly one for the input",
+                         tmpl, holes);
     if (st == SHARC_OK && !b.s) st = str_add(&b, "", 0);
     if (st != SHARC_OK) {
         free(b.s);
@@ -108,10 +110,13 @@ sharc_status sharc_sft_check(const sharc_tokenizer *t, const sharc_sft_options *
                            "response (set data.output_key, or data.apply_chat_template for records of messages)");
     if (o->multiturn && !o->apply_chat_template)
         return sharc_error(SHARC_ERR_INVALID, "data.multiturn needs data.apply_chat_template: true");
-    if (o->max_len < 4) return sharc_error(SHARC_ERR_INVALID, "data.max_len: %d, expected at least 4 tokens", o->max_len);
+    if (o->max_len < 4)
+        return sharc_error(SHARC_ERR_INVALID, "data.max_len: %d, expected at least 4 tokens", o->max_len);
     if (!sharc_tokenizer_eos_text(t))
-        return sharc_error(SHARC_ERR_INVALID, "tokenizer '%s' has no eos_token (tokenizer_config.json): SFT ends every "
-                                              "response with it", sharc_tokenizer_path(t));
+        return sharc_error(SHARC_ERR_INVALID,
+                           "tokenizer '%s' has no eos_token (tokenizer_config.json): SFT ends every "
+                           "response with it",
+                           sharc_tokenizer_path(t));
     if (!o->apply_chat_template && o->input_template && o->input_template[0]) {
         char *x;
         size_t n;
@@ -125,8 +130,10 @@ sharc_status sharc_sft_check(const sharc_tokenizer *t, const sharc_sft_options *
         SHARC_TRY(sharc_chat_identify(sharc_tokenizer_chat_template(t), where, format));
     }
     if (o->apply_chat_template && *format == SHARC_CHAT_LLAMA3 && !sharc_tokenizer_bos_text(t))
-        return sharc_error(SHARC_ERR_INVALID, "data.chat_template llama3 needs a bos_token in the tokenizer's "
-                                              "tokenizer_config.json ('%s')", sharc_tokenizer_path(t));
+        return sharc_error(SHARC_ERR_INVALID,
+                           "data.chat_template llama3 needs a bos_token in the tokenizer's "
+                           "tokenizer_config.json ('%s')",
+                           sharc_tokenizer_path(t));
     return SHARC_OK;
 }
 
@@ -163,7 +170,7 @@ typedef struct {
 } result_t;
 
 #define DROP_EMPTY 1
-#define DROP_LONG 2
+#define DROP_LONG  2
 
 static sharc_status rec_error(const ctx_t *c, size_t line, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static sharc_status rec_error(const ctx_t *c, size_t line, const char *fmt, ...) {
@@ -204,14 +211,17 @@ static sharc_status add_msg(worker_t *w, sharc_chat_msg m, size_t *n) {
 }
 
 /* One message object, or a list of them, appended to w->msgs. */
-static sharc_status read_messages(const ctx_t *c, size_t line, json_object *v, const char *key, worker_t *w, size_t *n) {
+static sharc_status read_messages(const ctx_t *c, size_t line, json_object *v, const char *key, worker_t *w,
+                                  size_t *n) {
     bool list = json_object_is_type(v, json_type_array);
     size_t k = list ? json_object_array_length(v) : 1;
     for (size_t i = 0; i < k; i++) {
-        json_object *m = list ? json_object_array_get_idx(v, i) : v, *role = field(m, "role"), *content = field(m, "content");
+        json_object *m = list ? json_object_array_get_idx(v, i) : v, *role = field(m, "role"),
+                    *content = field(m, "content");
         char where[96];
         snprintf(where, sizeof where, list ? "%s[%zu]" : "%s", key, i);
-        if (!json_object_is_type(m, json_type_object)) return rec_error(c, line, "%s: expected a message object", where);
+        if (!json_object_is_type(m, json_type_object))
+            return rec_error(c, line, "%s: expected a message object", where);
         if (!role || !json_object_is_type(role, json_type_string))
             return rec_error(c, line, "%s.role: expected a string", where);
         const char *r = json_object_get_string(role);
@@ -402,8 +412,8 @@ static sharc_status sample_ranges(const ctx_t *c, worker_t *w, result_t *r) {
         at = hi;
     }
     if (st == SHARC_OK && at != total)
-        st = sharc_error(SHARC_ERR_INTERNAL, "%s: the tokens decode to %zu bytes, the normalised text has %zu", c->name, at,
-                         total);
+        st = sharc_error(SHARC_ERR_INTERNAL, "%s: the tokens decode to %zu bytes, the normalised text has %zu", c->name,
+                         at, total);
     if (st == SHARC_OK) {
         if (first_tok == SIZE_MAX || first_tok == 0) r->dropped = DROP_EMPTY;
         else if (first_tok + 2 >= max_len) r->dropped = DROP_LONG;
@@ -446,7 +456,7 @@ static sharc_status one_record(const ctx_t *c, worker_t *w, const char *line, si
     if (!rec || jerr != json_tokener_success || json_tokener_get_parse_end(w->jt) != len) {
         json_object_put(rec);
         return rec_error(c, lineno, "not one JSON object (%s)",
-                         jerr == json_tokener_continue ? "it ends too early"
+                         jerr == json_tokener_continue  ? "it ends too early"
                          : jerr != json_tokener_success ? json_tokener_error_desc(jerr)
                                                         : "bytes after the value");
     }
@@ -482,17 +492,26 @@ static sharc_status one_record(const ctx_t *c, worker_t *w, const char *line, si
         if (!in) st = rec_error(c, lineno, "no key '%s' (data.input_key)", o->input_key);
         bool has_out = o->output_key && o->output_key[0];
         json_object *out = has_out ? field(rec, o->output_key) : NULL;
-        if (st == SHARC_OK && has_out && !out) st = rec_error(c, lineno, "no key '%s' (data.output_key)", o->output_key);
-        if (st == SHARC_OK && has_out && json_object_is_type(in, json_type_string) && json_object_is_type(out, json_type_string)) {
+        if (st == SHARC_OK && has_out && !out)
+            st = rec_error(c, lineno, "no key '%s' (data.output_key)", o->output_key);
+        if (st == SHARC_OK && has_out && json_object_is_type(in, json_type_string) &&
+            json_object_is_type(out, json_type_string)) {
             /* strings: one user turn and one assistant turn */
-            st = add_msg(w, (sharc_chat_msg){SHARC_ROLE_USER, json_object_get_string(in), (size_t)json_object_get_string_len(in), NULL, 0}, &nmsg);
+            st = add_msg(w,
+                         (sharc_chat_msg){SHARC_ROLE_USER, json_object_get_string(in),
+                                          (size_t)json_object_get_string_len(in), NULL, 0},
+                         &nmsg);
             first_resp = nmsg;
             if (st == SHARC_OK)
-                st = add_msg(w, (sharc_chat_msg){SHARC_ROLE_ASSISTANT, json_object_get_string(out), (size_t)json_object_get_string_len(out), NULL, 0}, &nmsg);
+                st = add_msg(w,
+                             (sharc_chat_msg){SHARC_ROLE_ASSISTANT, json_object_get_string(out),
+                                              (size_t)json_object_get_string_len(out), NULL, 0},
+                             &nmsg);
         } else if (st == SHARC_OK) {
             if (!json_object_is_type(in, json_type_array))
                 st = rec_error(c, lineno, "'%s' is %s, expected a list of messages%s", o->input_key,
-                               json_type_to_name(json_object_get_type(in)), has_out ? " (or input and output strings)" : "");
+                               json_type_to_name(json_object_get_type(in)),
+                               has_out ? " (or input and output strings)" : "");
             if (st == SHARC_OK) st = read_messages(c, lineno, in, o->input_key, w, &nmsg);
             first_resp = nmsg ? nmsg - 1 : 0;
             if (st == SHARC_OK && has_out) {
@@ -503,7 +522,9 @@ static sharc_status one_record(const ctx_t *c, worker_t *w, const char *line, si
                 if (st == SHARC_OK) st = read_messages(c, lineno, out, o->output_key, w, &nmsg);
             }
         }
-        if (st == SHARC_OK && nmsg < 2) st = rec_error(c, lineno, "a conversation needs a prompt and a response (%zu message%s)", nmsg, nmsg == 1 ? "" : "s");
+        if (st == SHARC_OK && nmsg < 2)
+            st = rec_error(c, lineno, "a conversation needs a prompt and a response (%zu message%s)", nmsg,
+                           nmsg == 1 ? "" : "s");
         if (st == SHARC_OK && first_resp == 0) st = rec_error(c, lineno, "the response has no prompt before it");
         if (st == SHARC_OK && o->mask == SHARC_SFT_MASK_OPENRLHF) {
             /* prompt = template(prompt messages, generation prompt); response = template(all)[len(prompt):] */
@@ -527,7 +548,8 @@ static sharc_status one_record(const ctx_t *c, worker_t *w, const char *line, si
             }
         }
     }
-    if (st == SHARC_OK) st = o->mask == SHARC_SFT_MASK_OPENRLHF ? sample_openrlhf(c, w, nmsg, r) : sample_ranges(c, w, r);
+    if (st == SHARC_OK)
+        st = o->mask == SHARC_SFT_MASK_OPENRLHF ? sample_openrlhf(c, w, nmsg, r) : sample_ranges(c, w, r);
     json_object_put(rec);
     return st;
 }
@@ -607,13 +629,15 @@ sharc_status sharc_sft_build(const sharc_tokenizer *t, const sharc_sft_options *
         {
             worker_t w = {0};
             sharc_status wst = sharc_encoder_init(&w.enc, t);
-            if (wst == SHARC_OK && !(w.jt = json_tokener_new_ex(64))) wst = sharc_error(SHARC_ERR_NOMEM, "sft: out of memory");
+            if (wst == SHARC_OK && !(w.jt = json_tokener_new_ex(64)))
+                wst = sharc_error(SHARC_ERR_NOMEM, "sft: out of memory");
             if (w.jt) json_tokener_set_flags(w.jt, JSON_TOKENER_STRICT | JSON_TOKENER_VALIDATE_UTF8);
 #pragma omp for schedule(dynamic, 16)
             for (size_t k = 0; k < nb; k++) {
                 result_t *r = &res[k];
                 memset(r, 0, sizeof *r);
-                r->st = wst == SHARC_OK ? one_record(&c, &w, lines[b0 + k].s, lines[b0 + k].n, lines[b0 + k].line, r) : wst;
+                r->st =
+                    wst == SHARC_OK ? one_record(&c, &w, lines[b0 + k].s, lines[b0 + k].n, lines[b0 + k].line, r) : wst;
                 if (r->st != SHARC_OK) snprintf(r->msg, sizeof r->msg, "%s", sharc_last_error());
             }
             worker_free(&w);
@@ -653,8 +677,9 @@ sharc_status sharc_sft_build(const sharc_tokenizer *t, const sharc_sft_options *
     free(res);
     free(lines);
     if (st == SHARC_OK && out->nsamples == 0)
-        st = sharc_error(SHARC_ERR_INVALID, "%s: no SFT samples (%zu records; %zu with an empty prompt or response, %zu with "
-                                            "a prompt of data.max_len - 2 = %d tokens or more)",
+        st = sharc_error(SHARC_ERR_INVALID,
+                         "%s: no SFT samples (%zu records; %zu with an empty prompt or response, %zu with "
+                         "a prompt of data.max_len - 2 = %d tokens or more)",
                          name, out->records, out->dropped_empty, out->dropped_long, o->max_len - 2);
     if (st == SHARC_OK) {
         if (!out->offsets) out->offsets = malloc(sizeof(uint64_t));

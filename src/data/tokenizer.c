@@ -324,7 +324,8 @@ static sharc_status read_pre_tokenizer(sharc_tokenizer *t, json_object *root) {
                 if (!re || !json_object_is_type(re, json_type_string))
                     return bad(t, "%s.pattern: expected {\"Regex\": \"...\"} (a literal String split is not supported)",
                                where);
-                if (!beh || !json_object_is_type(beh, json_type_string) || strcmp(json_object_get_string(beh), "Isolated"))
+                if (!beh || !json_object_is_type(beh, json_type_string) ||
+                    strcmp(json_object_get_string(beh), "Isolated"))
                     return bad(t, "%s.behavior: '%s' is not supported; expected Isolated", where,
                                beh ? json_object_get_string(beh) : "(missing)");
                 SHARC_TRY(want_false(t, q, "invert", where, "only the matches and the text between them are split"));
@@ -332,12 +333,15 @@ static sharc_status read_pre_tokenizer(sharc_tokenizer *t, json_object *root) {
                 snprintf(w2, sizeof w2, "%s.pattern.Regex", where);
                 SHARC_TRY(add_regex(t, json_object_get_string(re), w2));
             } else {
-                return bad(t, "%s.type: '%s' is not supported; expected Split or ByteLevel", where, qt ? qt : "(missing)");
+                return bad(t, "%s.type: '%s' is not supported; expected Split or ByteLevel", where,
+                           qt ? qt : "(missing)");
             }
         }
     } else {
-        return bad(t, "pre_tokenizer.type: '%s' is not supported; sharc reads byte-level BPE (ByteLevel, or a Sequence "
-                      "of Split and ByteLevel)", ty ? ty : "(missing)");
+        return bad(t,
+                   "pre_tokenizer.type: '%s' is not supported; sharc reads byte-level BPE (ByteLevel, or a Sequence "
+                   "of Split and ByteLevel)",
+                   ty ? ty : "(missing)");
     }
     if (!seen_bytelevel) return bad(t, "pre_tokenizer: no ByteLevel step; sharc reads byte-level BPE only");
     if (use_regex) SHARC_TRY(add_regex(t, sharc_tok_gpt2_regex, "pre_tokenizer.ByteLevel (use_regex)"));
@@ -357,11 +361,13 @@ static sharc_status read_normalizer(sharc_tokenizer *t, json_object *root) {
     }
     if (ty && !strcmp(ty, "Sequence")) {
         json_object *list = member(n, "normalizers");
-        if (!list || !json_object_is_type(list, json_type_array)) return bad(t, "normalizer.normalizers: expected a list");
+        if (!list || !json_object_is_type(list, json_type_array))
+            return bad(t, "normalizer.normalizers: expected a list");
         for (size_t i = 0; i < json_object_array_length(list); i++) {
             const char *q = type_of(json_object_array_get_idx(list, i));
             if (!q || strcmp(q, "NFC"))
-                return bad(t, "normalizer.normalizers[%zu].type: '%s' is not supported; expected NFC", i, q ? q : "(missing)");
+                return bad(t, "normalizer.normalizers[%zu].type: '%s' is not supported; expected NFC", i,
+                           q ? q : "(missing)");
             t->nfc = true;
         }
         return SHARC_OK;
@@ -397,7 +403,8 @@ static sharc_status read_template_processing(sharc_tokenizer *t, json_object *p,
     if (!single || !json_object_is_type(single, json_type_array)) return bad(t, "%s.single: expected a list", where);
     bool seen_a = false;
     for (size_t i = 0; i < json_object_array_length(single); i++) {
-        json_object *it = json_object_array_get_idx(single, i), *sp = member(it, "SpecialToken"), *sq = member(it, "Sequence");
+        json_object *it = json_object_array_get_idx(single, i), *sp = member(it, "SpecialToken"),
+                    *sq = member(it, "Sequence");
         if (sq) {
             json_object *id = member(sq, "id");
             if (seen_a || !id || !json_object_is_type(id, json_type_string) || strcmp(json_object_get_string(id), "A"))
@@ -407,7 +414,8 @@ static sharc_status read_template_processing(sharc_tokenizer *t, json_object *p,
             json_object *id = member(sp, "id");
             if (!id || !json_object_is_type(id, json_type_string))
                 return bad(t, "%s.single[%zu].SpecialToken.id: expected a string", where, i);
-            json_object *def = member(member(p, "special_tokens"), json_object_get_string(id)), *ids = member(def, "ids");
+            json_object *def = member(member(p, "special_tokens"), json_object_get_string(id)),
+                        *ids = member(def, "ids");
             if (!ids || !json_object_is_type(ids, json_type_array))
                 return bad(t, "%s.special_tokens: no ids for '%s'", where, json_object_get_string(id));
             for (size_t k = 0; k < json_object_array_length(ids); k++) {
@@ -436,7 +444,8 @@ static sharc_status read_post_processor(sharc_tokenizer *t, json_object *root) {
     if (ty && !strcmp(ty, "TemplateProcessing")) return read_template_processing(t, p, "post_processor");
     if (ty && !strcmp(ty, "Sequence")) {
         json_object *list = member(p, "processors");
-        if (!list || !json_object_is_type(list, json_type_array)) return bad(t, "post_processor.processors: expected a list");
+        if (!list || !json_object_is_type(list, json_type_array))
+            return bad(t, "post_processor.processors: expected a list");
         for (size_t i = 0; i < json_object_array_length(list); i++) {
             json_object *q = json_object_array_get_idx(list, i);
             const char *qt = type_of(q);
@@ -471,7 +480,8 @@ static sharc_status read_model_options(sharc_tokenizer *t, json_object *model) {
     for (int i = 0; i < 2; i++) {
         v = member(model, affix[i]);
         if (!is_null(v) && (!json_object_is_type(v, json_type_string) || json_object_get_string_len(v) != 0))
-            return bad(t, "model.%s = %s is not supported; expected null or \"\"", affix[i], json_object_to_json_string(v));
+            return bad(t, "model.%s = %s is not supported; expected null or \"\"", affix[i],
+                       json_object_to_json_string(v));
     }
     return get_bool(t, model, "ignore_merges", "model", &t->ignore_merges);
 }
@@ -537,13 +547,14 @@ static sharc_status read_tokens(sharc_tokenizer *t, json_object *root, json_obje
     qsort(ve, k, sizeof *ve, cmp_entry_id);
     for (size_t i = 1; i < k; i++)
         if (ve[i].id == ve[i - 1].id) {
-            st = bad(t, "model.vocab: id %d is given to both '%s' and '%s'", ve[i].id, shown(ve[i - 1].text, b1, sizeof b1),
-                     shown(ve[i].text, b2, sizeof b2));
+            st = bad(t, "model.vocab: id %d is given to both '%s' and '%s'", ve[i].id,
+                     shown(ve[i - 1].text, b1, sizeof b1), shown(ve[i].text, b2, sizeof b2));
             goto out;
         }
     size_t total = 0;
     for (size_t i = 0; i < k; i++) total += strlen(ve[i].text);
-    for (size_t i = 0; i < na; i++) total += (size_t)json_object_get_string_len(member(json_object_array_get_idx(added, i), "content"));
+    for (size_t i = 0; i < na; i++)
+        total += (size_t)json_object_get_string_len(member(json_object_array_get_idx(added, i), "content"));
     if (total >= UINT32_MAX) {
         st = bad(t, "the tokens' text is over 4 GB");
         goto out;
@@ -552,8 +563,8 @@ static sharc_status read_tokens(sharc_tokenizer *t, json_object *root, json_obje
     t->tok_len = calloc((size_t)t->num_ids, sizeof(uint32_t));
     t->tok_flags = calloc((size_t)t->num_ids, 1);
     t->bytes = malloc(total + 1);
-    if (!t->tok_off || !t->tok_len || !t->tok_flags || !t->bytes ||
-        strmap_init(&t->vocab, k) != SHARC_OK || strmap_init(&t->added, na) != SHARC_OK) {
+    if (!t->tok_off || !t->tok_len || !t->tok_flags || !t->bytes || strmap_init(&t->vocab, k) != SHARC_OK ||
+        strmap_init(&t->added, na) != SHARC_OK) {
         st = sharc_error(SHARC_ERR_NOMEM, "tokenizer: out of memory for %d ids", t->num_ids);
         goto out;
     }
@@ -612,8 +623,7 @@ static sharc_status read_tokens(sharc_tokenizer *t, json_object *root, json_obje
         /* An added token decodes to its content. It may also be a vocabulary
          * entry (GPT-2's <|endoftext|>) whose bytes the vocabulary map keys
          * on: then the two must be the same text. */
-        if ((t->tok_flags[id] & TOK_EXISTS) &&
-            (t->tok_len[id] != n || memcmp(t->bytes + t->tok_off[id], c, n) != 0)) {
+        if ((t->tok_flags[id] & TOK_EXISTS) && (t->tok_len[id] != n || memcmp(t->bytes + t->tok_off[id], c, n) != 0)) {
             st = bad(t, "%s: id %d is also the vocabulary entry '%s', another text", where, id,
                      shown_n(t->bytes + t->tok_off[id], t->tok_len[id], b1, sizeof b1));
             goto out;
@@ -639,8 +649,10 @@ static sharc_status read_bytes_and_merges(sharc_tokenizer *t, json_object *model
         t->byte_id[b] = sharc_tok_strmap_get(&t->vocab, t, &c, 1);
         if (t->byte_id[b] < 0) {
             uint32_t cp = sharc_tok_byte_to_cp(b);
-            return bad(t, "model.vocab: no token for byte 0x%02x (the character U+%04X); a byte-level vocabulary needs "
-                          "all 256", b, (unsigned)cp);
+            return bad(t,
+                       "model.vocab: no token for byte 0x%02x (the character U+%04X); a byte-level vocabulary needs "
+                       "all 256",
+                       b, (unsigned)cp);
         }
     }
     json_object *merges = member(model, "merges");
@@ -661,7 +673,8 @@ static sharc_status read_bytes_and_merges(sharc_tokenizer *t, json_object *model
         if (json_object_is_type(m, json_type_string)) {
             const char *s = json_object_get_string(m), *sp = strchr(s, ' ');
             if (!sp || strchr(sp + 1, ' ') || sp == s || !sp[1]) {
-                st = bad(t, "model.merges[%zu]: '%s' is not two tokens separated by one space", i, shown(s, b1, sizeof b1));
+                st = bad(t, "model.merges[%zu]: '%s' is not two tokens separated by one space", i,
+                         shown(s, b1, sizeof b1));
                 break;
             }
             part[0] = s, plen[0] = (size_t)(sp - s), part[1] = sp + 1, plen[1] = strlen(sp + 1);
@@ -673,7 +686,8 @@ static sharc_status read_bytes_and_merges(sharc_tokenizer *t, json_object *model
                 plen[j] = (size_t)json_object_get_string_len(json_object_array_get_idx(m, j));
             }
         } else {
-            st = bad(t, "model.merges[%zu]: expected \"a b\" or [\"a\", \"b\"], got %s", i, json_object_to_json_string(m));
+            st = bad(t, "model.merges[%zu]: expected \"a b\" or [\"a\", \"b\"], got %s", i,
+                     json_object_to_json_string(m));
             break;
         }
         if (plen[0] + plen[1] + 1 > bufcap) {
@@ -700,7 +714,8 @@ static sharc_status read_bytes_and_merges(sharc_tokenizer *t, json_object *model
             char whole[240];
             snprintf(whole, sizeof whole, "%.*s%.*s", (int)(plen[0] < 100 ? plen[0] : 100), part[0],
                      (int)(plen[1] < 100 ? plen[1] : 100), part[1]);
-            st = bad(t, "model.merges[%zu]: the merged token '%s' is not in model.vocab", i, shown(whole, b1, sizeof b1));
+            st = bad(t, "model.merges[%zu]: the merged token '%s' is not in model.vocab", i,
+                     shown(whole, b1, sizeof b1));
             break;
         }
         pair_put(&t->merges, ids[0], ids[1], (int32_t)i, merged);
@@ -720,7 +735,8 @@ static sharc_status config_token(sharc_tokenizer *t, json_object *cfg, const cha
     char where[64];
     snprintf(where, sizeof where, "tokenizer_config.json %s", key);
     SHARC_TRY(id_of_special(t, json_object_get_string(v), where, id));
-    if (text && !(*text = strdup(json_object_get_string(v)))) return sharc_error(SHARC_ERR_NOMEM, "tokenizer: out of memory");
+    if (text && !(*text = strdup(json_object_get_string(v))))
+        return sharc_error(SHARC_ERR_NOMEM, "tokenizer: out of memory");
     return SHARC_OK;
 }
 
@@ -737,8 +753,8 @@ static sharc_status read_config(sharc_tokenizer *t, json_object *cfg) {
     } else if (ct && json_object_is_type(ct, json_type_array)) {
         for (size_t i = 0; i < json_object_array_length(ct); i++) {
             json_object *e = json_object_array_get_idx(ct, i), *name = member(e, "name"), *body = member(e, "template");
-            if (name && body && json_object_is_type(name, json_type_string) && json_object_is_type(body, json_type_string) &&
-                !strcmp(json_object_get_string(name), "default"))
+            if (name && body && json_object_is_type(name, json_type_string) &&
+                json_object_is_type(body, json_type_string) && !strcmp(json_object_get_string(name), "default"))
                 tmpl = json_object_get_string(body);
         }
         if (!tmpl) return bad(t, "tokenizer_config.json chat_template: a list without a \"default\" template");
@@ -750,7 +766,8 @@ static sharc_status read_config(sharc_tokenizer *t, json_object *cfg) {
 }
 
 /* Strict JSON (json-c, UTF-8 checked) whose root is an object. */
-static sharc_status parse_json(const sharc_tokenizer *t, const char *text, size_t len, const char *what, json_object **out) {
+static sharc_status parse_json(const sharc_tokenizer *t, const char *text, size_t len, const char *what,
+                               json_object **out) {
     *out = NULL;
     if (len > INT_MAX) return bad(t, "%s: larger than 2 GB", what);
     struct json_tokener *tok = json_tokener_new_ex(64);
@@ -784,7 +801,8 @@ static sharc_status build(sharc_tokenizer *t, const char *json, size_t len, cons
     sha256_digest(&h, sizeof t->sha256, t->sha256);
     json_object *root = NULL, *cfg = NULL;
     sharc_status st = parse_json(t, json, len, "tokenizer.json", &root);
-    if (st == SHARC_OK && config_json) st = parse_json(t, config_json, strlen(config_json), "tokenizer_config.json", &cfg);
+    if (st == SHARC_OK && config_json)
+        st = parse_json(t, config_json, strlen(config_json), "tokenizer_config.json", &cfg);
     const char *opt[2] = {"truncation", "padding"};
     for (int i = 0; i < 2 && st == SHARC_OK; i++)
         if (!is_null(member(root, opt[i])))
@@ -821,7 +839,8 @@ static sharc_status build(sharc_tokenizer *t, const char *json, size_t len, cons
         if (t->tok_flags[id] & TOK_ADDED) t->added_sorted[fill[(unsigned char)t->bytes[t->tok_off[id]]]++] = id;
     for (int b = 0; b < 256; b++) /* insertion sort by length, descending: few per byte */
         for (uint32_t i = t->first_start[b] + 1; i < t->first_start[b + 1]; i++)
-            for (uint32_t j = i; j > t->first_start[b] && t->tok_len[t->added_sorted[j]] > t->tok_len[t->added_sorted[j - 1]]; j--) {
+            for (uint32_t j = i;
+                 j > t->first_start[b] && t->tok_len[t->added_sorted[j]] > t->tok_len[t->added_sorted[j - 1]]; j--) {
                 int32_t x = t->added_sorted[j];
                 t->added_sorted[j] = t->added_sorted[j - 1];
                 t->added_sorted[j - 1] = x;
@@ -864,8 +883,10 @@ sharc_status sharc_tokenizer_load(sharc_tokenizer **out, const char *path) {
         snprintf(dir, sizeof dir, "%s", path);
         snprintf(file, sizeof file, "%s/tokenizer.json", path);
         if (!is_file(file))
-            return sharc_error(SHARC_ERR_INVALID, "tokenizer: '%s' is a directory without tokenizer.json; model.tokenizer must "
-                                             "name a Hugging Face tokenizer.json or a directory holding one", path);
+            return sharc_error(SHARC_ERR_INVALID,
+                               "tokenizer: '%s' is a directory without tokenizer.json; model.tokenizer must "
+                               "name a Hugging Face tokenizer.json or a directory holding one",
+                               path);
     } else {
         snprintf(file, sizeof file, "%s", path);
         snprintf(dir, sizeof dir, "%s", path);

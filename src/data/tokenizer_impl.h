@@ -13,13 +13,13 @@
 #include <stdint.h>
 #include <string.h>
 
-#define TOK_MAX_REGEX 4
+#define TOK_MAX_REGEX  4
 #define TOK_MAX_AROUND 8 /* post-processor ids before / after a sequence */
 
 /* tok_flags bits */
-#define TOK_EXISTS 1u
-#define TOK_ADDED 2u
-#define TOK_SPECIAL 4u
+#define TOK_EXISTS    1u
+#define TOK_ADDED     2u
+#define TOK_SPECIAL   4u
 #define TOK_BYTELEVEL 8u /* a vocabulary entry made of byte-alphabet characters only */
 
 /* Open addressing, linear probing; a slot is (hash32 << 32) | (id + 1), 0 = empty. */
@@ -49,19 +49,19 @@ struct sharc_tokenizer {
     uint8_t *tok_flags;
     char *bytes;
     size_t nbytes;
-    tok_strmap vocab;       /* raw bytes -> id, byte-level vocabulary entries */
-    tok_strmap added;       /* content -> id, added tokens */
-    int32_t byte_id[256];   /* the single-byte token of each byte */
-    tok_pairmap merges;     /* (left id, right id) -> (rank, merged id) */
+    tok_strmap vocab;     /* raw bytes -> id, byte-level vocabulary entries */
+    tok_strmap added;     /* content -> id, added tokens */
+    int32_t byte_id[256]; /* the single-byte token of each byte */
+    tok_pairmap merges;   /* (left id, right id) -> (rank, merged id) */
     bool ignore_merges;
     /* added tokens by first byte, longest first: ids added_by_first[first_start[b] .. first_start[b+1]) */
     int32_t *added_sorted;
     uint32_t first_start[257];
     int32_t max_added_len;
-    bool nfc;               /* normalizer NFC */
-    int n_regex;            /* pre-tokenizer splits, applied in order */
+    bool nfc;    /* normalizer NFC */
+    int n_regex; /* pre-tokenizer splits, applied in order */
     char *regex[TOK_MAX_REGEX];
-    bool chunk_safe;        /* note [safe-cuts] */
+    bool chunk_safe; /* note [safe-cuts] */
     int32_t prefix[TOK_MAX_AROUND], suffix[TOK_MAX_AROUND];
     size_t n_prefix, n_suffix;
     int32_t bos, eos, pad;

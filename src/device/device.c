@@ -63,8 +63,7 @@ sharc_status sharc_device_open(const char *name, int index, sharc_device **out) 
         pthread_mutex_unlock(&open_lock);
         return st;
     }
-    return sharc_error(SHARC_ERR_UNSUPPORTED, "device: no backend named '%s' in this build (it has: %s)", name,
-                       names);
+    return sharc_error(SHARC_ERR_UNSUPPORTED, "device: no backend named '%s' in this build (it has: %s)", name, names);
 }
 
 sharc_device *sharc_device_cpu(void) {
@@ -95,8 +94,8 @@ static void account(sharc_device *d, int cat, int64_t bytes) {
 
 void *sharc_device_alloc(sharc_device *d, size_t bytes, sharc_mem_cat cat) {
     if (cat < 0 || cat >= SHARC_MEM_NCAT) {
-        sharc_error(SHARC_ERR_INVALID, "device %s: allocation of %zu bytes in unknown category %d", d->i->name,
-                    bytes, (int)cat);
+        sharc_error(SHARC_ERR_INVALID, "device %s: allocation of %zu bytes in unknown category %d", d->i->name, bytes,
+                    (int)cat);
         return NULL;
     }
     pthread_mutex_lock(&d->lock);
@@ -161,7 +160,8 @@ sharc_status sharc_device_copy(sharc_device *d, void *dst, const void *src, size
     if (kind < 0 || kind >= SHARC_COPY_COUNT)
         return sharc_error(SHARC_ERR_INVALID, "device %s: copy of unknown kind %d", d->i->name, (int)kind);
     if (bytes == 0) return SHARC_OK;
-    if (!dst || !src) return sharc_error(SHARC_ERR_INVALID, "device %s: copy of %zu bytes with a NULL pointer", d->i->name, bytes);
+    if (!dst || !src)
+        return sharc_error(SHARC_ERR_INVALID, "device %s: copy of %zu bytes with a NULL pointer", d->i->name, bytes);
     const char *a = dst, *b = src;
     if (kind == SHARC_COPY_DEVICE_TO_DEVICE && a < b + bytes && b < a + bytes && a != b)
         return sharc_error(SHARC_ERR_INVALID, "device %s: copy of %zu bytes between overlapping buffers", d->i->name,
@@ -259,23 +259,55 @@ static void accumulate_by_sum_ranks(sharc_stream *s, float *dst, const float *sr
 /* Every slot: whether a backend must provide it. Kept in the order of the
  * struct; the static assertion below catches a slot added to sharc_kernels
  * and not here. */
-#define SHARC_KERNEL_SLOTS(X)                                                                                  \
-    X(matmul_forward, 1) X(matmul_backward, 1) X(layernorm_forward, 1) X(layernorm_backward, 1)                 \
-    X(rmsnorm_forward, 1) X(rmsnorm_backward, 1) X(head_rmsnorm_forward, 1) X(head_rmsnorm_backward, 1) X(gelu_forward, 1) X(gelu_backward, 1) X(swiglu_forward, 1)    \
-    X(swiglu_backward, 1) X(add, 0) X(embedding_forward, 1) X(embedding_backward, 1) X(rope_table, 1)          \
-    X(rope_forward, 1) X(rope_backward, 1) X(attention_workspace, 1) X(attention_forward, 1)                  \
-    X(attention_backward, 1) X(attention_cached, 1) X(xent_forward_backward, 1) X(lmhead_xent, 1) X(cast, 1)      \
-    X(round, 1) X(accumulate, 0) X(sum_ranks, 1) X(sumsq, 1) X(adamw, 1) X(fill, 1) X(init_normal, 1)         \
-    X(bf16_compute, 0) X(matmul_forward_bf16, 0) X(matmul_backward_bf16, 0) X(lmhead_xent_bf16, 0)
+// clang-format off
+#define SHARC_KERNEL_SLOTS(X) \
+    X(matmul_forward, 1) \
+    X(matmul_backward, 1) \
+    X(layernorm_forward, 1) \
+    X(layernorm_backward, 1) \
+    X(rmsnorm_forward, 1) \
+    X(rmsnorm_backward, 1) \
+    X(head_rmsnorm_forward, 1) \
+    X(head_rmsnorm_backward, 1) \
+    X(gelu_forward, 1) \
+    X(gelu_backward, 1) \
+    X(swiglu_forward, 1) \
+    X(swiglu_backward, 1) \
+    X(add, 0) \
+    X(embedding_forward, 1) \
+    X(embedding_backward, 1) \
+    X(rope_table, 1) \
+    X(rope_forward, 1) \
+    X(rope_backward, 1) \
+    X(attention_workspace, 1) \
+    X(attention_forward, 1) \
+    X(attention_backward, 1) \
+    X(attention_cached, 1) \
+    X(xent_forward_backward, 1) \
+    X(lmhead_xent, 1) \
+    X(cast, 1) \
+    X(round, 1) \
+    X(accumulate, 0) \
+    X(sum_ranks, 1) \
+    X(sumsq, 1) \
+    X(adamw, 1) \
+    X(fill, 1) \
+    X(init_normal, 1) \
+    X(bf16_compute, 0) \
+    X(matmul_forward_bf16, 0) \
+    X(matmul_backward_bf16, 0) \
+    X(lmhead_xent_bf16, 0)
+// clang-format on
 
 #define COUNT_SLOT(name, required) +1
 _Static_assert(sizeof(sharc_kernels) == (0 SHARC_KERNEL_SLOTS(COUNT_SLOT)) * sizeof(void (*)(void)),
                "every slot of sharc_kernels is listed in SHARC_KERNEL_SLOTS");
 
 sharc_status sharc_device_kernels_complete(const char *backend, sharc_kernels *k) {
-#define CHECK_SLOT(name, required)                                                                          \
-    if ((required) && !k->name)                                                                             \
-        return sharc_error(SHARC_ERR_UNSUPPORTED, "device %s: kernel not implemented on %s: %s", backend, backend, #name);
+#define CHECK_SLOT(name, required)                                                                                     \
+    if ((required) && !k->name)                                                                                        \
+        return sharc_error(SHARC_ERR_UNSUPPORTED, "device %s: kernel not implemented on %s: %s", backend, backend,     \
+                           #name);
     SHARC_KERNEL_SLOTS(CHECK_SLOT)
 #undef CHECK_SLOT
     if (!k->add) k->add = add_by_sum_ranks;

@@ -16,8 +16,8 @@ extern "C" {
 #endif
 
 typedef struct sharc_device_i {
-    const char *name;  /* "cpu", "cuda" */
-    bool host_memory;  /* its memory is host memory (sharc_device_is_host) */
+    const char *name; /* "cpu", "cuda" */
+    bool host_memory; /* its memory is host memory (sharc_device_is_host) */
     /* (optional) can this machine run the backend at all (built in, driver,
      * libraries, a device)? An error says what is missing. NULL: yes */
     sharc_status (*probe)(void);
@@ -32,7 +32,7 @@ typedef struct sharc_device_i {
                          sharc_stream *s);
     /* (optional) a new queue; NULL: one implicit stream, every stream is the default one */
     sharc_status (*stream_new)(sharc_device *d, sharc_stream *s);
-    void (*stream_free)(sharc_stream *s);                           /* with stream_new */
+    void (*stream_free)(sharc_stream *s); /* with stream_new */
     sharc_status (*synchronize)(sharc_stream *s);
     /* (optional) events; NULL: record synchronizes the stream (the host
      * waits there), after which wait has nothing left to wait for */
@@ -54,13 +54,13 @@ typedef struct {
 struct sharc_device {
     const sharc_device_i *i;
     int index;
-    void *impl;               /* the backend's, from open */
-    sharc_kernels kernels;    /* the backend's table, optional slots filled */
-    sharc_stream *stream0;    /* the default stream */
-    pthread_mutex_t lock;     /* the accounts below */
+    void *impl;                 /* the backend's, from open */
+    sharc_kernels kernels;      /* the backend's table, optional slots filled */
+    sharc_stream *stream0;      /* the default stream */
+    pthread_mutex_t lock;       /* the accounts below */
     sharc_device_block *blocks; /* open-addressed by pointer: which category a block is counted under */
     size_t nblocks, cap;
-    sharc_mem_stats mem;      /* for a device that is not host memory */
+    sharc_mem_stats mem; /* for a device that is not host memory */
 };
 
 struct sharc_stream {

@@ -33,27 +33,27 @@ typedef enum { SHARC_GRAD_NONE = 0, SHARC_GRAD_OPEN, SHARC_GRAD_REDUCING, SHARC_
 typedef struct {
     sharc_unit_spec spec;
     int index;
-    int64_t numel_shard;   /* padded shard size */
-    int64_t numel_padded;  /* numel_shard x shard group size */
-    int64_t shard_lo;      /* first element of this rank's shard in the flat buffer */
-    int64_t global_off;    /* first element of the unit in the shared parameter window */
-    float *param_shard;    /* (numel_shard) fp32 master parameters, SHARC_MEM_PARAMS */
-    float *grad_shard;     /* (numel_shard) gradients, SHARC_MEM_GRADS; NULL when the unit is frozen */
-    bool trainable;        /* a parameter is not frozen (note [frozen-params]): else no gradient path at all */
+    int64_t numel_shard;  /* padded shard size */
+    int64_t numel_padded; /* numel_shard x shard group size */
+    int64_t shard_lo;     /* first element of this rank's shard in the flat buffer */
+    int64_t global_off;   /* first element of the unit in the shared parameter window */
+    float *param_shard;   /* (numel_shard) fp32 master parameters, SHARC_MEM_PARAMS */
+    float *grad_shard;    /* (numel_shard) gradients, SHARC_MEM_GRADS; NULL when the unit is frozen */
+    bool trainable;       /* a parameter is not frozen (note [frozen-params]): else no gradient path at all */
     sharc_segment segs[SHARC_MAX_UNIT_PARAMS];
     int nseg;
     sharc_params_state params;
     sharc_grad_state grad;
-    float *param_full;     /* (numel_padded) while GATHERING/GATHERED: a slot, the shard, or the shared window */
-    float *grad_full;      /* (numel_padded) while OPEN/HELD: a slot, or the grad shard */
+    float *param_full;           /* (numel_padded) while GATHERING/GATHERED: a slot, the shard, or the shared window */
+    float *grad_full;            /* (numel_padded) while OPEN/HELD: a slot, or the grad shard */
     sharc_comm_request *pending; /* the gather in flight while GATHERING */
 } sharc_fsdp_unit;
 
 typedef struct {
     int n;
-    bool borrowed;   /* the slots are carved from a shared window, not allocated on the device */
-    int64_t *numel;  /* (n) capacity of each slot */
-    int *reserved;   /* (n) the only unit that may use the slot, or -1 */
+    bool borrowed;  /* the slots are carved from a shared window, not allocated on the device */
+    int64_t *numel; /* (n) capacity of each slot */
+    int *reserved;  /* (n) the only unit that may use the slot, or -1 */
     float **buf;
     int *owner;      /* unit holding the slot, -1 if free */
     int alive, peak; /* slots lent now, most lent at once since the last reset */
@@ -79,17 +79,17 @@ typedef struct {
 
 struct sharc_fsdp {
     sharc_fsdp_config cfg;
-    sharc_device *dev;       /* where shards, slots and staging live */
-    sharc_stream *stream;    /* the device's default stream: the model's kernels and ours */
+    sharc_device *dev;    /* where shards, slots and staging live */
+    sharc_stream *stream; /* the device's default stream: the model's kernels and ours */
     const sharc_kernels *k;
     int nunits;
     sharc_fsdp_unit *units;
-    int *order, *pos;        /* note [unit-schedule]: units in forward order, and each unit's place in it */
-    bool *bwd_params;        /* (nunits) the unit's backward reads its parameters */
-    int bwd_from;            /* note [frozen-params]: backward runs for units at forward positions >= this */
+    int *order, *pos; /* note [unit-schedule]: units in forward order, and each unit's place in it */
+    bool *bwd_params; /* (nunits) the unit's backward reads its parameters */
+    int bwd_from;     /* note [frozen-params]: backward runs for units at forward positions >= this */
     int max_live;
     sharc_comm *shard, *replicate, *world; /* NULL on one process */
-    int S, R;                /* shard and replicate group sizes */
+    int S, R;                              /* shard and replicate group sizes */
     int shard_rank;
     bool reshard_after_forward;
     const sharc_fsdp_gather_i *gather; /* the strategies, chosen at init */
@@ -104,7 +104,7 @@ struct sharc_fsdp {
     bool in_backward;        /* for the activity record (note [watchdog]) */
     int writing;             /* depth of sharc_fsdp_shard_write_begin/_end brackets */
     sharc_fsdp_pool gathered, grads;
-    int npending;            /* prefetches in flight (note [progress], unit.c) */
+    int npending; /* prefetches in flight (note [progress], unit.c) */
     /* communication staging (SHARC_MEM_COMM) */
     uint16_t *stage16_shard; /* (max numel_shard) 16-bit send/recv */
     uint16_t *stage16_full;  /* (max numel_padded) 16-bit full unit */

@@ -70,7 +70,8 @@ static sharc_status init_schedule(sharc_fsdp *e, const sharc_unit_schedule *sch,
     for (int i = 0; i < nunits; i++) {
         int u = sch ? sch->order[i] : i;
         if (u < 0 || u >= nunits || e->pos[u] >= 0)
-            return sharc_error(SHARC_ERR_INVALID, "fsdp: the schedule's order[%d] = %d is not a unit or a repeat", i, u);
+            return sharc_error(SHARC_ERR_INVALID, "fsdp: the schedule's order[%d] = %d is not a unit or a repeat", i,
+                               u);
         e->order[i] = u;
         e->pos[u] = i;
         e->bwd_params[u] = sch ? sch->backward_needs_params[u] : true;
@@ -104,8 +105,8 @@ static sharc_status make_plan(sharc_fsdp *e, const sharc_unit_spec *units) {
 }
 
 sharc_status sharc_fsdp_init(sharc_fsdp **out, const sharc_unit_spec *units, int nunits,
-                             const sharc_unit_schedule *schedule, const sharc_fsdp_config *cfg,
-                             struct sharc_mesh *mesh, sharc_device *dev) {
+                             const sharc_unit_schedule *schedule, const sharc_fsdp_config *cfg, struct sharc_mesh *mesh,
+                             sharc_device *dev) {
     *out = NULL;
     if (cfg->param_dtype != SHARC_DT_F32 && cfg->param_dtype != SHARC_DT_BF16 && cfg->param_dtype != SHARC_DT_F16)
         return sharc_error(SHARC_ERR_INVALID, "fsdp.param_dtype: %s, expected fp32, bf16 or fp16",
@@ -151,13 +152,12 @@ sharc_status sharc_fsdp_init(sharc_fsdp **out, const sharc_unit_spec *units, int
         t->numel_padded = up->numel_padded;
         t->shard_lo = up->shard_lo;
         t->global_off = up->global_off;
-        t->param_shard = e->pglobal ? e->pglobal + t->global_off + t->shard_lo
-                                    : sharc_device_alloc(e->dev, (size_t)t->numel_shard * sizeof(float),
-                                                         SHARC_MEM_PARAMS);
+        t->param_shard = e->pglobal
+                             ? e->pglobal + t->global_off + t->shard_lo
+                             : sharc_device_alloc(e->dev, (size_t)t->numel_shard * sizeof(float), SHARC_MEM_PARAMS);
         t->trainable = sharc_unit_trainable(&t->spec);
-        t->grad_shard = t->trainable ? sharc_device_alloc(e->dev, (size_t)t->numel_shard * sizeof(float),
-                                                          SHARC_MEM_GRADS)
-                                     : NULL;
+        t->grad_shard =
+            t->trainable ? sharc_device_alloc(e->dev, (size_t)t->numel_shard * sizeof(float), SHARC_MEM_GRADS) : NULL;
         if (!t->param_shard || (t->trainable && !t->grad_shard)) {
             st = sharc_error(SHARC_ERR_NOMEM, "fsdp: cannot allocate unit '%s' (%lld floats)", t->spec.name,
                              (long long)t->numel_shard);
@@ -167,8 +167,8 @@ sharc_status sharc_fsdp_init(sharc_fsdp **out, const sharc_unit_spec *units, int
     }
     init_backward_from(e);
     const sharc_fsdp_plan *pl = &e->plan;
-    st = sharc_fsdp_pool_init(e->dev, &e->gathered, pl->n_param_slots, pl->param_slot_numel, pl->param_slot_owner,
-                              NULL);
+    st =
+        sharc_fsdp_pool_init(e->dev, &e->gathered, pl->n_param_slots, pl->param_slot_numel, pl->param_slot_owner, NULL);
     if (st == SHARC_OK)
         st = sharc_fsdp_pool_init(e->dev, &e->grads, pl->n_grad_slots, pl->grad_slot_numel, pl->grad_slot_owner,
                                   e->gshm ? (float *)e->gshm->base[e->shard_rank] : NULL);
@@ -329,8 +329,8 @@ void sharc_fsdp_zero_grad(sharc_fsdp *e) {
     for (int u = 0; u < e->nunits; u++) {
         sharc_fsdp_unit *t = &e->units[u];
         sharc_fsdp_unit_expect(t, "zero_grad", P(SHARDED) | P(GATHERING) | P(GATHERED), G(NONE));
-        if (t->trainable && sharc_device_memset0(e->dev, t->grad_shard, (size_t)t->numel_shard * sizeof(float), e->stream) !=
-            SHARC_OK)
+        if (t->trainable &&
+            sharc_device_memset0(e->dev, t->grad_shard, (size_t)t->numel_shard * sizeof(float), e->stream) != SHARC_OK)
             SHARC_FSDP_COMM_FATAL();
     }
 }
@@ -366,8 +366,7 @@ double sharc_fsdp_grad_sumsq_local(const sharc_fsdp *e) {
             if (!t->spec.params[t->segs[s].param].frozen)
                 e->k->sumsq(e->stream, e->scalar, t->grad_shard + t->segs[s].shard_off, t->segs[s].len);
     }
-    if (sharc_device_copy(e->dev, &total, e->scalar, sizeof total, SHARC_COPY_DEVICE_TO_HOST, e->stream) !=
-            SHARC_OK ||
+    if (sharc_device_copy(e->dev, &total, e->scalar, sizeof total, SHARC_COPY_DEVICE_TO_HOST, e->stream) != SHARC_OK ||
         sharc_device_synchronize(e->stream) != SHARC_OK)
         SHARC_FSDP_COMM_FATAL();
     return total;

@@ -70,8 +70,7 @@ sharc_status sharc_mesh_dims_resolve(const sharc_fsdp_config *cfg, const sharc_m
                                      sharc_mesh_dims *d) {
     int sp = mc->sp, tp = mc->tp;
     memset(d, 0, sizeof *d);
-    if (sp < 1 || tp < 1)
-        return sharc_error(SHARC_ERR_INVALID, "mesh: mesh.sp %d and mesh.tp %d must be >= 1", sp, tp);
+    if (sp < 1 || tp < 1) return sharc_error(SHARC_ERR_INVALID, "mesh: mesh.sp %d and mesh.tp %d must be >= 1", sp, tp);
     if (world_size % (sp * tp) != 0) {
         char dv[256];
         divisors(world_size, dv, sizeof dv);
@@ -102,8 +101,7 @@ sharc_status sharc_mesh_dims_resolve(const sharc_fsdp_config *cfg, const sharc_m
     return SHARC_OK;
 }
 
-sharc_status sharc_mesh_init_dims(sharc_mesh *m, sharc_comm *world, const sharc_mesh_dims *d,
-                                  sharc_sharding strategy) {
+sharc_status sharc_mesh_init_dims(sharc_mesh *m, sharc_comm *world, const sharc_mesh_dims *d, sharc_sharding strategy) {
     memset(m, 0, sizeof *m);
     int n = sharc_comm_size(world), r = sharc_comm_rank(world);
     if (d->dp_replicate < 1 || d->dp_shard < 1 || d->sp < 1 || d->tp != 1 ||

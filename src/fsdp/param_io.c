@@ -15,8 +15,8 @@ void sharc_fsdp_shard_write_begin(sharc_fsdp *e) {
 float *sharc_fsdp_shard_write(sharc_fsdp *e, int u) {
     sharc_fsdp_unit *t = sharc_fsdp_unit_at(e, u);
     if (!e->writing)
-        sharc_fatal(__FILE__, __LINE__,
-                    "fsdp: shard of unit %d '%s' written outside sharc_fsdp_shard_write_begin/_end", u, t->spec.name);
+        sharc_fatal(__FILE__, __LINE__, "fsdp: shard of unit %d '%s' written outside sharc_fsdp_shard_write_begin/_end",
+                    u, t->spec.name);
     return t->param_shard;
 }
 
@@ -43,8 +43,7 @@ void sharc_fsdp_init_params(sharc_fsdp *e, uint64_t seed) {
             if (p->init == SHARC_INIT_NORMAL)
                 e->k->init_normal(e->stream, dst, g->len, p->std, seed, sharc_rng_stream(p->name),
                                   (uint64_t)g->param_off);
-            else
-                e->k->fill(e->stream, dst, p->init == SHARC_INIT_ONES ? 1.0f : 0.0f, g->len);
+            else e->k->fill(e->stream, dst, p->init == SHARC_INIT_ONES ? 1.0f : 0.0f, g->len);
         }
     }
     sharc_fsdp_shard_write_end(e);
@@ -93,7 +92,6 @@ sharc_status sharc_fsdp_param_read_local(const sharc_fsdp *e, const char *name, 
     for (int s = 0; s < t->nseg; s++)
         if (t->segs[s].param == p)
             SHARC_TRY(sharc_device_copy(e->dev, dst + t->segs[s].param_off, t->param_shard + t->segs[s].shard_off,
-                                        (size_t)t->segs[s].len * sizeof(float), SHARC_COPY_DEVICE_TO_HOST,
-                                        e->stream));
+                                        (size_t)t->segs[s].len * sizeof(float), SHARC_COPY_DEVICE_TO_HOST, e->stream));
     return sharc_device_synchronize(e->stream);
 }

@@ -22,8 +22,7 @@ sharc_fsdp_unit *sharc_fsdp_unit_at(const sharc_fsdp *e, int u) {
 static void names_of(char *out, size_t len, unsigned mask, const char *const *names, int n) {
     out[0] = 0;
     for (int s = 0; s < n; s++)
-        if (mask & (1u << s))
-            snprintf(out + strlen(out), len - strlen(out), "%s%s", out[0] ? " or " : "", names[s]);
+        if (mask & (1u << s)) snprintf(out + strlen(out), len - strlen(out), "%s%s", out[0] ? " or " : "", names[s]);
 }
 
 void sharc_fsdp_unit_expect(const sharc_fsdp_unit *t, const char *verb, unsigned params_ok, unsigned grad_ok) {
@@ -69,7 +68,8 @@ bool sharc_fsdp_unit_unshard(sharc_fsdp *e, sharc_fsdp_unit *t, bool ahead) {
     if (e->writing)
         sharc_fatal(__FILE__, __LINE__,
                     "fsdp: gather(unit %d '%s') while shards are being written (sharc_fsdp_shard_write_begin "
-                    "without sharc_fsdp_shard_write_end)", t->index, t->spec.name);
+                    "without sharc_fsdp_shard_write_end)",
+                    t->index, t->spec.name);
     if (e->gather->slot) {
         t->param_full = sharc_fsdp_pool_get(&e->gathered, t->index, t->numel_padded, !ahead);
         if (!t->param_full) return false; /* limit_all_gathers reached: gather on demand instead */

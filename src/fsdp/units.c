@@ -8,8 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-void sharc_unit_add_param(sharc_unit_spec *u, const char *name, int ndim, const int64_t *shape,
-                          sharc_init_kind init, float std, bool decay) {
+void sharc_unit_add_param(sharc_unit_spec *u, const char *name, int ndim, const int64_t *shape, sharc_init_kind init,
+                          float std, bool decay) {
     SHARC_CHECK(u->nparams < SHARC_MAX_UNIT_PARAMS && ndim >= 1 && ndim <= 4);
     sharc_param_spec *p = &u->params[u->nparams++];
     memset(p, 0, sizeof *p);
@@ -51,7 +51,8 @@ static sharc_status each_entry(const char *list, entry_fn f, void *ctx) {
         while (len > 0 && (*p == ' ' || *p == '\t')) p++, len--;
         while (len > 0 && (p[len - 1] == ' ' || p[len - 1] == '\t')) len--;
         char entry[SHARC_NAME_MAX * 2];
-        if (len >= sizeof entry) return sharc_error(SHARC_ERR_INVALID, "'%.40s...': an entry longer than %zu bytes", p, sizeof entry - 1);
+        if (len >= sizeof entry)
+            return sharc_error(SHARC_ERR_INVALID, "'%.40s...': an entry longer than %zu bytes", p, sizeof entry - 1);
         memcpy(entry, p, len);
         entry[len] = 0;
         if (len > 0) SHARC_TRY(f(entry, ctx));
@@ -82,7 +83,8 @@ static sharc_status freeze_prefix(const char *prefix, void *arg) {
     if (hits == 0)
         return sharc_error(SHARC_ERR_INVALID,
                            "model.freeze_module_prefix: '%s' is the prefix of no parameter (names look like '%s'; "
-                           "sharc ckpt inspect or the model's safetensors list them)", prefix, first_name(c));
+                           "sharc ckpt inspect or the model's safetensors list them)",
+                           prefix, first_name(c));
     return SHARC_OK;
 }
 
@@ -98,7 +100,8 @@ static sharc_status keep_glob(const char *glob, void *arg) {
     if (hits == 0)
         return sharc_error(SHARC_ERR_INVALID,
                            "train.trainable: '%s' matches no parameter (a glob such as '*.bias' or 'h.1[01].*'; "
-                           "names look like '%s')", glob, first_name(c));
+                           "names look like '%s')",
+                           glob, first_name(c));
     return SHARC_OK;
 }
 
@@ -128,7 +131,8 @@ sharc_status sharc_units_freeze(sharc_unit_spec *units, int nunits, const char *
     if (n == total)
         return sharc_error(SHARC_ERR_INVALID,
                            "model.freeze_module_prefix '%s' and train.trainable '%s' freeze all %d parameters: "
-                           "nothing would train", prefixes ? prefixes : "", trainable ? trainable : "", total);
+                           "nothing would train",
+                           prefixes ? prefixes : "", trainable ? trainable : "", total);
     if (nfrozen) *nfrozen = n;
     return SHARC_OK;
 }

@@ -24,7 +24,7 @@
 /* ------------------------------------------------------------ file sets */
 
 typedef struct {
-    const char *name;        /* owned by the tensor */
+    const char *name; /* owned by the tensor */
     int file;
     const sharc_st_tensor *t;
 } set_entry;
@@ -93,7 +93,7 @@ static sharc_status read_json(const char *path, json_object **out) {
     if (!root || jerr != json_tokener_success || trailing) {
         json_object_put(root);
         return sharc_error(SHARC_ERR_FORMAT, "'%s' is not valid JSON (%s)", path,
-                           trailing ? "bytes after the value"
+                           trailing                        ? "bytes after the value"
                            : jerr == json_tokener_continue ? "it ends before the JSON value does: a truncated file?"
                                                            : json_tokener_error_desc(jerr));
     }
@@ -145,8 +145,9 @@ static sharc_status set_open_index(sharc_st_set *s, const char *dir, const char 
         }
         const char *fname = json_object_get_string(fv);
         if (!*fname || strchr(fname, '/') || !strcmp(fname, ".") || !strcmp(fname, "..")) {
-            st = sharc_error(SHARC_ERR_FORMAT, "index '%s': weight_map['%s'] = '%s' is not a file name in the directory",
-                             ipath, name, fname);
+            st =
+                sharc_error(SHARC_ERR_FORMAT, "index '%s': weight_map['%s'] = '%s' is not a file name in the directory",
+                            ipath, name, fname);
             break;
         }
         char path[4096];
@@ -154,7 +155,8 @@ static sharc_status set_open_index(sharc_st_set *s, const char *dir, const char 
         int fi = set_file_index(s, path);
         if (fi < 0) {
             if (!file_exists(path)) {
-                st = sharc_error(SHARC_ERR_INVALID, "index '%s': shard '%s' (holding '%s') is missing", ipath, path, name);
+                st = sharc_error(SHARC_ERR_INVALID, "index '%s': shard '%s' (holding '%s') is missing", ipath, path,
+                                 name);
                 break;
             }
             if ((st = set_add_file(s, path)) != SHARC_OK) break;
@@ -162,7 +164,8 @@ static sharc_status set_open_index(sharc_st_set *s, const char *dir, const char 
         }
         const sharc_st_tensor *t = sharc_st_find(s->files[fi], name);
         if (!t) {
-            st = sharc_error(SHARC_ERR_FORMAT, "index '%s' maps '%s' to '%s', which has no such tensor", ipath, name, path);
+            st = sharc_error(SHARC_ERR_FORMAT, "index '%s' maps '%s' to '%s', which has no such tensor", ipath, name,
+                             path);
             break;
         }
         s->e[s->n++] = (set_entry){.name = t->name, .file = fi, .t = t};
@@ -244,24 +247,26 @@ typedef enum {
 } hf_kind;
 
 typedef struct {
-    const char *key;   /* in config.json */
+    const char *key; /* in config.json */
     hf_kind kind;
     size_t off;        /* the field (not HF_FIXED) */
     const char *field; /* its model.* key, for messages */
     unsigned flags;
-    double absent;     /* HF_READ: the value when the key is absent or null (NAN: sharc's model default stands) */
-    int min;           /* HF_INT: the smallest value read */
-    const char *value; /* HF_FIXED: the JSON value written and, with HF_READ, the only one accepted (null: may be absent) */
-    const char *also;  /* HF_FIXED string: a second accepted value */
-    const char *why;   /* HF_FIXED: why another value is refused */
+    double absent; /* HF_READ: the value when the key is absent or null (NAN: sharc's model default stands) */
+    int min;       /* HF_INT: the smallest value read */
+    const char
+        *value; /* HF_FIXED: the JSON value written and, with HF_READ, the only one accepted (null: may be absent) */
+    const char *also; /* HF_FIXED string: a second accepted value */
+    const char *why;  /* HF_FIXED: why another value is refused */
 } hf_key;
 
-#define F(f) offsetof(sharc_model_config, f), "model." #f
-#define FIXED 0, NULL
+#define F(f)       offsetof(sharc_model_config, f), "model." #f
+#define FIXED      0, NULL
 #define NO_DEFAULT NAN
 
 static const hf_key gpt2_keys[] = {
-    {"activation_function", HF_FIXED, FIXED, HF_READ | HF_WRITE, 0, 0, "\"gelu_new\"", "\"gelu_pytorch_tanh\"", " (the tanh GELU)"},
+    {"activation_function", HF_FIXED, FIXED, HF_READ | HF_WRITE, 0, 0, "\"gelu_new\"", "\"gelu_pytorch_tanh\"",
+     " (the tanh GELU)"},
     {"n_embd", HF_INT, F(embed_dim), HF_READ | HF_REQUIRED | HF_CHECK | HF_WRITE, 0, 1, NULL, NULL, NULL},
     {"n_layer", HF_INT, F(num_layers), HF_READ | HF_REQUIRED | HF_CHECK | HF_WRITE, 0, 1, NULL, NULL, NULL},
     {"n_head", HF_INT, F(num_heads), HF_READ | HF_REQUIRED | HF_CHECK | HF_WRITE, 0, 1, NULL, NULL, NULL},
@@ -274,7 +279,8 @@ static const hf_key gpt2_keys[] = {
     {"attn_pdrop", HF_FIXED, FIXED, HF_WRITE, 0, 0, "0.0", NULL, NULL},
     {"embd_pdrop", HF_FIXED, FIXED, HF_WRITE, 0, 0, "0.0", NULL, NULL},
     {"resid_pdrop", HF_FIXED, FIXED, HF_WRITE, 0, 0, "0.0", NULL, NULL},
-    {"scale_attn_weights", HF_FIXED, FIXED, HF_READ | HF_WRITE, 0, 0, "true", NULL, "sharc scales attention by 1/sqrt(head dim)"},
+    {"scale_attn_weights", HF_FIXED, FIXED, HF_READ | HF_WRITE, 0, 0, "true", NULL,
+     "sharc scales attention by 1/sqrt(head dim)"},
     {"scale_attn_by_inverse_layer_idx", HF_FIXED, FIXED, HF_READ, 0, 0, "false", NULL, "not implemented"},
     {"add_cross_attention", HF_FIXED, FIXED, HF_READ, 0, 0, "false", NULL, "decoder-only models"},
     {"tie_word_embeddings", HF_BOOL, F(tie_embeddings), HF_READ | HF_CHECK | HF_WRITE, 1, 0, NULL, NULL, NULL},
@@ -290,55 +296,94 @@ static const hf_key gpt2_keys[] = {
 };
 
 /* The Llama family's rows, shared by its model types; each type adds its own. */
-#define LLAMA_SHAPE_KEYS                                                                                                 \
-    {"hidden_act", HF_FIXED, FIXED, HF_READ | HF_WRITE, 0, 0, "\"silu\"", NULL, ""},                                    \
-    {"hidden_size", HF_INT, F(embed_dim), HF_READ | HF_REQUIRED | HF_CHECK | HF_WRITE, 0, 1, NULL, NULL, NULL},          \
-    {"intermediate_size", HF_INT, F(ff_hidden_dim), HF_READ | HF_REQUIRED | HF_CHECK | HF_WRITE, 0, 1, NULL, NULL, NULL}, \
-    {"num_hidden_layers", HF_INT, F(num_layers), HF_READ | HF_REQUIRED | HF_CHECK | HF_WRITE, 0, 1, NULL, NULL, NULL},   \
-    {"num_attention_heads", HF_INT, F(num_heads), HF_READ | HF_REQUIRED | HF_CHECK | HF_WRITE, 0, 1, NULL, NULL, NULL},  \
-    {"num_key_value_heads", HF_INT, F(num_kv_heads), HF_READ | HF_CHECK | HF_WRITE, 0 /* = heads */, 1, NULL, NULL, NULL}
-#define LLAMA_HEAD_DIM {"head_dim", HF_INT, F(head_dim), HF_READ | HF_CHECK | HF_WRITE, 0 /* width / heads */, 2, NULL, NULL, NULL}
-#define LLAMA_TAIL_KEYS                                                                                                  \
-    {"vocab_size", HF_INT, F(vocab_size), HF_READ | HF_REQUIRED | HF_CHECK | HF_WRITE, 0, 2, NULL, NULL, NULL},          \
-    {"max_position_embeddings", HF_INT, F(max_seq_len), HF_READ | HF_WRITE, 2048, 1, NULL, NULL, NULL},                  \
-    {"rms_norm_eps", HF_FLOAT, F(norm_eps), HF_READ | HF_CHECK | HF_WRITE, 1e-6, 0, NULL, NULL, NULL},                   \
-    {"rope_theta", HF_CODE, FIXED, HF_WRITE, 0, 0, NULL, NULL, NULL},                                                     \
-    {"rope_scaling", HF_CODE, FIXED, HF_WRITE, 0, 0, NULL, NULL, NULL},                                                   \
-    {"rope_parameters", HF_CODE, FIXED, 0, 0, 0, NULL, NULL, NULL}
-#define LLAMA_BIAS_KEYS                                                                                                  \
-    {"attention_bias", HF_FIXED, FIXED, HF_READ | HF_WRITE, 0, 0, "false", NULL, "a bias on o_proj as well is not implemented"}
-#define LLAMA_END_KEYS                                                                                                   \
-    {"tie_word_embeddings", HF_BOOL, F(tie_embeddings), HF_READ | HF_CHECK | HF_WRITE, 0, 0, NULL, NULL, NULL},          \
-    {"initializer_range", HF_FLOAT, F(init_std), HF_READ | HF_WRITE, NO_DEFAULT, 0, NULL, NULL, NULL},                   \
-    {"attention_dropout", HF_FIXED, FIXED, HF_HARMLESS, 0, 0, NULL, NULL, "sharc applies no dropout"},                    \
-    {"pretraining_tp", HF_FIXED, FIXED, HF_HARMLESS, 0, 0, NULL, NULL, "slices the same matmuls"}
+#define LLAMA_SHAPE_KEYS                                                                                               \
+    {"hidden_act", HF_FIXED, FIXED, HF_READ | HF_WRITE, 0, 0, "\"silu\"", NULL, ""},                                   \
+        {"hidden_size", HF_INT, F(embed_dim), HF_READ | HF_REQUIRED | HF_CHECK | HF_WRITE, 0, 1, NULL, NULL, NULL},    \
+        {"intermediate_size",                                                                                          \
+         HF_INT,                                                                                                       \
+         F(ff_hidden_dim),                                                                                             \
+         HF_READ | HF_REQUIRED | HF_CHECK | HF_WRITE,                                                                  \
+         0,                                                                                                            \
+         1,                                                                                                            \
+         NULL,                                                                                                         \
+         NULL,                                                                                                         \
+         NULL},                                                                                                        \
+        {"num_hidden_layers",                                                                                          \
+         HF_INT,                                                                                                       \
+         F(num_layers),                                                                                                \
+         HF_READ | HF_REQUIRED | HF_CHECK | HF_WRITE,                                                                  \
+         0,                                                                                                            \
+         1,                                                                                                            \
+         NULL,                                                                                                         \
+         NULL,                                                                                                         \
+         NULL},                                                                                                        \
+        {"num_attention_heads",                                                                                        \
+         HF_INT,                                                                                                       \
+         F(num_heads),                                                                                                 \
+         HF_READ | HF_REQUIRED | HF_CHECK | HF_WRITE,                                                                  \
+         0,                                                                                                            \
+         1,                                                                                                            \
+         NULL,                                                                                                         \
+         NULL,                                                                                                         \
+         NULL},                                                                                                        \
+    {                                                                                                                  \
+        "num_key_value_heads", HF_INT, F(num_kv_heads), HF_READ | HF_CHECK | HF_WRITE, 0 /* = heads */, 1, NULL, NULL, \
+            NULL                                                                                                       \
+    }
+#define LLAMA_HEAD_DIM                                                                                                 \
+    { "head_dim", HF_INT, F(head_dim), HF_READ | HF_CHECK | HF_WRITE, 0 /* width / heads */, 2, NULL, NULL, NULL }
+#define LLAMA_TAIL_KEYS                                                                                                \
+    {"vocab_size", HF_INT, F(vocab_size), HF_READ | HF_REQUIRED | HF_CHECK | HF_WRITE, 0, 2, NULL, NULL, NULL},        \
+        {"max_position_embeddings", HF_INT, F(max_seq_len), HF_READ | HF_WRITE, 2048, 1, NULL, NULL, NULL},            \
+        {"rms_norm_eps", HF_FLOAT, F(norm_eps), HF_READ | HF_CHECK | HF_WRITE, 1e-6, 0, NULL, NULL, NULL},             \
+        {"rope_theta", HF_CODE, FIXED, HF_WRITE, 0, 0, NULL, NULL, NULL},                                              \
+        {"rope_scaling", HF_CODE, FIXED, HF_WRITE, 0, 0, NULL, NULL, NULL}, {                                          \
+        "rope_parameters", HF_CODE, FIXED, 0, 0, 0, NULL, NULL, NULL                                                   \
+    }
+#define LLAMA_BIAS_KEYS                                                                                                \
+    {                                                                                                                  \
+        "attention_bias", HF_FIXED, FIXED, HF_READ | HF_WRITE, 0, 0, "false", NULL,                                    \
+            "a bias on o_proj as well is not implemented"                                                              \
+    }
+#define LLAMA_END_KEYS                                                                                                 \
+    {"tie_word_embeddings", HF_BOOL, F(tie_embeddings), HF_READ | HF_CHECK | HF_WRITE, 0, 0, NULL, NULL, NULL},        \
+        {"initializer_range", HF_FLOAT, F(init_std), HF_READ | HF_WRITE, NO_DEFAULT, 0, NULL, NULL, NULL},             \
+        {"attention_dropout", HF_FIXED, FIXED, HF_HARMLESS, 0, 0, NULL, NULL, "sharc applies no dropout"}, {           \
+        "pretraining_tp", HF_FIXED, FIXED, HF_HARMLESS, 0, 0, NULL, NULL, "slices the same matmuls"                    \
+    }
 /* Qwen2/3's window keys: a window only with use_sliding_window, on layers >= max_window_layers */
-#define QWEN_WINDOW_KEYS                                                                                                 \
-    {"use_sliding_window", HF_CODE, FIXED, HF_WRITE, 0, 0, NULL, NULL, NULL},                                             \
-    {"sliding_window", HF_CODE, FIXED, HF_WRITE, 0, 0, NULL, NULL, NULL},                                                 \
-    {"max_window_layers", HF_CODE, FIXED, HF_WRITE, 0, 0, NULL, NULL, NULL},                                              \
-    {"layer_types", HF_CODE, FIXED, 0, 0, 0, NULL, NULL, NULL}
+#define QWEN_WINDOW_KEYS                                                                                               \
+    {"use_sliding_window", HF_CODE, FIXED, HF_WRITE, 0, 0, NULL, NULL, NULL},                                          \
+        {"sliding_window", HF_CODE, FIXED, HF_WRITE, 0, 0, NULL, NULL, NULL},                                          \
+        {"max_window_layers", HF_CODE, FIXED, HF_WRITE, 0, 0, NULL, NULL, NULL}, {                                     \
+        "layer_types", HF_CODE, FIXED, 0, 0, 0, NULL, NULL, NULL                                                       \
+    }
 
 static const hf_key llama_keys[] = {
-    LLAMA_SHAPE_KEYS, LLAMA_HEAD_DIM, LLAMA_TAIL_KEYS, LLAMA_BIAS_KEYS,
+    LLAMA_SHAPE_KEYS,
+    LLAMA_HEAD_DIM,
+    LLAMA_TAIL_KEYS,
+    LLAMA_BIAS_KEYS,
     {"mlp_bias", HF_FIXED, FIXED, HF_READ | HF_WRITE, 0, 0, "false", NULL, "MLP biases are not implemented"},
     LLAMA_END_KEYS,
 };
 /* Qwen2: q/k/v biases are the architecture (no attention_bias key); no head_dim key */
 static const hf_key qwen2_keys[] = {LLAMA_SHAPE_KEYS, LLAMA_TAIL_KEYS, QWEN_WINDOW_KEYS, LLAMA_END_KEYS};
 /* Qwen3: q/k norms are the architecture */
-static const hf_key qwen3_keys[] = {LLAMA_SHAPE_KEYS, LLAMA_HEAD_DIM, LLAMA_TAIL_KEYS, LLAMA_BIAS_KEYS, QWEN_WINDOW_KEYS,
-                                   LLAMA_END_KEYS};
+static const hf_key qwen3_keys[] = {LLAMA_SHAPE_KEYS, LLAMA_HEAD_DIM,   LLAMA_TAIL_KEYS,
+                                    LLAMA_BIAS_KEYS,  QWEN_WINDOW_KEYS, LLAMA_END_KEYS};
 /* Mistral: a window on every layer when sliding_window is set */
-static const hf_key mistral_keys[] = {LLAMA_SHAPE_KEYS, LLAMA_HEAD_DIM, LLAMA_TAIL_KEYS,
-                                      {"sliding_window", HF_CODE, FIXED, HF_WRITE, 0, 0, NULL, NULL, NULL}, LLAMA_END_KEYS};
+static const hf_key mistral_keys[] = {LLAMA_SHAPE_KEYS,
+                                      LLAMA_HEAD_DIM,
+                                      LLAMA_TAIL_KEYS,
+                                      {"sliding_window", HF_CODE, FIXED, HF_WRITE, 0, 0, NULL, NULL, NULL},
+                                      LLAMA_END_KEYS};
 
 /* Keys of every family: read by code (bos/eos), or bookkeeping that does not
  * change the model (note [hf-keys]). */
-static const char *const keys_common[] = {"model_type", "architectures", "bos_token_id", "eos_token_id",
-                                          "transformers_version", "torch_dtype", "dtype", "use_cache", "pad_token_id",
-                                          "_name_or_path", "output_attentions", "output_hidden_states", "return_dict",
-                                          NULL};
+static const char *const keys_common[] = {
+    "model_type", "architectures", "bos_token_id",  "eos_token_id",      "transformers_version", "torch_dtype", "dtype",
+    "use_cache",  "pad_token_id",  "_name_or_path", "output_attentions", "output_hidden_states", "return_dict", NULL};
 
 #undef F
 #undef FIXED
@@ -349,39 +394,83 @@ typedef struct {
     const char *arch, *arch_also; /* architectures[0] written, and a second one read */
     const hf_key *keys;
     int nkeys;
-    const char *prefix;           /* of every parameter but lm_head.weight in the files sharc writes (read: optional) */
-    const char *transposed[5];    /* parameters stored (in, out): names ending so (GPT-2's Conv1D) */
-    const char *buffers[4];       /* tensors in its files that are not parameters (names ending so) */
-    bool qkv_bias, qk_norm;       /* what the model type implies (note [families] in src/model/model.c) */
+    const char *prefix;        /* of every parameter but lm_head.weight in the files sharc writes (read: optional) */
+    const char *transposed[5]; /* parameters stored (in, out): names ending so (GPT-2's Conv1D) */
+    const char *buffers[4];    /* tensors in its files that are not parameters (names ending so) */
+    bool qkv_bias, qk_norm;    /* what the model type implies (note [families] in src/model/model.c) */
 } hf_family;
 
 static const hf_family hf_families[] = {
-    {SHARC_FAMILY_GPT2, "gpt2", "GPT2LMHeadModel", "GPT2Model", gpt2_keys, (int)(sizeof gpt2_keys / sizeof gpt2_keys[0]),
-     "transformer.", {".attn.c_attn.weight", ".attn.c_proj.weight", ".mlp.c_fc.weight", ".mlp.c_proj.weight", NULL},
-     {".attn.bias", ".attn.masked_bias", "rotary_emb.inv_freq", NULL}, false, false},
-    {SHARC_FAMILY_LLAMA, "llama", "LlamaForCausalLM", "LlamaModel", llama_keys,
-     (int)(sizeof llama_keys / sizeof llama_keys[0]), "", {NULL}, {"rotary_emb.inv_freq", NULL}, false, false},
-    {SHARC_FAMILY_LLAMA, "qwen2", "Qwen2ForCausalLM", "Qwen2Model", qwen2_keys,
-     (int)(sizeof qwen2_keys / sizeof qwen2_keys[0]), "", {NULL}, {"rotary_emb.inv_freq", NULL}, true, false},
-    {SHARC_FAMILY_LLAMA, "qwen3", "Qwen3ForCausalLM", "Qwen3Model", qwen3_keys,
-     (int)(sizeof qwen3_keys / sizeof qwen3_keys[0]), "", {NULL}, {"rotary_emb.inv_freq", NULL}, false, true},
-    {SHARC_FAMILY_LLAMA, "mistral", "MistralForCausalLM", "MistralModel", mistral_keys,
-     (int)(sizeof mistral_keys / sizeof mistral_keys[0]), "", {NULL}, {"rotary_emb.inv_freq", NULL}, false, false},
+    {SHARC_FAMILY_GPT2,
+     "gpt2",
+     "GPT2LMHeadModel",
+     "GPT2Model",
+     gpt2_keys,
+     (int)(sizeof gpt2_keys / sizeof gpt2_keys[0]),
+     "transformer.",
+     {".attn.c_attn.weight", ".attn.c_proj.weight", ".mlp.c_fc.weight", ".mlp.c_proj.weight", NULL},
+     {".attn.bias", ".attn.masked_bias", "rotary_emb.inv_freq", NULL},
+     false,
+     false},
+    {SHARC_FAMILY_LLAMA,
+     "llama",
+     "LlamaForCausalLM",
+     "LlamaModel",
+     llama_keys,
+     (int)(sizeof llama_keys / sizeof llama_keys[0]),
+     "",
+     {NULL},
+     {"rotary_emb.inv_freq", NULL},
+     false,
+     false},
+    {SHARC_FAMILY_LLAMA,
+     "qwen2",
+     "Qwen2ForCausalLM",
+     "Qwen2Model",
+     qwen2_keys,
+     (int)(sizeof qwen2_keys / sizeof qwen2_keys[0]),
+     "",
+     {NULL},
+     {"rotary_emb.inv_freq", NULL},
+     true,
+     false},
+    {SHARC_FAMILY_LLAMA,
+     "qwen3",
+     "Qwen3ForCausalLM",
+     "Qwen3Model",
+     qwen3_keys,
+     (int)(sizeof qwen3_keys / sizeof qwen3_keys[0]),
+     "",
+     {NULL},
+     {"rotary_emb.inv_freq", NULL},
+     false,
+     true},
+    {SHARC_FAMILY_LLAMA,
+     "mistral",
+     "MistralForCausalLM",
+     "MistralModel",
+     mistral_keys,
+     (int)(sizeof mistral_keys / sizeof mistral_keys[0]),
+     "",
+     {NULL},
+     {"rotary_emb.inv_freq", NULL},
+     false,
+     false},
 };
-#define HF_LLAMA_ROW 1
-#define HF_QWEN2_ROW 2
-#define HF_QWEN3_ROW 3
+#define HF_LLAMA_ROW   1
+#define HF_QWEN2_ROW   2
+#define HF_QWEN3_ROW   3
 #define HF_MISTRAL_ROW 4
 
-static const hf_family *hf_family_of(sharc_family f) {
-    return &hf_families[f == SHARC_FAMILY_GPT2 ? 0 : HF_LLAMA_ROW];
-}
+static const hf_family *hf_family_of(sharc_family f) { return &hf_families[f == SHARC_FAMILY_GPT2 ? 0 : HF_LLAMA_ROW]; }
 
 /* The model type a config exports as: its options decide (note [families]). */
 static const hf_family *hf_family_for(const sharc_model_config *c) {
     if (c->family == SHARC_FAMILY_GPT2) return &hf_families[0];
-    return &hf_families[c->qk_norm ? HF_QWEN3_ROW : c->qkv_bias ? HF_QWEN2_ROW : c->sliding_window ? HF_MISTRAL_ROW
-                                                                                                   : HF_LLAMA_ROW];
+    return &hf_families[c->qk_norm          ? HF_QWEN3_ROW
+                        : c->qkv_bias       ? HF_QWEN2_ROW
+                        : c->sliding_window ? HF_MISTRAL_ROW
+                                            : HF_LLAMA_ROW];
 }
 
 /* --------------------------------------------------------------- config */
@@ -446,8 +535,8 @@ static sharc_status cfg_read_fixed(const jcfg *j, const hf_key *k) {
     const char *got = json_object_to_json_string_ext(v, JSON_C_TO_STRING_SPACED);
     if (!strcmp(k->value, "null")) {
         if (json_object_is_type(v, json_type_null)) return SHARC_OK;
-        return sharc_error(SHARC_ERR_INVALID, "hf config '%s': \"%s\": %s is not supported (%s)", j->path, k->key,
-                           got, k->why);
+        return sharc_error(SHARC_ERR_INVALID, "hf config '%s': \"%s\": %s is not supported (%s)", j->path, k->key, got,
+                           k->why);
     }
     if (!strcmp(k->value, "true") || !strcmp(k->value, "false")) {
         if (json_object_is_type(v, json_type_null)) return SHARC_OK;
@@ -455,15 +544,15 @@ static sharc_status cfg_read_fixed(const jcfg *j, const hf_key *k) {
             return sharc_error(SHARC_ERR_FORMAT, "hf config '%s': \"%s\" is %s, expected true or false", j->path,
                                k->key, got);
         if (!strcmp(got, k->value)) return SHARC_OK;
-        return sharc_error(SHARC_ERR_INVALID, "hf config '%s': \"%s\": %s is not supported (%s)", j->path, k->key,
-                           got, k->why);
+        return sharc_error(SHARC_ERR_INVALID, "hf config '%s': \"%s\": %s is not supported (%s)", j->path, k->key, got,
+                           k->why);
     }
     /* a string: null or another type is refused as well */
     if (!strcmp(got, k->value) || (k->also && !strcmp(got, k->also))) return SHARC_OK;
     char expected[128];
     snprintf(expected, sizeof expected, "%s%s%s", k->value, k->also ? " or " : "", k->also ? k->also : "");
-    return sharc_error(SHARC_ERR_INVALID, "hf config '%s': \"%s\": %s is not supported; expected %s%s", j->path,
-                       k->key, json_object_to_json_string(v), expected, k->why);
+    return sharc_error(SHARC_ERR_INVALID, "hf config '%s': \"%s\": %s is not supported; expected %s%s", j->path, k->key,
+                       json_object_to_json_string(v), expected, k->why);
 }
 
 static const char *cfg_str(const jcfg *j, const char *key) {
@@ -486,7 +575,8 @@ static sharc_status cfg_family(const jcfg *j, const hf_family **fam) {
             return SHARC_OK;
         }
     }
-    return sharc_error(SHARC_ERR_INVALID, "hf config '%s': model_type '%s' (architecture '%s') is not supported; "
+    return sharc_error(SHARC_ERR_INVALID,
+                       "hf config '%s': model_type '%s' (architecture '%s') is not supported; "
                        "expected gpt2, llama, qwen2, qwen3 or mistral",
                        j->path, mt ? mt : "(none)", arch ? arch : "(none)");
 }
@@ -532,12 +622,13 @@ static sharc_status rope_num(const jcfg *j, const char *obj, json_object *o, con
     json_object *v;
     if (!json_object_object_get_ex(o, key, &v) || json_object_is_type(v, json_type_null)) {
         if (required)
-            return sharc_error(SHARC_ERR_FORMAT, "hf config '%s': \"%s\" needs \"%s\" for its rope_type", j->path, obj, key);
+            return sharc_error(SHARC_ERR_FORMAT, "hf config '%s': \"%s\" needs \"%s\" for its rope_type", j->path, obj,
+                               key);
         return SHARC_OK;
     }
     if (!json_object_is_type(v, json_type_double) && !json_object_is_type(v, json_type_int))
-        return sharc_error(SHARC_ERR_FORMAT, "hf config '%s': \"%s\".\"%s\" is %s, expected a number", j->path, obj, key,
-                           json_object_to_json_string(v));
+        return sharc_error(SHARC_ERR_FORMAT, "hf config '%s': \"%s\".\"%s\" is %s, expected a number", j->path, obj,
+                           key, json_object_to_json_string(v));
     *out = json_object_get_double(v);
     return SHARC_OK;
 }
@@ -560,8 +651,10 @@ static sharc_status cfg_rope(const jcfg *j, sharc_model_config *c) {
             return sharc_error(SHARC_ERR_FORMAT, "hf config '%s': \"%s\" is %s, expected an object", j->path, objs[k],
                                json_object_to_json_string(o));
         if (seen++)
-            return sharc_error(SHARC_ERR_INVALID, "hf config '%s': both \"rope_scaling\" and \"rope_parameters\"; "
-                               "expected one of the two layouts", j->path);
+            return sharc_error(SHARC_ERR_INVALID,
+                               "hf config '%s': both \"rope_scaling\" and \"rope_parameters\"; "
+                               "expected one of the two layouts",
+                               j->path);
         const char *type = NULL;
         json_object_object_foreach(o, key, val) {
             if (!strcmp(key, "rope_type") || !strcmp(key, "type")) {
@@ -572,8 +665,10 @@ static sharc_status cfg_rope(const jcfg *j, sharc_model_config *c) {
             } else if (strcmp(key, "rope_theta") && strcmp(key, "factor") && strcmp(key, "low_freq_factor") &&
                        strcmp(key, "high_freq_factor") && strcmp(key, "original_max_position_embeddings") &&
                        strcmp(key, "partial_rotary_factor")) {
-                return sharc_error(SHARC_ERR_INVALID, "hf config '%s': \"%s\".\"%s\" is not a key sharc knows; "
-                                   "it may change RoPE, so the import stops", j->path, objs[k], key);
+                return sharc_error(SHARC_ERR_INVALID,
+                                   "hf config '%s': \"%s\".\"%s\" is not a key sharc knows; "
+                                   "it may change RoPE, so the import stops",
+                                   j->path, objs[k], key);
             }
         }
         if (!type) type = "default";
@@ -581,12 +676,16 @@ static sharc_status cfg_rope(const jcfg *j, sharc_model_config *c) {
         SHARC_TRY(rope_num(j, objs[k], o, "rope_theta", false, &theta));
         SHARC_TRY(rope_num(j, objs[k], o, "partial_rotary_factor", false, &partial));
         if (partial != 1.0)
-            return sharc_error(SHARC_ERR_INVALID, "hf config '%s': \"%s\".\"partial_rotary_factor\": %g is not "
-                               "supported (RoPE over the whole head only)", j->path, objs[k], partial);
+            return sharc_error(SHARC_ERR_INVALID,
+                               "hf config '%s': \"%s\".\"partial_rotary_factor\": %g is not "
+                               "supported (RoPE over the whole head only)",
+                               j->path, objs[k], partial);
         if (theta >= 0) {
             if (top_theta && !json_object_is_type(top_theta, json_type_null) && (float)theta != c->rope_theta)
-                return sharc_error(SHARC_ERR_INVALID, "hf config '%s': \"rope_theta\" %g and \"%s\".\"rope_theta\" %g "
-                                   "disagree", j->path, (double)c->rope_theta, objs[k], theta);
+                return sharc_error(SHARC_ERR_INVALID,
+                                   "hf config '%s': \"rope_theta\" %g and \"%s\".\"rope_theta\" %g "
+                                   "disagree",
+                                   j->path, (double)c->rope_theta, objs[k], theta);
             c->rope_theta = (float)theta;
         }
         if (!strcmp(type, "llama3")) {
@@ -596,22 +695,28 @@ static sharc_status cfg_rope(const jcfg *j, sharc_model_config *c) {
             SHARC_TRY(rope_num(j, objs[k], o, "high_freq_factor", true, &hi));
             SHARC_TRY(rope_num(j, objs[k], o, "original_max_position_embeddings", true, &orig));
             if (!(f >= 1) || !(lo > 0) || !(hi > lo) || !(orig >= 1) || orig > (1 << 30) || orig != (int)orig)
-                return sharc_error(SHARC_ERR_FORMAT, "hf config '%s': \"%s\" llama3: factor %g, low_freq_factor %g, "
+                return sharc_error(SHARC_ERR_FORMAT,
+                                   "hf config '%s': \"%s\" llama3: factor %g, low_freq_factor %g, "
                                    "high_freq_factor %g, original_max_position_embeddings %g; expected factor >= 1, "
-                                   "0 < low < high and an integer >= 1", j->path, objs[k], f, lo, hi, orig);
+                                   "0 < low < high and an integer >= 1",
+                                   j->path, objs[k], f, lo, hi, orig);
             c->rope_factor = (float)f;
             c->rope_low_freq_factor = (float)lo;
             c->rope_high_freq_factor = (float)hi;
             c->rope_original_max_pos = (int)orig;
         } else if (strcmp(type, "default")) {
-            return sharc_error(SHARC_ERR_INVALID, "hf config '%s': \"%s\" rope_type \"%s\" is not supported; "
-                               "expected \"default\" or \"llama3\"", j->path, objs[k], type);
+            return sharc_error(SHARC_ERR_INVALID,
+                               "hf config '%s': \"%s\" rope_type \"%s\" is not supported; "
+                               "expected \"default\" or \"llama3\"",
+                               j->path, objs[k], type);
         } else {
             double f = 1;
             SHARC_TRY(rope_num(j, objs[k], o, "factor", false, &f));
             if (f != 1.0)
-                return sharc_error(SHARC_ERR_INVALID, "hf config '%s': \"%s\" rope_type default with \"factor\" %g "
-                                   "is not supported", j->path, objs[k], f);
+                return sharc_error(SHARC_ERR_INVALID,
+                                   "hf config '%s': \"%s\" rope_type default with \"factor\" %g "
+                                   "is not supported",
+                                   j->path, objs[k], f);
         }
     }
     return SHARC_OK;
@@ -640,21 +745,26 @@ static sharc_status cfg_window(const jcfg *j, const hf_family *fam, sharc_model_
         for (int i = 0; i < c->num_layers; i++) {
             const char *s = json_object_get_string(json_object_array_get_idx(lt, i));
             if (!s || (strcmp(s, "full_attention") && strcmp(s, "sliding_attention")))
-                return sharc_error(SHARC_ERR_FORMAT, "hf config '%s': \"layer_types\"[%d] is %s, expected "
-                                   "\"full_attention\" or \"sliding_attention\"", j->path, i,
-                                   json_object_to_json_string(json_object_array_get_idx(lt, i)));
+                return sharc_error(SHARC_ERR_FORMAT,
+                                   "hf config '%s': \"layer_types\"[%d] is %s, expected "
+                                   "\"full_attention\" or \"sliding_attention\"",
+                                   j->path, i, json_object_to_json_string(json_object_array_get_idx(lt, i)));
             nsliding += !strcmp(s, "sliding_attention");
         }
         if (nsliding && (!use || !w))
-            return sharc_error(SHARC_ERR_FORMAT, "hf config '%s': \"layer_types\" has sliding layers but "
-                               "use_sliding_window / sliding_window do not set a window", j->path);
+            return sharc_error(SHARC_ERR_FORMAT,
+                               "hf config '%s': \"layer_types\" has sliding layers but "
+                               "use_sliding_window / sliding_window do not set a window",
+                               j->path);
     } else if (use && w) {
         nsliding = mwl < c->num_layers ? c->num_layers - mwl : 0;
     }
     if (!use || !w || nsliding == 0) return SHARC_OK;
     if (nsliding != c->num_layers)
-        return sharc_error(SHARC_ERR_INVALID, "hf config '%s': \"max_window_layers\" / \"layer_types\": a sliding "
-                           "window on %d of %d layers is not supported (all or none)", j->path, nsliding, c->num_layers);
+        return sharc_error(SHARC_ERR_INVALID,
+                           "hf config '%s': \"max_window_layers\" / \"layer_types\": a sliding "
+                           "window on %d of %d layers is not supported (all or none)",
+                           j->path, nsliding, c->num_layers);
     c->sliding_window = w;
     return SHARC_OK;
 }
@@ -665,8 +775,7 @@ static sharc_status cfg_token_id(const jcfg *j, const char *key, int V, int *out
     json_object *v;
     *out = -1;
     if (!json_object_object_get_ex(j->root, key, &v) || json_object_is_type(v, json_type_null)) return SHARC_OK;
-    if (json_object_is_type(v, json_type_array) && json_object_array_length(v) > 0)
-        v = json_object_array_get_idx(v, 0);
+    if (json_object_is_type(v, json_type_array) && json_object_array_length(v) > 0) v = json_object_array_get_idx(v, 0);
     if (!json_object_is_type(v, json_type_int))
         return sharc_error(SHARC_ERR_FORMAT, "hf config '%s': \"%s\" is %s, expected a token id", j->path, key,
                            json_object_to_json_string(v));
@@ -757,19 +866,22 @@ sharc_status sharc_hf_check_config(const char *dir, const sharc_model_config *ru
         return sharc_error(SHARC_ERR_INVALID, "hf '%s/config.json': rope_theta is %g, model.rope_theta is %g", dir,
                            (double)hf.rope_theta, (double)r.rope_theta);
     if (hf.qkv_bias != r.qkv_bias || hf.qk_norm != r.qk_norm)
-        return sharc_error(SHARC_ERR_INVALID, "hf '%s/config.json': model_type %s (q/k/v biases %s, q/k norms %s), "
-                           "model.qkv_bias is %s, model.qk_norm is %s", dir, fam->model_type, hf.qkv_bias ? "yes" : "no",
-                           hf.qk_norm ? "yes" : "no", r.qkv_bias ? "true" : "false", r.qk_norm ? "true" : "false");
+        return sharc_error(SHARC_ERR_INVALID,
+                           "hf '%s/config.json': model_type %s (q/k/v biases %s, q/k norms %s), "
+                           "model.qkv_bias is %s, model.qk_norm is %s",
+                           dir, fam->model_type, hf.qkv_bias ? "yes" : "no", hf.qk_norm ? "yes" : "no",
+                           r.qkv_bias ? "true" : "false", r.qk_norm ? "true" : "false");
     if (hf.sliding_window != r.sliding_window)
         return sharc_error(SHARC_ERR_INVALID, "hf '%s/config.json': sliding_window is %d, model.sliding_window is %d",
                            dir, hf.sliding_window, r.sliding_window);
     if (hf.rope_factor != r.rope_factor || hf.rope_low_freq_factor != r.rope_low_freq_factor ||
         hf.rope_high_freq_factor != r.rope_high_freq_factor || hf.rope_original_max_pos != r.rope_original_max_pos)
-        return sharc_error(SHARC_ERR_INVALID, "hf '%s/config.json': rope scaling factor %g (low %g, high %g, original "
-                           "%d), model.rope_factor %g (low %g, high %g, original %d)", dir, (double)hf.rope_factor,
-                           (double)hf.rope_low_freq_factor, (double)hf.rope_high_freq_factor, hf.rope_original_max_pos,
-                           (double)r.rope_factor, (double)r.rope_low_freq_factor, (double)r.rope_high_freq_factor,
-                           r.rope_original_max_pos);
+        return sharc_error(SHARC_ERR_INVALID,
+                           "hf '%s/config.json': rope scaling factor %g (low %g, high %g, original "
+                           "%d), model.rope_factor %g (low %g, high %g, original %d)",
+                           dir, (double)hf.rope_factor, (double)hf.rope_low_freq_factor,
+                           (double)hf.rope_high_freq_factor, hf.rope_original_max_pos, (double)r.rope_factor,
+                           (double)r.rope_low_freq_factor, (double)r.rope_high_freq_factor, r.rope_original_max_pos);
     return SHARC_OK;
 }
 
@@ -816,8 +928,8 @@ static void shape_str(char *buf, size_t n, const int64_t *shape, int ndim) {
 /* ----------------------------------------------------------------- load */
 
 /* Elements [p0, p0 + len) of an (R, K) parameter from its (K, R) transpose. */
-static sharc_status read_transposed(const sharc_st_file *f, const sharc_st_tensor *t, int64_t R, int64_t K,
-                                    int64_t p0, int64_t len, float *dst) {
+static sharc_status read_transposed(const sharc_st_file *f, const sharc_st_tensor *t, int64_t R, int64_t K, int64_t p0,
+                                    int64_t len, float *dst) {
     if (len == 0) return SHARC_OK;
     int64_t o_lo = p0 / K, o_hi = (p0 + len - 1) / K, span = o_hi - o_lo + 1;
     float *tmp = malloc(sizeof(float) * (size_t)(span * K));
@@ -853,8 +965,9 @@ static sharc_status load_shards(sharc_fsdp *e, const char *dir) {
             const sharc_st_file *f;
             const sharc_st_tensor *t = sharc_st_set_find(set, hname, &f);
             if (!t) {
-                st = sharc_error(SHARC_ERR_FORMAT, "hf '%s': parameter '%s' is missing (is this a checkpoint of another model?)",
-                                 dir, hname);
+                st = sharc_error(SHARC_ERR_FORMAT,
+                                 "hf '%s': parameter '%s' is missing (is this a checkpoint of another model?)", dir,
+                                 hname);
                 break;
             }
             int64_t want[4];
@@ -874,8 +987,8 @@ static sharc_status load_shards(sharc_fsdp *e, const char *dir) {
                 break;
             }
             if (t->dtype != SHARC_DT_F32 && t->dtype != SHARC_DT_BF16 && t->dtype != SHARC_DT_F16)
-                st = sharc_error(SHARC_ERR_FORMAT, "hf '%s': '%s' is %s; expected F32, BF16 or F16",
-                                 sharc_st_path(f), hname, sharc_dtype_st_name(t->dtype));
+                st = sharc_error(SHARC_ERR_FORMAT, "hf '%s': '%s' is %s; expected F32, BF16 or F16", sharc_st_path(f),
+                                 hname, sharc_dtype_st_name(t->dtype));
         }
     }
     /* every tensor a parameter or a known buffer */
@@ -885,8 +998,8 @@ static sharc_status load_shards(sharc_fsdp *e, const char *dir) {
         const char *n = t->name;
         if (*prefix && !strncmp(n, prefix, strlen(prefix))) n += strlen(prefix);
         if (sharc_fsdp_find_param(e, n, &u_, &p_) == SHARC_OK || ignorable(fam, has_lm_head, n)) continue;
-        st = sharc_error(SHARC_ERR_FORMAT, "hf '%s': tensor '%s' is not a parameter of this %s model",
-                         sharc_st_path(f), t->name, fam->model_type);
+        st = sharc_error(SHARC_ERR_FORMAT, "hf '%s': tensor '%s' is not a parameter of this %s model", sharc_st_path(f),
+                         t->name, fam->model_type);
     }
     /* everything checked: read this rank's segments */
     for (int u = 0; u < sharc_fsdp_num_units(e) && st == SHARC_OK; u++) {
@@ -903,8 +1016,7 @@ static sharc_status load_shards(sharc_fsdp *e, const char *dir) {
             if (is_transposed(fam, ps->name))
                 st = read_transposed(f, t, ps->shape[0], ps->shape[1], segs[k].param_off, segs[k].len,
                                      shard + segs[k].shard_off);
-            else
-                st = sharc_st_read_f32(f, t, segs[k].param_off, segs[k].len, shard + segs[k].shard_off);
+            else st = sharc_st_read_f32(f, t, segs[k].param_off, segs[k].len, shard + segs[k].shard_off);
         }
     }
     sharc_st_set_close(set);
@@ -974,7 +1086,8 @@ static char *config_json(const sharc_model_config *cfg, sharc_dtype dtype) {
         json_object *v = NULL;
         switch (k->kind) {
         case HF_INT:
-            if (!(k->flags & HF_NULL_4C) || *(const int *)src != 4 * c->embed_dim) v = json_object_new_int(*(const int *)src);
+            if (!(k->flags & HF_NULL_4C) || *(const int *)src != 4 * c->embed_dim)
+                v = json_object_new_int(*(const int *)src);
             break;
         case HF_FLOAT: v = json_float(*(const float *)src); break;
         case HF_BOOL: v = json_object_new_boolean(*(const bool *)src); break;
@@ -1049,7 +1162,8 @@ static void remove_stale_tmp_dirs(const char *dir) {
 static sharc_status check_target(const char *dir) {
     struct stat sb;
     if (stat(dir, &sb) != 0) return SHARC_OK;
-    if (!S_ISDIR(sb.st_mode)) return sharc_error(SHARC_ERR_INVALID, "hf export: '%s' exists and is not a directory", dir);
+    if (!S_ISDIR(sb.st_mode))
+        return sharc_error(SHARC_ERR_INVALID, "hf export: '%s' exists and is not a directory", dir);
     DIR *d = opendir(dir);
     if (!d) return sharc_error(SHARC_ERR_IO, "hf export: cannot read '%s': %s", dir, strerror(errno));
     struct dirent *de;
@@ -1058,7 +1172,8 @@ static sharc_status check_target(const char *dir) {
         if (strcmp(de->d_name, ".") && strcmp(de->d_name, "..")) empty = false;
     closedir(d);
     if (!empty)
-        return sharc_error(SHARC_ERR_INVALID, "hf export: '%s' is not empty; refusing to mix files into it (choose a new directory)", dir);
+        return sharc_error(SHARC_ERR_INVALID,
+                           "hf export: '%s' is not empty; refusing to mix files into it (choose a new directory)", dir);
     return SHARC_OK;
 }
 
@@ -1081,7 +1196,8 @@ sharc_status sharc_hf_export(sharc_fsdp *e, sharc_comm *world, const sharc_model
     const hf_family *fam = hf_family_of(cfg->family);
     sharc_status st = SHARC_OK;
     if (dtype != SHARC_DT_F32 && dtype != SHARC_DT_BF16 && dtype != SHARC_DT_F16)
-        st = sharc_error(SHARC_ERR_INVALID, "hf export: dtype %s, expected F32, BF16 or F16", sharc_dtype_st_name(dtype));
+        st = sharc_error(SHARC_ERR_INVALID, "hf export: dtype %s, expected F32, BF16 or F16",
+                         sharc_dtype_st_name(dtype));
     if (fam != engine_family(e))
         st = sharc_error(SHARC_ERR_INVALID, "hf export: the config's family does not match the engine's parameters");
     int total = 0;
@@ -1128,7 +1244,8 @@ sharc_status sharc_hf_export(sharc_fsdp *e, sharc_comm *world, const sharc_model
     if (writer && st == SHARC_OK) st = check_target(dir);
     if (writer && st == SHARC_OK) {
         remove_stale_tmp_dirs(dir);
-        if (mkdir(tmp, 0755) != 0) st = sharc_error(SHARC_ERR_IO, "hf export: cannot create '%s': %s", tmp, strerror(errno));
+        if (mkdir(tmp, 0755) != 0)
+            st = sharc_error(SHARC_ERR_IO, "hf export: cannot create '%s': %s", tmp, strerror(errno));
         else made_tmp = true;
     }
     if (writer && st == SHARC_OK) {
@@ -1140,7 +1257,8 @@ sharc_status sharc_hf_export(sharc_fsdp *e, sharc_comm *world, const sharc_model
         char *js = config_json(cfg, dtype), path[4400];
         snprintf(path, sizeof path, "%s/config.json", tmp);
         st = js ? sharc_write_text_atomic(path, js)
-                : sharc_error(SHARC_ERR_INVALID, "hf export: a Qwen2 model (q/k/v biases) with head_dim %d != "
+                : sharc_error(SHARC_ERR_INVALID,
+                              "hf export: a Qwen2 model (q/k/v biases) with head_dim %d != "
                               "embed_dim / num_heads has no Hugging Face config; set model.head_dim to 0",
                               cfg->head_dim);
         free(js);
@@ -1148,7 +1266,8 @@ sharc_status sharc_hf_export(sharc_fsdp *e, sharc_comm *world, const sharc_model
     /* agree on the set-up (buffers everywhere, the target and temporary
      * directory on rank 0) before the first gather: if it failed anywhere,
      * no rank gathers at all */
-    if (world) st = sharc_comm_agree(world, st, SHARC_ERR_IO, "hf export: setting up failed on rank %d (see its message)");
+    if (world)
+        st = sharc_comm_agree(world, st, SHARC_ERR_IO, "hf export: setting up failed on rank %d (see its message)");
     const bool setup_ok = st == SHARC_OK;
     bool ok = setup_ok;
     /* every rank takes part in every gather, even after a later local
@@ -1220,7 +1339,8 @@ sharc_status sharc_hf_export(sharc_fsdp *e, sharc_comm *world, const sharc_model
         json_object_object_add(r, "weight_map", map);
         char path[4400];
         snprintf(path, sizeof path, "%s/model.safetensors.index.json", tmp);
-        st = sharc_write_text_atomic(path, json_object_to_json_string_ext(r, JSON_C_TO_STRING_PRETTY | JSON_C_TO_STRING_SPACED));
+        st = sharc_write_text_atomic(
+            path, json_object_to_json_string_ext(r, JSON_C_TO_STRING_PRETTY | JSON_C_TO_STRING_SPACED));
         json_object_put(r);
         ok = st == SHARC_OK;
     }

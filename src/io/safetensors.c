@@ -47,8 +47,7 @@ static sharc_status parse_entry(sharc_st_file *f, const char *name, json_object 
     char msg[512];
     json_object *dt, *shape, *offs;
     if (!json_object_is_type(v, json_type_object) || !json_object_object_get_ex(v, "dtype", &dt) ||
-        !json_object_object_get_ex(v, "shape", &shape) ||
-        !json_object_object_get_ex(v, "data_offsets", &offs)) {
+        !json_object_object_get_ex(v, "shape", &shape) || !json_object_object_get_ex(v, "data_offsets", &offs)) {
         snprintf(msg, sizeof msg, "tensor '%.200s' needs dtype, shape and data_offsets", name);
         return bad(f->path, msg);
     }
@@ -67,7 +66,8 @@ static sharc_status parse_entry(sharc_st_file *f, const char *name, json_object 
     }
     t->dtype = (sharc_dtype)d;
     if (!json_object_is_type(shape, json_type_array) || json_object_array_length(shape) > SHARC_ST_MAX_DIMS) {
-        snprintf(msg, sizeof msg, "tensor '%.200s': shape must be an array of at most %d integers", name, SHARC_ST_MAX_DIMS);
+        snprintf(msg, sizeof msg, "tensor '%.200s': shape must be an array of at most %d integers", name,
+                 SHARC_ST_MAX_DIMS);
         return bad(f->path, msg);
     }
     t->ndim = (int)json_object_array_length(shape);
@@ -101,9 +101,9 @@ static sharc_status parse_entry(sharc_st_file *f, const char *name, json_object 
     t->end = (uint64_t)json_object_get_int64(e);
     uint64_t esize = sharc_dtype_size(t->dtype);
     if (numel > UINT64_MAX / esize || numel * esize != t->end - t->begin) {
-        snprintf(msg, sizeof msg, "tensor '%.200s': %llu elements of %s need %llu bytes, data_offsets give %llu",
-                 name, (unsigned long long)numel, sharc_dtype_st_name(t->dtype),
-                 (unsigned long long)(numel * esize), (unsigned long long)(t->end - t->begin));
+        snprintf(msg, sizeof msg, "tensor '%.200s': %llu elements of %s need %llu bytes, data_offsets give %llu", name,
+                 (unsigned long long)numel, sharc_dtype_st_name(t->dtype), (unsigned long long)(numel * esize),
+                 (unsigned long long)(t->end - t->begin));
         return bad(f->path, msg);
     }
     t->name = strdup(name);
@@ -186,15 +186,17 @@ static sharc_status parse_header(sharc_st_file *f, const char *json, size_t len)
     uint64_t pos = 0;
     for (int i = 0; i < f->n; i++) {
         if (f->t[i].begin != pos) {
-            snprintf(msg, sizeof msg, "tensor '%.200s' starts at byte %llu, expected %llu (ranges must tile the data without gaps or overlap)",
+            snprintf(msg, sizeof msg,
+                     "tensor '%.200s' starts at byte %llu, expected %llu (ranges must tile the data without gaps or "
+                     "overlap)",
                      f->t[i].name, (unsigned long long)f->t[i].begin, (unsigned long long)pos);
             return bad(f->path, msg);
         }
         pos = f->t[i].end;
     }
     if (pos != f->data_len) {
-        snprintf(msg, sizeof msg, "tensors cover %llu data bytes but the file has %llu",
-                 (unsigned long long)pos, (unsigned long long)f->data_len);
+        snprintf(msg, sizeof msg, "tensors cover %llu data bytes but the file has %llu", (unsigned long long)pos,
+                 (unsigned long long)f->data_len);
         return bad(f->path, msg);
     }
     return SHARC_OK;
@@ -274,7 +276,9 @@ void sharc_st_close(sharc_st_file *f) {
 
 const char *sharc_st_path(const sharc_st_file *f) { return f->path; }
 int sharc_st_count(const sharc_st_file *f) { return f->n; }
-const sharc_st_tensor *sharc_st_tensor_at(const sharc_st_file *f, int i) { return (i >= 0 && i < f->n) ? &f->t[i] : NULL; }
+const sharc_st_tensor *sharc_st_tensor_at(const sharc_st_file *f, int i) {
+    return (i >= 0 && i < f->n) ? &f->t[i] : NULL;
+}
 
 const sharc_st_tensor *sharc_st_find(const sharc_st_file *f, const char *name) {
     for (int i = 0; i < f->n; i++)
@@ -288,25 +292,23 @@ const char *sharc_st_metadata(const sharc_st_file *f, const char *key) {
     return NULL;
 }
 
-sharc_status sharc_st_read_bytes(const sharc_st_file *f, const sharc_st_tensor *t, uint64_t off,
-                                 uint64_t nbytes, void *dst) {
+sharc_status sharc_st_read_bytes(const sharc_st_file *f, const sharc_st_tensor *t, uint64_t off, uint64_t nbytes,
+                                 void *dst) {
     if (off > t->end - t->begin || nbytes > t->end - t->begin - off)
         return sharc_error(SHARC_ERR_INVALID, "safetensors '%s': read of bytes [%llu, +%llu) outside tensor '%s'",
                            f->path, (unsigned long long)off, (unsigned long long)nbytes, t->name);
     return sharc_pread_all(f->fd, dst, nbytes, f->data_start + t->begin + off, f->path);
 }
 
-sharc_status sharc_st_read_f32(const sharc_st_file *f, const sharc_st_tensor *t, int64_t first,
-                               int64_t n, float *dst) {
+sharc_status sharc_st_read_f32(const sharc_st_file *f, const sharc_st_tensor *t, int64_t first, int64_t n, float *dst) {
     if (t->dtype != SHARC_DT_F32 && t->dtype != SHARC_DT_BF16 && t->dtype != SHARC_DT_F16)
-        return sharc_error(SHARC_ERR_FORMAT, "safetensors '%s': tensor '%s' is %s, expected a float type",
-                           f->path, t->name, sharc_dtype_st_name(t->dtype));
+        return sharc_error(SHARC_ERR_FORMAT, "safetensors '%s': tensor '%s' is %s, expected a float type", f->path,
+                           t->name, sharc_dtype_st_name(t->dtype));
     if (first < 0 || n < 0 || first + n > t->numel)
         return sharc_error(SHARC_ERR_INVALID, "safetensors '%s': elements [%lld, %lld) outside tensor '%s' (%lld)",
                            f->path, (long long)first, (long long)(first + n), t->name, (long long)t->numel);
     size_t es = sharc_dtype_size(t->dtype);
-    if (t->dtype == SHARC_DT_F32)
-        return sharc_st_read_bytes(f, t, (uint64_t)first * es, (uint64_t)n * es, dst);
+    if (t->dtype == SHARC_DT_F32) return sharc_st_read_bytes(f, t, (uint64_t)first * es, (uint64_t)n * es, dst);
     /* 16-bit: read into the second half of dst, then widen front to back */
     uint16_t *tmp = (uint16_t *)(dst + n) - n;
     SHARC_TRY(sharc_st_read_bytes(f, t, (uint64_t)first * es, (uint64_t)n * es, tmp));
@@ -321,8 +323,8 @@ sharc_status sharc_st_load_f32(const sharc_st_file *f, const char *name, float *
     const sharc_st_tensor *t = sharc_st_find(f, name);
     if (!t) return sharc_error(SHARC_ERR_FORMAT, "safetensors '%s': no tensor '%s'", f->path, name);
     if (t->numel != numel)
-        return sharc_error(SHARC_ERR_FORMAT, "safetensors '%s': tensor '%s' has %lld elements, expected %lld",
-                           f->path, name, (long long)t->numel, (long long)numel);
+        return sharc_error(SHARC_ERR_FORMAT, "safetensors '%s': tensor '%s' has %lld elements, expected %lld", f->path,
+                           name, (long long)t->numel, (long long)numel);
     return sharc_st_read_f32(f, t, 0, numel, dst);
 }
 
@@ -330,8 +332,8 @@ sharc_status sharc_st_load_i32(const sharc_st_file *f, const char *name, int32_t
     const sharc_st_tensor *t = sharc_st_find(f, name);
     if (!t) return sharc_error(SHARC_ERR_FORMAT, "safetensors '%s': no tensor '%s'", f->path, name);
     if (t->dtype != SHARC_DT_I32 || t->numel != numel)
-        return sharc_error(SHARC_ERR_FORMAT, "safetensors '%s': tensor '%s' is %s x %lld, expected I32 x %lld",
-                           f->path, name, sharc_dtype_st_name(t->dtype), (long long)t->numel, (long long)numel);
+        return sharc_error(SHARC_ERR_FORMAT, "safetensors '%s': tensor '%s' is %s x %lld, expected I32 x %lld", f->path,
+                           name, sharc_dtype_st_name(t->dtype), (long long)t->numel, (long long)numel);
     return sharc_st_read_bytes(f, t, 0, (uint64_t)numel * 4, dst);
 }
 
@@ -340,7 +342,7 @@ sharc_status sharc_st_load_i32(const sharc_st_file *f, const char *name, int32_t
 struct sharc_st_stream {
     sharc_afile af;
     int n;
-    int *order;           /* tensors in file order */
+    int *order; /* tensors in file order */
     uint64_t total, written;
 };
 
@@ -453,8 +455,8 @@ void sharc_st_stream_abort(sharc_st_stream *s) {
     free(s);
 }
 
-sharc_status sharc_st_write(const char *path, const sharc_st_entry *entries, int n,
-                            const char *const *meta_keys, const char *const *meta_values, int nmeta) {
+sharc_status sharc_st_write(const char *path, const sharc_st_entry *entries, int n, const char *const *meta_keys,
+                            const char *const *meta_values, int nmeta) {
     sharc_st_stream *s;
     SHARC_TRY(sharc_st_stream_open(&s, path, entries, n, meta_keys, meta_values, nmeta));
     for (int k = 0; k < n; k++) {

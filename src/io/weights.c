@@ -18,8 +18,10 @@ sharc_status sharc_weights_save(sharc_fsdp *e, sharc_comm *world, const sharc_co
     for (int u = 0; u < sharc_fsdp_num_units(e) && entries; u++) {
         const sharc_unit_spec *s = sharc_fsdp_unit_spec(e, u);
         for (int p = 0; p < s->nparams; p++)
-            entries[n++] = (sharc_st_entry){.name = s->params[p].name, .dtype = SHARC_DT_F32,
-                                            .ndim = s->params[p].ndim, .shape = s->params[p].shape};
+            entries[n++] = (sharc_st_entry){.name = s->params[p].name,
+                                            .dtype = SHARC_DT_F32,
+                                            .ndim = s->params[p].ndim,
+                                            .shape = s->params[p].shape};
     }
     sharc_st_stream *out = NULL;
     if (writer && st == SHARC_OK) {
@@ -68,7 +70,8 @@ static sharc_status load_shards(sharc_fsdp *e, const char *path) {
             const sharc_param_spec *ps = &s->params[p];
             const sharc_st_tensor *t = sharc_st_find(f, ps->name);
             if (!t) {
-                st = sharc_error(SHARC_ERR_FORMAT, "weights '%s': parameter '%s' is missing (is this a checkpoint of another model?)",
+                st = sharc_error(SHARC_ERR_FORMAT,
+                                 "weights '%s': parameter '%s' is missing (is this a checkpoint of another model?)",
                                  path, ps->name);
                 break;
             }
@@ -77,11 +80,13 @@ static sharc_status load_shards(sharc_fsdp *e, const char *path) {
             if (!same) {
                 char want[96] = "", got[96] = "";
                 for (int d = 0; d < ps->ndim; d++)
-                    snprintf(want + strlen(want), sizeof want - strlen(want), "%s%lld", d ? ", " : "", (long long)ps->shape[d]);
+                    snprintf(want + strlen(want), sizeof want - strlen(want), "%s%lld", d ? ", " : "",
+                             (long long)ps->shape[d]);
                 for (int d = 0; d < t->ndim; d++)
-                    snprintf(got + strlen(got), sizeof got - strlen(got), "%s%lld", d ? ", " : "", (long long)t->shape[d]);
-                st = sharc_error(SHARC_ERR_FORMAT, "weights '%s': '%s' has shape [%s], this model needs [%s]",
-                                 path, ps->name, got, want);
+                    snprintf(got + strlen(got), sizeof got - strlen(got), "%s%lld", d ? ", " : "",
+                             (long long)t->shape[d]);
+                st = sharc_error(SHARC_ERR_FORMAT, "weights '%s': '%s' has shape [%s], this model needs [%s]", path,
+                                 ps->name, got, want);
                 break;
             }
         }
@@ -90,8 +95,8 @@ static sharc_status load_shards(sharc_fsdp *e, const char *path) {
         for (int i = 0; i < sharc_st_count(f); i++) {
             int u, p;
             if (sharc_fsdp_find_param(e, sharc_st_tensor_at(f, i)->name, &u, &p) != SHARC_OK) {
-                st = sharc_error(SHARC_ERR_FORMAT, "weights '%s': tensor '%s' is not a parameter of this model",
-                                 path, sharc_st_tensor_at(f, i)->name);
+                st = sharc_error(SHARC_ERR_FORMAT, "weights '%s': tensor '%s' is not a parameter of this model", path,
+                                 sharc_st_tensor_at(f, i)->name);
                 break;
             }
         }

@@ -93,13 +93,13 @@ struct sharc_model {
     sharc_kernels k16;         /* kdev with the bf16 matmul and head slots */
     int nunits;
     sharc_unit_spec *units;
-    int *order;                /* (nunits) note [unit-schedule] */
+    int *order;                  /* (nunits) note [unit-schedule] */
     bool *backward_needs_params; /* (nunits) */
     sharc_unit_schedule schedule;
-    int head_w;                /* index of lm_head.weight in the head unit, -1 when tied */
+    int head_w; /* index of lm_head.weight in the head unit, -1 when tied */
     /* derived sizes */
     int L, C, NH, NKV, hd, QKV, AD, F, Fa, V; /* AD = NH*hd, the attention output width */
-    int bq, qn;                /* indices in a block unit of q_proj.bias and q_norm.weight, -1 when absent */
+    int bq, qn; /* indices in a block unit of q_proj.bias and q_norm.weight, -1 when absent */
     /* plan */
     int B, T;
     int plan_threads; /* the thread count the workspaces were sized for */
@@ -108,8 +108,8 @@ struct sharc_model {
     int64_t tile_rows; /* rows of one chunk: ceil(B*T / tiles) */
     float *tfc, *tfca; /* (tile_rows, F), (tile_rows, Fa): one chunk's MLP intermediates, every block's */
     int nsets;
-    float *x;          /* (L+1, N, C) residual stream: x[l] is block l's input */
-    block_acts *sets;  /* nsets */
+    float *x;         /* (L+1, N, C) residual stream: x[l] is block l's input */
+    block_acts *sets; /* nsets */
     float *lnf, *lnf_mean, *lnf_rstd;
     float *tmp, *dres, *dxmid, *dtmp, *dqkv, *dfc, *dfca;
     float *att_ws, *head_ws;
@@ -121,9 +121,9 @@ struct sharc_model {
     /* Ulysses sequence parallelism (note [ulysses] in ulysses.h): this rank
      * holds tokens [sp_rank T, (sp_rank + 1) T) of sequences of sp T */
     int sp, sp_rank;
-    sharc_comm *sp_group;       /* borrowed */
-    sharc_ulysses uly;          /* sp > 1 and planned */
-    sharc_model_timing timing;  /* accumulated forward / backward seconds */
+    sharc_comm *sp_group;      /* borrowed */
+    sharc_ulysses uly;         /* sp > 1 and planned */
+    sharc_model_timing timing; /* accumulated forward / backward seconds */
 };
 
 void sharc_model_timing_get(const sharc_model *m, sharc_model_timing *out) { *out = m->timing; }
@@ -153,50 +153,57 @@ sharc_status sharc_model_config_validate(sharc_model_config *c) {
     if (c->num_layers < 1) return sharc_error(SHARC_ERR_INVALID, "model.num_layers: %d, expected >= 1", c->num_layers);
     if (c->embed_dim < 1) return sharc_error(SHARC_ERR_INVALID, "model.embed_dim: %d, expected >= 1", c->embed_dim);
     if (c->num_heads < 1 || c->embed_dim % c->num_heads != 0)
-        return sharc_error(SHARC_ERR_INVALID,
-                           "model.num_heads: %d does not divide model.embed_dim %d", c->num_heads,
+        return sharc_error(SHARC_ERR_INVALID, "model.num_heads: %d does not divide model.embed_dim %d", c->num_heads,
                            c->embed_dim);
     if (c->num_kv_heads == 0) c->num_kv_heads = c->num_heads;
     if (c->num_kv_heads < 1 || c->num_heads % c->num_kv_heads != 0)
-        return sharc_error(SHARC_ERR_INVALID,
-                           "model.num_kv_heads: %d does not divide model.num_heads %d",
+        return sharc_error(SHARC_ERR_INVALID, "model.num_kv_heads: %d does not divide model.num_heads %d",
                            c->num_kv_heads, c->num_heads);
     if (c->family == SHARC_FAMILY_GPT2 && c->num_kv_heads != c->num_heads)
-        return sharc_error(SHARC_ERR_INVALID,
-                           "model.num_kv_heads: %d, gpt2 has num_kv_heads = num_heads (%d)",
+        return sharc_error(SHARC_ERR_INVALID, "model.num_kv_heads: %d, gpt2 has num_kv_heads = num_heads (%d)",
                            c->num_kv_heads, c->num_heads);
     bool gpt2 = c->family == SHARC_FAMILY_GPT2;
     bool hd_set = c->head_dim && c->head_dim != c->embed_dim / c->num_heads;
     if (gpt2 && (hd_set || c->qkv_bias || c->qk_norm || c->sliding_window || c->rope_factor != 0.0f))
         return sharc_error(SHARC_ERR_INVALID, "model.%s: a llama-family option; model.family is gpt2",
-                           hd_set ? "head_dim" : c->qkv_bias ? "qkv_bias" : c->qk_norm ? "qk_norm"
-                           : c->sliding_window ? "sliding_window" : "rope_factor");
+                           hd_set              ? "head_dim"
+                           : c->qkv_bias       ? "qkv_bias"
+                           : c->qk_norm        ? "qk_norm"
+                           : c->sliding_window ? "sliding_window"
+                                               : "rope_factor");
     if (c->head_dim < 0) return sharc_error(SHARC_ERR_INVALID, "model.head_dim: %d, expected >= 0", c->head_dim);
     if (c->head_dim == 0) c->head_dim = c->embed_dim / c->num_heads;
     int hd = c->head_dim;
-    if (!gpt2 && hd % 2 != 0)
-        return sharc_error(SHARC_ERR_INVALID, "model.head_dim: %d must be even for RoPE", hd);
+    if (!gpt2 && hd % 2 != 0) return sharc_error(SHARC_ERR_INVALID, "model.head_dim: %d must be even for RoPE", hd);
     if (c->sliding_window < 0)
         return sharc_error(SHARC_ERR_INVALID, "model.sliding_window: %d, expected >= 0 (0: none)", c->sliding_window);
     if (c->rope_factor != 0.0f) {
         if (!(c->rope_factor >= 1.0f))
-            return sharc_error(SHARC_ERR_INVALID, "model.rope_factor: %g, expected >= 1 (0: no scaling)", (double)c->rope_factor);
+            return sharc_error(SHARC_ERR_INVALID, "model.rope_factor: %g, expected >= 1 (0: no scaling)",
+                               (double)c->rope_factor);
         if (!(c->rope_low_freq_factor > 0.0f) || !(c->rope_high_freq_factor > c->rope_low_freq_factor))
-            return sharc_error(SHARC_ERR_INVALID, "model.rope_low_freq_factor %g / rope_high_freq_factor %g: expected 0 < low < high",
+            return sharc_error(SHARC_ERR_INVALID,
+                               "model.rope_low_freq_factor %g / rope_high_freq_factor %g: expected 0 < low < high",
                                (double)c->rope_low_freq_factor, (double)c->rope_high_freq_factor);
         if (c->rope_original_max_pos < 1)
-            return sharc_error(SHARC_ERR_INVALID, "model.rope_original_max_pos: %d, expected >= 1", c->rope_original_max_pos);
+            return sharc_error(SHARC_ERR_INVALID, "model.rope_original_max_pos: %d, expected >= 1",
+                               c->rope_original_max_pos);
     }
     if (c->ff_hidden_dim == 0) {
         if (c->family == SHARC_FAMILY_GPT2) c->ff_hidden_dim = 4 * c->embed_dim;
         else c->ff_hidden_dim = (8 * c->embed_dim / 3 + 15) / 16 * 16; /* Llama: 2/3 of 4C, to 16 */
     }
-    if (c->ff_hidden_dim < 1) return sharc_error(SHARC_ERR_INVALID, "model.ff_hidden_dim: %d, expected >= 1", c->ff_hidden_dim);
+    if (c->ff_hidden_dim < 1)
+        return sharc_error(SHARC_ERR_INVALID, "model.ff_hidden_dim: %d, expected >= 1", c->ff_hidden_dim);
     if (c->vocab_size < 2) return sharc_error(SHARC_ERR_INVALID, "model.vocab_size: %d, expected >= 2", c->vocab_size);
-    if (c->max_seq_len < 1) return sharc_error(SHARC_ERR_INVALID, "model.max_seq_len: %d, expected >= 1", c->max_seq_len);
-    if (!(c->norm_eps > 0.0f)) return sharc_error(SHARC_ERR_INVALID, "model.norm_eps: %g, expected > 0", (double)c->norm_eps);
-    if (!(c->rope_theta > 0.0f)) return sharc_error(SHARC_ERR_INVALID, "model.rope_theta: %g, expected > 0", (double)c->rope_theta);
-    if (!(c->init_std >= 0.0f)) return sharc_error(SHARC_ERR_INVALID, "model.init_std: %g, expected >= 0", (double)c->init_std);
+    if (c->max_seq_len < 1)
+        return sharc_error(SHARC_ERR_INVALID, "model.max_seq_len: %d, expected >= 1", c->max_seq_len);
+    if (!(c->norm_eps > 0.0f))
+        return sharc_error(SHARC_ERR_INVALID, "model.norm_eps: %g, expected > 0", (double)c->norm_eps);
+    if (!(c->rope_theta > 0.0f))
+        return sharc_error(SHARC_ERR_INVALID, "model.rope_theta: %g, expected > 0", (double)c->rope_theta);
+    if (!(c->init_std >= 0.0f))
+        return sharc_error(SHARC_ERR_INVALID, "model.init_std: %g, expected >= 0", (double)c->init_std);
     return SHARC_OK;
 }
 
@@ -215,23 +222,20 @@ int64_t sharc_model_num_params(const sharc_model_config *cfg) {
     int64_t hd = c->head_dim, qkv = (c->num_heads + 2 * c->num_kv_heads) * hd;
     if (c->family == SHARC_FAMILY_GPT2)
         n += (int64_t)c->max_seq_len * C + L * (4 * C + qkv + C + c->ff_hidden_dim + C) + 2 * C;
-    else
-        n += L * (2 * C + (c->qkv_bias ? qkv : 0) + (c->qk_norm ? 2 * hd : 0)) + C + (c->tie_embeddings ? 0 : V * C);
+    else n += L * (2 * C + (c->qkv_bias ? qkv : 0) + (c->qk_norm ? 2 * hd : 0)) + C + (c->tie_embeddings ? 0 : V * C);
     return n;
 }
 
 double sharc_model_flops_per_token(const sharc_model_config *cfg, int T) {
     sharc_model_config full = *cfg, *c = &full;
     if (sharc_model_config_validate(c) != SHARC_OK) return 0.0;
-    double n_matmul = (double)c->num_layers * (double)block_matmul_params(c) +
-                      (double)c->vocab_size * c->embed_dim;
+    double n_matmul = (double)c->num_layers * (double)block_matmul_params(c) + (double)c->vocab_size * c->embed_dim;
     return 6.0 * n_matmul + 12.0 * c->num_layers * (double)c->num_heads * c->head_dim * T;
 }
 
 /* ----------------------------------------------------------------- units */
 
-static void add(sharc_unit_spec *u, const char *name, int64_t d0, int64_t d1, sharc_init_kind init,
-                float std) {
+static void add(sharc_unit_spec *u, const char *name, int64_t d0, int64_t d1, sharc_init_kind init, float std) {
     int64_t shape[2] = {d0, d1};
     sharc_unit_add_param(u, name, d1 > 0 ? 2 : 1, shape, init, std, d1 > 0);
 }
@@ -357,16 +361,15 @@ static void free_plan(sharc_model *m) {
     sharc_device_free(m->dev, m->x);
     for (int s = 0; s < m->nsets; s++) {
         block_acts *a = &m->sets[s];
-        float *bufs[] = {a->ln1, a->ln1_mean, a->ln1_rstd, a->qkv, a->att, a->lse, a->att_h,
-                         a->xmid, a->ln2, a->ln2_mean, a->ln2_rstd, a->fc, a->fca, a->qkraw, a->qkrstd};
+        float *bufs[] = {a->ln1, a->ln1_mean, a->ln1_rstd, a->qkv, a->att, a->lse,   a->att_h, a->xmid,
+                         a->ln2, a->ln2_mean, a->ln2_rstd, a->fc,  a->fca, a->qkraw, a->qkrstd};
         for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) sharc_device_free(m->dev, bufs[i]);
     }
     free(m->sets);
     m->sets = NULL;
     m->nsets = 0;
-    float *bufs[] = {m->lnf, m->lnf_mean, m->lnf_rstd, m->tmp, m->dres, m->dxmid, m->dtmp,
-                     m->dqkv, m->dfc, m->dfca, m->att_ws, m->head_ws, m->rope_cos, m->rope_sin,
-                     m->tfc, m->tfca};
+    float *bufs[] = {m->lnf, m->lnf_mean, m->lnf_rstd, m->tmp,     m->dres,     m->dxmid,    m->dtmp, m->dqkv,
+                     m->dfc, m->dfca,     m->att_ws,   m->head_ws, m->rope_cos, m->rope_sin, m->tfc,  m->tfca};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) sharc_device_free(m->dev, bufs[i]);
     sharc_device_free(m->dev, m->loss);
     sharc_device_free(m->dev, m->kcache);
@@ -505,29 +508,29 @@ int64_t sharc_model_activation_bytes(const sharc_model *m, int B, int T, bool ac
     int64_t sets = activation_checkpointing ? 1 : m->L;
     int64_t R = mlp_rows(m, N); /* note [tiled-mlp]: rows of MLP intermediates alive */
     bool tiled = R < N;
-    f += (int64_t)(m->L + 1) * N * C;                                                 /* x */
-    const int64_t AD = m->AD;                                                         /* attention width NH hd */
+    f += (int64_t)(m->L + 1) * N * C;                                               /* x */
+    const int64_t AD = m->AD;                                                       /* attention width NH hd */
     f += sets * (3 * N * C + N * AD + 4 * N + N * m->QKV + (int64_t)B * m->NH * T); /* block_acts */
-    if (m->cfg.qk_norm) f += sets * (N * m->QKV + N * (m->NH + m->NKV));             /* qkraw, qkrstd */
-    if (!tiled) f += sets * (N * m->F + N * m->Fa);                                   /* fc, fca per set */
-    else f += R * m->F + R * m->Fa;                                                   /* tfc, tfca */
-    f += 2 * N + N * C;                                                               /* lnf, mean, rstd */
-    f += 3 * N * C + N * (AD > C ? AD : C) + N * m->QKV + R * m->F + R * m->Fa;     /* tmp, dres, dxmid, dtmp, dqkv, dfc, dfca */
+    if (m->cfg.qk_norm) f += sets * (N * m->QKV + N * (m->NH + m->NKV));            /* qkraw, qkrstd */
+    if (!tiled) f += sets * (N * m->F + N * m->Fa);                                 /* fc, fca per set */
+    else f += R * m->F + R * m->Fa;                                                 /* tfc, tfca */
+    f += 2 * N + N * C;                                                             /* lnf, mean, rstd */
+    f += 3 * N * C + N * (AD > C ? AD : C) + N * m->QKV + R * m->F +
+         R * m->Fa;                            /* tmp, dres, dxmid, dtmp, dqkv, dfc, dfca */
     f += m->k->attention_workspace(T * m->sp); /* sp > 1 (Ulysses buffers) is not planned: note [memory-plan] */
     int64_t chunk = HEAD_CHUNK_BYTES / ((int64_t)m->V * (int64_t)sizeof(float));
     if (chunk < 16) chunk = 16;
     if (chunk > N) chunk = N;
-    f += chunk * m->V;                                                                /* head_ws */
-    f += 2 * (int64_t)T * (m->hd / 2 > 0 ? m->hd / 2 : 1);                            /* rope tables */
-    return f * (int64_t)sizeof(float) + (int64_t)sizeof(double);                     /* + the loss scalar */
+    f += chunk * m->V;                                           /* head_ws */
+    f += 2 * (int64_t)T * (m->hd / 2 > 0 ? m->hd / 2 : 1);       /* rope tables */
+    return f * (int64_t)sizeof(float) + (int64_t)sizeof(double); /* + the loss scalar */
 }
 
 sharc_status sharc_model_plan(sharc_model *m, int B, int T, bool activation_checkpointing) {
     if (B < 1 || T < 1) return sharc_error(SHARC_ERR_INVALID, "model: batch %d x %d tokens, expected >= 1", B, T);
     if (m->cfg.family == SHARC_FAMILY_GPT2 && T > m->cfg.max_seq_len)
-        return sharc_error(SHARC_ERR_INVALID,
-                           "train.seq_len: %d exceeds model.max_seq_len %d (the position table)",
-                           T, m->cfg.max_seq_len);
+        return sharc_error(SHARC_ERR_INVALID, "train.seq_len: %d exceeds model.max_seq_len %d (the position table)", T,
+                           m->cfg.max_seq_len);
     /* note [families]: a window at least as long as the sequence masks nothing */
     if (m->cfg.sliding_window > 0 && T > m->cfg.sliding_window)
         return sharc_error(SHARC_ERR_INVALID,
@@ -636,7 +639,7 @@ typedef struct {
  * [frozen-params]). */
 static block_ptrs block_view(const sharc_model *m, int l, float *base, bool grads) {
     const sharc_param_spec *p = m->units[1 + l].params;
-#define AT(i) (base && !(grads && p[i].frozen) ? base + p[i].offset : NULL)
+#define AT(i)  (base && !(grads && p[i].frozen) ? base + p[i].offset : NULL)
 #define AT3(i) (base && !(grads && p[i].frozen && p[i + 1].frozen && p[i + 2].frozen) ? base + p[i].offset : NULL)
 #define AT2(i) (base && !(grads && p[i].frozen && p[i + 1].frozen) ? base + p[i].offset : NULL)
     block_ptrs b = {0};
@@ -678,21 +681,18 @@ static float *grad_at(const sharc_model *m, int u, float *g, int i) {
     return g && !m->units[u].params[i].frozen ? g + m->units[u].params[i].offset : NULL;
 }
 
-static void norm_fwd(const sharc_model *m, float *y, float *mean, float *rstd, const float *x,
-                     const float *w, const float *b, int64_t N) {
+static void norm_fwd(const sharc_model *m, float *y, float *mean, float *rstd, const float *x, const float *w,
+                     const float *b, int64_t N) {
     if (m->cfg.family == SHARC_FAMILY_GPT2)
         m->k->layernorm_forward(m->s, y, mean, rstd, x, w, b, N, m->C, m->cfg.norm_eps);
-    else
-        m->k->rmsnorm_forward(m->s, y, rstd, x, w, N, m->C, m->cfg.norm_eps);
+    else m->k->rmsnorm_forward(m->s, y, rstd, x, w, N, m->C, m->cfg.norm_eps);
 }
 
-static void norm_bwd(const sharc_model *m, float *dx, float *dw, float *db, const float *dy,
-                     const float *dres, const float *x, const float *w, const float *mean,
-                     const float *rstd, int64_t N) {
+static void norm_bwd(const sharc_model *m, float *dx, float *dw, float *db, const float *dy, const float *dres,
+                     const float *x, const float *w, const float *mean, const float *rstd, int64_t N) {
     if (m->cfg.family == SHARC_FAMILY_GPT2)
         m->k->layernorm_backward(m->s, dx, dw, db, dy, dres, x, w, mean, rstd, N, m->C);
-    else
-        m->k->rmsnorm_backward(m->s, dx, dw, dy, dres, x, w, rstd, N, m->C);
+    else m->k->rmsnorm_backward(m->s, dx, dw, dy, dres, x, w, rstd, N, m->C);
 }
 
 /* Note [tiled-mlp]: one chunk of n rows of the MLP input (ln2 rows) through
@@ -708,16 +708,15 @@ static void mlp_chunk_forward(sharc_model *m, const block_ptrs *w, const float *
  * RMS-normalised (rstd: N*NH for q, then N*NKV for k). */
 static void qk_norm_fwd(sharc_model *m, const block_ptrs *w, block_acts *a, float *qkv, int64_t N) {
     int64_t ld = m->QKV, nq = (int64_t)m->NH * m->hd;
-    if (sharc_device_copy(m->dev, qkv, a->qkraw, (size_t)(N * ld) * sizeof(float), SHARC_COPY_DEVICE_TO_DEVICE,
-                          m->s) != SHARC_OK)
+    if (sharc_device_copy(m->dev, qkv, a->qkraw, (size_t)(N * ld) * sizeof(float), SHARC_COPY_DEVICE_TO_DEVICE, m->s) !=
+        SHARC_OK)
         sharc_fatal(__FILE__, __LINE__, "model: copying qkv: %s", sharc_last_error());
     m->k->head_rmsnorm_forward(m->s, qkv, a->qkrstd, a->qkraw, w->qnw, N, m->NH, m->hd, ld, m->cfg.norm_eps);
     m->k->head_rmsnorm_forward(m->s, qkv + nq, a->qkrstd + N * m->NH, a->qkraw + nq, w->knw, N, m->NKV, m->hd, ld,
                                m->cfg.norm_eps);
 }
 
-static void block_forward(sharc_model *m, const block_ptrs *w, block_acts *a, const float *x,
-                          float *y, int B, int T) {
+static void block_forward(sharc_model *m, const block_ptrs *w, block_acts *a, const float *x, float *y, int B, int T) {
     const sharc_kernels *k = m->k;
     sharc_stream *s = m->s;
     int64_t N = (int64_t)B * T;
@@ -734,11 +733,12 @@ static void block_forward(sharc_model *m, const block_ptrs *w, block_acts *a, co
     if (m->sp > 1) { /* note [ulysses]: whole sequences, NHl heads */
         sharc_ulysses *u = &m->uly;
         SHARC_PROF("fwd.ulysses", sharc_ulysses_qkv_to_heads(u, a->qkv, qkv));
-        SHARC_PROF("fwd.attention", k->attention_forward(s, a->att_h, a->lse, a->qkv, B, u->Tf, u->NHl, u->NKVl, m->hd,
-                                                         m->att_ws));
+        SHARC_PROF("fwd.attention",
+                   k->attention_forward(s, a->att_h, a->lse, a->qkv, B, u->Tf, u->NHl, u->NKVl, m->hd, m->att_ws));
         SHARC_PROF("fwd.ulysses", sharc_ulysses_att_to_tokens(u, a->att, a->att_h));
     } else {
-        SHARC_PROF("fwd.attention", k->attention_forward(s, a->att, a->lse, a->qkv, B, T, m->NH, m->NKV, m->hd, m->att_ws));
+        SHARC_PROF("fwd.attention",
+                   k->attention_forward(s, a->att, a->lse, a->qkv, B, T, m->NH, m->NKV, m->hd, m->att_ws));
     }
     SHARC_PROF("fwd.matmul.attproj", k->matmul_forward(s, m->tmp, a->att, w->wo, w->bo, N, m->AD, m->C));
     SHARC_PROF("fwd.residual", k->add(s, a->xmid, x, m->tmp, N * m->C));
@@ -751,8 +751,8 @@ static void block_forward(sharc_model *m, const block_ptrs *w, block_acts *a, co
         for (int64_t r0 = 0; r0 < N; r0 += m->tile_rows) {
             int64_t n = N - r0 < m->tile_rows ? N - r0 : m->tile_rows;
             mlp_chunk_forward(m, w, a->ln2 + r0 * m->C, n);
-            SHARC_PROF("fwd.matmul.fcproj", k->matmul_forward(s, m->tmp + r0 * m->C, m->tfca, w->wproj, w->bproj, n,
-                                                              m->Fa, m->C));
+            SHARC_PROF("fwd.matmul.fcproj",
+                       k->matmul_forward(s, m->tmp + r0 * m->C, m->tfca, w->wproj, w->bproj, n, m->Fa, m->C));
         }
         SHARC_PROF("fwd.residual", k->add(s, y, a->xmid, m->tmp, N * m->C));
         return;
@@ -766,8 +766,8 @@ static void block_forward(sharc_model *m, const block_ptrs *w, block_acts *a, co
 }
 
 /* dres: in, d loss / d y; out, d loss / d x (the block input). */
-static void block_backward(sharc_model *m, const block_ptrs *w, const block_ptrs *g,
-                           const block_acts *a, const float *x, float *dres) {
+static void block_backward(sharc_model *m, const block_ptrs *w, const block_ptrs *g, const block_acts *a,
+                           const float *x, float *dres) {
     const sharc_kernels *k = m->k;
     sharc_stream *s = m->s;
     int B = m->B, T = m->T;
@@ -782,16 +782,17 @@ static void block_backward(sharc_model *m, const block_ptrs *w, const block_ptrs
             fc = m->tfc;
             fca = m->tfca;
         }
-        SHARC_PROF("bwd.matmul.fcproj", k->matmul_backward(s, m->dfca, g->wproj, g->bproj, dres + r0 * m->C, fca,
-                                                           w->wproj, n, m->Fa, m->C));
+        SHARC_PROF("bwd.matmul.fcproj",
+                   k->matmul_backward(s, m->dfca, g->wproj, g->bproj, dres + r0 * m->C, fca, w->wproj, n, m->Fa, m->C));
         if (llama) SHARC_PROF("bwd.act", k->swiglu_backward(s, m->dfc, m->dfca, fc, n, m->Fa));
         else SHARC_PROF("bwd.act", k->gelu_backward(s, m->dfc, m->dfca, fc, n * m->Fa));
         SHARC_PROF("bwd.matmul.fc", k->matmul_backward(s, m->dtmp + r0 * m->C, g->wfc, g->bfc, m->dfc,
                                                        a->ln2 + r0 * m->C, w->wfc, n, m->C, m->F));
     }
-    SHARC_PROF("bwd.norm", norm_bwd(m, m->dxmid, g->ln2w, g->ln2b, m->dtmp, dres, a->xmid, w->ln2w, a->ln2_mean,
-             a->ln2_rstd, N));
-    SHARC_PROF("bwd.matmul.attproj", k->matmul_backward(s, m->dtmp, g->wo, g->bo, m->dxmid, a->att, w->wo, N, m->AD, m->C));
+    SHARC_PROF("bwd.norm",
+               norm_bwd(m, m->dxmid, g->ln2w, g->ln2b, m->dtmp, dres, a->xmid, w->ln2w, a->ln2_mean, a->ln2_rstd, N));
+    SHARC_PROF("bwd.matmul.attproj",
+               k->matmul_backward(s, m->dtmp, g->wo, g->bo, m->dxmid, a->att, w->wo, N, m->AD, m->C));
     if (m->sp > 1) { /* note [ulysses], mirrored */
         sharc_ulysses *u = &m->uly;
         SHARC_PROF("bwd.ulysses", sharc_ulysses_datt_to_heads(u, u->datt_h, m->dtmp));
@@ -799,19 +800,22 @@ static void block_backward(sharc_model *m, const block_ptrs *w, const block_ptrs
                                                           u->NHl, u->NKVl, m->hd, m->att_ws));
         SHARC_PROF("bwd.ulysses", sharc_ulysses_dqkv_to_tokens(u, m->dqkv, u->dqkv_h));
     } else {
-        SHARC_PROF("bwd.attention", k->attention_backward(s, m->dqkv, m->dtmp, a->qkv, a->att, a->lse, B, T, m->NH, m->NKV,
-                                                          m->hd, m->att_ws));
+        SHARC_PROF("bwd.attention", k->attention_backward(s, m->dqkv, m->dtmp, a->qkv, a->att, a->lse, B, T, m->NH,
+                                                          m->NKV, m->hd, m->att_ws));
     }
-    if (llama) SHARC_PROF("bwd.rope", k->rope_backward(s, m->dqkv, m->rope_cos, m->rope_sin, B, T, m->NH, m->NKV, m->hd));
+    if (llama)
+        SHARC_PROF("bwd.rope", k->rope_backward(s, m->dqkv, m->rope_cos, m->rope_sin, B, T, m->NH, m->NKV, m->hd));
     if (w->qnw) {
         int64_t ld = m->QKV, nq = (int64_t)m->NH * m->hd;
-        SHARC_PROF("bwd.qknorm", k->head_rmsnorm_backward(s, m->dqkv, g->qnw, m->dqkv, a->qkraw, w->qnw, a->qkrstd,
-                                                          N, m->NH, m->hd, ld));
+        SHARC_PROF("bwd.qknorm", k->head_rmsnorm_backward(s, m->dqkv, g->qnw, m->dqkv, a->qkraw, w->qnw, a->qkrstd, N,
+                                                          m->NH, m->hd, ld));
         SHARC_PROF("bwd.qknorm", k->head_rmsnorm_backward(s, m->dqkv + nq, g->knw, m->dqkv + nq, a->qkraw + nq, w->knw,
                                                           a->qkrstd + N * m->NH, N, m->NKV, m->hd, ld));
     }
-    SHARC_PROF("bwd.matmul.qkv", k->matmul_backward(s, m->dtmp, g->wqkv, g->bqkv, m->dqkv, a->ln1, w->wqkv, N, m->C, m->QKV));
-    SHARC_PROF("bwd.norm", norm_bwd(m, dres, g->ln1w, g->ln1b, m->dtmp, m->dxmid, x, w->ln1w, a->ln1_mean, a->ln1_rstd, N));
+    SHARC_PROF("bwd.matmul.qkv",
+               k->matmul_backward(s, m->dtmp, g->wqkv, g->bqkv, m->dqkv, a->ln1, w->wqkv, N, m->C, m->QKV));
+    SHARC_PROF("bwd.norm",
+               norm_bwd(m, dres, g->ln1w, g->ln1b, m->dtmp, m->dxmid, x, w->ln1w, a->ln1_mean, a->ln1_rstd, N));
 }
 
 /* -------------------------------------------------------------- schedule */
@@ -823,12 +827,14 @@ static void check_inputs(const sharc_model *m, sharc_fsdp *e, const int32_t *tok
         sharc_fatal(__FILE__, __LINE__, "model: on device %s, its engine on %s", sharc_device_name(m->dev),
                     sharc_device_name(sharc_fsdp_device(e)));
     if (sharc_threads_get() > m->plan_threads)
-        sharc_fatal(__FILE__, __LINE__, "model: %d threads but workspaces were planned for %d; set the thread count before sharc_model_plan",
-                    sharc_threads_get(), m->plan_threads);
+        sharc_fatal(
+            __FILE__, __LINE__,
+            "model: %d threads but workspaces were planned for %d; set the thread count before sharc_model_plan",
+            sharc_threads_get(), m->plan_threads);
     for (int64_t i = 0; i < N; i++)
         if (tok[i] < 0 || tok[i] >= m->V)
-            sharc_fatal(__FILE__, __LINE__, "model: token %d at %lld outside vocabulary [0, %d)",
-                        tok[i], (long long)i, m->V);
+            sharc_fatal(__FILE__, __LINE__, "model: token %d at %lld outside vocabulary [0, %d)", tok[i], (long long)i,
+                        m->V);
 }
 
 /* The loss sum the last head kernel left in the device scalar. */
@@ -863,14 +869,14 @@ static void use_kernels(sharc_model *m, const sharc_fsdp *e) {
 }
 
 /* Embedding and blocks; with `store` false every block reuses set 0. */
-static void forward_body(sharc_model *m, sharc_fsdp *e, const int32_t *inputs, int B, int T,
-                         bool store) {
+static void forward_body(sharc_model *m, sharc_fsdp *e, const int32_t *inputs, int B, int T, bool store) {
     int64_t N = (int64_t)B * T;
     use_kernels(m, e);
     check_inputs(m, e, inputs, N);
     const float *ep = sharc_fsdp_gather(e, 0);
     const float *wpe = m->cfg.family == SHARC_FAMILY_GPT2 ? ep + m->units[0].params[1].offset : NULL;
-    SHARC_PROF("fwd.embedding", m->k->embedding_forward(m->s, xl(m, 0), inputs, ep, wpe, B, T, m->C, m->sp_rank * m->T));
+    SHARC_PROF("fwd.embedding",
+               m->k->embedding_forward(m->s, xl(m, 0), inputs, ep, wpe, B, T, m->C, m->sp_rank * m->T));
     sharc_fsdp_forward_done(e, 0);
     for (int l = 0; l < m->L; l++) {
         block_ptrs w = block_view(m, l, (float *)sharc_fsdp_gather(e, 1 + l), false);
@@ -887,8 +893,8 @@ static void release_head(sharc_model *m, sharc_fsdp *e) {
     sharc_fsdp_release(e, 0);
 }
 
-double sharc_model_forward_backward(sharc_model *m, sharc_fsdp *e, const int32_t *inputs,
-                                    const int32_t *targets, float loss_scale) {
+double sharc_model_forward_backward(sharc_model *m, sharc_fsdp *e, const int32_t *inputs, const int32_t *targets,
+                                    float loss_scale) {
     const int B = m->B, T = m->T, L = m->L, H = L + 1;
     const int64_t N = (int64_t)B * T;
     double t0 = sharc_clock_now();
@@ -907,8 +913,8 @@ double sharc_model_forward_backward(sharc_model *m, sharc_fsdp *e, const int32_t
     /* note [frozen-params]: the first unit whose backward runs (units in forward order = index order) */
     int from = 0;
     while (from < H && !sharc_unit_trainable(&m->units[from])) from++;
-    SHARC_PROF("head.lm_xent", m->k->lmhead_xent(m->s, m->loss, m->dtmp, gh, m->lnf, wh, targets, loss_scale, N,
-                                                 m->C, m->V, m->head_ws, m->head_chunk));
+    SHARC_PROF("head.lm_xent", m->k->lmhead_xent(m->s, m->loss, m->dtmp, gh, m->lnf, wh, targets, loss_scale, N, m->C,
+                                                 m->V, m->head_ws, m->head_chunk));
     norm_bwd(m, m->dres, grad_at(m, H, hg, 0), nb ? grad_at(m, H, hg, 1) : NULL, m->dtmp, NULL, xl(m, L), nw,
              m->lnf_mean, m->lnf_rstd, N);
     sharc_fsdp_backward_done(e, H);
@@ -940,8 +946,7 @@ double sharc_model_forward_backward(sharc_model *m, sharc_fsdp *e, const int32_t
     return loss;
 }
 
-double sharc_model_forward_loss(sharc_model *m, sharc_fsdp *e, const int32_t *inputs,
-                                const int32_t *targets) {
+double sharc_model_forward_loss(sharc_model *m, sharc_fsdp *e, const int32_t *inputs, const int32_t *targets) {
     const int B = m->B, T = m->T, L = m->L, H = L + 1;
     const int64_t N = (int64_t)B * T;
     double t0 = sharc_clock_now();
@@ -957,8 +962,7 @@ double sharc_model_forward_loss(sharc_model *m, sharc_fsdp *e, const int32_t *in
     return loss;
 }
 
-void sharc_model_logits_last(sharc_model *m, sharc_fsdp *e, const int32_t *inputs, int len,
-                             float *logits) {
+void sharc_model_logits_last(sharc_model *m, sharc_fsdp *e, const int32_t *inputs, int len, float *logits) {
     SHARC_CHECK(len >= 1 && len <= m->T && m->sp == 1);
     const int L = m->L, H = L + 1;
     forward_body(m, e, inputs, 1, len, false);
@@ -969,8 +973,8 @@ void sharc_model_logits_last(sharc_model *m, sharc_fsdp *e, const int32_t *input
     /* into the head's workspace (device memory, at least V floats), then to the host */
     m->k->matmul_forward(m->s, m->head_ws, m->lnf, head_weight(m, e, hp), NULL, 1, m->C, m->V);
     release_head(m, e);
-    if (sharc_device_copy(m->dev, logits, m->head_ws, (size_t)m->V * sizeof(float), SHARC_COPY_DEVICE_TO_HOST,
-                          m->s) != SHARC_OK ||
+    if (sharc_device_copy(m->dev, logits, m->head_ws, (size_t)m->V * sizeof(float), SHARC_COPY_DEVICE_TO_HOST, m->s) !=
+            SHARC_OK ||
         sharc_device_synchronize(m->s) != SHARC_OK)
         sharc_fatal(__FILE__, __LINE__, "model: reading the logits: %s", sharc_last_error());
 }
@@ -986,8 +990,10 @@ void sharc_model_logits_last(sharc_model *m, sharc_fsdp *e, const int32_t *input
  * attention_forward, using activation set 0 (nothing is kept for backward). */
 sharc_status sharc_model_kv_enable(sharc_model *m) {
     if (m->B != 1 || m->T < 1 || m->sp > 1)
-        return sharc_error(SHARC_ERR_INVALID, "model: a key/value cache needs a plan of batch 1 on one sequence-parallel "
-                           "rank (planned %d x %d, sp %d)", m->B, m->T, m->sp);
+        return sharc_error(SHARC_ERR_INVALID,
+                           "model: a key/value cache needs a plan of batch 1 on one sequence-parallel "
+                           "rank (planned %d x %d, sp %d)",
+                           m->B, m->T, m->sp);
     if (!m->kcache) {
         size_t bytes = (size_t)m->L * (size_t)m->T * (size_t)m->NKV * (size_t)m->hd * sizeof(float);
         m->kcache = sharc_device_alloc(m->dev, bytes, SHARC_MEM_ACTIVATIONS);
@@ -1074,8 +1080,8 @@ sharc_status sharc_model_kv_append(sharc_model *m, sharc_fsdp *e, const int32_t 
     m->k->matmul_forward(m->s, m->head_ws, m->lnf, head_weight(m, e, hp), NULL, 1, m->C, m->V);
     release_head(m, e);
     m->kv_len = pos + n;
-    if (sharc_device_copy(m->dev, logits, m->head_ws, (size_t)m->V * sizeof(float), SHARC_COPY_DEVICE_TO_HOST,
-                          m->s) != SHARC_OK ||
+    if (sharc_device_copy(m->dev, logits, m->head_ws, (size_t)m->V * sizeof(float), SHARC_COPY_DEVICE_TO_HOST, m->s) !=
+            SHARC_OK ||
         sharc_device_synchronize(m->s) != SHARC_OK)
         return sharc_error(SHARC_ERR_IO, "model: reading the logits: %s", sharc_last_error());
     return SHARC_OK;

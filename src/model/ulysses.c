@@ -12,9 +12,7 @@ typedef struct {
 } col_map;
 
 /* The first key/value head rank j takes (note [ulysses]). */
-static int kv_first(const sharc_ulysses *u, int j) {
-    return u->NKV >= u->sp ? j * u->NKVl : j * u->NKV / u->sp;
-}
+static int kv_first(const sharc_ulysses *u, int j) { return u->NKV >= u->sp ? j * u->NKVl : j * u->NKV / u->sp; }
 
 /* Rank j's query, key and value columns of a qkv row of width QKV. */
 static col_map qkv_cols(const sharc_ulysses *u, int j) {
@@ -54,8 +52,7 @@ static void cols_scatter(float *dst, const float *src, int64_t rows, int64_t W, 
         for (int k = 0; k < c->n; k++) {
             if (add)
                 for (int64_t i = 0; i < c->len[k]; i++) d[c->off[k] + i] += src[i];
-            else
-                memcpy(d + c->off[k], src, (size_t)c->len[k] * sizeof(float));
+            else memcpy(d + c->off[k], src, (size_t)c->len[k] * sizeof(float));
             src += c->len[k];
         }
     }
@@ -66,16 +63,16 @@ static void seq_concat(const sharc_ulysses *u, float *full, const float *slices,
     size_t row = (size_t)u->Tl * (size_t)W;
     for (int i = 0; i < u->sp; i++)
         for (int b = 0; b < u->B; b++)
-            memcpy(full + ((int64_t)b * u->Tf + (int64_t)i * u->Tl) * W,
-                   slices + ((int64_t)i * u->B + b) * u->Tl * W, row * sizeof(float));
+            memcpy(full + ((int64_t)b * u->Tf + (int64_t)i * u->Tl) * W, slices + ((int64_t)i * u->B + b) * u->Tl * W,
+                   row * sizeof(float));
 }
 
 static void seq_split(const sharc_ulysses *u, float *slices, const float *full, int64_t W) {
     size_t row = (size_t)u->Tl * (size_t)W;
     for (int i = 0; i < u->sp; i++)
         for (int b = 0; b < u->B; b++)
-            memcpy(slices + ((int64_t)i * u->B + b) * u->Tl * W,
-                   full + ((int64_t)b * u->Tf + (int64_t)i * u->Tl) * W, row * sizeof(float));
+            memcpy(slices + ((int64_t)i * u->B + b) * u->Tl * W, full + ((int64_t)b * u->Tf + (int64_t)i * u->Tl) * W,
+                   row * sizeof(float));
 }
 
 static void exchange(sharc_ulysses *u, int64_t count) {
@@ -91,8 +88,8 @@ static float *buf(sharc_ulysses *u, int64_t n, bool *ok) {
     return p;
 }
 
-sharc_status sharc_ulysses_init(sharc_ulysses *u, sharc_device *dev, int sp, int rank, int B, int Tl, int NH,
-                                int NKV, int hd) {
+sharc_status sharc_ulysses_init(sharc_ulysses *u, sharc_device *dev, int sp, int rank, int B, int Tl, int NH, int NKV,
+                                int hd) {
     memset(u, 0, sizeof *u);
     if (!sharc_device_is_host(dev))
         return sharc_error(SHARC_ERR_INVALID, "mesh.sp: %d: sequence parallelism needs a host device for now, not %s",
@@ -121,8 +118,10 @@ sharc_status sharc_ulysses_init(sharc_ulysses *u, sharc_device *dev, int sp, int
     u->datt_h = buf(u, sharc_ulysses_att_numel(u), &ok);
     if (!ok) {
         sharc_ulysses_free(u);
-        return sharc_error(SHARC_ERR_NOMEM, "model: cannot allocate the sequence-parallel buffers (mesh.sp %d, %d x %d "
-                           "tokens per rank)", sp, B, Tl);
+        return sharc_error(SHARC_ERR_NOMEM,
+                           "model: cannot allocate the sequence-parallel buffers (mesh.sp %d, %d x %d "
+                           "tokens per rank)",
+                           sp, B, Tl);
     }
     return SHARC_OK;
 }

@@ -34,22 +34,22 @@
 #include <stdint.h>
 
 typedef struct {
-    int sp, rank;                 /* group size, this rank's place in it */
-    int B, Tl, Tf;                /* micro-batch, tokens per rank, tokens per sequence */
-    int NH, NKV, hd;              /* the model's heads */
-    int NHl, NKVl, QKV, QKVl;     /* heads per rank; row widths (floats) of qkv before and after #1 */
-    sharc_comm *group;            /* borrowed; set before the first exchange */
-    sharc_device *dev;            /* borrowed */
-    float *send, *recv;           /* (sp, B, Tl, max(QKVl, NHl hd)) exchange buffers */
-    float *qkv_seq;               /* (B, Tl, QKV) forward: this rank's tokens, before #1 */
-    float *dqkv_h;                /* (B, Tf, QKVl) backward: attention's d qkv */
-    float *datt_h;                /* (B, Tf, NHl hd) backward: d out after the mirror of #2 */
+    int sp, rank;             /* group size, this rank's place in it */
+    int B, Tl, Tf;            /* micro-batch, tokens per rank, tokens per sequence */
+    int NH, NKV, hd;          /* the model's heads */
+    int NHl, NKVl, QKV, QKVl; /* heads per rank; row widths (floats) of qkv before and after #1 */
+    sharc_comm *group;        /* borrowed; set before the first exchange */
+    sharc_device *dev;        /* borrowed */
+    float *send, *recv;       /* (sp, B, Tl, max(QKVl, NHl hd)) exchange buffers */
+    float *qkv_seq;           /* (B, Tl, QKV) forward: this rank's tokens, before #1 */
+    float *dqkv_h;            /* (B, Tf, QKVl) backward: attention's d qkv */
+    float *datt_h;            /* (B, Tf, NHl hd) backward: d out after the mirror of #2 */
 } sharc_ulysses;
 
 /* Sizes for sp ranks (rank `rank`), B sequences of Tl tokens per rank; the
  * buffers on `dev` (counted as activations). */
-sharc_status sharc_ulysses_init(sharc_ulysses *u, sharc_device *dev, int sp, int rank, int B, int Tl, int NH,
-                                int NKV, int hd);
+sharc_status sharc_ulysses_init(sharc_ulysses *u, sharc_device *dev, int sp, int rank, int B, int Tl, int NH, int NKV,
+                                int hd);
 void sharc_ulysses_free(sharc_ulysses *u);
 /* Floats of the head-sharded tensors a block keeps: qkv (B, Tf, QKVl), out
  * (B, Tf, NHl hd); lse (B, NHl, Tf) has as many floats as (B, NH, Tl). */

@@ -45,7 +45,7 @@ struct sharc_adamw {
     sharc_optim_config cfg;
     sharc_device *dev; /* the engine's */
     int nunits;
-    float **m, **v;    /* (nunits) each (numel_shard), device memory */
+    float **m, **v; /* (nunits) each (numel_shard), device memory */
     int64_t t;
 };
 
@@ -95,8 +95,12 @@ void sharc_adamw_step(sharc_adamw *a, sharc_fsdp *e, float lr, float grad_scale)
     double bc2 = 1.0 - pow((double)c->beta2, (double)a->t);
     const sharc_kernels *k = sharc_device_kernels(a->dev);
     sharc_stream *stream = sharc_device_stream(a->dev);
-    sharc_adamw_scalars sc = {.beta1 = c->beta1, .beta2 = c->beta2, .step_size = (float)((double)lr / bc1),
-                              .sqrt_bc2 = (float)sqrt(bc2), .eps = c->eps, .grad_scale = grad_scale};
+    sharc_adamw_scalars sc = {.beta1 = c->beta1,
+                              .beta2 = c->beta2,
+                              .step_size = (float)((double)lr / bc1),
+                              .sqrt_bc2 = (float)sqrt(bc2),
+                              .eps = c->eps,
+                              .grad_scale = grad_scale};
     float decay_mul = (float)(1.0 - (double)lr * c->weight_decay);
     sharc_fsdp_shard_write_begin(e);
     for (int u = 0; u < a->nunits; u++) {

@@ -47,8 +47,9 @@ sharc_status sharc_dataprep_tokenizer(const sharc_config *c, sharc_tokenizer **o
         int ids = sharc_tokenizer_num_ids(*out);
         sharc_tokenizer_free(*out);
         *out = NULL;
-        return sharc_error(SHARC_ERR_INVALID, "model.vocab_size: %d is smaller than the %d ids of model.tokenizer '%s'; set "
-                                              "model.vocab_size >= %d",
+        return sharc_error(SHARC_ERR_INVALID,
+                           "model.vocab_size: %d is smaller than the %d ids of model.tokenizer '%s'; set "
+                           "model.vocab_size >= %d",
                            c->model.vocab_size, ids, path, ids);
     }
     return SHARC_OK;
@@ -81,13 +82,14 @@ typedef struct {
 static sharc_status map_file(const char *path, mapped *m) {
     memset(m, 0, sizeof *m);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return sharc_error(sharc_path_status(errno), "data: cannot open '%s': %s; check data.path", path, strerror(errno));
+    if (fd < 0)
+        return sharc_error(sharc_path_status(errno), "data: cannot open '%s': %s; check data.path", path,
+                           strerror(errno));
     struct stat sb;
     sharc_status st = SHARC_OK;
     if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode))
         st = sharc_error(SHARC_ERR_INVALID, "data: '%s' is not a regular file; data.path must name a data file", path);
-    else if (sb.st_size == 0)
-        st = sharc_error(SHARC_ERR_FORMAT, "data: '%s' is empty", path);
+    else if (sb.st_size == 0) st = sharc_error(SHARC_ERR_FORMAT, "data: '%s' is empty", path);
     if (st == SHARC_OK) {
         m->len = (size_t)sb.st_size;
         m->map = mmap(NULL, m->len, PROT_READ, MAP_PRIVATE, fd, 0);
@@ -135,8 +137,10 @@ sharc_status sharc_dataprep_open(const sharc_config *c, const sharc_tokenizer *t
     const double t0 = sharc_clock_now();
     if (fmt == SHARC_TOKENS_JSONL) {
         if (!t)
-            return sharc_error(SHARC_ERR_INVALID, "data: '%s' is JSONL (SFT records): set model.tokenizer (or a "
-                                                  "model.init_from directory with a tokenizer.json)", path);
+            return sharc_error(SHARC_ERR_INVALID,
+                               "data: '%s' is JSONL (SFT records): set model.tokenizer (or a "
+                               "model.init_from directory with a tokenizer.json)",
+                               path);
         sharc_sft_options o;
         sharc_dataprep_sft_options(c, &o);
         mapped m;
@@ -146,10 +150,12 @@ sharc_status sharc_dataprep_open(const sharc_config *c, const sharc_tokenizer *t
         unmap_file(&m);
         SHARC_TRY(st);
         if (report)
-            sharc_info("sharc: %s: %zu records -> %zu SFT samples, %zu tokens, %zu trained (mask %s); dropped %zu empty, %zu "
-                       "with a prompt of data.max_len - 2 = %d tokens or more; %zu cut to %d tokens (%.2f s)",
-                       path, d.records, d.nsamples, d.ntokens, d.trained, o.mask == SHARC_SFT_MASK_OPENRLHF ? "openrlhf" : "ranges",
-                       d.dropped_empty, d.dropped_long, o.max_len - 2, d.truncated, o.max_len, sharc_clock_now() - t0);
+            sharc_info(
+                "sharc: %s: %zu records -> %zu SFT samples, %zu tokens, %zu trained (mask %s); dropped %zu empty, %zu "
+                "with a prompt of data.max_len - 2 = %d tokens or more; %zu cut to %d tokens (%.2f s)",
+                path, d.records, d.nsamples, d.ntokens, d.trained,
+                o.mask == SHARC_SFT_MASK_OPENRLHF ? "openrlhf" : "ranges", d.dropped_empty, d.dropped_long,
+                o.max_len - 2, d.truncated, o.max_len, sharc_clock_now() - t0);
         return sharc_dataset_from_memory(out, path, d.tokens, (int64_t)d.ntokens, d.offsets, (int64_t)d.nsamples,
                                          sharc_tokenizer_sha256(t), vocab);
     }
@@ -176,10 +182,11 @@ sharc_status sharc_dataprep_open(const sharc_config *c, const sharc_tokenizer *t
     const uint8_t *made = sharc_dataset_tokenizer_sha256(*out);
     if (t && made && memcmp(made, sharc_tokenizer_sha256(t), 32) != 0) {
         char a[17], b[17];
-        sharc_status st = sharc_error(SHARC_ERR_INVALID,
-                                      "data: '%s' was tokenized with another tokenizer (sha256 %s...) than model.tokenizer "
-                                      "'%s' (%s...); tokenize it again with this one",
-                                      path, hex(made, a), sharc_tokenizer_path(t), hex(sharc_tokenizer_sha256(t), b));
+        sharc_status st =
+            sharc_error(SHARC_ERR_INVALID,
+                        "data: '%s' was tokenized with another tokenizer (sha256 %s...) than model.tokenizer "
+                        "'%s' (%s...); tokenize it again with this one",
+                        path, hex(made, a), sharc_tokenizer_path(t), hex(sharc_tokenizer_sha256(t), b));
         sharc_dataset_free(*out);
         *out = NULL;
         return st;
@@ -225,7 +232,7 @@ sharc_status sharc_dataprep_documents(const sharc_tokenizer *t, const char *key,
     const size_t batch = 4096;
     sharc_ids *part = calloc(batch, sizeof *part);
     sharc_status *pst = calloc(batch, sizeof *pst);
-    char (*msg)[512] = calloc(batch, sizeof *msg);
+    char(*msg)[512] = calloc(batch, sizeof *msg);
     sharc_status st = part && pst && msg ? SHARC_OK : sharc_error(SHARC_ERR_NOMEM, "tokenize: out of memory");
     for (size_t b0 = 0; b0 < nlines && st == SHARC_OK; b0 += batch) {
         size_t nb = nlines - b0 < batch ? nlines - b0 : batch;
@@ -245,13 +252,15 @@ sharc_status sharc_dataprep_documents(const sharc_tokenizer *t, const char *key,
                 if (r == SHARC_OK) {
                     json_tokener_reset(jt);
                     o = json_tokener_parse_ex(jt, l->s, (int)l->n);
-                    if (!o || json_tokener_get_error(jt) != json_tokener_success || json_tokener_get_parse_end(jt) != l->n ||
-                        !json_object_is_type(o, json_type_object))
+                    if (!o || json_tokener_get_error(jt) != json_tokener_success ||
+                        json_tokener_get_parse_end(jt) != l->n || !json_object_is_type(o, json_type_object))
                         r = sharc_error(SHARC_ERR_FORMAT, "%s line %zu: not one JSON object", name, l->no);
                     else if (!json_object_object_get_ex(o, key, &v) || !json_object_is_type(v, json_type_string))
-                        r = sharc_error(SHARC_ERR_FORMAT, "%s line %zu: no string '%s' (data.input_key)", name, l->no, key);
+                        r = sharc_error(SHARC_ERR_FORMAT, "%s line %zu: no string '%s' (data.input_key)", name, l->no,
+                                        key);
                     else
-                        r = sharc_encoder_encode(e, json_object_get_string(v), (size_t)json_object_get_string_len(v), &part[k]);
+                        r = sharc_encoder_encode(e, json_object_get_string(v), (size_t)json_object_get_string_len(v),
+                                                 &part[k]);
                     if (r == SHARC_OK && eos) r = sharc_ids_push(&part[k], sharc_tokenizer_eos(t));
                 }
                 json_object_put(o);
@@ -305,14 +314,16 @@ static void default_out(const char *path, const char *ext, char *out, size_t n) 
 }
 
 sharc_status sharc_dataprep_tokenize(const sharc_config *c, const sharc_tokenizer *t, const char *out, int threads,
-                                     void (*progress)(size_t done, size_t total, const char *unit, void *ctx), void *ctx,
-                                     char *written, size_t written_len) {
+                                     void (*progress)(size_t done, size_t total, const char *unit, void *ctx),
+                                     void *ctx, char *written, size_t written_len) {
     const char *path = c->data.path;
     sharc_token_format fmt;
     SHARC_TRY(sharc_dataprep_format(c, path, &fmt));
     if (fmt != SHARC_TOKENS_TEXT && fmt != SHARC_TOKENS_JSONL)
-        return sharc_error(SHARC_ERR_INVALID, "tokenize: data.path '%s' is %s tokens already; sharc tokenize reads UTF-8 "
-                                              "text or JSONL", path, sharc_token_format_name(fmt));
+        return sharc_error(SHARC_ERR_INVALID,
+                           "tokenize: data.path '%s' is %s tokens already; sharc tokenize reads UTF-8 "
+                           "text or JSONL",
+                           path, sharc_token_format_name(fmt));
     const bool sft = fmt == SHARC_TOKENS_JSONL && (c->data.output_key[0] || c->data.apply_chat_template);
     char target[SHARC_PATH_MAX + 8];
     if (out && *out) snprintf(target, sizeof target, "%s", out);
@@ -332,12 +343,14 @@ sharc_status sharc_dataprep_tokenize(const sharc_config *c, const sharc_tokenize
         if (st == SHARC_OK) {
             st = sharc_sft_write(target, &d, t, o.max_len);
             if (st == SHARC_OK)
-                sharc_info("sharc tokenize: %s (%.1f MB, %zu records) -> %s: %zu SFT samples, %zu tokens, %zu trained "
-                           "(mask %s); dropped %zu empty, %zu with a prompt of max_len - 2 = %d tokens or more; %zu cut to "
-                           "%d tokens; %.1f MB/s (%.2f s)",
-                           path, (double)m.len / 1e6, d.records, target, d.nsamples, d.ntokens, d.trained,
-                           o.mask == SHARC_SFT_MASK_OPENRLHF ? "openrlhf" : "ranges", d.dropped_empty, d.dropped_long,
-                           o.max_len - 2, d.truncated, o.max_len, (double)m.len / 1e6 / (sharc_clock_now() - t0), sharc_clock_now() - t0);
+                sharc_info(
+                    "sharc tokenize: %s (%.1f MB, %zu records) -> %s: %zu SFT samples, %zu tokens, %zu trained "
+                    "(mask %s); dropped %zu empty, %zu with a prompt of max_len - 2 = %d tokens or more; %zu cut to "
+                    "%d tokens; %.1f MB/s (%.2f s)",
+                    path, (double)m.len / 1e6, d.records, target, d.nsamples, d.ntokens, d.trained,
+                    o.mask == SHARC_SFT_MASK_OPENRLHF ? "openrlhf" : "ranges", d.dropped_empty, d.dropped_long,
+                    o.max_len - 2, d.truncated, o.max_len, (double)m.len / 1e6 / (sharc_clock_now() - t0),
+                    sharc_clock_now() - t0);
             sharc_sft_free(&d);
         }
     } else {
@@ -345,10 +358,12 @@ sharc_status sharc_dataprep_tokenize(const sharc_config *c, const sharc_tokenize
         if (fmt == SHARC_TOKENS_TEXT) st = sharc_tokenizer_encode_text(t, m.base, m.len, threads, text_fwd, &pf, &ids);
         else st = sharc_dataprep_documents(t, c->data.input_key, true, m.base, m.len, path, threads, fwd, &pf, &ids);
         if (st == SHARC_OK) {
-            st = sharc_tokens_write_llmc(target, ids.ids, (int64_t)ids.n, sharc_tokenizer_num_ids(t), sharc_tokenizer_sha256(t));
+            st = sharc_tokens_write_llmc(target, ids.ids, (int64_t)ids.n, sharc_tokenizer_num_ids(t),
+                                         sharc_tokenizer_sha256(t));
             if (st == SHARC_OK)
                 sharc_info("sharc tokenize: %s (%.1f MB) -> %s: %zu tokens (llm.c, %s)%s; %.1f MB/s (%.2f s)", path,
-                           (double)m.len / 1e6, target, ids.n, sharc_tokenizer_num_ids(t) <= 65536 ? "uint16" : "uint32",
+                           (double)m.len / 1e6, target, ids.n,
+                           sharc_tokenizer_num_ids(t) <= 65536 ? "uint16" : "uint32",
                            fmt == SHARC_TOKENS_JSONL ? ", each document followed by EOS" : "",
                            (double)m.len / 1e6 / (sharc_clock_now() - t0), sharc_clock_now() - t0);
         }

@@ -14,8 +14,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
-sharc_status sharc_eval_dataset(sharc_model *m, sharc_fsdp *e, sharc_comm *world, const sharc_dataset *d,
-                                int B, int T, int64_t max_batches, sharc_eval_result *out) {
+sharc_status sharc_eval_dataset(sharc_model *m, sharc_fsdp *e, sharc_comm *world, const sharc_dataset *d, int B, int T,
+                                int64_t max_batches, sharc_eval_result *out) {
     memset(out, 0, sizeof *out);
     const int R = sharc_comm_size(world), rank = sharc_comm_rank(world);
     const double t0 = sharc_clock_now();
@@ -28,8 +28,8 @@ sharc_status sharc_eval_dataset(sharc_model *m, sharc_fsdp *e, sharc_comm *world
     int32_t *in = sharc_alloc(sizeof(int32_t) * (size_t)N, SHARC_MEM_OTHER);
     int32_t *tg = sharc_alloc(sizeof(int32_t) * (size_t)N, SHARC_MEM_OTHER);
     /* a local allocation failure must not leave the other ranks in a gather */
-    sharc_status st = !in || !tg ? sharc_error(SHARC_ERR_NOMEM, "eval: cannot allocate a batch of %d x %d tokens", B, T)
-                                 : SHARC_OK;
+    sharc_status st =
+        !in || !tg ? sharc_error(SHARC_ERR_NOMEM, "eval: cannot allocate a batch of %d x %d tokens", B, T) : SHARC_OK;
     st = sharc_comm_agree(world, st, SHARC_ERR_NOMEM, "eval: rank %d cannot allocate its batch (see its message)");
     double sums[2] = {0.0, 0.0}; /* loss sum, targets */
     for (int64_t i = 0; i < rounds && st == SHARC_OK; i++) {
@@ -85,7 +85,8 @@ sharc_status sharc_eval_checkpoint(const sharc_eval_options *o, sharc_comm *worl
     int B = o->batch_size > 0 ? o->batch_size : c.train.batch_size;
     int T = o->seq_len > 0 ? o->seq_len : c.train.seq_len;
     if (st == SHARC_OK && c.model.family == SHARC_FAMILY_GPT2 && T > c.model.max_seq_len)
-        st = sharc_error(SHARC_ERR_INVALID, "eval: --seq_len %d exceeds the model's max_seq_len %d", T, c.model.max_seq_len);
+        st = sharc_error(SHARC_ERR_INVALID, "eval: --seq_len %d exceeds the model's max_seq_len %d", T,
+                         c.model.max_seq_len);
     if (st == SHARC_OK) st = sharc_blas_init(o->threads);
     if (st == SHARC_OK) st = sharc_model_init(&m, &c.model, NULL);
     if (st == SHARC_OK) st = sharc_model_plan(m, B, T, false);

@@ -36,16 +36,17 @@
 #include <stdlib.h>
 #include <string.h>
 
-sharc_status sharc_memplan_make(sharc_memplan *p, const sharc_config *cfg, int world, int ranks_per_node,
-                                int threads) {
+sharc_status sharc_memplan_make(sharc_memplan *p, const sharc_config *cfg, int world, int ranks_per_node, int threads) {
     memset(p, 0, sizeof *p);
     if (world < 1) return sharc_error(SHARC_ERR_INVALID, "plan: %d ranks, expected >= 1", world);
     if (ranks_per_node < 1 || (world > ranks_per_node && world % ranks_per_node != 0))
         return sharc_error(SHARC_ERR_INVALID, "plan: %d ranks per node, expected a divisor of the %d ranks",
                            ranks_per_node, world);
     if (cfg->mesh.sp > 1)
-        return sharc_error(SHARC_ERR_UNSUPPORTED, "plan: mesh.sp = %d: memory under sequence parallelism (its "
-                           "all-to-all buffers) is not planned yet", cfg->mesh.sp);
+        return sharc_error(SHARC_ERR_UNSUPPORTED,
+                           "plan: mesh.sp = %d: memory under sequence parallelism (its "
+                           "all-to-all buffers) is not planned yet",
+                           cfg->mesh.sp);
     const sharc_fsdp_config *fc = &cfg->fsdp.engine;
     int S = 1;
     SHARC_TRY(sharc_mesh_shard_size(fc, world, &S));
@@ -56,8 +57,8 @@ sharc_status sharc_memplan_make(sharc_memplan *p, const sharc_config *cfg, int w
     p->dp_replicate = world / S;
     p->threads = threads > 0 ? threads : 1;
     p->node_local = node_local;
-    p->shared = node_local && S > 1 && fc->param_dtype == SHARC_DT_F32 && !(getenv("SHARC_COMM_SHM") &&
-                                                                            !strcmp(getenv("SHARC_COMM_SHM"), "0"));
+    p->shared = node_local && S > 1 && fc->param_dtype == SHARC_DT_F32 &&
+                !(getenv("SHARC_COMM_SHM") && !strcmp(getenv("SHARC_COMM_SHM"), "0"));
     sharc_model *m = NULL;
     SHARC_TRY(sharc_model_init(&m, &cfg->model, NULL));
     sharc_status st = sharc_model_freeze(m, cfg->freeze_module_prefix, cfg->trainable, NULL);
@@ -78,7 +79,7 @@ sharc_status sharc_memplan_make(sharc_memplan *p, const sharc_config *cfg, int w
         sharc_threads_set(p->threads);
         if (cfg->fsdp.apply_tiled_mlp) sharc_model_set_tiled_mlp(m, cfg->fsdp.tiled_num_shards);
         p->bytes[SHARC_MEM_ACTIVATIONS] = sharc_model_activation_bytes(m, cfg->train.batch_size, cfg->train.seq_len,
-                                                                        cfg->fsdp.activation_checkpointing);
+                                                                       cfg->fsdp.activation_checkpointing);
         sharc_threads_set(old);
         /* the MPI path's scratch (one per group, grown to its largest call):
          * a shard group across nodes reduce-scatters by all-to-all, one full
@@ -101,11 +102,14 @@ sharc_status sharc_memplan_make(sharc_memplan *p, const sharc_config *cfg, int w
 static double gib(int64_t b) { return (double)b / (1024.0 * 1024.0 * 1024.0); }
 
 void sharc_memplan_print(FILE *f, const sharc_memplan *p, const sharc_config *cfg, const int64_t *measured) {
-    fprintf(f, "memory plan per rank: %s, %.3g parameters (%.3g trainable), %d rank%s (%s: %d shard x %d replicate%s), "
-               "micro-batch %d x %d, activation checkpointing %s, %d thread%s\n",
+    fprintf(f,
+            "memory plan per rank: %s, %.3g parameters (%.3g trainable), %d rank%s (%s: %d shard x %d replicate%s), "
+            "micro-batch %d x %d, activation checkpointing %s, %d thread%s\n",
             sharc_family_name(cfg->model.family), (double)p->nparams, (double)p->ntrainable, p->world,
             p->world > 1 ? "s" : "", sharc_sharding_name(cfg->fsdp.engine.strategy), p->dp_shard, p->dp_replicate,
-            p->shared ? ", parameters shared per node" : p->node_local ? "" : ", groups across nodes",
+            p->shared       ? ", parameters shared per node"
+            : p->node_local ? ""
+                            : ", groups across nodes",
             cfg->train.batch_size, cfg->train.seq_len, cfg->fsdp.activation_checkpointing ? "on" : "off", p->threads,
             p->threads > 1 ? "s" : "");
     if (measured) fprintf(f, "  %-12s %12s %12s %8s\n", "category", "plan GiB", "peak GiB", "peak/plan");
@@ -168,8 +172,10 @@ bool sharc_memplan_suggest(FILE *f, const sharc_config *cfg, int world, int rpn,
         c.train.grad_accum = cfg->train.grad_accum * (cfg->train.batch_size / b);
         int64_t t = total_of(&c, world, rpn, threads);
         if (t >= 0 && t <= limit) {
-            fprintf(f, "smallest change: train.batch_size: %d with train.grad_accum: %d (the same global batch; "
-                       "%.2f GiB)\n", b, c.train.grad_accum, gib(t));
+            fprintf(f,
+                    "smallest change: train.batch_size: %d with train.grad_accum: %d (the same global batch; "
+                    "%.2f GiB)\n",
+                    b, c.train.grad_accum, gib(t));
             return true;
         }
     }
@@ -194,8 +200,10 @@ bool sharc_memplan_suggest(FILE *f, const sharc_config *cfg, int world, int rpn,
         if (w > rpn && w % rpn) continue;
         int64_t t = total_of(&c, w, rpn, threads);
         if (t >= 0 && t <= limit) {
-            fprintf(f, "smallest change: %d ranks instead of %d (%.2f GiB per rank; the global batch grows with "
-                       "them)\n", w, world, gib(t));
+            fprintf(f,
+                    "smallest change: %d ranks instead of %d (%.2f GiB per rank; the global batch grows with "
+                    "them)\n",
+                    w, world, gib(t));
             return true;
         }
     }

@@ -87,13 +87,13 @@ static sharc_status extract(const char *path, const char *out_dir, int i, int *n
     return st;
 }
 
-static void plot_one(FILE *g, const char *out_dir, const char *png, const char *title, const char *ylabel,
-                     int col, char labels[][128], const int *nval, int n, bool with_val) {
+static void plot_one(FILE *g, const char *out_dir, const char *png, const char *title, const char *ylabel, int col,
+                     char labels[][128], const int *nval, int n, bool with_val) {
     fprintf(g, "set output '%s/%s'\nset title '%s'\nset ylabel '%s'\n", out_dir, png, title, ylabel);
     fprintf(g, "plot ");
     for (int i = 0; i < n; i++) {
-        fprintf(g, "%s'%s/run-%d.dat' using 1:%d with lines lw 2 lc %d title '%s'", i ? ", " : "", out_dir, i, col, i + 1,
-                labels[i]);
+        fprintf(g, "%s'%s/run-%d.dat' using 1:%d with lines lw 2 lc %d title '%s'", i ? ", " : "", out_dir, i, col,
+                i + 1, labels[i]);
         if (with_val && nval[i] > 0)
             fprintf(g, ", '%s/val-%d.dat' using 1:2 with linespoints dt 2 lc %d title '%s (val)'", out_dir, i, i + 1,
                     labels[i]);
@@ -105,7 +105,8 @@ sharc_status sharc_plot_runs(const char *const *paths, int n, const char *out_di
     if (n < 1) return sharc_error(SHARC_ERR_INVALID, "plot: no metrics files given");
     if (n > 64) return sharc_error(SHARC_ERR_INVALID, "plot: %d metrics files, at most 64", n);
     SHARC_TRY(sharc_mkdirs(out_dir));
-    if (strchr(out_dir, '\'')) return sharc_error(SHARC_ERR_INVALID, "plot: --out '%s' may not contain a quote", out_dir);
+    if (strchr(out_dir, '\''))
+        return sharc_error(SHARC_ERR_INVALID, "plot: --out '%s' may not contain a quote", out_dir);
     char(*labels)[128] = calloc((size_t)n, sizeof *labels);
     int *nval = calloc((size_t)n, sizeof(int));
     if (!labels || !nval) {

@@ -77,7 +77,8 @@ static sharc_status check_file(const char *key, const char *path) {
     char clip[SHARC_CLIP_BUF], dir[SHARC_PATH_MAX + 64];
     struct stat sb;
     if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode))
-        return sharc_error(SHARC_ERR_INVALID, "%s: '%s' is a directory; expected a file there", key, sharc_clip(clip, path));
+        return sharc_error(SHARC_ERR_INVALID, "%s: '%s' is a directory; expected a file there", key,
+                           sharc_clip(clip, path));
     snprintf(dir, sizeof dir, "%s", path);
     char *slash = strrchr(dir, '/');
     if (!slash) snprintf(dir, sizeof dir, ".");
@@ -195,8 +196,8 @@ sharc_status sharc_run_dir_prepare(sharc_run_dir *d, sharc_ckpt *ck, int rank, s
         SHARC_TRY(sharc_remove_stale_tmp(d->metrics));
         SHARC_TRY(sharc_ckpt_tidy(ck));
         char *yaml = sharc_config_to_yaml(c);
-        sharc_status st = yaml ? sharc_write_text_atomic(d->config, yaml)
-                               : sharc_error(SHARC_ERR_NOMEM, "train: out of memory");
+        sharc_status st =
+            yaml ? sharc_write_text_atomic(d->config, yaml) : sharc_error(SHARC_ERR_NOMEM, "train: out of memory");
         free(yaml);
         SHARC_TRY(st);
         SHARC_TRY(sharc_jsonl_open(metrics, d->metrics, keep));

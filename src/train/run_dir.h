@@ -12,7 +12,7 @@
 #include "sharc/telemetry.h"
 
 typedef struct {
-    const sharc_config *cfg; /* borrowed */
+    const sharc_config *cfg;           /* borrowed */
     char config[SHARC_PATH_MAX + 64];  /* out_dir/config.yaml */
     char weights[SHARC_PATH_MAX + 64]; /* out_dir/model.safetensors */
     char metrics[SHARC_PATH_MAX + 64]; /* train.metrics_path or out_dir/metrics.jsonl */

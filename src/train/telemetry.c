@@ -109,9 +109,8 @@ static void find_straggler(const double *all, int R, sharc_step_global *g) {
     free(others);
 }
 
-sharc_status sharc_telemetry_reduce(sharc_comm *world, const sharc_step_stats *local,
-                                    double flops_per_token, double peak_flops_world,
-                                    sharc_step_global *g) {
+sharc_status sharc_telemetry_reduce(sharc_comm *world, const sharc_step_stats *local, double flops_per_token,
+                                    double peak_flops_world, sharc_step_global *g) {
     const int R = sharc_comm_size(world);
     double mine[SHARC_TEL_NVEC];
     pack(local, mine);
@@ -326,10 +325,11 @@ void sharc_telemetry_write_json(FILE *f, const sharc_step_stats *s, const sharc_
             "\"time_metrics/forward(s)\": %.6f, \"time_metrics/backward(s)\": %.6f, "
             "\"time_metrics/optimizer(s)\": %.6f, \"time_metrics/comm_wait(s)\": %.6f, \"time_metrics/cpu(s)\": %.6f, "
             "\"tokens\": %lld, \"world_size\": %d",
-            (long long)s->step, s->loss, num_or_null(lm, sizeof lm, g->loss_max), (double)s->lr, s->grad_norm, g->tps_global / R,
-            g->tps_global, g->tps_rank_min, g->tps_rank_max, g->tps_rank_sum, g->tps_cpu, g->tflops, g->mfu_pct, g->step_s_max,
-            g->step_s_min, g->slowest_rank, json_host, g->slowest_busy_s, g->slowest_ratio, g->forward_backward_s, g->forward_s, g->backward_s,
-            g->optimizer_s, g->comm_wait_s, g->cpu_s_max, (long long)s->tokens, R);
+            (long long)s->step, s->loss, num_or_null(lm, sizeof lm, g->loss_max), (double)s->lr, s->grad_norm,
+            g->tps_global / R, g->tps_global, g->tps_rank_min, g->tps_rank_max, g->tps_rank_sum, g->tps_cpu, g->tflops,
+            g->mfu_pct, g->step_s_max, g->step_s_min, g->slowest_rank, json_host, g->slowest_busy_s, g->slowest_ratio,
+            g->forward_backward_s, g->forward_s, g->backward_s, g->optimizer_s, g->comm_wait_s, g->cpu_s_max,
+            (long long)s->tokens, R);
     for (int k = 0; k < SHARC_COLL_NKINDS; k++) {
         if (k == SHARC_COLL_BROADCAST) continue;
         fprintf(f, ", \"comm/%s_bytes\": %lld, \"comm/%s(s)\": %.6f", sharc_coll_kind_name(k),
@@ -339,7 +339,8 @@ void sharc_telemetry_write_json(FILE *f, const sharc_step_stats *s, const sharc_
     for (int c = 0; c < SHARC_MEM_NCAT; c++)
         fprintf(f, ", \"memory/%s(GiB)\": %.6f, \"memory/%s_peak(GiB)\": %.6f", sharc_mem_cat_name(c),
                 (double)g->mem_current[c] / GIB, sharc_mem_cat_name(c), (double)g->mem_peak[c] / GIB);
-    fprintf(f, ", \"memory/max_active(GiB)\": %.6f, \"memory/max_active_rank\": %d, \"fsdp/gathered_units_peak\": %lld}\n",
+    fprintf(f,
+            ", \"memory/max_active(GiB)\": %.6f, \"memory/max_active_rank\": %d, \"fsdp/gathered_units_peak\": %lld}\n",
             (double)g->mem_peak_total / GIB, g->mem_peak_rank, (long long)s->gathered_peak);
 }
 
@@ -347,14 +348,15 @@ void sharc_telemetry_write_rank_json(FILE *f, const sharc_step_stats *s, int ran
     char lm[32], host[SHARC_HOST_MAX], json_host[SHARC_HOST_MAX];
     host_name(host);
     json_safe(json_host, host);
-    fprintf(f,
-            "{\"step\": %lld, \"rank\": %d, \"host\": \"%s\", \"loss\": %s, \"tokens\": %lld, \"throughput(tps)\": %.1f, "
-            "\"time_metrics/end_to_end(s)\": %.6f, \"time_metrics/forward_backward(s)\": %.6f, "
-            "\"time_metrics/forward(s)\": %.6f, \"time_metrics/backward(s)\": %.6f, "
-            "\"time_metrics/optimizer(s)\": %.6f, \"time_metrics/comm_wait(s)\": %.6f, \"time_metrics/cpu(s)\": %.6f",
-            (long long)s->step, rank, json_host, num_or_null(lm, sizeof lm, s->local_loss), (long long)s->local_tokens,
-            s->step_s > 0 ? (double)s->local_tokens / s->step_s : 0.0, s->step_s, s->forward_backward_s, s->forward_s, s->backward_s,
-            s->optimizer_s, s->comm_wait_s, s->cpu_s);
+    fprintf(
+        f,
+        "{\"step\": %lld, \"rank\": %d, \"host\": \"%s\", \"loss\": %s, \"tokens\": %lld, \"throughput(tps)\": %.1f, "
+        "\"time_metrics/end_to_end(s)\": %.6f, \"time_metrics/forward_backward(s)\": %.6f, "
+        "\"time_metrics/forward(s)\": %.6f, \"time_metrics/backward(s)\": %.6f, "
+        "\"time_metrics/optimizer(s)\": %.6f, \"time_metrics/comm_wait(s)\": %.6f, \"time_metrics/cpu(s)\": %.6f",
+        (long long)s->step, rank, json_host, num_or_null(lm, sizeof lm, s->local_loss), (long long)s->local_tokens,
+        s->step_s > 0 ? (double)s->local_tokens / s->step_s : 0.0, s->step_s, s->forward_backward_s, s->forward_s,
+        s->backward_s, s->optimizer_s, s->comm_wait_s, s->cpu_s);
     for (int k = 0; k < SHARC_COLL_NKINDS; k++)
         fprintf(f, ", \"comm/%s_calls\": %lld, \"comm/%s_bytes\": %lld, \"comm/%s(s)\": %.6f", sharc_coll_kind_name(k),
                 (long long)s->comm.calls[k], sharc_coll_kind_name(k), (long long)s->comm.bytes[k],
@@ -390,7 +392,8 @@ static int64_t line_step(const char *line) {
  * atomically only when a line goes. */
 static sharc_status jsonl_trim(const char *path, int64_t keep_step) {
     FILE *in = fopen(path, "r");
-    if (!in) return errno == ENOENT ? SHARC_OK : sharc_error(SHARC_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
+    if (!in)
+        return errno == ENOENT ? SHARC_OK : sharc_error(SHARC_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
     char *line = NULL;
     size_t cap = 0;
     ssize_t len;
@@ -452,8 +455,8 @@ sharc_status sharc_jsonl_append(sharc_jsonl *j, const char *text, size_t n) {
 
 sharc_status sharc_jsonl_close(sharc_jsonl *j) {
     if (!j) return SHARC_OK;
-    sharc_status st = close(j->fd) == 0 ? SHARC_OK
-                                        : sharc_error(SHARC_ERR_IO, "cannot close '%s': %s", j->path, strerror(errno));
+    sharc_status st =
+        close(j->fd) == 0 ? SHARC_OK : sharc_error(SHARC_ERR_IO, "cannot close '%s': %s", j->path, strerror(errno));
     free(j);
     return st;
 }
@@ -491,7 +494,7 @@ void sharc_telemetry_print_step(FILE *f, bool tty, const sharc_step_stats *s, co
     char eta[32], el[32];
     fmt_duration(el, sizeof el, elapsed_s);
     fmt_duration(eta, sizeof eta, s->step > 0 ? elapsed_s / (double)s->step * (double)(max_steps - s->step) : 0.0);
-    fprintf(f, "\r[%s] %lld/%lld | loss %.4f | %.0f tok/s | mfu %.1f%% | %s elapsed, ETA %s\033[K",
-            bar, (long long)s->step, (long long)max_steps, s->loss, g->tps_global, g->mfu_pct, el, eta);
+    fprintf(f, "\r[%s] %lld/%lld | loss %.4f | %.0f tok/s | mfu %.1f%% | %s elapsed, ETA %s\033[K", bar,
+            (long long)s->step, (long long)max_steps, s->loss, g->tps_global, g->mfu_pct, el, eta);
     if (s->step >= max_steps) fputc('\n', f);
 }

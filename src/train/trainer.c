@@ -55,7 +55,7 @@
 
 struct sharc_trainer {
     sharc_config cfg;
-    sharc_comm *world;  /* borrowed, or owned self */
+    sharc_comm *world; /* borrowed, or owned self */
     bool owns_world;
     sharc_mesh mesh;
     bool mesh_ok;
@@ -71,9 +71,9 @@ struct sharc_trainer {
     int64_t *micro_valid;      /* (grad_accum) valid targets per micro-batch of this data stream (whole sequences) */
     int64_t step;
     double flops_per_token;
-    sharc_dataset *val;       /* data.val_path when log.eval_every > 0 */
-    double peak_flops_world;  /* sum over ranks of each rank's peak (telemetry.h) */
-    bool bf16;                /* the model's matrix products run in bf16 (sharc_model_computes_bf16) */
+    sharc_dataset *val;      /* data.val_path when log.eval_every > 0 */
+    double peak_flops_world; /* sum over ranks of each rank's peak (telemetry.h) */
+    bool bf16;               /* the model's matrix products run in bf16 (sharc_model_computes_bf16) */
 };
 
 /* train.threads = 0: the CPUs this rank may use; when that is the whole node
@@ -106,7 +106,8 @@ static sharc_status disagree_text(sharc_comm *world, const sharc_config_agreed *
     char ca[SHARC_CLIP_BUF], cb[SHARC_CLIP_BUF];
     return sharc_error(SHARC_ERR_INVALID,
                        "train: ranks disagree on %s: rank 0 has '%s', rank %d has '%s'; every rank must run the same "
-                       "configuration", it->key, sharc_clip(ca, (const char *)a), r, sharc_clip(cb, (const char *)b));
+                       "configuration",
+                       it->key, sharc_clip(ca, (const char *)a), r, sharc_clip(cb, (const char *)b));
 }
 
 /* All ranks compare their fingerprints; every rank returns the same verdict. */
@@ -226,10 +227,13 @@ sharc_status sharc_trainer_init(sharc_trainer **out, const sharc_config *cfg, sh
         st = sharc_mesh_check_model(&t->cfg.mesh, &t->cfg.model, tc->seq_len);
     }
     if (st == SHARC_OK && sp > 1 && t->cfg.log.eval_every > 0)
-        st = sharc_error(SHARC_ERR_INVALID, "log.eval_every: %d with mesh.sp %d: validation under sequence "
-                         "parallelism is not implemented yet; set log.eval_every to 0", t->cfg.log.eval_every, sp);
+        st = sharc_error(SHARC_ERR_INVALID,
+                         "log.eval_every: %d with mesh.sp %d: validation under sequence "
+                         "parallelism is not implemented yet; set log.eval_every to 0",
+                         t->cfg.log.eval_every, sp);
     if (st == SHARC_OK && sp > 1) st = sharc_model_set_sequence_parallel(t->model, sp, t->sp_rank);
-    if (st == SHARC_OK && t->cfg.fsdp.apply_tiled_mlp) sharc_model_set_tiled_mlp(t->model, t->cfg.fsdp.tiled_num_shards);
+    if (st == SHARC_OK && t->cfg.fsdp.apply_tiled_mlp)
+        sharc_model_set_tiled_mlp(t->model, t->cfg.fsdp.tiled_num_shards);
     if (st == SHARC_OK)
         st = sharc_model_plan(t->model, tc->batch_size, tc->seq_len / sp, t->cfg.fsdp.activation_checkpointing);
     /* model.tokenizer: text and JSONL are tokenized here (note [tokenize-once] in sharc/dataprep.h) */
@@ -238,9 +242,12 @@ sharc_status sharc_trainer_init(sharc_trainer **out, const sharc_config *cfg, sh
     if (st == SHARC_OK)
         st = sharc_dataprep_open(&t->cfg, tok, t->cfg.data.path, sharc_threads_get(), rank == 0, &t->data);
     if (st == SHARC_OK) {
-        sharc_sampler_config sc = {.seq_len = tc->seq_len, .batch_size = tc->batch_size,
-                                   .grad_accum = tc->grad_accum, .dp_size = dp,
-                                   .shuffle = t->cfg.data.shuffle, .seed = t->cfg.data.seed};
+        sharc_sampler_config sc = {.seq_len = tc->seq_len,
+                                   .batch_size = tc->batch_size,
+                                   .grad_accum = tc->grad_accum,
+                                   .dp_size = dp,
+                                   .shuffle = t->cfg.data.shuffle,
+                                   .seed = t->cfg.data.seed};
         st = sharc_sampler_init(&t->sampler, t->data, &sc);
     }
     if (st == SHARC_OK && tc->epochs > 0.0f) {
@@ -253,8 +260,7 @@ sharc_status sharc_trainer_init(sharc_trainer **out, const sharc_config *cfg, sh
         if (!t->cfg.data.val_path[0])
             st = sharc_error(SHARC_ERR_INVALID, "log.eval_every: %d, but data.val_path is empty; set a validation file",
                              t->cfg.log.eval_every);
-        else
-            st = sharc_dataprep_open(&t->cfg, tok, t->cfg.data.val_path, sharc_threads_get(), rank == 0, &t->val);
+        else st = sharc_dataprep_open(&t->cfg, tok, t->cfg.data.val_path, sharc_threads_get(), rank == 0, &t->val);
         if (st == SHARC_OK && sharc_dataset_num_items(t->val, tc->seq_len) < 1)
             st = sharc_error(SHARC_ERR_INVALID, "data.val_path: '%s' has %lld tokens, fewer than one window of %d + 1",
                              t->cfg.data.val_path, (long long)sharc_dataset_num_tokens(t->val), tc->seq_len);
@@ -268,7 +274,8 @@ sharc_status sharc_trainer_init(sharc_trainer **out, const sharc_config *cfg, sh
         t->seq_in = sharc_alloc(nseq * sizeof(int32_t), SHARC_MEM_OTHER);
         t->seq_tg = sharc_alloc(nseq * sizeof(int32_t), SHARC_MEM_OTHER);
         t->micro_valid = sharc_alloc((size_t)tc->grad_accum * sizeof(int64_t), SHARC_MEM_OTHER);
-        if (!t->inputs || !t->targets || !t->seq_in || !t->seq_tg || !t->micro_valid) st = sharc_error(SHARC_ERR_NOMEM, "train: cannot allocate the batch");
+        if (!t->inputs || !t->targets || !t->seq_in || !t->seq_tg || !t->micro_valid)
+            st = sharc_error(SHARC_ERR_NOMEM, "train: cannot allocate the batch");
     }
     /* collective part */
     sharc_status agreed = agree(t->world, st);
@@ -281,13 +288,11 @@ sharc_status sharc_trainer_init(sharc_trainer **out, const sharc_config *cfg, sh
     if ((st = check_agreement(t->world, &t->cfg, sharc_dataset_num_tokens(t->data),
                               t->val ? sharc_dataset_num_tokens(t->val) : 0)) != SHARC_OK)
         goto alone;
-    if ((st = sharc_mesh_init_dims(&t->mesh, t->world, &t->dims, t->cfg.fsdp.engine.strategy)) != SHARC_OK)
-        goto alone;
+    if ((st = sharc_mesh_init_dims(&t->mesh, t->world, &t->dims, t->cfg.fsdp.engine.strategy)) != SHARC_OK) goto alone;
     t->mesh_ok = true;
     sharc_model_set_sp_group(t->model, t->mesh.sp_group);
     st = sharc_fsdp_init(&t->engine, sharc_model_units(t->model), sharc_model_num_units(t->model),
-                         sharc_model_schedule(t->model), &t->cfg.fsdp.engine, &t->mesh,
-                         sharc_model_device(t->model));
+                         sharc_model_schedule(t->model), &t->cfg.fsdp.engine, &t->mesh, sharc_model_device(t->model));
     if ((st = agree(t->world, st)) != SHARC_OK) goto fail;
     sharc_fsdp_init_params(t->engine, tc->seed);
     /* model.init_from: a sharc weights file, or a Hugging Face directory
@@ -317,10 +322,10 @@ sharc_status sharc_trainer_init(sharc_trainer **out, const sharc_config *cfg, sh
     t->bf16 = sharc_model_computes_bf16(t->model, t->engine);
     bool bf16_peak = t->bf16 && sharc_bf16_mode_get(NULL) == SHARC_BF16_ONEDNN;
     t->peak_flops_world = t->cfg.log.peak_tflops > 0 ? 1e12 * (double)t->cfg.log.peak_tflops
-                          : bf16_peak ? sharc_telemetry_measure_peak_flops_bf16(sharc_threads_get())
-                                      : sharc_telemetry_measure_peak_flops(sharc_threads_get());
+                          : bf16_peak                ? sharc_telemetry_measure_peak_flops_bf16(sharc_threads_get())
+                                                     : sharc_telemetry_measure_peak_flops(sharc_threads_get());
     if ((st = sharc_comm_all_reduce(t->world, &t->peak_flops_world, &t->peak_flops_world, 1, SHARC_DT_F64,
-                                   SHARC_REDUCE_OP_SUM)) != SHARC_OK)
+                                    SHARC_REDUCE_OP_SUM)) != SHARC_OK)
         goto alone;
     reset_comm_stats(t);
     *out = t;
@@ -358,8 +363,8 @@ const sharc_mesh *sharc_trainer_mesh(const sharc_trainer *t) { return &t->mesh; 
 int64_t sharc_trainer_steps_done(const sharc_trainer *t) { return t->step; }
 
 sharc_ckpt_state sharc_trainer_ckpt_state(sharc_trainer *t) {
-    return (sharc_ckpt_state){.world = t->world, .mesh = &t->mesh, .engine = t->engine, .optim = t->opt,
-                              .cfg = &t->cfg};
+    return (sharc_ckpt_state){
+        .world = t->world, .mesh = &t->mesh, .engine = t->engine, .optim = t->opt, .cfg = &t->cfg};
 }
 
 sharc_status sharc_trainer_resume(sharc_trainer *t, sharc_ckpt *ck, const char *what, int64_t *loaded_step) {
@@ -561,10 +566,11 @@ static void print_banner(const sharc_trainer *t) {
     if (m->sp > 1)
         snprintf(spx, sizeof spx, "; mesh dp_replicate %d x dp_shard %d x sp %d", m->dims.dp_replicate,
                  m->dims.dp_shard, m->sp);
-    sharc_info("sharc: %s, %lld parameters, %d rank%s (%s: %d shard x %d replicate%s), %d threads each, GEMM %s, BLAS %s%s%s",
-               sharc_family_name(c->model.family), (long long)sharc_model_num_params(&c->model), R, R > 1 ? "s" : "",
-               sharc_sharding_name(c->fsdp.engine.strategy), m->dp_shard, m->dp_replicate, spx, sharc_threads_get(),
-               bi->gemm, bi->corename, bi->overridden[0] ? ", OPENBLAS_CORETYPE overridden from " : "", bi->overridden);
+    sharc_info(
+        "sharc: %s, %lld parameters, %d rank%s (%s: %d shard x %d replicate%s), %d threads each, GEMM %s, BLAS %s%s%s",
+        sharc_family_name(c->model.family), (long long)sharc_model_num_params(&c->model), R, R > 1 ? "s" : "",
+        sharc_sharding_name(c->fsdp.engine.strategy), m->dp_shard, m->dp_replicate, spx, sharc_threads_get(), bi->gemm,
+        bi->corename, bi->overridden[0] ? ", OPENBLAS_CORETYPE overridden from " : "", bi->overridden);
     sharc_info("sharc: data %s: %lld tokens, %lld windows of %d; %d sequences per step", c->data.path,
                (long long)sharc_dataset_num_tokens(t->data), (long long)sharc_sampler_windows(t->sampler),
                c->train.seq_len + 1, c->train.batch_size * c->train.grad_accum * (R / m->sp));
@@ -572,16 +578,18 @@ static void print_banner(const sharc_trainer *t) {
     sharc_bf16_mode bm = sharc_bf16_mode_get(&why);
     if (c->fsdp.engine.param_dtype == SHARC_DT_BF16) {
         if (t->bf16)
-            sharc_info("sharc: fsdp.param_dtype bf16: matrix products in bf16 (%s), norms, softmax, loss and reductions in fp32",
+            sharc_info("sharc: fsdp.param_dtype bf16: matrix products in bf16 (%s), norms, softmax, loss and "
+                       "reductions in fp32",
                        why);
         else
-            sharc_warn("fsdp.param_dtype: bf16 computes in fp32 on this machine (%s); parameters are still gathered and rounded in bf16",
+            sharc_warn("fsdp.param_dtype: bf16 computes in fp32 on this machine (%s); parameters are still gathered "
+                       "and rounded in bf16",
                        why);
     }
     sharc_info("sharc: peak %.1f GFLOP/s over all ranks for mfu(%%) (%s)", t->peak_flops_world * 1e-9,
-               c->log.peak_tflops > 0                          ? "log.peak_tflops"
+               c->log.peak_tflops > 0               ? "log.peak_tflops"
                : t->bf16 && bm == SHARC_BF16_ONEDNN ? "measured bf16 dot-product loop"
-                                                               : "measured FMA loop");
+                                                    : "measured FMA loop");
 }
 
 /* Note [flight] (src/core/flight.c): dumps go to out_dir/debug; a previous
@@ -649,8 +657,9 @@ sharc_status sharc_train_run(const sharc_config *cfg, sharc_comm *world) {
     {
         /* where shared memory is allowed the collectives stay on the node */
         int R = sharc_comm_size(t->world), S = t->mesh.dp_shard;
-        int rpn = sharc_comm_shared_memory_allowed(t->world) ? R
-                  : S > 1 && sharc_comm_shared_memory_allowed(t->mesh.shard) ? S : 1;
+        int rpn = sharc_comm_shared_memory_allowed(t->world)                 ? R
+                  : S > 1 && sharc_comm_shared_memory_allowed(t->mesh.shard) ? S
+                                                                             : 1;
         planned = sharc_memplan_make(&plan, c, sharc_comm_size(t->world), rpn, sharc_threads_get()) == SHARC_OK;
     }
     if (lead) print_banner(t);
@@ -681,8 +690,8 @@ sharc_status sharc_train_run(const sharc_config *cfg, sharc_comm *world) {
         bad_total += s.skipped;
         if (s.skipped && lead)
             sharc_warn("step %lld: loss %g, grad norm %g: not finite; step skipped, no update (%d in a row, "
-                       "train.max_bad_steps = %d)", (long long)s.step, s.loss, s.grad_norm, bad_run,
-                       c->train.max_bad_steps);
+                       "train.max_bad_steps = %d)",
+                       (long long)s.step, s.loss, s.grad_norm, bad_run, c->train.max_bad_steps);
         if (bad_run >= c->train.max_bad_steps) {
             st = sharc_error(SHARC_ERR_INVALID,
                              "train: %d non-finite steps in a row (steps %lld-%lld; loss %g, grad norm %g): stopping "
@@ -694,7 +703,8 @@ sharc_status sharc_train_run(const sharc_config *cfg, sharc_comm *world) {
         }
         tok_sum += (double)s.tokens;
         time_sum += g.step_s_max;
-        for (int k = 0; k < SHARC_MEM_NCAT; k++) run_peak[k] = g.mem_peak[k] > run_peak[k] ? g.mem_peak[k] : run_peak[k];
+        for (int k = 0; k < SHARC_MEM_NCAT; k++)
+            run_peak[k] = g.mem_peak[k] > run_peak[k] ? g.mem_peak[k] : run_peak[k];
         /* the step's lines (note [jsonl]); a write that fails (a full disk) stops every rank */
         sharc_status out = SHARC_OK;
         if (debug) {

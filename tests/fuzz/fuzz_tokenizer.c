@@ -50,7 +50,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (sharc_encoder_encode(e, text, text_len, &ids) == SHARC_OK) {
         for (size_t i = 0; i < ids.n; i++) {
             size_t len;
-            if (ids.ids[i] < 0 || ids.ids[i] >= sharc_tokenizer_num_ids(t) || !sharc_tokenizer_token_bytes(t, ids.ids[i], &len))
+            if (ids.ids[i] < 0 || ids.ids[i] >= sharc_tokenizer_num_ids(t) ||
+                !sharc_tokenizer_token_bytes(t, ids.ids[i], &len))
                 abort();
         }
         size_t norm;

@@ -209,8 +209,13 @@ static void test_elem(void) {
         float *p = h_rand(n, 1), *g = h_rand(n, 0.1f), *m = h_rand(n, 0.01f), *v = h_rand(n, 0.001f);
         for (int64_t i = 0; i < n; i++) v[i] = fabsf(v[i]);
         float *dp = d_up(p, n * 4), *dg = d_up(g, n * 4), *dm = d_up(m, n * 4), *dv = d_up(v, n * 4);
-        sharc_adamw_scalars k = {.decay_mul = 0.999f, .beta1 = 0.9f, .beta2 = 0.95f, .step_size = 1e-3f,
-                                 .sqrt_bc2 = 0.3f, .eps = 1e-8f, .grad_scale = 0.7f};
+        sharc_adamw_scalars k = {.decay_mul = 0.999f,
+                                 .beta1 = 0.9f,
+                                 .beta2 = 0.95f,
+                                 .step_size = 1e-3f,
+                                 .sqrt_bc2 = 0.3f,
+                                 .eps = 1e-8f,
+                                 .grad_scale = 0.7f};
         kc->adamw(sc, p, g, m, v, n, &k);
         kg->adamw(sg, dp, dg, dm, dv, n, &k);
         check("adamw p", dp, p, n, F32);
@@ -560,7 +565,7 @@ int main(int argc, char **argv) {
     sc = sharc_device_stream(cpu);
     sg = sharc_device_stream(gpu);
     const char *only = argc > 1 ? argv[1] : "";
-#define RUN(name, call)                                                                                        \
+#define RUN(name, call)                                                                                                \
     if (!only[0] || strstr(name, only)) call
     RUN("memory", test_memory_streams());
     RUN("elem", test_elem());

@@ -104,7 +104,8 @@ static void run(sharc_family f, bool ac) {
         in[i] = (int32_t)(sharc_rng_u64(5, 1, (uint64_t)i) % 37);
         tgt[i] = i == 3 ? -1 : (int32_t)(sharc_rng_u64(5, 2, (uint64_t)i) % 37);
     }
-    int32_t *din = sharc_device_alloc(gpu, sizeof in, SHARC_MEM_OTHER), *dtgt = sharc_device_alloc(gpu, sizeof tgt, SHARC_MEM_OTHER);
+    int32_t *din = sharc_device_alloc(gpu, sizeof in, SHARC_MEM_OTHER),
+            *dtgt = sharc_device_alloc(gpu, sizeof tgt, SHARC_MEM_OTHER);
     sharc_device_copy(gpu, din, in, sizeof in, SHARC_COPY_HOST_TO_DEVICE, NULL);
     sharc_device_copy(gpu, dtgt, tgt, sizeof tgt, SHARC_COPY_HOST_TO_DEVICE, NULL);
     int nu = sharc_fsdp_num_units(cpu.e);

@@ -447,22 +447,26 @@ static void test_parity(int argc, char **argv) {
         lr_sum += b.lr;
         double rel = fabs(a.loss - b.loss) / fabs(b.loss);
         worst_loss = rel > worst_loss ? rel : worst_loss;
-        if (rel > tol_loss) TEST_FAIL_AT("step %lld: loss %.9f at %d ranks vs %.9f at one (rel %.2e)", (long long)s, a.loss, R, b.loss, rel);
+        if (rel > tol_loss)
+            TEST_FAIL_AT("step %lld: loss %.9f at %d ranks vs %.9f at one (rel %.2e)", (long long)s, a.loss, R, b.loss,
+                         rel);
         ASSERT_NEAR(a.grad_norm, b.grad_norm, tol_norm, 0);
         ASSERT_EQ(a.valid_tokens, b.valid_tokens);
         /* gradients at the first step only: both runs start from the same
          * parameters there, later Adam turns last-bit differences into
          * parameter differences (note [parity-tolerance]) */
         if (tol_grad > 0 && s == 0) {
-            double w = compare_grads(sharc_trainer_engine(t), sharc_trainer_engine(ref), c.model.embed_dim, tol_grad, s);
+            double w =
+                compare_grads(sharc_trainer_engine(t), sharc_trainer_engine(ref), c.model.embed_dim, tol_grad, s);
             worst_grad = w > worst_grad ? w : worst_grad;
         }
     }
     double abs_worst;
-    double worst_param = compare_params(sharc_trainer_engine(t), sharc_trainer_engine(ref), lr_sum,
-                                        c.model.embed_dim, &abs_worst);
+    double worst_param =
+        compare_params(sharc_trainer_engine(t), sharc_trainer_engine(ref), lr_sum, c.model.embed_dim, &abs_worst);
     if (worst_param > 1.0)
-        TEST_FAIL_AT("final parameters differ by %.3g, %.2f x the bound of note [parity-tolerance]", abs_worst, worst_param);
+        TEST_FAIL_AT("final parameters differ by %.3g, %.2f x the bound of note [parity-tolerance]", abs_worst,
+                     worst_param);
     double all[3] = {worst_loss, abs_worst, worst_grad};
     ASSERT_OK(sharc_comm_all_reduce(world, all, all, 3, SHARC_DT_F64, SHARC_REDUCE_OP_MAX));
     if (sharc_comm_rank(world) == 0) {
@@ -759,8 +763,8 @@ static void test_frozen(int argc, char **argv) {
                     continue;
                 }
                 if (memcmp(&g[i], &gr[i], 4) != 0)
-                    TEST_FAIL_AT("%s: gradient %.9g frozen vs %.9g without (shard element %lld)", ps->name, g[i],
-                                 gr[i], (long long)i);
+                    TEST_FAIL_AT("%s: gradient %.9g frozen vs %.9g without (shard element %lld)", ps->name, g[i], gr[i],
+                                 (long long)i);
                 if (memcmp(&p[i], &pr[i], 4) != 0)
                     TEST_FAIL_AT("%s: after step 1 %.9g frozen vs %.9g without", ps->name, p[i], pr[i]);
                 compared++;
@@ -836,8 +840,9 @@ static void test_memplan(int argc, char **argv) {
             ASSERT_OK(sharc_trainer_init(&t, &c, world));
             const sharc_mesh *mesh = sharc_trainer_mesh(t);
             /* as the trainer places ranks for its plan (sharc_train_run) */
-            int rpn = sharc_comm_shared_memory_allowed(world) ? R
-                      : mesh->dp_shard > 1 && sharc_comm_shared_memory_allowed(mesh->shard) ? mesh->dp_shard : 1;
+            int rpn = sharc_comm_shared_memory_allowed(world)                               ? R
+                      : mesh->dp_shard > 1 && sharc_comm_shared_memory_allowed(mesh->shard) ? mesh->dp_shard
+                                                                                            : 1;
             sharc_memplan p;
             ASSERT_OK(sharc_memplan_make(&p, sharc_trainer_config(t), R, rpn, sharc_threads_get()));
             int64_t peak[SHARC_MEM_NCAT] = {0};
@@ -862,7 +867,8 @@ static void test_memplan(int argc, char **argv) {
         }
     if (sharc_comm_rank(world) == 0)
         printf("memory plan at %d ranks: %d configurations, every planned category's peak equal to the plan "
-               "(worst relative difference %.2g)\n", R, runs, worst);
+               "(worst relative difference %.2g)\n",
+               R, runs, worst);
 }
 
 /* -------------------------------------------------------------- prefetch */
@@ -921,8 +927,9 @@ static void test_prefetch(int argc, char **argv) {
                      (long long)peakd, (long long)peak1);
     if (sharc_comm_rank(world) == 0)
         printf("prefetch depth %d at %d ranks (%s): losses and parameters bit-identical to depth 1; at most %lld "
-               "slots lent at once (depth 1: %lld, limit %d)\n", depth, sharc_comm_size(world), gather,
-               (long long)peakd, (long long)peak1, sharc_fsdp_gathered_limit(eb));
+               "slots lent at once (depth 1: %lld, limit %d)\n",
+               depth, sharc_comm_size(world), gather, (long long)peakd, (long long)peak1,
+               sharc_fsdp_gathered_limit(eb));
     sharc_trainer_free(a);
     sharc_trainer_free(b);
 }
@@ -940,16 +947,20 @@ static void test_gather(int argc, char **argv) {
     sharc_fsdp *e = sharc_trainer_engine(t);
     /* the strategies collectives.c chooses (note [shared-params] for the shared window) */
     int S = sharc_trainer_mesh(t)->dp_shard;
-    bool f32 = c.fsdp.engine.param_dtype == SHARC_DT_F32, shm = !(getenv("SHARC_COMM_SHM") && !strcmp(getenv("SHARC_COMM_SHM"), "0"));
+    bool f32 = c.fsdp.engine.param_dtype == SHARC_DT_F32,
+         shm = !(getenv("SHARC_COMM_SHM") && !strcmp(getenv("SHARC_COMM_SHM"), "0"));
     const char *reduce, *gather = sharc_fsdp_strategy_names(e, &reduce);
-    const char *want_gather = S == 1 && f32 ? "direct" : S > 1 && f32 && shm ? "shared window"
-                            : f32 ? "fp32 all-gather" : "16-bit all-gather";
+    const char *want_gather = S == 1 && f32         ? "direct"
+                              : S > 1 && f32 && shm ? "shared window"
+                              : f32                 ? "fp32 all-gather"
+                                                    : "16-bit all-gather";
     const char *want_reduce = S == 1 ? "direct" : S > 1 && f32 && shm ? "shared window" : "fp32 reduce-scatter";
     if (strcmp(gather, want_gather) || strcmp(reduce, want_reduce))
         TEST_FAIL_AT("strategies %s / %s, expected %s / %s at %d ranks per shard group", gather, reduce, want_gather,
                      want_reduce, S);
     ASSERT_EQ(sharc_fsdp_params_shared(e), !strcmp(want_gather, "shared window"));
-    float *master = malloc((size_t)sharc_fsdp_gathered_unit_bytes(e)), *want = malloc((size_t)sharc_fsdp_gathered_unit_bytes(e));
+    float *master = malloc((size_t)sharc_fsdp_gathered_unit_bytes(e)),
+          *want = malloc((size_t)sharc_fsdp_gathered_unit_bytes(e));
     for (int u = 0; u < sharc_fsdp_num_units(e); u++) {
         const sharc_unit_spec *s = sharc_fsdp_unit_spec(e, u);
         ASSERT_OK(sharc_fsdp_gather_master(e, u, master));
@@ -1006,7 +1017,7 @@ static void test_ckpt_save(int argc, char **argv) {
     int nu = sharc_fsdp_num_units(e), n = 0;
     for (int u = 0; u < nu; u++) n += 3 * sharc_fsdp_unit_spec(e, u)->nparams;
     sharc_st_entry *ent = calloc((size_t)n, sizeof *ent);
-    char (*names)[SHARC_NAME_MAX + 4] = calloc((size_t)n, sizeof *names);
+    char(*names)[SHARC_NAME_MAX + 4] = calloc((size_t)n, sizeof *names);
     float **bufs = calloc((size_t)nu * 3, sizeof *bufs);
     n = 0;
     for (int u = 0; u < nu; u++) {
@@ -1016,14 +1027,14 @@ static void test_ckpt_save(int argc, char **argv) {
         ASSERT_OK(sharc_fsdp_gather_master(e, u, bufs[3 * u]));
         /* a frozen unit has no moments (note [frozen-params]): the checkpoint holds zeros */
         if (sharc_adamw_m(sharc_trainer_optimizer(t), u)) {
-            ASSERT_OK(sharc_comm_all_gather(mesh->shard, sharc_adamw_m(sharc_trainer_optimizer(t), u),
-                                           bufs[3 * u + 1], (size_t)ns, SHARC_DT_F32));
-            ASSERT_OK(sharc_comm_all_gather(mesh->shard, sharc_adamw_v(sharc_trainer_optimizer(t), u),
-                                           bufs[3 * u + 2], (size_t)ns, SHARC_DT_F32));
+            ASSERT_OK(sharc_comm_all_gather(mesh->shard, sharc_adamw_m(sharc_trainer_optimizer(t), u), bufs[3 * u + 1],
+                                            (size_t)ns, SHARC_DT_F32));
+            ASSERT_OK(sharc_comm_all_gather(mesh->shard, sharc_adamw_v(sharc_trainer_optimizer(t), u), bufs[3 * u + 2],
+                                            (size_t)ns, SHARC_DT_F32));
         }
         for (int p = 0; p < s->nparams; p++)
             for (int k = 0; k < 3; k++) {
-                snprintf(names[n], sizeof names[n], "%c.%s", "pmv"[k], s->params[p].name);
+                snprintf(names[n], sizeof names[n], "%c.%s", "pmv"[k], s -> params[p].name);
                 ent[n] = (sharc_st_entry){names[n], SHARC_DT_F32, s->params[p].ndim, s->params[p].shape,
                                           bufs[3 * u + k] + s->params[p].offset};
                 n++;
@@ -1069,7 +1080,7 @@ static void test_ckpt_load(int argc, char **argv) {
         for (int k = 0; k < ns; k++)
             for (int kind = 0; kind < 3; kind++) {
                 char name[SHARC_NAME_MAX + 4];
-                snprintf(name, sizeof name, "%c.%s", "pmv"[kind], s->params[segs[k].param].name);
+                snprintf(name, sizeof name, "%c.%s", "pmv"[kind], s -> params[segs[k].param].name);
                 const sharc_st_tensor *rt = sharc_st_find(ref, name);
                 ASSERT_TRUE(rt != NULL);
                 float *want = malloc(sizeof(float) * (size_t)segs[k].len);
@@ -1103,10 +1114,14 @@ static void test_ckpt_load(int argc, char **argv) {
         ASSERT_OK(sharc_trainer_step(t, &a));
         double rel = fabs(a.loss - b.loss) / fabs(b.loss);
         worst_loss = rel > worst_loss ? rel : worst_loss;
-        if (rel > tol_loss) TEST_FAIL_AT("step %d: loss %.9f resumed at %d ranks vs %.9f straight (rel %.2e)", s + 1, a.loss, R, b.loss, rel);
+        if (rel > tol_loss)
+            TEST_FAIL_AT("step %d: loss %.9f resumed at %d ranks vs %.9f straight (rel %.2e)", s + 1, a.loss, R, b.loss,
+                         rel);
     }
     double abs_worst, worst = compare_params(e, sharc_trainer_engine(one), lr_sum, c.model.embed_dim, &abs_worst);
-    if (worst > 1.0) TEST_FAIL_AT("resumed parameters differ by %.3g, %.2f x the bound of note [parity-tolerance]", abs_worst, worst);
+    if (worst > 1.0)
+        TEST_FAIL_AT("resumed parameters differ by %.3g, %.2f x the bound of note [parity-tolerance]", abs_worst,
+                     worst);
     double all[3] = {worst_loss, abs_worst, (double)checked};
     ASSERT_OK(sharc_comm_all_reduce(world, all, all, 3, SHARC_DT_F64, SHARC_REDUCE_OP_MAX));
     if (sharc_comm_rank(world) == 0)
@@ -1187,19 +1202,22 @@ static void test_hf(int argc, char **argv) {
     sharc_fsdp *ea = sharc_trainer_engine(a), *eb = sharc_trainer_engine(b);
     ASSERT_OK(sharc_hf_export(ea, world, &c.model, argv[1], SHARC_DT_F32, 20000));
     /* a second export into the now non-empty directory fails on every rank, no hang */
-    if (sharc_hf_export(ea, world, &c.model, argv[1], SHARC_DT_F32, 0) == SHARC_OK) TEST_FAIL_AT("exported into a non-empty directory");
+    if (sharc_hf_export(ea, world, &c.model, argv[1], SHARC_DT_F32, 0) == SHARC_OK)
+        TEST_FAIL_AT("exported into a non-empty directory");
     if (!strstr(sharc_last_error(), sharc_comm_rank(world) == 0 ? "is not empty" : "failed on rank 0"))
         TEST_FAIL_AT("unexpected message: %s", sharc_last_error());
     sharc_status st = sharc_hf_load(eb, argv[1]);
     int32_t bad = st != SHARC_OK, any = 0;
     ASSERT_OK(sharc_comm_all_reduce(world, &bad, &any, 1, SHARC_DT_I32, SHARC_REDUCE_OP_MAX));
     if (any) TEST_FAIL_AT("hf load failed on a rank: %s", sharc_last_error());
-    float *x = malloc((size_t)sharc_fsdp_gathered_unit_bytes(ea)), *y = malloc((size_t)sharc_fsdp_gathered_unit_bytes(ea));
+    float *x = malloc((size_t)sharc_fsdp_gathered_unit_bytes(ea)),
+          *y = malloc((size_t)sharc_fsdp_gathered_unit_bytes(ea));
     for (int u = 0; u < sharc_fsdp_num_units(ea); u++) {
         ASSERT_OK(sharc_fsdp_gather_master(ea, u, x));
         ASSERT_OK(sharc_fsdp_gather_master(eb, u, y));
         const sharc_unit_spec *s = sharc_fsdp_unit_spec(ea, u);
-        if (memcmp(x, y, sizeof(float) * (size_t)s->numel) != 0) TEST_FAIL_AT("unit %d differs after export + import", u);
+        if (memcmp(x, y, sizeof(float) * (size_t)s->numel) != 0)
+            TEST_FAIL_AT("unit %d differs after export + import", u);
     }
     free(x);
     free(y);
@@ -1230,11 +1248,12 @@ static void test_wide(void) {
     sharc_mesh mesh;
     ASSERT_OK(sharc_mesh_init(&mesh, world, R));
     sharc_fsdp *e;
-    ASSERT_OK(sharc_fsdp_init(&e, sharc_model_units(m), sharc_model_num_units(m), sharc_model_schedule(m), &fc, &mesh,
-                              NULL));
+    ASSERT_OK(
+        sharc_fsdp_init(&e, sharc_model_units(m), sharc_model_num_units(m), sharc_model_schedule(m), &fc, &mesh, NULL));
     const char *reduce;
     sharc_fsdp_strategy_names(e, &reduce);
-    if (R > 1 && strcmp(reduce, "shared window")) TEST_FAIL_AT("reduce strategy %s, expected the shared window", reduce);
+    if (R > 1 && strcmp(reduce, "shared window"))
+        TEST_FAIL_AT("reduce strategy %s, expected the shared window", reduce);
     sharc_fsdp_zero_grad(e);
     sharc_fsdp_begin_microbatch(e, true);
     int U = sharc_fsdp_num_units(e);
@@ -1275,8 +1294,7 @@ int main(int argc, char **argv) {
     if (!strcmp(what, "comm")) {
         test_comm();
         test_comm_shm_vs_mpi();
-    }
-    else if (!strcmp(what, "parity")) test_parity(argc - 2, argv + 2);
+    } else if (!strcmp(what, "parity")) test_parity(argc - 2, argv + 2);
     else if (!strcmp(what, "memory")) test_memory(argc - 2, argv + 2);
     else if (!strcmp(what, "gather")) test_gather(argc - 2, argv + 2);
     else if (!strcmp(what, "mismatch")) test_mismatch(argc - 2, argv + 2);

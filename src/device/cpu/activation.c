@@ -19,8 +19,7 @@ SHARC_VEC static void gelu_range(float *y, const float *x, int64_t i0, int64_t i
     }
 }
 
-SHARC_VEC static void gelu_back_range(float *dx, const float *dy, const float *x, int64_t i0,
-                                      int64_t i1) {
+SHARC_VEC static void gelu_back_range(float *dx, const float *dy, const float *x, int64_t i0, int64_t i1) {
 #pragma omp simd
     for (int64_t i = i0; i < i1; i++) {
         float v = x[i];
@@ -36,9 +35,7 @@ SHARC_VEC static void add_range(float *y, const float *a, const float *b, int64_
 }
 
 /* Element-wise kernels split n elements into chunks of whole cache lines. */
-static int64_t elem_chunks(int64_t n) {
-    return sharc_par_chunks((n + 1023) / 1024, 1024, sharc_threads_get());
-}
+static int64_t elem_chunks(int64_t n) { return sharc_par_chunks((n + 1023) / 1024, 1024, sharc_threads_get()); }
 
 void sharc_cpu_gelu_forward(sharc_stream *s, float *y, const float *x, int64_t n) {
     int64_t nc = elem_chunks(n);
@@ -49,8 +46,7 @@ void sharc_cpu_gelu_forward(sharc_stream *s, float *y, const float *x, int64_t n
 void sharc_cpu_gelu_backward(sharc_stream *s, float *dx, const float *dy, const float *x, int64_t n) {
     int64_t nc = elem_chunks(n);
 #pragma omp parallel for schedule(static) if (nc > 1)
-    for (int64_t c = 0; c < nc; c++)
-        gelu_back_range(dx, dy, x, sharc_chunk_lo(c, nc, n), sharc_chunk_lo(c + 1, nc, n));
+    for (int64_t c = 0; c < nc; c++) gelu_back_range(dx, dy, x, sharc_chunk_lo(c, nc, n), sharc_chunk_lo(c + 1, nc, n));
 }
 
 void sharc_cpu_add(sharc_stream *s, float *y, const float *a, const float *b, int64_t n) {
@@ -68,8 +64,7 @@ SHARC_VEC static void swiglu_rows(float *y, const float *x, int64_t r0, int64_t 
     }
 }
 
-SHARC_VEC static void swiglu_back_rows(float *dx, const float *dy, const float *x, int64_t r0,
-                                       int64_t r1, int I) {
+SHARC_VEC static void swiglu_back_rows(float *dx, const float *dy, const float *x, int64_t r0, int64_t r1, int I) {
     for (int64_t r = r0; r < r1; r++) {
         const float *g = x + r * 2 * I, *u = g + I, *dyr = dy + r * I;
         float *dg = dx + r * 2 * I, *du = dg + I;
@@ -89,8 +84,7 @@ void sharc_cpu_swiglu_forward(sharc_stream *s, float *y, const float *x, int64_t
     for (int64_t c = 0; c < nc; c++) swiglu_rows(y, x, c * N / nc, (c + 1) * N / nc, I);
 }
 
-void sharc_cpu_swiglu_backward(sharc_stream *s, float *dx, const float *dy, const float *x, int64_t N,
-                               int I) {
+void sharc_cpu_swiglu_backward(sharc_stream *s, float *dx, const float *dy, const float *x, int64_t N, int I) {
     int64_t nc = sharc_par_chunks(N, I, sharc_threads_get());
 #pragma omp parallel for schedule(static) if (nc > 1)
     for (int64_t c = 0; c < nc; c++) swiglu_back_rows(dx, dy, x, c * N / nc, (c + 1) * N / nc, I);

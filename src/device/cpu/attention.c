@@ -27,9 +27,7 @@
 
 /* The kernels run on at most sharc_threads_get() threads, each with its own
  * 2 x BQ x T slice. */
-int64_t sharc_cpu_attention_workspace(int T) {
-    return (int64_t)sharc_threads_get() * 2 * BQ * (int64_t)T;
-}
+int64_t sharc_cpu_attention_workspace(int T) { return (int64_t)sharc_threads_get() * 2 * BQ * (int64_t)T; }
 
 /* Causal softmax of rows i0..i0+m-1 over keys 0..kend-1 (row r sees keys
  * j <= i0 + r); S holds scaled scores with leading dimension kend; lse
@@ -55,9 +53,8 @@ SHARC_VEC static void softmax_block(float *S, float *lse, int i0, int m, int ken
 }
 
 /* Recompute P from scores and lse, then dS = P * (dP - D) in place in dP. */
-SHARC_VEC static void softmax_back_block(float *S, float *dP, const float *lse, const float *dO,
-                                         const float *O, int ldo, int hd, int i0, int m,
-                                         int kend) {
+SHARC_VEC static void softmax_back_block(float *S, float *dP, const float *lse, const float *dO, const float *O,
+                                         int ldo, int hd, int i0, int m, int kend) {
     for (int r = 0; r < m; r++) {
         float *p = S + (int64_t)r * kend, *dp = dP + (int64_t)r * kend;
         int n = i0 + r + 1;
@@ -77,8 +74,8 @@ SHARC_VEC static void softmax_back_block(float *S, float *dP, const float *lse, 
     }
 }
 
-void sharc_cpu_attention_forward(sharc_stream *s, float *out, float *lse, const float *qkv, int B, int T,
-                                 int NH, int NKV, int hd, float *ws) {
+void sharc_cpu_attention_forward(sharc_stream *s, float *out, float *lse, const float *qkv, int B, int T, int NH,
+                                 int NKV, int hd, float *ws) {
     const int S = (NH + 2 * NKV) * hd, C = NH * hd, group = NH / NKV;
     const float scale = 1.0f / sqrtf((float)hd);
     const int nblk = (T + BQ - 1) / BQ;
@@ -104,9 +101,8 @@ void sharc_cpu_attention_forward(sharc_stream *s, float *out, float *lse, const 
     }
 }
 
-void sharc_cpu_attention_backward(sharc_stream *s, float *dqkv, const float *dout, const float *qkv,
-                                  const float *out, const float *lse, int B, int T, int NH, int NKV, int hd,
-                                  float *ws) {
+void sharc_cpu_attention_backward(sharc_stream *s, float *dqkv, const float *dout, const float *qkv, const float *out,
+                                  const float *lse, int B, int T, int NH, int NKV, int hd, float *ws) {
     const int S = (NH + 2 * NKV) * hd, C = NH * hd, group = NH / NKV;
     const float scale = 1.0f / sqrtf((float)hd);
     const int nblk = (T + BQ - 1) / BQ;

@@ -25,17 +25,17 @@
 
 enum { ROW_MAJOR = 101, NO_TRANS = 111, TRANS = 112 };
 
-typedef void (*sgemm_fn)(int, int, int, int, int, int, float, const float *, int, const float *,
-                         int, float, float *, int);
+typedef void (*sgemm_fn)(int, int, int, int, int, int, float, const float *, int, const float *, int, float, float *,
+                         int);
 typedef void (*set_threads_fn)(int);
 typedef char *(*corename_fn)(void);
 typedef int (*parallel_fn)(void);
 /* oneDNN's row-major sgemm (dnnl_sgemm; dnnl_dim_t is int64_t, status 0 = success) */
-typedef int (*dnnl_sgemm_fn)(char, char, int64_t, int64_t, int64_t, float, const float *, int64_t,
-                             const float *, int64_t, float, float *, int64_t);
+typedef int (*dnnl_sgemm_fn)(char, char, int64_t, int64_t, int64_t, float, const float *, int64_t, const float *,
+                             int64_t, float, float *, int64_t);
 /* the same for bf16 operands (raw 16-bit words) and an fp32 C: dnnl_gemm_bf16bf16f32 */
-typedef int (*dnnl_bgemm_fn)(char, char, int64_t, int64_t, int64_t, float, const uint16_t *, int64_t,
-                             const uint16_t *, int64_t, float, float *, int64_t);
+typedef int (*dnnl_bgemm_fn)(char, char, int64_t, int64_t, int64_t, float, const uint16_t *, int64_t, const uint16_t *,
+                             int64_t, float, float *, int64_t);
 
 static sgemm_fn cblas_sgemm_ptr;
 static dnnl_sgemm_fn dnnl_sgemm_ptr;
@@ -61,8 +61,8 @@ int sharc_cpus_available(void) {
 static const char *pick_coretype(void) {
 #if defined(__x86_64__)
     __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq")) {
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+        __builtin_cpu_supports("avx512dq")) {
         return __builtin_cpu_supports("avx512bf16") ? "Cooperlake" : "SkylakeX";
     }
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return "Haswell";
@@ -165,8 +165,7 @@ static void load_library(void) {
     snprintf(info.coretype, sizeof info.coretype, "%s", want);
     const char *env = getenv("OPENBLAS_CORETYPE");
     if (want[0]) {
-        if (env && strcasecmp(env, want) != 0)
-            snprintf(info.overridden, sizeof info.overridden, "%s", env);
+        if (env && strcasecmp(env, want) != 0) snprintf(info.overridden, sizeof info.overridden, "%s", env);
         setenv("OPENBLAS_CORETYPE", want, 1);
     } else if (forced) {
         unsetenv("OPENBLAS_CORETYPE");
@@ -236,16 +235,16 @@ int sharc_threads_get(void) {
     return info.threads > 0 ? info.threads : 1;
 }
 
-void sharc_sgemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float *A,
-                 int lda, const float *B, int ldb, float beta, float *C, int ldc) {
+void sharc_sgemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float *A, int lda, const float *B,
+                 int ldb, float beta, float *C, int ldc) {
     if (!cblas_sgemm_ptr) {
         if (sharc_blas_init(0) != SHARC_OK) sharc_fatal(__FILE__, __LINE__, "%s", load_error);
     }
     if (M == 0 || N == 0) return;
     if (!(dnnl_sgemm_ptr && (int64_t)M * N * K >= SHARC_ONEDNN_MIN_WORK &&
           dnnl_sgemm_ptr(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', M, N, K, alpha, A, lda, B, ldb, beta, C, ldc) == 0))
-        cblas_sgemm_ptr(ROW_MAJOR, trans_a ? TRANS : NO_TRANS, trans_b ? TRANS : NO_TRANS, M, N, K,
-                        alpha, A, lda, B, ldb, beta, C, ldc);
+        cblas_sgemm_ptr(ROW_MAJOR, trans_a ? TRANS : NO_TRANS, trans_b ? TRANS : NO_TRANS, M, N, K, alpha, A, lda, B,
+                        ldb, beta, C, ldc);
     sharc_progress_poll(); /* note [progress] */
 }
 
@@ -271,7 +270,8 @@ static const float *widen(int slot, const uint16_t *src, int64_t n) {
     if (n > emu_cap[slot]) {
         free(emu_buf[slot]);
         emu_buf[slot] = malloc((size_t)n * sizeof(float));
-        if (!emu_buf[slot]) sharc_fatal(__FILE__, __LINE__, "bgemm: out of memory widening %lld bf16 values", (long long)n);
+        if (!emu_buf[slot])
+            sharc_fatal(__FILE__, __LINE__, "bgemm: out of memory widening %lld bf16 values", (long long)n);
         emu_cap[slot] = n;
     }
     float *d = emu_buf[slot];

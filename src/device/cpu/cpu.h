@@ -18,25 +18,24 @@ void sharc_cpu_matmul_backward(sharc_stream *s, float *dx, float *dw, float *db,
 enum { SHARC_CPU_BF16_X, SHARC_CPU_BF16_W, SHARC_CPU_BF16_DY, SHARC_CPU_BF16_SLOTS };
 const uint16_t *sharc_cpu_bf16_operand(int slot, const float *src, int64_t n);
 bool sharc_cpu_bf16_compute(void);
-void sharc_cpu_matmul_forward_bf16(sharc_stream *s, float *y, const float *x, const float *w, const float *b,
-                                   int64_t N, int IC, int OC);
-void sharc_cpu_matmul_backward_bf16(sharc_stream *s, float *dx, float *dw, float *db, const float *dy,
-                                    const float *x, const float *w, int64_t N, int IC, int OC);
-void sharc_cpu_lmhead_xent_bf16(sharc_stream *s, double *loss_sum, float *dx, float *dw, const float *x,
-                                const float *w, const int32_t *targets, float scale, int64_t N, int C, int V,
-                                float *ws, int64_t chunk);
+void sharc_cpu_matmul_forward_bf16(sharc_stream *s, float *y, const float *x, const float *w, const float *b, int64_t N,
+                                   int IC, int OC);
+void sharc_cpu_matmul_backward_bf16(sharc_stream *s, float *dx, float *dw, float *db, const float *dy, const float *x,
+                                    const float *w, int64_t N, int IC, int OC);
+void sharc_cpu_lmhead_xent_bf16(sharc_stream *s, double *loss_sum, float *dx, float *dw, const float *x, const float *w,
+                                const int32_t *targets, float scale, int64_t N, int C, int V, float *ws, int64_t chunk);
 /* norm.c */
-void sharc_cpu_layernorm_forward(sharc_stream *s, float *y, float *mean, float *rstd, const float *x,
-                                 const float *w, const float *b, int64_t N, int C, float eps);
-void sharc_cpu_layernorm_backward(sharc_stream *s, float *dx, float *dw, float *db, const float *dy,
-                                  const float *dres, const float *x, const float *w, const float *mean,
-                                  const float *rstd, int64_t N, int C);
-void sharc_cpu_rmsnorm_forward(sharc_stream *s, float *y, float *rstd, const float *x, const float *w, int64_t N,
-                               int C, float eps);
+void sharc_cpu_layernorm_forward(sharc_stream *s, float *y, float *mean, float *rstd, const float *x, const float *w,
+                                 const float *b, int64_t N, int C, float eps);
+void sharc_cpu_layernorm_backward(sharc_stream *s, float *dx, float *dw, float *db, const float *dy, const float *dres,
+                                  const float *x, const float *w, const float *mean, const float *rstd, int64_t N,
+                                  int C);
+void sharc_cpu_rmsnorm_forward(sharc_stream *s, float *y, float *rstd, const float *x, const float *w, int64_t N, int C,
+                               float eps);
 void sharc_cpu_rmsnorm_backward(sharc_stream *s, float *dx, float *dw, const float *dy, const float *dres,
                                 const float *x, const float *w, const float *rstd, int64_t N, int C);
-void sharc_cpu_head_rmsnorm_forward(sharc_stream *s, float *y, float *rstd, const float *x, const float *w,
-                                    int64_t N, int H, int hd, int64_t ld, float eps);
+void sharc_cpu_head_rmsnorm_forward(sharc_stream *s, float *y, float *rstd, const float *x, const float *w, int64_t N,
+                                    int H, int hd, int64_t ld, float eps);
 void sharc_cpu_head_rmsnorm_backward(sharc_stream *s, float *dx, float *dw, const float *dy, const float *x,
                                      const float *w, const float *rstd, int64_t N, int H, int hd, int64_t ld);
 /* activation.c */
@@ -46,34 +45,31 @@ void sharc_cpu_swiglu_forward(sharc_stream *s, float *y, const float *x, int64_t
 void sharc_cpu_swiglu_backward(sharc_stream *s, float *dx, const float *dy, const float *x, int64_t N, int I);
 void sharc_cpu_add(sharc_stream *s, float *y, const float *a, const float *b, int64_t n);
 /* embedding.c */
-void sharc_cpu_embedding_forward(sharc_stream *s, float *x, const int32_t *tokens, const float *wte,
-                                 const float *wpe, int B, int T, int C, int t0);
-void sharc_cpu_embedding_backward(sharc_stream *s, float *dwte, float *dwpe, const float *dx,
-                                  const int32_t *tokens, int B, int T, int C, int t0);
+void sharc_cpu_embedding_forward(sharc_stream *s, float *x, const int32_t *tokens, const float *wte, const float *wpe,
+                                 int B, int T, int C, int t0);
+void sharc_cpu_embedding_backward(sharc_stream *s, float *dwte, float *dwpe, const float *dx, const int32_t *tokens,
+                                  int B, int T, int C, int t0);
 /* rope.c */
 void sharc_cpu_rope_table(sharc_stream *s, float *cos_t, float *sin_t, int T, int hd, float theta, int t0);
-void sharc_cpu_rope_forward(sharc_stream *s, float *qkv, const float *cos_t, const float *sin_t, int B, int T,
-                            int NH, int NKV, int hd);
-void sharc_cpu_rope_backward(sharc_stream *s, float *dqkv, const float *cos_t, const float *sin_t, int B, int T,
-                             int NH, int NKV, int hd);
+void sharc_cpu_rope_forward(sharc_stream *s, float *qkv, const float *cos_t, const float *sin_t, int B, int T, int NH,
+                            int NKV, int hd);
+void sharc_cpu_rope_backward(sharc_stream *s, float *dqkv, const float *cos_t, const float *sin_t, int B, int T, int NH,
+                             int NKV, int hd);
 /* attention.c */
 int64_t sharc_cpu_attention_workspace(int T);
-void sharc_cpu_attention_forward(sharc_stream *s, float *out, float *lse, const float *qkv, int B, int T,
-                                 int NH, int NKV, int hd, float *ws);
-void sharc_cpu_attention_backward(sharc_stream *s, float *dqkv, const float *dout, const float *qkv,
-                                  const float *out, const float *lse, int B, int T, int NH, int NKV, int hd,
-                                  float *ws);
+void sharc_cpu_attention_forward(sharc_stream *s, float *out, float *lse, const float *qkv, int B, int T, int NH,
+                                 int NKV, int hd, float *ws);
+void sharc_cpu_attention_backward(sharc_stream *s, float *dqkv, const float *dout, const float *qkv, const float *out,
+                                  const float *lse, int B, int T, int NH, int NKV, int hd, float *ws);
 void sharc_cpu_attention_cached(sharc_stream *s, float *out, const float *q, int64_t ldq, const float *kc,
                                 const float *vc, int n, int t0, int NH, int NKV, int hd, float *ws);
 /* xent.c */
 void sharc_cpu_xent_forward_backward(sharc_stream *s, double *loss_sum, float *logits, float *losses,
                                      const int32_t *targets, int64_t N, int V, float scale, bool want_grad);
-void sharc_cpu_lmhead_xent(sharc_stream *s, double *loss_sum, float *dx, float *dw, const float *x,
-                           const float *w, const int32_t *targets, float scale, int64_t N, int C, int V, float *ws,
-                           int64_t chunk);
+void sharc_cpu_lmhead_xent(sharc_stream *s, double *loss_sum, float *dx, float *dw, const float *x, const float *w,
+                           const int32_t *targets, float scale, int64_t N, int C, int V, float *ws, int64_t chunk);
 /* elem.c */
-void sharc_cpu_cast(sharc_stream *s, void *dst, sharc_dtype dst_dt, const void *src, sharc_dtype src_dt,
-                    int64_t n);
+void sharc_cpu_cast(sharc_stream *s, void *dst, sharc_dtype dst_dt, const void *src, sharc_dtype src_dt, int64_t n);
 void sharc_cpu_round(sharc_stream *s, float *dst, const float *src, sharc_dtype dt, int64_t n);
 void sharc_cpu_accumulate(sharc_stream *s, float *dst, const float *src, int64_t n);
 void sharc_cpu_sum_ranks(sharc_stream *s, void *dst, const void *const *src, int S, int64_t n, sharc_dtype dt,

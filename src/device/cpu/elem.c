@@ -12,8 +12,7 @@
 /* Below this many elements the loops run on the calling thread. */
 #define ELEM_PAR 65536
 
-void sharc_cpu_cast(sharc_stream *s, void *dst, sharc_dtype dst_dt, const void *src, sharc_dtype src_dt,
-                    int64_t n) {
+void sharc_cpu_cast(sharc_stream *s, void *dst, sharc_dtype dst_dt, const void *src, sharc_dtype src_dt, int64_t n) {
     if (src_dt == SHARC_DT_F32) {
         sharc_from_f32(dst, src, dst_dt, n);
     } else if (dst_dt == SHARC_DT_F32) {
@@ -101,8 +100,8 @@ void sharc_cpu_sumsq(sharc_stream *s, double *out, const float *x, int64_t n) {
     *out += acc;
 }
 
-SHARC_VEC static void adamw_range(float *p, const float *g, float *m, float *v, int64_t n, float decay_mul,
-                                  float b1, float b2, float step_size, float sqrt_bc2, float eps, float gscale) {
+SHARC_VEC static void adamw_range(float *p, const float *g, float *m, float *v, int64_t n, float decay_mul, float b1,
+                                  float b2, float step_size, float sqrt_bc2, float eps, float gscale) {
     for (int64_t i = 0; i < n; i++) {
         float gi = g[i] * gscale;
         float pi = p[i] * decay_mul;

@@ -5,8 +5,8 @@
 
 #include <string.h>
 
-SHARC_VEC static void embed_rows(float *x, const int32_t *tokens, const float *wte,
-                                 const float *wpe, int64_t r0, int64_t r1, int T, int C, int t0) {
+SHARC_VEC static void embed_rows(float *x, const int32_t *tokens, const float *wte, const float *wpe, int64_t r0,
+                                 int64_t r1, int T, int C, int t0) {
     for (int64_t r = r0; r < r1; r++) {
         const float *e = wte + (int64_t)tokens[r] * C;
         float *xr = x + r * C;
@@ -19,8 +19,8 @@ SHARC_VEC static void embed_rows(float *x, const int32_t *tokens, const float *w
     }
 }
 
-void sharc_cpu_embedding_forward(sharc_stream *s, float *x, const int32_t *tokens, const float *wte,
-                                 const float *wpe, int B, int T, int C, int t0) {
+void sharc_cpu_embedding_forward(sharc_stream *s, float *x, const int32_t *tokens, const float *wte, const float *wpe,
+                                 int B, int T, int C, int t0) {
     int64_t N = (int64_t)B * T;
     int64_t nc = sharc_par_chunks(N, C, sharc_threads_get());
 #pragma omp parallel for schedule(static) if (nc > 1)
@@ -29,9 +29,8 @@ void sharc_cpu_embedding_forward(sharc_stream *s, float *x, const int32_t *token
 
 /* Columns [c0, c1) of every row: threads own disjoint column slices, so the
  * scatter-add into rows shared by repeated tokens needs no atomics. */
-SHARC_VEC static void embed_back_cols(float *dwte, float *dwpe, const float *dx,
-                                      const int32_t *tokens, int64_t N, int T, int C, int t0, int c0,
-                                      int c1) {
+SHARC_VEC static void embed_back_cols(float *dwte, float *dwpe, const float *dx, const int32_t *tokens, int64_t N,
+                                      int T, int C, int t0, int c0, int c1) {
     for (int64_t r = 0; r < N; r++) {
         const float *d = dx + r * C;
         if (dwte) {
@@ -45,8 +44,8 @@ SHARC_VEC static void embed_back_cols(float *dwte, float *dwpe, const float *dx,
     }
 }
 
-void sharc_cpu_embedding_backward(sharc_stream *s, float *dwte, float *dwpe, const float *dx,
-                                  const int32_t *tokens, int B, int T, int C, int t0) {
+void sharc_cpu_embedding_backward(sharc_stream *s, float *dwte, float *dwpe, const float *dx, const int32_t *tokens,
+                                  int B, int T, int C, int t0) {
     int64_t N = (int64_t)B * T;
     int64_t nc = sharc_par_chunks(C / 16 > 0 ? C / 16 : 1, N * 16, sharc_threads_get());
 #pragma omp parallel for schedule(static) if (nc > 1)

@@ -42,8 +42,7 @@ void sharc_cpu_matmul_backward(sharc_stream *s, float *dx, float *dw, float *db,
     int64_t nc = sharc_par_chunks(OC, N, sharc_threads_get());
     if (nc > OC / 16) nc = OC / 16 > 0 ? OC / 16 : 1;
 #pragma omp parallel for schedule(static) if (nc > 1)
-    for (int64_t c = 0; c < nc; c++)
-        colsum_cols(db, dy, N, OC, (int)(c * OC / nc), (int)((c + 1) * OC / nc));
+    for (int64_t c = 0; c < nc; c++) colsum_cols(db, dy, N, OC, (int)(c * OC / nc), (int)((c + 1) * OC / nc));
 }
 
 /* ------------------------------------------------------------------ bf16 */
@@ -70,8 +69,8 @@ const uint16_t *sharc_cpu_bf16_operand(int slot, const float *src, int64_t n) {
 
 bool sharc_cpu_bf16_compute(void) { return sharc_bf16_mode_get(NULL) != SHARC_BF16_NONE; }
 
-void sharc_cpu_matmul_forward_bf16(sharc_stream *s, float *y, const float *x, const float *w, const float *b,
-                                   int64_t N, int IC, int OC) {
+void sharc_cpu_matmul_forward_bf16(sharc_stream *s, float *y, const float *x, const float *w, const float *b, int64_t N,
+                                   int IC, int OC) {
     const uint16_t *xb = sharc_cpu_bf16_operand(SHARC_CPU_BF16_X, x, N * IC);
     const uint16_t *wb = sharc_cpu_bf16_operand(SHARC_CPU_BF16_W, w, (int64_t)OC * IC);
     sharc_bgemm(false, true, (int)N, OC, IC, 1.0f, xb, IC, wb, IC, 0.0f, y, OC);
@@ -81,8 +80,8 @@ void sharc_cpu_matmul_forward_bf16(sharc_stream *s, float *y, const float *x, co
     for (int64_t c = 0; c < nc; c++) add_bias_rows(y, b, c * N / nc, (c + 1) * N / nc, OC);
 }
 
-void sharc_cpu_matmul_backward_bf16(sharc_stream *s, float *dx, float *dw, float *db, const float *dy,
-                                    const float *x, const float *w, int64_t N, int IC, int OC) {
+void sharc_cpu_matmul_backward_bf16(sharc_stream *s, float *dx, float *dw, float *db, const float *dy, const float *x,
+                                    const float *w, int64_t N, int IC, int OC) {
     if (dx || dw) {
         const uint16_t *dyb = sharc_cpu_bf16_operand(SHARC_CPU_BF16_DY, dy, N * OC);
         if (dx) {
@@ -99,6 +98,5 @@ void sharc_cpu_matmul_backward_bf16(sharc_stream *s, float *dx, float *dw, float
     int64_t nc = sharc_par_chunks(OC, N, sharc_threads_get());
     if (nc > OC / 16) nc = OC / 16 > 0 ? OC / 16 : 1;
 #pragma omp parallel for schedule(static) if (nc > 1)
-    for (int64_t c = 0; c < nc; c++)
-        colsum_cols(db, dy, N, OC, (int)(c * OC / nc), (int)((c + 1) * OC / nc));
+    for (int64_t c = 0; c < nc; c++) colsum_cols(db, dy, N, OC, (int)(c * OC / nc), (int)((c + 1) * OC / nc));
 }

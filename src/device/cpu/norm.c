@@ -10,9 +10,8 @@
 
 #include <math.h>
 
-SHARC_VEC static void layernorm_rows(float *y, float *mean, float *rstd, const float *x,
-                                     const float *w, const float *b, int64_t r0, int64_t r1,
-                                     int C, float eps) {
+SHARC_VEC static void layernorm_rows(float *y, float *mean, float *rstd, const float *x, const float *w, const float *b,
+                                     int64_t r0, int64_t r1, int C, float eps) {
     for (int64_t r = r0; r < r1; r++) {
         const float *xr = x + r * C;
         float *yr = y + r * C;
@@ -32,18 +31,16 @@ SHARC_VEC static void layernorm_rows(float *y, float *mean, float *rstd, const f
     }
 }
 
-void sharc_cpu_layernorm_forward(sharc_stream *s, float *y, float *mean, float *rstd, const float *x,
-                                 const float *w, const float *b, int64_t N, int C, float eps) {
+void sharc_cpu_layernorm_forward(sharc_stream *s, float *y, float *mean, float *rstd, const float *x, const float *w,
+                                 const float *b, int64_t N, int C, float eps) {
     int64_t nc = sharc_par_chunks(N, C, sharc_threads_get());
 #pragma omp parallel for schedule(static) if (nc > 1)
-    for (int64_t c = 0; c < nc; c++)
-        layernorm_rows(y, mean, rstd, x, w, b, c * N / nc, (c + 1) * N / nc, C, eps);
+    for (int64_t c = 0; c < nc; c++) layernorm_rows(y, mean, rstd, x, w, b, c * N / nc, (c + 1) * N / nc, C, eps);
 }
 
-SHARC_VEC static void layernorm_back_rows(float *dx, float *dw, float *db, const float *dy,
-                                          const float *dres, const float *x, const float *w,
-                                          const float *mean, const float *rstd, int64_t r0,
-                                          int64_t r1, int C) {
+SHARC_VEC static void layernorm_back_rows(float *dx, float *dw, float *db, const float *dy, const float *dres,
+                                          const float *x, const float *w, const float *mean, const float *rstd,
+                                          int64_t r0, int64_t r1, int C) {
     for (int64_t r = r0; r < r1; r++) {
         const float *xr = x + r * C, *dyr = dy + r * C;
         float m = mean[r], s = rstd[r];
@@ -80,9 +77,9 @@ static float *partials(int64_t nc, int C) {
     return p;
 }
 
-void sharc_cpu_layernorm_backward(sharc_stream *s, float *dx, float *dw, float *db, const float *dy,
-                                  const float *dres, const float *x, const float *w, const float *mean,
-                                  const float *rstd, int64_t N, int C) {
+void sharc_cpu_layernorm_backward(sharc_stream *s, float *dx, float *dw, float *db, const float *dy, const float *dres,
+                                  const float *x, const float *w, const float *mean, const float *rstd, int64_t N,
+                                  int C) {
     int64_t nc = sharc_par_chunks(N, C, sharc_threads_get());
     if (nc == 1) {
         layernorm_back_rows(dx, dw, db, dy, dres, x, w, mean, rstd, 0, N, C);
@@ -91,15 +88,15 @@ void sharc_cpu_layernorm_backward(sharc_stream *s, float *dx, float *dw, float *
     float *p = dw || db ? partials(nc, C) : NULL;
 #pragma omp parallel for schedule(static)
     for (int64_t c = 0; c < nc; c++)
-        layernorm_back_rows(dx, dw ? p + c * C : NULL, db ? p + (nc + c) * C : NULL, dy, dres, x, w, mean,
-                            rstd, c * N / nc, (c + 1) * N / nc, C);
+        layernorm_back_rows(dx, dw ? p + c * C : NULL, db ? p + (nc + c) * C : NULL, dy, dres, x, w, mean, rstd,
+                            c * N / nc, (c + 1) * N / nc, C);
     if (dw) add_partials(dw, p, nc, C);
     if (db) add_partials(db, p + nc * C, nc, C);
     sharc_free(p);
 }
 
-SHARC_VEC static void rmsnorm_rows(float *y, float *rstd, const float *x, const float *w,
-                                   int64_t r0, int64_t r1, int C, float eps) {
+SHARC_VEC static void rmsnorm_rows(float *y, float *rstd, const float *x, const float *w, int64_t r0, int64_t r1, int C,
+                                   float eps) {
     for (int64_t r = r0; r < r1; r++) {
         const float *xr = x + r * C;
         float *yr = y + r * C;
@@ -111,17 +108,15 @@ SHARC_VEC static void rmsnorm_rows(float *y, float *rstd, const float *x, const 
     }
 }
 
-void sharc_cpu_rmsnorm_forward(sharc_stream *s, float *y, float *rstd, const float *x, const float *w, int64_t N,
-                               int C, float eps) {
+void sharc_cpu_rmsnorm_forward(sharc_stream *s, float *y, float *rstd, const float *x, const float *w, int64_t N, int C,
+                               float eps) {
     int64_t nc = sharc_par_chunks(N, C, sharc_threads_get());
 #pragma omp parallel for schedule(static) if (nc > 1)
-    for (int64_t c = 0; c < nc; c++)
-        rmsnorm_rows(y, rstd, x, w, c * N / nc, (c + 1) * N / nc, C, eps);
+    for (int64_t c = 0; c < nc; c++) rmsnorm_rows(y, rstd, x, w, c * N / nc, (c + 1) * N / nc, C, eps);
 }
 
-SHARC_VEC static void rmsnorm_back_rows(float *dx, float *dw, const float *dy, const float *dres,
-                                        const float *x, const float *w, const float *rstd,
-                                        int64_t r0, int64_t r1, int C) {
+SHARC_VEC static void rmsnorm_back_rows(float *dx, float *dw, const float *dy, const float *dres, const float *x,
+                                        const float *w, const float *rstd, int64_t r0, int64_t r1, int C) {
     for (int64_t r = r0; r < r1; r++) {
         const float *xr = x + r * C, *dyr = dy + r * C;
         float s = rstd[r];
@@ -158,8 +153,8 @@ void sharc_cpu_rmsnorm_backward(sharc_stream *s, float *dx, float *dw, const flo
 
 /* Per-head RMSNorm: token n's H rows of hd start at n*ld (the rows of one
  * token are adjacent, so the row functions above do the work). */
-void sharc_cpu_head_rmsnorm_forward(sharc_stream *s, float *y, float *rstd, const float *x, const float *w,
-                                    int64_t N, int H, int hd, int64_t ld, float eps) {
+void sharc_cpu_head_rmsnorm_forward(sharc_stream *s, float *y, float *rstd, const float *x, const float *w, int64_t N,
+                                    int H, int hd, int64_t ld, float eps) {
     int64_t nc = sharc_par_chunks(N, (int64_t)H * hd, sharc_threads_get());
 #pragma omp parallel for schedule(static) if (nc > 1)
     for (int64_t c = 0; c < nc; c++)

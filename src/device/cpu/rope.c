@@ -25,8 +25,8 @@ void sharc_cpu_rope_table(sharc_stream *s, float *cos_t, float *sin_t, int T, in
 }
 
 /* sign = +1 rotates forward, -1 applies the inverse (transpose) rotation. */
-SHARC_VEC static void rope_rows(float *qkv, const float *cos_t, const float *sin_t, int64_t r0,
-                                int64_t r1, int T, int nheads, int stride, int hd, float sign) {
+SHARC_VEC static void rope_rows(float *qkv, const float *cos_t, const float *sin_t, int64_t r0, int64_t r1, int T,
+                                int nheads, int stride, int hd, float sign) {
     int half = hd / 2;
     for (int64_t r = r0; r < r1; r++) {
         const float *c = cos_t + (r % T) * half, *s = sin_t + (r % T) * half;
@@ -43,8 +43,8 @@ SHARC_VEC static void rope_rows(float *qkv, const float *cos_t, const float *sin
     }
 }
 
-static void rope_apply(float *qkv, const float *cos_t, const float *sin_t, int B, int T, int NH,
-                       int NKV, int hd, float sign) {
+static void rope_apply(float *qkv, const float *cos_t, const float *sin_t, int B, int T, int NH, int NKV, int hd,
+                       float sign) {
     int64_t N = (int64_t)B * T;
     int stride = (NH + 2 * NKV) * hd;
     int64_t nc = sharc_par_chunks(N, (NH + NKV) * hd, sharc_threads_get());
@@ -53,12 +53,12 @@ static void rope_apply(float *qkv, const float *cos_t, const float *sin_t, int B
         rope_rows(qkv, cos_t, sin_t, c * N / nc, (c + 1) * N / nc, T, NH + NKV, stride, hd, sign);
 }
 
-void sharc_cpu_rope_forward(sharc_stream *s, float *qkv, const float *cos_t, const float *sin_t, int B, int T,
-                            int NH, int NKV, int hd) {
+void sharc_cpu_rope_forward(sharc_stream *s, float *qkv, const float *cos_t, const float *sin_t, int B, int T, int NH,
+                            int NKV, int hd) {
     rope_apply(qkv, cos_t, sin_t, B, T, NH, NKV, hd, 1.0f);
 }
 
-void sharc_cpu_rope_backward(sharc_stream *s, float *dqkv, const float *cos_t, const float *sin_t, int B, int T,
-                             int NH, int NKV, int hd) {
+void sharc_cpu_rope_backward(sharc_stream *s, float *dqkv, const float *cos_t, const float *sin_t, int B, int T, int NH,
+                             int NKV, int hd) {
     rope_apply(dqkv, cos_t, sin_t, B, T, NH, NKV, hd, -1.0f);
 }

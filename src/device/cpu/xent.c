@@ -19,8 +19,8 @@
 #include <stddef.h>
 
 /* Rows [r0, r1): loss per row, gradient in place; returns the loss sum. */
-SHARC_VEC static double xent_rows(float *logits, float *losses, const int32_t *targets, int64_t r0,
-                                  int64_t r1, int V, float scale, bool want_grad) {
+SHARC_VEC static double xent_rows(float *logits, float *losses, const int32_t *targets, int64_t r0, int64_t r1, int V,
+                                  float scale, bool want_grad) {
     double total = 0.0;
     for (int64_t r = r0; r < r1; r++) {
         float *row = logits + r * V;
@@ -59,8 +59,7 @@ static double xent_sum(float *logits, float *losses, const int32_t *targets, int
     if (nc > 256) nc = 256;
 #pragma omp parallel for schedule(static) if (nc > 1)
     for (int64_t c = 0; c < nc; c++)
-        part[c] = xent_rows(logits, losses, targets, c * N / nc, (c + 1) * N / nc, V, scale,
-                            want_grad);
+        part[c] = xent_rows(logits, losses, targets, c * N / nc, (c + 1) * N / nc, V, scale, want_grad);
     for (int64_t c = 0; c < nc; c++) total += part[c];
     return total;
 }
@@ -70,9 +69,8 @@ void sharc_cpu_xent_forward_backward(sharc_stream *s, double *loss_sum, float *l
     *loss_sum = xent_sum(logits, losses, targets, N, V, scale, want_grad);
 }
 
-void sharc_cpu_lmhead_xent(sharc_stream *s, double *loss_sum, float *dx, float *dw, const float *x,
-                           const float *w, const int32_t *targets, float scale, int64_t N, int C, int V, float *ws,
-                           int64_t chunk) {
+void sharc_cpu_lmhead_xent(sharc_stream *s, double *loss_sum, float *dx, float *dw, const float *x, const float *w,
+                           const int32_t *targets, float scale, int64_t N, int C, int V, float *ws, int64_t chunk) {
     double total = 0.0;
     for (int64_t r0 = 0; r0 < N; r0 += chunk) {
         int64_t m = N - r0 < chunk ? N - r0 : chunk;
@@ -80,15 +78,16 @@ void sharc_cpu_lmhead_xent(sharc_stream *s, double *loss_sum, float *dx, float *
         SHARC_PROF("head.xent", total += xent_sum(ws, NULL, targets + r0, m, V, scale, dx != NULL));
         if (dx) {
             SHARC_PROF("head.dx", sharc_sgemm(false, false, (int)m, C, V, 1.0f, ws, V, w, C, 0.0f, dx + r0 * C, C));
-            if (dw) SHARC_PROF("head.dw", sharc_sgemm(true, false, V, C, (int)m, 1.0f, ws, V, x + r0 * C, C, 1.0f, dw, C));
+            if (dw)
+                SHARC_PROF("head.dw", sharc_sgemm(true, false, V, C, (int)m, 1.0f, ws, V, x + r0 * C, C, 1.0f, dw, C));
         }
     }
     *loss_sum = total;
 }
 
-void sharc_cpu_lmhead_xent_bf16(sharc_stream *s, double *loss_sum, float *dx, float *dw, const float *x,
-                                const float *w, const int32_t *targets, float scale, int64_t N, int C, int V,
-                                float *ws, int64_t chunk) {
+void sharc_cpu_lmhead_xent_bf16(sharc_stream *s, double *loss_sum, float *dx, float *dw, const float *x, const float *w,
+                                const int32_t *targets, float scale, int64_t N, int C, int V, float *ws,
+                                int64_t chunk) {
     const uint16_t *xb, *wb;
     SHARC_PROF("head.bf16_operands", (xb = sharc_cpu_bf16_operand(SHARC_CPU_BF16_X, x, N * C),
                                       wb = sharc_cpu_bf16_operand(SHARC_CPU_BF16_W, w, (int64_t)V * C)));

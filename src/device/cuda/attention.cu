@@ -17,7 +17,7 @@
 #include <math.h>
 
 #define WARPS 8
-#define KMAX 8 /* hd <= 32 * KMAX */
+#define KMAX  8 /* hd <= 32 * KMAX */
 
 __device__ static inline float warp_sum(float v) {
     for (int o = 16; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
@@ -124,8 +124,8 @@ __global__ static void k_attn_dq(float *dqkv, const float *dout, const float *qk
 }
 
 /* dK, dV: one warp per (b, kv head, j), over the query heads of its group */
-__global__ static void k_attn_dkv(float *dqkv, const float *dout, const float *qkv, const float *out,
-                                  const float *lse, int B, int T, int NH, int NKV, int hd, float scale) {
+__global__ static void k_attn_dkv(float *dqkv, const float *dout, const float *qkv, const float *out, const float *lse,
+                                  int B, int T, int NH, int NKV, int hd, float scale) {
     int64_t row = (int64_t)blockIdx.x * WARPS + threadIdx.x / 32;
     int lane = threadIdx.x % 32;
     if (row >= (int64_t)B * NKV * T) return;
@@ -198,21 +198,21 @@ extern "C" void sharc_cuda_attention_forward(sharc_stream *s, float *out, float 
     check_shape(NH, NKV, hd, "attention_forward");
     float scale = 1.0f / sqrtf((float)hd);
     k_attn_fwd<<<warps_grid((int64_t)B * NH * T), 32 * WARPS, 0, sharc_cuda_cs(s)>>>(out, lse, qkv, B, T, NH, NKV, hd,
-                                                                                   scale);
+                                                                                     scale);
     SHARC_CUDA_LAUNCHED();
 }
 
 extern "C" void sharc_cuda_attention_backward(sharc_stream *s, float *dqkv, const float *dout, const float *qkv,
-                                              const float *out, const float *lse, int B, int T, int NH, int NKV,
-                                              int hd, float *ws) {
+                                              const float *out, const float *lse, int B, int T, int NH, int NKV, int hd,
+                                              float *ws) {
     if ((int64_t)B * T <= 0) return;
     check_shape(NH, NKV, hd, "attention_backward");
     float scale = 1.0f / sqrtf((float)hd);
     cudaStream_t cs = sharc_cuda_cs(s);
     k_attn_dq<<<warps_grid((int64_t)B * NH * T), 32 * WARPS, 0, cs>>>(dqkv, dout, qkv, out, lse, B, T, NH, NKV, hd,
-                                                                    scale);
+                                                                      scale);
     SHARC_CUDA_LAUNCHED();
     k_attn_dkv<<<warps_grid((int64_t)B * NKV * T), 32 * WARPS, 0, cs>>>(dqkv, dout, qkv, out, lse, B, T, NH, NKV, hd,
-                                                                      scale);
+                                                                        scale);
     SHARC_CUDA_LAUNCHED();
 }

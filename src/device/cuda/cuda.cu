@@ -44,7 +44,8 @@ static pthread_mutex_t lt_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static bool lt_sym(void **fn, const char *name) {
     *fn = dlsym(lt.lib, name);
-    if (!*fn) snprintf(lt.why, sizeof lt.why, "cuda: %s has no symbol %s; install CUDA 13's cuBLAS", "libcublasLt", name);
+    if (!*fn)
+        snprintf(lt.why, sizeof lt.why, "cuda: %s has no symbol %s; install CUDA 13's cuBLAS", "libcublasLt", name);
     return *fn != NULL;
 }
 
@@ -53,8 +54,8 @@ extern "C" sharc_status sharc_cuda_blas_load(void) {
     if (!lt.tried) {
         lt.tried = true;
         const char *env = getenv("SHARC_CUBLASLT_LIB");
-        const char *names[] = {env && env[0] ? env : NULL, "libcublasLt.so.13", "/usr/local/cuda/lib64/libcublasLt.so.13",
-                               "libcublasLt.so"};
+        const char *names[] = {env && env[0] ? env : NULL, "libcublasLt.so.13",
+                               "/usr/local/cuda/lib64/libcublasLt.so.13", "libcublasLt.so"};
         char err[256] = "";
         for (size_t i = 0; i < sizeof names / sizeof names[0] && !lt.lib; i++) {
             if (!names[i]) continue;
@@ -86,10 +87,11 @@ extern "C" sharc_status sharc_cuda_blas_load(void) {
     return ok ? SHARC_OK : sharc_error(SHARC_ERR_UNSUPPORTED, "%s", lt.why);
 }
 
-#define LT_CHECK(call)                                                                                         \
-    do {                                                                                                   \
-        cublasStatus_t e_ = (call);                                                                        \
-        if (e_ != CUBLAS_STATUS_SUCCESS) sharc_fatal(__FILE__, __LINE__, "cuda: %s: cuBLAS status %d", #call, (int)e_); \
+#define LT_CHECK(call)                                                                                                 \
+    do {                                                                                                               \
+        cublasStatus_t e_ = (call);                                                                                    \
+        if (e_ != CUBLAS_STATUS_SUCCESS)                                                                               \
+            sharc_fatal(__FILE__, __LINE__, "cuda: %s: cuBLAS status %d", #call, (int)e_);                             \
     } while (0)
 
 /* The stream's cuBLASLt workspace, allocated at its first GEMM. */

@@ -21,19 +21,19 @@
 /* sharc_stream.impl of a cuda device */
 typedef struct {
     cudaStream_t cs;
-    void *scratch;       /* grow-only, device memory of sharc_device_alloc (counted as OTHER) */
+    void *scratch; /* grow-only, device memory of sharc_device_alloc (counted as OTHER) */
     size_t scratch_bytes;
-    void *gemm_ws;       /* the cuBLASLt workspace of this stream */
+    void *gemm_ws; /* the cuBLASLt workspace of this stream */
 } sharc_cuda_stream;
 
 static inline cudaStream_t sharc_cuda_cs(sharc_stream *s) { return ((sharc_cuda_stream *)s->impl)->cs; }
 
 
 /* note [cuda-errors] */
-#define SHARC_CUDA_CHECK(call)                                                                                 \
-    do {                                                                                                   \
-        cudaError_t e_ = (call);                                                                           \
-        if (e_ != cudaSuccess) sharc_fatal(__FILE__, __LINE__, "cuda: %s: %s", #call, cudaGetErrorString(e_)); \
+#define SHARC_CUDA_CHECK(call)                                                                                         \
+    do {                                                                                                               \
+        cudaError_t e_ = (call);                                                                                       \
+        if (e_ != cudaSuccess) sharc_fatal(__FILE__, __LINE__, "cuda: %s: %s", #call, cudaGetErrorString(e_));         \
     } while (0)
 #define SHARC_CUDA_LAUNCHED() SHARC_CUDA_CHECK(cudaGetLastError())
 
@@ -83,11 +83,11 @@ void sharc_cuda_matmul_forward(sharc_stream *s, float *y, const float *x, const 
                                int IC, int OC);
 void sharc_cuda_matmul_backward(sharc_stream *s, float *dx, float *dw, float *db, const float *dy, const float *x,
                                 const float *w, int64_t N, int IC, int OC);
-void sharc_cuda_layernorm_forward(sharc_stream *s, float *y, float *mean, float *rstd, const float *x,
-                                  const float *w, const float *b, int64_t N, int C, float eps);
-void sharc_cuda_layernorm_backward(sharc_stream *s, float *dx, float *dw, float *db, const float *dy,
-                                   const float *dres, const float *x, const float *w, const float *mean,
-                                   const float *rstd, int64_t N, int C);
+void sharc_cuda_layernorm_forward(sharc_stream *s, float *y, float *mean, float *rstd, const float *x, const float *w,
+                                  const float *b, int64_t N, int C, float eps);
+void sharc_cuda_layernorm_backward(sharc_stream *s, float *dx, float *dw, float *db, const float *dy, const float *dres,
+                                   const float *x, const float *w, const float *mean, const float *rstd, int64_t N,
+                                   int C);
 void sharc_cuda_rmsnorm_forward(sharc_stream *s, float *y, float *rstd, const float *x, const float *w, int64_t N,
                                 int C, float eps);
 void sharc_cuda_rmsnorm_backward(sharc_stream *s, float *dx, float *dw, const float *dy, const float *dres,
@@ -96,13 +96,13 @@ void sharc_cuda_gelu_forward(sharc_stream *s, float *y, const float *x, int64_t 
 void sharc_cuda_gelu_backward(sharc_stream *s, float *dx, const float *dy, const float *x, int64_t n);
 void sharc_cuda_swiglu_forward(sharc_stream *s, float *y, const float *x, int64_t N, int I);
 void sharc_cuda_swiglu_backward(sharc_stream *s, float *dx, const float *dy, const float *x, int64_t N, int I);
-void sharc_cuda_embedding_forward(sharc_stream *s, float *x, const int32_t *tokens, const float *wte,
-                                  const float *wpe, int B, int T, int C, int t0);
-void sharc_cuda_embedding_backward(sharc_stream *s, float *dwte, float *dwpe, const float *dx,
-                                   const int32_t *tokens, int B, int T, int C, int t0);
+void sharc_cuda_embedding_forward(sharc_stream *s, float *x, const int32_t *tokens, const float *wte, const float *wpe,
+                                  int B, int T, int C, int t0);
+void sharc_cuda_embedding_backward(sharc_stream *s, float *dwte, float *dwpe, const float *dx, const int32_t *tokens,
+                                   int B, int T, int C, int t0);
 void sharc_cuda_rope_table(sharc_stream *s, float *cos_t, float *sin_t, int T, int hd, float theta, int t0);
-void sharc_cuda_rope_forward(sharc_stream *s, float *qkv, const float *cos_t, const float *sin_t, int B, int T,
-                             int NH, int NKV, int hd);
+void sharc_cuda_rope_forward(sharc_stream *s, float *qkv, const float *cos_t, const float *sin_t, int B, int T, int NH,
+                             int NKV, int hd);
 void sharc_cuda_rope_backward(sharc_stream *s, float *dqkv, const float *cos_t, const float *sin_t, int B, int T,
                               int NH, int NKV, int hd);
 
@@ -110,16 +110,14 @@ void sharc_cuda_rope_backward(sharc_stream *s, float *dqkv, const float *cos_t, 
 int64_t sharc_cuda_attention_workspace(int T);
 void sharc_cuda_attention_forward(sharc_stream *s, float *out, float *lse, const float *qkv, int B, int T, int NH,
                                   int NKV, int hd, float *ws);
-void sharc_cuda_attention_backward(sharc_stream *s, float *dqkv, const float *dout, const float *qkv,
-                                   const float *out, const float *lse, int B, int T, int NH, int NKV, int hd,
-                                   float *ws);
+void sharc_cuda_attention_backward(sharc_stream *s, float *dqkv, const float *dout, const float *qkv, const float *out,
+                                   const float *lse, int B, int T, int NH, int NKV, int hd, float *ws);
 
 /* xent.cu */
 void sharc_cuda_xent_forward_backward(sharc_stream *s, double *loss_sum, float *logits, float *losses,
                                       const int32_t *targets, int64_t N, int V, float scale, bool want_grad);
-void sharc_cuda_lmhead_xent(sharc_stream *s, double *loss_sum, float *dx, float *dw, const float *x,
-                            const float *w, const int32_t *targets, float scale, int64_t N, int C, int V, float *ws,
-                            int64_t chunk);
+void sharc_cuda_lmhead_xent(sharc_stream *s, double *loss_sum, float *dx, float *dw, const float *x, const float *w,
+                            const int32_t *targets, float scale, int64_t N, int C, int V, float *ws, int64_t chunk);
 
 #ifdef __cplusplus
 }

@@ -10,7 +10,8 @@
 #include <cuda_fp16.h>
 
 #define THREADS 256
-#define GRID_STRIDE(i, n) for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < (n); i += (int64_t)gridDim.x * blockDim.x)
+#define GRID_STRIDE(i, n)                                                                                              \
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < (n); i += (int64_t)gridDim.x * blockDim.x)
 
 /* ---- 16-bit conversions, bit for bit those of src/core/dtype.c ---- */
 
@@ -39,17 +40,19 @@ __device__ static inline float f16_to_f32(uint16_t h) {
     if (exp == 31) return __uint_as_float(sign | 0x7f800000u | (mant << 13));
     return __uint_as_float(sign | ((exp + 112u) << 23) | (mant << 13));
 }
-__device__ static inline uint16_t from_f32(float f, int dt) { return dt == SHARC_DT_BF16 ? f32_to_bf16(f) : f32_to_f16(f); }
-__device__ static inline float to_f32(uint16_t h, int dt) { return dt == SHARC_DT_BF16 ? bf16_to_f32(h) : f16_to_f32(h); }
+__device__ static inline uint16_t from_f32(float f, int dt) {
+    return dt == SHARC_DT_BF16 ? f32_to_bf16(f) : f32_to_f16(f);
+}
+__device__ static inline float to_f32(uint16_t h, int dt) {
+    return dt == SHARC_DT_BF16 ? bf16_to_f32(h) : f16_to_f32(h);
+}
 
 /* ---- kernels ---- */
 
 __global__ static void k_add(float *y, const float *a, const float *b, int64_t n) {
     GRID_STRIDE(i, n) y[i] = a[i] + b[i];
 }
-__global__ static void k_accumulate(float *y, const float *a, int64_t n) {
-    GRID_STRIDE(i, n) y[i] += a[i];
-}
+__global__ static void k_accumulate(float *y, const float *a, int64_t n) { GRID_STRIDE(i, n) y[i] += a[i]; }
 __global__ static void k_to16(uint16_t *dst, const float *src, int dt, int64_t n) {
     GRID_STRIDE(i, n) dst[i] = from_f32(src[i], dt);
 }
@@ -59,9 +62,7 @@ __global__ static void k_from16(float *dst, const uint16_t *src, int dt, int64_t
 __global__ static void k_round(float *dst, const float *src, int dt, int64_t n) {
     GRID_STRIDE(i, n) dst[i] = to_f32(from_f32(src[i], dt), dt);
 }
-__global__ static void k_fill(float *dst, float v, int64_t n) {
-    GRID_STRIDE(i, n) dst[i] = v;
-}
+__global__ static void k_fill(float *dst, float v, int64_t n) { GRID_STRIDE(i, n) dst[i] = v; }
 
 extern "C" void sharc_cuda_add(sharc_stream *s, float *y, const float *a, const float *b, int64_t n) {
     if (n <= 0) return;

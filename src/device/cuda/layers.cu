@@ -9,8 +9,9 @@
 #include <limits.h>
 
 #define THREADS 256
-#define SLICES 64
-#define GRID_STRIDE(i, n) for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < (n); i += (int64_t)gridDim.x * blockDim.x)
+#define SLICES  64
+#define GRID_STRIDE(i, n)                                                                                              \
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < (n); i += (int64_t)gridDim.x * blockDim.x)
 
 __device__ static inline float warp_sum(float v) {
     for (int o = 16; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
@@ -24,9 +25,7 @@ static int rows_int(int64_t N, const char *what) {
 
 /* ------------------------------------------------------------- linear */
 
-__global__ static void k_bias(float *y, const float *b, int64_t N, int OC) {
-    GRID_STRIDE(i, N * OC) y[i] += b[i % OC];
-}
+__global__ static void k_bias(float *y, const float *b, int64_t N, int OC) { GRID_STRIDE(i, N * OC) y[i] += b[i % OC]; }
 
 /* Row-major y(N,OC) = x(N,IC) w(OC,IC)^T is column-major y^T = op(w) x^T with
  * w read transposed: m = OC, n = N, k = IC. */
@@ -82,7 +81,7 @@ extern "C" void sharc_cuda_layernorm_forward(sharc_stream *s, float *y, float *m
                                              const float *w, const float *b, int64_t N, int C, float eps) {
     if (N <= 0) return;
     k_layernorm<<<(unsigned)((N + ROW_BLOCK - 1) / ROW_BLOCK), 32 * ROW_BLOCK, 0, sharc_cuda_cs(s)>>>(y, mean, rstd, x,
-                                                                                                   w, b, N, C, eps);
+                                                                                                      w, b, N, C, eps);
     SHARC_CUDA_LAUNCHED();
 }
 
@@ -176,7 +175,7 @@ extern "C" void sharc_cuda_rmsnorm_forward(sharc_stream *s, float *y, float *rst
                                            int64_t N, int C, float eps) {
     if (N <= 0) return;
     k_rmsnorm<<<(unsigned)((N + ROW_BLOCK - 1) / ROW_BLOCK), 32 * ROW_BLOCK, 0, sharc_cuda_cs(s)>>>(y, rstd, x, w, N, C,
-                                                                                                 eps);
+                                                                                                    eps);
     SHARC_CUDA_LAUNCHED();
 }
 
@@ -201,7 +200,7 @@ extern "C" void sharc_cuda_rmsnorm_backward(sharc_stream *s, float *dx, float *d
     if (N <= 0) return;
     norm_param_grads(s, dw, NULL, dy, x, NULL, rstd, N, C);
     k_rmsnorm_dx<<<(unsigned)((N + ROW_BLOCK - 1) / ROW_BLOCK), 32 * ROW_BLOCK, 0, sharc_cuda_cs(s)>>>(dx, dy, dres, x,
-                                                                                                    w, rstd, N, C);
+                                                                                                       w, rstd, N, C);
     SHARC_CUDA_LAUNCHED();
 }
 
@@ -352,11 +351,10 @@ __global__ static void k_rope(float *qkv, const float *cos_t, const float *sin_t
     }
 }
 
-extern "C" void sharc_cuda_rope_table(sharc_stream *s, float *cos_t, float *sin_t, int T, int hd, float theta,
-                                      int t0) {
+extern "C" void sharc_cuda_rope_table(sharc_stream *s, float *cos_t, float *sin_t, int T, int hd, float theta, int t0) {
     if (T <= 0 || hd < 2) return;
     k_rope_table<<<sharc_cuda_blocks((int64_t)T * (hd / 2), THREADS), THREADS, 0, sharc_cuda_cs(s)>>>(cos_t, sin_t, T,
-                                                                                                    hd, theta, t0);
+                                                                                                      hd, theta, t0);
     SHARC_CUDA_LAUNCHED();
 }
 
@@ -366,7 +364,7 @@ static void rope_apply(sharc_stream *s, float *qkv, const float *cos_t, const fl
     if (N <= 0 || hd < 2) return;
     int64_t n = N * (NH + NKV) * (hd / 2);
     k_rope<<<sharc_cuda_blocks(n, THREADS), THREADS, 0, sharc_cuda_cs(s)>>>(qkv, cos_t, sin_t, N, T, NH + NKV,
-                                                                          (NH + 2 * NKV) * hd, hd, sign);
+                                                                            (NH + 2 * NKV) * hd, hd, sign);
     SHARC_CUDA_LAUNCHED();
 }
 
