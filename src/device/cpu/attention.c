@@ -1,4 +1,5 @@
 /* attention.c: sharc_cpu_attention_*, causal attention with grouped-query heads
+ * (optionally narrowed per query: documents, sliding windows)
  * (and the forward of new queries against a key/value cache).
  *
  * Note [attention-tiling]. Work is done one block of BQ query rows at a time:
@@ -14,7 +15,10 @@
  * Stored state is O(B*H*T); scratch is O(threads * BQ * T), so a 2048-token
  * sequence needs 2 x 64 x 2048 floats per thread instead of a T x T matrix.
  * Forward tasks are (batch, head, query block); backward tasks are (batch,
- * key/value head) so the dK/dV of a task are written by that task alone. */
+ * key/value head) so the dK/dV of a task are written by that task alone.
+ * With the mask of note [attention-mask] (sharc/kernels.h) a block works on
+ * keys from its rows' least lo to its last row, and each row's softmax covers
+ * its own keys lo .. i, the rest of the row set to 0. */
 #include "sharc/blas.h"
 #include "cpu.h"
 #include "../../core/parallel.h"
