@@ -245,11 +245,11 @@ static void attention_case(const char *k, int B, int T, int NH, int NKV, int hd)
     float *qkv = get(NAME("qkv"), nqkv), *dy = get(NAME("dy"), nout);
     float *out = zeros(nout), *lse = zeros((int64_t)B * NH * T), *dqkv = zeros(nqkv);
     float *ws = zeros(kt()->attention_workspace(T));
-    kt()->attention_forward(ks(), out, lse, qkv, B, T, NH, NKV, hd, ws);
+    kt()->attention_forward(ks(), out, lse, qkv, NULL, B, T, NH, NKV, hd, ws);
     check(NAME("y"), out, nout);
     check(NAME("lse"), lse, (int64_t)B * NH * T);
     for (int64_t i = 0; i < nqkv; i++) dqkv[i] = -7.0f; /* written (=), not added */
-    kt()->attention_backward(ks(), dqkv, dy, qkv, out, lse, B, T, NH, NKV, hd, ws);
+    kt()->attention_backward(ks(), dqkv, dy, qkv, out, lse, NULL, B, T, NH, NKV, hd, ws);
     check(NAME("dqkv"), dqkv, nqkv);
 #undef NAME
     done();

@@ -216,7 +216,7 @@ typedef struct {
 
 static double att_loss(void *p) {
     att_ctx *c = p;
-    kt()->attention_forward(ks(), c->out, c->lse, c->qkv, c->B, c->T, c->NH, c->NKV, c->hd, c->ws);
+    kt()->attention_forward(ks(), c->out, c->lse, c->qkv, NULL, c->B, c->T, c->NH, c->NKV, c->hd, c->ws);
     return dot_d(c->out, c->R, (int64_t)c->B * c->T * c->NH * c->hd);
 }
 
@@ -230,7 +230,7 @@ static void attention_fd_case(int B, int T, int NH, int NKV, int hd) {
     c.ws = zeros(kt()->attention_workspace(T));
     float *dqkv = randn(nqkv, 52, 9.0f); /* garbage: backward must overwrite all of it */
     att_loss(&c);
-    kt()->attention_backward(ks(), dqkv, c.R, c.qkv, c.out, c.lse, B, T, NH, NKV, hd, c.ws);
+    kt()->attention_backward(ks(), dqkv, c.R, c.qkv, c.out, c.lse, NULL, B, T, NH, NKV, hd, c.ws);
     fd_check(att_loss, &c, c.qkv, dqkv, nqkv, EPS, RTOL, ATOL, "qkv");
 }
 
@@ -239,6 +239,125 @@ TEST(attention_finite_difference_gqa) { attention_fd_case(2, 13, 4, 2, 6); }
 TEST(attention_finite_difference_mqa) { attention_fd_case(1, 13, 3, 1, 4); }
 /* more than one query block (BQ = 64) */
 TEST(attention_finite_difference_blocks) { attention_fd_case(1, 150, 2, 1, 4); }
+
+/* Note [attention-mask]: a per-query first key (document starts and a
+ * sliding window). Reference 1: the masked forward equals attention run on
+ * each document separately (window 0); reference 2: a float64 brute-force
+ * softmax over exactly the keys max(start, i - W + 1) <= j <= i; the masked
+ * backward against finite differences. T = 150 spans three query blocks,
+ * with documents crossing block edges. */
+typedef struct {
+    att_ctx a;
+    const int32_t *lo;
+} matt_ctx;
+
+static double matt_loss(void *p) {
+    matt_ctx *c = p;
+    att_ctx *a = &c->a;
+    kt()->attention_forward(ks(), a->out, a->lse, a->qkv, c->lo, a->B, a->T, a->NH, a->NKV, a->hd, a->ws);
+    return dot_d(a->out, a->R, (int64_t)a->B * a->T * a->NH * a->hd);
+}
+
+/* lo of row b: documents starting at starts[] (ascending, first 0), window W (0: none) */
+static void doc_lo(int32_t *lo, int T, const int *starts, int nstarts, int W) {
+    for (int i = 0, d = 0; i < T; i++) {
+        while (d + 1 < nstarts && starts[d + 1] <= i) d++;
+        int w = W > 0 ? i - W + 1 : 0;
+        lo[i] = starts[d] > w ? starts[d] : w;
+    }
+}
+
+static void masked_attention_case(int T, int W, const int *starts, int nstarts, bool fd) {
+    const int B = 2, NH = 4, NKV = 2, hd = 6, S = (NH + 2 * NKV) * hd, C = NH * hd;
+    int64_t nqkv = (int64_t)B * T * S, nout = (int64_t)B * T * C;
+    int32_t *lo = malloc(sizeof(int32_t) * (size_t)B * T);
+    doc_lo(lo, T, starts, nstarts, W);
+    const int one[1] = {0};
+    doc_lo(lo + T, T, one, 1, W); /* row 1: one document */
+    matt_ctx c = {.a = {.B = B, .T = T, .NH = NH, .NKV = NKV, .hd = hd}, .lo = lo};
+    c.a.qkv = randn(nqkv, 90, 1.0f);
+    c.a.out = zeros(nout);
+    c.a.lse = zeros(B * NH * T);
+    c.a.R = randn(nout, 91, 1.0f);
+    c.a.ws = zeros(kt()->attention_workspace(T));
+    matt_loss(&c);
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++)
+            for (int i = 0; i < T; i++) {
+                const float *base = c.a.qkv + (int64_t)b * T * S, *q = base + (int64_t)i * S + h * hd;
+                int g = h / (NH / NKV), j0 = lo[b * T + i];
+                double mx = -1e300, z = 0.0, p[256];
+                for (int j = j0; j <= i; j++) {
+                    double sc = 0.0;
+                    for (int d = 0; d < hd; d++) sc += (double)q[d] * base[(int64_t)j * S + NH * hd + g * hd + d];
+                    p[j - j0] = sc / sqrt((double)hd);
+                    mx = p[j - j0] > mx ? p[j - j0] : mx;
+                }
+                for (int j = j0; j <= i; j++) z += (p[j - j0] = exp(p[j - j0] - mx));
+                ASSERT_NEAR(c.a.lse[((int64_t)b * NH + h) * T + i], mx + log(z), 1e-5, 1e-5);
+                for (int d = 0; d < hd; d++) {
+                    double o = 0.0;
+                    for (int j = j0; j <= i; j++)
+                        o += p[j - j0] / z * base[(int64_t)j * S + (NH + NKV) * hd + g * hd + d];
+                    ASSERT_NEAR(c.a.out[((int64_t)b * T + i) * C + h * hd + d], o, 1e-4, 1e-5);
+                }
+            }
+    if (W == 0) { /* each document of row 0 alone, as its own sequence */
+        for (int d = 0; d < nstarts; d++) {
+            int t0 = starts[d], n = (d + 1 < nstarts ? starts[d + 1] : T) - t0;
+            float *out = zeros((int64_t)n * C), *lse = zeros(NH * n);
+            kt()->attention_forward(ks(), out, lse, c.a.qkv + (int64_t)t0 * S, NULL, 1, n, NH, NKV, hd, c.a.ws);
+            for (int i = 0; i < n; i++)
+                for (int k = 0; k < C; k++) ASSERT_NEAR(c.a.out[(int64_t)(t0 + i) * C + k], out[i * C + k], 1e-6, 1e-7);
+            for (int h = 0; h < NH; h++)
+                for (int i = 0; i < n; i++) ASSERT_NEAR(c.a.lse[h * T + t0 + i], lse[h * n + i], 1e-6, 1e-7);
+            free(out);
+            free(lse);
+        }
+    }
+    if (fd) {
+        float *dqkv = randn(nqkv, 92, 9.0f); /* garbage: backward must overwrite all of it */
+        kt()->attention_backward(ks(), dqkv, c.a.R, c.a.qkv, c.a.out, c.a.lse, lo, B, T, NH, NKV, hd, c.a.ws);
+        fd_check(matt_loss, &c, c.a.qkv, dqkv, nqkv, EPS, RTOL, ATOL, "qkv");
+        free(dqkv);
+    }
+    free(lo);
+}
+
+TEST(attention_document_mask_matches_separate_documents) {
+    const int starts[] = {0, 5, 6, 13, 60, 70, 131};
+    masked_attention_case(150, 0, starts, 7, false);
+    const int small[] = {0, 4, 9};
+    masked_attention_case(13, 0, small, 3, true);
+}
+
+TEST(attention_sliding_window_and_documents_brute_force) {
+    const int starts[] = {0, 5, 6, 13, 60, 70, 131};
+    masked_attention_case(150, 17, starts, 7, false);
+    masked_attention_case(150, 1, starts, 7, false); /* a query sees itself only */
+    const int small[] = {0, 9};
+    masked_attention_case(13, 3, small, 2, true);
+}
+
+/* The cached path (generation) with a window: new queries at t0 .. t0+n-1
+ * against the cache give the rows of the full masked forward. */
+TEST(attention_cached_window_matches_forward) {
+    const int T = 140, W = 20, NH = 2, NKV = 1, hd = 4, S = (NH + 2 * NKV) * hd, C = NH * hd, t0 = 70, n = 70;
+    float *qkv = randn((int64_t)T * S, 93, 1.0f), *out = zeros((int64_t)T * C), *lse = zeros(NH * T);
+    float *ws = zeros(kt()->attention_workspace(T)), *kc = zeros(T * NKV * hd), *vc = zeros(T * NKV * hd);
+    int32_t lo[140];
+    const int one[1] = {0};
+    doc_lo(lo, T, one, 1, W);
+    kt()->attention_forward(ks(), out, lse, qkv, lo, 1, T, NH, NKV, hd, ws);
+    for (int t = 0; t < T; t++)
+        for (int d = 0; d < NKV * hd; d++) {
+            kc[t * NKV * hd + d] = qkv[(int64_t)t * S + NH * hd + d];
+            vc[t * NKV * hd + d] = qkv[(int64_t)t * S + (NH + NKV) * hd + d];
+        }
+    float *got = zeros((int64_t)n * C);
+    kt()->attention_cached(ks(), got, qkv + (int64_t)t0 * S, S, kc, vc, lo + t0, n, t0, NH, NKV, hd, ws);
+    ASSERT_ALLCLOSE(got, out + (int64_t)t0 * C, n * C, 1e-6, 1e-7);
+}
 
 /* ---------------- cross-entropy ---------------- */
 typedef struct {
@@ -307,7 +426,7 @@ TEST(attention_long_sequence_without_t_squared_memory) {
     ASSERT_EQ(ws_floats, (int64_t)sharc_threads_get() * 2 * 64 * T);
     ASSERT_TRUE(ws_floats / sharc_threads_get() * 16 <= (int64_t)T * T);
     float *ws = zeros(ws_floats);
-    kt()->attention_forward(ks(), out, lse, qkv, B, T, NH, NKV, hd, ws);
+    kt()->attention_forward(ks(), out, lse, qkv, NULL, B, T, NH, NKV, hd, ws);
     const int rows[4] = {0, 63, 1000, 2047};
     double *p = malloc(sizeof(double) * T);
     for (int h = 0; h < NH; h++)
@@ -332,14 +451,14 @@ TEST(attention_long_sequence_without_t_squared_memory) {
         }
     /* backward: directional derivative along a random v versus central differences */
     float *dout = randn(nout, 81, 1.0f), *dqkv = zeros(nqkv), *v = randn(nqkv, 82, 1.0f);
-    kt()->attention_backward(ks(), dqkv, dout, qkv, out, lse, B, T, NH, NKV, hd, ws);
+    kt()->attention_backward(ks(), dqkv, dout, qkv, out, lse, NULL, B, T, NH, NKV, hd, ws);
     double analytic = dot_d(dqkv, v, nqkv);
     const float eps = 1e-3f;
     float *shifted = zeros(nqkv);
     double l[2];
     for (int sgn = 0; sgn < 2; sgn++) {
         for (int64_t i = 0; i < nqkv; i++) shifted[i] = qkv[i] + (sgn ? -eps : eps) * v[i];
-        kt()->attention_forward(ks(), out, lse, shifted, B, T, NH, NKV, hd, ws);
+        kt()->attention_forward(ks(), out, lse, shifted, NULL, B, T, NH, NKV, hd, ws);
         l[sgn] = dot_d(out, dout, nout);
     }
     ASSERT_NEAR(analytic, (l[0] - l[1]) / (2.0 * eps), 2e-3, 1e-2);

@@ -170,19 +170,70 @@ TEST(model_rope_llama3_inv_freq) {
     ASSERT_NEAR(f[63], 3.068925989e-7, 1e-6, 0);
 }
 
-/* A window shorter than the planned sequence is refused by name (the
- * attention kernel has no window); one at least as long masks nothing. */
-TEST(model_sliding_window_refused_past_the_sequence) {
-    sharc_model_config c;
-    small_config(&c, SHARC_FAMILY_LLAMA);
-    c.sliding_window = 12;
-    sharc_model *m;
-    ASSERT_OK(sharc_model_init(&m, &c, NULL));
-    ASSERT_OK(sharc_model_plan(m, 1, 12, false));
-    ASSERT_TRUE(sharc_model_plan(m, 1, 13, false) == SHARC_ERR_INVALID);
-    ASSERT_TRUE(strstr(sharc_last_error(), "model.sliding_window: 12 is shorter than the sequence (13 tokens)") !=
-                NULL);
-    sharc_model_free(m);
+/* Note [packing]: three samples packed into one row of 16 positions (5, 6
+ * and 3 tokens, then 2 of padding) give the loss and every gradient of the
+ * same samples padded one per row (B = 3): the loss within 1e-6, every
+ * gradient within 1e-5 of its tensor's largest element (fp32 rounding: the
+ * attention products run over other key ranges, so their rounding differs;
+ * observed up to 4.9e-6 with Qwen2's biases, and the padded rows merely
+ * reversed already move single elements by 1.4e-6). Positions restart per sample (RoPE, and GPT-2's learned table),
+ * attention stays inside each sample, targets never cross a boundary. */
+static void packed_vs_padded(sharc_family f) {
+    const int T = 16, lens[3] = {5, 6, 3};
+    model_ctx pk, pd;
+    setup_tiled(&pk, f, 1, T, false, f == SHARC_FAMILY_GPT2, 1);
+    setup_tiled(&pd, f, 3, T, false, f == SHARC_FAMILY_GPT2, 1);
+    int32_t pos[16];
+    int t = 0;
+    for (int s = 0; s < 3; s++)
+        for (int i = 0; i < lens[s]; i++, t++) {
+            int32_t tok = (int32_t)(sharc_rng_u64(9, (uint64_t)s, (uint64_t)i) % 37);
+            int32_t tgt = i == 1 ? -1 : (int32_t)(sharc_rng_u64(9, 10 + (uint64_t)s, (uint64_t)i) % 37);
+            pk.in[t] = pd.in[s * T + i] = tok;
+            pk.tgt[t] = pd.tgt[s * T + i] = tgt;
+            pos[t] = i;
+        }
+    for (int p = 0; t < T; t++, p++) {
+        pk.in[t] = 0;
+        pk.tgt[t] = -1;
+        pos[t] = p;
+    }
+    for (int s = 0; s < 3; s++)
+        for (int i = lens[s]; i < T; i++) {
+            pd.in[s * T + i] = (int32_t)(i % 37); /* padding: anything */
+            pd.tgt[s * T + i] = -1;
+        }
+    ASSERT_OK(sharc_model_set_positions(pk.m, pos));
+    sharc_fsdp_zero_grad(pk.e);
+    sharc_fsdp_zero_grad(pd.e);
+    double lk = sharc_model_forward_backward(pk.m, pk.e, pk.in, pk.tgt, 0.1f);
+    double ld = sharc_model_forward_backward(pd.m, pd.e, pd.in, pd.tgt, 0.1f);
+    ASSERT_NEAR(lk, ld, 1e-6, 0);
+    for (int u = 0; u < sharc_fsdp_num_units(pk.e); u++) {
+        int64_t n = sharc_fsdp_shard_numel(pk.e, u);
+        const float *a = sharc_fsdp_shard_grads(pk.e, u), *b = sharc_fsdp_shard_grads(pd.e, u);
+        double scale = 0.0;
+        for (int64_t i = 0; i < n; i++) scale = fmax(scale, fabs((double)b[i]));
+        ASSERT_TRUE(scale > 0.0);
+        ASSERT_ALLCLOSE(a, b, n, 0, 1e-5 * scale);
+    }
+    /* without the positions the same row is one sequence: a different loss */
+    ASSERT_OK(sharc_model_set_positions(pk.m, NULL));
+    double lw = sharc_model_forward_backward(pk.m, pk.e, pk.in, pk.tgt, 0.1f);
+    ASSERT_TRUE(fabs(lw - ld) > 1e-3 * fabs(ld));
+    /* positions that neither restart at 0 nor continue are refused */
+    pos[3] = 7;
+    ASSERT_TRUE(sharc_model_set_positions(pk.m, pos) == SHARC_ERR_INVALID);
+    ASSERT_TRUE(strstr(sharc_last_error(), "position 7 of token 3 of row 0: expected 0") != NULL);
+    teardown(&pk);
+    teardown(&pd);
+}
+
+TEST(model_packed_equals_padded_gpt2) { packed_vs_padded(SHARC_FAMILY_GPT2); }
+TEST(model_packed_equals_padded_llama) { packed_vs_padded(SHARC_FAMILY_LLAMA); }
+TEST(model_packed_equals_padded_qwen3_llama31) {
+    for (variant = 1; variant <= 3; variant++) packed_vs_padded(SHARC_FAMILY_LLAMA);
+    variant = 0;
 }
 
 /* Activation checkpointing recomputes the same kernels on the same inputs:

@@ -49,6 +49,7 @@ typedef struct {
     int max_len;       /* tokens per SFT sample (0: train.seq_len + 1) */
     bool multiturn;    /* train every assistant turn */
     int loss_mask;     /* sharc_sft_mask: 0 ranges, 1 openrlhf */
+    bool packing;      /* SFT samples packed into rows of train.seq_len (note [packing-rule]) */
 } sharc_data_config;
 
 typedef struct {

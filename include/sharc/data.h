@@ -36,7 +36,19 @@
  * With samples (SFT) the same rule picks samples instead of windows: W is the
  * number of samples, item k is sample k: inputs its tokens [0, T), pad (0)
  * after its end; targets its tokens [1, T + 1), -1 where a token is not a
- * trained target and after its end. */
+ * trained target and after its end.
+ *
+ * Note [packing-rule] (data.packing): sharc_dataset_pack turns the samples
+ * into packed rows of T positions, greedily in file order (next fit): a
+ * sample of L tokens takes L - 1 positions (its tokens [0, L - 1) as inputs,
+ * [1, L) as targets, so no target crosses into the next sample); it joins
+ * the current row if it fits, else starts the next row; samples of one
+ * token (no target) are skipped; the row's unused tail is padding (inputs 0,
+ * targets -1, positions counting from 0 as one more segment). W is then the
+ * number of packed rows and item k is row k; sharc_dataset_positions gives
+ * each position's index inside its sample (note [packing] in
+ * src/model/model.c). Every sample lands in exactly one row, so the sampler
+ * rule above is unchanged. */
 #ifndef SHARC_DATA_H
 #define SHARC_DATA_H
 
@@ -93,7 +105,15 @@ int64_t sharc_dataset_num_samples(const sharc_dataset *d);
 int64_t sharc_dataset_longest_sample(const sharc_dataset *d);
 /* The tokenizer fingerprint stored with the tokens (sha256), or NULL. */
 const uint8_t *sharc_dataset_tokenizer_sha256(const sharc_dataset *d);
-/* Items of T positions: windows of a stream ((ntokens - 1) / T), or samples. */
+/* Note [packing-rule]: pack the samples into rows of T positions; items are
+ * then those rows. Errors on a stream or a sample longer than T + 1 tokens. */
+sharc_status sharc_dataset_pack(sharc_dataset *d, int T);
+/* Whether sharc_dataset_pack was applied. */
+bool sharc_dataset_packed(const sharc_dataset *d);
+/* The position of each of item k's T tokens inside its sample (0, 1, ...
+ * restarting where a packed sample starts; 0 .. T-1 for other items). */
+void sharc_dataset_positions(const sharc_dataset *d, int64_t k, int T, int32_t *pos);
+/* Items of T positions: windows of a stream ((ntokens - 1) / T), samples, or packed rows. */
 int64_t sharc_dataset_num_items(const sharc_dataset *d, int T);
 /* Item k as inputs and targets (T each, note [sampler-rule]); returns the
  * number of targets >= 0. */
@@ -121,6 +141,8 @@ int64_t sharc_sampler_window_of(sharc_sampler *s, int64_t g);
 /* inputs, targets (B x T) of micro-batch `micro` of data-parallel rank
  * `dp_rank` at step `step`. */
 void sharc_sampler_batch(sharc_sampler *s, int64_t step, int micro, int dp_rank, int32_t *inputs, int32_t *targets);
+/* pos (B x T): the positions of the same batch's tokens (sharc_dataset_positions). */
+void sharc_sampler_positions(sharc_sampler *s, int64_t step, int micro, int dp_rank, int32_t *pos);
 
 /* Byte-level tokenizer (vocab 256): encode is the identity on bytes. */
 int64_t sharc_byte_encode(const char *text, int64_t len, int32_t *tokens);

@@ -116,19 +116,25 @@ typedef struct sharc_kernels {
      * only per-row state kept for backward (no T x T matrix is stored:
      * backward recomputes the probabilities, FlashAttention-style). ws: a
      * workspace of attention_workspace(T) floats (the count may depend on the
-     * thread count at the time of the call: plan after setting it). */
+     * thread count at the time of the call: plan after setting it).
+     * Note [attention-mask]: lo (B*T, nullable; device memory) narrows the
+     * causal mask: query i of row b sees keys lo[b*T + i] <= j <= i, with
+     * 0 <= lo[b*T + i] <= i. It carries both document masking of packed
+     * sequences (lo = the first token of the query's sample) and a sliding
+     * window of W keys (lo = max(that, i - W + 1)); NULL is plain causal. */
     int64_t (*attention_workspace)(int T);
-    void (*attention_forward)(sharc_stream *s, float *out, float *lse, const float *qkv, int B, int T, int NH, int NKV,
-                              int hd, float *ws);
+    void (*attention_forward)(sharc_stream *s, float *out, float *lse, const float *qkv, const int32_t *lo, int B,
+                              int T, int NH, int NKV, int hd, float *ws);
     /* dqkv is written (=) for every query, key and value element. */
     void (*attention_backward)(sharc_stream *s, float *dqkv, const float *dout, const float *qkv, const float *out,
-                               const float *lse, int B, int T, int NH, int NKV, int hd, float *ws);
+                               const float *lse, const int32_t *lo, int B, int T, int NH, int NKV, int hd, float *ws);
     /* Generation: n new queries at positions t0 .. t0+n-1, rows of q at stride
      * ldq (the query heads of a qkv row), against cached keys and values kc,
      * vc (t0+n, NKV*hd) that already hold the new tokens' own; out (n, NH*hd).
-     * ws: attention_workspace(T) floats for any t0 + n <= T. */
+     * lo (n, nullable): query i sees keys lo[i] .. t0 + i (note
+     * [attention-mask]). ws: attention_workspace(T) floats for any t0 + n <= T. */
     void (*attention_cached)(sharc_stream *s, float *out, const float *q, int64_t ldq, const float *kc, const float *vc,
-                             int n, int t0, int NH, int NKV, int hd, float *ws);
+                             const int32_t *lo, int n, int t0, int NH, int NKV, int hd, float *ws);
 
     /* ---- softmax cross-entropy over V classes, rows with target < 0 masked ----
      * losses[r] = logsumexp(logits[r]) - logits[r][target[r]] (0 for masked

@@ -112,6 +112,14 @@ void sharc_model_set_tiled_mlp(sharc_model *m, int tiles);
  * (the attention workspace at the current sharc_threads_get()). */
 int64_t sharc_model_activation_bytes(const sharc_model *m, int B, int T, bool activation_checkpointing);
 
+/* Note [packing] (src/model/model.c): the position of every token of the
+ * next micro-batches inside its sample, pos (B, sp*T) host memory (whole
+ * sequences under sequence parallelism): 0 where a sample starts, else the
+ * previous token's + 1. Attention is then confined to each sample and RoPE /
+ * learned positions restart with it. NULL: each row one sequence (the state
+ * after sharc_model_plan). Errors on positions breaking that rule. */
+sharc_status sharc_model_set_positions(sharc_model *m, const int32_t *pos);
+
 /* One micro-batch forward + backward: inputs, targets (B*T; target < 0 is
  * masked). Gradients are accumulated (+=) through the engine with each
  * token's loss weighted by loss_scale (1 / valid tokens of the global batch).

@@ -114,6 +114,8 @@ static const key_def keys[] = {
      "JSONL messages: train every assistant turn, not only the last"},
     {"data.loss_mask", K_ENUM, OFF(data.loss_mask), 0, 0, loss_masks, "ranges", AGREE,
      "ranges (response tokens by their bytes) or openrlhf (OpenRLHF's exact mask)"},
+    {"data.packing", K_BOOL, OFF(data.packing), 0, 0, NULL, "false", AGREE,
+     "SFT: samples packed in file order into rows of train.seq_len, attention confined to each"},
 
     {"optim.lr", K_FLOAT, OFF(optim.lr), 0, 10, NULL, "2e-3", AGREE, "peak learning rate"},
     {"optim.min_lr_ratio", K_FLOAT, OFF(optim.min_lr_ratio), 0, 1, NULL, "0.1", AGREE,
@@ -537,8 +539,7 @@ static const alias_def aliases[] = {
     {"epochs", A_KEY, "train.epochs", NULL, NULL},
     /* OpenRLHF's SFT options (its newer dotted names; the flags are main.c's shorthands) */
     {"data.dataset", A_KEY, "data.path", NULL, NULL},
-    {"data.packing_samples", A_NOTE, NULL, "false",
-     "not implemented: SFT samples are padded to train.seq_len, one per row"},
+    {"data.packing_samples", A_KEY, "data.packing", NULL, NULL},
 };
 #define NALIASES ((int)(sizeof aliases / sizeof aliases[0]))
 

@@ -60,6 +60,9 @@ struct sharc_dataset {
     bool has_sha256;
     void *mem_tokens, *mem_offsets; /* owned (malloc'd) by from_memory */
     int64_t mem_bytes;              /* their size, counted as SHARC_MEM_OTHER while held */
+    int64_t *rows; /* note [packing-rule]: (nrows + 1) first sample of each packed row; NULL: unpacked */
+    int64_t nrows;
+    int pack_T;
 };
 
 const char *sharc_dataset_path(const sharc_dataset *d) { return d->path; }
@@ -362,6 +365,7 @@ void sharc_dataset_free(sharc_dataset *d) {
     if (d->fd >= 0) close(d->fd);
     free(d->mem_tokens);
     free(d->mem_offsets);
+    free(d->rows);
     if (d->mem_bytes) sharc_mem_account(SHARC_MEM_OTHER, -d->mem_bytes);
     sharc_free(d->path);
     sharc_free(d);
@@ -411,7 +415,70 @@ int64_t sharc_dataset_num_samples(const sharc_dataset *d) { return d->nsamples; 
 int64_t sharc_dataset_longest_sample(const sharc_dataset *d) { return d->longest; }
 const uint8_t *sharc_dataset_tokenizer_sha256(const sharc_dataset *d) { return d->has_sha256 ? d->sha256 : NULL; }
 
+/* note [packing-rule] */
+sharc_status sharc_dataset_pack(sharc_dataset *d, int T) {
+    if (!d->offsets)
+        return sharc_error(SHARC_ERR_INVALID, "data.packing: '%s' is a token stream, not SFT samples", d->path);
+    if (T < 1 || d->longest > (int64_t)T + 1)
+        return sharc_error(SHARC_ERR_INVALID,
+                           "data.packing: '%s' has a sample of %lld tokens, more than train.seq_len + 1 = %lld",
+                           d->path, (long long)d->longest, (long long)T + 1);
+    int64_t *rows = malloc(sizeof(int64_t) * (size_t)(d->nsamples + 1));
+    if (!rows) return sharc_error(SHARC_ERR_NOMEM, "data: out of memory");
+    int64_t n = 0, used = T; /* the current row's positions in use (T: none open) */
+    for (int64_t k = 0; k < d->nsamples; k++) {
+        int64_t len = (int64_t)(d->offsets[k + 1] - d->offsets[k]) - 1;
+        if (len < 1) continue;
+        if (used + len > T) {
+            rows[n++] = k;
+            used = 0;
+        }
+        used += len;
+    }
+    rows[n] = d->nsamples;
+    free(d->rows);
+    d->rows = rows;
+    d->nrows = n;
+    d->pack_T = T;
+    return SHARC_OK;
+}
+
+bool sharc_dataset_packed(const sharc_dataset *d) { return d->rows != NULL; }
+
+/* Packed row k: each sample's tokens [0, L - 1) as inputs and [1, L) as targets. */
+static int64_t packed_item(const sharc_dataset *d, int64_t k, int T, int32_t *inputs, int32_t *targets, int32_t *pos) {
+    SHARC_CHECK(k >= 0 && k < d->nrows && T == d->pack_T);
+    int64_t t = 0, valid = 0;
+    for (int64_t s = d->rows[k]; s < d->rows[k + 1]; s++) {
+        const uint32_t *x = (const uint32_t *)(const void *)d->tokens + d->offsets[s];
+        const int64_t len = (int64_t)(d->offsets[s + 1] - d->offsets[s]) - 1;
+        if (len < 1) continue;
+        for (int64_t i = 0; i < len; i++, t++) {
+            bool trained = (x[i + 1] & SHARC_SFT_TRAINED) != 0;
+            if (inputs) inputs[t] = (int32_t)(x[i] & ~SHARC_SFT_TRAINED);
+            if (targets) targets[t] = trained ? (int32_t)(x[i + 1] & ~SHARC_SFT_TRAINED) : -1;
+            if (pos) pos[t] = (int32_t)i;
+            valid += trained;
+        }
+    }
+    for (int64_t p = 0; t < T; t++, p++) {
+        if (inputs) inputs[t] = 0;
+        if (targets) targets[t] = -1;
+        if (pos) pos[t] = (int32_t)p;
+    }
+    return valid;
+}
+
+void sharc_dataset_positions(const sharc_dataset *d, int64_t k, int T, int32_t *pos) {
+    if (d->rows) {
+        packed_item(d, k, T, NULL, NULL, pos);
+        return;
+    }
+    for (int t = 0; t < T; t++) pos[t] = t;
+}
+
 int64_t sharc_dataset_num_items(const sharc_dataset *d, int T) {
+    if (d->rows) return d->nrows;
     if (d->offsets) return d->nsamples;
     return T > 0 && d->ntokens > T ? (d->ntokens - 1) / T : 0;
 }
@@ -422,6 +489,7 @@ int64_t sharc_dataset_item(const sharc_dataset *d, int64_t k, int T, int32_t *in
         sharc_dataset_read(d, k * T + 1, T, targets);
         return T;
     }
+    if (d->rows) return packed_item(d, k, T, inputs, targets, NULL);
     SHARC_CHECK(k >= 0 && k < d->nsamples);
     const uint32_t *t = (const uint32_t *)(const void *)d->tokens + d->offsets[k];
     const int64_t L = (int64_t)(d->offsets[k + 1] - d->offsets[k]);

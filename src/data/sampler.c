@@ -114,3 +114,14 @@ void sharc_sampler_batch(sharc_sampler *s, int64_t step, int micro, int dp_rank,
         sharc_dataset_item(s->data, w, (int)T, inputs + i * T, targets + i * T);
     }
 }
+
+void sharc_sampler_positions(sharc_sampler *s, int64_t step, int micro, int dp_rank, int32_t *pos) {
+    const sharc_sampler_config *c = &s->cfg;
+    SHARC_CHECK(step >= 0 && micro >= 0 && micro < c->grad_accum && dp_rank >= 0 && dp_rank < c->dp_size);
+    const int64_t T = c->seq_len, B = c->batch_size, R = c->dp_size;
+    const int64_t G = B * c->grad_accum * R;
+    for (int64_t i = 0; i < B; i++) {
+        const int64_t j = micro * R * B + dp_rank * B + i;
+        sharc_dataset_positions(s->data, sharc_sampler_window_of(s, step * G + j), (int)T, pos + i * T);
+    }
+}

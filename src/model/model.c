@@ -46,10 +46,24 @@
  * (o_proj is then (C, NH*hd)); rope_factor > 0 selects Llama-3's RoPE
  * scaling, whose tables are computed on the host at plan time. These
  * parameters follow the plain Llama's nine in a block unit, so its indices
- * stay fixed. sliding_window is honoured only where it masks nothing: a plan
- * of T tokens longer than the window is refused (the attention kernel has no
- * window yet). The Hugging Face model_type each combination exports as, and
- * every config.json key, are in src/io/hf.c (note [hf-keys]). */
+ * stay fixed. sliding_window W > 0 limits every layer's attention to the W
+ * keys i - W < j <= i (Hugging Face's sliding_window_overlay), through the
+ * mask of note [packing]. The Hugging Face model_type each combination
+ * exports as, and every config.json key, are in src/io/hf.c (note [hf-keys]).
+ *
+ * Note [packing]. sharc_model_set_positions gives each token of a
+ * micro-batch its position inside its sample (packed SFT: several samples in
+ * one row, positions restarting at 0 where a sample starts). A token at row
+ * index t with position p belongs to the sample starting at t - p; attention
+ * gets the per-query first visible key lo = max(t - p, t - W + 1) (note
+ * [attention-mask] in sharc/kernels.h; W the sliding window, 0: none), over
+ * whole sequences (sp T tokens under Ulysses, so each rank is given every
+ * token's position). RoPE takes per-token cos/sin rows computed on the host
+ * from the positions (the same fp32 formula as the rope_table kernel), and
+ * GPT-2's learned positions are gathered by position with the embedding
+ * kernels (wpe[pos] added to the token embedding; the backward scatters by
+ * position). Without positions (NULL) every row is one sequence 0, 1, ...,
+ * and only a window (if any) narrows the mask. */
 #include "sharc/model.h"
 #include "sharc/blas.h"
 #include "sharc/clock.h"
@@ -115,9 +129,16 @@ struct sharc_model {
     float *att_ws, *head_ws;
     int64_t head_chunk;
     float *rope_cos, *rope_sin; /* (T, hd/2) */
-    double *loss;               /* (1) device scalar: the loss sum of the last head */
-    float *kcache, *vcache;     /* (L, T, NKV*hd) note [kv-cache]; NULL until sharc_model_kv_enable */
-    int kv_len;                 /* positions the caches hold */
+    /* note [packing]: set by sharc_model_set_positions */
+    bool packed;            /* per-token positions differ from 0..T-1 in some row */
+    bool masked;            /* att_lo is passed to attention (packed, or a window shorter than sp T) */
+    int32_t *att_lo;        /* (B, sp T) device: each query's first visible key */
+    int32_t *pos_local;     /* (B, T) device: this rank's tokens' positions (GPT-2's wpe rows) */
+    float *pk_cos, *pk_sin; /* (B*T, hd/2) device: per-token RoPE rows when packed */
+    int32_t *kv_lo;         /* (T) device: the cached path's window bounds */
+    double *loss;           /* (1) device scalar: the loss sum of the last head */
+    float *kcache, *vcache; /* (L, T, NKV*hd) note [kv-cache]; NULL until sharc_model_kv_enable */
+    int kv_len;             /* positions the caches hold */
     /* Ulysses sequence parallelism (note [ulysses] in ulysses.h): this rank
      * holds tokens [sp_rank T, (sp_rank + 1) T) of sequences of sp T */
     int sp, sp_rank;
@@ -372,6 +393,14 @@ static void free_plan(sharc_model *m) {
                      m->dfc, m->dfca,     m->att_ws,   m->head_ws, m->rope_cos, m->rope_sin, m->tfc,  m->tfca};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) sharc_device_free(m->dev, bufs[i]);
     sharc_device_free(m->dev, m->loss);
+    sharc_device_free(m->dev, m->pk_cos);
+    sharc_device_free(m->dev, m->pk_sin);
+    sharc_device_free(m->dev, m->att_lo);
+    sharc_device_free(m->dev, m->pos_local);
+    sharc_device_free(m->dev, m->kv_lo);
+    m->pk_cos = m->pk_sin = NULL;
+    m->att_lo = m->pos_local = m->kv_lo = NULL;
+    m->packed = m->masked = false;
     sharc_device_free(m->dev, m->kcache);
     sharc_device_free(m->dev, m->vcache);
     m->kcache = m->vcache = NULL;
@@ -523,6 +552,8 @@ int64_t sharc_model_activation_bytes(const sharc_model *m, int B, int T, bool ac
     if (chunk > N) chunk = N;
     f += chunk * m->V;                                           /* head_ws */
     f += 2 * (int64_t)T * (m->hd / 2 > 0 ? m->hd / 2 : 1);       /* rope tables */
+    f += 2 * N * (m->hd / 2 > 0 ? m->hd / 2 : 1);                /* note [packing]: per-token rope rows */
+    f += (int64_t)B * T * m->sp + N;                             /* att_lo, pos_local (int32) */
     return f * (int64_t)sizeof(float) + (int64_t)sizeof(double); /* + the loss scalar */
 }
 
@@ -531,12 +562,6 @@ sharc_status sharc_model_plan(sharc_model *m, int B, int T, bool activation_chec
     if (m->cfg.family == SHARC_FAMILY_GPT2 && T > m->cfg.max_seq_len)
         return sharc_error(SHARC_ERR_INVALID, "train.seq_len: %d exceeds model.max_seq_len %d (the position table)", T,
                            m->cfg.max_seq_len);
-    /* note [families]: a window at least as long as the sequence masks nothing */
-    if (m->cfg.sliding_window > 0 && T > m->cfg.sliding_window)
-        return sharc_error(SHARC_ERR_INVALID,
-                           "model.sliding_window: %d is shorter than the sequence (%d tokens) and sliding-window "
-                           "attention is not implemented; use train.seq_len <= %d",
-                           m->cfg.sliding_window, T, m->cfg.sliding_window);
     free_plan(m);
     m->B = B;
     m->T = T;
@@ -602,6 +627,10 @@ sharc_status sharc_model_plan(sharc_model *m, int B, int T, bool activation_chec
     m->head_ws = act(m, chunk * m->V, &ok);
     m->rope_cos = act(m, (int64_t)T * (m->hd / 2 > 0 ? m->hd / 2 : 1), &ok);
     m->rope_sin = act(m, (int64_t)T * (m->hd / 2 > 0 ? m->hd / 2 : 1), &ok);
+    m->pk_cos = act(m, N * (m->hd / 2 > 0 ? m->hd / 2 : 1), &ok);
+    m->pk_sin = act(m, N * (m->hd / 2 > 0 ? m->hd / 2 : 1), &ok);
+    m->att_lo = (int32_t *)act(m, (int64_t)B * T * m->sp, &ok);
+    m->pos_local = (int32_t *)act(m, N, &ok);
     m->loss = sharc_device_alloc(m->dev, sizeof(double), SHARC_MEM_ACTIVATIONS);
     if (!ok || !m->loss) {
         free_plan(m);
@@ -621,6 +650,71 @@ sharc_status sharc_model_plan(sharc_model *m, int B, int T, bool activation_chec
             }
         }
     }
+    sharc_status st = sharc_model_set_positions(m, NULL);
+    if (st != SHARC_OK) free_plan(m);
+    return st;
+}
+
+/* note [packing] */
+sharc_status sharc_model_set_positions(sharc_model *m, const int32_t *pos) {
+    if (!m->x) return sharc_error(SHARC_ERR_INVALID, "model: sharc_model_set_positions before sharc_model_plan");
+    const int B = m->B, T = m->T, Tf = m->sp * T, half = m->hd / 2 > 0 ? m->hd / 2 : 1, W = m->cfg.sliding_window;
+    const int64_t N = (int64_t)B * T;
+    bool packed = false;
+    if (pos)
+        for (int b = 0; b < B; b++)
+            for (int t = 0; t < Tf; t++) {
+                int p = pos[(int64_t)b * Tf + t], prev = t ? pos[(int64_t)b * Tf + t - 1] : -1;
+                if (p != 0 && p != prev + 1)
+                    return sharc_error(SHARC_ERR_INVALID,
+                                       "model: position %d of token %d of row %d: expected 0 (a sample starts) or %d",
+                                       p, t, b, prev + 1);
+                packed |= p != t;
+            }
+    int32_t *lo = malloc(sizeof(int32_t) * (size_t)B * Tf), *pl = malloc(sizeof(int32_t) * (size_t)N);
+    float *c = packed ? malloc(sizeof(float) * (size_t)N * half) : NULL;
+    float *sn = packed ? malloc(sizeof(float) * (size_t)N * half) : NULL, *inv = malloc(sizeof(float) * (size_t)half);
+    sharc_status st = SHARC_OK;
+    if (!lo || !pl || !inv || (packed && (!c || !sn))) st = sharc_error(SHARC_ERR_NOMEM, "model: out of memory");
+    bool masked = packed || (W > 0 && W < Tf);
+    if (st == SHARC_OK && masked) {
+        for (int b = 0; b < B; b++)
+            for (int t = 0; t < Tf; t++) {
+                int start = pos ? t - pos[(int64_t)b * Tf + t] : 0, win = W > 0 ? t - W + 1 : 0;
+                lo[(int64_t)b * Tf + t] = start > win ? start : win;
+            }
+        st =
+            sharc_device_copy(m->dev, m->att_lo, lo, sizeof(int32_t) * (size_t)B * Tf, SHARC_COPY_HOST_TO_DEVICE, m->s);
+    }
+    if (st == SHARC_OK && packed) {
+        sharc_model_rope_inv_freq(&m->cfg, inv);
+        for (int b = 0; b < B; b++)
+            for (int t = 0; t < T; t++) {
+                int64_t r = (int64_t)b * T + t;
+                pl[r] = pos[(int64_t)b * Tf + (int64_t)m->sp_rank * T + t];
+                for (int i = 0; i < m->hd / 2; i++) {
+                    float a = (float)pl[r] * inv[i]; /* as the rope_table kernel */
+                    c[r * half + i] = cosf(a);
+                    sn[r * half + i] = sinf(a);
+                }
+            }
+        st = sharc_device_copy(m->dev, m->pos_local, pl, sizeof(int32_t) * (size_t)N, SHARC_COPY_HOST_TO_DEVICE, m->s);
+        if (st == SHARC_OK && m->cfg.family == SHARC_FAMILY_LLAMA)
+            st = sharc_device_copy(m->dev, m->pk_cos, c, sizeof(float) * (size_t)N * half, SHARC_COPY_HOST_TO_DEVICE,
+                                   m->s);
+        if (st == SHARC_OK && m->cfg.family == SHARC_FAMILY_LLAMA)
+            st = sharc_device_copy(m->dev, m->pk_sin, sn, sizeof(float) * (size_t)N * half, SHARC_COPY_HOST_TO_DEVICE,
+                                   m->s);
+    }
+    if (st == SHARC_OK) st = sharc_device_synchronize(m->s);
+    free(lo);
+    free(pl);
+    free(c);
+    free(sn);
+    free(inv);
+    if (st != SHARC_OK) return st;
+    m->packed = packed;
+    m->masked = masked;
     return SHARC_OK;
 }
 
@@ -729,16 +823,20 @@ static void block_forward(sharc_model *m, const block_ptrs *w, block_acts *a, co
     } else {
         SHARC_PROF("fwd.matmul.qkv", k->matmul_forward(s, qkv, a->ln1, w->wqkv, w->bqkv, N, m->C, m->QKV));
     }
-    if (llama) SHARC_PROF("fwd.rope", k->rope_forward(s, qkv, m->rope_cos, m->rope_sin, B, T, m->NH, m->NKV, m->hd));
+    if (llama && m->packed) /* note [packing]: one table row per token */
+        SHARC_PROF("fwd.rope", k->rope_forward(s, qkv, m->pk_cos, m->pk_sin, 1, B * T, m->NH, m->NKV, m->hd));
+    else if (llama)
+        SHARC_PROF("fwd.rope", k->rope_forward(s, qkv, m->rope_cos, m->rope_sin, B, T, m->NH, m->NKV, m->hd));
+    const int32_t *lo = m->masked ? m->att_lo : NULL;
     if (m->sp > 1) { /* note [ulysses]: whole sequences, NHl heads */
         sharc_ulysses *u = &m->uly;
         SHARC_PROF("fwd.ulysses", sharc_ulysses_qkv_to_heads(u, a->qkv, qkv));
         SHARC_PROF("fwd.attention",
-                   k->attention_forward(s, a->att_h, a->lse, a->qkv, B, u->Tf, u->NHl, u->NKVl, m->hd, m->att_ws));
+                   k->attention_forward(s, a->att_h, a->lse, a->qkv, lo, B, u->Tf, u->NHl, u->NKVl, m->hd, m->att_ws));
         SHARC_PROF("fwd.ulysses", sharc_ulysses_att_to_tokens(u, a->att, a->att_h));
     } else {
         SHARC_PROF("fwd.attention",
-                   k->attention_forward(s, a->att, a->lse, a->qkv, B, T, m->NH, m->NKV, m->hd, m->att_ws));
+                   k->attention_forward(s, a->att, a->lse, a->qkv, lo, B, T, m->NH, m->NKV, m->hd, m->att_ws));
     }
     SHARC_PROF("fwd.matmul.attproj", k->matmul_forward(s, m->tmp, a->att, w->wo, w->bo, N, m->AD, m->C));
     SHARC_PROF("fwd.residual", k->add(s, a->xmid, x, m->tmp, N * m->C));
@@ -773,6 +871,7 @@ static void block_backward(sharc_model *m, const block_ptrs *w, const block_ptrs
     int B = m->B, T = m->T;
     int64_t N = (int64_t)B * T;
     bool llama = m->cfg.family == SHARC_FAMILY_LLAMA;
+    const int32_t *lo = m->masked ? m->att_lo : NULL;
     /* the MLP: at once, or chunk by chunk recomputing each chunk (note [tiled-mlp]) */
     for (int64_t r0 = 0; r0 < N; r0 += m->tile_rows) {
         int64_t n = N - r0 < m->tile_rows ? N - r0 : m->tile_rows;
@@ -796,14 +895,16 @@ static void block_backward(sharc_model *m, const block_ptrs *w, const block_ptrs
     if (m->sp > 1) { /* note [ulysses], mirrored */
         sharc_ulysses *u = &m->uly;
         SHARC_PROF("bwd.ulysses", sharc_ulysses_datt_to_heads(u, u->datt_h, m->dtmp));
-        SHARC_PROF("bwd.attention", k->attention_backward(s, u->dqkv_h, u->datt_h, a->qkv, a->att_h, a->lse, B, u->Tf,
-                                                          u->NHl, u->NKVl, m->hd, m->att_ws));
+        SHARC_PROF("bwd.attention", k->attention_backward(s, u->dqkv_h, u->datt_h, a->qkv, a->att_h, a->lse, lo, B,
+                                                          u->Tf, u->NHl, u->NKVl, m->hd, m->att_ws));
         SHARC_PROF("bwd.ulysses", sharc_ulysses_dqkv_to_tokens(u, m->dqkv, u->dqkv_h));
     } else {
-        SHARC_PROF("bwd.attention", k->attention_backward(s, m->dqkv, m->dtmp, a->qkv, a->att, a->lse, B, T, m->NH,
+        SHARC_PROF("bwd.attention", k->attention_backward(s, m->dqkv, m->dtmp, a->qkv, a->att, a->lse, lo, B, T, m->NH,
                                                           m->NKV, m->hd, m->att_ws));
     }
-    if (llama)
+    if (llama && m->packed)
+        SHARC_PROF("bwd.rope", k->rope_backward(s, m->dqkv, m->pk_cos, m->pk_sin, 1, B * T, m->NH, m->NKV, m->hd));
+    else if (llama)
         SHARC_PROF("bwd.rope", k->rope_backward(s, m->dqkv, m->rope_cos, m->rope_sin, B, T, m->NH, m->NKV, m->hd));
     if (w->qnw) {
         int64_t ld = m->QKV, nq = (int64_t)m->NH * m->hd;
@@ -875,8 +976,14 @@ static void forward_body(sharc_model *m, sharc_fsdp *e, const int32_t *inputs, i
     check_inputs(m, e, inputs, N);
     const float *ep = sharc_fsdp_gather(e, 0);
     const float *wpe = m->cfg.family == SHARC_FAMILY_GPT2 ? ep + m->units[0].params[1].offset : NULL;
-    SHARC_PROF("fwd.embedding",
-               m->k->embedding_forward(m->s, xl(m, 0), inputs, ep, wpe, B, T, m->C, m->sp_rank * m->T));
+    if (wpe && m->packed) { /* note [packing]: wpe rows by position, added */
+        SHARC_PROF("fwd.embedding", m->k->embedding_forward(m->s, xl(m, 0), inputs, ep, NULL, B, T, m->C, 0));
+        SHARC_PROF("fwd.embedding", m->k->embedding_forward(m->s, m->tmp, m->pos_local, wpe, NULL, B, T, m->C, 0));
+        SHARC_PROF("fwd.embedding", m->k->add(m->s, xl(m, 0), xl(m, 0), m->tmp, N * m->C));
+    } else {
+        SHARC_PROF("fwd.embedding",
+                   m->k->embedding_forward(m->s, xl(m, 0), inputs, ep, wpe, B, T, m->C, m->sp_rank * m->T));
+    }
     sharc_fsdp_forward_done(e, 0);
     for (int l = 0; l < m->L; l++) {
         block_ptrs w = block_view(m, l, (float *)sharc_fsdp_gather(e, 1 + l), false);
@@ -937,9 +1044,14 @@ double sharc_model_forward_backward(sharc_model *m, sharc_fsdp *e, const int32_t
     float *eg = sharc_fsdp_grad(e, 0);
     float *gwte = grad_at(m, 0, eg, 0);
     float *gwpe = m->cfg.family == SHARC_FAMILY_GPT2 ? grad_at(m, 0, eg, 1) : NULL;
-    if (gwte || gwpe)
+    if (gwpe && m->packed) { /* note [packing]: scattered by position */
+        if (gwte)
+            SHARC_PROF("bwd.embedding", m->k->embedding_backward(m->s, gwte, NULL, m->dres, inputs, B, T, m->C, 0));
+        SHARC_PROF("bwd.embedding", m->k->embedding_backward(m->s, gwpe, NULL, m->dres, m->pos_local, B, T, m->C, 0));
+    } else if (gwte || gwpe) {
         SHARC_PROF("bwd.embedding",
                    m->k->embedding_backward(m->s, gwte, gwpe, m->dres, inputs, B, T, m->C, m->sp_rank * T));
+    }
     sharc_fsdp_backward_done(e, 0);
     double loss = read_loss(m);
     m->timing.backward_s += sharc_clock_now() - t1;
@@ -998,7 +1110,10 @@ sharc_status sharc_model_kv_enable(sharc_model *m) {
         size_t bytes = (size_t)m->L * (size_t)m->T * (size_t)m->NKV * (size_t)m->hd * sizeof(float);
         m->kcache = sharc_device_alloc(m->dev, bytes, SHARC_MEM_ACTIVATIONS);
         m->vcache = sharc_device_alloc(m->dev, bytes, SHARC_MEM_ACTIVATIONS);
-        if (!m->kcache || !m->vcache) {
+        m->kv_lo = sharc_device_alloc(m->dev, sizeof(int32_t) * (size_t)m->T, SHARC_MEM_ACTIVATIONS);
+        if (!m->kcache || !m->vcache || !m->kv_lo) {
+            sharc_device_free(m->dev, m->kv_lo);
+            m->kv_lo = NULL;
             sharc_device_free(m->dev, m->kcache);
             sharc_device_free(m->dev, m->vcache);
             m->kcache = m->vcache = NULL;
@@ -1038,7 +1153,19 @@ static void block_forward_cached(sharc_model *m, int l, const block_ptrs *w, con
         kv_copy(m, kc + (int64_t)(pos + i) * KV, row + m->AD, (size_t)KV);
         kv_copy(m, vc + (int64_t)(pos + i) * KV, row + m->AD + KV, (size_t)KV);
     }
-    k->attention_cached(s, a->att, a->qkv, m->QKV, kc, vc, n, pos, m->NH, m->NKV, m->hd, m->att_ws);
+    const int W = m->cfg.sliding_window;
+    if (W > 0 && pos + n > W) { /* note [packing]: the window's first key per new query */
+        int32_t lo[64];
+        for (int i0 = 0; i0 < n; i0 += 64) {
+            int c = n - i0 < 64 ? n - i0 : 64;
+            for (int i = 0; i < c; i++) lo[i] = pos + i0 + i - W + 1 > 0 ? pos + i0 + i - W + 1 : 0;
+            if (sharc_device_copy(m->dev, m->kv_lo + i0, lo, sizeof(int32_t) * (size_t)c, SHARC_COPY_HOST_TO_DEVICE,
+                                  m->s) != SHARC_OK)
+                sharc_fatal(__FILE__, __LINE__, "model: the window bounds: %s", sharc_last_error());
+        }
+    }
+    k->attention_cached(s, a->att, a->qkv, m->QKV, kc, vc, W > 0 && pos + n > W ? m->kv_lo : NULL, n, pos, m->NH,
+                        m->NKV, m->hd, m->att_ws);
     k->matmul_forward(s, m->tmp, a->att, w->wo, w->bo, n, m->AD, m->C);
     k->add(s, a->xmid, x, m->tmp, (int64_t)n * m->C);
     norm_fwd(m, a->ln2, a->ln2_mean, a->ln2_rstd, a->xmid, w->ln2w, w->ln2b, n);

@@ -66,6 +66,7 @@ struct sharc_trainer {
     sharc_sampler *sampler;
     int32_t *inputs, *targets; /* (grad_accum, B, T / sp): this rank's tokens of the step's micro-batches */
     int32_t *seq_in, *seq_tg;  /* (B, T): one micro-batch's whole sequences, before the sp split */
+    int32_t *seq_pos;          /* (A, B, T) data.packing: every micro-batch's token positions (note [packing]) */
     sharc_mesh_dims dims;      /* the mesh's degrees (sharc/mesh.h) */
     int dp_rank, sp_rank;      /* this rank's data stream and place in its sequence-parallel group */
     int64_t *micro_valid;      /* (grad_accum) valid targets per micro-batch of this data stream (whole sequences) */
@@ -241,6 +242,7 @@ sharc_status sharc_trainer_init(sharc_trainer **out, const sharc_config *cfg, sh
     if (st == SHARC_OK) st = sharc_dataprep_tokenizer(&t->cfg, &tok);
     if (st == SHARC_OK)
         st = sharc_dataprep_open(&t->cfg, tok, t->cfg.data.path, sharc_threads_get(), rank == 0, &t->data);
+    if (st == SHARC_OK && t->cfg.data.packing) st = sharc_dataset_pack(t->data, tc->seq_len); /* note [packing-rule] */
     if (st == SHARC_OK) {
         sharc_sampler_config sc = {.seq_len = tc->seq_len,
                                    .batch_size = tc->batch_size,
@@ -274,7 +276,10 @@ sharc_status sharc_trainer_init(sharc_trainer **out, const sharc_config *cfg, sh
         t->seq_in = sharc_alloc(nseq * sizeof(int32_t), SHARC_MEM_OTHER);
         t->seq_tg = sharc_alloc(nseq * sizeof(int32_t), SHARC_MEM_OTHER);
         t->micro_valid = sharc_alloc((size_t)tc->grad_accum * sizeof(int64_t), SHARC_MEM_OTHER);
-        if (!t->inputs || !t->targets || !t->seq_in || !t->seq_tg || !t->micro_valid)
+        if (t->cfg.data.packing)
+            t->seq_pos = sharc_alloc((size_t)tc->grad_accum * nseq * sizeof(int32_t), SHARC_MEM_OTHER);
+        if (!t->inputs || !t->targets || !t->seq_in || !t->seq_tg || !t->micro_valid ||
+            (t->cfg.data.packing && !t->seq_pos))
             st = sharc_error(SHARC_ERR_NOMEM, "train: cannot allocate the batch");
     }
     /* collective part */
@@ -343,6 +348,7 @@ void sharc_trainer_free(sharc_trainer *t) {
     sharc_free(t->targets);
     sharc_free(t->seq_in);
     sharc_free(t->seq_tg);
+    sharc_free(t->seq_pos);
     sharc_free(t->micro_valid);
     sharc_sampler_free(t->sampler);
     sharc_dataset_free(t->data);
@@ -424,6 +430,7 @@ sharc_status sharc_trainer_step(sharc_trainer *t, sharc_step_stats *s) {
     int64_t valid = 0;
     for (int m = 0; m < A; m++) {
         sharc_sampler_batch(t->sampler, t->step, m, t->dp_rank, t->seq_in, t->seq_tg);
+        if (t->seq_pos) sharc_sampler_positions(t->sampler, t->step, m, t->dp_rank, t->seq_pos + (int64_t)m * B * T);
         t->micro_valid[m] = 0;
         for (int64_t i = 0; i < (int64_t)B * T; i++) t->micro_valid[m] += t->seq_tg[i] >= 0;
         for (int b = 0; b < B; b++) {
@@ -448,10 +455,13 @@ sharc_status sharc_trainer_step(sharc_trainer *t, sharc_step_stats *s) {
     for (int m = 0; m < A; m++) {
         sharc_fsdp_begin_microbatch(t->engine, m == A - 1);
         if (per_micro) scale = t->micro_valid[m] > 0 ? 1.0f / ((float)t->micro_valid[m] * (float)A * (float)dp) : 0.0f;
+        /* note [packing]: the whole sequences' positions (every sp rank needs them for the mask) */
+        if (t->seq_pos) SHARC_TRY(sharc_model_set_positions(t->model, t->seq_pos + (int64_t)m * B * T));
         double l = sharc_model_forward_backward(t->model, t->engine, t->inputs + m * mb, t->targets + m * mb, scale);
         local_loss_sum += l;
         loss_sum += per_micro ? l * (double)scale : l;
     }
+    if (t->seq_pos) SHARC_TRY(sharc_model_set_positions(t->model, NULL)); /* evaluation: unpacked rows */
     SHARC_TRY(sharc_fsdp_finish_grads(t->engine));
     if (sharc_fault_at("grads", t->step + 1) == SHARC_FAULT_NAN) poison_grads(t->engine);
     double t2 = sharc_clock_now(), norm;

@@ -32,7 +32,7 @@ out=$("$S" config --pretrain hf_dir --dataset d.jsonl --input_key question --out
       --train.seq_len=63 --packing_samples 2>&1) || fail "$out"
 for want in 'init_from: "hf_dir"' 'path: "d.jsonl"' 'input_key: "question"' 'output_key: "response"' \
             'input_template: "Q: {}\nA: "' "apply_chat_template: true" "multiturn: true" "max_len: 64" \
-            'tokenizer: "tok.json"' "warning: data.packing_samples = 'true': not implemented"; do
+            'tokenizer: "tok.json"' "packing: true"; do
   has "$want" "$out"
 done
 out=$(printf 'data:\n  dataset: x.jsonl\n  loss_mask: openrlhf\ntrain:\n  loss_normalization: micro_batch\n' > o.yaml &&

@@ -8,7 +8,8 @@
 # micro-batches == 1 rank x N*A. Then the split of the global batch into
 # micro-batches: global_tokens does not depend on it (REF_SPLIT=1: the
 # reference takes micro-batches of one sample), micro_batch does (the same
-# comparison must fail), which shows each mode is wired.
+# comparison must fail), which shows each mode is wired. data.packing
+# (note [packing-rule]): packed rows at 2 and 3 ranks equal one process.
 set -euo pipefail
 source "$SHARC_ROOT/tests/cli/mpi_lib.inc"
 cd "$TMPDIR"
@@ -43,6 +44,11 @@ for norm in global_tokens micro_batch; do
   check 4 train.loss_normalization=$norm fsdp.sharding_strategy=HYBRID_SHARD fsdp.fsdp_size=2
   check 2 train.loss_normalization=$norm model.family=llama model.num_kv_heads=1 model.tie_embeddings=false data.loss_mask=openrlhf
 done
+for fam in "model.family=gpt2" "model.family=llama model.num_kv_heads=1"; do
+  check 2 data.packing=true train.grad_accum=2 $fam
+done
+check 3 data.packing=true fsdp.sharding_strategy=SHARD_GRAD_OP
+check 2 data.packing=true mesh.sp=2 model.family=llama model.num_heads=2 model.num_kv_heads=1 # Ulysses: every rank holds the whole rows' positions
 # the global batch split into micro-batches of one sample in the reference
 REF_SPLIT=1 check 2 train.loss_normalization=global_tokens
 if REF_SPLIT=1 mpi 2 "$SHARC_BIN/mpi_tests" parity sft.jsonl $sft train.loss_normalization=micro_batch > split.log 2>&1; then

@@ -426,8 +426,8 @@ static void test_attention(int B, int T, int NH, int NKV, int hd) {
     int64_t wc = kc->attention_workspace(T), wg = kg->attention_workspace(T);
     float *ws = malloc((size_t)(wc > 0 ? wc : 1) * 4);
     float *gws = sharc_device_alloc(gpu, (size_t)(wg > 0 ? wg : 1) * 4, SHARC_MEM_OTHER);
-    kc->attention_forward(sc, out, lse, qkv, B, T, NH, NKV, hd, ws);
-    kg->attention_forward(sg, gout, glse, gqkv, B, T, NH, NKV, hd, gws);
+    kc->attention_forward(sc, out, lse, qkv, NULL, B, T, NH, NKV, hd, ws);
+    kg->attention_forward(sg, gout, glse, gqkv, NULL, B, T, NH, NKV, hd, gws);
     float *ho = down(gout, no), *hl = down(glse, nl);
     snprintf(name, sizeof name, "attention_forward out B%d T%d NH%d NKV%d hd%d", B, T, NH, NKV, hd);
     compare(name, ho, out, no, F32);
@@ -436,8 +436,8 @@ static void test_attention(int B, int T, int NH, int NKV, int hd) {
     free(ho);
     free(hl);
     float *dqkv = malloc(nq * 4), *gdqkv = d_poison(nq);
-    kc->attention_backward(sc, dqkv, dout, qkv, out, lse, B, T, NH, NKV, hd, ws);
-    kg->attention_backward(sg, gdqkv, gdout, gqkv, gout, glse, B, T, NH, NKV, hd, gws);
+    kc->attention_backward(sc, dqkv, dout, qkv, out, lse, NULL, B, T, NH, NKV, hd, ws);
+    kg->attention_backward(sg, gdqkv, gdout, gqkv, gout, glse, NULL, B, T, NH, NKV, hd, gws);
     snprintf(name, sizeof name, "attention_backward dqkv B%d T%d NH%d NKV%d hd%d", B, T, NH, NKV, hd);
     check(name, gdqkv, dqkv, nq, F32);
     sharc_device_free(gpu, gqkv);

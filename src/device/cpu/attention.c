@@ -1,4 +1,5 @@
 /* attention.c: sharc_cpu_attention_*, causal attention with grouped-query heads
+ * (optionally narrowed per query: documents, sliding windows)
  * (and the forward of new queries against a key/value cache).
  *
  * Note [attention-tiling]. Work is done one block of BQ query rows at a time:
@@ -14,7 +15,10 @@
  * Stored state is O(B*H*T); scratch is O(threads * BQ * T), so a 2048-token
  * sequence needs 2 x 64 x 2048 floats per thread instead of a T x T matrix.
  * Forward tasks are (batch, head, query block); backward tasks are (batch,
- * key/value head) so the dK/dV of a task are written by that task alone. */
+ * key/value head) so the dK/dV of a task are written by that task alone.
+ * With the mask of note [attention-mask] (sharc/kernels.h) a block works on
+ * keys from its rows' least lo to its last row, and each row's softmax covers
+ * its own keys lo .. i, the rest of the row set to 0. */
 #include "sharc/blas.h"
 #include "cpu.h"
 #include "../../core/parallel.h"
@@ -29,53 +33,62 @@
  * 2 x BQ x T slice. */
 int64_t sharc_cpu_attention_workspace(int T) { return (int64_t)sharc_threads_get() * 2 * BQ * (int64_t)T; }
 
-/* Causal softmax of rows i0..i0+m-1 over keys 0..kend-1 (row r sees keys
- * j <= i0 + r); S holds scaled scores with leading dimension kend; lse
- * (nullable) receives each row's log-sum-exp. */
-SHARC_VEC static void softmax_block(float *S, float *lse, int i0, int m, int kend) {
+/* The first key of a block: the least lo of its m rows (lor NULL: 0). */
+static int block_kbeg(const int32_t *lor, int m) {
+    if (!lor) return 0;
+    int k = lor[0];
+    for (int r = 1; r < m; r++) k = lor[r] < k ? lor[r] : k;
+    return k;
+}
+
+/* Softmax of rows i0..i0+m-1 (query positions) over keys kbeg..kbeg+kw-1: row
+ * r sees keys lor[r] <= j <= i0 + r (lor NULL: 0 <= j); S holds scaled scores
+ * with leading dimension kw, column c being key kbeg + c; masked entries are
+ * set to 0; lse (nullable) receives each row's log-sum-exp at lse[r]. */
+SHARC_VEC static void softmax_block(float *S, float *lse, const int32_t *lor, int i0, int m, int kbeg, int kw) {
     for (int r = 0; r < m; r++) {
-        float *row = S + (int64_t)r * kend;
-        int n = i0 + r + 1;
+        float *row = S + (int64_t)r * kw;
+        int a = (lor ? lor[r] : 0) - kbeg, n = i0 + r + 1 - kbeg;
         float mx = -INFINITY;
-        for (int j = 0; j < n; j++) mx = row[j] > mx ? row[j] : mx;
+        for (int j = a; j < n; j++) mx = row[j] > mx ? row[j] : mx;
         float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
-        for (int j = 0; j < n; j++) {
+        for (int j = a; j < n; j++) {
             row[j] = expf(row[j] - mx);
             sum += row[j];
         }
         float inv = 1.0f / sum;
 #pragma omp simd
-        for (int j = 0; j < n; j++) row[j] *= inv;
-        for (int j = n; j < kend; j++) row[j] = 0.0f;
-        if (lse) lse[i0 + r] = mx + logf(sum);
+        for (int j = a; j < n; j++) row[j] *= inv;
+        for (int j = 0; j < a; j++) row[j] = 0.0f;
+        for (int j = n; j < kw; j++) row[j] = 0.0f;
+        if (lse) lse[r] = mx + logf(sum);
     }
 }
 
-/* Recompute P from scores and lse, then dS = P * (dP - D) in place in dP. */
-SHARC_VEC static void softmax_back_block(float *S, float *dP, const float *lse, const float *dO, const float *O,
-                                         int ldo, int hd, int i0, int m, int kend) {
+/* Recompute P from scores and lse, then dS = P * (dP - D) in place in dP
+ * (the same rows, keys and mask as softmax_block). */
+SHARC_VEC static void softmax_back_block(float *S, float *dP, const float *lse, const int32_t *lor, const float *dO,
+                                         const float *O, int ldo, int hd, int i0, int m, int kbeg, int kw) {
     for (int r = 0; r < m; r++) {
-        float *p = S + (int64_t)r * kend, *dp = dP + (int64_t)r * kend;
-        int n = i0 + r + 1;
-        float l = lse[i0 + r];
+        float *p = S + (int64_t)r * kw, *dp = dP + (int64_t)r * kw;
+        int a = (lor ? lor[r] : 0) - kbeg, n = i0 + r + 1 - kbeg;
+        float l = lse[r];
         const float *dor = dO + (int64_t)r * ldo, *orow = O + (int64_t)r * ldo;
         float D = 0.0f;
         for (int d = 0; d < hd; d++) D += dor[d] * orow[d];
 #pragma omp simd
-        for (int j = 0; j < n; j++) {
+        for (int j = a; j < n; j++) {
             p[j] = expf(p[j] - l);
             dp[j] = p[j] * (dp[j] - D);
         }
-        for (int j = n; j < kend; j++) {
-            p[j] = 0.0f;
-            dp[j] = 0.0f;
-        }
+        for (int j = 0; j < a; j++) p[j] = dp[j] = 0.0f;
+        for (int j = n; j < kw; j++) p[j] = dp[j] = 0.0f;
     }
 }
 
-void sharc_cpu_attention_forward(sharc_stream *s, float *out, float *lse, const float *qkv, int B, int T, int NH,
-                                 int NKV, int hd, float *ws) {
+void sharc_cpu_attention_forward(sharc_stream *s, float *out, float *lse, const float *qkv, const int32_t *lo, int B,
+                                 int T, int NH, int NKV, int hd, float *ws) {
     const int S = (NH + 2 * NKV) * hd, C = NH * hd, group = NH / NKV;
     const float scale = 1.0f / sqrtf((float)hd);
     const int nblk = (T + BQ - 1) / BQ;
@@ -89,20 +102,23 @@ void sharc_cpu_attention_forward(sharc_stream *s, float *out, float *lse, const 
             int blk = nblk - 1 - (int)(task % nblk);
             int h = (int)((task / nblk) % NH), b = (int)(task / ((int64_t)nblk * NH));
             int g = h / group, i0 = blk * BQ, m = T - i0 < BQ ? T - i0 : BQ, kend = i0 + m;
+            const int32_t *lor = lo ? lo + (int64_t)b * T + i0 : NULL;
+            int kbeg = block_kbeg(lor, m), kw = kend - kbeg;
             const float *base = qkv + (int64_t)b * T * S;
             const float *Q = base + (int64_t)i0 * S + h * hd;
-            const float *K = base + NH * hd + g * hd;
-            const float *V = base + (NH + NKV) * hd + g * hd;
-            sharc_sgemm(false, true, m, kend, hd, scale, Q, S, K, S, 0.0f, Sb, kend);
-            softmax_block(Sb, lse + ((int64_t)b * NH + h) * T, i0, m, kend);
+            const float *K = base + (int64_t)kbeg * S + NH * hd + g * hd;
+            const float *V = base + (int64_t)kbeg * S + (NH + NKV) * hd + g * hd;
+            sharc_sgemm(false, true, m, kw, hd, scale, Q, S, K, S, 0.0f, Sb, kw);
+            softmax_block(Sb, lse + ((int64_t)b * NH + h) * T + i0, lor, i0, m, kbeg, kw);
             float *O = out + ((int64_t)b * T + i0) * C + h * hd;
-            sharc_sgemm(false, false, m, hd, kend, 1.0f, Sb, kend, V, S, 0.0f, O, C);
+            sharc_sgemm(false, false, m, hd, kw, 1.0f, Sb, kw, V, S, 0.0f, O, C);
         }
     }
 }
 
 void sharc_cpu_attention_backward(sharc_stream *s, float *dqkv, const float *dout, const float *qkv, const float *out,
-                                  const float *lse, int B, int T, int NH, int NKV, int hd, float *ws) {
+                                  const float *lse, const int32_t *lo, int B, int T, int NH, int NKV, int hd,
+                                  float *ws) {
     const int S = (NH + 2 * NKV) * hd, C = NH * hd, group = NH / NKV;
     const float scale = 1.0f / sqrtf((float)hd);
     const int nblk = (T + BQ - 1) / BQ;
@@ -116,8 +132,6 @@ void sharc_cpu_attention_backward(sharc_stream *s, float *dqkv, const float *dou
             int g = (int)(task % NKV), b = (int)(task / NKV);
             const float *base = qkv + (int64_t)b * T * S;
             float *dbase = dqkv + (int64_t)b * T * S;
-            const float *K = base + NH * hd + g * hd;
-            const float *V = base + (NH + NKV) * hd + g * hd;
             float *dK = dbase + NH * hd + g * hd;
             float *dV = dbase + (NH + NKV) * hd + g * hd;
             for (int t = 0; t < T; t++) {
@@ -128,16 +142,20 @@ void sharc_cpu_attention_backward(sharc_stream *s, float *dqkv, const float *dou
                 const float *lse_h = lse + ((int64_t)b * NH + h) * T;
                 for (int blk = 0; blk < nblk; blk++) {
                     int i0 = blk * BQ, m = T - i0 < BQ ? T - i0 : BQ, kend = i0 + m;
+                    const int32_t *lor = lo ? lo + (int64_t)b * T + i0 : NULL;
+                    int kbeg = block_kbeg(lor, m), kw = kend - kbeg;
+                    const float *K = base + (int64_t)kbeg * S + NH * hd + g * hd;
+                    const float *V = base + (int64_t)kbeg * S + (NH + NKV) * hd + g * hd;
                     const float *Q = base + (int64_t)i0 * S + h * hd;
                     float *dQ = dbase + (int64_t)i0 * S + h * hd;
                     const float *O = out + ((int64_t)b * T + i0) * C + h * hd;
                     const float *dO = dout + ((int64_t)b * T + i0) * C + h * hd;
-                    sharc_sgemm(false, true, m, kend, hd, scale, Q, S, K, S, 0.0f, Sb, kend);
-                    sharc_sgemm(false, true, m, kend, hd, 1.0f, dO, C, V, S, 0.0f, dPb, kend);
-                    softmax_back_block(Sb, dPb, lse_h, dO, O, C, hd, i0, m, kend);
-                    sharc_sgemm(false, false, m, hd, kend, scale, dPb, kend, K, S, 0.0f, dQ, S);
-                    sharc_sgemm(true, false, kend, hd, m, scale, dPb, kend, Q, S, 1.0f, dK, S);
-                    sharc_sgemm(true, false, kend, hd, m, 1.0f, Sb, kend, dO, C, 1.0f, dV, S);
+                    sharc_sgemm(false, true, m, kw, hd, scale, Q, S, K, S, 0.0f, Sb, kw);
+                    sharc_sgemm(false, true, m, kw, hd, 1.0f, dO, C, V, S, 0.0f, dPb, kw);
+                    softmax_back_block(Sb, dPb, lse_h + i0, lor, dO, O, C, hd, i0, m, kbeg, kw);
+                    sharc_sgemm(false, false, m, hd, kw, scale, dPb, kw, K, S, 0.0f, dQ, S);
+                    sharc_sgemm(true, false, kw, hd, m, scale, dPb, kw, Q, S, 1.0f, dK + (int64_t)kbeg * S, S);
+                    sharc_sgemm(true, false, kw, hd, m, 1.0f, Sb, kw, dO, C, 1.0f, dV + (int64_t)kbeg * S, S);
                 }
             }
         }
@@ -145,9 +163,10 @@ void sharc_cpu_attention_backward(sharc_stream *s, float *dqkv, const float *dou
 }
 
 /* New queries against a key/value cache (generation): the same blocks,
- * with query row i at position t0 + i seeing keys 0 .. t0 + i. */
+ * with query row i at position t0 + i seeing keys lo[i] .. t0 + i (lo NULL:
+ * from 0). */
 void sharc_cpu_attention_cached(sharc_stream *s, float *out, const float *q, int64_t ldq, const float *kc,
-                                const float *vc, int n, int t0, int NH, int NKV, int hd, float *ws) {
+                                const float *vc, const int32_t *lo, int n, int t0, int NH, int NKV, int hd, float *ws) {
     const int C = NH * hd, KV = NKV * hd, group = NH / NKV;
     const float scale = 1.0f / sqrtf((float)hd);
     const int nblk = (n + BQ - 1) / BQ, Tk = t0 + n;
@@ -159,10 +178,12 @@ void sharc_cpu_attention_cached(sharc_stream *s, float *out, const float *q, int
         for (int64_t task = 0; task < ntask; task++) {
             int blk = nblk - 1 - (int)(task % nblk), h = (int)(task / nblk);
             int g = h / group, i0 = blk * BQ, m = n - i0 < BQ ? n - i0 : BQ, kend = t0 + i0 + m;
-            sharc_sgemm(false, true, m, kend, hd, scale, q + (int64_t)i0 * ldq + h * hd, (int)ldq, kc + g * hd, KV,
-                        0.0f, Sb, kend);
-            softmax_block(Sb, NULL, t0 + i0, m, kend);
-            sharc_sgemm(false, false, m, hd, kend, 1.0f, Sb, kend, vc + g * hd, KV, 0.0f,
+            const int32_t *lor = lo ? lo + i0 : NULL;
+            int kbeg = block_kbeg(lor, m), kw = kend - kbeg;
+            sharc_sgemm(false, true, m, kw, hd, scale, q + (int64_t)i0 * ldq + h * hd, (int)ldq,
+                        kc + (int64_t)kbeg * KV + g * hd, KV, 0.0f, Sb, kw);
+            softmax_block(Sb, NULL, lor, t0 + i0, m, kbeg, kw);
+            sharc_sgemm(false, false, m, hd, kw, 1.0f, Sb, kw, vc + (int64_t)kbeg * KV + g * hd, KV, 0.0f,
                         out + (int64_t)i0 * C + h * hd, C);
         }
     }

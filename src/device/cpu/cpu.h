@@ -57,12 +57,13 @@ void sharc_cpu_rope_backward(sharc_stream *s, float *dqkv, const float *cos_t, c
                              int NKV, int hd);
 /* attention.c */
 int64_t sharc_cpu_attention_workspace(int T);
-void sharc_cpu_attention_forward(sharc_stream *s, float *out, float *lse, const float *qkv, int B, int T, int NH,
-                                 int NKV, int hd, float *ws);
+void sharc_cpu_attention_forward(sharc_stream *s, float *out, float *lse, const float *qkv, const int32_t *lo, int B,
+                                 int T, int NH, int NKV, int hd, float *ws);
 void sharc_cpu_attention_backward(sharc_stream *s, float *dqkv, const float *dout, const float *qkv, const float *out,
-                                  const float *lse, int B, int T, int NH, int NKV, int hd, float *ws);
+                                  const float *lse, const int32_t *lo, int B, int T, int NH, int NKV, int hd,
+                                  float *ws);
 void sharc_cpu_attention_cached(sharc_stream *s, float *out, const float *q, int64_t ldq, const float *kc,
-                                const float *vc, int n, int t0, int NH, int NKV, int hd, float *ws);
+                                const float *vc, const int32_t *lo, int n, int t0, int NH, int NKV, int hd, float *ws);
 /* xent.c */
 void sharc_cpu_xent_forward_backward(sharc_stream *s, double *loss_sum, float *logits, float *losses,
                                      const int32_t *targets, int64_t N, int V, float scale, bool want_grad);

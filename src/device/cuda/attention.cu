@@ -11,7 +11,10 @@
  * dK/dV rows are owned by one warp each (no atomics, results independent of
  * timing); D_i = dO_i . O_i is recomputed where needed instead of stored.
  * It does O(T^2 hd) work with no data reuse through shared memory or tensor
- * cores: the tiled, tensor-core (wgmma) kernel is the next issue's work. */
+ * cores: the tiled, tensor-core (wgmma) kernel is the next issue's work.
+ * The mask of note [attention-mask] (sharc/kernels.h) is the loop bound:
+ * query i visits keys lo[i] .. i instead of 0 .. i, and a key row j skips
+ * the queries with lo[i] > j. */
 #include "cuda.h"
 
 #include <math.h>
@@ -43,8 +46,8 @@ __device__ static inline float dot_head(const float a[KMAX], const float *p, int
 }
 
 /* one warp per (b, h, i) */
-__global__ static void k_attn_fwd(float *out, float *lse, const float *qkv, int B, int T, int NH, int NKV, int hd,
-                                  float scale) {
+__global__ static void k_attn_fwd(float *out, float *lse, const float *qkv, const int32_t *lo, int B, int T, int NH,
+                                  int NKV, int hd, float scale) {
     int64_t row = (int64_t)blockIdx.x * WARPS + threadIdx.x / 32;
     int lane = threadIdx.x % 32;
     if (row >= (int64_t)B * NH * T) return;
@@ -59,7 +62,7 @@ __global__ static void k_attn_fwd(float *out, float *lse, const float *qkv, int 
 #pragma unroll
     for (int k = 0; k < KMAX; k++) acc[k] = 0.0f;
     float mx = -INFINITY, l = 0.0f;
-    for (int j = 0; j <= i; j++) {
+    for (int j = lo ? lo[(int64_t)b * T + i] : 0; j <= i; j++) {
         const float *kr = base + j * S + (int64_t)(NH + kvh) * hd;
         const float *vr = base + j * S + (int64_t)(NH + NKV + kvh) * hd;
         float sc = warp_sum(dot_head(q, kr, lane, hd)) * scale;
@@ -85,7 +88,7 @@ __global__ static void k_attn_fwd(float *out, float *lse, const float *qkv, int 
 
 /* dQ: one warp per (b, h, i) */
 __global__ static void k_attn_dq(float *dqkv, const float *dout, const float *qkv, const float *out, const float *lse,
-                                 int B, int T, int NH, int NKV, int hd, float scale) {
+                                 const int32_t *lo, int B, int T, int NH, int NKV, int hd, float scale) {
     int64_t row = (int64_t)blockIdx.x * WARPS + threadIdx.x / 32;
     int lane = threadIdx.x % 32;
     if (row >= (int64_t)B * NH * T) return;
@@ -103,7 +106,7 @@ __global__ static void k_attn_dq(float *dqkv, const float *dout, const float *qk
     float L = lse[((int64_t)b * NH + h) * T + i];
 #pragma unroll
     for (int k = 0; k < KMAX; k++) dq[k] = 0.0f;
-    for (int j = 0; j <= i; j++) {
+    for (int j = lo ? lo[(int64_t)b * T + i] : 0; j <= i; j++) {
         const float *kr = base + j * S + (int64_t)(NH + kvh) * hd;
         const float *vr = base + j * S + (int64_t)(NH + NKV + kvh) * hd;
         float sc = warp_sum(dot_head(q, kr, lane, hd)) * scale;
@@ -125,7 +128,7 @@ __global__ static void k_attn_dq(float *dqkv, const float *dout, const float *qk
 
 /* dK, dV: one warp per (b, kv head, j), over the query heads of its group */
 __global__ static void k_attn_dkv(float *dqkv, const float *dout, const float *qkv, const float *out, const float *lse,
-                                  int B, int T, int NH, int NKV, int hd, float scale) {
+                                  const int32_t *lo, int B, int T, int NH, int NKV, int hd, float scale) {
     int64_t row = (int64_t)blockIdx.x * WARPS + threadIdx.x / 32;
     int lane = threadIdx.x % 32;
     if (row >= (int64_t)B * NKV * T) return;
@@ -142,6 +145,7 @@ __global__ static void k_attn_dkv(float *dqkv, const float *dout, const float *q
     for (int k = 0; k < KMAX; k++) dk[k] = dv[k] = 0.0f;
     for (int h = kvh * G; h < (kvh + 1) * G; h++) {
         for (int i = j; i < T; i++) {
+            if (lo && lo[(int64_t)b * T + i] > j) continue;
             const float *qr = base + i * S + (int64_t)h * hd;
             int64_t orow = ((int64_t)b * T + i) * NH * hd + (int64_t)h * hd;
             const float *dor = dout + orow;
@@ -192,27 +196,27 @@ static unsigned warps_grid(int64_t rows) {
 
 extern "C" int64_t sharc_cuda_attention_workspace(int T) { return 0; }
 
-extern "C" void sharc_cuda_attention_forward(sharc_stream *s, float *out, float *lse, const float *qkv, int B, int T,
-                                             int NH, int NKV, int hd, float *ws) {
+extern "C" void sharc_cuda_attention_forward(sharc_stream *s, float *out, float *lse, const float *qkv,
+                                             const int32_t *lo, int B, int T, int NH, int NKV, int hd, float *ws) {
     if ((int64_t)B * T <= 0) return;
     check_shape(NH, NKV, hd, "attention_forward");
     float scale = 1.0f / sqrtf((float)hd);
-    k_attn_fwd<<<warps_grid((int64_t)B * NH * T), 32 * WARPS, 0, sharc_cuda_cs(s)>>>(out, lse, qkv, B, T, NH, NKV, hd,
-                                                                                     scale);
+    k_attn_fwd<<<warps_grid((int64_t)B * NH * T), 32 * WARPS, 0, sharc_cuda_cs(s)>>>(out, lse, qkv, lo, B, T, NH, NKV,
+                                                                                     hd, scale);
     SHARC_CUDA_LAUNCHED();
 }
 
 extern "C" void sharc_cuda_attention_backward(sharc_stream *s, float *dqkv, const float *dout, const float *qkv,
-                                              const float *out, const float *lse, int B, int T, int NH, int NKV, int hd,
-                                              float *ws) {
+                                              const float *out, const float *lse, const int32_t *lo, int B, int T,
+                                              int NH, int NKV, int hd, float *ws) {
     if ((int64_t)B * T <= 0) return;
     check_shape(NH, NKV, hd, "attention_backward");
     float scale = 1.0f / sqrtf((float)hd);
     cudaStream_t cs = sharc_cuda_cs(s);
-    k_attn_dq<<<warps_grid((int64_t)B * NH * T), 32 * WARPS, 0, cs>>>(dqkv, dout, qkv, out, lse, B, T, NH, NKV, hd,
+    k_attn_dq<<<warps_grid((int64_t)B * NH * T), 32 * WARPS, 0, cs>>>(dqkv, dout, qkv, out, lse, lo, B, T, NH, NKV, hd,
                                                                       scale);
     SHARC_CUDA_LAUNCHED();
-    k_attn_dkv<<<warps_grid((int64_t)B * NKV * T), 32 * WARPS, 0, cs>>>(dqkv, dout, qkv, out, lse, B, T, NH, NKV, hd,
-                                                                        scale);
+    k_attn_dkv<<<warps_grid((int64_t)B * NKV * T), 32 * WARPS, 0, cs>>>(dqkv, dout, qkv, out, lse, lo, B, T, NH, NKV,
+                                                                        hd, scale);
     SHARC_CUDA_LAUNCHED();
 }

@@ -108,10 +108,11 @@ void sharc_cuda_rope_backward(sharc_stream *s, float *dqkv, const float *cos_t, 
 
 /* attention.cu */
 int64_t sharc_cuda_attention_workspace(int T);
-void sharc_cuda_attention_forward(sharc_stream *s, float *out, float *lse, const float *qkv, int B, int T, int NH,
-                                  int NKV, int hd, float *ws);
+void sharc_cuda_attention_forward(sharc_stream *s, float *out, float *lse, const float *qkv, const int32_t *lo, int B,
+                                  int T, int NH, int NKV, int hd, float *ws);
 void sharc_cuda_attention_backward(sharc_stream *s, float *dqkv, const float *dout, const float *qkv, const float *out,
-                                   const float *lse, int B, int T, int NH, int NKV, int hd, float *ws);
+                                   const float *lse, const int32_t *lo, int B, int T, int NH, int NKV, int hd,
+                                   float *ws);
 
 /* xent.cu */
 void sharc_cuda_xent_forward_backward(sharc_stream *s, double *loss_sum, float *logits, float *losses,
