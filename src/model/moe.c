@@ -46,10 +46,10 @@
 #include <string.h>
 
 typedef struct {
-    float *probs, *wts, *wsel;       /* (N, E), (N, K), (N K) w sorted by expert */
-    float *xs, *h, *a, *o;           /* (N K, C), (N K, 2I), (N K, I), (N K, C): by expert */
-    int32_t *idx, *perm, *rows;      /* (N, K), (N K) slot of each sorted row, (N K) its token */
-    int64_t *offs;                   /* host (E + 1): expert e's rows [offs[e], offs[e+1]) */
+    float *probs, *wts, *wsel;  /* (N, E), (N, K), (N K) w sorted by expert */
+    float *xs, *h, *a, *o;      /* (N K, C), (N K, 2I), (N K, I), (N K, C): by expert */
+    int32_t *idx, *perm, *rows; /* (N, K), (N K) slot of each sorted row, (N K) its token */
+    int64_t *offs;              /* host (E + 1): expert e's rows [offs[e], offs[e+1]) */
 } moe_set;
 
 struct sharc_moe {
@@ -116,7 +116,8 @@ sharc_status sharc_moe_config_check(const sharc_model_config *c, int base_params
         return sharc_error(SHARC_ERR_INVALID, "model.num_experts_per_tok: %d, expected 1 .. model.num_experts (%d)",
                            c->num_experts_per_tok, c->num_experts);
     if (c->moe_intermediate_size < 1)
-        return sharc_error(SHARC_ERR_INVALID, "model.moe_intermediate_size: %d, expected >= 1 with model.num_experts %d",
+        return sharc_error(SHARC_ERR_INVALID,
+                           "model.moe_intermediate_size: %d, expected >= 1 with model.num_experts %d",
                            c->moe_intermediate_size, c->num_experts);
     if (!(c->router_aux_loss_coef >= 0.0f))
         return sharc_error(SHARC_ERR_INVALID, "model.router_aux_loss_coef: %g, expected >= 0",
@@ -296,14 +297,13 @@ sharc_moe_view sharc_moe_view_of(sharc_moe *moe, const sharc_unit_spec *u, float
     return w;
 }
 
-static void copy_or_die(sharc_moe *m, void *dst, const void *src, size_t bytes, sharc_copy_kind kind,
-                        sharc_stream *s) {
+static void copy_or_die(sharc_moe *m, void *dst, const void *src, size_t bytes, sharc_copy_kind kind, sharc_stream *s) {
     if (sharc_device_copy(m->dev, dst, src, bytes, kind, s) != SHARC_OK || sharc_device_synchronize(s) != SHARC_OK)
         sharc_fatal(__FILE__, __LINE__, "model: experts' routing copy: %s", sharc_last_error());
 }
 
-void sharc_moe_forward(sharc_moe *moe, const sharc_kernels *k, sharc_stream *s, int set, int l,
-                       const sharc_moe_view *w, float *y, const float *x, int64_t N) {
+void sharc_moe_forward(sharc_moe *moe, const sharc_kernels *k, sharc_stream *s, int set, int l, const sharc_moe_view *w,
+                       float *y, const float *x, int64_t N) {
     SHARC_CHECK(set >= 0 && set < moe->nsets && N <= moe->N);
     moe_set *st = &moe->sets[set];
     const int E = moe->E, K = moe->K, C = moe->C, I = moe->I;
@@ -416,8 +416,8 @@ void sharc_moe_backward(sharc_moe *moe, const sharc_kernels *k, sharc_stream *s,
     for (int e = 0; e < E; e++) {
         int64_t o0 = offs[e], n = offs[e + 1] - offs[e];
         if (n == 0) continue; /* no rows: a zero gradient, reduce-scattered with the block all the same */
-        k->matmul_backward(s, moe->da + o0 * I, g->down[e], NULL, moe->dos + o0 * C, st->a + o0 * I, w->down[e], n,
-                           I, C);
+        k->matmul_backward(s, moe->da + o0 * I, g->down[e], NULL, moe->dos + o0 * C, st->a + o0 * I, w->down[e], n, I,
+                           C);
         k->swiglu_backward(s, moe->dh + o0 * 2 * I, moe->da + o0 * I, st->h + o0 * 2 * I, n, I);
         k->matmul_backward(s, moe->dxs + o0 * C, g->gate_up[e], NULL, moe->dh + o0 * 2 * I, st->xs + o0 * C,
                            w->gate_up[e], n, C, 2 * I);
@@ -426,8 +426,8 @@ void sharc_moe_backward(sharc_moe *moe, const sharc_kernels *k, sharc_stream *s,
     k->moe_scatter_add(s, dx, moe->dxs, st->rows, NULL, NK, C);
     k->fill(s, moe->dwts, 0.0f, NK);
     k->moe_scatter_add(s, moe->dwts, moe->dwsel, st->perm, NULL, NK, 1);
-    k->moe_route_backward(s, moe->logits, moe->dwts, st->probs, st->idx, st->wts, moe->wa != 0.0f ? moe->daux : NULL,
-                          N, E, K, moe->cfg.norm_topk_prob);
+    k->moe_route_backward(s, moe->logits, moe->dwts, st->probs, st->idx, st->wts, moe->wa != 0.0f ? moe->daux : NULL, N,
+                          E, K, moe->cfg.norm_topk_prob);
     k->matmul_backward(s, moe->dxr, g->router, NULL, moe->logits, x, w->router, N, C, E);
     k->add(s, dx, dx, moe->dxr, N * C);
 }

@@ -33,7 +33,7 @@ void sharc_moe_unplan(sharc_moe *moe);
 /* One MoE layer's weights (or gradients: NULL where frozen or absent),
  * inside block unit spec u's buffer base from its parameter `first`. */
 typedef struct {
-    float *router; /* (E, C) */
+    float *router;   /* (E, C) */
     float **gate_up; /* (E) each (2I, C): gate then up */
     float **down;    /* (E) each (C, I) */
 } sharc_moe_view;
@@ -42,8 +42,8 @@ sharc_moe_view sharc_moe_view_of(sharc_moe *moe, const sharc_unit_spec *u, float
 /* Forward of layer l over N rows of x (N, C) into y (N, C) (=), keeping set
  * `set` for backward; the router's statistics of layer l are recorded for the
  * auxiliary loss. */
-void sharc_moe_forward(sharc_moe *moe, const sharc_kernels *k, sharc_stream *s, int set, int l,
-                       const sharc_moe_view *w, float *y, const float *x, int64_t N);
+void sharc_moe_forward(sharc_moe *moe, const sharc_kernels *k, sharc_stream *s, int set, int l, const sharc_moe_view *w,
+                       float *y, const float *x, int64_t N);
 /* After a forward over all layers: the auxiliary loss of this micro-batch,
  * and the term forward_backward adds to its loss sum (note [moe]). */
 double sharc_moe_aux_loss(const sharc_moe *moe);
