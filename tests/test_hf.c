@@ -379,6 +379,7 @@ TEST(hf_reference_qwen2) { reference(V_QWEN2); }
 TEST(hf_reference_qwen3) { reference(V_QWEN3); }
 TEST(hf_reference_llama31) { reference(V_LLAMA31); }
 TEST(hf_reference_mistral) { reference(V_MISTRAL); }
+TEST(hf_reference_qwen3_moe) { reference(V_QWEN3_MOE); }
 
 /* With SHARC_HF_FIXTURE_OUT set, write the seeded models there for
  * tools/hf_reference.py (make hf-fixtures); otherwise check the export is
