@@ -507,8 +507,10 @@ static const alias_def aliases[] = {
      "not implemented: sharc always gives the embeddings their own unit"},
     {"fsdp.wrap_policy.wrap_lm_output", A_NOTE, NULL, "true",
      "not implemented: sharc always gives the final norm and LM head their own unit"},
-    {"fsdp.wrap_policy.moe_experts", A_NOTE, NULL, "!", "not implemented: sharc's models have no MoE experts"},
-    {"fsdp.apply_expert_patch", A_NOTE, NULL, "false", "not implemented: sharc's models have no MoE experts"},
+    {"fsdp.wrap_policy.moe_experts", A_NOTE, NULL, "!",
+     "not implemented: a layer's experts live in its block unit (issued by every rank whatever the routing)"},
+    {"fsdp.apply_expert_patch", A_NOTE, NULL, "false",
+     "not needed: every rank gathers every expert from the static unit schedule, whatever the routing"},
     {"fsdp.strategy_name", A_NOTE, NULL, NULL, "sharc always trains with FSDP"},
     /* MindSpeed-MM's fsdp2 config: how many units to prefetch (0 = off) */
     {"fsdp.num_to_forward_prefetch", A_COUNT, "fsdp.forward_prefetch", NULL, NULL},
