@@ -120,7 +120,8 @@ hf-fixtures: all
 	SHARC_HF_FIXTURE_OUT=$(abspath $(BUILD))/hf-fixture $(BUILD)/sharc_tests --filter hf_reference_models_export
 	/usr/bin/python3 tools/hf_reference.py tests/fixtures/hf_reference.safetensors \
 	    gpt2=$(BUILD)/hf-fixture/gpt2 llama=$(BUILD)/hf-fixture/llama qwen2=$(BUILD)/hf-fixture/qwen2 \
-	    qwen3=$(BUILD)/hf-fixture/qwen3 llama31=$(BUILD)/hf-fixture/llama31 mistral=$(BUILD)/hf-fixture/mistral
+	    qwen3=$(BUILD)/hf-fixture/qwen3 llama31=$(BUILD)/hf-fixture/llama31 mistral=$(BUILD)/hf-fixture/mistral \
+	    qwen3_moe=$(BUILD)/hf-fixture/qwen3_moe
 
 # Regenerate the tokenizer, chat-template and SFT references under
 # tests/fixtures/{tokenizer,chat,sft} (needs the npm files of

@@ -25,14 +25,16 @@ typedef struct {
 } tiny;
 
 /* The seeded variants: 0 and 1 are the sharc_family values. */
-enum { V_GPT2, V_LLAMA, V_QWEN2, V_QWEN3, V_LLAMA31, V_MISTRAL, V_COUNT };
-static const char *const variant_names[] = {"gpt2", "llama", "qwen2", "qwen3", "llama31", "mistral"};
+enum { V_GPT2, V_LLAMA, V_QWEN2, V_QWEN3, V_LLAMA31, V_MISTRAL, V_QWEN3_MOE, V_COUNT };
+static const char *const variant_names[] = {"gpt2", "llama", "qwen2", "qwen3", "llama31", "mistral", "qwen3_moe"};
 
 /* GPT-2: C=48, 3 heads, V=37, T=13, tied. Llama: C=48, 3 heads, 1 KV head,
  * intermediate 72, V=37, untied lm_head. Qwen2: the Llama with q/k/v biases.
  * Qwen3: head_dim 20 (not 48/3), q/k norms, tied. Llama-3.1: RoPE scaling
  * factor 8 over an original 32 positions (of hd/2 = 8 frequencies, 1 kept,
- * 2 smoothed, 5 divided). Mistral: a 13-token window (= T: it masks nothing). */
+ * 2 smoothed, 5 divided). Mistral: a 13-token window (= T: it masks nothing).
+ * Qwen3-MoE (note [moe]): the Qwen3 with 3 layers, layer 0 and 2 of 4
+ * experts (top-2, renormalised, width 16), layer 1 dense (mlp_only_layers). */
 static void tiny_config(sharc_model_config *c, int variant) {
     sharc_family fam = variant == V_GPT2 ? SHARC_FAMILY_GPT2 : SHARC_FAMILY_LLAMA;
     sharc_model_config_default(c, fam);
@@ -61,6 +63,17 @@ static void tiny_config(sharc_model_config *c, int variant) {
         c->rope_original_max_pos = 32;
     }
     if (variant == V_MISTRAL) c->sliding_window = 5; /* shorter than the 13 positions: it masks */
+    if (variant == V_QWEN3_MOE) {
+        c->qk_norm = true;
+        c->head_dim = 20;
+        c->num_layers = 3;
+        c->num_experts = 4;
+        c->num_experts_per_tok = 2;
+        c->moe_intermediate_size = 16;
+        c->norm_topk_prob = true;
+        c->router_aux_loss_coef = 0.001f;
+        snprintf(c->mlp_only_layers, sizeof c->mlp_only_layers, "1");
+    }
     ASSERT_OK(sharc_model_config_validate(c));
 }
 
@@ -366,6 +379,7 @@ TEST(hf_reference_qwen2) { reference(V_QWEN2); }
 TEST(hf_reference_qwen3) { reference(V_QWEN3); }
 TEST(hf_reference_llama31) { reference(V_LLAMA31); }
 TEST(hf_reference_mistral) { reference(V_MISTRAL); }
+TEST(hf_reference_qwen3_moe) { reference(V_QWEN3_MOE); }
 
 /* With SHARC_HF_FIXTURE_OUT set, write the seeded models there for
  * tools/hf_reference.py (make hf-fixtures); otherwise check the export is

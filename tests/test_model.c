@@ -35,6 +35,17 @@ static void small_config(sharc_model_config *c, sharc_family f) {
     c->qkv_bias = variant == 1;
     c->qk_norm = variant == 2;
     c->head_dim = variant == 2 ? 10 : 0;
+    if (variant >= 4) { /* note [moe]: Qwen3-MoE, 4 experts, top-2; layer 1 dense (4) or both MoE (5) */
+        c->qk_norm = true;
+        c->head_dim = 10;
+        c->num_experts = 4;
+        c->num_experts_per_tok = 2;
+        c->moe_intermediate_size = 12;
+        c->norm_topk_prob = variant == 4;
+        snprintf(c->mlp_only_layers, sizeof c->mlp_only_layers, "%s", variant == 4 ? "1" : "");
+        c->router_aux_loss_coef = 0.05f;
+        c->output_router_logits = true;
+    }
     if (variant == 3) {
         c->rope_theta = 100.0f;
         c->rope_factor = 4.0f;
@@ -89,9 +100,16 @@ static void teardown(model_ctx *x) {
     free(x->tgt);
 }
 
+/* The objective forward_backward differentiates at loss_scale 1: the
+ * language-model loss sum plus, with MoE and output_router_logits, coef *
+ * aux * N (note [moe]). */
 static double model_loss(void *p) {
     model_ctx *x = p;
-    return sharc_model_forward_loss(x->m, x->e, x->in, x->tgt);
+    double lm = sharc_model_forward_loss(x->m, x->e, x->in, x->tgt), aux;
+    sharc_model_moe_stats(x->m, &aux, NULL);
+    const sharc_model_config *c = sharc_model_get_config(x->m);
+    if (c->output_router_logits) lm += (double)c->router_aux_loss_coef * aux * 26.0; /* N = 2 x 13 */
+    return lm;
 }
 
 static void model_fd_tiled(sharc_family f, bool tie, int tiles) {
@@ -117,6 +135,7 @@ static void model_fd_tiled(sharc_family f, bool tie, int tiles) {
 }
 
 static void model_fd(sharc_family f, bool tie) { model_fd_tiled(f, tie, 1); }
+static void ac_identical(sharc_family f);
 
 TEST(model_gpt2_finite_difference) { model_fd(SHARC_FAMILY_GPT2, true); }
 TEST(model_llama_finite_difference) { model_fd(SHARC_FAMILY_LLAMA, false); }
@@ -134,6 +153,52 @@ TEST(model_qwen3_finite_difference) {
 TEST(model_llama31_finite_difference) {
     variant = 3;
     model_fd(SHARC_FAMILY_LLAMA, false);
+}
+
+/* Qwen3-MoE (note [moe]): router and experts against finite differences,
+ * the auxiliary loss included (coef 0.05), top-k renormalised with a dense
+ * layer beside (4), and not renormalised with every layer MoE (5). */
+TEST(model_qwen3_moe_finite_difference) {
+    variant = 4;
+    model_fd(SHARC_FAMILY_LLAMA, false);
+}
+TEST(model_qwen3_moe_all_sparse_finite_difference) {
+    variant = 5;
+    model_fd(SHARC_FAMILY_LLAMA, true);
+}
+
+/* A router of zeros is uniform: the auxiliary loss is exactly K (HF's
+ * load_balancing_loss_func: E * sum_e f_e P_e with P_e = 1/E, sum_e f_e = K). */
+TEST(model_moe_aux_loss_is_k_for_a_uniform_router) {
+    variant = 5;
+    model_ctx x;
+    setup(&x, SHARC_FAMILY_LLAMA, 2, 13, false, false);
+    sharc_fsdp_shard_write_begin(x.e);
+    for (int u = 0; u < sharc_fsdp_num_units(x.e); u++) {
+        const sharc_unit_spec *s = sharc_fsdp_unit_spec(x.e, u);
+        float *p = sharc_fsdp_shard_write(x.e, u);
+        for (int i = 0; i < s->nparams; i++)
+            if (strstr(s->params[i].name, ".mlp.gate.weight"))
+                memset(p + s->params[i].offset, 0, sizeof(float) * (size_t)s->params[i].numel);
+    }
+    sharc_fsdp_shard_write_end(x.e);
+    double lm = sharc_model_forward_loss(x.m, x.e, x.in, x.tgt), aux = -1;
+    int idle = -1;
+    sharc_model_moe_stats(x.m, &aux, &idle);
+    ASSERT_TRUE(lm > 0);
+    ASSERT_NEAR(aux, 2.0, 1e-6, 0);
+    ASSERT_EQ(idle, 4); /* ties go to the lower experts: 0 and 1 take every token of both layers */
+    /* the reported loss adds coef * aux per token: 26 tokens, coef 0.05 */
+    sharc_fsdp_zero_grad(x.e);
+    double l2 = sharc_model_forward_backward(x.m, x.e, x.in, x.tgt, 1.0f);
+    ASSERT_NEAR(l2, lm + 0.05 * 2.0 * 26.0, 1e-4, 0);
+    teardown(&x);
+}
+
+/* Activation checkpointing recomputes the routing too: bit-identical. */
+TEST(model_moe_activation_checkpointing_identical) {
+    variant = 4;
+    ac_identical(SHARC_FAMILY_LLAMA);
 }
 
 /* Llama-3.1-8B's RoPE (theta 5e5, hd 128, factor 8, low 1, high 4, original

@@ -10,7 +10,8 @@ GELU, tied lm_head. The Llama family follows LlamaForCausalLM and its
 relatives, written from their config keys: RMSNorm, rotate_half RoPE
 (Llama-3 rope_scaling when the config has it), grouped-query attention,
 SwiGLU, head_dim when given; Qwen2's q/k/v biases, Qwen3's per-head
-q_norm/k_norm before RoPE, Mistral's sliding window (a query sees itself and
+q_norm/k_norm before RoPE, Qwen3-MoE's sparse layers (softmax router, top-k, renormalised
+when norm_topk_prob, SwiGLU experts), Mistral's sliding window (a query sees itself and
 the W-1 keys before it). Everything is computed in float64.
 
 usage: hf_reference.py OUT.safetensors NAME=DIR ...
@@ -137,6 +138,28 @@ def rope_inv_freq(cfg, d):
     return inv
 
 
+def sparse_moe(cfg, g, h):
+    """Qwen3MoeSparseMoeBlock: softmax over all experts, top-k, renormalised
+    when norm_topk_prob, each token the weighted sum of its experts' SwiGLU."""
+    k = cfg["num_experts_per_tok"]
+    p = torch.softmax(h @ g("mlp.gate.weight").T, -1)
+    wts, idx = torch.topk(p, k, -1)
+    if cfg.get("norm_topk_prob", False):
+        wts = wts / wts.sum(-1, keepdim=True)
+    y = torch.zeros_like(h)
+    for e in range(cfg["num_experts"]):
+        rows, slot = (idx == e).nonzero(as_tuple=True)
+        if len(rows) == 0:
+            continue
+        ex = lambda n: g("mlp.experts.%d.%s" % (e, n))
+        he = h[rows]
+        out = (torch.nn.functional.silu(he @ ex("gate_proj.weight").T) * (he @ ex("up_proj.weight").T)) @ ex(
+            "down_proj.weight"
+        ).T
+        y = y.index_add(0, rows, out * wts[rows, slot, None])
+    return y
+
+
 def llama(cfg, w, tok):
     C, nH = cfg["hidden_size"], cfg["num_attention_heads"]
     nKV = cfg.get("num_key_value_heads", nH)
@@ -168,6 +191,9 @@ def llama(cfg, w, tok):
         y = attention(q, k, v, window).transpose(0, 1).reshape(T, nH * d)
         x = x + y @ g("self_attn.o_proj.weight").T
         h = rms_norm(x, g("post_attention_layernorm.weight"), eps)
+        if "model.layers.%d.mlp.gate.weight" % l in w:  # Qwen3-MoE: a sparse layer
+            x = x + sparse_moe(cfg, g, h)
+            continue
         gate, up = h @ g("mlp.gate_proj.weight").T, h @ g("mlp.up_proj.weight").T
         x = x + (torch.nn.functional.silu(gate) * up) @ g("mlp.down_proj.weight").T
     x = rms_norm(x, w["model.norm.weight"], eps)
@@ -190,7 +216,7 @@ def write_safetensors(path, tensors):
     os.replace(path + ".tmp", path)
 
 
-SEEDS = {"gpt2": 1234, "llama": 5678, "qwen2": 91, "qwen3": 92, "llama31": 93, "mistral": 94}
+SEEDS = {"gpt2": 1234, "llama": 5678, "qwen2": 91, "qwen3": 92, "llama31": 93, "mistral": 94, "qwen3_moe": 95}
 
 
 def main():
@@ -213,7 +239,8 @@ def main():
             loss.backward()
             tensors[fam + ".targets"] = tgt.to(torch.int32)
             for name, t in sorted(w.items()):
-                tensors["%s.grad.%s" % (fam, name)] = t.grad.to(torch.float32)
+                g = t.grad if t.grad is not None else torch.zeros_like(t)  # an expert no token reached
+                tensors["%s.grad.%s" % (fam, name)] = g.to(torch.float32)
             logits = logits.detach()
         tensors[fam + ".logits"] = logits.to(torch.float32)
         print("%s: %d tokens, logits %s, |max| %.3f" % (fam, T, tuple(logits.shape), logits.abs().max().item()))

@@ -152,6 +152,29 @@ typedef struct sharc_kernels {
     void (*lmhead_xent)(sharc_stream *s, double *loss_sum, float *dx, float *dw, const float *x, const float *w,
                         const int32_t *targets, float scale, int64_t N, int C, int V, float *ws, int64_t chunk);
 
+    /* ---- Mixture-of-Experts routing (note [moe] in src/model/moe.c). (optional
+     * as a group: a device without them refuses a model with experts) ----
+     * Forward, per row of logits (N, E): probs = softmax in fp32; idx (N, K) the
+     * K largest in descending order (ties: the lower expert first); wts (N, K)
+     * their probabilities, divided by their sum when norm_topk. */
+    void (*moe_route_forward)(sharc_stream *s, float *probs, int32_t *idx, float *wts, const float *logits, int64_t N,
+                              int E, int K, bool norm_topk);
+    /* dlogits (N, E) = softmax backward of dprobs, where dprobs = daux (E,
+     * the same for every row; NULL: 0) plus, at the chosen experts, dwts (N, K)
+     * through the renormalisation when norm_topk. */
+    void (*moe_route_backward)(sharc_stream *s, float *dlogits, const float *dwts, const float *probs,
+                               const int32_t *idx, const float *wts, const float *daux, int64_t N, int E, int K,
+                               bool norm_topk);
+    /* y(n, C) row i = x row rows[i], times scale[i] when scale != NULL. */
+    void (*moe_gather)(sharc_stream *s, float *y, const float *x, const int32_t *rows, const float *scale, int64_t n,
+                       int C);
+    /* y row rows[i] += x(n, C) row i, times scale[i] when scale != NULL, i in order. */
+    void (*moe_scatter_add)(sharc_stream *s, float *y, const float *x, const int32_t *rows, const float *scale,
+                            int64_t n, int C);
+    /* out[i] = dot(a row rows[i], b(n, C) row i). */
+    void (*moe_row_dot)(sharc_stream *s, float *out, const float *a, const int32_t *rows, const float *b, int64_t n,
+                        int C);
+
     /* ---- element work of the engine, the optimizer and the collectives ---- */
     /* dst = src converted, n elements: F32 -> F32/BF16/F16 (round to nearest
      * even) or BF16/F16 -> F32 (exact). */

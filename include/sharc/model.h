@@ -28,6 +28,8 @@ extern "C" {
 
 typedef enum { SHARC_FAMILY_GPT2 = 0, SHARC_FAMILY_LLAMA } sharc_family;
 
+#define SHARC_MODEL_LIST_MAX 1024 /* bytes of a list-valued model key (= SHARC_PATH_MAX, a config string) */
+
 typedef struct {
     sharc_family family;
     int num_layers;
@@ -52,7 +54,20 @@ typedef struct {
     int rope_original_max_pos;
     /* config.json's bos/eos ids, carried from import to export (-1: none) */
     int bos_token_id, eos_token_id;
+    /* Mixture-of-Experts, Qwen3-MoE (note [moe] in src/model/moe.c); num_experts 0: every MLP is dense.
+     * Layer l is MoE iff num_experts > 0, (l + 1) % decoder_sparse_step == 0 and l is not in mlp_only_layers */
+    int num_experts;                            /* E */
+    int num_experts_per_tok;                    /* K, top-k */
+    int moe_intermediate_size;                  /* each expert's SwiGLU width */
+    bool norm_topk_prob;                        /* divide the top-k probabilities by their sum */
+    int decoder_sparse_step;                    /* 0: 1 */
+    char mlp_only_layers[SHARC_MODEL_LIST_MAX]; /* comma-separated layer indices kept dense ("" none) */
+    float router_aux_loss_coef;                 /* the load-balancing loss's weight */
+    bool output_router_logits;                  /* add coef * aux to the training loss (as HF trains) */
 } sharc_model_config;
+
+/* Note [moe]: layer l (0-based) has a Mixture-of-Experts MLP. */
+bool sharc_model_layer_is_moe(const sharc_model_config *c, int l);
 
 /* RoPE inverse frequencies (head_dim/2 floats) of a llama-family config:
  * theta^(-2i/hd), with Llama-3 scaling applied when rope_factor > 0. */
@@ -146,6 +161,11 @@ bool sharc_model_computes_bf16(const sharc_model *m, const sharc_fsdp *e);
 sharc_status sharc_model_kv_enable(sharc_model *m);
 sharc_status sharc_model_kv_append(sharc_model *m, sharc_fsdp *e, const int32_t *tokens, int n, float *logits);
 int sharc_model_kv_len(const sharc_model *m);
+
+/* Note [moe] (src/model/moe.c): after a forward, the auxiliary
+ * load-balancing loss of its micro-batch (0 without MoE layers) and how many
+ * (layer, expert) pairs received no token. */
+void sharc_model_moe_stats(const sharc_model *m, double *aux_loss, int *idle_experts);
 
 /* Seconds spent in forward and backward since the last reset, measured by
  * the model around its layer loops (gather waits included). Forward:

@@ -16,7 +16,7 @@
 extern "C" {
 #endif
 
-#define SHARC_MAX_UNIT_PARAMS 16
+#define SHARC_MAX_UNIT_PARAMS 64 /* a Qwen3-MoE block holds 3 per expert (note [moe]) */
 #define SHARC_NAME_MAX        96
 
 typedef enum { SHARC_INIT_ZEROS = 0, SHARC_INIT_ONES, SHARC_INIT_NORMAL } sharc_init_kind;

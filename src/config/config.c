@@ -43,7 +43,8 @@ static const char *const prefetches[] = {"NONE", "BACKWARD_PRE", "BACKWARD_POST"
 static const char *const wrap_policies[] = {"transformer_block", "size", "none", NULL};
 
 #define OFF(f) offsetof(sharc_config, f)
-#define BIG    1e18
+_Static_assert(SHARC_MODEL_LIST_MAX == SHARC_PATH_MAX, "a model list key is a config string");
+#define BIG 1e18
 
 static const key_def keys[] = {
     {"model.family", K_ENUM, OFF(model.family), 0, 0, families, "gpt2", AGREE, "gpt2 or llama"},
@@ -80,6 +81,22 @@ static const key_def keys[] = {
      "Llama-3 RoPE scaling: high_freq_factor"},
     {"model.rope_original_max_pos", K_INT, OFF(model.rope_original_max_pos), 0, 1 << 30, NULL, "0", AGREE,
      "Llama-3 RoPE scaling: original_max_position_embeddings"},
+    {"model.num_experts", K_INT, OFF(model.num_experts), 0, 1 << 16, NULL, "0", AGREE,
+     "llama family: experts per MoE layer (Qwen3-MoE; 0: dense MLPs)"},
+    {"model.num_experts_per_tok", K_INT, OFF(model.num_experts_per_tok), 0, 1 << 16, NULL, "0", AGREE,
+     "MoE: experts each token is routed to (top-k)"},
+    {"model.moe_intermediate_size", K_INT, OFF(model.moe_intermediate_size), 0, 1 << 22, NULL, "0", AGREE,
+     "MoE: each expert's SwiGLU width"},
+    {"model.norm_topk_prob", K_BOOL, OFF(model.norm_topk_prob), 0, 0, NULL, "false", AGREE,
+     "MoE: renormalise the top-k router probabilities to sum to 1"},
+    {"model.decoder_sparse_step", K_INT, OFF(model.decoder_sparse_step), 1, 1 << 16, NULL, "1", AGREE,
+     "MoE: layer l has experts when (l + 1) % step == 0"},
+    {"model.mlp_only_layers", K_STR, OFF(model.mlp_only_layers), 0, 0, NULL, "", AGREE,
+     "MoE: layer indices kept dense, a list or comma-separated"},
+    {"model.router_aux_loss_coef", K_FLOAT, OFF(model.router_aux_loss_coef), 0, BIG, NULL, "0.001", AGREE,
+     "MoE: weight of the load-balancing loss"},
+    {"model.output_router_logits", K_BOOL, OFF(model.output_router_logits), 0, 0, NULL, "false", AGREE,
+     "MoE: add router_aux_loss_coef * aux to the training loss (Hugging Face adds it only then)"},
     {"model.bos_token_id", K_INT, OFF(model.bos_token_id), -1, 1 << 30, NULL, "-1", AGREE,
      "config.json's bos_token_id, carried to export (-1: none)"},
     {"model.eos_token_id", K_INT, OFF(model.eos_token_id), -1, 1 << 30, NULL, "-1", AGREE,
@@ -492,8 +509,10 @@ static const alias_def aliases[] = {
      "not implemented: sharc always gives the embeddings their own unit"},
     {"fsdp.wrap_policy.wrap_lm_output", A_NOTE, NULL, "true",
      "not implemented: sharc always gives the final norm and LM head their own unit"},
-    {"fsdp.wrap_policy.moe_experts", A_NOTE, NULL, "!", "not implemented: sharc's models have no MoE experts"},
-    {"fsdp.apply_expert_patch", A_NOTE, NULL, "false", "not implemented: sharc's models have no MoE experts"},
+    {"fsdp.wrap_policy.moe_experts", A_NOTE, NULL, "!",
+     "not implemented: a layer's experts live in its block unit (issued by every rank whatever the routing)"},
+    {"fsdp.apply_expert_patch", A_NOTE, NULL, "false",
+     "not needed: every rank gathers every expert from the static unit schedule, whatever the routing"},
     {"fsdp.strategy_name", A_NOTE, NULL, NULL, "sharc always trains with FSDP"},
     /* MindSpeed-MM's fsdp2 config: how many units to prefetch (0 = off) */
     {"fsdp.num_to_forward_prefetch", A_COUNT, "fsdp.forward_prefetch", NULL, NULL},

@@ -285,6 +285,11 @@ static void accumulate_by_sum_ranks(sharc_stream *s, float *dst, const float *sr
     X(attention_cached, 1) \
     X(xent_forward_backward, 1) \
     X(lmhead_xent, 1) \
+    X(moe_route_forward, 0) \
+    X(moe_route_backward, 0) \
+    X(moe_gather, 0) \
+    X(moe_scatter_add, 0) \
+    X(moe_row_dot, 0) \
     X(cast, 1) \
     X(round, 1) \
     X(accumulate, 0) \

@@ -372,6 +372,26 @@ static const hf_key qwen2_keys[] = {LLAMA_SHAPE_KEYS, LLAMA_TAIL_KEYS, QWEN_WIND
 /* Qwen3: q/k norms are the architecture */
 static const hf_key qwen3_keys[] = {LLAMA_SHAPE_KEYS, LLAMA_HEAD_DIM,   LLAMA_TAIL_KEYS,
                                     LLAMA_BIAS_KEYS,  QWEN_WINDOW_KEYS, LLAMA_END_KEYS};
+/* Qwen3-MoE (note [moe] in src/model/moe.c): Qwen3's rows and the experts' */
+static const hf_key qwen3_moe_keys[] = {
+    LLAMA_SHAPE_KEYS,
+    LLAMA_HEAD_DIM,
+    LLAMA_TAIL_KEYS,
+    LLAMA_BIAS_KEYS,
+    QWEN_WINDOW_KEYS,
+    {"decoder_sparse_step", HF_INT, F(decoder_sparse_step), HF_READ | HF_CHECK | HF_WRITE, 1, 1, NULL, NULL, NULL},
+    {"moe_intermediate_size", HF_INT, F(moe_intermediate_size), HF_READ | HF_REQUIRED | HF_CHECK | HF_WRITE, 0, 1, NULL,
+     NULL, NULL},
+    {"num_experts_per_tok", HF_INT, F(num_experts_per_tok), HF_READ | HF_REQUIRED | HF_CHECK | HF_WRITE, 0, 1, NULL,
+     NULL, NULL},
+    {"num_experts", HF_INT, F(num_experts), HF_READ | HF_REQUIRED | HF_CHECK | HF_WRITE, 0, 1, NULL, NULL, NULL},
+    {"norm_topk_prob", HF_BOOL, F(norm_topk_prob), HF_READ | HF_CHECK | HF_WRITE, 0, 0, NULL, NULL, NULL},
+    {"output_router_logits", HF_BOOL, F(output_router_logits), HF_READ | HF_CHECK | HF_WRITE, 0, 0, NULL, NULL, NULL},
+    {"router_aux_loss_coef", HF_FLOAT, F(router_aux_loss_coef), HF_READ | HF_CHECK | HF_WRITE, 0.001, 0, NULL, NULL,
+     NULL},
+    {"mlp_only_layers", HF_CODE, FIXED, HF_WRITE, 0, 0, NULL, NULL, NULL},
+    LLAMA_END_KEYS,
+};
 /* Mistral: a window on every layer when sliding_window is set */
 static const hf_key mistral_keys[] = {LLAMA_SHAPE_KEYS,
                                       LLAMA_HEAD_DIM,
@@ -456,18 +476,31 @@ static const hf_family hf_families[] = {
      {"rotary_emb.inv_freq", NULL},
      false,
      false},
+    {SHARC_FAMILY_LLAMA,
+     "qwen3_moe",
+     "Qwen3MoeForCausalLM",
+     "Qwen3MoeModel",
+     qwen3_moe_keys,
+     (int)(sizeof qwen3_moe_keys / sizeof qwen3_moe_keys[0]),
+     "",
+     {NULL},
+     {"rotary_emb.inv_freq", NULL},
+     false,
+     true},
 };
-#define HF_LLAMA_ROW   1
-#define HF_QWEN2_ROW   2
-#define HF_QWEN3_ROW   3
-#define HF_MISTRAL_ROW 4
+#define HF_QWEN3_MOE_ROW 5
+#define HF_LLAMA_ROW     1
+#define HF_QWEN2_ROW     2
+#define HF_QWEN3_ROW     3
+#define HF_MISTRAL_ROW   4
 
 static const hf_family *hf_family_of(sharc_family f) { return &hf_families[f == SHARC_FAMILY_GPT2 ? 0 : HF_LLAMA_ROW]; }
 
 /* The model type a config exports as: its options decide (note [families]). */
 static const hf_family *hf_family_for(const sharc_model_config *c) {
     if (c->family == SHARC_FAMILY_GPT2) return &hf_families[0];
-    return &hf_families[c->qk_norm          ? HF_QWEN3_ROW
+    return &hf_families[c->num_experts > 0  ? HF_QWEN3_MOE_ROW
+                        : c->qk_norm        ? HF_QWEN3_ROW
                         : c->qkv_bias       ? HF_QWEN2_ROW
                         : c->sliding_window ? HF_MISTRAL_ROW
                                             : HF_LLAMA_ROW];
@@ -577,7 +610,7 @@ static sharc_status cfg_family(const jcfg *j, const hf_family **fam) {
     }
     return sharc_error(SHARC_ERR_INVALID,
                        "hf config '%s': model_type '%s' (architecture '%s') is not supported; "
-                       "expected gpt2, llama, qwen2, qwen3 or mistral",
+                       "expected gpt2, llama, qwen2, qwen3, qwen3_moe or mistral",
                        j->path, mt ? mt : "(none)", arch ? arch : "(none)");
 }
 
@@ -769,6 +802,27 @@ static sharc_status cfg_window(const jcfg *j, const hf_family *fam, sharc_model_
     return SHARC_OK;
 }
 
+/* Qwen3-MoE's mlp_only_layers: a list of layer indices (absent or null:
+ * none), kept as model.mlp_only_layers' comma-separated string. */
+static sharc_status cfg_layer_list(const jcfg *j, const char *key, sharc_model_config *c) {
+    json_object *v;
+    c->mlp_only_layers[0] = 0;
+    if (!json_object_object_get_ex(j->root, key, &v) || json_object_is_type(v, json_type_null)) return SHARC_OK;
+    size_t n = json_object_is_type(v, json_type_array) ? json_object_array_length(v) : 0;
+    for (size_t i = 0; i < n || !json_object_is_type(v, json_type_array); i++) {
+        json_object *x = json_object_is_type(v, json_type_array) ? json_object_array_get_idx(v, i) : v;
+        int64_t l = json_object_get_int64(x);
+        size_t at = strlen(c->mlp_only_layers);
+        if (!json_object_is_type(v, json_type_array) || !json_object_is_type(x, json_type_int) || l < 0 ||
+            l >= c->num_layers || at + 16 >= sizeof c->mlp_only_layers)
+            return sharc_error(SHARC_ERR_FORMAT,
+                               "hf config '%s': \"%s\" is %s, expected a list of layer indices in [0, %d)", j->path,
+                               key, json_object_to_json_string(v), c->num_layers);
+        snprintf(c->mlp_only_layers + at, sizeof c->mlp_only_layers - at, "%s%lld", at ? "," : "", (long long)l);
+    }
+    return SHARC_OK;
+}
+
 /* bos/eos ids (an integer, a list whose first entry is kept, or null);
  * ids outside the vocabulary are dropped (they name no token). */
 static sharc_status cfg_token_id(const jcfg *j, const char *key, int V, int *out) {
@@ -822,6 +876,7 @@ sharc_status sharc_hf_read_config(const char *dir, sharc_model_config *c) {
         c->qk_norm = fam->qk_norm;
         st = cfg_rope(&j, c);
         if (st == SHARC_OK && fam != &hf_families[HF_LLAMA_ROW]) st = cfg_window(&j, fam, c);
+        if (st == SHARC_OK && fam == &hf_families[HF_QWEN3_MOE_ROW]) st = cfg_layer_list(&j, "mlp_only_layers", c);
     }
     if (st == SHARC_OK) st = cfg_token_id(&j, "bos_token_id", c->vocab_size, &c->bos_token_id);
     if (st == SHARC_OK) st = cfg_token_id(&j, "eos_token_id", c->vocab_size, &c->eos_token_id);
@@ -871,6 +926,13 @@ sharc_status sharc_hf_check_config(const char *dir, const sharc_model_config *ru
                            "model.qkv_bias is %s, model.qk_norm is %s",
                            dir, fam->model_type, hf.qkv_bias ? "yes" : "no", hf.qk_norm ? "yes" : "no",
                            r.qkv_bias ? "true" : "false", r.qk_norm ? "true" : "false");
+    for (int l = 0; l < hf.num_layers; l++)
+        if (sharc_model_layer_is_moe(&hf, l) != sharc_model_layer_is_moe(&r, l))
+            return sharc_error(SHARC_ERR_INVALID,
+                               "hf '%s/config.json': layer %d is %s there (mlp_only_layers [%s]), %s here "
+                               "(model.mlp_only_layers '%s')",
+                               dir, l, sharc_model_layer_is_moe(&hf, l) ? "MoE" : "dense", hf.mlp_only_layers,
+                               sharc_model_layer_is_moe(&r, l) ? "MoE" : "dense", r.mlp_only_layers);
     if (hf.sliding_window != r.sliding_window)
         return sharc_error(SHARC_ERR_INVALID, "hf '%s/config.json': sliding_window is %d, model.sliding_window is %d",
                            dir, hf.sliding_window, r.sliding_window);
@@ -1063,6 +1125,14 @@ static json_object *config_code_value(const sharc_model_config *c, const hf_fami
         return c->sliding_window || mistral ? json_object_new_int(c->sliding_window) : NULL;
     if (!strcmp(key, "use_sliding_window")) return json_object_new_boolean(c->sliding_window > 0);
     if (!strcmp(key, "max_window_layers")) return json_object_new_int(c->sliding_window ? 0 : c->num_layers);
+    if (!strcmp(key, "mlp_only_layers")) { /* the dense layers of an MoE model, in order */
+        json_object *a = json_object_new_array();
+        int step = c->decoder_sparse_step > 0 ? c->decoder_sparse_step : 1;
+        for (int l = 0; l < c->num_layers; l++)
+            if ((l + 1) % step == 0 && !sharc_model_layer_is_moe(c, l))
+                json_object_array_add(a, json_object_new_int(l));
+        return a;
+    }
     return NULL;
 }
 
@@ -1073,6 +1143,7 @@ static char *config_json(const sharc_model_config *cfg, sharc_dtype dtype) {
     (void)sharc_model_config_validate(c); /* head_dim and the other derived values */
     const hf_family *fam = hf_family_for(c);
     if (fam == &hf_families[HF_QWEN2_ROW] && c->head_dim * c->num_heads != c->embed_dim) return NULL;
+    if (fam == &hf_families[HF_QWEN3_MOE_ROW] && (!c->qk_norm || c->qkv_bias)) return NULL;
     json_object *r = json_object_new_object();
     const char *td = dtype == SHARC_DT_BF16 ? "bfloat16" : dtype == SHARC_DT_F16 ? "float16" : "float32";
     json_object *arch = json_object_new_array();
@@ -1257,10 +1328,15 @@ sharc_status sharc_hf_export(sharc_fsdp *e, sharc_comm *world, const sharc_model
         char *js = config_json(cfg, dtype), path[4400];
         snprintf(path, sizeof path, "%s/config.json", tmp);
         st = js ? sharc_write_text_atomic(path, js)
-                : sharc_error(SHARC_ERR_INVALID,
-                              "hf export: a Qwen2 model (q/k/v biases) with head_dim %d != "
-                              "embed_dim / num_heads has no Hugging Face config; set model.head_dim to 0",
-                              cfg->head_dim);
+             : cfg->num_experts > 0
+                 ? sharc_error(SHARC_ERR_INVALID,
+                               "hf export: a model with experts (model.num_experts %d) exports as qwen3_moe, which "
+                               "has q/k norms and no q/k/v biases; set model.qk_norm true and model.qkv_bias false",
+                               cfg->num_experts)
+                 : sharc_error(SHARC_ERR_INVALID,
+                               "hf export: a Qwen2 model (q/k/v biases) with head_dim %d != "
+                               "embed_dim / num_heads has no Hugging Face config; set model.head_dim to 0",
+                               cfg->head_dim);
         free(js);
     }
     /* agree on the set-up (buffers everywhere, the target and temporary

@@ -70,6 +70,7 @@
 #include "sharc/kernels.h"
 #include "sharc/log.h"
 #include "sharc/prof.h"
+#include "moe.h"
 #include "ulysses.h"
 
 #include <math.h>
@@ -145,6 +146,7 @@ struct sharc_model {
     sharc_comm *sp_group;      /* borrowed */
     sharc_ulysses uly;         /* sp > 1 and planned */
     sharc_model_timing timing; /* accumulated forward / backward seconds */
+    sharc_moe *moe;            /* note [moe] in moe.c; NULL without MoE layers */
 };
 
 void sharc_model_timing_get(const sharc_model *m, sharc_model_timing *out) { *out = m->timing; }
@@ -225,21 +227,29 @@ sharc_status sharc_model_config_validate(sharc_model_config *c) {
         return sharc_error(SHARC_ERR_INVALID, "model.rope_theta: %g, expected > 0", (double)c->rope_theta);
     if (!(c->init_std >= 0.0f))
         return sharc_error(SHARC_ERR_INVALID, "model.init_std: %g, expected >= 0", (double)c->init_std);
-    return SHARC_OK;
+    if (c->decoder_sparse_step == 0) c->decoder_sparse_step = 1;
+    return sharc_moe_config_check(c, 6 + (c->qkv_bias ? 3 : 0) + (c->qk_norm ? 2 : 0)); /* note [moe] */
 }
 
-static int64_t block_matmul_params(const sharc_model_config *c) {
+/* Matmul parameters of block l; `active`: an MoE layer's router and the K
+ * experts a token uses (what its FLOPs count), else all E (note [moe]). */
+static int64_t block_matmul_params(const sharc_model_config *c, int l, bool active) {
     int64_t C = c->embed_dim, hd = c->head_dim;
     int64_t qkv = (c->num_heads + 2 * c->num_kv_heads) * hd;
     int64_t F = c->family == SHARC_FAMILY_LLAMA ? 2 * c->ff_hidden_dim : c->ff_hidden_dim;
-    return qkv * C + c->num_heads * hd * C + F * C + c->ff_hidden_dim * C;
+    int64_t attn = qkv * C + c->num_heads * hd * C;
+    if (sharc_model_layer_is_moe(c, l))
+        return attn + c->num_experts * C +
+               (active ? c->num_experts_per_tok : c->num_experts) * 3 * (int64_t)c->moe_intermediate_size * C;
+    return attn + F * C + c->ff_hidden_dim * C;
 }
 
 int64_t sharc_model_num_params(const sharc_model_config *cfg) {
     sharc_model_config full = *cfg, *c = &full;
     if (sharc_model_config_validate(c) != SHARC_OK) return 0;
     int64_t C = c->embed_dim, V = c->vocab_size, L = c->num_layers;
-    int64_t n = V * C + L * block_matmul_params(c);
+    int64_t n = V * C;
+    for (int l = 0; l < L; l++) n += block_matmul_params(c, l, false);
     int64_t hd = c->head_dim, qkv = (c->num_heads + 2 * c->num_kv_heads) * hd;
     if (c->family == SHARC_FAMILY_GPT2)
         n += (int64_t)c->max_seq_len * C + L * (4 * C + qkv + C + c->ff_hidden_dim + C) + 2 * C;
@@ -250,7 +260,8 @@ int64_t sharc_model_num_params(const sharc_model_config *cfg) {
 double sharc_model_flops_per_token(const sharc_model_config *cfg, int T) {
     sharc_model_config full = *cfg, *c = &full;
     if (sharc_model_config_validate(c) != SHARC_OK) return 0.0;
-    double n_matmul = (double)c->num_layers * (double)block_matmul_params(c) + (double)c->vocab_size * c->embed_dim;
+    double n_matmul = (double)c->vocab_size * c->embed_dim;
+    for (int l = 0; l < c->num_layers; l++) n_matmul += (double)block_matmul_params(c, l, true);
     return 6.0 * n_matmul + 12.0 * c->num_layers * (double)c->num_heads * c->head_dim * T;
 }
 
@@ -305,21 +316,25 @@ static void build_units(sharc_model *m) {
             add(u, P("model.layers.%d.self_attn.v_proj.weight"), (int64_t)m->NKV * m->hd, m->C, SHARC_INIT_NORMAL, std);
             add(u, P("model.layers.%d.self_attn.o_proj.weight"), m->C, m->AD, SHARC_INIT_NORMAL, std_res);
             add(u, P("model.layers.%d.post_attention_layernorm.weight"), m->C, 0, SHARC_INIT_ONES, 0);
-            add(u, P("model.layers.%d.mlp.gate_proj.weight"), m->Fa, m->C, SHARC_INIT_NORMAL, std);
-            add(u, P("model.layers.%d.mlp.up_proj.weight"), m->Fa, m->C, SHARC_INIT_NORMAL, std);
-            add(u, P("model.layers.%d.mlp.down_proj.weight"), m->C, m->Fa, SHARC_INIT_NORMAL, std_res);
+            bool moe = sharc_model_layer_is_moe(c, l); /* note [moe]: router and experts after the variants */
+            if (!moe) {
+                add(u, P("model.layers.%d.mlp.gate_proj.weight"), m->Fa, m->C, SHARC_INIT_NORMAL, std);
+                add(u, P("model.layers.%d.mlp.up_proj.weight"), m->Fa, m->C, SHARC_INIT_NORMAL, std);
+                add(u, P("model.layers.%d.mlp.down_proj.weight"), m->C, m->Fa, SHARC_INIT_NORMAL, std_res);
+            }
             /* note [families]: the variants' parameters follow the plain Llama's nine */
             if (c->qkv_bias) {
-                m->bq = u->nparams;
+                m->bq = u->nparams + (moe ? 3 : 0); /* as in a dense block (block_view shifts) */
                 add(u, P("model.layers.%d.self_attn.q_proj.bias"), (int64_t)m->NH * m->hd, 0, SHARC_INIT_ZEROS, 0);
                 add(u, P("model.layers.%d.self_attn.k_proj.bias"), (int64_t)m->NKV * m->hd, 0, SHARC_INIT_ZEROS, 0);
                 add(u, P("model.layers.%d.self_attn.v_proj.bias"), (int64_t)m->NKV * m->hd, 0, SHARC_INIT_ZEROS, 0);
             }
             if (c->qk_norm) {
-                m->qn = u->nparams;
+                m->qn = u->nparams + (moe ? 3 : 0);
                 add(u, P("model.layers.%d.self_attn.q_norm.weight"), m->hd, 0, SHARC_INIT_ONES, 0);
                 add(u, P("model.layers.%d.self_attn.k_norm.weight"), m->hd, 0, SHARC_INIT_ONES, 0);
             }
+            if (moe) sharc_moe_add_params(c, u, l, std, std_res);
         }
 #undef P
     }
@@ -374,6 +389,11 @@ sharc_status sharc_model_init(sharc_model **out, const sharc_model_config *cfg, 
     m->F = c.family == SHARC_FAMILY_LLAMA ? 2 * c.ff_hidden_dim : c.ff_hidden_dim;
     m->V = c.vocab_size;
     build_units(m);
+    sharc_status st = sharc_moe_init(&m->moe, &c, m->dev);
+    if (st != SHARC_OK) {
+        sharc_model_free(m);
+        return st;
+    }
     *out = m;
     return SHARC_OK;
 }
@@ -406,6 +426,7 @@ static void free_plan(sharc_model *m) {
     m->kcache = m->vcache = NULL;
     m->kv_len = 0;
     sharc_ulysses_free(&m->uly);
+    sharc_moe_unplan(m->moe);
     m->x = NULL;
     m->lnf = m->lnf_mean = m->lnf_rstd = m->tmp = m->dres = m->dxmid = m->dtmp = NULL;
     m->dqkv = m->dfc = m->dfca = m->att_ws = m->head_ws = m->rope_cos = m->rope_sin = NULL;
@@ -416,6 +437,7 @@ static void free_plan(sharc_model *m) {
 void sharc_model_free(sharc_model *m) {
     if (!m) return;
     free_plan(m);
+    sharc_moe_free(m->moe);
     free(m->units);
     free(m->order);
     free(m->backward_needs_params);
@@ -450,6 +472,11 @@ sharc_status sharc_model_freeze(sharc_model *m, const char *prefixes, const char
     return sharc_units_freeze(m->units, m->nunits, prefixes, trainable, nfrozen);
 }
 sharc_device *sharc_model_device(const sharc_model *m) { return m->dev; }
+
+void sharc_model_moe_stats(const sharc_model *m, double *aux_loss, int *idle_experts) {
+    if (aux_loss) *aux_loss = sharc_moe_aux_loss(m->moe);
+    if (idle_experts) *idle_experts = sharc_moe_idle_experts(m->moe);
+}
 
 /* ------------------------------------------------------------------ rope */
 
@@ -550,11 +577,12 @@ int64_t sharc_model_activation_bytes(const sharc_model *m, int B, int T, bool ac
     int64_t chunk = HEAD_CHUNK_BYTES / ((int64_t)m->V * (int64_t)sizeof(float));
     if (chunk < 16) chunk = 16;
     if (chunk > N) chunk = N;
-    f += chunk * m->V;                                           /* head_ws */
-    f += 2 * (int64_t)T * (m->hd / 2 > 0 ? m->hd / 2 : 1);       /* rope tables */
-    f += 2 * N * (m->hd / 2 > 0 ? m->hd / 2 : 1);                /* note [packing]: per-token rope rows */
-    f += (int64_t)B * T * m->sp + N;                             /* att_lo, pos_local (int32) */
-    return f * (int64_t)sizeof(float) + (int64_t)sizeof(double); /* + the loss scalar */
+    f += chunk * m->V;                                     /* head_ws */
+    f += 2 * (int64_t)T * (m->hd / 2 > 0 ? m->hd / 2 : 1); /* rope tables */
+    f += 2 * N * (m->hd / 2 > 0 ? m->hd / 2 : 1);          /* note [packing]: per-token rope rows */
+    f += (int64_t)B * T * m->sp + N;                       /* att_lo, pos_local (int32) */
+    return f * (int64_t)sizeof(float) + (int64_t)sizeof(double) +
+           sharc_moe_activation_bytes(m->moe, N, (int)sets); /* + the loss scalar, the experts' (note [moe]) */
 }
 
 sharc_status sharc_model_plan(sharc_model *m, int B, int T, bool activation_checkpointing) {
@@ -632,6 +660,7 @@ sharc_status sharc_model_plan(sharc_model *m, int B, int T, bool activation_chec
     m->att_lo = (int32_t *)act(m, (int64_t)B * T * m->sp, &ok);
     m->pos_local = (int32_t *)act(m, N, &ok);
     m->loss = sharc_device_alloc(m->dev, sizeof(double), SHARC_MEM_ACTIVATIONS);
+    if (ok && m->loss && sharc_moe_plan(m->moe, N, m->nsets) != SHARC_OK) ok = false;
     if (!ok || !m->loss) {
         free_plan(m);
         return sharc_error(SHARC_ERR_NOMEM,
@@ -724,6 +753,9 @@ sharc_status sharc_model_set_positions(sharc_model *m, const int32_t *pos) {
 typedef struct {
     float *ln1w, *ln1b, *wqkv, *bqkv, *wo, *bo, *ln2w, *ln2b, *wfc, *bfc, *wproj, *bproj;
     float *qnw, *knw; /* Qwen3's per-head norms (hd), NULL otherwise */
+    int layer;
+    bool is_moe;        /* note [moe]: the MLP is the layer's experts (wfc, wproj NULL) */
+    sharc_moe_view moe; /* router and experts */
 } block_ptrs;
 
 /* For gradients (`grads`), a frozen parameter's pointer is NULL (and so is
@@ -736,7 +768,8 @@ static block_ptrs block_view(const sharc_model *m, int l, float *base, bool grad
 #define AT(i)  (base && !(grads && p[i].frozen) ? base + p[i].offset : NULL)
 #define AT3(i) (base && !(grads && p[i].frozen && p[i + 1].frozen && p[i + 2].frozen) ? base + p[i].offset : NULL)
 #define AT2(i) (base && !(grads && p[i].frozen && p[i + 1].frozen) ? base + p[i].offset : NULL)
-    block_ptrs b = {0};
+    block_ptrs b = {.layer = l, .is_moe = sharc_model_layer_is_moe(&m->cfg, l)};
+    const int vs = b.is_moe ? -3 : 0; /* an MoE block has no gate, up, down before the variants */
     if (m->cfg.family == SHARC_FAMILY_GPT2) {
         b.ln1w = AT(0);
         b.ln1b = AT(1);
@@ -755,12 +788,16 @@ static block_ptrs block_view(const sharc_model *m, int l, float *base, bool grad
         b.wqkv = AT3(1); /* q, k, v adjacent: one (QKV, C) matrix */
         b.wo = AT(4);
         b.ln2w = AT(5);
-        b.wfc = AT2(6); /* gate, up adjacent: one (2I, C) matrix */
-        b.wproj = AT(8);
-        if (m->bq >= 0) b.bqkv = AT3(m->bq); /* q, k, v biases adjacent: one (QKV) vector */
+        if (b.is_moe) {
+            b.moe = sharc_moe_view_of(m->moe, &m->units[1 + l], base, grads);
+        } else {
+            b.wfc = AT2(6); /* gate, up adjacent: one (2I, C) matrix */
+            b.wproj = AT(8);
+        }
+        if (m->bq >= 0) b.bqkv = AT3(m->bq + vs); /* q, k, v biases adjacent: one (QKV) vector */
         if (m->qn >= 0) {
-            b.qnw = AT(m->qn);
-            b.knw = AT(m->qn + 1);
+            b.qnw = AT(m->qn + vs);
+            b.knw = AT(m->qn + vs + 1);
         }
     }
 #undef AT
@@ -841,6 +878,12 @@ static void block_forward(sharc_model *m, const block_ptrs *w, block_acts *a, co
     SHARC_PROF("fwd.matmul.attproj", k->matmul_forward(s, m->tmp, a->att, w->wo, w->bo, N, m->AD, m->C));
     SHARC_PROF("fwd.residual", k->add(s, a->xmid, x, m->tmp, N * m->C));
     SHARC_PROF("fwd.norm", norm_fwd(m, a->ln2, a->ln2_mean, a->ln2_rstd, a->xmid, w->ln2w, w->ln2b, N));
+    if (w->is_moe) { /* note [moe]: a recompute (y NULL) refills the set too */
+        SHARC_PROF("fwd.moe",
+                   sharc_moe_forward(m->moe, k, s, (int)(a - m->sets), w->layer, &w->moe, m->tmp, a->ln2, N));
+        if (y) SHARC_PROF("fwd.residual", k->add(s, y, a->xmid, m->tmp, N * m->C));
+        return;
+    }
     /* note [tiled-mlp]: chunk by chunk into tmp; a recompute stops at ln2. A
      * tiled plan has no per-set fc buffers, so a forward over fewer rows than
      * planned (logits of a shorter prefix) takes this path too */
@@ -872,8 +915,11 @@ static void block_backward(sharc_model *m, const block_ptrs *w, const block_ptrs
     int64_t N = (int64_t)B * T;
     bool llama = m->cfg.family == SHARC_FAMILY_LLAMA;
     const int32_t *lo = m->masked ? m->att_lo : NULL;
+    if (w->is_moe) /* note [moe] */
+        SHARC_PROF("bwd.moe", sharc_moe_backward(m->moe, k, s, (int)(a - m->sets), w->layer, &w->moe, &g->moe, m->dtmp,
+                                                 dres, a->ln2));
     /* the MLP: at once, or chunk by chunk recomputing each chunk (note [tiled-mlp]) */
-    for (int64_t r0 = 0; r0 < N; r0 += m->tile_rows) {
+    for (int64_t r0 = 0; r0 < N && !w->is_moe; r0 += m->tile_rows) {
         int64_t n = N - r0 < m->tile_rows ? N - r0 : m->tile_rows;
         const float *fc = a->fc, *fca = a->fca;
         if (m->tile_rows < N) {
@@ -1025,6 +1071,7 @@ double sharc_model_forward_backward(sharc_model *m, sharc_fsdp *e, const int32_t
     norm_bwd(m, m->dres, grad_at(m, H, hg, 0), nb ? grad_at(m, H, hg, 1) : NULL, m->dtmp, NULL, xl(m, L), nw,
              m->lnf_mean, m->lnf_rstd, N);
     sharc_fsdp_backward_done(e, H);
+    sharc_moe_backward_begin(m->moe, m->s, loss_scale); /* note [moe]: the auxiliary loss's weight */
 
     for (int l = L - 1; l >= 0; l--) {
         if (1 + l < from) { /* frozen, and so is everything before it: no backward */
@@ -1053,7 +1100,7 @@ double sharc_model_forward_backward(sharc_model *m, sharc_fsdp *e, const int32_t
                    m->k->embedding_backward(m->s, gwte, gwpe, m->dres, inputs, B, T, m->C, m->sp_rank * T));
     }
     sharc_fsdp_backward_done(e, 0);
-    double loss = read_loss(m);
+    double loss = read_loss(m) + sharc_moe_loss_term(m->moe);
     m->timing.backward_s += sharc_clock_now() - t1;
     return loss;
 }
@@ -1169,7 +1216,9 @@ static void block_forward_cached(sharc_model *m, int l, const block_ptrs *w, con
     k->matmul_forward(s, m->tmp, a->att, w->wo, w->bo, n, m->AD, m->C);
     k->add(s, a->xmid, x, m->tmp, (int64_t)n * m->C);
     norm_fwd(m, a->ln2, a->ln2_mean, a->ln2_rstd, a->xmid, w->ln2w, w->ln2b, n);
-    if (a->fc) {
+    if (w->is_moe) { /* note [moe] */
+        sharc_moe_forward(m->moe, k, s, 0, l, &w->moe, m->tmp, a->ln2, n);
+    } else if (a->fc) {
         k->matmul_forward(s, a->fc, a->ln2, w->wfc, w->bfc, n, m->C, m->F);
         if (llama) k->swiglu_forward(s, a->fca, a->fc, n, m->Fa);
         else k->gelu_forward(s, a->fca, a->fc, (int64_t)n * m->Fa);

@@ -82,4 +82,17 @@ void sharc_cpu_fill(sharc_stream *s, float *dst, float value, int64_t n);
 void sharc_cpu_init_normal(sharc_stream *s, float *dst, int64_t n, float std, uint64_t seed, uint64_t stream,
                            uint64_t first);
 
+/* experts.c */
+void sharc_cpu_moe_route_forward(sharc_stream *s, float *probs, int32_t *idx, float *wts, const float *logits,
+                                 int64_t N, int E, int K, bool norm_topk);
+void sharc_cpu_moe_route_backward(sharc_stream *s, float *dlogits, const float *dwts, const float *probs,
+                                  const int32_t *idx, const float *wts, const float *daux, int64_t N, int E, int K,
+                                  bool norm_topk);
+void sharc_cpu_moe_gather(sharc_stream *s, float *y, const float *x, const int32_t *rows, const float *scale, int64_t n,
+                          int C);
+void sharc_cpu_moe_scatter_add(sharc_stream *s, float *y, const float *x, const int32_t *rows, const float *scale,
+                               int64_t n, int C);
+void sharc_cpu_moe_row_dot(sharc_stream *s, float *out, const float *a, const int32_t *rows, const float *b, int64_t n,
+                           int C);
+
 #endif

@@ -1,0 +1,433 @@
+/* moe.c: the Mixture-of-Experts MLP of Qwen3-MoE layers (moe.h): its
+ * parameters in a block unit, the router, the experts, the load-balancing
+ * auxiliary loss, forward and backward. The routing kernels are the device
+ * table's moe_* slots (sharc/kernels.h); the experts are the table's matmul
+ * and SwiGLU kernels on each expert's rows.
+ *
+ * Note [moe]. A MoE layer replaces the block's SwiGLU MLP by (Hugging Face's
+ * Qwen3MoeSparseMoeBlock):
+ *
+ *   logits = x Wr^T (N, E); p = softmax(logits) in fp32; (w, idx) = top-k(p);
+ *   w /= sum(w) when norm_topk_prob;  y_t = sum_j w_tj SwiGLU_{idx_tj}(x_t)
+ *
+ * each expert a SwiGLU MLP of moe_intermediate_size I. Parameters, in HF's
+ * on-disk names, follow the attention's in the block unit: the router
+ * "mlp.gate.weight" (E, C), then per expert "mlp.experts.e.gate_proj",
+ * "up_proj" (adjacent: one (2I, C) matmul) and "down_proj" (C, I); so every
+ * expert of a layer is gathered with its block and the unit's gradient is
+ * reduce-scattered once, whatever the routing (a unit holds at most
+ * SHARC_MAX_UNIT_PARAMS parameters, which bounds E; config_check says so).
+ * Dense layers (mlp_only_layers, decoder_sparse_step) keep the SwiGLU MLP of
+ * intermediate_size.
+ *
+ * Dispatch: the N K (token, slot) assignments are sorted by expert on the
+ * host (a counting sort, stable, so rows stay in token order), each expert
+ * runs its matmuls on its contiguous rows (an expert with no rows computes
+ * nothing) and the outputs are scatter-added into y weighted by w. Backward
+ * mirrors it; w's gradient is dy . (expert output), and flows into the router
+ * through the renormalisation and the softmax; the top-k choice itself is
+ * piecewise constant and has no gradient.
+ *
+ * Auxiliary loss (HF's load_balancing_loss_func, pooled over the M MoE
+ * layers of the model, N tokens each): f_e = (assignments to e) / (M N),
+ * P_e = (sum of p_e) / (M N), aux = E sum_e f_e P_e (= K for a uniform
+ * router). With output_router_logits (false by default, as in HF, where
+ * Qwen3-MoE training adds it only then) the objective is
+ * lm_loss + router_aux_loss_coef * aux: per micro-batch, weighted by its
+ * tokens (N * loss_scale, so one micro-batch on one rank is HF's loss
+ * exactly), its gradient through P only (f counts, as in HF). forward_backward
+ * adds coef * aux * N to its loss sum so the trainer's mean reports it;
+ * evaluation (forward_loss) reports the language-model loss alone. */
+#include "moe.h"
+#include "sharc/log.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    float *probs, *wts, *wsel;  /* (N, E), (N, K), (N K) w sorted by expert */
+    float *xs, *h, *a, *o;      /* (N K, C), (N K, 2I), (N K, I), (N K, C): by expert */
+    int32_t *idx, *perm, *rows; /* (N, K), (N K) slot of each sorted row, (N K) its token */
+    int64_t *offs;              /* host (E + 1): expert e's rows [offs[e], offs[e+1]) */
+} moe_set;
+
+struct sharc_moe {
+    sharc_model_config cfg;
+    sharc_device *dev;
+    int L, E, K, I, C, M; /* M: MoE layers */
+    int64_t *count;       /* host (L, E): assignments per expert in the last forward */
+    double *psum;         /* host (L, E): router probabilities summed over tokens */
+    int64_t n_last;       /* rows of the last forward */
+    float wa;             /* the aux loss's gradient weight this backward (0: none) */
+    /* plan */
+    int64_t N;
+    int nsets;
+    moe_set *sets;
+    float *logits, *dos, *da, *dh, *dxs, *dwsel, *dwts, *dxr, *daux;
+    int32_t *h_idx, *h_perm, *h_rows; /* host scratch */
+    float *h_probs;                   /* host (N, E) */
+    float **views;                    /* (4E) gate_up and down pointers of the two views handed out */
+    int nview;
+};
+
+bool sharc_model_layer_is_moe(const sharc_model_config *c, int l) {
+    if (c->num_experts <= 0) return false;
+    int step = c->decoder_sparse_step > 0 ? c->decoder_sparse_step : 1;
+    if ((l + 1) % step != 0) return false;
+    for (const char *p = c->mlp_only_layers; *p;) {
+        char *end;
+        long v = strtol(p, &end, 10);
+        if (end == p) {
+            p++;
+            continue;
+        }
+        if (v == l) return false;
+        p = end;
+    }
+    return true;
+}
+
+int sharc_moe_num_params(const sharc_model_config *c) { return 1 + 3 * c->num_experts; }
+
+sharc_status sharc_moe_config_check(const sharc_model_config *c, int base_params) {
+    if (c->num_experts < 0)
+        return sharc_error(SHARC_ERR_INVALID, "model.num_experts: %d, expected >= 0 (0: dense MLPs)", c->num_experts);
+    if (c->decoder_sparse_step < 0)
+        return sharc_error(SHARC_ERR_INVALID, "model.decoder_sparse_step: %d, expected >= 1", c->decoder_sparse_step);
+    for (const char *p = c->mlp_only_layers; *p;) { /* a list of layer indices */
+        if (*p == ',' || *p == ' ' || *p == '[' || *p == ']') {
+            p++;
+            continue;
+        }
+        char *end;
+        long v = strtol(p, &end, 10);
+        if (end == p || v < 0 || v >= c->num_layers)
+            return sharc_error(SHARC_ERR_INVALID,
+                               "model.mlp_only_layers: '%s' is not a list of layer indices in [0, %d) (e.g. [1, 3])",
+                               c->mlp_only_layers, c->num_layers);
+        p = end;
+    }
+    if (c->num_experts == 0) return SHARC_OK;
+    if (c->family != SHARC_FAMILY_LLAMA)
+        return sharc_error(SHARC_ERR_INVALID, "model.num_experts: %d, experts are a llama-family option (Qwen3-MoE)",
+                           c->num_experts);
+    if (c->num_experts_per_tok < 1 || c->num_experts_per_tok > c->num_experts)
+        return sharc_error(SHARC_ERR_INVALID, "model.num_experts_per_tok: %d, expected 1 .. model.num_experts (%d)",
+                           c->num_experts_per_tok, c->num_experts);
+    if (c->moe_intermediate_size < 1)
+        return sharc_error(SHARC_ERR_INVALID,
+                           "model.moe_intermediate_size: %d, expected >= 1 with model.num_experts %d",
+                           c->moe_intermediate_size, c->num_experts);
+    if (!(c->router_aux_loss_coef >= 0.0f))
+        return sharc_error(SHARC_ERR_INVALID, "model.router_aux_loss_coef: %g, expected >= 0",
+                           (double)c->router_aux_loss_coef);
+    int n = base_params + sharc_moe_num_params(c);
+    if (n > SHARC_MAX_UNIT_PARAMS)
+        return sharc_error(SHARC_ERR_INVALID,
+                           "model.num_experts: %d experts make %d parameters in a block unit, at most %d (a layer's "
+                           "experts live in its block unit); use at most %d experts",
+                           c->num_experts, n, SHARC_MAX_UNIT_PARAMS, (SHARC_MAX_UNIT_PARAMS - base_params - 1) / 3);
+    return SHARC_OK;
+}
+
+void sharc_moe_add_params(const sharc_model_config *c, sharc_unit_spec *u, int l, float std, float std_res) {
+    char n[SHARC_NAME_MAX];
+    int64_t C = c->embed_dim, I = c->moe_intermediate_size;
+    int64_t router[2] = {c->num_experts, C}, in[2] = {I, C}, out[2] = {C, I};
+    snprintf(n, sizeof n, "model.layers.%d.mlp.gate.weight", l);
+    sharc_unit_add_param(u, n, 2, router, SHARC_INIT_NORMAL, std, true);
+    for (int e = 0; e < c->num_experts; e++) {
+        snprintf(n, sizeof n, "model.layers.%d.mlp.experts.%d.gate_proj.weight", l, e);
+        sharc_unit_add_param(u, n, 2, in, SHARC_INIT_NORMAL, std, true);
+        snprintf(n, sizeof n, "model.layers.%d.mlp.experts.%d.up_proj.weight", l, e);
+        sharc_unit_add_param(u, n, 2, in, SHARC_INIT_NORMAL, std, true);
+        snprintf(n, sizeof n, "model.layers.%d.mlp.experts.%d.down_proj.weight", l, e);
+        sharc_unit_add_param(u, n, 2, out, SHARC_INIT_NORMAL, std_res, true);
+    }
+}
+
+sharc_status sharc_moe_init(sharc_moe **out, const sharc_model_config *c, sharc_device *dev) {
+    *out = NULL;
+    int M = 0;
+    for (int l = 0; l < c->num_layers; l++) M += sharc_model_layer_is_moe(c, l);
+    if (M == 0) return SHARC_OK;
+    const sharc_kernels *k = sharc_device_kernels(dev);
+    if (!k->moe_route_forward || !k->moe_route_backward || !k->moe_gather || !k->moe_scatter_add || !k->moe_row_dot)
+        return sharc_error(SHARC_ERR_UNSUPPORTED,
+                           "model.num_experts: device %s has no Mixture-of-Experts kernels yet; use train.device cpu",
+                           sharc_device_name(dev));
+    sharc_moe *moe = calloc(1, sizeof *moe);
+    if (!moe) return sharc_error(SHARC_ERR_NOMEM, "model: out of memory");
+    moe->cfg = *c;
+    moe->dev = dev;
+    moe->L = c->num_layers;
+    moe->E = c->num_experts;
+    moe->K = c->num_experts_per_tok;
+    moe->I = c->moe_intermediate_size;
+    moe->C = c->embed_dim;
+    moe->M = M;
+    moe->count = calloc((size_t)moe->L * moe->E, sizeof(int64_t));
+    moe->psum = calloc((size_t)moe->L * moe->E, sizeof(double));
+    moe->views = calloc((size_t)4 * moe->E, sizeof(float *));
+    if (!moe->count || !moe->psum || !moe->views) {
+        sharc_moe_free(moe);
+        return sharc_error(SHARC_ERR_NOMEM, "model: out of memory");
+    }
+    *out = moe;
+    return SHARC_OK;
+}
+
+void sharc_moe_unplan(sharc_moe *moe) {
+    if (!moe) return;
+    for (int i = 0; i < moe->nsets; i++) {
+        moe_set *st = &moe->sets[i];
+        void *b[] = {st->probs, st->wts, st->wsel, st->xs, st->h, st->a, st->o, st->idx, st->perm, st->rows};
+        for (size_t j = 0; j < sizeof b / sizeof b[0]; j++) sharc_device_free(moe->dev, b[j]);
+        free(st->offs);
+    }
+    free(moe->sets);
+    moe->sets = NULL;
+    moe->nsets = 0;
+    void *b[] = {moe->logits, moe->dos, moe->da, moe->dh, moe->dxs, moe->dwsel, moe->dwts, moe->dxr, moe->daux};
+    for (size_t j = 0; j < sizeof b / sizeof b[0]; j++) sharc_device_free(moe->dev, b[j]);
+    moe->logits = moe->dos = moe->da = moe->dh = moe->dxs = moe->dwsel = moe->dwts = moe->dxr = moe->daux = NULL;
+    free(moe->h_idx);
+    free(moe->h_perm);
+    free(moe->h_rows);
+    free(moe->h_probs);
+    moe->h_idx = moe->h_perm = moe->h_rows = NULL;
+    moe->h_probs = NULL;
+    moe->N = 0;
+}
+
+void sharc_moe_free(sharc_moe *moe) {
+    if (!moe) return;
+    sharc_moe_unplan(moe);
+    free(moe->count);
+    free(moe->psum);
+    free(moe->views);
+    free(moe);
+}
+
+/* Floats of one set and of the shared buffers (int32 buffers count as floats). */
+static int64_t set_floats(const sharc_moe *m, int64_t N) {
+    int64_t NK = N * m->K;
+    return N * m->E + N * m->K + NK + NK * m->C + NK * 2 * m->I + NK * m->I + NK * m->C + N * m->K + 2 * NK;
+}
+static int64_t shared_floats(const sharc_moe *m, int64_t N) {
+    int64_t NK = N * m->K;
+    return N * m->E + NK * m->C + NK * m->I + NK * 2 * m->I + NK * m->C + 2 * NK + N * m->C + m->E;
+}
+
+int64_t sharc_moe_activation_bytes(const sharc_moe *moe, int64_t N, int nsets) {
+    if (!moe) return 0;
+    return (set_floats(moe, N) * nsets + shared_floats(moe, N)) * (int64_t)sizeof(float);
+}
+
+static void *dalloc(sharc_moe *m, int64_t n, bool *ok) {
+    void *p = sharc_device_alloc(m->dev, (size_t)n * sizeof(float), SHARC_MEM_ACTIVATIONS);
+    if (!p) *ok = false;
+    return p;
+}
+
+sharc_status sharc_moe_plan(sharc_moe *moe, int64_t N, int nsets) {
+    if (!moe) return SHARC_OK;
+    sharc_moe_unplan(moe);
+    int64_t NK = N * moe->K, E = moe->E, C = moe->C, I = moe->I;
+    bool ok = true;
+    moe->sets = calloc((size_t)nsets, sizeof(moe_set));
+    if (!moe->sets) return sharc_error(SHARC_ERR_NOMEM, "model: out of memory");
+    moe->nsets = nsets;
+    moe->N = N;
+    for (int i = 0; i < nsets; i++) {
+        moe_set *st = &moe->sets[i];
+        st->probs = dalloc(moe, N * E, &ok);
+        st->wts = dalloc(moe, N * moe->K, &ok);
+        st->wsel = dalloc(moe, NK, &ok);
+        st->xs = dalloc(moe, NK * C, &ok);
+        st->h = dalloc(moe, NK * 2 * I, &ok);
+        st->a = dalloc(moe, NK * I, &ok);
+        st->o = dalloc(moe, NK * C, &ok);
+        st->idx = dalloc(moe, N * moe->K, &ok);
+        st->perm = dalloc(moe, NK, &ok);
+        st->rows = dalloc(moe, NK, &ok);
+        st->offs = calloc((size_t)E + 1, sizeof(int64_t));
+        if (!st->offs) ok = false;
+    }
+    moe->logits = dalloc(moe, N * E, &ok);
+    moe->dos = dalloc(moe, NK * C, &ok);
+    moe->da = dalloc(moe, NK * I, &ok);
+    moe->dh = dalloc(moe, NK * 2 * I, &ok);
+    moe->dxs = dalloc(moe, NK * C, &ok);
+    moe->dwsel = dalloc(moe, NK, &ok);
+    moe->dwts = dalloc(moe, NK, &ok);
+    moe->dxr = dalloc(moe, N * C, &ok);
+    moe->daux = dalloc(moe, E, &ok);
+    moe->h_idx = malloc(sizeof(int32_t) * (size_t)NK);
+    moe->h_perm = malloc(sizeof(int32_t) * (size_t)NK);
+    moe->h_rows = malloc(sizeof(int32_t) * (size_t)NK);
+    moe->h_probs = malloc(sizeof(float) * (size_t)(N * E));
+    if (!ok || !moe->h_idx || !moe->h_perm || !moe->h_rows || !moe->h_probs) {
+        sharc_moe_unplan(moe);
+        return sharc_error(SHARC_ERR_NOMEM, "model: cannot allocate the experts' activations for %lld tokens",
+                           (long long)N);
+    }
+    return SHARC_OK;
+}
+
+sharc_moe_view sharc_moe_view_of(sharc_moe *moe, const sharc_unit_spec *u, float *base, bool grads) {
+    int E = moe->E, r = -1;
+    for (int i = 0; i < u->nparams && r < 0; i++) {
+        const char *s = strstr(u->params[i].name, ".mlp.gate.weight");
+        if (s && s[strlen(".mlp.gate.weight")] == 0) r = i;
+    }
+    SHARC_CHECK(r >= 0 && r + 3 * E < u->nparams + 1);
+    float **v = moe->views + (size_t)(moe->nview++ % 2) * 2 * E; /* two views (weights, grads) live at once */
+    sharc_moe_view w = {.gate_up = v, .down = v + E};
+    const sharc_param_spec *p = u->params;
+#define AT(i) (base && !(grads && p[i].frozen) ? base + p[i].offset : NULL)
+    w.router = AT(r);
+    for (int e = 0; e < E; e++) {
+        int g = r + 1 + 3 * e;
+        w.gate_up[e] = base && !(grads && p[g].frozen && p[g + 1].frozen) ? base + p[g].offset : NULL;
+        w.down[e] = AT(g + 2);
+    }
+#undef AT
+    return w;
+}
+
+static void copy_or_die(sharc_moe *m, void *dst, const void *src, size_t bytes, sharc_copy_kind kind, sharc_stream *s) {
+    if (sharc_device_copy(m->dev, dst, src, bytes, kind, s) != SHARC_OK || sharc_device_synchronize(s) != SHARC_OK)
+        sharc_fatal(__FILE__, __LINE__, "model: experts' routing copy: %s", sharc_last_error());
+}
+
+void sharc_moe_forward(sharc_moe *moe, const sharc_kernels *k, sharc_stream *s, int set, int l, const sharc_moe_view *w,
+                       float *y, const float *x, int64_t N) {
+    SHARC_CHECK(set >= 0 && set < moe->nsets && N <= moe->N);
+    moe_set *st = &moe->sets[set];
+    const int E = moe->E, K = moe->K, C = moe->C, I = moe->I;
+    const int64_t NK = N * K;
+    k->matmul_forward(s, moe->logits, x, w->router, NULL, N, C, E);
+    k->moe_route_forward(s, st->probs, st->idx, st->wts, moe->logits, N, E, K, moe->cfg.norm_topk_prob);
+    /* the dispatch plan, on the host: a stable counting sort of the slots by expert */
+    copy_or_die(moe, moe->h_idx, st->idx, sizeof(int32_t) * (size_t)NK, SHARC_COPY_DEVICE_TO_HOST, s);
+    int64_t *offs = st->offs;
+    memset(offs, 0, sizeof(int64_t) * (size_t)(E + 1));
+    for (int64_t i = 0; i < NK; i++) {
+        SHARC_CHECK(moe->h_idx[i] >= 0 && moe->h_idx[i] < E);
+        offs[moe->h_idx[i] + 1]++;
+    }
+    for (int e = 0; e < E; e++) {
+        moe->count[(int64_t)l * E + e] = offs[e + 1];
+        offs[e + 1] += offs[e];
+    }
+    int64_t *next = calloc((size_t)E, sizeof(int64_t));
+    SHARC_CHECK(next != NULL);
+    for (int64_t i = 0; i < NK; i++) {
+        int e = moe->h_idx[i];
+        int64_t at = offs[e] + next[e]++;
+        moe->h_perm[at] = (int32_t)i;
+        moe->h_rows[at] = (int32_t)(i / K);
+    }
+    free(next);
+    copy_or_die(moe, st->perm, moe->h_perm, sizeof(int32_t) * (size_t)NK, SHARC_COPY_HOST_TO_DEVICE, s);
+    copy_or_die(moe, st->rows, moe->h_rows, sizeof(int32_t) * (size_t)NK, SHARC_COPY_HOST_TO_DEVICE, s);
+    k->moe_gather(s, st->wsel, st->wts, st->perm, NULL, NK, 1);
+    k->moe_gather(s, st->xs, x, st->rows, NULL, NK, C);
+    for (int e = 0; e < E; e++) {
+        int64_t o0 = offs[e], n = offs[e + 1] - offs[e];
+        if (n == 0) continue; /* an idle expert computes nothing; its parameters were gathered with the block */
+        k->matmul_forward(s, st->h + o0 * 2 * I, st->xs + o0 * C, w->gate_up[e], NULL, n, C, 2 * I);
+        k->swiglu_forward(s, st->a + o0 * I, st->h + o0 * 2 * I, n, I);
+        k->matmul_forward(s, st->o + o0 * C, st->a + o0 * I, w->down[e], NULL, n, I, C);
+    }
+    k->fill(s, y, 0.0f, N * C);
+    k->moe_scatter_add(s, y, st->o, st->rows, st->wsel, NK, C);
+    /* the router's statistics for the auxiliary loss */
+    copy_or_die(moe, moe->h_probs, st->probs, sizeof(float) * (size_t)(N * E), SHARC_COPY_DEVICE_TO_HOST, s);
+    double *ps = moe->psum + (int64_t)l * E;
+    for (int e = 0; e < E; e++) ps[e] = 0.0;
+    for (int64_t t = 0; t < N; t++)
+        for (int e = 0; e < E; e++) ps[e] += moe->h_probs[t * E + e];
+    moe->n_last = N;
+}
+
+/* f_e and P_e pooled over the MoE layers (note [moe]). */
+static void pooled(const sharc_moe *moe, int e, double *f, double *P) {
+    double c = 0.0, p = 0.0, tokens = (double)moe->M * (double)moe->n_last;
+    for (int l = 0; l < moe->L; l++)
+        if (sharc_model_layer_is_moe(&moe->cfg, l)) {
+            c += (double)moe->count[(int64_t)l * moe->E + e];
+            p += moe->psum[(int64_t)l * moe->E + e];
+        }
+    *f = tokens > 0 ? c / tokens : 0.0;
+    *P = tokens > 0 ? p / tokens : 0.0;
+}
+
+double sharc_moe_aux_loss(const sharc_moe *moe) {
+    if (!moe) return 0.0;
+    double aux = 0.0;
+    for (int e = 0; e < moe->E; e++) {
+        double f, P;
+        pooled(moe, e, &f, &P);
+        aux += f * P;
+    }
+    return aux * moe->E;
+}
+
+double sharc_moe_loss_term(const sharc_moe *moe) {
+    if (!moe || !moe->cfg.output_router_logits) return 0.0;
+    return (double)moe->cfg.router_aux_loss_coef * sharc_moe_aux_loss(moe) * (double)moe->n_last;
+}
+
+int sharc_moe_idle_experts(const sharc_moe *moe) {
+    int n = 0;
+    if (!moe) return 0;
+    for (int l = 0; l < moe->L; l++)
+        if (sharc_model_layer_is_moe(&moe->cfg, l))
+            for (int e = 0; e < moe->E; e++) n += moe->count[(int64_t)l * moe->E + e] == 0;
+    return n;
+}
+
+void sharc_moe_backward_begin(sharc_moe *moe, sharc_stream *s, float loss_scale) {
+    if (!moe) return;
+    moe->wa = moe->cfg.output_router_logits ? moe->cfg.router_aux_loss_coef * (float)moe->n_last * loss_scale : 0.0f;
+    if (moe->wa == 0.0f) return;
+    /* d (wa aux) / d p_{l,t,e} = wa E f_e / (M N) */
+    float *h = moe->h_probs; /* E floats of host scratch */
+    for (int e = 0; e < moe->E; e++) {
+        double f, P;
+        pooled(moe, e, &f, &P);
+        h[e] = (float)((double)moe->wa * moe->E * f / ((double)moe->M * (double)moe->n_last));
+    }
+    copy_or_die(moe, moe->daux, h, sizeof(float) * (size_t)moe->E, SHARC_COPY_HOST_TO_DEVICE, s);
+}
+
+void sharc_moe_backward(sharc_moe *moe, const sharc_kernels *k, sharc_stream *s, int set, int l,
+                        const sharc_moe_view *w, const sharc_moe_view *g, float *dx, const float *dy, const float *x) {
+    (void)l;
+    moe_set *st = &moe->sets[set];
+    const int E = moe->E, K = moe->K, C = moe->C, I = moe->I;
+    const int64_t N = moe->n_last, NK = N * K;
+    const int64_t *offs = st->offs;
+    k->moe_gather(s, moe->dos, dy, st->rows, st->wsel, NK, C); /* d(expert output) = w dy */
+    k->moe_row_dot(s, moe->dwsel, dy, st->rows, st->o, NK, C); /* d w = dy . expert output */
+    for (int e = 0; e < E; e++) {
+        int64_t o0 = offs[e], n = offs[e + 1] - offs[e];
+        if (n == 0) continue; /* no rows: a zero gradient, reduce-scattered with the block all the same */
+        k->matmul_backward(s, moe->da + o0 * I, g->down[e], NULL, moe->dos + o0 * C, st->a + o0 * I, w->down[e], n, I,
+                           C);
+        k->swiglu_backward(s, moe->dh + o0 * 2 * I, moe->da + o0 * I, st->h + o0 * 2 * I, n, I);
+        k->matmul_backward(s, moe->dxs + o0 * C, g->gate_up[e], NULL, moe->dh + o0 * 2 * I, st->xs + o0 * C,
+                           w->gate_up[e], n, C, 2 * I);
+    }
+    k->fill(s, dx, 0.0f, N * C);
+    k->moe_scatter_add(s, dx, moe->dxs, st->rows, NULL, NK, C);
+    k->fill(s, moe->dwts, 0.0f, NK);
+    k->moe_scatter_add(s, moe->dwts, moe->dwsel, st->perm, NULL, NK, 1);
+    k->moe_route_backward(s, moe->logits, moe->dwts, st->probs, st->idx, st->wts, moe->wa != 0.0f ? moe->daux : NULL, N,
+                          E, K, moe->cfg.norm_topk_prob);
+    k->matmul_backward(s, moe->dxr, g->router, NULL, moe->logits, x, w->router, N, C, E);
+    k->add(s, dx, dx, moe->dxr, N * C);
+}

@@ -1,0 +1,60 @@
+/* moe.h: the Mixture-of-Experts MLP of a Qwen3-MoE layer (src/model/moe.c),
+ * used by model.c. Internal to src/model/. The math, the unit layout and the
+ * auxiliary loss are note [moe] in moe.c. */
+#ifndef SHARC_MODEL_MOE_H
+#define SHARC_MODEL_MOE_H
+
+#include "sharc/device.h"
+#include "sharc/kernels.h"
+#include "sharc/model.h"
+#include "sharc/status.h"
+#include "sharc/units.h"
+
+#include <stdint.h>
+
+typedef struct sharc_moe sharc_moe;
+
+/* Parameters an MoE layer adds to its block unit after the attention's
+ * (router, then per expert gate, up, down), and the check of the MoE keys;
+ * errors name the key. */
+int sharc_moe_num_params(const sharc_model_config *c);
+sharc_status sharc_moe_config_check(const sharc_model_config *c, int base_params);
+/* Append layer l's router and experts to its block unit u. */
+void sharc_moe_add_params(const sharc_model_config *c, sharc_unit_spec *u, int l, float std, float std_res);
+
+/* NULL (and SHARC_OK) when the config has no MoE layer. */
+sharc_status sharc_moe_init(sharc_moe **out, const sharc_model_config *c, sharc_device *dev);
+void sharc_moe_free(sharc_moe *moe);
+/* Activations for nsets sets of N tokens (the block's sets); bytes without allocating. */
+int64_t sharc_moe_activation_bytes(const sharc_moe *moe, int64_t N, int nsets);
+sharc_status sharc_moe_plan(sharc_moe *moe, int64_t N, int nsets);
+void sharc_moe_unplan(sharc_moe *moe);
+
+/* One MoE layer's weights (or gradients: NULL where frozen or absent),
+ * inside block unit spec u's buffer base from its parameter `first`. */
+typedef struct {
+    float *router;   /* (E, C) */
+    float **gate_up; /* (E) each (2I, C): gate then up */
+    float **down;    /* (E) each (C, I) */
+} sharc_moe_view;
+sharc_moe_view sharc_moe_view_of(sharc_moe *moe, const sharc_unit_spec *u, float *base, bool grads);
+
+/* Forward of layer l over N rows of x (N, C) into y (N, C) (=), keeping set
+ * `set` for backward; the router's statistics of layer l are recorded for the
+ * auxiliary loss. */
+void sharc_moe_forward(sharc_moe *moe, const sharc_kernels *k, sharc_stream *s, int set, int l, const sharc_moe_view *w,
+                       float *y, const float *x, int64_t N);
+/* After a forward over all layers: the auxiliary loss of this micro-batch,
+ * and the term forward_backward adds to its loss sum (note [moe]). */
+double sharc_moe_aux_loss(const sharc_moe *moe);
+double sharc_moe_loss_term(const sharc_moe *moe);
+/* Before the blocks' backward: the auxiliary loss's gradient weight (loss_scale, note [moe]). */
+void sharc_moe_backward_begin(sharc_moe *moe, sharc_stream *s, float loss_scale);
+/* Backward of layer l: dx (N, C) = d loss / d x (=) from dy (N, C), the
+ * weight gradients accumulated (+=) into g. Uses set `set` of the last forward. */
+void sharc_moe_backward(sharc_moe *moe, const sharc_kernels *k, sharc_stream *s, int set, int l,
+                        const sharc_moe_view *w, const sharc_moe_view *g, float *dx, const float *dy, const float *x);
+/* Experts of the last forward that received no token, over all MoE layers. */
+int sharc_moe_idle_experts(const sharc_moe *moe);
+
+#endif
