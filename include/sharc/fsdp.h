@@ -183,7 +183,8 @@ void sharc_fsdp_stats_reset(sharc_fsdp *e);
 int64_t sharc_fsdp_gathered_unit_bytes(const sharc_fsdp *e);
 int sharc_fsdp_gathered_limit(const sharc_fsdp *e);
 /* Bytes of every gathered-parameter and full-gradient buffer the engine
- * holds: the bound of note [gathered-bound] in src/fsdp/plan.c. */
+ * holds, post-forward slices included (note [post-forward]): the bound of
+ * note [gathered-bound] in src/fsdp/plan.c. */
 int64_t sharc_fsdp_gathered_capacity_bytes(const sharc_fsdp *e);
 /* What the engine's memory plan gives this rank in a category (params,
  * grads, gathered, comm, other; shared windows included), which is what it
