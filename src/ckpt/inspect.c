@@ -149,7 +149,7 @@ sharc_status sharc_ckpt_load_params(sharc_fsdp *e, const char *step_dir) {
     return st;
 }
 
-/* Note [inference-source] (src/cli/main.c). */
+/* Note [inference-source] (sharc/source.h). */
 sharc_status sharc_ckpt_find_weights(const char *arg, char *path, size_t n, bool *is_ckpt) {
     struct stat sb;
     *is_ckpt = false;

@@ -16,6 +16,7 @@
 #include "sharc/flight.h"
 #include "sharc/fsdp.h"
 #include "sharc/hf.h"
+#include "sharc/source.h"
 #include "sharc/launch.h"
 #include "sharc/log.h"
 #include "sharc/memplan.h"
@@ -51,17 +52,19 @@ static void usage(FILE *f) {
         "              [--overwrite_output_dir]   (start over in an out_dir that holds another run)\n"
         "              [--stage NAME]   (multi-stage files: run only that stage)\n"
         "  sharc launch -n N [--] sharc train ...   run N ranks under mpirun with the right flags\n"
-        "  sharc generate --checkpoint DIR|FILE [--prompt TEXT] [--tokens N]\n"
+        "  sharc generate --checkpoint DIR|FILE|HF_DIR [--prompt TEXT] [--tokens N]\n"
         "                 [--temperature T] [--top-k K] [--seed S] [--threads K] [--timeout S] [--no-kv-cache]\n"
         "                 [--tokenizer PATH] [--chat]   (default: the run's model.tokenizer; --chat: the prompt\n"
         "                 as one user turn of the chat template)\n"
         "  sharc tokenize [--config FILE] [--section.key=value ...] [--out FILE] [--threads N]\n"
         "                 data.path (text or JSONL) -> tokens with model.tokenizer: llm.c tokens, or a\n"
         "                 sharc SFT file for JSONL with data.output_key / data.apply_chat_template\n"
-        "  sharc eval --checkpoint RUN_DIR|FILE --data.path VAL [--data.format F] [--infer_batch_size N]\n"
+        "  sharc eval --checkpoint RUN_DIR|FILE|HF_DIR --data.path VAL [--data.format F] [--infer_batch_size N]\n"
         "             [--seq_len T] [--eval_batches N] [--threads K] [--timeout S]   validation loss and perplexity\n"
         "  sharc plot RUN/metrics.jsonl ... --out DIR   loss, throughput and memory curves (PNG)\n"
         "  sharc doctor RUN_DIR   a failed run's flight records: the rank that never arrived, where ranks part\n"
+        "  sharc doctor --env     (under the launcher, on the job's hosts) hosts, CPUs, memory, binaries, clocks, "
+        "bandwidth\n"
         "  sharc config [--config FILE.yaml] [--section.key=value ...]   print the resolved config\n"
         "  sharc config --keys                                          list every config key\n"
         "  sharc plan [--config FILE] [--section.key=value ...] --ranks N [--ranks-per-node K]\n"
@@ -515,31 +518,13 @@ static int cmd_config(int argc, char **argv) {
     return 0;
 }
 
-/* Note [inference-source]. What `--checkpoint ARG` of export and generate
- * (and eval) reads: a sharc weights file; a run directory: its
- * model.safetensors, or without one its checkpoints/; a checkpoint directory
- * (its newest step that passes every check, sharc_ckpt_resolve); or a step
- * directory. A checkpoint gives its parameters (not the moments) and the run
- * configuration of its manifest. */
-typedef struct {
-    char path[SHARC_PATH_MAX + 64]; /* the weights file or the step directory read */
-    bool ckpt;                      /* path is a checkpoint step directory */
-} inference_source;
-
-/* Resolve ARG (sharc_ckpt_find_weights) and read its configuration into *c. */
-static sharc_status inference_resolve(const char *arg, inference_source *src, sharc_config *c) {
-    memset(src, 0, sizeof *src);
-    SHARC_TRY(sharc_ckpt_find_weights(arg, src->path, sizeof src->path, &src->ckpt));
-    if (src->ckpt) return sharc_ckpt_read_config(src->path, c);
-    sharc_config_default(c);
-    return sharc_weights_read_config(src->path, c);
-}
-
+/* What `--checkpoint ARG` of export, generate and eval reads: sharc/source.h
+ * (note [inference-source]). */
 /* One process holding the whole model of `c` with the source's weights;
  * plan_B > 0 plans activations for plan_B sequences of the model's context
  * (max_seq_len for GPT-2, train.seq_len for Llama). On failure *m and *e
  * are NULL. */
-static sharc_status inference_load(const inference_source *src, const sharc_config *c, int plan_B, sharc_model **m,
+static sharc_status inference_load(const sharc_source *src, const sharc_config *c, int plan_B, sharc_model **m,
                                    sharc_fsdp **e) {
     sharc_fsdp_config fc;
     sharc_fsdp_config_default(&fc);
@@ -551,7 +536,7 @@ static sharc_status inference_load(const inference_source *src, const sharc_conf
     if (st == SHARC_OK)
         st = sharc_fsdp_init(e, sharc_model_units(*m), sharc_model_num_units(*m), sharc_model_schedule(*m), &fc, NULL,
                              sharc_model_device(*m));
-    if (st == SHARC_OK) st = src->ckpt ? sharc_ckpt_load_params(*e, src->path) : sharc_weights_load(*e, src->path);
+    if (st == SHARC_OK) st = sharc_source_load(src, *e);
     if (st != SHARC_OK) {
         sharc_fsdp_free(*e);
         sharc_model_free(*m);
@@ -563,10 +548,10 @@ static sharc_status inference_load(const inference_source *src, const sharc_conf
 
 /* Both steps: what sharc export, generate and eval call. */
 static sharc_status load_for_inference(const char *arg, int plan_B, sharc_config *c, sharc_model **m, sharc_fsdp **e,
-                                       inference_source *src) {
+                                       sharc_source *src) {
     *m = NULL;
     *e = NULL;
-    SHARC_TRY(inference_resolve(arg, src, c));
+    SHARC_TRY(sharc_source_resolve(arg, src, c));
     return inference_load(src, c, plan_B, m, e);
 }
 
@@ -631,8 +616,8 @@ static int cmd_generate(int argc, char **argv) {
     if (st == SHARC_OK && !ckpt) st = sharc_error(SHARC_ERR_INVALID, "generate: --checkpoint DIR|FILE is required");
     if (st != SHARC_OK) return fail(st);
     sharc_config c;
-    inference_source src;
-    if ((st = inference_resolve(ckpt, &src, &c)) != SHARC_OK) return fail(st);
+    sharc_source src;
+    if ((st = sharc_source_resolve(ckpt, &src, &c)) != SHARC_OK) return fail(st);
     /* the run's tokenizer (model.tokenizer, or model.init_from's), --tokenizer instead */
     if (tok_path) snprintf(c.tokenizer, sizeof c.tokenizer, "%s", tok_path);
     sharc_tokenizer *tok = NULL;
@@ -887,7 +872,7 @@ static int cmd_export(int argc, char **argv) {
     if (st != SHARC_OK) return fail(st);
     if ((st = sharc_watchdog_start(timeout, "--timeout")) != SHARC_OK) return fail(st);
     sharc_config c;
-    inference_source src;
+    sharc_source src;
     sharc_model *m = NULL;
     sharc_fsdp *e = NULL;
     if ((st = load_for_inference(o[0].value, 0, &c, &m, &e, &src)) == SHARC_OK) {
@@ -1095,6 +1080,39 @@ static int run_on_world(int *argc, char ***argv, sharc_status parsed, int timeou
 }
 
 static int train_on_world(const void *plan, sharc_comm *world) { return cmd_train(plan, world); }
+static int doctor_env_on_world(const void *plan, sharc_comm *world) { return sharc_doctor_env(plan, world); }
+
+/* sharc doctor --env [--dir DIR] [--bytes N] [--timeout S] */
+static sharc_status doctor_env_parse(sharc_doctor_env_plan *p, int argc, char **argv) {
+    memset(p, 0, sizeof *p);
+    snprintf(p->dir, sizeof p->dir, ".");
+    p->bytes = 16u << 20;
+    p->timeout = atoi(DEFAULT_TIMEOUT);
+    p->version = SHARC_VERSION;
+    char clip[SHARC_CLIP_BUF];
+    for (int i = 0; i < argc; i++) {
+        const char *o = argv[i];
+        if (i + 1 >= argc || (strcmp(o, "--dir") && strcmp(o, "--bytes") && strcmp(o, "--timeout")))
+            return sharc_error(SHARC_ERR_INVALID,
+                               "doctor --env: unknown or incomplete option '%s' (usage: sharc doctor --env "
+                               "[--dir DIR] [--bytes N] [--timeout SECONDS])",
+                               sharc_clip(clip, o));
+        long long v;
+        const char *a = argv[++i];
+        if (!strcmp(o, "--dir")) {
+            if (strlen(a) >= sizeof p->dir)
+                return sharc_error(SHARC_ERR_INVALID, "doctor --env: --dir '%s' is too long", sharc_clip(clip, a));
+            snprintf(p->dir, sizeof p->dir, "%s", a);
+        } else if (!strcmp(o, "--bytes")) {
+            SHARC_TRY(parse_int("doctor --env", o, a, 4, 1LL << 32, &v));
+            p->bytes = (size_t)v;
+        } else {
+            SHARC_TRY(parse_int("doctor --env", o, a, 0, INT_MAX, &v));
+            p->timeout = (int)v;
+        }
+    }
+    return SHARC_OK;
+}
 static int eval_on_world(const void *plan, sharc_comm *world) { return cmd_eval(plan, world); }
 
 int main(int argc, char **argv) {
@@ -1119,6 +1137,12 @@ int main(int argc, char **argv) {
     }
     if (!strcmp(cmd, "launch")) return cmd_launch(argc - 2, argv + 2);
     if (!strcmp(cmd, "plot")) return cmd_plot(argc - 2, argv + 2);
+    if (!strcmp(cmd, "doctor") && argc >= 3 && !strcmp(argv[2], "--env")) {
+        sharc_doctor_env_plan p;
+        sharc_status st = doctor_env_parse(&p, argc - 3, argv + 3);
+        return run_on_world(&argc, &argv, st, st == SHARC_OK ? p.timeout : atoi(DEFAULT_TIMEOUT), "--timeout",
+                            doctor_env_on_world, &p);
+    }
     if (!strcmp(cmd, "doctor")) return sharc_doctor_main(argc - 2, argv + 2);
     if (!strcmp(cmd, "tokenize")) return cmd_tokenize(argc - 2, argv + 2);
     if (!strcmp(cmd, "generate")) return cmd_generate(argc - 2, argv + 2);

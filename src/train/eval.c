@@ -4,7 +4,7 @@
 #include "sharc/alloc.h"
 #include "sharc/blas.h"
 #include "sharc/mesh.h"
-#include "sharc/ckpt.h"
+#include "sharc/source.h"
 #include "sharc/dataprep.h"
 #include "sharc/weights.h"
 #include "sharc/clock.h"
@@ -68,8 +68,7 @@ static sharc_status agree(sharc_comm *world, sharc_status local) {
 }
 
 sharc_status sharc_eval_checkpoint(const sharc_eval_options *o, sharc_comm *world, sharc_eval_result *out) {
-    char path[SHARC_PATH_MAX + 64];
-    bool is_ckpt = false;
+    sharc_source src;
     const int R = sharc_comm_size(world);
     sharc_config c;
     sharc_config_default(&c);
@@ -79,9 +78,8 @@ sharc_status sharc_eval_checkpoint(const sharc_eval_options *o, sharc_comm *worl
     sharc_mesh mesh;
     bool mesh_ok = false;
     /* local part: nothing here calls a collective */
-    /* a weights file, a run directory, or a checkpoint (note [inference-source]) */
-    sharc_status st = sharc_ckpt_find_weights(o->weights, path, sizeof path, &is_ckpt);
-    if (st == SHARC_OK) st = is_ckpt ? sharc_ckpt_read_config(path, &c) : sharc_weights_read_config(path, &c);
+    /* a Hugging Face directory, a weights file, a run directory, or a checkpoint (sharc/source.h) */
+    sharc_status st = sharc_source_resolve(o->weights, &src, &c);
     int B = o->batch_size > 0 ? o->batch_size : c.train.batch_size;
     int T = o->seq_len > 0 ? o->seq_len : c.train.seq_len;
     if (st == SHARC_OK && c.model.family == SHARC_FAMILY_GPT2 && T > c.model.max_seq_len)
@@ -119,7 +117,7 @@ sharc_status sharc_eval_checkpoint(const sharc_eval_options *o, sharc_comm *worl
     st = sharc_fsdp_init(&e, sharc_model_units(m), sharc_model_num_units(m), sharc_model_schedule(m), &fc, &mesh,
                          sharc_model_device(m));
     if ((st = agree(world, st)) != SHARC_OK) goto done;
-    st = is_ckpt ? sharc_ckpt_load_params(e, path) : sharc_weights_load(e, path);
+    st = sharc_source_load(&src, e);
     if ((st = agree(world, st)) != SHARC_OK) goto done;
     st = sharc_eval_dataset(m, e, world, d, B, T, o->max_batches, out);
     agreed = st == SHARC_OK;
