@@ -651,3 +651,35 @@ TEST(config_defaults_and_agreement_come_from_the_key_table) {
     free(a);
     free(b);
 }
+
+/* fsdp.reshard_after_forward takes FSDP2's int (note [post-forward] in
+ * src/fsdp/plan.c) under its own name and the seeds' strategy_config, and
+ * round-trips through the saved YAML; what no shard group could take is
+ * refused at once, the rest when the shard group is known (test_plan.c). */
+TEST(config_reshard_after_forward_int) {
+    sharc_config c, d;
+    sharc_config_default(&c);
+    ASSERT_OK(sharc_config_load_string(&c, "strategy_args:\n  strategy_config:\n    reshard_after_forward: 2\n", "x"));
+    ASSERT_EQ(c.fsdp.engine.reshard_after_forward, 2);
+    ASSERT_OK(sharc_config_set(&c, "fsdp.reshard_after_forward", "8", "cli"));
+    ASSERT_EQ(c.fsdp.engine.reshard_after_forward, 8);
+    char *yaml = sharc_config_to_yaml(&c);
+    ASSERT_TRUE(yaml != NULL && strstr(yaml, "reshard_after_forward: 8") != NULL);
+    sharc_config_default(&d);
+    ASSERT_OK(sharc_config_load_string(&d, yaml, "roundtrip"));
+    ASSERT_EQ(d.fsdp.engine.reshard_after_forward, 8);
+    free(yaml);
+    ASSERT_OK(sharc_config_set(&c, "fsdp.reshard_after_forward", "True", "cli"));
+    ASSERT_EQ(c.fsdp.engine.reshard_after_forward, 1);
+    ASSERT_OK(sharc_config_set(&c, "fsdp.reshard_after_forward", "false", "cli"));
+    ASSERT_EQ(c.fsdp.engine.reshard_after_forward, 0);
+    const char *bad[] = {"0", "1", "-1", "two", "2.5", ""};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        sharc_config_default(&c);
+        if (sharc_config_set(&c, "fsdp.reshard_after_forward", bad[i], "cli") != SHARC_ERR_INVALID ||
+            !strstr(sharc_last_error(), "expected true, false, auto or a number of ranks N >= 2") ||
+            !strstr(sharc_last_error(), "fsdp.reshard_after_forward"))
+            TEST_FAIL_AT("'%s': %s", bad[i], sharc_last_error());
+        ASSERT_EQ(c.fsdp.engine.reshard_after_forward, -1);
+    }
+}

@@ -127,3 +127,81 @@ TEST(plan_is_what_the_engine_allocates) {
     }
     sharc_model_free(m);
 }
+
+/* Note [post-forward] (src/fsdp/plan.c): an int reshard_after_forward N gives
+ * every unit backward gathers again (not the root, not one whose backward
+ * reads no parameters, not the last in forward order) a slice of numel_padded / N in param_dtype, FULL_SHARD's slots
+ * otherwise, and nothing with parameters in place; N that does not divide
+ * the shard group, or exceeds it, is refused with the arithmetic. */
+TEST(plan_keeps_post_forward_slices) {
+    sharc_unit_spec u[3];
+    specs(u);
+    bool needs[3] = {true, true, true};
+    int order[3] = {0, 1, 2};
+    sharc_unit_schedule sch = {.n = 3, .order = order, .backward_needs_params = needs, .max_live = 1};
+    for (int variant = 0; variant < 5; variant++) {
+        sharc_fsdp_config c, full;
+        sharc_fsdp_config_default(&c);
+        c.reshard_after_forward = 2;
+        if (variant == 1) c.param_dtype = SHARC_DT_BF16;
+        if (variant == 2) c.strategy = SHARC_SHARDING_SHARD_GRAD_OP; /* the int overrides the strategy */
+        needs[1] = variant != 4; /* variant 4: unit 1's backward reads no parameters, no slice */
+        full = c;
+        full.reshard_after_forward = 1;
+        const int S = 4;
+        sharc_fsdp_plan_in in = {
+            .S = S, .shard_rank = 3, .max_live = 1, .params_in_place = variant == 3, .schedule = &sch};
+        sharc_fsdp_plan p, pf;
+        ASSERT_OK(sharc_fsdp_plan_make(&p, u, 3, &c, &in));
+        ASSERT_OK(sharc_fsdp_plan_make(&pf, u, 3, &full, &in));
+        ASSERT_EQ(p.post, 2);
+        int64_t padded1 = sharc_layout_numel_shard(u[1].numel, S) * S;
+        int64_t es = variant == 1 ? 2 : 4;
+        int64_t want = variant >= 3 ? 0 : padded1 / 2 * es; /* unit 0 is the root, unit 2 the last */
+        ASSERT_EQ(p.post_bytes, want);
+        ASSERT_EQ(p.units[0].numel_post, 0);
+        ASSERT_EQ(p.units[1].numel_post, variant >= 3 ? 0 : padded1 / 2);
+        ASSERT_EQ(p.units[2].numel_post, 0);
+        ASSERT_EQ(p.bytes[SHARC_MEM_GATHERED], pf.bytes[SHARC_MEM_GATHERED] + want);
+        ASSERT_EQ(sum_i64(p.param_slot_numel, p.n_param_slots), sum_i64(pf.param_slot_numel, pf.n_param_slots));
+        sharc_fsdp_plan_free(&p);
+        sharc_fsdp_plan_free(&pf);
+    }
+    /* the refusals, each with its arithmetic */
+    const struct {
+        int n, S;
+        const char *msg;
+    } bad[] = {{3, 4, "3 does not divide the shard group of 4 ranks (4 % 3 = 1"},
+               {8, 4, "8 ranks is more than the shard group's 4"},
+               {2, 1, "the shard group has 1 rank"},
+               {4, 6,
+                "4 does not divide the shard group of 6 ranks (6 % 4 = 2, 6 / 4 = 1.50 groups); set it to a "
+                "divisor of 6 greater than 1 (2, 3, 6)"}};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        sharc_fsdp_config c;
+        sharc_fsdp_config_default(&c);
+        c.reshard_after_forward = bad[i].n;
+        int post = -7;
+        ASSERT_EQ(sharc_fsdp_post_forward_size(&c, bad[i].S, &post), SHARC_ERR_INVALID);
+        if (!strstr(sharc_last_error(), bad[i].msg))
+            TEST_FAIL_AT("N %d, S %d: '%s' lacks '%s'", bad[i].n, bad[i].S, sharc_last_error(), bad[i].msg);
+        ASSERT_EQ(post, -7);
+    }
+    /* true, false, auto by strategy, N = S is true */
+    const struct {
+        int v;
+        sharc_sharding s;
+        int want;
+    } ok[] = {{1, SHARC_SHARDING_FULL_SHARD, 4},    {0, SHARC_SHARDING_FULL_SHARD, 1},
+              {-1, SHARC_SHARDING_FULL_SHARD, 4},   {-1, SHARC_SHARDING_SHARD_GRAD_OP, 1},
+              {4, SHARC_SHARDING_SHARD_GRAD_OP, 4}, {2, SHARC_SHARDING_HYBRID_SHARD, 2}};
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+        sharc_fsdp_config c;
+        sharc_fsdp_config_default(&c);
+        c.reshard_after_forward = ok[i].v;
+        c.strategy = ok[i].s;
+        int post = 0;
+        ASSERT_OK(sharc_fsdp_post_forward_size(&c, 4, &post));
+        ASSERT_EQ(post, ok[i].want);
+    }
+}

@@ -56,11 +56,15 @@ typedef enum {
 
 typedef struct {
     sharc_sharding strategy;
-    int reshard_after_forward; /* -1: as the strategy says; 0 or 1 to force */
-    int fsdp_size;             /* HYBRID_SHARD shard-group size */
-    sharc_dtype param_dtype;   /* F32, BF16 or F16: parameters are gathered and computed rounded to it */
-    sharc_dtype reduce_dtype;  /* F32 or BF16: gradients are reduced in it, accumulated in fp32 */
-    bool forward_prefetch;     /* gather the next units while u runs forward */
+    /* -1: as the strategy says; 0 (false) keeps units gathered until backward,
+     * 1 (true) reshards over the whole shard group, N >= 2 keeps each unit
+     * sharded over groups of N contiguous ranks between its forward and its
+     * backward (FSDP2's int, note [post-forward] in src/fsdp/plan.c) */
+    int reshard_after_forward;
+    int fsdp_size;            /* HYBRID_SHARD shard-group size */
+    sharc_dtype param_dtype;  /* F32, BF16 or F16: parameters are gathered and computed rounded to it */
+    sharc_dtype reduce_dtype; /* F32 or BF16: gradients are reduced in it, accumulated in fp32 */
+    bool forward_prefetch;    /* gather the next units while u runs forward */
     sharc_backward_prefetch backward_prefetch;
     int forward_prefetch_depth;  /* units gathered ahead in forward (>= 1; MindSpeed-MM's num_to_forward_prefetch) */
     int backward_prefetch_depth; /* units gathered ahead in backward (>= 1; num_to_backward_prefetch) */
@@ -69,6 +73,12 @@ typedef struct {
 } sharc_fsdp_config;
 
 void sharc_fsdp_config_default(sharc_fsdp_config *c);
+/* Note [post-forward] (src/fsdp/plan.c): over how many ranks a unit stays
+ * sharded between its forward and its backward in a shard group of S ranks:
+ * S (true, FULL_SHARD), 1 (false, SHARD_GRAD_OP: the whole unit), or the N
+ * of fsdp.reshard_after_forward (1 < N <= S, N divides S; N = S is true).
+ * Another N is refused with the arithmetic (SHARC_ERR_INVALID). */
+sharc_status sharc_fsdp_post_forward_size(const sharc_fsdp_config *cfg, int S, int *post);
 const char *sharc_sharding_name(sharc_sharding s);
 
 struct sharc_mesh;
@@ -120,6 +130,10 @@ void sharc_fsdp_shard_write_end(sharc_fsdp *e);
 /* True when the shard group reads each other's parameter shards in place
  * from one shared-memory window, so gathers copy nothing (note [shared-params]). */
 bool sharc_fsdp_params_shared(const sharc_fsdp *e);
+/* The group of N ranks backward gathers over (note [post-forward]), or NULL
+ * when backward gathers over the shard group or not at all; owned by the
+ * engine (its collectives count in its own statistics). */
+struct sharc_comm *sharc_fsdp_post_forward_comm(const sharc_fsdp *e);
 /* The strategies chosen at init for gathering parameters and (in *reduce,
  * may be NULL) reducing gradients, by name ("direct", "shared window",
  * "fp32 all-gather", "16-bit all-gather", ... : src/fsdp/collectives.c). */
@@ -169,7 +183,8 @@ void sharc_fsdp_stats_reset(sharc_fsdp *e);
 int64_t sharc_fsdp_gathered_unit_bytes(const sharc_fsdp *e);
 int sharc_fsdp_gathered_limit(const sharc_fsdp *e);
 /* Bytes of every gathered-parameter and full-gradient buffer the engine
- * holds: the bound of note [gathered-bound] in src/fsdp/plan.c. */
+ * holds, post-forward slices included (note [post-forward]): the bound of
+ * note [gathered-bound] in src/fsdp/plan.c. */
 int64_t sharc_fsdp_gathered_capacity_bytes(const sharc_fsdp *e);
 /* What the engine's memory plan gives this rank in a category (params,
  * grads, gathered, comm, other; shared windows included), which is what it

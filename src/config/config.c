@@ -14,7 +14,7 @@
 #include <strings.h>
 #include <yaml.h>
 
-typedef enum { K_INT, K_INT64, K_U64, K_FLOAT, K_BOOL, K_STR, K_ENUM, K_FLOAT2, K_DTYPE, K_TRI, K_LIMIT } key_type;
+typedef enum { K_INT, K_INT64, K_U64, K_FLOAT, K_BOOL, K_STR, K_ENUM, K_FLOAT2, K_DTYPE, K_RESHARD, K_LIMIT } key_type;
 
 /* A row of the key table: everything about one key. */
 typedef struct {
@@ -184,8 +184,9 @@ static const key_def keys[] = {
      "FULL_SHARD, SHARD_GRAD_OP, NO_SHARD or HYBRID_SHARD"},
     {"fsdp.fsdp_size", K_INT, OFF(fsdp.engine.fsdp_size), 0, 1 << 24, NULL, "0", AGREE,
      "HYBRID_SHARD shard-group size (>= world or <= 1: plain FSDP)"},
-    {"fsdp.reshard_after_forward", K_TRI, OFF(fsdp.engine.reshard_after_forward), 0, 0, NULL, "auto", AGREE,
-     "free gathered parameters after forward (auto: per strategy)"},
+    {"fsdp.reshard_after_forward", K_RESHARD, OFF(fsdp.engine.reshard_after_forward), 2, 1 << 24, NULL, "auto", AGREE,
+     "free gathered parameters after forward: true, false, auto (per strategy) or N, a divisor > 1 of the shard "
+     "group: keep units sharded over N ranks until backward (FSDP2's int)"},
     {"fsdp.param_dtype", K_DTYPE, OFF(fsdp.engine.param_dtype), 0, 0, NULL, "fp32", AGREE,
      "gather and compute parameters in fp32, bf16 or fp16"},
     {"fsdp.reduce_dtype", K_DTYPE, OFF(fsdp.engine.reduce_dtype), 0, 0, NULL, "fp32", AGREE,
@@ -370,11 +371,21 @@ static sharc_status set_key(sharc_config *c, const key_def *k, const char *value
             }
         return bad_value(k, value, origin, "fp32, bf16 or fp16");
     }
-    case K_TRI:
+    case K_RESHARD: /* note [post-forward] in src/fsdp/plan.c; the shard group checks N */
         if (!strcasecmp(value, "auto")) *(int *)dst = -1;
         else if (!strcasecmp(value, "true") || !strcasecmp(value, "yes")) *(int *)dst = 1;
         else if (!strcasecmp(value, "false") || !strcasecmp(value, "no")) *(int *)dst = 0;
-        else return bad_value(k, value, origin, "true, false or auto");
+        else {
+            const char *want = "true, false, auto or a number of ranks N >= 2 that divides the shard group "
+                               "(1 would keep whole units: write false)";
+            char *end;
+            errno = 0;
+            long long n = strtoll(value, &end, 10);
+            while (*end == ' ') end++;
+            if (end == value || *end || errno == ERANGE || n < k->min || n > k->max)
+                return bad_value(k, value, origin, want);
+            *(int *)dst = (int)n;
+        }
         return SHARC_OK;
     case K_LIMIT:
         if (!strcasecmp(value, "true") || !strcasecmp(value, "yes")) *(int *)dst = 2;
@@ -435,7 +446,7 @@ int sharc_config_agreed_values(const sharc_config *c, sharc_config_agreed *out, 
         switch (k->type) {
         case K_INT:
         case K_ENUM:
-        case K_TRI:
+        case K_RESHARD:
         case K_LIMIT: a->value = *(const int *)src; break;
         case K_INT64: a->value = *(const int64_t *)src; break;
         case K_U64: a->value = (int64_t) * (const uint64_t *)src; break;
@@ -1017,9 +1028,10 @@ static void format_value(const sharc_config *c, const key_def *k, char *out, siz
         snprintf(out, n, "%s", dt == SHARC_DT_BF16 ? "bf16" : dt == SHARC_DT_F16 ? "fp16" : "fp32");
         break;
     }
-    case K_TRI: {
+    case K_RESHARD: {
         int v = *(const int *)src;
-        snprintf(out, n, "%s", v < 0 ? "auto" : v ? "true" : "false");
+        if (v > 1) snprintf(out, n, "%d", v);
+        else snprintf(out, n, "%s", v < 0 ? "auto" : v ? "true" : "false");
         break;
     }
     case K_LIMIT: snprintf(out, n, "%d", *(const int *)src); break;

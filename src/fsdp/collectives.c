@@ -11,6 +11,9 @@
  *           fp32 all-gather    into a slot, non-blocking for prefetch
  *           16-bit all-gather  round the shard to param_dtype, gather, widen
  *                              (one process: round into a slot)
+ *           post-forward       backward's gather of a unit resharded over N
+ *                              ranks: all-gather of the kept slices inside the
+ *                              group of N (note [post-forward] in plan.c)
  *   reduce  direct             one process: the model accumulated into the shard
  *           shared window      shm.c: each rank sums its slice of every slot in place
  *           fp32 reduce-scatter, 16-bit reduce-scatter (reduce_dtype), then += into the shard
@@ -66,6 +69,42 @@ static void reduce_16(sharc_fsdp *e, sharc_fsdp_unit *t) {
     e->k->cast(e->stream, e->stage_shard, SHARC_DT_F32, e->stage16_shard, dt, t->numel_shard);
     e->k->accumulate(e->stream, t->grad_shard, e->stage_shard, t->numel_shard);
 }
+
+/* Note [post-forward] (plan.c): slice shard_rank % N of the gathered unit,
+ * in param_dtype (the slot holds values already rounded to it, so the cast
+ * is exact). */
+void sharc_fsdp_coll_keep_post_forward(sharc_fsdp *e, sharc_fsdp_unit *t) {
+    const float *src = t->param_full + (int64_t)(e->shard_rank % e->post) * t->numel_post;
+    if (e->cfg.param_dtype == SHARC_DT_F32) {
+        if (sharc_device_copy(e->dev, t->post_shard, src, (size_t)t->numel_post * sizeof(float),
+                              SHARC_COPY_DEVICE_TO_DEVICE, e->stream) != SHARC_OK)
+            SHARC_FSDP_COMM_FATAL();
+    } else {
+        e->k->cast(e->stream, t->post_shard, e->cfg.param_dtype, src, SHARC_DT_F32, t->numel_post);
+    }
+}
+
+/* The group of N holds the whole unit, rank j of it slice j: an all-gather
+ * inside it rebuilds the padded unit (fp32: non-blocking for prefetch;
+ * 16-bit: through the staging buffer, widened at once as gather_16 does). */
+static void gather_post_forward(sharc_fsdp *e, sharc_fsdp_unit *t, bool blocking) {
+    e->stats.gathers++;
+    size_t n = (size_t)t->numel_post;
+    sharc_dtype dt = e->cfg.param_dtype;
+    sharc_status st;
+    if (dt == SHARC_DT_F32) {
+        st = blocking
+                 ? sharc_comm_all_gather(e->post_comm, t->post_shard, t->param_full, n, dt)
+                 : sharc_comm_iall_gather(e->post_comm, t->post_shard, t->param_full, n, dt, e->stream, &t->pending);
+    } else {
+        st = sharc_comm_all_gather(e->post_comm, t->post_shard, e->stage16_full, n, dt);
+        if (st == SHARC_OK) e->k->cast(e->stream, t->param_full, SHARC_DT_F32, e->stage16_full, dt, t->numel_padded);
+    }
+    if (st != SHARC_OK) SHARC_FSDP_COMM_FATAL();
+}
+
+const sharc_fsdp_gather_i sharc_fsdp_gather_post_forward = {
+    .name = "post-forward all-gather", .slot = true, .start = gather_post_forward};
 
 static const sharc_fsdp_reduce_i reduce_direct_i = {.name = "direct", .slot = false, .reduce = NULL};
 static const sharc_fsdp_reduce_i reduce_f32_i = {.name = "fp32 reduce-scatter", .slot = true, .reduce = reduce_f32};

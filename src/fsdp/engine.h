@@ -24,10 +24,18 @@
  *
  *   parameters  SHARDED --gather/prefetch--> GATHERING --wait--> GATHERED --reshard--> SHARDED
  *               (a gather that completes at once goes SHARDED -> GATHERED)
+ *               GATHERED --forward_done, int reshard_after_forward--> POST_FORWARD
+ *               POST_FORWARD --gather/prefetch (inside the group of N)--> GATHERING or GATHERED
+ *               POST_FORWARD --release / shard_write_begin--> SHARDED   (note [post-forward], plan.c)
  *   gradient    NONE --grad--> OPEN --backward_done--> REDUCING --> NONE
  *                              OPEN --backward_done, no_sync--> HELD --grad--> OPEN
  *                                                               HELD --finish_grads--> REDUCING --> NONE */
-typedef enum { SHARC_PARAMS_SHARDED = 0, SHARC_PARAMS_GATHERING, SHARC_PARAMS_GATHERED } sharc_params_state;
+typedef enum {
+    SHARC_PARAMS_SHARDED = 0,
+    SHARC_PARAMS_GATHERING,
+    SHARC_PARAMS_GATHERED,
+    SHARC_PARAMS_POST_FORWARD /* sharded over the group of N, its slice in post_shard */
+} sharc_params_state;
 typedef enum { SHARC_GRAD_NONE = 0, SHARC_GRAD_OPEN, SHARC_GRAD_REDUCING, SHARC_GRAD_HELD } sharc_grad_state;
 
 typedef struct {
@@ -47,6 +55,8 @@ typedef struct {
     float *param_full;           /* (numel_padded) while GATHERING/GATHERED: a slot, the shard, or the shared window */
     float *grad_full;            /* (numel_padded) while OPEN/HELD: a slot, or the grad shard */
     sharc_comm_request *pending; /* the gather in flight while GATHERING */
+    void *post_shard;            /* (numel_post) in param_dtype: slice shard_rank % N kept after forward, or NULL */
+    int64_t numel_post;          /* numel_padded / N (note [post-forward]), 0: the unit keeps none */
 } sharc_fsdp_unit;
 
 typedef struct {
@@ -92,6 +102,9 @@ struct sharc_fsdp {
     int S, R;                              /* shard and replicate group sizes */
     int shard_rank;
     bool reshard_after_forward;
+    int post;                          /* note [post-forward]: ranks a unit stays sharded over after forward */
+    sharc_comm *post_comm;             /* the group of N contiguous shard ranks (owned), or NULL */
+    void *post_arena;                  /* every unit's post_shard, SHARC_MEM_GATHERED */
     const sharc_fsdp_gather_i *gather; /* the strategies, chosen at init */
     const sharc_fsdp_reduce_i *reduce;
     sharc_fsdp_plan plan;
@@ -144,8 +157,16 @@ void sharc_fsdp_unit_reduce(sharc_fsdp *e, sharc_fsdp_unit *t);
 /* OPEN -> HELD: kept unreduced for the next micro-batch (fsdp.no_sync). */
 void sharc_fsdp_unit_hold(sharc_fsdp_unit *t);
 
+/* GATHERED -> POST_FORWARD (note [post-forward]): keep this rank's slice, the slot goes back. */
+void sharc_fsdp_unit_reshard_post_forward(sharc_fsdp *e, sharc_fsdp_unit *t);
+
 /* collectives.c */
 void sharc_fsdp_coll_choose(sharc_fsdp *e);
+/* note [post-forward]: copy this rank's slice of the gathered unit into its
+ * post-forward shard (no communication), and the gather from those slices
+ * inside the group of N. */
+void sharc_fsdp_coll_keep_post_forward(sharc_fsdp *e, sharc_fsdp_unit *t);
+extern const sharc_fsdp_gather_i sharc_fsdp_gather_post_forward;
 /* The replicate group's all-reduce of every grad shard (HYBRID_SHARD, NO_SHARD). */
 sharc_status sharc_fsdp_coll_all_reduce_replicas(sharc_fsdp *e);
 

@@ -93,15 +93,35 @@ static void init_backward_from(sharc_fsdp *e) {
         }
 }
 
-static sharc_status make_plan(sharc_fsdp *e, const sharc_unit_spec *units) {
+static sharc_status make_plan(sharc_fsdp *e, const sharc_unit_spec *units, const sharc_unit_schedule *schedule) {
     sharc_fsdp_plan_free(&e->plan);
     sharc_fsdp_plan_in in = {.S = e->S,
                              .shard_rank = e->shard_rank,
                              .max_live = e->max_live,
                              .params_in_place = e->pglobal || (e->S == 1 && e->cfg.param_dtype == SHARC_DT_F32),
                              .grads_in_place = e->S == 1,
-                             .grads_shared = e->gshm != NULL};
+                             .grads_shared = e->gshm != NULL,
+                             .schedule = schedule};
     return sharc_fsdp_plan_make(&e->plan, units, e->nunits, &e->cfg, &in);
+}
+
+/* Note [post-forward] (plan.c): the group of N contiguous ranks of the shard
+ * group (a split: collective over it) and each kept slice's buffer, for the
+ * units the plan gave one. */
+static sharc_status init_post_forward(sharc_fsdp *e) {
+    e->post = e->plan.post;
+    if (e->plan.post_bytes == 0) return SHARC_OK;
+    SHARC_TRY(sharc_comm_split(e->shard, e->shard_rank / e->post, e->shard_rank % e->post, &e->post_comm));
+    e->post_arena = sharc_device_alloc(e->dev, (size_t)e->plan.post_bytes, SHARC_MEM_GATHERED);
+    if (!e->post_arena)
+        return sharc_error(SHARC_ERR_NOMEM, "fsdp: cannot allocate the post-forward shards (%lld bytes)",
+                           (long long)e->plan.post_bytes);
+    for (int u = 0; u < e->nunits; u++) {
+        const sharc_fsdp_unit_plan *up = &e->plan.units[u];
+        e->units[u].numel_post = up->numel_post;
+        e->units[u].post_shard = up->numel_post ? (char *)e->post_arena + up->post_off : NULL;
+    }
+    return SHARC_OK;
 }
 
 sharc_status sharc_fsdp_init(sharc_fsdp **out, const sharc_unit_spec *units, int nunits,
@@ -137,11 +157,11 @@ sharc_status sharc_fsdp_init(sharc_fsdp **out, const sharc_unit_spec *units, int
         goto fail;
     }
     if ((st = init_schedule(e, schedule, nunits)) != SHARC_OK) goto fail;
-    if ((st = make_plan(e, units)) != SHARC_OK) goto fail;
+    if ((st = make_plan(e, units, schedule)) != SHARC_OK) goto fail;
     /* collective first (every rank of the group reaches it), local allocations after */
     if (sharc_fsdp_shm_eligible(e)) {
         if ((st = sharc_fsdp_shm_init(e, &e->plan)) != SHARC_OK) goto fail;
-        if (e->pglobal && (st = make_plan(e, units)) != SHARC_OK) goto fail;
+        if (e->pglobal && (st = make_plan(e, units, schedule)) != SHARC_OK) goto fail;
     }
     for (int u = 0; u < nunits; u++) {
         sharc_fsdp_unit *t = &e->units[u];
@@ -166,6 +186,7 @@ sharc_status sharc_fsdp_init(sharc_fsdp **out, const sharc_unit_spec *units, int
         t->nseg = sharc_layout_segments(&t->spec, t->shard_lo, t->shard_lo + t->numel_shard, t->segs);
     }
     init_backward_from(e);
+    if ((st = init_post_forward(e)) != SHARC_OK) goto fail;
     const sharc_fsdp_plan *pl = &e->plan;
     st =
         sharc_fsdp_pool_init(e->dev, &e->gathered, pl->n_param_slots, pl->param_slot_numel, pl->param_slot_owner, NULL);
@@ -207,6 +228,8 @@ void sharc_fsdp_free(sharc_fsdp *e) {
     sharc_fsdp_pool_free(e->dev, &e->gathered);
     sharc_fsdp_pool_free(e->dev, &e->grads);
     sharc_fsdp_shm_free(e);
+    sharc_device_free(e->dev, e->post_arena);
+    sharc_comm_free(e->post_comm);
     sharc_device_free(e->dev, e->stage16_shard);
     sharc_device_free(e->dev, e->stage16_full);
     sharc_device_free(e->dev, e->stage_shard);
@@ -241,7 +264,7 @@ static int next_in_backward(const sharc_fsdp *e, int u) {
 static bool prefetch(sharc_fsdp *e, int u) {
     if (u < 0 || !e->gather->slot) return true;
     sharc_fsdp_unit *t = &e->units[u];
-    if (t->params != SHARC_PARAMS_SHARDED) return true;
+    if (t->params != SHARC_PARAMS_SHARDED && t->params != SHARC_PARAMS_POST_FORWARD) return true;
     return sharc_fsdp_unit_unshard(e, t, true);
 }
 
@@ -269,10 +292,11 @@ static void prefetch_backward(sharc_fsdp *e, int u) {
 const float *sharc_fsdp_gather(sharc_fsdp *e, int u) {
     sharc_fsdp_unit *t = sharc_fsdp_unit_at(e, u);
     sharc_activity_phase(e->in_backward ? "backward" : "forward", u, t->spec.name);
-    if (t->params == SHARC_PARAMS_SHARDED) {
+    if (t->params == SHARC_PARAMS_SHARDED || t->params == SHARC_PARAMS_POST_FORWARD) {
         double t0 = sharc_clock_now();
+        bool slot = e->gather->slot || t->params == SHARC_PARAMS_POST_FORWARD;
         sharc_fsdp_unit_unshard(e, t, false);
-        if (e->gather->slot) e->stats.wait_s += sharc_clock_now() - t0;
+        if (slot) e->stats.wait_s += sharc_clock_now() - t0;
     } else {
         sharc_fsdp_unit_wait(e, t);
     }
@@ -287,13 +311,17 @@ const float *sharc_fsdp_gather(sharc_fsdp *e, int u) {
 void sharc_fsdp_forward_done(sharc_fsdp *e, int u) {
     sharc_fsdp_unit *t = sharc_fsdp_unit_at(e, u);
     sharc_fsdp_unit_expect(t, "forward_done", P(GATHERED), G(NONE) | G(HELD));
-    if (e->reshard_after_forward && !t->spec.root) sharc_fsdp_unit_reshard(e, t);
+    /* note [post-forward]: a unit backward gathers keeps its slice for the group of N */
+    if (e->reshard_after_forward && !t->spec.root) {
+        if (t->post_shard) sharc_fsdp_unit_reshard_post_forward(e, t);
+        else sharc_fsdp_unit_reshard(e, t);
+    }
     if (e->cfg.forward_prefetch) prefetch_forward(e, u);
 }
 
 void sharc_fsdp_release(sharc_fsdp *e, int u) {
     sharc_fsdp_unit *t = sharc_fsdp_unit_at(e, u);
-    sharc_fsdp_unit_expect(t, "release", P(SHARDED) | P(GATHERING) | P(GATHERED), G(NONE) | G(HELD));
+    sharc_fsdp_unit_expect(t, "release", P(SHARDED) | P(GATHERING) | P(GATHERED) | P(POST_FORWARD), G(NONE) | G(HELD));
     sharc_fsdp_unit_reshard(e, t);
 }
 
@@ -328,7 +356,7 @@ void sharc_fsdp_backward_done(sharc_fsdp *e, int u) {
 void sharc_fsdp_zero_grad(sharc_fsdp *e) {
     for (int u = 0; u < e->nunits; u++) {
         sharc_fsdp_unit *t = &e->units[u];
-        sharc_fsdp_unit_expect(t, "zero_grad", P(SHARDED) | P(GATHERING) | P(GATHERED), G(NONE));
+        sharc_fsdp_unit_expect(t, "zero_grad", P(SHARDED) | P(GATHERING) | P(GATHERED) | P(POST_FORWARD), G(NONE));
         if (t->trainable &&
             sharc_device_memset0(e->dev, t->grad_shard, (size_t)t->numel_shard * sizeof(float), e->stream) != SHARC_OK)
             SHARC_FSDP_COMM_FATAL();
@@ -395,6 +423,8 @@ int sharc_fsdp_shard_segments(const sharc_fsdp *e, int u, const sharc_segment **
     *out = t->segs;
     return t->nseg;
 }
+
+sharc_comm *sharc_fsdp_post_forward_comm(const sharc_fsdp *e) { return e->post_comm; }
 
 const char *sharc_fsdp_strategy_names(const sharc_fsdp *e, const char **reduce) {
     if (reduce) *reduce = e->reduce->name;

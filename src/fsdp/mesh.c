@@ -91,6 +91,9 @@ sharc_status sharc_mesh_dims_resolve(const sharc_fsdp_config *cfg, const sharc_m
                                "fsdp.fsdp_size to a multiple of %d",
                                shard_ranks, sp, shard_ranks, sp, (double)shard_ranks / sp, sp);
     }
+    /* note [post-forward] in src/fsdp/plan.c: an int reshard_after_forward divides FSDP's shard group */
+    int post;
+    SHARC_TRY(sharc_fsdp_post_forward_size(cfg, cfg->strategy == SHARC_SHARDING_NO_SHARD ? 1 : shard_ranks, &post));
     d->sp = sp;
     d->tp = tp;
     d->dp_shard = shard_ranks / sp;

@@ -8,8 +8,13 @@
 
 void sharc_fsdp_shard_write_begin(sharc_fsdp *e) {
     if (e->writing++ > 0) return; /* nested: the outermost bracket checks and marks */
-    for (int u = 0; u < e->nunits; u++)
-        sharc_fsdp_unit_expect(&e->units[u], "shard_write_begin", 1u << SHARC_PARAMS_SHARDED, 1u << SHARC_GRAD_NONE);
+    for (int u = 0; u < e->nunits; u++) {
+        sharc_fsdp_unit *t = &e->units[u];
+        sharc_fsdp_unit_expect(t, "shard_write_begin", 1u << SHARC_PARAMS_SHARDED | 1u << SHARC_PARAMS_POST_FORWARD,
+                               1u << SHARC_GRAD_NONE);
+        /* note [post-forward]: a slice kept by a forward-only pass would be stale */
+        sharc_fsdp_unit_reshard(e, t);
+    }
 }
 
 float *sharc_fsdp_shard_write(sharc_fsdp *e, int u) {

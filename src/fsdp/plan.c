@@ -18,12 +18,69 @@
  *   gradients   max_live x max non-root unit + sum of root units (every unit with no_sync)
  * where for gradients (slots and shards) only trainable units count: a unit
  * whose parameters are all frozen has no gradient memory (note
- * [frozen-params] in src/fsdp/units.c). */
+ * [frozen-params] in src/fsdp/units.c).
+ *
+ * Note [post-forward]. fsdp.reshard_after_forward as FSDP2 defines it: false
+ * keeps a unit gathered from its forward to its backward, true reshards it
+ * over the whole shard group of S ranks, and an int N (1 < N <= S, N divides
+ * S) reshards it over groups of N contiguous ranks of the shard group
+ * (FSDP2's post-forward mesh, mesh.view(-1, N); ZeRO++ hpZ): after forward
+ * rank r keeps slice r % N of the gathered unit, numel_padded / N elements in
+ * param_dtype, copied from the slot with no communication, and backward's
+ * gather is an all-gather of those slices inside its group of N (typically
+ * the ranks of one node) instead of the shard group. The forward gather
+ * still spans the shard group. The values are the same bit for bit: the
+ * slices are the gathered parameters. Memory: each unit that backward
+ * gathers again (not a root, its backward reads parameters, not before the
+ * first trainable unit, and not the last unit in forward order, whose
+ * backward follows its forward at once: the fused head) holds numel_padded / N from its forward to its
+ * backward; the plan gives every such unit its own buffer at init
+ * (SHARC_MEM_GATHERED), where FSDP2 allocates them in forward. The parameter
+ * slots are FULL_SHARD's. With parameters in a shared window (note
+ * [shared-params] in shm.c) the group reads the node's copy in place: no
+ * post-forward shard and no bytes, N changes nothing there. N = S is true;
+ * 1 is refused by the configuration (FSDP2 reads it as false: write false),
+ * as is any N that does not divide S, with the arithmetic. */
 #include "plan.h"
 #include "layout.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+static void divisors_above_1(int n, char *out, size_t len) {
+    out[0] = 0;
+    for (int d = 2; d <= n; d++)
+        if (n % d == 0) snprintf(out + strlen(out), len - strlen(out), "%s%d", out[0] ? ", " : "", d);
+}
+
+sharc_status sharc_fsdp_post_forward_size(const sharc_fsdp_config *cfg, int S, int *post) {
+    int v = cfg->reshard_after_forward;
+    if (v < 0) v = cfg->strategy != SHARC_SHARDING_SHARD_GRAD_OP; /* auto: by the strategy */
+    if (v == 0 || v == 1) {
+        *post = v ? S : 1;
+        return SHARC_OK;
+    }
+    char d[256];
+    divisors_above_1(S, d, sizeof d);
+    if (S < 2)
+        return sharc_error(SHARC_ERR_INVALID,
+                           "fsdp.reshard_after_forward: %d ranks, but the shard group has %d rank (NO_SHARD or one "
+                           "process): nothing to reshard; set it to true or false",
+                           v, S);
+    if (v > S)
+        return sharc_error(SHARC_ERR_INVALID,
+                           "fsdp.reshard_after_forward: %d ranks is more than the shard group's %d; set it to a "
+                           "divisor of %d greater than 1 (%s), true or false",
+                           v, S, S, d);
+    if (S % v != 0)
+        return sharc_error(SHARC_ERR_INVALID,
+                           "fsdp.reshard_after_forward: %d does not divide the shard group of %d ranks (%d %% %d = %d, "
+                           "%d / %d = %.2f groups); set it to a divisor of %d greater than 1 (%s), true or false",
+                           v, S, S, v, S % v, S, v, (double)S / v, S, d);
+    *post = v;
+    return SHARC_OK;
+}
 
 void sharc_fsdp_plan_free(sharc_fsdp_plan *p) {
     free(p->units);
@@ -38,6 +95,9 @@ sharc_status sharc_fsdp_plan_make(sharc_fsdp_plan *p, const sharc_unit_spec *uni
                                   const sharc_fsdp_config *cfg, const sharc_fsdp_plan_in *in) {
     memset(p, 0, sizeof *p);
     p->nunits = nunits;
+    int post = 1;
+    SHARC_TRY(sharc_fsdp_post_forward_size(cfg, in->S, &post));
+    p->post = post;
     /* note [prefetch-depth] in fsdp.c: as many slots as units prefetched ahead (at most every unit) */
     int fd = cfg->forward_prefetch ? (cfg->forward_prefetch_depth > 1 ? cfg->forward_prefetch_depth : 1) : 0;
     int bd = cfg->backward_prefetch != SHARC_BACKWARD_PREFETCH_NONE
@@ -75,6 +135,23 @@ sharc_status sharc_fsdp_plan_make(sharc_fsdp_plan *p, const sharc_unit_spec *uni
     }
     bool reshard = cfg->reshard_after_forward >= 0 ? cfg->reshard_after_forward != 0
                                                    : cfg->strategy != SHARC_SHARDING_SHARD_GRAD_OP;
+    /* note [post-forward]: the units backward gathers keep a 1/post slice */
+    if (post > 1 && post < S && !in->params_in_place) {
+        const sharc_unit_schedule *sch = in->schedule;
+        const int64_t es = (int64_t)sharc_dtype_size(cfg->param_dtype);
+        int from = nunits;
+        for (int i = 0; i < nunits && from == nunits; i++)
+            if (sharc_unit_trainable(&units[sch ? sch->order[i] : i])) from = i;
+        /* the last unit in forward order runs its backward at once (the
+         * fused head): it is never resharded between the two */
+        for (int i = from; i < nunits - 1; i++) {
+            int u = sch ? sch->order[i] : i;
+            if (units[u].root || (sch && !sch->backward_needs_params[u])) continue;
+            p->units[u].numel_post = p->units[u].numel_padded / post;
+            p->units[u].post_off = p->post_bytes;
+            p->post_bytes += p->units[u].numel_post * es;
+        }
+    }
     /* parameter slots */
     int k = 0;
     if (!in->params_in_place) {
@@ -126,7 +203,7 @@ sharc_status sharc_fsdp_plan_make(sharc_fsdp_plan *p, const sharc_unit_spec *uni
     for (int i = 0; i < p->n_param_slots; i++) gathered += p->param_slot_numel[i];
     p->bytes[SHARC_MEM_PARAMS] = shards * (int64_t)sizeof(float);
     p->bytes[SHARC_MEM_GRADS] = grad_shards * (int64_t)sizeof(float);
-    p->bytes[SHARC_MEM_GATHERED] = gathered * (int64_t)sizeof(float);
+    p->bytes[SHARC_MEM_GATHERED] = gathered * (int64_t)sizeof(float) + p->post_bytes;
     p->bytes[SHARC_MEM_COMM] = 2 * (p->stage16_shard + p->stage16_full) + (int64_t)sizeof(float) * p->stage_shard;
     p->bytes[SHARC_MEM_OTHER] = (int64_t)sizeof(double); /* the device scalar of the gradient norm */
     return SHARC_OK;
@@ -142,7 +219,8 @@ sharc_status sharc_fsdp_plan_bytes(const sharc_unit_spec *units, int nunits, con
                              .max_live = schedule ? schedule->max_live : 1,
                              .params_in_place = shared || (S == 1 && cfg->param_dtype == SHARC_DT_F32),
                              .grads_in_place = S == 1,
-                             .grads_shared = shared && cfg->reduce_dtype == SHARC_DT_F32};
+                             .grads_shared = shared && cfg->reduce_dtype == SHARC_DT_F32,
+                             .schedule = schedule};
     sharc_fsdp_plan p;
     SHARC_TRY(sharc_fsdp_plan_make(&p, units, nunits, cfg, &in));
     memset(out, 0, sizeof *out);

@@ -16,6 +16,8 @@ typedef struct {
     int64_t numel_padded; /* numel_shard x S: the unit's gathered size */
     int64_t shard_lo;     /* first element of this rank's shard in the unit's padded buffer */
     int64_t global_off;   /* first element of the unit in a buffer of all units back to back */
+    int64_t numel_post;   /* note [post-forward]: elements of the post-forward shard (numel_padded / N), 0: none */
+    int64_t post_off;     /* its first byte in the post-forward arena */
 } sharc_fsdp_unit_plan;
 
 /* What the plan is made for, besides the specs and the configuration. */
@@ -25,12 +27,15 @@ typedef struct {
     bool params_in_place; /* gather needs no slot: S = 1 in fp32, or the shared window (note [shared-params]) */
     bool grads_in_place;  /* S = 1: gradients accumulate into the shard, no slot */
     bool grads_shared;    /* the gradient slots are carved from the shared window, not allocated */
+    const sharc_unit_schedule *schedule; /* which units backward gathers (NULL: every unit, in order) */
 } sharc_fsdp_plan_in;
 
 typedef struct {
     int nunits;
     sharc_fsdp_unit_plan *units; /* (nunits) */
     int64_t total_padded;        /* sum of numel_padded: the shared parameter window */
+    int post;                    /* note [post-forward]: ranks a unit stays sharded over after forward */
+    int64_t post_bytes;          /* the post-forward shards of every unit, in param_dtype (SHARC_MEM_GATHERED) */
     /* slots: capacity (floats) and the unit a slot is reserved for (-1: any) */
     int n_param_slots, n_grad_slots;
     int64_t *param_slot_numel, *grad_slot_numel;
@@ -40,7 +45,8 @@ typedef struct {
     int64_t bytes[SHARC_MEM_NCAT]; /* this rank's allocations per category (shared windows included) */
 } sharc_fsdp_plan;
 
-/* Fill *p (free with sharc_fsdp_plan_free); fails only for lack of memory. */
+/* Fill *p (free with sharc_fsdp_plan_free); fails for lack of memory or a
+ * reshard_after_forward the group size refuses (note [post-forward]). */
 sharc_status sharc_fsdp_plan_make(sharc_fsdp_plan *p, const sharc_unit_spec *units, int nunits,
                                   const sharc_fsdp_config *cfg, const sharc_fsdp_plan_in *in);
 void sharc_fsdp_plan_free(sharc_fsdp_plan *p);

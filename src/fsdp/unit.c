@@ -10,7 +10,7 @@
 #include <stdio.h>
 #include <string.h>
 
-static const char *const params_names[] = {"SHARDED", "GATHERING", "GATHERED"};
+static const char *const params_names[] = {"SHARDED", "GATHERING", "GATHERED", "POST_FORWARD"};
 static const char *const grad_names[] = {"NONE", "OPEN", "REDUCING", "HELD"};
 
 sharc_fsdp_unit *sharc_fsdp_unit_at(const sharc_fsdp *e, int u) {
@@ -28,7 +28,7 @@ static void names_of(char *out, size_t len, unsigned mask, const char *const *na
 void sharc_fsdp_unit_expect(const sharc_fsdp_unit *t, const char *verb, unsigned params_ok, unsigned grad_ok) {
     char want[64];
     if (!(params_ok & (1u << t->params))) {
-        names_of(want, sizeof want, params_ok, params_names, 3);
+        names_of(want, sizeof want, params_ok, params_names, 4);
         sharc_fatal(__FILE__, __LINE__, "fsdp: %s(unit %d '%s'): its parameters are %s, expected %s", verb, t->index,
                     t->spec.name, params_names[t->params], want);
     }
@@ -64,17 +64,19 @@ static void poll_pending(void *ctx) {
 }
 
 bool sharc_fsdp_unit_unshard(sharc_fsdp *e, sharc_fsdp_unit *t, bool ahead) {
-    sharc_fsdp_unit_expect(t, ahead ? "prefetch" : "gather", P(SHARDED), G(NONE) | G(OPEN) | G(HELD));
+    sharc_fsdp_unit_expect(t, ahead ? "prefetch" : "gather", P(SHARDED) | P(POST_FORWARD), G(NONE) | G(OPEN) | G(HELD));
     if (e->writing)
         sharc_fatal(__FILE__, __LINE__,
                     "fsdp: gather(unit %d '%s') while shards are being written (sharc_fsdp_shard_write_begin "
                     "without sharc_fsdp_shard_write_end)",
                     t->index, t->spec.name);
-    if (e->gather->slot) {
+    /* note [post-forward]: from the slices kept after forward, inside the group of N */
+    const sharc_fsdp_gather_i *g = t->params == SHARC_PARAMS_POST_FORWARD ? &sharc_fsdp_gather_post_forward : e->gather;
+    if (g->slot) {
         t->param_full = sharc_fsdp_pool_get(&e->gathered, t->index, t->numel_padded, !ahead);
         if (!t->param_full) return false; /* limit_all_gathers reached: gather on demand instead */
     }
-    e->gather->start(e, t, !ahead);
+    g->start(e, t, !ahead);
     t->params = t->pending ? SHARC_PARAMS_GATHERING : SHARC_PARAMS_GATHERED;
     if (t->pending && e->npending++ == 0) sharc_progress_set(poll_pending, e);
     return true;
@@ -93,10 +95,22 @@ void sharc_fsdp_unit_wait(sharc_fsdp *e, sharc_fsdp_unit *t) {
 
 void sharc_fsdp_unit_reshard(sharc_fsdp *e, sharc_fsdp_unit *t) {
     if (t->params == SHARC_PARAMS_SHARDED) return;
+    if (t->params == SHARC_PARAMS_POST_FORWARD) { /* the slice is dropped (its buffer is the unit's own) */
+        t->params = SHARC_PARAMS_SHARDED;
+        return;
+    }
     sharc_fsdp_unit_wait(e, t); /* a prefetch still in flight writes into the slot */
     if (e->gather->slot) sharc_fsdp_pool_put(&e->gathered, t->param_full);
     t->param_full = NULL;
     t->params = SHARC_PARAMS_SHARDED;
+}
+
+void sharc_fsdp_unit_reshard_post_forward(sharc_fsdp *e, sharc_fsdp_unit *t) {
+    sharc_fsdp_unit_expect(t, "reshard_post_forward", P(GATHERED), G(NONE) | G(HELD));
+    SHARC_CHECK(t->post_shard != NULL);
+    sharc_fsdp_coll_keep_post_forward(e, t);
+    sharc_fsdp_unit_reshard(e, t);
+    t->params = SHARC_PARAMS_POST_FORWARD;
 }
 
 float *sharc_fsdp_unit_grad_open(sharc_fsdp *e, sharc_fsdp_unit *t) {

@@ -7,8 +7,10 @@
  * those same functions with the run's numbers instead of allocating:
  *
  *   params, grads, gathered, comm  sharc_fsdp_plan_bytes (the engine's plan.c:
- *                                  shards, slots, 16-bit staging; frozen units
- *                                  have no gradient memory)
+ *                                  shards, slots, 16-bit staging, the slices an
+ *                                  int reshard_after_forward keeps, note
+ *                                  [post-forward]; frozen units have no
+ *                                  gradient memory)
  *   optim                          2 moments x 4 bytes x the trainable units' shards
  *   activations                    sharc_model_activation_bytes (model.c's plan:
  *                                  B x T, checkpointing on/off, the tiled MLP,
@@ -112,6 +114,12 @@ void sharc_memplan_print(FILE *f, const sharc_memplan *p, const sharc_config *cf
                             : ", groups across nodes",
             cfg->train.batch_size, cfg->train.seq_len, cfg->fsdp.activation_checkpointing ? "on" : "off", p->threads,
             p->threads > 1 ? "s" : "");
+    /* note [post-forward] in src/fsdp/plan.c: the kept slices are gathered memory */
+    int post = 1;
+    if (sharc_fsdp_post_forward_size(&cfg->fsdp.engine, p->dp_shard, &post) == SHARC_OK && post > 1 &&
+        post < p->dp_shard)
+        fprintf(f, "  reshard_after_forward %d: each block keeps 1/%d of its parameters from forward to backward%s\n",
+                post, post, p->shared ? " (none: the node's shared copy is read in place)" : " (in gathered)");
     if (measured) fprintf(f, "  %-12s %12s %12s %8s\n", "category", "plan GiB", "peak GiB", "peak/plan");
     else fprintf(f, "  %-12s %12s\n", "category", "plan GiB");
     int64_t mt = 0;

@@ -154,9 +154,10 @@ static sharc_status agree(sharc_comm *world, sharc_status local) {
 /* Forget the collectives counted so far on every group (telemetry's own
  * all-gathers and evaluation are not part of a step's traffic). */
 static void reset_comm_stats(sharc_trainer *t) {
-    sharc_comm *groups[4] = {t->world, t->mesh_ok ? t->mesh.shard : NULL, t->mesh_ok ? t->mesh.replicate : NULL,
-                             t->mesh_ok ? t->mesh.sp_group : NULL};
-    for (int g = 0; g < 4; g++)
+    sharc_comm *groups[5] = {t->world, t->mesh_ok ? t->mesh.shard : NULL, t->mesh_ok ? t->mesh.replicate : NULL,
+                             t->mesh_ok ? t->mesh.sp_group : NULL,
+                             t->engine ? sharc_fsdp_post_forward_comm(t->engine) : NULL};
+    for (int g = 0; g < 5; g++)
         if (groups[g]) sharc_comm_stats_reset(groups[g]);
 }
 
@@ -385,8 +386,10 @@ sharc_status sharc_trainer_resume(sharc_trainer *t, sharc_ckpt *ck, const char *
 
 static void comm_totals(sharc_trainer *t, sharc_comm_stats *sum) {
     memset(sum, 0, sizeof *sum);
-    sharc_comm *groups[4] = {t->world, t->mesh.shard, t->mesh.replicate, t->mesh.sp_group};
-    for (int g = 0; g < 4; g++) {
+    /* note [post-forward]: backward's all-gathers inside the group of N are the engine's own group */
+    sharc_comm *groups[5] = {t->world, t->mesh.shard, t->mesh.replicate, t->mesh.sp_group,
+                             t->engine ? sharc_fsdp_post_forward_comm(t->engine) : NULL};
+    for (int g = 0; g < 5; g++) {
         if (!groups[g]) continue;
         sharc_comm_stats s;
         sharc_comm_stats_get(groups[g], &s);

@@ -11,3 +11,5 @@ for n in 2 3 4; do
 done
 mpi 4 "$SHARC_BIN/mpi_tests" memory text.txt fsdp.forward_prefetch=true | grep -E '^model state'
 mpi 4 "$SHARC_BIN/mpi_tests" memory text.txt model.family=llama model.tie_embeddings=false | grep -E '^model state'
+# note [post-forward]: an int reshard_after_forward adds padded / N per block (MPI path)
+SHARC_COMM_SHM=0 mpi 4 "$SHARC_BIN/mpi_tests" memory text.txt fsdp.reshard_after_forward=2 fsdp.param_dtype=bf16 | grep -E '^model state'

@@ -33,6 +33,7 @@ check 2 fsdp.apply_tiled_mlp=true fsdp.tiled_num_shards=3
 check 3 $L fsdp.apply_tiled_mlp=true fsdp.tiled_num_shards=5
 SHARC_COMM_SHM=0 check 3 model.num_layers=4 fsdp.forward_prefetch=true fsdp.num_to_forward_prefetch=3 fsdp.num_to_backward_prefetch=2
 SHARC_COMM_SHM=0 check 4 $L fsdp.reduce_dtype=bf16
+SHARC_COMM_SHM=0 check 4 fsdp.reshard_after_forward=2
 
 S="$SHARC_BIN/sharc"
 for cfg in llama-7b llama-70b; do

@@ -44,6 +44,8 @@ for fam in gpt2 llama; do
   check 3 $m fsdp.forward_prefetch=true fsdp.backward_prefetch=BACKWARD_POST
   check 3 $m fsdp.backward_prefetch=NONE fsdp.limit_all_gathers=1
   check 2 $m fsdp.reshard_after_forward=false
+  # FSDP2's int (note [post-forward]): backward gathers inside groups of 2 (MPI path)
+  SHARC_COMM_SHM=0 check 4 $m fsdp.reshard_after_forward=2 train.grad_accum=2 fsdp.activation_checkpointing=true
   # private shards and MPI all-gathers instead of parameters shared in place
   # (note [shared-params] in src/fsdp/shm.c; SHARC_COMM_SHM=0 also turns off
   # the shared-memory reduce-scatter)

@@ -38,6 +38,11 @@
  *                                       against depth 1 on the same ranks: the same
  *                                       losses and parameters bit for bit, more units
  *                                       in flight, gathered memory as planned
+ *   mpi_tests reshard DATA N KEY=VALUE ...  fsdp.reshard_after_forward N against true on
+ *                                       the same ranks (note [post-forward]): losses and
+ *                                       parameters bit for bit, all-gather bytes per step
+ *                                       by the formula (backward inside groups of N),
+ *                                       the post-forward slices allocated as planned
  *   mpi_tests wide                      one shard group of all ranks (run at 65): the
  *                                       engine's shared-window reduction sums every rank
  *
@@ -425,6 +430,7 @@ static void test_parity(int argc, char **argv) {
     /* the reference: one process, the same global batch (grad_accum x data
      * streams micro-batches; mesh.sp ranks share a stream) */
     cref = c;
+    if (cref.fsdp.engine.reshard_after_forward > 1) cref.fsdp.engine.reshard_after_forward = 1; /* one process */
     cref.train.grad_accum = c.train.grad_accum * R / c.mesh.sp;
     cref.mesh.sp = 1;
     /* REF_SPLIT=B: the reference takes the same global batch as micro-batches of
@@ -627,7 +633,9 @@ static void test_memory(int argc, char **argv) {
     apply_args(&c, argc - 1, argv + 1);
     int64_t before = model_state();
     sharc_trainer *one;
-    ASSERT_OK(sharc_trainer_init(&one, &c, NULL));
+    sharc_config c1 = c;
+    if (c1.fsdp.engine.reshard_after_forward > 1) c1.fsdp.engine.reshard_after_forward = 1; /* one process */
+    ASSERT_OK(sharc_trainer_init(&one, &c1, NULL));
     int64_t one_bytes = model_state() - before;
     sharc_trainer_free(one);
     before = model_state();
@@ -658,6 +666,12 @@ static void test_memory(int argc, char **argv) {
     int prefetch = c.fsdp.engine.forward_prefetch || c.fsdp.engine.backward_prefetch != SHARC_BACKWARD_PREFETCH_NONE;
     /* note [shared-params]: a node-local fp32 group reads the parameters in place, no slots */
     int64_t param_slots = sharc_fsdp_params_shared(e) ? 0 : (1 + prefetch) * max_plain + roots;
+    /* note [post-forward]: with reshard_after_forward N every block (not the
+     * embedding, not the head) keeps padded / N in param_dtype */
+    int N = c.fsdp.engine.reshard_after_forward;
+    if (N > 1 && N < R && !sharc_fsdp_params_shared(e))
+        for (int u = 1; u < units - 1; u++)
+            param_slots += sharc_fsdp_shard_numel(e, u) * R / N * (int64_t)sharc_dtype_size(c.fsdp.engine.param_dtype);
     int64_t formula = R > 1 ? param_slots + max_plain + roots : 0;
     if (gathered_bound != formula)
         TEST_FAIL_AT("gathered capacity %lld bytes, formula %lld", (long long)gathered_bound, (long long)formula);
@@ -830,6 +844,10 @@ static void test_memplan(int argc, char **argv) {
         for (int ac = 0; ac < 2; ac++) {
             if (si == 3 && (R < 4 || R % 2)) continue;
             sharc_config c;
+            /* an int reshard_after_forward needs a shard group (note [post-forward]) */
+            bool int_reshard = false;
+            for (int i = 1; i < argc; i++) int_reshard |= !strncmp(argv[i], "fsdp.reshard_after_forward=", 27);
+            if (si == 2 && int_reshard) continue;
             base_config(&c, argv[0]);
             c.train.max_steps = 2;
             ASSERT_OK(sharc_config_set(&c, "fsdp.sharding_strategy", strategies[si], "test"));
@@ -930,6 +948,88 @@ static void test_prefetch(int argc, char **argv) {
                "slots lent at once (depth 1: %lld, limit %d)\n",
                depth, sharc_comm_size(world), gather, (long long)peakd, (long long)peak1,
                sharc_fsdp_gathered_limit(eb));
+    sharc_trainer_free(a);
+    sharc_trainer_free(b);
+}
+
+/* --------------------------------------------------------------- reshard */
+
+/* Note [post-forward] (src/fsdp/plan.c): reshard_after_forward N against true
+ * on the same ranks. Backward's gather rebuilds each block from the slices
+ * kept after forward, which are the gathered parameters, so 4 steps give the
+ * same losses, norms and parameters bit for bit. Per step and rank the
+ * all-gathers hand in (src/comm/comm.c counts the send buffer), with es the
+ * bytes of param_dtype and shard_u a unit's padded shard:
+ *     forward    sum over every unit of shard_u x es          (shard group of S)
+ *     backward   sum over the blocks of shard_u x S / N x es  (group of N; true: shard_u x es)
+ * per micro-batch; with parameters in a shared window nothing is gathered and
+ * N changes nothing. The post-forward slices are allocated at init, exactly
+ * padded / N x es per block on top of true's plan. */
+static void test_reshard(int argc, char **argv) {
+    ASSERT_TRUE(argc >= 2);
+    const int N = atoi(argv[1]), R = sharc_comm_size(world);
+    sharc_config ct, cn;
+    base_config(&ct, argv[0]);
+    ct.train.max_steps = 4;
+    apply_args(&ct, argc - 2, argv + 2);
+    ct.fsdp.engine.reshard_after_forward = 1;
+    cn = ct;
+    ASSERT_OK(sharc_config_set(&cn, "fsdp.reshard_after_forward", argv[1], "test"));
+    ASSERT_EQ(cn.fsdp.engine.reshard_after_forward, N);
+    sharc_trainer *a, *b;
+    ASSERT_OK(sharc_trainer_init(&a, &ct, world));
+    sharc_mem_stats m0, m1;
+    sharc_mem_get(&m0);
+    ASSERT_OK(sharc_trainer_init(&b, &cn, world));
+    sharc_mem_get(&m1);
+    sharc_fsdp *ea = sharc_trainer_engine(a), *eb = sharc_trainer_engine(b);
+    const int S = sharc_trainer_mesh(b)->dp_shard, units = sharc_fsdp_num_units(eb);
+    const bool shared = sharc_fsdp_params_shared(eb);
+    const int64_t es = (int64_t)sharc_dtype_size(cn.fsdp.engine.param_dtype);
+    /* the formula */
+    int64_t fwd = 0, bwd_true = 0, bwd_n = 0, post = 0;
+    for (int u = 0; u < units; u++) {
+        int64_t shard = sharc_fsdp_shard_numel(eb, u);
+        fwd += shard * es;
+        if (u == 0 || u == units - 1) continue; /* the embedding (root or no backward gather) and the head */
+        bwd_true += shard * es;
+        bwd_n += shard * S / N * es;
+        post += shard * S / N * es;
+    }
+    const int64_t micro = cn.train.grad_accum;
+    int64_t want_true = shared ? 0 : micro * (fwd + bwd_true), want_n = shared ? 0 : micro * (fwd + bwd_n);
+    if (shared || N == S) post = 0; /* N = S is true */
+    int64_t extra = sharc_fsdp_planned_bytes(eb, SHARC_MEM_GATHERED) - sharc_fsdp_planned_bytes(ea, SHARC_MEM_GATHERED);
+    if (extra != post || m1.current[SHARC_MEM_GATHERED] - m0.current[SHARC_MEM_GATHERED] !=
+                             sharc_fsdp_planned_bytes(eb, SHARC_MEM_GATHERED))
+        TEST_FAIL_AT("post-forward slices: plan adds %lld bytes, formula %lld; allocated %lld, planned %lld",
+                     (long long)extra, (long long)post,
+                     (long long)(m1.current[SHARC_MEM_GATHERED] - m0.current[SHARC_MEM_GATHERED]),
+                     (long long)sharc_fsdp_planned_bytes(eb, SHARC_MEM_GATHERED));
+    sharc_comm *pc = sharc_fsdp_post_forward_comm(eb);
+    ASSERT_TRUE(shared || N == S ? pc == NULL : pc != NULL && sharc_comm_size(pc) == N);
+    for (int s = 0; s < 4; s++) {
+        sharc_step_stats x, y;
+        ASSERT_OK(sharc_trainer_step(a, &x));
+        ASSERT_OK(sharc_trainer_step(b, &y));
+        if (memcmp(&x.loss, &y.loss, sizeof x.loss) != 0 || memcmp(&x.grad_norm, &y.grad_norm, sizeof x.grad_norm))
+            TEST_FAIL_AT("step %d: loss %.17g / norm %.17g with reshard_after_forward %d, %.17g / %.17g with true",
+                         s + 1, y.loss, y.grad_norm, N, x.loss, x.grad_norm);
+        int64_t got_t = x.comm.bytes[SHARC_COLL_ALL_GATHER], got_n = y.comm.bytes[SHARC_COLL_ALL_GATHER];
+        if (got_t != want_true || got_n != want_n)
+            TEST_FAIL_AT("step %d: all-gather bytes %lld (true) and %lld (N = %d), formula %lld and %lld", s + 1,
+                         (long long)got_t, (long long)got_n, N, (long long)want_true, (long long)want_n);
+        ASSERT_EQ(x.comm.bytes[SHARC_COLL_REDUCE_SCATTER], y.comm.bytes[SHARC_COLL_REDUCE_SCATTER]);
+    }
+    for (int u = 0; u < units; u++)
+        if (memcmp(sharc_fsdp_shard_params(ea, u), sharc_fsdp_shard_params(eb, u),
+                   sizeof(float) * (size_t)sharc_fsdp_shard_numel(ea, u)) != 0)
+            TEST_FAIL_AT("unit %d's parameters differ after 4 steps with reshard_after_forward %d", u, N);
+    if (sharc_comm_rank(world) == 0)
+        printf("reshard_after_forward %d at %d ranks (%s): losses and parameters bit-identical to true; all-gather "
+               "%lld bytes per step and rank (true: %lld), backward's inside groups of %d; +%lld bytes of post-forward "
+               "slices\n",
+               N, R, sharc_fsdp_strategy_names(eb, NULL), (long long)want_n, (long long)want_true, N, (long long)post);
     sharc_trainer_free(a);
     sharc_trainer_free(b);
 }
@@ -1295,6 +1395,7 @@ int main(int argc, char **argv) {
         test_comm();
         test_comm_shm_vs_mpi();
     } else if (!strcmp(what, "parity")) test_parity(argc - 2, argv + 2);
+    else if (!strcmp(what, "reshard")) test_reshard(argc - 2, argv + 2);
     else if (!strcmp(what, "memory")) test_memory(argc - 2, argv + 2);
     else if (!strcmp(what, "gather")) test_gather(argc - 2, argv + 2);
     else if (!strcmp(what, "mismatch")) test_mismatch(argc - 2, argv + 2);
