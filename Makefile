@@ -39,7 +39,7 @@ LIB_SRC := $(wildcard src/core/*.c src/device/*.c src/device/cpu/*.c src/model/*
                       src/io/*.c src/config/*.c src/train/*.c src/comm/*.c \
                       src/ckpt/*.c)
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o) $(CUDA_OBJ)
-CLI_OBJ := $(BUILD)/src/cli/main.o $(BUILD)/src/cli/doctor.o
+CLI_OBJ := $(BUILD)/src/cli/main.o $(BUILD)/src/cli/doctor.o $(BUILD)/src/cli/doctor_env.o
 TEST_SRC := $(wildcard tests/*.c)
 TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/%.o)
 BENCH_SRC := $(wildcard bench/*.c)

@@ -28,6 +28,12 @@
 
 HOSTS_SCRIPTS=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 HOSTS_SUBNET=10.213.0
+# TCP keepalive on Open MPI's out-of-band links (mpirun <-> each host's
+# daemon): a host whose network is cut is noticed in time + intvl x probes
+# seconds (~8 s here) and mpirun ends the job; Open MPI's defaults (300 +
+# 20 x 9 s) leave it hanging for 8 minutes. README, "Many machines", gives the
+# values to use on a cluster; tests/cli/hosts_netcut.sh checks the effect.
+HOSTS_KEEPALIVE="${HOSTS_KEEPALIVE---mca oob_tcp_keepalive_time 5 --mca oob_tcp_keepalive_intvl 1 --mca oob_tcp_keepalive_probes 3}"
 
 _hosts_cg_v2() { # the cgroup-v2 root if it has the cpu controller
   local r
@@ -165,7 +171,8 @@ hosts_mpirun_flags() { # SLOTS
   local f
   f=$(hosts_hostfile "${1:-1}")
   echo "--hostfile $f --mca plm_rsh_agent $HOSTS_SCRIPTS/hosts-rsh --mca btl tcp,vader,self --bind-to none" \
-       "--allow-run-as-root --mca btl_base_warn_component_unused 0 --mca plm_rsh_no_tree_spawn 1"
+       "--allow-run-as-root --mca btl_base_warn_component_unused 0 --mca plm_rsh_no_tree_spawn 1" \
+       "$HOSTS_KEEPALIVE"
 }
 
 # hosts_mpirun SLOTS MPIRUN-ARGS...: mpirun on node0 across the hosts, under

@@ -62,6 +62,8 @@ static void usage(FILE *f) {
         "             [--seq_len T] [--eval_batches N] [--threads K] [--timeout S]   validation loss and perplexity\n"
         "  sharc plot RUN/metrics.jsonl ... --out DIR   loss, throughput and memory curves (PNG)\n"
         "  sharc doctor RUN_DIR   a failed run's flight records: the rank that never arrived, where ranks part\n"
+        "  sharc doctor --env     (under the launcher, on the job's hosts) hosts, CPUs, memory, binaries, clocks, "
+        "bandwidth\n"
         "  sharc config [--config FILE.yaml] [--section.key=value ...]   print the resolved config\n"
         "  sharc config --keys                                          list every config key\n"
         "  sharc plan [--config FILE] [--section.key=value ...] --ranks N [--ranks-per-node K]\n"
@@ -1095,6 +1097,39 @@ static int run_on_world(int *argc, char ***argv, sharc_status parsed, int timeou
 }
 
 static int train_on_world(const void *plan, sharc_comm *world) { return cmd_train(plan, world); }
+static int doctor_env_on_world(const void *plan, sharc_comm *world) { return sharc_doctor_env(plan, world); }
+
+/* sharc doctor --env [--dir DIR] [--bytes N] [--timeout S] */
+static sharc_status doctor_env_parse(sharc_doctor_env_plan *p, int argc, char **argv) {
+    memset(p, 0, sizeof *p);
+    snprintf(p->dir, sizeof p->dir, ".");
+    p->bytes = 16u << 20;
+    p->timeout = atoi(DEFAULT_TIMEOUT);
+    p->version = SHARC_VERSION;
+    char clip[SHARC_CLIP_BUF];
+    for (int i = 0; i < argc; i++) {
+        const char *o = argv[i];
+        if (i + 1 >= argc || (strcmp(o, "--dir") && strcmp(o, "--bytes") && strcmp(o, "--timeout")))
+            return sharc_error(SHARC_ERR_INVALID,
+                               "doctor --env: unknown or incomplete option '%s' (usage: sharc doctor --env "
+                               "[--dir DIR] [--bytes N] [--timeout SECONDS])",
+                               sharc_clip(clip, o));
+        long long v;
+        const char *a = argv[++i];
+        if (!strcmp(o, "--dir")) {
+            if (strlen(a) >= sizeof p->dir)
+                return sharc_error(SHARC_ERR_INVALID, "doctor --env: --dir '%s' is too long", sharc_clip(clip, a));
+            snprintf(p->dir, sizeof p->dir, "%s", a);
+        } else if (!strcmp(o, "--bytes")) {
+            SHARC_TRY(parse_int("doctor --env", o, a, 4, 1LL << 32, &v));
+            p->bytes = (size_t)v;
+        } else {
+            SHARC_TRY(parse_int("doctor --env", o, a, 0, INT_MAX, &v));
+            p->timeout = (int)v;
+        }
+    }
+    return SHARC_OK;
+}
 static int eval_on_world(const void *plan, sharc_comm *world) { return cmd_eval(plan, world); }
 
 int main(int argc, char **argv) {
@@ -1119,6 +1154,12 @@ int main(int argc, char **argv) {
     }
     if (!strcmp(cmd, "launch")) return cmd_launch(argc - 2, argv + 2);
     if (!strcmp(cmd, "plot")) return cmd_plot(argc - 2, argv + 2);
+    if (!strcmp(cmd, "doctor") && argc >= 3 && !strcmp(argv[2], "--env")) {
+        sharc_doctor_env_plan p;
+        sharc_status st = doctor_env_parse(&p, argc - 3, argv + 3);
+        return run_on_world(&argc, &argv, st, st == SHARC_OK ? p.timeout : atoi(DEFAULT_TIMEOUT), "--timeout",
+                            doctor_env_on_world, &p);
+    }
     if (!strcmp(cmd, "doctor")) return sharc_doctor_main(argc - 2, argv + 2);
     if (!strcmp(cmd, "tokenize")) return cmd_tokenize(argc - 2, argv + 2);
     if (!strcmp(cmd, "generate")) return cmd_generate(argc - 2, argv + 2);
