@@ -85,7 +85,7 @@ typedef struct {
  * following from the sharding strategy and the world size. */
 typedef struct {
     int sp; /* Ulysses sequence parallelism: ranks sharing each sequence */
-    int tp; /* tensor parallelism: 1 (others refused: not implemented yet) */
+    int tp; /* tensor parallelism (note [tp] in src/model/tp.h) */
 } sharc_mesh_config;
 
 #define SHARC_MAX_STAGES 16

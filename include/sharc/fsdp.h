@@ -143,8 +143,9 @@ const char *sharc_fsdp_strategy_names(const sharc_fsdp *e, const char **reduce);
 typedef struct {
     int param;         /* index in the unit spec */
     int64_t shard_off; /* first element in the shard */
-    int64_t param_off; /* first element in the parameter */
+    int64_t param_off; /* first element in the parameter (the full tensor's, note [tp-params] in sharc/units.h) */
     int64_t len;
+    bool tp_copy; /* a copy, on tp rank > 0, of a parameter replicated over tp: checkpoints skip it */
 } sharc_segment;
 
 int sharc_fsdp_num_units(const sharc_fsdp *e);
@@ -212,6 +213,8 @@ sharc_status sharc_fsdp_param_read_local(const sharc_fsdp *e, const char *name, 
  * param_dtype) into dst (numel_padded floats, at most
  * sharc_fsdp_gathered_unit_bytes). Collective over the shard group. */
 sharc_status sharc_fsdp_gather_master(sharc_fsdp *e, int unit, float *dst);
+/* The mesh's tensor-parallel group (note [tp-params] in sharc/units.h), NULL when tp = 1. */
+struct sharc_comm *sharc_fsdp_tp_group(const sharc_fsdp *e);
 /* Locate a parameter by name: unit and index, or an error naming it. */
 sharc_status sharc_fsdp_find_param(const sharc_fsdp *e, const char *name, int *unit, int *param);
 

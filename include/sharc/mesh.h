@@ -16,7 +16,13 @@
  * and its replicate group (all-reduce) holds the sp ranks too. The batch
  * axis (which samples a rank reads) is dp = dp_replicate x dp_shard streams,
  * dp_rank = r / (sp*tp): every rank of a sequence-parallel group reads the
- * same samples and keeps its T/sp tokens of each. */
+ * same samples and keeps its T/sp tokens of each.
+ *
+ * Tensor parallelism (note [tp] in src/model/tp.h) splits each block's
+ * parameters over the tp ranks of a group, so FSDP's groups above are taken
+ * per tp rank: the shard group is the ranks with the same r / (dp_shard*sp*tp)
+ * and the same tp_rank, each FSDP group sharding its tp part. The tp ranks
+ * of a group see the same tokens. */
 #ifndef SHARC_MESH_H
 #define SHARC_MESH_H
 
@@ -39,6 +45,7 @@ typedef struct sharc_mesh {
     sharc_comm *shard;     /* FSDP's shard group, note [mesh-fsdp] (owned) */
     sharc_comm *replicate; /* FSDP's replicate group (owned) */
     sharc_comm *sp_group;  /* this rank's sequence-parallel group (owned; NULL when sp = 1) */
+    sharc_comm *tp_group;  /* this rank's tensor-parallel group, tp consecutive ranks (owned; NULL when tp = 1) */
     int rank, world_size;
     sharc_mesh_dims dims; /* the mesh's degrees */
     /* FSDP's view (what sharc_fsdp_init and the checkpoints read): the sizes
@@ -46,7 +53,7 @@ typedef struct sharc_mesh {
      * dp_shard and dp_replicate are the mesh's degrees */
     int dp_shard, dp_replicate;
     int shard_rank, replicate_rank;
-    int tp, sp, sp_rank;
+    int tp, tp_rank, sp, sp_rank;
     int dp, dp_rank; /* the batch axis: data streams, and this rank's */
 } sharc_mesh;
 
@@ -63,9 +70,10 @@ sharc_status sharc_mesh_shard_size(const sharc_fsdp_config *cfg, int world_size,
 sharc_status sharc_mesh_dims_resolve(const sharc_fsdp_config *cfg, const sharc_mesh_config *mc, int world_size,
                                      sharc_mesh_dims *d);
 /* The world-independent checks of mesh.sp and mesh.tp against the model and
- * train.seq_len: tp refused (not implemented yet); sp divides seq_len and
- * num_heads, and num_kv_heads and sp divide one or the other (key/value heads
- * are replicated when sp exceeds them). */
+ * train.seq_len: sp divides seq_len and num_heads, and num_kv_heads and sp
+ * divide one or the other (key/value heads are replicated when sp exceeds
+ * them); tp divides num_heads, num_kv_heads and ff_hidden_dim; sp and tp
+ * together, and tp with qk_norm, are refused (not implemented yet). */
 sharc_status sharc_mesh_check_model(const sharc_mesh_config *mc, const sharc_model_config *model, int seq_len);
 /* Collective over `world` (splits): the groups of note [mesh-fsdp]. */
 sharc_status sharc_mesh_init_dims(sharc_mesh *m, sharc_comm *world, const sharc_mesh_dims *d, sharc_sharding strategy);

@@ -115,6 +115,17 @@ sharc_device *sharc_model_device(const sharc_model *m);
 sharc_status sharc_model_set_sequence_parallel(sharc_model *m, int sp, int rank);
 void sharc_model_set_sp_group(sharc_model *m, sharc_comm *group);
 
+/* Tensor parallelism (note [tp] in src/model/tp.h), set after
+ * sharc_model_init and before sharc_model_freeze and sharc_model_plan: the
+ * units become this rank's part `rank` of `tp` of each block (the unit specs'
+ * shapes stay the full tensors', note [tp-params] in sharc/units.h), and
+ * forward and backward all-reduce over the group given to
+ * sharc_model_set_tp_group (tp ranks, this one at `rank`) before the first
+ * forward. Every tp rank of a group runs the same tokens and returns the
+ * same loss. Not with sp > 1, qk_norm or a device that is not the host. */
+sharc_status sharc_model_set_tensor_parallel(sharc_model *m, int tp, int rank);
+void sharc_model_set_tp_group(sharc_model *m, sharc_comm *group);
+
 /* Plan activation memory for micro-batches of B sequences of T tokens.
  * With activation_checkpointing only each block's input is kept and the
  * block is recomputed in backward. */

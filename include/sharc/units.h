@@ -31,6 +31,15 @@ typedef struct {
     float std;   /* for SHARC_INIT_NORMAL */
     bool decay;  /* AdamW weight decay applies (matrices, not norms/biases) */
     bool frozen; /* note [frozen-params]: gathered, never given a gradient or an update */
+    /* Note [tp-params] (src/model/tp.h): under tensor parallelism a rank
+     * holds part of the tensor. name, shape and numel stay the full tensor's
+     * (checkpoints and files are topology-free); the unit's buffer holds
+     * numel_local elements: rows (tp_dim 0) or columns (tp_dim 1) of the
+     * full tensor, part tp_rank of tp; tp_parts > 1 views dim 0 as tp_parts
+     * equal blocks each split (GPT-2's fused q, k, v rows). tp_dim -1: the
+     * whole tensor, replicated over the tp ranks (tp_rank: which copy). */
+    int64_t numel_local;
+    int tp_dim, tp_parts, tp, tp_rank;
 } sharc_param_spec;
 
 typedef struct {
@@ -60,6 +69,18 @@ typedef struct {
 /* Append a parameter to a unit (offsets are assigned in order). */
 void sharc_unit_add_param(sharc_unit_spec *u, const char *name, int ndim, const int64_t *shape, sharc_init_kind init,
                           float std, bool decay);
+/* Note [tp-params]: make parameter i of the unit this rank's part `rank`
+ * of `tp` along dim (0 rows, 1 columns; parts: dim 0's blocks, see above);
+ * the offsets of the unit's parameters are reassigned. tp must divide the
+ * split dimension (per block), else SHARC_ERR_INVALID naming the parameter. */
+sharc_status sharc_unit_split_param(sharc_unit_spec *u, int i, int dim, int parts, int tp, int rank);
+/* Note [tp-params]: the element of the full tensor that element `local`
+ * (< numel_local) of this rank's part is, in *full; returns how many
+ * elements from there are contiguous in both (the run, >= 1). */
+int64_t sharc_param_tp_run(const sharc_param_spec *p, int64_t local, int64_t *full);
+/* The most segments (sharc/fsdp.h) any range of the unit's buffer maps to:
+ * the parameters' runs summed. */
+int sharc_unit_max_segments(const sharc_unit_spec *u);
 /* Index of the parameter called `name` in the unit, or -1. */
 int sharc_unit_find_param(const sharc_unit_spec *u, const char *name);
 /* The unit has a parameter that is not frozen (note [frozen-params]). */

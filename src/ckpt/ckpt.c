@@ -128,7 +128,7 @@ static sharc_status exchange(sharc_ckpt *c, sharc_ckpt_written *w) {
     memset(w, 0, sizeof *w);
     w->R = R;
     int64_t mine[6] = {c->writes,
-                       c->s.mesh->shard_rank,
+                       (int64_t)c->s.mesh->shard_rank * c->s.mesh->tp + c->s.mesh->tp_rank,
                        c->writes ? p->nrecs : 0,
                        c->writes ? j->nchunks : 0,
                        c->writes ? j->bytes : 0,
@@ -310,7 +310,9 @@ sharc_status sharc_ckpt_save(sharc_ckpt *c, int64_t step) {
     if (c->writes) {
         char tmp[PATHLEN], path[PATHLEN + 64];
         sharc_ckpt_commit_step_path(tmp, sizeof tmp, c->dir, step, ".tmp");
-        snprintf(path, sizeof path, "%s/shard-%05d-of-%05d.bin", tmp, c->s.mesh->shard_rank, c->s.mesh->dp_shard);
+        const sharc_mesh *ms = c->s.mesh; /* note [ckpt-layout]: one file per shard and tp rank */
+        snprintf(path, sizeof path, "%s/shard-%05d-of-%05d.bin", tmp, ms->shard_rank * ms->tp + ms->tp_rank,
+                 ms->dp_shard * ms->tp);
         sharc_ckpt_writer_start(&c->w, &c->plan, c->s.engine, c->s.optim, path, c->async);
     }
     c->t_staged = sharc_clock_now();
@@ -344,7 +346,8 @@ static sharc_status load_dir(sharc_ckpt *c, const char *step_dir, bool warn) {
         c->done_step = m.step;
         snprintf(c->last, sizeof c->last, "%s", step_dir);
         const sharc_config *cfg = c->s.cfg;
-        int64_t G = (int64_t)cfg->train.batch_size * cfg->train.grad_accum * sharc_comm_size(c->s.world), v = 0;
+        /* data streams: the sp and tp ranks of a group share one (note [mesh-fsdp]) */
+        int64_t G = (int64_t)cfg->train.batch_size * cfg->train.grad_accum * c->s.mesh->dp, v = 0;
         if (sharc_comm_rank(c->s.world) == 0) {
             sharc_info("ckpt: resumed from %s at step %lld (written by %lld ranks, %s; loaded in %.3f s)", step_dir,
                        (long long)m.step, (long long)m.world_size, m.strategy, sharc_clock_now() - t0);

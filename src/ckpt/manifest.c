@@ -239,7 +239,7 @@ char *sharc_ckpt_manifest_build(const sharc_ckpt_state *st, const sharc_ckpt_pla
                                 int64_t adam_step, const sharc_ckpt_written *w) {
     const sharc_config *cfg = st->cfg;
     const sharc_fsdp *e = st->engine;
-    const int R = w->R, S = st->mesh->dp_shard;
+    const int R = w->R, S = st->mesh->dp_shard * st->mesh->tp; /* files: note [ckpt-layout] */
     const int64_t *hdr = w->hdr, *recs = w->recs, *chunks = w->chunks, maxrec = w->maxrec, maxchunk = w->maxchunk;
     json_object *root = json_object_new_object();
     json_object_object_add(root, "format", json_object_new_string("sharc-checkpoint"));
@@ -247,11 +247,12 @@ char *sharc_ckpt_manifest_build(const sharc_ckpt_state *st, const sharc_ckpt_pla
     json_add_i64(root, "step", step);
     json_add_i64(root, "world_size", R);
     json_object_object_add(root, "strategy", json_object_new_string(sharc_sharding_name(cfg->fsdp.engine.strategy)));
-    json_add_i64(root, "dp_shard", S);
+    json_add_i64(root, "dp_shard", st->mesh->dp_shard);
+    json_add_i64(root, "tp", st->mesh->tp);
     json_add_i64(root, "dp_replicate", st->mesh->dp_replicate);
     json_object_object_add(root, "model", model_json(&cfg->model));
     json_object *tr = json_object_new_object();
-    int64_t G = (int64_t)cfg->train.batch_size * cfg->train.grad_accum * R;
+    int64_t G = (int64_t)cfg->train.batch_size * cfg->train.grad_accum * st->mesh->dp; /* data streams */
     json_add_i64(tr, "step", step);
     json_add_i64(tr, "adam_step", adam_step);
     json_object_object_add(tr, "next_lr",

@@ -32,6 +32,7 @@ sharc_status sharc_ckpt_plan_init(sharc_ckpt_plan *p, const sharc_fsdp *e) {
         const sharc_segment *segs;
         const int ns = sharc_fsdp_shard_segments(e, u, &segs);
         for (int k = 0; k < ns; k++) {
+            if (segs[k].tp_copy) continue; /* note [ckpt-layout]: tp rank 0 saves it */
             p->recs[p->nrecs++] = (sharc_ckpt_rec){first + segs[k].param, segs[k].param_off,
                                                    segs[k].param_off + segs[k].len, p->file_bytes};
             p->file_bytes += (int64_t)KINDS * 4 * segs[k].len;

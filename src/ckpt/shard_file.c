@@ -10,7 +10,12 @@
  * exp_avg's, then exp_avg_sq's, back to back. The manifest lists, per
  * parameter, its (file, begin, end, byte offset) ranges; they tile
  * [0, numel) exactly, whatever wrote them. Replicas (NO_SHARD, HYBRID_SHARD)
- * hold the same values and write nothing. Files are our own raw format, not
+ * hold the same values and write nothing. Under tensor parallelism (note
+ * [tp-params] in sharc/units.h) file s * tp + tp_rank holds shard s of tp
+ * rank tp_rank's parts, a split parameter's ranges being the runs of its
+ * part in the full tensor; parameters replicated over tp are written by tp
+ * rank 0 only (sharc_segment.tp_copy). Reading maps the live segments onto
+ * the ranges the same way, so any mesh reads any checkpoint. Files are our own raw format, not
  * safetensors: a safetensors file names whole tensors, while a shard holds
  * pieces of several, three kinds each, and would need the index and the
  * per-chunk checksums in its metadata anyway; with the index in the manifest

@@ -43,7 +43,7 @@ static sharc_status job_prepare(sharc_ckpt_writer *w, const sharc_ckpt_plan *p, 
         /* a frozen unit has no moments: zeros are written in their place (data NULL) */
         const float *src[KINDS] = {sharc_fsdp_shard_params(e, u), sharc_adamw_m(a, u), sharc_adamw_v(a, u)};
         for (int k = 0; k < ns; k++)
-            for (int kind = 0; kind < KINDS; kind++) {
+            for (int kind = 0; kind < KINDS && !segs[k].tp_copy; kind++) {
                 const float *q = src[kind] ? src[kind] + segs[k].shard_off : NULL;
                 if (dst) {
                     if (q) memcpy(dst, q, (size_t)segs[k].len * sizeof(float));

@@ -48,7 +48,7 @@ typedef struct {
     float *param_shard;   /* (numel_shard) fp32 master parameters, SHARC_MEM_PARAMS */
     float *grad_shard;    /* (numel_shard) gradients, SHARC_MEM_GRADS; NULL when the unit is frozen */
     bool trainable;       /* a parameter is not frozen (note [frozen-params]): else no gradient path at all */
-    sharc_segment segs[SHARC_MAX_UNIT_PARAMS];
+    sharc_segment *segs;  /* (sharc_unit_max_segments) owned */
     int nseg;
     sharc_params_state params;
     sharc_grad_state grad;
@@ -100,6 +100,8 @@ struct sharc_fsdp {
     int max_live;
     sharc_comm *shard, *replicate, *world; /* NULL on one process */
     int S, R;                              /* shard and replicate group sizes */
+    int tp;                                /* tensor-parallel degree (note [tp-params]) */
+    sharc_comm *tp_group;                  /* borrowed from the mesh; NULL when tp = 1 */
     int shard_rank;
     bool reshard_after_forward;
     int post;                          /* note [post-forward]: ranks a unit stays sharded over after forward */

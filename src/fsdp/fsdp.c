@@ -143,6 +143,8 @@ sharc_status sharc_fsdp_init(sharc_fsdp **out, const sharc_unit_spec *units, int
     e->nunits = nunits;
     e->S = mesh ? mesh->dp_shard : 1;
     e->R = mesh ? mesh->dp_replicate : 1;
+    e->tp = mesh && mesh->tp > 1 ? mesh->tp : 1;
+    e->tp_group = e->tp > 1 ? mesh->tp_group : NULL;
     e->shard_rank = mesh ? mesh->shard_rank : 0;
     e->shard = mesh ? mesh->shard : NULL;
     e->replicate = mesh ? mesh->replicate : NULL;
@@ -181,6 +183,11 @@ sharc_status sharc_fsdp_init(sharc_fsdp **out, const sharc_unit_spec *units, int
         if (!t->param_shard || (t->trainable && !t->grad_shard)) {
             st = sharc_error(SHARC_ERR_NOMEM, "fsdp: cannot allocate unit '%s' (%lld floats)", t->spec.name,
                              (long long)t->numel_shard);
+            goto fail;
+        }
+        t->segs = calloc((size_t)sharc_unit_max_segments(&t->spec), sizeof(sharc_segment));
+        if (!t->segs) {
+            st = sharc_error(SHARC_ERR_NOMEM, "fsdp: out of memory");
             goto fail;
         }
         t->nseg = sharc_layout_segments(&t->spec, t->shard_lo, t->shard_lo + t->numel_shard, t->segs);
@@ -224,6 +231,7 @@ void sharc_fsdp_free(sharc_fsdp *e) {
         if (t->pending) sharc_comm_wait(t->pending);
         if (!e->pglobal) sharc_device_free(e->dev, t->param_shard);
         sharc_device_free(e->dev, t->grad_shard);
+        free(t->segs);
     }
     sharc_fsdp_pool_free(e->dev, &e->gathered);
     sharc_fsdp_pool_free(e->dev, &e->grads);
@@ -385,14 +393,18 @@ sharc_status sharc_fsdp_finish_grads(sharc_fsdp *e) {
 
 /* ------------------------------------------------------------------ norm */
 
-double sharc_fsdp_grad_sumsq_local(const sharc_fsdp *e) {
+/* The squared gradients of this rank's segments whose parameters are split
+ * over tp (split) or not. */
+static double sumsq_where(const sharc_fsdp *e, bool split) {
     double total = 0.0;
     if (sharc_device_memset0(e->dev, e->scalar, sizeof(double), e->stream) != SHARC_OK) SHARC_FSDP_COMM_FATAL();
     for (int u = 0; u < e->nunits; u++) {
         const sharc_fsdp_unit *t = &e->units[u];
-        for (int s = 0; s < t->nseg; s++)
-            if (!t->spec.params[t->segs[s].param].frozen)
+        for (int s = 0; s < t->nseg; s++) {
+            const sharc_param_spec *p = &t->spec.params[t->segs[s].param];
+            if (!p->frozen && (p->tp_dim >= 0) == split)
                 e->k->sumsq(e->stream, e->scalar, t->grad_shard + t->segs[s].shard_off, t->segs[s].len);
+        }
     }
     if (sharc_device_copy(e->dev, &total, e->scalar, sizeof total, SHARC_COPY_DEVICE_TO_HOST, e->stream) != SHARC_OK ||
         sharc_device_synchronize(e->stream) != SHARC_OK)
@@ -400,8 +412,14 @@ double sharc_fsdp_grad_sumsq_local(const sharc_fsdp *e) {
     return total;
 }
 
+double sharc_fsdp_grad_sumsq_local(const sharc_fsdp *e) { return sumsq_where(e, false) + sumsq_where(e, true); }
+
 sharc_status sharc_fsdp_grad_norm(sharc_fsdp *e, double *norm, double *extra) {
-    double v[2] = {sharc_fsdp_grad_sumsq_local(e) / e->R, extra ? *extra : 0.0};
+    /* every replica holds the same shards (/ R); a parameter replicated over
+     * tp is held alike by its tp ranks (/ tp), a split one in parts (note
+     * [tp-params] in sharc/units.h) */
+    double sq = e->tp > 1 ? sumsq_where(e, true) + sumsq_where(e, false) / e->tp : sharc_fsdp_grad_sumsq_local(e);
+    double v[2] = {sq / e->R, extra ? *extra : 0.0};
     if (e->world) SHARC_TRY(sharc_comm_all_reduce(e->world, v, v, 2, SHARC_DT_F64, SHARC_REDUCE_OP_SUM));
     *norm = sqrt(v[0]);
     if (extra) *extra = v[1];
@@ -411,6 +429,7 @@ sharc_status sharc_fsdp_grad_norm(sharc_fsdp *e, double *norm, double *extra) {
 /* ------------------------------------------------------------ accessors */
 
 int sharc_fsdp_num_units(const sharc_fsdp *e) { return e->nunits; }
+sharc_comm *sharc_fsdp_tp_group(const sharc_fsdp *e) { return e->tp_group; }
 sharc_device *sharc_fsdp_device(const sharc_fsdp *e) { return e->dev; }
 sharc_dtype sharc_fsdp_param_dtype(const sharc_fsdp *e) { return e->cfg.param_dtype; }
 const sharc_unit_spec *sharc_fsdp_unit_spec(const sharc_fsdp *e, int u) { return &sharc_fsdp_unit_at(e, u)->spec; }

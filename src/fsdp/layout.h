@@ -17,7 +17,9 @@
 
 int64_t sharc_layout_numel_shard(int64_t numel, int group);
 /* Segments of the unit's parameters inside elements [lo, hi) of the flat
- * buffer, with shard_off relative to lo. `out` must hold u->nparams entries.
+ * buffer, with shard_off relative to lo and param_off in the full tensor
+ * (note [tp-params] in sharc/units.h: a tensor-parallel part is one segment
+ * per run). `out` must hold sharc_unit_max_segments(u) entries.
  * Returns the number of segments. */
 int sharc_layout_segments(const sharc_unit_spec *u, int64_t lo, int64_t hi, sharc_segment *out);
 

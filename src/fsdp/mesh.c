@@ -39,12 +39,36 @@ sharc_status sharc_mesh_shard_size(const sharc_fsdp_config *cfg, int world_size,
 }
 
 sharc_status sharc_mesh_check_model(const sharc_mesh_config *mc, const sharc_model_config *model, int seq_len) {
-    int sp = mc->sp, nh = model->num_heads, nkv = model->num_kv_heads > 0 ? model->num_kv_heads : nh;
-    if (mc->tp != 1)
-        return sharc_error(SHARC_ERR_INVALID,
-                           "mesh.tp: %d: tensor parallelism is not implemented yet; set mesh.tp "
-                           "(fsdp_tensor_parallel_size, tensor_parallel_size) to 1",
-                           mc->tp);
+    int sp = mc->sp, tp = mc->tp, nh = model->num_heads, nkv = model->num_kv_heads > 0 ? model->num_kv_heads : nh;
+    if (tp < 1) return sharc_error(SHARC_ERR_INVALID, "mesh.tp: %d, expected >= 1", tp);
+    if (tp > 1) {
+        const struct {
+            const char *key;
+            int n;
+        } dims[] = {
+            {"model.num_heads", nh}, {"model.num_kv_heads", nkv}, {"model.ff_hidden_dim", model->ff_hidden_dim}};
+        for (int i = 0; i < 3; i++)
+            if (dims[i].n % tp != 0)
+                return sharc_error(SHARC_ERR_INVALID,
+                                   "mesh.tp: %d does not divide %s %d (%d / %d = %.2f per rank); set mesh.tp "
+                                   "(fsdp_tensor_parallel_size) to a divisor of %d",
+                                   tp, dims[i].key, dims[i].n, dims[i].n, tp, (double)dims[i].n / tp, dims[i].n);
+        if (sp > 1)
+            return sharc_error(SHARC_ERR_INVALID,
+                               "mesh.tp: %d with mesh.sp %d: tensor and sequence parallelism together are not "
+                               "implemented yet; set one of them to 1",
+                               tp, sp);
+        if (model->qk_norm)
+            return sharc_error(SHARC_ERR_INVALID,
+                               "mesh.tp: %d with model.qk_norm (Qwen3): the per-head norms under tensor parallelism "
+                               "are not implemented yet; set mesh.tp to 1",
+                               tp);
+        if (model->num_experts > 0)
+            return sharc_error(SHARC_ERR_INVALID,
+                               "mesh.tp: %d with model.num_experts %d (MoE): experts under tensor parallelism are "
+                               "not implemented yet; set mesh.tp to 1",
+                               tp, model->num_experts);
+    }
     if (sp < 1) return sharc_error(SHARC_ERR_INVALID, "mesh.sp: %d, expected >= 1", sp);
     if (sp == 1) return SHARC_OK;
     if (seq_len % sp != 0)
@@ -76,14 +100,16 @@ sharc_status sharc_mesh_dims_resolve(const sharc_fsdp_config *cfg, const sharc_m
         divisors(world_size, dv, sizeof dv);
         return sharc_error(SHARC_ERR_INVALID,
                            "mesh: world_size %d is not a multiple of mesh.sp %d x mesh.tp %d (%d / %d = %.2f "
-                           "data-parallel ranks); set mesh.sp to a divisor of %d (%s)",
+                           "data-parallel ranks); set mesh.sp x mesh.tp to a divisor of %d (%s)",
                            world_size, sp, tp, world_size, sp * tp, (double)world_size / (sp * tp), world_size, dv);
     }
-    int dp = world_size / (sp * tp), shard_ranks = world_size / tp; /* FSDP's flattened group, before HYBRID */
+    /* FSDP's flattened group, before HYBRID; the tp ranks are outside it
+     * (each tp rank's FSDP groups shard its part, note [mesh-fsdp]) */
+    int dp = world_size / (sp * tp), shard_ranks = world_size / tp;
     if (cfg->strategy == SHARC_SHARDING_NO_SHARD) {
         shard_ranks = sp; /* folded into the replicate all-reduce: dp_shard = 1 */
-    } else if (cfg->strategy == SHARC_SHARDING_HYBRID_SHARD && cfg->fsdp_size > 1 && cfg->fsdp_size < world_size) {
-        SHARC_TRY(sharc_mesh_shard_size(cfg, world_size, &shard_ranks));
+    } else if (cfg->strategy == SHARC_SHARDING_HYBRID_SHARD && cfg->fsdp_size > 1 && cfg->fsdp_size < world_size / tp) {
+        SHARC_TRY(sharc_mesh_shard_size(cfg, world_size / tp, &shard_ranks));
         if (shard_ranks % sp != 0)
             return sharc_error(SHARC_ERR_INVALID,
                                "mesh: fsdp.fsdp_size %d is not a multiple of mesh.sp %d (%d / %d = %.2f data-parallel "
@@ -107,10 +133,9 @@ sharc_status sharc_mesh_dims_resolve(const sharc_fsdp_config *cfg, const sharc_m
 sharc_status sharc_mesh_init_dims(sharc_mesh *m, sharc_comm *world, const sharc_mesh_dims *d, sharc_sharding strategy) {
     memset(m, 0, sizeof *m);
     int n = sharc_comm_size(world), r = sharc_comm_rank(world);
-    if (d->dp_replicate < 1 || d->dp_shard < 1 || d->sp < 1 || d->tp != 1 ||
+    if (d->dp_replicate < 1 || d->dp_shard < 1 || d->sp < 1 || d->tp < 1 ||
         d->dp_replicate * d->dp_shard * d->sp * d->tp != n)
-        return sharc_error(SHARC_ERR_INVALID,
-                           "mesh: dp_replicate %d x dp_shard %d x sp %d x tp %d != world_size %d (tp must be 1)",
+        return sharc_error(SHARC_ERR_INVALID, "mesh: dp_replicate %d x dp_shard %d x sp %d x tp %d != world_size %d",
                            d->dp_replicate, d->dp_shard, d->sp, d->tp, n);
     m->world = world;
     m->rank = r;
@@ -118,18 +143,22 @@ sharc_status sharc_mesh_init_dims(sharc_mesh *m, sharc_comm *world, const sharc_
     m->dims = *d;
     m->sp = d->sp;
     m->tp = d->tp;
-    m->sp_rank = r % d->sp;
+    const int tp = d->tp, tr = r % tp, q = r / tp; /* q: the rank among those of tp rank tr */
+    m->tp_rank = tr;
+    m->sp_rank = q % d->sp;
     m->dp = d->dp_replicate * d->dp_shard;
-    m->dp_rank = r / d->sp;
-    /* note [mesh-fsdp]: FSDP's shard group is dp_shard x sp flattened, or one rank for NO_SHARD */
+    m->dp_rank = q / d->sp;
+    /* note [mesh-fsdp]: FSDP's shard group is dp_shard x sp flattened, or
+     * one rank for NO_SHARD; one set of FSDP groups per tp rank */
     int group = strategy == SHARC_SHARDING_NO_SHARD ? 1 : d->dp_shard * d->sp;
     m->dp_shard = group;
-    m->dp_replicate = n / group;
-    m->shard_rank = r % group;
-    m->replicate_rank = r / group;
-    sharc_status st = sharc_comm_split(world, r / group, r % group, &m->shard);
-    if (st == SHARC_OK) st = sharc_comm_split(world, r % group, r / group, &m->replicate);
-    if (st == SHARC_OK && d->sp > 1) st = sharc_comm_split(world, r / d->sp, r % d->sp, &m->sp_group);
+    m->dp_replicate = n / tp / group;
+    m->shard_rank = q % group;
+    m->replicate_rank = q / group;
+    sharc_status st = sharc_comm_split(world, (q / group) * tp + tr, q % group, &m->shard);
+    if (st == SHARC_OK) st = sharc_comm_split(world, (q % group) * tp + tr, q / group, &m->replicate);
+    if (st == SHARC_OK && d->sp > 1) st = sharc_comm_split(world, (q / d->sp) * tp + tr, q % d->sp, &m->sp_group);
+    if (st == SHARC_OK && tp > 1) st = sharc_comm_split(world, q, tr, &m->tp_group);
     if (st != SHARC_OK) sharc_mesh_free(m);
     return st;
 }
@@ -148,5 +177,6 @@ void sharc_mesh_free(sharc_mesh *m) {
     sharc_comm_free(m->shard);
     sharc_comm_free(m->replicate);
     sharc_comm_free(m->sp_group);
-    m->shard = m->replicate = m->sp_group = NULL;
+    sharc_comm_free(m->tp_group);
+    m->shard = m->replicate = m->sp_group = m->tp_group = NULL;
 }

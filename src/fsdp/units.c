@@ -24,7 +24,63 @@ void sharc_unit_add_param(sharc_unit_spec *u, const char *name, int ndim, const 
     p->init = init;
     p->std = std;
     p->decay = decay;
+    p->numel_local = p->numel;
+    p->tp_dim = -1;
+    p->tp_parts = p->tp = 1;
     u->numel += p->numel;
+}
+
+/* note [tp-params] */
+sharc_status sharc_unit_split_param(sharc_unit_spec *u, int i, int dim, int parts, int tp, int rank) {
+    SHARC_CHECK(i >= 0 && i < u->nparams && (dim == 0 || dim == 1) && parts >= 1 && tp >= 1 && rank >= 0 && rank < tp);
+    sharc_param_spec *p = &u->params[i];
+    if (dim >= p->ndim || p->ndim > 2)
+        return sharc_error(SHARC_ERR_INVALID, "tp: parameter '%s' (%d dims) cannot be split along dim %d", p->name,
+                           p->ndim, dim);
+    int64_t n = dim == 0 ? p->shape[0] : p->shape[1];
+    if (dim == 0 && n % parts != 0) n = 0; /* refused below */
+    int64_t split = dim == 0 ? n / parts : n;
+    if (split < 1 || split % tp != 0)
+        return sharc_error(SHARC_ERR_INVALID,
+                           "mesh.tp: %d does not divide dim %d of '%s' (%lld in %d block(s)); set mesh.tp to a divisor",
+                           tp, dim, p->name, (long long)(dim == 0 ? p->shape[0] : p->shape[1]), dim == 0 ? parts : 1);
+    p->tp_dim = tp > 1 ? dim : -1;
+    p->tp_parts = dim == 0 ? parts : 1;
+    p->tp = tp;
+    p->tp_rank = rank;
+    p->numel_local = p->numel / tp;
+    u->numel = 0;
+    for (int k = 0; k < u->nparams; k++) {
+        u->params[k].offset = u->numel;
+        u->numel += u->params[k].numel_local;
+    }
+    return SHARC_OK;
+}
+
+int64_t sharc_param_tp_run(const sharc_param_spec *p, int64_t local, int64_t *full) {
+    if (p->tp_dim < 0 || p->tp <= 1) {
+        *full = local;
+        return p->numel - local;
+    }
+    int64_t K = p->ndim == 2 ? p->shape[1] : 1;
+    if (p->tp_dim == 1) { /* columns: each full row holds one run of K / tp */
+        int64_t kl = K / p->tp, i = local / kl, j = local % kl;
+        *full = i * K + (int64_t)p->tp_rank * kl + j;
+        return kl - j;
+    }
+    /* rows: tp_parts blocks of Rb rows, this rank's rl rows of each */
+    int64_t Rb = p->shape[0] / p->tp_parts, rl = Rb / p->tp, row = local / K, b = row / rl, ri = row % rl;
+    *full = (b * Rb + (int64_t)p->tp_rank * rl + ri) * K + local % K;
+    return rl * K - (ri * K + local % K);
+}
+
+int sharc_unit_max_segments(const sharc_unit_spec *u) {
+    int64_t n = 0;
+    for (int i = 0; i < u->nparams; i++) {
+        const sharc_param_spec *p = &u->params[i];
+        n += p->tp_dim == 1 ? p->shape[0] : p->tp_dim == 0 ? p->tp_parts : 1;
+    }
+    return (int)n;
 }
 
 int sharc_unit_find_param(const sharc_unit_spec *u, const char *name) {

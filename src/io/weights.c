@@ -13,7 +13,22 @@ sharc_status sharc_weights_save(sharc_fsdp *e, sharc_comm *world, const sharc_co
     for (int u = 0; u < sharc_fsdp_num_units(e); u++) total += sharc_fsdp_unit_spec(e, u)->nparams;
     sharc_st_entry *entries = calloc((size_t)total, sizeof *entries);
     float *full = sharc_alloc((size_t)sharc_fsdp_gathered_unit_bytes(e), SHARC_MEM_OTHER);
-    sharc_status st = (!entries || !full) ? sharc_error(SHARC_ERR_NOMEM, "weights: out of memory") : SHARC_OK;
+    /* note [tp-params]: under tensor parallelism the tp ranks' units are
+     * gathered too (parts) and each split parameter assembled (whole) */
+    sharc_comm *tpg = sharc_fsdp_tp_group(e);
+    const int tp = tpg ? sharc_comm_size(tpg) : 1;
+    int64_t unit_max = 0, param_max = 0;
+    for (int u = 0; u < sharc_fsdp_num_units(e); u++) {
+        const sharc_unit_spec *s = sharc_fsdp_unit_spec(e, u);
+        unit_max = s->numel > unit_max ? s->numel : unit_max;
+        for (int p = 0; p < s->nparams; p++)
+            param_max = s->params[p].numel > param_max ? s->params[p].numel : param_max;
+    }
+    float *parts = tpg ? sharc_alloc((size_t)(unit_max * tp) * sizeof(float), SHARC_MEM_OTHER) : NULL;
+    float *whole = tpg ? sharc_alloc((size_t)param_max * sizeof(float), SHARC_MEM_OTHER) : NULL;
+    sharc_status st = (!entries || !full || (tpg && (!parts || !whole)))
+                          ? sharc_error(SHARC_ERR_NOMEM, "weights: out of memory")
+                          : SHARC_OK;
     int n = 0;
     for (int u = 0; u < sharc_fsdp_num_units(e) && entries; u++) {
         const sharc_unit_spec *s = sharc_fsdp_unit_spec(e, u);
@@ -38,12 +53,27 @@ sharc_status sharc_weights_save(sharc_fsdp *e, sharc_comm *world, const sharc_co
         const sharc_unit_spec *s = sharc_fsdp_unit_spec(e, u);
         sharc_activity_phase("saving weights", u, s->name); /* progress for the watchdog */
         sharc_status g = full ? sharc_fsdp_gather_master(e, u, full) : SHARC_ERR_NOMEM;
+        if (g == SHARC_OK && tpg) /* every tp rank's unit has s->numel elements (even splits) */
+            g = parts ? sharc_comm_all_gather(tpg, full, parts, (size_t)s->numel, SHARC_DT_F32) : SHARC_ERR_NOMEM;
         if (g != SHARC_OK && ok) {
             st = g;
             ok = false;
         }
         for (int p = 0; p < s->nparams && writer && ok; p++) {
-            st = sharc_st_stream_append(out, full + s->params[p].offset, (size_t)s->params[p].numel * sizeof(float));
+            const sharc_param_spec *ps = &s->params[p];
+            const float *src = full + ps->offset;
+            if (tpg && ps->tp_dim >= 0) {
+                for (int j = 0; j < tp; j++) {
+                    sharc_param_spec q = *ps;
+                    q.tp_rank = j;
+                    for (int64_t l = 0, f, run; l < q.numel_local; l += run) {
+                        run = sharc_param_tp_run(&q, l, &f);
+                        memcpy(whole + f, parts + (int64_t)j * s->numel + ps->offset + l, (size_t)run * sizeof(float));
+                    }
+                }
+                src = whole;
+            }
+            st = sharc_st_stream_append(out, src, (size_t)ps->numel * sizeof(float));
             ok = st == SHARC_OK;
         }
     }
@@ -52,6 +82,8 @@ sharc_status sharc_weights_save(sharc_fsdp *e, sharc_comm *world, const sharc_co
         else sharc_st_stream_abort(out);
     }
     sharc_free(full);
+    sharc_free(parts);
+    sharc_free(whole);
     free(entries);
     /* every rank returns the same verdict (note [agreement]) */
     if (world) st = sharc_comm_agree(world, st, SHARC_ERR_IO, "weights: saving failed on rank %d (see its message)");

@@ -71,6 +71,7 @@
 #include "sharc/log.h"
 #include "sharc/prof.h"
 #include "moe.h"
+#include "tp.h"
 #include "ulysses.h"
 
 #include <math.h>
@@ -143,8 +144,12 @@ struct sharc_model {
     /* Ulysses sequence parallelism (note [ulysses] in ulysses.h): this rank
      * holds tokens [sp_rank T, (sp_rank + 1) T) of sequences of sp T */
     int sp, sp_rank;
-    sharc_comm *sp_group;      /* borrowed */
-    sharc_ulysses uly;         /* sp > 1 and planned */
+    sharc_comm *sp_group; /* borrowed */
+    sharc_ulysses uly;    /* sp > 1 and planned */
+    /* tensor parallelism (note [tp] in tp.h): this rank's part `tp_rank` of
+     * `tp`; NH, NKV, QKV, AD, F and Fa above are then this rank's */
+    int tp, tp_rank;
+    sharc_comm *tp_group;      /* borrowed */
     sharc_model_timing timing; /* accumulated forward / backward seconds */
     sharc_moe *moe;            /* note [moe] in moe.c; NULL without MoE layers */
 };
@@ -362,6 +367,22 @@ static void build_units(sharc_model *m) {
         .n = m->nunits, .order = m->order, .backward_needs_params = m->backward_needs_params, .max_live = 1};
 }
 
+/* The derived sizes, the heads and MLP width being one tp rank's (note [tp]). */
+static void set_dims(sharc_model *m, int tp) {
+    const sharc_model_config *c = &m->cfg;
+    m->L = c->num_layers;
+    m->C = c->embed_dim;
+    m->NH = c->num_heads / tp;
+    m->NKV = c->num_kv_heads / tp;
+    m->hd = c->head_dim;
+    m->QKV = (m->NH + 2 * m->NKV) * m->hd;
+    m->AD = m->NH * m->hd;
+    m->bq = m->qn = -1;
+    m->Fa = c->ff_hidden_dim / tp;
+    m->F = c->family == SHARC_FAMILY_LLAMA ? 2 * m->Fa : m->Fa;
+    m->V = c->vocab_size;
+}
+
 sharc_status sharc_model_init(sharc_model **out, const sharc_model_config *cfg, sharc_device *dev) {
     *out = NULL;
     sharc_model_config c = *cfg;
@@ -377,17 +398,8 @@ sharc_status sharc_model_init(sharc_model **out, const sharc_model_config *cfg, 
     m->k16.matmul_forward = m->kdev->matmul_forward_bf16;
     m->k16.matmul_backward = m->kdev->matmul_backward_bf16;
     m->k16.lmhead_xent = m->kdev->lmhead_xent_bf16;
-    m->L = c.num_layers;
-    m->C = c.embed_dim;
-    m->NH = c.num_heads;
-    m->NKV = c.num_kv_heads;
-    m->hd = c.head_dim;
-    m->QKV = (m->NH + 2 * m->NKV) * m->hd;
-    m->AD = m->NH * m->hd;
-    m->bq = m->qn = -1;
-    m->Fa = c.ff_hidden_dim;
-    m->F = c.family == SHARC_FAMILY_LLAMA ? 2 * c.ff_hidden_dim : c.ff_hidden_dim;
-    m->V = c.vocab_size;
+    m->tp = 1;
+    set_dims(m, 1);
     build_units(m);
     sharc_status st = sharc_moe_init(&m->moe, &c, m->dev);
     if (st != SHARC_OK) {
@@ -456,6 +468,45 @@ sharc_status sharc_model_set_sequence_parallel(sharc_model *m, int sp, int rank)
     m->sp = sp;
     m->sp_rank = rank;
     return SHARC_OK;
+}
+
+sharc_status sharc_model_set_tensor_parallel(sharc_model *m, int tp, int rank) {
+    const sharc_model_config *c = &m->cfg;
+    if (tp < 1 || rank < 0 || rank >= tp)
+        return sharc_error(SHARC_ERR_INVALID, "model: tensor-parallel rank %d of %d", rank, tp);
+    if (c->num_heads % tp != 0 || c->num_kv_heads % tp != 0 || c->ff_hidden_dim % tp != 0)
+        return sharc_error(SHARC_ERR_INVALID,
+                           "mesh.tp: %d does not divide model.num_heads %d, model.num_kv_heads %d and "
+                           "model.ff_hidden_dim %d",
+                           tp, c->num_heads, c->num_kv_heads, c->ff_hidden_dim);
+    if (tp > 1 && (m->sp > 1 || c->qk_norm || !sharc_device_is_host(m->dev)))
+        return sharc_error(SHARC_ERR_INVALID, "mesh.tp: %d with %s: not implemented yet; set mesh.tp to 1", tp,
+                           m->sp > 1    ? "mesh.sp > 1"
+                           : c->qk_norm ? "model.qk_norm"
+                                        : "a device that is not the host");
+    bool frozen = false;
+    for (int u = 0; u < m->nunits; u++)
+        for (int i = 0; i < m->units[u].nparams; i++) frozen |= m->units[u].params[i].frozen;
+    if (frozen) return sharc_error(SHARC_ERR_INVALID, "model: set tensor parallelism before freezing parameters");
+    free_plan(m);
+    free(m->units);
+    free(m->order);
+    free(m->backward_needs_params);
+    m->tp = tp;
+    m->tp_rank = rank;
+    set_dims(m, 1); /* the units hold the full shapes; the split gives this rank's part */
+    build_units(m);
+    sharc_status st = sharc_tp_split_units(m->units, m->nunits, c->family, tp, rank);
+    int bq = m->bq, qn = m->qn;
+    set_dims(m, tp);
+    m->bq = bq;
+    m->qn = qn;
+    return st;
+}
+
+void sharc_model_set_tp_group(sharc_model *m, sharc_comm *group) {
+    SHARC_CHECK(m->tp == 1 || (group && sharc_comm_size(group) == m->tp && sharc_comm_rank(group) == m->tp_rank));
+    m->tp_group = m->tp > 1 ? group : NULL;
 }
 
 void sharc_model_set_sp_group(sharc_model *m, sharc_comm *group) {
@@ -803,6 +854,7 @@ static block_ptrs block_view(const sharc_model *m, int l, float *base, bool grad
 #undef AT
 #undef AT2
 #undef AT3
+    if (!grads && m->tp_rank > 0) b.bo = b.bproj = NULL; /* note [tp]: added once, by tp rank 0 */
     return b;
 }
 
@@ -876,6 +928,7 @@ static void block_forward(sharc_model *m, const block_ptrs *w, block_acts *a, co
                    k->attention_forward(s, a->att, a->lse, a->qkv, lo, B, T, m->NH, m->NKV, m->hd, m->att_ws));
     }
     SHARC_PROF("fwd.matmul.attproj", k->matmul_forward(s, m->tmp, a->att, w->wo, w->bo, N, m->AD, m->C));
+    SHARC_PROF("fwd.tp", sharc_tp_all_reduce(m->tp_group, m->tmp, N * m->C)); /* note [tp]: g */
     SHARC_PROF("fwd.residual", k->add(s, a->xmid, x, m->tmp, N * m->C));
     SHARC_PROF("fwd.norm", norm_fwd(m, a->ln2, a->ln2_mean, a->ln2_rstd, a->xmid, w->ln2w, w->ln2b, N));
     if (w->is_moe) { /* note [moe]: a recompute (y NULL) refills the set too */
@@ -895,6 +948,7 @@ static void block_forward(sharc_model *m, const block_ptrs *w, block_acts *a, co
             SHARC_PROF("fwd.matmul.fcproj",
                        k->matmul_forward(s, m->tmp + r0 * m->C, m->tfca, w->wproj, w->bproj, n, m->Fa, m->C));
         }
+        SHARC_PROF("fwd.tp", sharc_tp_all_reduce(m->tp_group, m->tmp, N * m->C));
         SHARC_PROF("fwd.residual", k->add(s, y, a->xmid, m->tmp, N * m->C));
         return;
     }
@@ -903,6 +957,7 @@ static void block_forward(sharc_model *m, const block_ptrs *w, block_acts *a, co
     else SHARC_PROF("fwd.act", k->gelu_forward(s, a->fca, a->fc, N * m->Fa));
     if (!y) return; /* recomputing for backward: the block output is not needed */
     SHARC_PROF("fwd.matmul.fcproj", k->matmul_forward(s, m->tmp, a->fca, w->wproj, w->bproj, N, m->Fa, m->C));
+    SHARC_PROF("fwd.tp", sharc_tp_all_reduce(m->tp_group, m->tmp, N * m->C));
     SHARC_PROF("fwd.residual", k->add(s, y, a->xmid, m->tmp, N * m->C));
 }
 
@@ -934,6 +989,7 @@ static void block_backward(sharc_model *m, const block_ptrs *w, const block_ptrs
         SHARC_PROF("bwd.matmul.fc", k->matmul_backward(s, m->dtmp + r0 * m->C, g->wfc, g->bfc, m->dfc,
                                                        a->ln2 + r0 * m->C, w->wfc, n, m->C, m->F));
     }
+    SHARC_PROF("bwd.tp", sharc_tp_all_reduce(m->tp_group, m->dtmp, N * m->C)); /* note [tp]: f */
     SHARC_PROF("bwd.norm",
                norm_bwd(m, m->dxmid, g->ln2w, g->ln2b, m->dtmp, dres, a->xmid, w->ln2w, a->ln2_mean, a->ln2_rstd, N));
     SHARC_PROF("bwd.matmul.attproj",
@@ -961,6 +1017,7 @@ static void block_backward(sharc_model *m, const block_ptrs *w, const block_ptrs
     }
     SHARC_PROF("bwd.matmul.qkv",
                k->matmul_backward(s, m->dtmp, g->wqkv, g->bqkv, m->dqkv, a->ln1, w->wqkv, N, m->C, m->QKV));
+    SHARC_PROF("bwd.tp", sharc_tp_all_reduce(m->tp_group, m->dtmp, N * m->C));
     SHARC_PROF("bwd.norm",
                norm_bwd(m, dres, g->ln1w, g->ln1b, m->dtmp, m->dxmid, x, w->ln1w, a->ln1_mean, a->ln1_rstd, N));
 }
@@ -1148,11 +1205,11 @@ void sharc_model_logits_last(sharc_model *m, sharc_fsdp *e, const int32_t *input
  * rows at positions pos .. pos+n-1 with attention_cached in place of
  * attention_forward, using activation set 0 (nothing is kept for backward). */
 sharc_status sharc_model_kv_enable(sharc_model *m) {
-    if (m->B != 1 || m->T < 1 || m->sp > 1)
+    if (m->B != 1 || m->T < 1 || m->sp > 1 || m->tp > 1)
         return sharc_error(SHARC_ERR_INVALID,
-                           "model: a key/value cache needs a plan of batch 1 on one sequence-parallel "
-                           "rank (planned %d x %d, sp %d)",
-                           m->B, m->T, m->sp);
+                           "model: a key/value cache needs a plan of batch 1 on one sequence- and tensor-parallel "
+                           "rank (planned %d x %d, sp %d, tp %d)",
+                           m->B, m->T, m->sp, m->tp);
     if (!m->kcache) {
         size_t bytes = (size_t)m->L * (size_t)m->T * (size_t)m->NKV * (size_t)m->hd * sizeof(float);
         m->kcache = sharc_device_alloc(m->dev, bytes, SHARC_MEM_ACTIVATIONS);

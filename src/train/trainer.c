@@ -154,10 +154,13 @@ static sharc_status agree(sharc_comm *world, sharc_status local) {
 /* Forget the collectives counted so far on every group (telemetry's own
  * all-gathers and evaluation are not part of a step's traffic). */
 static void reset_comm_stats(sharc_trainer *t) {
-    sharc_comm *groups[5] = {t->world, t->mesh_ok ? t->mesh.shard : NULL, t->mesh_ok ? t->mesh.replicate : NULL,
+    sharc_comm *groups[6] = {t->world,
+                             t->mesh_ok ? t->mesh.shard : NULL,
+                             t->mesh_ok ? t->mesh.replicate : NULL,
                              t->mesh_ok ? t->mesh.sp_group : NULL,
+                             t->mesh_ok ? t->mesh.tp_group : NULL,
                              t->engine ? sharc_fsdp_post_forward_comm(t->engine) : NULL};
-    for (int g = 0; g < 5; g++)
+    for (int g = 0; g < 6; g++)
         if (groups[g]) sharc_comm_stats_reset(groups[g]);
 }
 
@@ -216,9 +219,10 @@ sharc_status sharc_trainer_init(sharc_trainer **out, const sharc_config *cfg, sh
 
     /* local part: nothing here may call a collective */
     st = sharc_mesh_dims_resolve(&t->cfg.fsdp.engine, &t->cfg.mesh, R, &t->dims);
-    const int sp = t->dims.sp > 0 ? t->dims.sp : 1, dp = R / sp; /* data streams (note [mesh-fsdp]) */
-    t->sp_rank = rank % sp;
-    t->dp_rank = rank / sp;
+    const int sp = t->dims.sp > 0 ? t->dims.sp : 1, tp = t->dims.tp > 0 ? t->dims.tp : 1;
+    const int dp = R / (sp * tp); /* data streams (note [mesh-fsdp]) */
+    t->sp_rank = rank / tp % sp;
+    t->dp_rank = rank / (sp * tp);
     if (st == SHARC_OK) st = sharc_blas_init(threads);
     sharc_device *dev = NULL;
     if (st == SHARC_OK) st = train_device(tc, &dev);
@@ -228,12 +232,17 @@ sharc_status sharc_trainer_init(sharc_trainer **out, const sharc_config *cfg, sh
         t->cfg.model = *sharc_model_get_config(t->model); /* with derived defaults */
         st = sharc_mesh_check_model(&t->cfg.mesh, &t->cfg.model, tc->seq_len);
     }
-    if (st == SHARC_OK && sp > 1 && t->cfg.log.eval_every > 0)
+    if (st == SHARC_OK && (sp > 1 || tp > 1) && t->cfg.log.eval_every > 0)
         st = sharc_error(SHARC_ERR_INVALID,
-                         "log.eval_every: %d with mesh.sp %d: validation under sequence "
+                         "log.eval_every: %d with mesh.%s %d: validation under sequence or tensor "
                          "parallelism is not implemented yet; set log.eval_every to 0",
-                         t->cfg.log.eval_every, sp);
+                         t->cfg.log.eval_every, sp > 1 ? "sp" : "tp", sp > 1 ? sp : tp);
     if (st == SHARC_OK && sp > 1) st = sharc_model_set_sequence_parallel(t->model, sp, t->sp_rank);
+    if (st == SHARC_OK && tp > 1) {
+        /* note [tp] in src/model/tp.h: this rank's part of every block, before freezing */
+        st = sharc_model_set_tensor_parallel(t->model, tp, rank % tp);
+        if (st == SHARC_OK) st = sharc_model_freeze(t->model, t->cfg.freeze_module_prefix, t->cfg.trainable, NULL);
+    }
     if (st == SHARC_OK && t->cfg.fsdp.apply_tiled_mlp)
         sharc_model_set_tiled_mlp(t->model, t->cfg.fsdp.tiled_num_shards);
     if (st == SHARC_OK)
@@ -297,6 +306,7 @@ sharc_status sharc_trainer_init(sharc_trainer **out, const sharc_config *cfg, sh
     if ((st = sharc_mesh_init_dims(&t->mesh, t->world, &t->dims, t->cfg.fsdp.engine.strategy)) != SHARC_OK) goto alone;
     t->mesh_ok = true;
     sharc_model_set_sp_group(t->model, t->mesh.sp_group);
+    sharc_model_set_tp_group(t->model, t->mesh.tp_group);
     st = sharc_fsdp_init(&t->engine, sharc_model_units(t->model), sharc_model_num_units(t->model),
                          sharc_model_schedule(t->model), &t->cfg.fsdp.engine, &t->mesh, sharc_model_device(t->model));
     if ((st = agree(t->world, st)) != SHARC_OK) goto fail;
@@ -387,9 +397,10 @@ sharc_status sharc_trainer_resume(sharc_trainer *t, sharc_ckpt *ck, const char *
 static void comm_totals(sharc_trainer *t, sharc_comm_stats *sum) {
     memset(sum, 0, sizeof *sum);
     /* note [post-forward]: backward's all-gathers inside the group of N are the engine's own group */
-    sharc_comm *groups[5] = {t->world, t->mesh.shard, t->mesh.replicate, t->mesh.sp_group,
-                             t->engine ? sharc_fsdp_post_forward_comm(t->engine) : NULL};
-    for (int g = 0; g < 5; g++) {
+    sharc_comm *groups[6] = {t->world,          t->mesh.shard,
+                             t->mesh.replicate, t->mesh.sp_group,
+                             t->mesh.tp_group,  t->engine ? sharc_fsdp_post_forward_comm(t->engine) : NULL};
+    for (int g = 0; g < 6; g++) {
         if (!groups[g]) continue;
         sharc_comm_stats s;
         sharc_comm_stats_get(groups[g], &s);
@@ -416,7 +427,7 @@ sharc_status sharc_trainer_step(sharc_trainer *t, sharc_step_stats *s) {
     const sharc_train_config *tc = &t->cfg.train;
     const int A = tc->grad_accum, B = tc->batch_size, T = tc->seq_len, sp = t->dims.sp, Tl = T / sp;
     const int64_t mb = (int64_t)B * Tl; /* this rank's tokens of a micro-batch */
-    const int R = sharc_comm_size(t->world), dp = R / sp;
+    const int tp = t->dims.tp, R = sharc_comm_size(t->world), dp = R / (sp * tp);
     double t0 = sharc_clock_now(), c0 = sharc_clock_cpu_now();
     sharc_activity_step(t->step + 1);
     if (sharc_fault_at("step", t->step + 1) == SHARC_FAULT_FAIL)
@@ -446,6 +457,7 @@ sharc_status sharc_trainer_step(sharc_trainer *t, sharc_step_stats *s) {
     sharc_activity_phase("counting the batch's targets", -1, NULL);
     const int64_t local_valid = valid;
     SHARC_TRY(sharc_comm_all_reduce(t->world, &valid, &valid, 1, SHARC_DT_I64, SHARC_REDUCE_OP_SUM));
+    valid /= tp; /* note [tp]: the tp ranks of a group count the same tokens */
     /* Note [loss-normalization]. global_tokens: every target weighs 1 / (valid
      * targets of the whole step, all ranks), so any split into ranks and
      * micro-batches gives the same loss and gradient. micro_batch: each
@@ -470,6 +482,7 @@ sharc_status sharc_trainer_step(sharc_trainer *t, sharc_step_stats *s) {
     double t2 = sharc_clock_now(), norm;
     sharc_activity_phase("gradient norm", -1, NULL);
     SHARC_TRY(sharc_fsdp_grad_norm(t->engine, &norm, &loss_sum));
+    loss_sum /= tp; /* every tp rank of a group returned the group's loss */
     float lr = sharc_lr_at(&t->cfg.optim, t->step, tc->max_steps);
     /* note [bad-steps]: norm and loss_sum are all-reduced, so every rank decides alike */
     bool bad = !isfinite(norm) || !isfinite(loss_sum);
@@ -482,7 +495,7 @@ sharc_status sharc_trainer_step(sharc_trainer *t, sharc_step_stats *s) {
     s->loss = per_micro ? loss_sum : valid > 0 ? loss_sum / (double)valid : 0.0;
     s->lr = lr;
     s->grad_norm = norm;
-    s->tokens = (int64_t)A * mb * R;
+    s->tokens = (int64_t)A * mb * (R / tp);
     s->valid_tokens = valid;
     s->step_s = dt;
     s->tokens_per_s = (double)s->tokens / dt;
@@ -576,9 +589,9 @@ static void print_banner(const sharc_trainer *t) {
     const sharc_blas_info *bi = sharc_blas_get_info();
     const sharc_mesh *m = &t->mesh;
     char spx[64] = "";
-    if (m->sp > 1)
-        snprintf(spx, sizeof spx, "; mesh dp_replicate %d x dp_shard %d x sp %d", m->dims.dp_replicate,
-                 m->dims.dp_shard, m->sp);
+    if (m->sp > 1 || m->tp > 1)
+        snprintf(spx, sizeof spx, "; mesh dp_replicate %d x dp_shard %d x sp %d x tp %d", m->dims.dp_replicate,
+                 m->dims.dp_shard, m->sp, m->tp);
     sharc_info(
         "sharc: %s, %lld parameters, %d rank%s (%s: %d shard x %d replicate%s), %d threads each, GEMM %s, BLAS %s%s%s",
         sharc_family_name(c->model.family), (long long)sharc_model_num_params(&c->model), R, R > 1 ? "s" : "",
@@ -586,7 +599,7 @@ static void print_banner(const sharc_trainer *t) {
         bi->corename, bi->overridden[0] ? ", OPENBLAS_CORETYPE overridden from " : "", bi->overridden);
     sharc_info("sharc: data %s: %lld tokens, %lld windows of %d; %d sequences per step", c->data.path,
                (long long)sharc_dataset_num_tokens(t->data), (long long)sharc_sampler_windows(t->sampler),
-               c->train.seq_len + 1, c->train.batch_size * c->train.grad_accum * (R / m->sp));
+               c->train.seq_len + 1, c->train.batch_size * c->train.grad_accum * (R / (m->sp * m->tp)));
     const char *why;
     sharc_bf16_mode bm = sharc_bf16_mode_get(&why);
     if (c->fsdp.engine.param_dtype == SHARC_DT_BF16) {

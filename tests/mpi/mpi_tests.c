@@ -428,16 +428,17 @@ static void test_parity(int argc, char **argv) {
     base_config(&c, argv[0]);
     apply_args(&c, argc - 1, argv + 1);
     /* the reference: one process, the same global batch (grad_accum x data
-     * streams micro-batches; mesh.sp ranks share a stream) */
+     * streams micro-batches; mesh.sp and mesh.tp ranks share a stream) */
     cref = c;
     if (cref.fsdp.engine.reshard_after_forward > 1) cref.fsdp.engine.reshard_after_forward = 1; /* one process */
-    cref.train.grad_accum = c.train.grad_accum * R / c.mesh.sp;
+    cref.train.grad_accum = c.train.grad_accum * R / (c.mesh.sp * c.mesh.tp);
     cref.mesh.sp = 1;
+    cref.mesh.tp = 1;
     /* REF_SPLIT=B: the reference takes the same global batch as micro-batches of
      * B sequences (to measure how much the order of sums alone moves results) */
     if (getenv("REF_SPLIT")) {
         int b = atoi(getenv("REF_SPLIT"));
-        int global = c.train.batch_size * c.train.grad_accum * R / c.mesh.sp;
+        int global = c.train.batch_size * c.train.grad_accum * R / (c.mesh.sp * c.mesh.tp);
         cref.train.batch_size = b;
         cref.train.grad_accum = global / b;
         ASSERT_EQ(cref.train.grad_accum * b, global);
@@ -473,6 +474,31 @@ static void test_parity(int argc, char **argv) {
     if (worst_param > 1.0)
         TEST_FAIL_AT("final parameters differ by %.3g, %.2f x the bound of note [parity-tolerance]", abs_worst,
                      worst_param);
+    /* note [tp] in src/model/tp.h: the parameters replicated over tp (norms,
+     * embedding, head, row-parallel biases) are bit for bit the same on every
+     * tp rank of a group, so their gradients were too */
+    const sharc_mesh *mesh = sharc_trainer_mesh(t);
+    if (mesh->tp_group) {
+        sharc_fsdp *e = sharc_trainer_engine(t);
+        int64_t h[2] = {(int64_t)1469598103934665603ull, 0};
+        for (int u = 0; u < sharc_fsdp_num_units(e); u++) {
+            const sharc_segment *segs;
+            int nseg = sharc_fsdp_shard_segments(e, u, &segs);
+            for (int k = 0; k < nseg; k++) {
+                if (sharc_fsdp_unit_spec(e, u)->params[segs[k].param].tp_dim >= 0) continue;
+                const unsigned char *b = (const unsigned char *)(sharc_fsdp_shard_params(e, u) + segs[k].shard_off);
+                for (int64_t i = 0; i < segs[k].len * (int64_t)sizeof(float); i++)
+                    h[0] = (int64_t)(((uint64_t)h[0] ^ b[i]) * 1099511628211ull);
+                h[1] += segs[k].len;
+            }
+        }
+        int64_t lo[2], hi[2];
+        ASSERT_OK(sharc_comm_all_reduce(mesh->tp_group, h, lo, 2, SHARC_DT_I64, SHARC_REDUCE_OP_MIN));
+        ASSERT_OK(sharc_comm_all_reduce(mesh->tp_group, h, hi, 2, SHARC_DT_I64, SHARC_REDUCE_OP_MAX));
+        ASSERT_TRUE(h[1] > 0);
+        if (lo[0] != hi[0] || lo[1] != hi[1])
+            TEST_FAIL_AT("the parameters replicated over tp differ between the tp ranks of a group");
+    }
     double all[3] = {worst_loss, abs_worst, worst_grad};
     ASSERT_OK(sharc_comm_all_reduce(world, all, all, 3, SHARC_DT_F64, SHARC_REDUCE_OP_MAX));
     if (sharc_comm_rank(world) == 0) {
@@ -1201,7 +1227,8 @@ static void test_ckpt_load(int argc, char **argv) {
     sharc_st_close(ref);
     /* 3 more steps against one process that ran all 6 on the same global batch */
     sharc_config cref = c;
-    cref.train.grad_accum = c.train.grad_accum * R;
+    cref.train.grad_accum = c.train.grad_accum * R / (c.mesh.sp * c.mesh.tp); /* data streams */
+    cref.mesh.sp = cref.mesh.tp = 1;
     cref.ckpt.resume[0] = 0;
     sharc_trainer *one;
     ASSERT_OK(sharc_trainer_init(&one, &cref, NULL));
