@@ -69,4 +69,4 @@ bad "mesh.tp: 2 with mesh.sp 2: tensor and sequence parallelism together are not
 bad "mesh.tp: 2 with model.qk_norm (Qwen3)" 2 --mesh.tp=2 --model.family=llama --model.qk_norm=true
 bad "mesh.tp: 2 with model.num_experts 4 (MoE)" 2 --mesh.tp=2 --model.family=llama --model.num_experts=4 --model.num_experts_per_tok=2 --model.moe_intermediate_size=16
 set -e
-echo "$runs tensor-parallel parity runs and 2 checkpoint round trips passed, 6 bad meshes refused"
+echo "$runs tensor-parallel parity runs and 2 checkpoint round trips passed, 7 bad meshes refused"
