@@ -64,6 +64,7 @@ typedef struct {
     char mlp_only_layers[SHARC_MODEL_LIST_MAX]; /* comma-separated layer indices kept dense ("" none) */
     float router_aux_loss_coef;                 /* the load-balancing loss's weight */
     bool output_router_logits;                  /* add coef * aux to the training loss (as HF trains) */
+    bool experts_as_units; /* fsdp.wrap_policy.moe_experts: each expert its own unit (note [moe-units]) */
 } sharc_model_config;
 
 /* Note [moe]: layer l (0-based) has a Mixture-of-Experts MLP. */
