@@ -187,6 +187,10 @@ void sharc_model_moe_stats(const sharc_model *m, double *aux_loss, int *idle_exp
  * checkpointing) and the embedding's backward. */
 typedef struct {
     double forward_s, backward_s;
+    /* Note [moe-units]: over the training forwards since the reset, the
+     * (layer, expert) pairs that received no token (each gathered all the
+     * same) and the parameters those experts hold: the cost of unused experts */
+    int64_t moe_idle_pairs, moe_idle_params;
 } sharc_model_timing;
 void sharc_model_timing_get(const sharc_model *m, sharc_model_timing *out);
 void sharc_model_timing_reset(sharc_model *m);

@@ -1248,6 +1248,10 @@ double sharc_model_forward_backward(sharc_model *m, sharc_fsdp *e, const int32_t
     }
     sharc_fsdp_backward_done(e, 0);
     double loss = read_loss(m) + sharc_moe_loss_term(m->moe);
+    int idle = 0; /* note [moe-units]: the cost of unused experts */
+    sharc_model_moe_stats(m, NULL, &idle);
+    m->timing.moe_idle_pairs += idle;
+    m->timing.moe_idle_params += (int64_t)idle * 3 * m->cfg.moe_intermediate_size * m->C;
     m->timing.backward_s += sharc_clock_now() - t1;
     return loss;
 }

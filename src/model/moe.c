@@ -16,7 +16,8 @@
  * "up_proj" (adjacent: one (2I, C) matmul) and "down_proj" (C, I); so every
  * expert of a layer is gathered with its block and the unit's gradient is
  * reduce-scattered once, whatever the routing (a unit holds at most
- * SHARC_MAX_UNIT_PARAMS parameters, which bounds E; config_check says so).
+ * SHARC_MAX_UNIT_PARAMS parameters, which bounds E; config_check says so)
+ * unless each expert is its own unit (note [moe-units] in model.c).
  * Dense layers (mlp_only_layers, decoder_sparse_step) keep the SwiGLU MLP of
  * intermediate_size.
  *
