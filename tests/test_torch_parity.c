@@ -276,7 +276,7 @@ static void parity(sharc_family family) {
                          nrel);
         float lr = sharc_lr_at(&oc, step, S);
         ASSERT_NEAR(lr, ref_lr[step], LR_RTOL, 0);
-        sharc_adamw_step(opt, e, lr, sharc_clip_coef(&oc, norm));
+        ASSERT_OK(sharc_adamw_step(opt, e, lr, sharc_clip_coef(&oc, norm)));
     }
     ASSERT_EQ(final_check(f, e, family, c.embed_dim, &w), nparams);
     fprintf(stderr,

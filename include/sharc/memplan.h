@@ -26,6 +26,7 @@ typedef struct {
     bool shared;                   /* parameters in one shared-memory window per group (note [shared-params]) */
     int64_t nparams, ntrainable;   /* parameter elements, and those not frozen */
     int64_t bytes[SHARC_MEM_NCAT]; /* per rank */
+    int64_t offload_file;          /* optim.offload_dir: the moments' file per rank, on disk (0: none) */
     int64_t total;
 } sharc_memplan;
 

@@ -11,7 +11,11 @@
  *                                  int reshard_after_forward keeps, note
  *                                  [post-forward]; frozen units have no
  *                                  gradient memory)
- *   optim                          2 moments x 4 bytes x the trainable units' shards
+ *   optim                          2 moments x 4 bytes x the trainable units' shards;
+ *                                  with optim.offload_dir only the buffer, 2 x 4
+ *                                  bytes x the largest trainable shard (the file's
+ *                                  size is printed beside, on disk: note
+ *                                  [optim-offload] in src/optim/adamw.c)
  *   activations                    sharc_model_activation_bytes (model.c's plan:
  *                                  B x T, checkpointing on/off, the tiled MLP,
  *                                  attention workspace for the rank's threads)
@@ -77,6 +81,10 @@ sharc_status sharc_memplan_make(sharc_memplan *p, const sharc_config *cfg, int w
             }
         for (int c = 0; c < SHARC_MEM_NCAT; c++) p->bytes[c] = e.bytes[c];
         p->bytes[SHARC_MEM_OPTIM] = 2 * (int64_t)sizeof(float) * e.trainable_shard;
+        if (cfg->optim.offload_dir[0]) {
+            p->offload_file = p->bytes[SHARC_MEM_OPTIM];
+            p->bytes[SHARC_MEM_OPTIM] = 2 * (int64_t)sizeof(float) * e.max_trainable_shard;
+        }
         int old = sharc_threads_get();
         sharc_threads_set(p->threads);
         if (cfg->fsdp.apply_tiled_mlp) sharc_model_set_tiled_mlp(m, cfg->fsdp.tiled_num_shards);
@@ -120,6 +128,11 @@ void sharc_memplan_print(FILE *f, const sharc_memplan *p, const sharc_config *cf
         post < p->dp_shard)
         fprintf(f, "  reshard_after_forward %d: each block keeps 1/%d of its parameters from forward to backward%s\n",
                 post, post, p->shared ? " (none: the node's shared copy is read in place)" : " (in gathered)");
+    if (p->offload_file > 0)
+        fprintf(f,
+                "  optim.offload_dir %s: the AdamW moments on disk, %.4f GiB per rank; optim is the buffer of one "
+                "unit\n",
+                cfg->optim.offload_dir, gib(p->offload_file));
     if (measured) fprintf(f, "  %-12s %12s %12s %8s\n", "category", "plan GiB", "peak GiB", "peak/plan");
     else fprintf(f, "  %-12s %12s\n", "category", "plan GiB");
     int64_t mt = 0;
@@ -188,6 +201,19 @@ bool sharc_memplan_suggest(FILE *f, const sharc_config *cfg, int world, int rpn,
         }
     }
     c = *cfg;
+    /* the moments on a local disk (note [optim-offload]): no change to results */
+    if (!cfg->optim.offload_dir[0]) {
+        snprintf(c.optim.offload_dir, sizeof c.optim.offload_dir, "DIR");
+        sharc_memplan q;
+        if (sharc_memplan_make(&q, &c, world, rpn, threads) == SHARC_OK && q.total <= limit) {
+            fprintf(f,
+                    "smallest change: optim.offload_dir: DIR, a directory on a local disk with %.2f GiB free per "
+                    "rank (the AdamW moments; %.2f GiB)\n",
+                    gib(q.offload_file), gib(q.total));
+            return true;
+        }
+        c = *cfg;
+    }
     /* more ranks, whole nodes (the global batch grows with them): double
      * until one fits (or the per-rank total stops shrinking: what does not
      * shard, activations and gathered units, stays), then the fewest

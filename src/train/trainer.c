@@ -487,7 +487,7 @@ sharc_status sharc_trainer_step(sharc_trainer *t, sharc_step_stats *s) {
     /* note [bad-steps]: norm and loss_sum are all-reduced, so every rank decides alike */
     bool bad = !isfinite(norm) || !isfinite(loss_sum);
     sharc_activity_phase("optimizer", -1, NULL);
-    if (!bad) sharc_adamw_step(t->opt, t->engine, lr, sharc_clip_coef(&t->cfg.optim, norm));
+    if (!bad) SHARC_TRY(sharc_adamw_step(t->opt, t->engine, lr, sharc_clip_coef(&t->cfg.optim, norm)));
     t->step++;
     double t3 = sharc_clock_now(), dt = t3 - t0;
     memset(s, 0, sizeof *s);
