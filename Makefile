@@ -13,7 +13,7 @@ CFLAGS  := -std=c11 -D_GNU_SOURCE -g $(OPT) $(WARN) -fopenmp -fno-math-errno -fP
 # src/comm/comm_mpi.c and comm_mpi_shm.c see its headers.
 MPI_CFLAGS := $(shell pkg-config --cflags mpi-c 2>/dev/null)
 MPI_LIBS   := $(shell pkg-config --libs mpi-c 2>/dev/null)
-LDLIBS  = -fopenmp $(MPI_LIBS) $(CUDA_LIBS) -lyaml -ljson-c -lonig -lutf8proc -lnettle -lz -ldl -lmvec -lm -lpthread $(SAN)
+LDLIBS  = -fopenmp $(MPI_LIBS) $(CUDA_LIBS) -lyaml -ljson-c -lonig -lutf8proc -lnettle -lz -luring -ldl -lmvec -lm -lpthread $(SAN)
 
 # CUDA (note [cuda-build] in docs/ARCHITECTURE.md): src/device/cuda/*.cu are
 # compiled whenever nvcc is found under CUDA_HOME (CUDA=0 turns it off); the
@@ -153,7 +153,7 @@ $(BUILD)/fuzz_hf_json: tests/fuzz/fuzz_hf_json.c src/io/hf.c $(FUZZ_SRC) $(BUILD
 	clang -std=c11 -D_GNU_SOURCE -g -O1 -Iinclude -fno-omit-frame-pointer \
 	    -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined tests/fuzz/fuzz_hf_json.c src/io/hf.c \
 	    $(filter-out tests/fuzz/fuzz_safetensors.c,$(FUZZ_SRC)) $(BUILD)/libsharc.a -o $@ -fopenmp=libgomp $(MPI_LIBS) \
-	    -lyaml -ljson-c -lz -ldl -lmvec -lm -lpthread
+	    -lyaml -ljson-c -lz -luring -ldl -lmvec -lm -lpthread
 # tokenizer.json (+ config and a text) into the tokenizer loader and encoder
 FUZZ_TOK_SRC := tests/fuzz/fuzz_tokenizer.c src/data/tokenizer.c src/data/encoder.c src/core/fileio.c src/core/status.c
 $(BUILD)/fuzz_tokenizer: $(FUZZ_TOK_SRC) $(wildcard include/sharc/*.h) src/data/tokenizer_impl.h

@@ -131,7 +131,7 @@ static int sgemm_ceiling(double min_time) {
 static void usage(void) {
     fprintf(stderr, "usage: step --family gpt2|llama [--layers L --dim C --heads H --kv-heads K --ffn F --vocab V\n"
                     "            --max-seq M] [--batch B --seq T --steps N --threads K --ac --fwd-steps N --bf16\n"
-                    "            --offload-dir DIR]\n"
+                    "            --offload-dir DIR --offload-chunk N --offload-pipeline 0|1]\n"
                     "       step --sgemm [--threads K --min-time S]\n");
 }
 
@@ -141,6 +141,8 @@ int main(int argc, char **argv) {
     int B = 4, T = 256, steps = 5, threads = 0, ac = 0, sgemm = 0, fwd_steps = 0, bf16 = 0;
     double min_time = 0.4;
     const char *offload_dir = "";
+    long long offload_chunk = 0; /* optim.offload_sub_group_size (0: its default) */
+    bool offload_pipeline = true;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--sgemm")) {
@@ -180,6 +182,8 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--fwd-steps")) fwd_steps = atoi(v);
         else if (!strcmp(a, "--min-time")) min_time = atof(v);
         else if (!strcmp(a, "--offload-dir")) offload_dir = v;
+        else if (!strcmp(a, "--offload-chunk")) offload_chunk = atoll(v);
+        else if (!strcmp(a, "--offload-pipeline")) offload_pipeline = atoi(v) != 0;
         else {
             fprintf(stderr, "step: unknown option %s\n", a);
             usage();
@@ -216,6 +220,8 @@ int main(int argc, char **argv) {
     sharc_optim_config oc;
     sharc_optim_config_default(&oc); /* betas 0.9/0.95, eps 1e-8, wd 0.1, max norm 1 */
     snprintf(oc.offload_dir, sizeof oc.offload_dir, "%s", offload_dir); /* note [optim-offload] */
+    oc.offload_chunk_numel = offload_chunk;
+    oc.offload_pipeline = offload_pipeline;
     if (sharc_model_init(&m, &c, NULL) != SHARC_OK || sharc_model_plan(m, B, T, ac) != SHARC_OK ||
         sharc_fsdp_init(&e, sharc_model_units(m), sharc_model_num_units(m), sharc_model_schedule(m), &fc, NULL,
                         sharc_model_device(m)) != SHARC_OK ||
@@ -306,11 +312,16 @@ int main(int argc, char **argv) {
                                                                   : "emulated");
     sharc_adamw_offload_stats io;
     sharc_adamw_offload_stats_get(opt, &io);
-    printf(", \"offload\": %s, \"optim_peak_mib\": %.1f, \"offload_file_mib\": %.1f, \"offload_read_GBps\": %.2f, "
-           "\"offload_write_GBps\": %.2f",
-           offload_dir[0] ? "true" : "false", (double)mem.peak[SHARC_MEM_OPTIM] / (1 << 20),
-           (double)io.file_bytes / (1 << 20), io.read_s > 0 ? (double)io.read_bytes / io.read_s * 1e-9 : 0.0,
-           io.write_s > 0 ? (double)io.write_bytes / io.write_s * 1e-9 : 0.0);
+    /* the optimizer's streaming rate (bytes over the time of its passes) and
+     * the time it blocked on the disk: pipelined, the wait is what it did not hide */
+    printf(", \"offload\": %s, \"offload_backend\": \"%s\", \"optim_peak_mib\": %.1f, \"offload_file_mib\": %.1f, "
+           "\"offload_read_GBps\": %.2f, \"offload_write_GBps\": %.2f, \"offload_step_ms\": %.1f, "
+           "\"offload_wait_ms\": %.1f",
+           offload_dir[0] ? "true" : "false", io.backend ? io.backend : "",
+           (double)mem.peak[SHARC_MEM_OPTIM] / (1 << 20), (double)io.file_bytes / (1 << 20),
+           io.step_s > 0 ? (double)io.read_bytes / io.step_s * 1e-9 : 0.0,
+           io.step_s > 0 ? (double)io.write_bytes / io.step_s * 1e-9 : 0.0, io.step_s * 1e3 / (steps + 1),
+           (io.read_wait_s + io.write_wait_s) * 1e3 / (steps + 1));
     printf(", \"loss_first\": %.4f, \"loss_last\": %.4f, \"peak_mem_mib\": %.1f, \"max_rss_mib\": %.1f}\n", first_loss,
            last_loss, (double)mem.peak_total / (1 << 20), max_rss_mib());
     free(in);

@@ -11,6 +11,10 @@
  *   SHARC_TEST_FATAL=RANK:STEP         a broken invariant at the start of the step (sharc_fatal)
  *   SHARC_TEST_KILL=RANK:STEP          the rank SIGKILLs itself at the start of the step, as kill -9 would
  *   SHARC_TEST_NAN=RANK:STEP[,STEP..]  the rank's gradients are not finite (SHARC_FAULT_NAN at "grads")
+ *   SHARC_TEST_OFFLOAD_CORRUPT=RANK:STEP  every chunk of AdamW moments the step writes to the offload file
+ *                                      gets one byte flipped after the write (site "offload:written")
+ *   SHARC_TEST_OFFLOAD_KILL=RANK:STEP  the rank SIGKILLs itself in the middle of the step's writes of the
+ *                                      offloaded moments (site "offload:write")
  *   SHARC_TEST_MOE_RIG=G               every rank r routes its tokens to the experts e with e % G == r % G
  *                                      alone (sharc_fault_route_groups; note [moe-rig] in src/model/moe.c)
  *   SHARC_CKPT_KILL_AT=STAGE           the process ends (exit 86) at that stage of a checkpoint save,

@@ -30,7 +30,20 @@ typedef struct {
     /* optim.offload_dir: a directory for this rank's file of AdamW moments
      * ("" = moments in memory; note [optim-offload]) */
     char offload_dir[SHARC_OPTIM_PATH_MAX];
+    /* optim.offload_sub_group_size: elements per chunk streamed through the
+     * step (DeepSpeed's sub_group_size; rounded up to 1024); 0: the default */
+    int64_t offload_chunk_numel;
+    /* optim.offload_pipeline: read chunk k+1 and write k-1 while k is
+     * updated (three chunk buffers), else one buffer, synchronous */
+    bool offload_pipeline;
 } sharc_optim_config;
+
+#define SHARC_OFFLOAD_CHUNK_DEFAULT (8 << 20) /* elements: 64 MiB of both moments */
+#define SHARC_OFFLOAD_CHUNK_MAX     (1 << 27) /* elements: 1 GiB of both moments */
+/* The elements per chunk for c (rounded and bounded as the optimizer does)
+ * and the chunk buffers it holds, for the memory plan. */
+int64_t sharc_offload_chunk_numel(const sharc_optim_config *c);
+int sharc_offload_buffers(const sharc_optim_config *c);
 
 void sharc_optim_config_default(sharc_optim_config *c);
 
@@ -45,8 +58,8 @@ typedef struct sharc_adamw sharc_adamw;
 
 /* Moments for every shard of the engine (SHARC_MEM_OPTIM), or with
  * c->offload_dir set one file in that directory (created, reserved and
- * unlinked here, so it never outlives the process) and a buffer for the
- * largest unit's two moments (SHARC_MEM_OPTIM). A missing or unwritable
+ * unlinked here, so it never outlives the process) and the chunk buffers
+ * (sharc_offload_buffers of both moments of one chunk, SHARC_MEM_OPTIM). A missing or unwritable
  * directory is SHARC_ERR_INVALID, a disk without room SHARC_ERR_IO. */
 sharc_status sharc_adamw_init(sharc_adamw **out, sharc_fsdp *e, const sharc_optim_config *c);
 void sharc_adamw_free(sharc_adamw *a);
@@ -59,7 +72,7 @@ int64_t sharc_adamw_steps(const sharc_adamw *a);
 void sharc_adamw_set_steps(sharc_adamw *a, int64_t t);
 /* First and second moments of a unit's shard (numel_shard floats each);
  * NULL for a unit whose parameters are all frozen, and for every unit when
- * the moments are offloaded (then use sharc_adamw_unit_load). */
+ * the moments are offloaded (then use sharc_adamw_moment_view). */
 float *sharc_adamw_m(sharc_adamw *a, int unit);
 float *sharc_adamw_v(sharc_adamw *a, int unit);
 
@@ -67,20 +80,27 @@ float *sharc_adamw_v(sharc_adamw *a, int unit);
 bool sharc_adamw_offloaded(const sharc_adamw *a);
 /* Whether unit u has moments (false: all its parameters are frozen). */
 bool sharc_adamw_has_moments(const sharc_adamw *a, int unit);
-/* Unit u's moments in memory, for reading or changing: the live arrays, or
- * when offloaded the buffer, filled from the file (its crc32 checked) unless
- * it holds u already. Valid until the next load of another unit or step.
- * NULL pointers for a unit without moments. */
-sharc_status sharc_adamw_unit_load(sharc_adamw *a, int unit, float **m, float **v);
-/* Write back what was changed through unit_load's pointers (offloaded:
- * pwrite to the file; in memory: nothing to do). */
-sharc_status sharc_adamw_unit_store(sharc_adamw *a, int unit);
+/* Elements [off, off + *n) of moment `kind` (0: exp_avg, 1: exp_avg_sq)
+ * of unit u's shard, in memory, at *p: *n is at most `want`, and less where
+ * an offloaded chunk ends (call again for the rest). In memory the live
+ * array; offloaded the cache buffer, which holds one chunk (both moments),
+ * read from the file (its crc32 checked) unless it holds that chunk
+ * already, after the chunk it held is written back if marked dirty. Valid
+ * until the next view of another chunk or the next step. */
+sharc_status sharc_adamw_moment_view(sharc_adamw *a, int u, int kind, int64_t off, int64_t want, float **p, int64_t *n);
+/* The chunk of the last view was changed through its pointer. */
+void sharc_adamw_moment_dirty(sharc_adamw *a);
+/* Write a dirty chunk back (offloaded; in memory nothing to do). */
+sharc_status sharc_adamw_flush(sharc_adamw *a);
 
 typedef struct {
-    int64_t read_bytes, write_bytes; /* moved between the file and the buffer */
-    double read_s, write_s;          /* wall time in pread / pwrite (and their checksums) */
-    int64_t file_bytes;              /* the file's size: both moments of every trainable unit */
-    int64_t buffer_bytes;            /* the resident buffer */
+    int64_t read_bytes, write_bytes;  /* moved between the file and the buffers */
+    double read_wait_s, write_wait_s; /* time blocked on reads / writes (pread: all of their time) */
+    double step_s;                    /* time in the optimizer's streaming passes (sharc_adamw_step) */
+    int64_t file_bytes;               /* the file's size: both moments of every trainable unit */
+    int64_t buffer_bytes;             /* the resident chunk buffers */
+    int64_t chunk_numel;              /* elements per chunk */
+    const char *backend;              /* "uring" or "pread" (NULL in memory) */
 } sharc_adamw_offload_stats;
 /* Offload counters since init (all 0 in memory). */
 void sharc_adamw_offload_stats_get(const sharc_adamw *a, sharc_adamw_offload_stats *s);

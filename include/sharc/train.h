@@ -39,7 +39,11 @@ typedef struct {
     int64_t gathered_peak;
     int64_t moe_idle_experts; /* note [moe-units]: (layer, expert) pairs with no token, over the micro-batches */
     int64_t moe_idle_bytes;   /* the parameter bytes gathered for them (fsdp.param_dtype) */
-    bool skipped;             /* non-finite loss or grad norm (agreed): no update (note [bad-steps] in trainer.c) */
+    /* note [optim-offload]: the optimizer's file traffic this step, the time it
+     * streamed and the part of it blocked on the disk (0 in memory) */
+    int64_t offload_read_bytes, offload_write_bytes;
+    double offload_s, offload_wait_s;
+    bool skipped; /* non-finite loss or grad norm (agreed): no update (note [bad-steps] in trainer.c) */
     /* this rank alone (sharc/telemetry.h aggregates them over the ranks) */
     double forward_s, backward_s; /* split of forward_backward_s (sharc_model_timing) */
     double local_loss;            /* mean loss over this rank's valid targets (NAN if none) */

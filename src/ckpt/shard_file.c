@@ -98,31 +98,34 @@ void *sharc_ckpt_shard_write(void *arg) {
     static const float zeros[4096]; /* the moments of frozen units (note [frozen-params]) */
     for (int i = 0; i < j->npieces && j->st == SHARC_OK; i++) {
         const sharc_ckpt_piece *pc = &j->pieces[i];
-        const char *p = (const char *)pc->data;
-        if (pc->opt) { /* offloaded moments: the unit's, read now (writes are inline then) */
-            float *mv[2];
-            j->st = sharc_adamw_unit_load(pc->opt, pc->unit, &mv[0], &mv[1]);
-            if (j->st != SHARC_OK) break;
-            p = (const char *)(mv[pc->kind - 1] + pc->off);
-        }
-        const bool zero = p == NULL;
-        int64_t left = j->pieces[i].n * 4;
-        while (left > 0 && j->st == SHARC_OK) {
-            int64_t take = SHARC_CKPT_CHUNK_BYTES - fill < left ? SHARC_CKPT_CHUNK_BYTES - fill : left;
-            if (zero) {
-                p = (const char *)zeros;
-                if (take > (int64_t)sizeof zeros) take = (int64_t)sizeof zeros;
-            }
-            crc = crc32(crc, (const Bytef *)p, (uInt)take);
-            ccrc = crc32(ccrc, (const Bytef *)p, (uInt)take);
-            j->st = sharc_afile_write(&af, p, (size_t)take);
-            fill += take;
-            p += take;
-            left -= take;
-            if (fill == SHARC_CKPT_CHUNK_BYTES) {
-                j->chunk_crc[k++] = (uint32_t)ccrc;
-                ccrc = crc32(0L, Z_NULL, 0);
-                fill = 0;
+        for (int64_t done = 0, got; done < pc->n && j->st == SHARC_OK; done += got) {
+            const char *p = (const char *)pc->data;
+            got = pc->n - done;
+            if (pc->opt) { /* offloaded moments: read now, chunk by chunk (writes are inline then) */
+                float *mv;
+                j->st = sharc_adamw_moment_view(pc->opt, pc->unit, pc->kind - 1, pc->off + done, got, &mv, &got);
+                if (j->st != SHARC_OK) break;
+                p = (const char *)mv;
+            } else if (p) p += done * 4;
+            const bool zero = p == NULL;
+            int64_t left = got * 4;
+            while (left > 0 && j->st == SHARC_OK) {
+                int64_t take = SHARC_CKPT_CHUNK_BYTES - fill < left ? SHARC_CKPT_CHUNK_BYTES - fill : left;
+                if (zero) {
+                    p = (const char *)zeros;
+                    if (take > (int64_t)sizeof zeros) take = (int64_t)sizeof zeros;
+                }
+                crc = crc32(crc, (const Bytef *)p, (uInt)take);
+                ccrc = crc32(ccrc, (const Bytef *)p, (uInt)take);
+                j->st = sharc_afile_write(&af, p, (size_t)take);
+                fill += take;
+                p += take;
+                left -= take;
+                if (fill == SHARC_CKPT_CHUNK_BYTES) {
+                    j->chunk_crc[k++] = (uint32_t)ccrc;
+                    ccrc = crc32(0L, Z_NULL, 0);
+                    fill = 0;
+                }
             }
         }
     }
@@ -170,16 +173,16 @@ sharc_status sharc_ckpt_shard_read(sharc_ckpt_manifest *m, sharc_fsdp *e, sharc_
     SHARC_TRY(check_tensors(m, e));
     sharc_ckpt_reader rd = {.m = m, .file = -1, .chunk = -1, .buf = malloc((size_t)m->chunk_bytes)};
     if (!rd.buf) return sharc_error(SHARC_ERR_NOMEM, "ckpt: out of memory");
-    const int kinds = a ? KINDS : 1;
     sharc_status st = SHARC_OK;
     for (int u = 0; u < sharc_fsdp_num_units(e) && st == SHARC_OK; u++) {
         const sharc_unit_spec *s = sharc_fsdp_unit_spec(e, u);
         sharc_activity_phase("loading a checkpoint", u, s->name); /* progress for the watchdog */
         const sharc_segment *segs;
         int ns = sharc_fsdp_shard_segments(e, u, &segs);
-        /* the moments in memory, or the offload buffer written back below */
-        float *dst[KINDS] = {sharc_fsdp_shard_write(e, u), NULL, NULL};
-        if (a) st = sharc_adamw_unit_load(a, u, &dst[1], &dst[2]);
+        float *shard = sharc_fsdp_shard_write(e, u);
+        /* moments in memory, or offloaded chunk by chunk through the
+         * optimizer's cache (marked dirty, written back when it moves on) */
+        const int kinds = a && sharc_adamw_has_moments(a, u) ? KINDS : 1;
         for (int k = 0; k < ns && st == SHARC_OK; k++) {
             const sharc_ckpt_tensor *t = sharc_ckpt_manifest_find(m, s->params[segs[k].param].name);
             int64_t lo0 = segs[k].param_off, hi0 = lo0 + segs[k].len;
@@ -187,15 +190,26 @@ sharc_status sharc_ckpt_shard_read(sharc_ckpt_manifest *m, sharc_fsdp *e, sharc_
                 const sharc_ckpt_range *r = &t->r[q];
                 int64_t lo = r->begin > lo0 ? r->begin : lo0, hi = r->end < hi0 ? r->end : hi0;
                 if (lo >= hi) continue;
-                for (int kind = 0; kind < kinds && st == SHARC_OK; kind++)
-                    if (dst[kind]) /* a frozen unit has no moments to read */
-                        st = reader_read(&rd, (int)r->file,
-                                         r->offset + ((int64_t)kind * (r->end - r->begin) + lo - r->begin) * 4,
-                                         (hi - lo) * 4, dst[kind] + segs[k].shard_off + (lo - lo0));
+                const int64_t at = segs[k].shard_off + (lo - lo0);
+                for (int kind = 0; kind < kinds && st == SHARC_OK; kind++) {
+                    const int64_t from = r->offset + ((int64_t)kind * (r->end - r->begin) + lo - r->begin) * 4;
+                    if (kind == 0) {
+                        st = reader_read(&rd, (int)r->file, from, (hi - lo) * 4, shard + at);
+                        continue;
+                    }
+                    for (int64_t done = 0, got; done < hi - lo && st == SHARC_OK; done += got) {
+                        float *mv;
+                        if ((st = sharc_adamw_moment_view(a, u, kind - 1, at + done, hi - lo - done, &mv, &got)) !=
+                            SHARC_OK)
+                            break;
+                        sharc_adamw_moment_dirty(a);
+                        st = reader_read(&rd, (int)r->file, from + done * 4, got * 4, mv);
+                    }
+                }
             }
         }
-        if (a && st == SHARC_OK) st = sharc_adamw_unit_store(a, u);
     }
+    if (a && st == SHARC_OK) st = sharc_adamw_flush(a);
     free(rd.buf);
     return st;
 }

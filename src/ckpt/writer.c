@@ -40,27 +40,39 @@ static sharc_status job_prepare(sharc_ckpt_writer *w, const sharc_ckpt_plan *p, 
     for (int u = 0; u < sharc_fsdp_num_units(e); u++) {
         const sharc_segment *segs;
         int ns = sharc_fsdp_shard_segments(e, u, &segs);
-        /* offloaded moments are read here into the staged copy, or else when
-         * the file is written (the pieces name them); a frozen unit has no
-         * moments: zeros are written in their place (data NULL) */
-        const bool deferred = !dst && sharc_adamw_offloaded(a) && sharc_adamw_has_moments(a, u);
-        float *m = NULL, *v = NULL;
-        if (!deferred) SHARC_TRY(sharc_adamw_unit_load(a, u, &m, &v));
-        const float *src[KINDS] = {sharc_fsdp_shard_params(e, u), m, v};
+        /* offloaded moments are read here into the staged copy, chunk by
+         * chunk, or else when the file is written (the pieces name them); a
+         * frozen unit has no moments: zeros are written in their place (data
+         * NULL) */
+        const bool moments = sharc_adamw_has_moments(a, u);
+        const bool deferred = !dst && sharc_adamw_offloaded(a) && moments;
         for (int k = 0; k < ns; k++)
             for (int kind = 0; kind < KINDS && !segs[k].tp_copy; kind++) {
-                if (deferred && kind > 0) {
-                    j->pieces[r++] = (sharc_ckpt_piece){NULL, segs[k].len, a, u, kind, segs[k].shard_off};
+                const int64_t off = segs[k].shard_off, len = segs[k].len;
+                if (kind > 0 && deferred) {
+                    j->pieces[r++] = (sharc_ckpt_piece){NULL, len, a, u, kind, off};
                     continue;
                 }
-                const float *q = src[kind] ? src[kind] + segs[k].shard_off : NULL;
-                if (dst) {
-                    if (q) memcpy(dst, q, (size_t)segs[k].len * sizeof(float));
-                    else memset(dst, 0, (size_t)segs[k].len * sizeof(float));
-                    q = dst;
-                    dst += segs[k].len;
+                const float *q = kind == 0 ? sharc_fsdp_shard_params(e, u) + off : NULL;
+                if (kind > 0 && moments && !dst) { /* in memory: the live array */
+                    float *mv;
+                    int64_t got;
+                    SHARC_TRY(sharc_adamw_moment_view(a, u, kind - 1, off, len, &mv, &got));
+                    q = mv;
                 }
-                j->pieces[r++] = (sharc_ckpt_piece){.data = q, .n = segs[k].len};
+                if (dst) {
+                    if (kind > 0 && moments)
+                        for (int64_t done = 0, got; done < len; done += got) { /* chunk by chunk */
+                            float *mv;
+                            SHARC_TRY(sharc_adamw_moment_view(a, u, kind - 1, off + done, len - done, &mv, &got));
+                            memcpy(dst + done, mv, (size_t)got * sizeof(float));
+                        }
+                    else if (q) memcpy(dst, q, (size_t)len * sizeof(float));
+                    else memset(dst, 0, (size_t)len * sizeof(float));
+                    q = dst;
+                    dst += len;
+                }
+                j->pieces[r++] = (sharc_ckpt_piece){.data = q, .n = len};
             }
     }
     j->npieces = r;

@@ -151,8 +151,13 @@ static const key_def keys[] = {
     {"optim.max_grad_norm", K_FLOAT, OFF(optim.max_grad_norm), 0, BIG, NULL, "1", AGREE,
      "clip the global gradient norm (0: off)"},
     {"optim.offload_dir", K_STR, OFF(optim.offload_dir), 0, 0, NULL, "", LOCAL,
-     "an existing directory (local NVMe/disk) for each rank's file of AdamW moments, streamed through a buffer of one "
-     "unit in the step (DeepSpeed offload_optimizer nvme_path; \"\": moments in memory)"},
+     "an existing directory (local NVMe/disk) for each rank's file of AdamW moments, streamed through the step in "
+     "chunks (DeepSpeed offload_optimizer nvme_path; \"\": moments in memory)"},
+    {"optim.offload_sub_group_size", K_INT64, OFF(optim.offload_chunk_numel), 1, BIG, NULL, "8388608", LOCAL,
+     "with optim.offload_dir: parameters per chunk streamed through the step (DeepSpeed sub_group_size; rounded up "
+     "to 1024, at most 134217728); each chunk buffer holds 8 bytes per parameter"},
+    {"optim.offload_pipeline", K_BOOL, OFF(optim.offload_pipeline), 0, 0, NULL, "true", LOCAL,
+     "with optim.offload_dir: read chunk k+1 and write k-1 while k is updated (three chunk buffers; false: one)"},
 
     {"train.batch_size", K_INT, OFF(train.batch_size), 1, 1 << 20, NULL, "16", AGREE,
      "sequences per micro-batch per rank"},
@@ -521,6 +526,8 @@ static const alias_def aliases[] = {
      * DeepSpeed's zero_optimization.offload_optimizer */
     {"offload.dir", A_KEY, "optim.offload_dir", NULL, NULL},
     {"offload_optimizer.nvme_path", A_KEY, "optim.offload_dir", NULL, NULL},
+    {"sub_group_size", A_KEY, "optim.offload_sub_group_size", NULL, NULL},
+    {"zero_optimization.sub_group_size", A_KEY, "optim.offload_sub_group_size", NULL, NULL},
     {"zero_optimization.offload_optimizer.nvme_path", A_KEY, "optim.offload_dir", NULL, NULL},
     {"offload_optimizer.device", A_NOTE, NULL, "nvme",
      "sharc keeps the optimizer in host memory unless optim.offload_dir (offload_optimizer.nvme_path) names a "

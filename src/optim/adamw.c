@@ -29,9 +29,12 @@
  * unit_store (src/ckpt/writer.c, shard_file.c): the files are the same
  * bytes with and without offload. */
 #include "sharc/optim.h"
+#include "aio.h"
+#include "sharc/fault.h"
 #include "sharc/clock.h"
 #include "sharc/fileio.h"
 #include "sharc/kernels.h"
+#include "sharc/log.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -54,6 +57,7 @@ void sharc_optim_config_default(sharc_optim_config *c) {
     c->eps = 1e-8f;
     c->weight_decay = 0.1f;
     c->max_grad_norm = 1.0f;
+    c->offload_pipeline = true; /* chunk 0: SHARC_OFFLOAD_CHUNK_DEFAULT */
 }
 
 float sharc_lr_at(const sharc_optim_config *c, int64_t step, int64_t max_steps) {
@@ -73,6 +77,14 @@ float sharc_clip_coef(const sharc_optim_config *c, double grad_norm) {
     return coef < 1.0 ? (float)coef : 1.0f;
 }
 
+int64_t sharc_offload_chunk_numel(const sharc_optim_config *c) {
+    int64_t n = c->offload_chunk_numel > 0 ? c->offload_chunk_numel : SHARC_OFFLOAD_CHUNK_DEFAULT;
+    if (n > SHARC_OFFLOAD_CHUNK_MAX) n = SHARC_OFFLOAD_CHUNK_MAX;
+    return (n + 1023) / 1024 * 1024; /* 4 KiB of each moment: page-aligned file offsets */
+}
+
+int sharc_offload_buffers(const sharc_optim_config *c) { return c->offload_pipeline ? 3 : 1; }
+
 struct sharc_adamw {
     sharc_optim_config cfg;
     sharc_device *dev; /* the engine's */
@@ -82,13 +94,20 @@ struct sharc_adamw {
     /* note [optim-offload]: fd >= 0 */
     int fd;
     char path[SHARC_OPTIM_PATH_MAX + 32]; /* the (unlinked) file's name, for messages */
-    int64_t *off;                         /* (nunits) byte offset of the unit's exp_avg; -1: no moments */
+    int64_t *off;                         /* (nunits) byte offset of the unit's chunk 0; -1: no moments */
     int64_t *numel;                       /* (nunits) numel_shard */
-    uint32_t *crc;                        /* (nunits) crc32 of the unit's bytes as last stored */
-    bool *stored;                         /* (nunits) stored at least once (else the file holds zeros) */
-    float *buf;                           /* (2, max numel_shard): exp_avg then exp_avg_sq, device (host) memory */
-    int loaded;                           /* the unit the buffer holds, -1 none */
-    sharc_adamw_offload_stats io;
+    int64_t *chunk0;                      /* (nunits) the global index of the unit's chunk 0 */
+    int64_t nchunks;                      /* chunks of all units */
+    int64_t chunk;                        /* elements per chunk (C) */
+    uint32_t *crc;                        /* (nchunks) crc32 of the chunk's bytes as last stored */
+    bool *stored;                         /* (nchunks) stored at least once (else the file holds zeros) */
+    int nbuf;                             /* chunk buffers: 3 pipelined, else 1 */
+    float *buf[3];                        /* (2 C) each: exp_avg then exp_avg_sq of one chunk, device (host) memory */
+    int cache_u;                          /* the chunk buffer 0 holds between steps (moment_view): unit, -1 none */
+    int64_t cache_c;                      /* and chunk */
+    bool cache_dirty;
+    sharc_aio *io;
+    sharc_adamw_offload_stats st;
 };
 
 static sharc_status offload_open(sharc_adamw *a, sharc_fsdp *e) {
@@ -101,20 +120,26 @@ static sharc_status offload_open(sharc_adamw *a, sharc_fsdp *e) {
         return sharc_error(SHARC_ERR_INVALID, "optim.offload_dir: '%s': %s; expected an existing writable directory",
                            dir, strerror(errno));
     if (!S_ISDIR(sb.st_mode)) return sharc_error(SHARC_ERR_INVALID, "optim.offload_dir: '%s' is not a directory", dir);
+    a->chunk = sharc_offload_chunk_numel(&a->cfg);
+    a->nbuf = sharc_offload_buffers(&a->cfg);
     a->off = calloc((size_t)a->nunits, sizeof *a->off);
     a->numel = calloc((size_t)a->nunits, sizeof *a->numel);
-    a->crc = calloc((size_t)a->nunits, sizeof *a->crc);
-    a->stored = calloc((size_t)a->nunits, sizeof *a->stored);
-    if (!a->off || !a->numel || !a->crc || !a->stored) return sharc_error(SHARC_ERR_NOMEM, "adamw: out of memory");
+    a->chunk0 = calloc((size_t)a->nunits, sizeof *a->chunk0);
+    if (!a->off || !a->numel || !a->chunk0) return sharc_error(SHARC_ERR_NOMEM, "adamw: out of memory");
     int64_t total = 0, max_numel = 0;
     for (int u = 0; u < a->nunits; u++) {
         a->numel[u] = sharc_fsdp_shard_numel(e, u);
         a->off[u] = -1;
+        a->chunk0[u] = a->nchunks;
         if (!sharc_unit_trainable(sharc_fsdp_unit_spec(e, u))) continue;
         a->off[u] = total;
         total += 2 * a->numel[u] * (int64_t)sizeof(float);
+        a->nchunks += (a->numel[u] + a->chunk - 1) / a->chunk;
         if (a->numel[u] > max_numel) max_numel = a->numel[u];
     }
+    a->crc = calloc((size_t)a->nchunks + 1, sizeof *a->crc);
+    a->stored = calloc((size_t)a->nchunks + 1, sizeof *a->stored);
+    if (!a->crc || !a->stored) return sharc_error(SHARC_ERR_NOMEM, "adamw: out of memory");
     snprintf(a->path, sizeof a->path, "%s/sharc-moments-XXXXXX", dir);
     a->fd = mkostemp(a->path, O_CLOEXEC);
     if (a->fd < 0)
@@ -126,14 +151,22 @@ static sharc_status offload_open(sharc_adamw *a, sharc_fsdp *e) {
         return sharc_error(err == ENOSPC || err == EFBIG || err == EDQUOT ? SHARC_ERR_IO : sharc_path_status(err),
                            "optim.offload_dir: cannot reserve %lld bytes for the AdamW moments in '%s': %s",
                            (long long)total, a->path, strerror(err));
-    size_t bytes = (size_t)(2 * max_numel) * sizeof(float);
-    if (bytes > 0) {
-        a->buf = sharc_device_alloc(a->dev, bytes, SHARC_MEM_OPTIM);
-        if (!a->buf)
-            return sharc_error(SHARC_ERR_NOMEM, "adamw: cannot allocate the offload buffer (%zu bytes)", bytes);
+    SHARC_TRY(sharc_aio_init(&a->io, a->fd, a->nbuf));
+    int64_t cn = max_numel < a->chunk ? max_numel : a->chunk; /* a small model needs less than a chunk */
+    size_t bytes = (size_t)(2 * cn) * sizeof(float);
+    for (int b = 0; b < a->nbuf && bytes > 0; b++) {
+        a->buf[b] = sharc_device_alloc(a->dev, bytes, SHARC_MEM_OPTIM);
+        if (!a->buf[b])
+            return sharc_error(SHARC_ERR_NOMEM, "adamw: cannot allocate the offload buffers (%d x %zu bytes)", a->nbuf,
+                               bytes);
     }
-    a->io.file_bytes = total;
-    a->io.buffer_bytes = (int64_t)bytes;
+    a->st.file_bytes = total;
+    a->st.buffer_bytes = (int64_t)bytes * a->nbuf;
+    a->st.chunk_numel = a->chunk;
+    a->st.backend = sharc_aio_backend(a->io);
+    if (sharc_log_rank() == 0)
+        sharc_info("optim.offload_dir: chunks of %lld parameters, %d buffer%s, I/O by %s (SHARC_AIO)", (long long)cn,
+                   a->nbuf, a->nbuf > 1 ? "s" : "", a->st.backend);
     return SHARC_OK;
 }
 
@@ -141,61 +174,117 @@ bool sharc_adamw_offloaded(const sharc_adamw *a) { return a->fd >= 0; }
 
 bool sharc_adamw_has_moments(const sharc_adamw *a, int u) { return a->fd >= 0 ? a->off[u] >= 0 : a->m[u] != NULL; }
 
-sharc_status sharc_adamw_unit_load(sharc_adamw *a, int u, float **m, float **v) {
-    *m = *v = NULL;
+/* chunk c of unit u: its elements [lo, lo + n), its bytes in the file */
+static int64_t chunk_len(const sharc_adamw *a, int u, int64_t c) {
+    int64_t left = a->numel[u] - c * a->chunk;
+    return left < a->chunk ? left : a->chunk;
+}
+static int64_t chunk_off(const sharc_adamw *a, int u, int64_t c) {
+    return a->off[u] + 2 * c * a->chunk * (int64_t)sizeof(float);
+}
+
+static uint32_t crc_of(const float *p, int64_t n) {
+    return (uint32_t)crc32_z(crc32_z(0L, Z_NULL, 0), (const Bytef *)p, (size_t)n * sizeof(float));
+}
+
+static sharc_status io_failed(const sharc_adamw *a, bool write, int u, int64_t c, int err) {
+    return sharc_error(SHARC_ERR_IO, "optim.offload_dir: cannot %s the moments of unit %d chunk %lld %s '%s': %s",
+                       write ? "write" : "read", u, (long long)c, write ? "to" : "from", a->path, strerror(err));
+}
+
+/* Start reading chunk (u, c) into buffer b. */
+static void chunk_read_start(sharc_adamw *a, int b, int u, int64_t c) {
+    int64_t n = chunk_len(a, u, c);
+    sharc_aio_submit(a->io, b, false, a->buf[b], (size_t)(2 * n) * sizeof(float), chunk_off(a, u, c));
+    a->st.read_bytes += 2 * n * (int64_t)sizeof(float);
+}
+
+/* Wait for buffer b's read of chunk (u, c) and check it. */
+static sharc_status chunk_read_end(sharc_adamw *a, int b, int u, int64_t c) {
+    double t0 = sharc_clock_now();
+    int err = sharc_aio_wait(a->io, b);
+    a->st.read_wait_s += sharc_clock_now() - t0;
+    if (err) return io_failed(a, false, u, c, err);
+    const int64_t g = a->chunk0[u] + c, n = chunk_len(a, u, c);
+    if (!a->stored[g]) return SHARC_OK; /* never written: the file's zeros */
+    uint32_t crc = crc_of(a->buf[b], 2 * n);
+    if (crc != a->crc[g])
+        return sharc_error(SHARC_ERR_IO,
+                           "optim.offload_dir: '%s': the moments of unit %d chunk %lld (bytes [%lld, %lld)) read back "
+                           "with crc32 %08x, written with %08x: the disk returned other bytes",
+                           a->path, u, (long long)c, (long long)chunk_off(a, u, c),
+                           (long long)(chunk_off(a, u, c) + 2 * n * (int64_t)sizeof(float)), crc, a->crc[g]);
+    return SHARC_OK;
+}
+
+/* Start writing buffer b as chunk (u, c) (its crc kept for the next read). */
+static void chunk_write_start(sharc_adamw *a, int b, int u, int64_t c) {
+    const int64_t g = a->chunk0[u] + c, n = chunk_len(a, u, c);
+    a->crc[g] = crc_of(a->buf[b], 2 * n);
+    a->stored[g] = true;
+    sharc_aio_submit(a->io, b, true, a->buf[b], (size_t)(2 * n) * sizeof(float), chunk_off(a, u, c));
+    a->st.write_bytes += 2 * n * (int64_t)sizeof(float);
+    /* kill -9 in the middle of the spill writes (tests/cli/mpi_offload.sh) */
+    if (g == a->nchunks / 2) sharc_fault_at("offload:write", a->t);
+}
+
+static sharc_status chunk_write_end(sharc_adamw *a, int b, int u, int64_t c) {
+    double t0 = sharc_clock_now();
+    int err = sharc_aio_wait(a->io, b);
+    a->st.write_wait_s += sharc_clock_now() - t0;
+    if (err) return io_failed(a, true, u, c, err); /* the crc is the intended bytes': a part never reads back */
+    /* the fault hook of tests/cli/mpi_offload.sh: a disk that returns other bytes */
+    if (sharc_fault_at("offload:written", a->t) == SHARC_FAULT_FAIL) {
+        char byte;
+        off_t at = (off_t)chunk_off(a, u, c);
+        if (pread(a->fd, &byte, 1, at) == 1) {
+            byte ^= 1;
+            if (pwrite(a->fd, &byte, 1, at) != 1) return io_failed(a, true, u, c, errno);
+        }
+    }
+    return SHARC_OK;
+}
+
+sharc_status sharc_adamw_flush(sharc_adamw *a) {
+    if (a->fd < 0 || !a->cache_dirty) return SHARC_OK;
+    a->cache_dirty = false;
+    chunk_write_start(a, 0, a->cache_u, a->cache_c);
+    return chunk_write_end(a, 0, a->cache_u, a->cache_c);
+}
+
+void sharc_adamw_moment_dirty(sharc_adamw *a) {
+    if (a->fd >= 0 && a->cache_u >= 0) a->cache_dirty = true;
+}
+
+sharc_status sharc_adamw_moment_view(sharc_adamw *a, int u, int kind, int64_t off, int64_t want, float **p,
+                                     int64_t *n) {
+    SHARC_CHECK(kind == 0 || kind == 1);
+    SHARC_CHECK(off >= 0 && want >= 0);
+    *p = NULL;
+    *n = 0;
     if (a->fd < 0) {
-        *m = a->m[u];
-        *v = a->v[u];
+        if (!a->m[u]) return SHARC_OK;
+        *p = (kind ? a->v[u] : a->m[u]) + off;
+        *n = want;
         return SHARC_OK;
     }
     if (a->off[u] < 0) return SHARC_OK;
-    const size_t n = (size_t)a->numel[u] * sizeof(float);
-    if (a->loaded != u) {
-        a->loaded = -1;
-        double t0 = sharc_clock_now();
-        SHARC_TRY(sharc_pread_all(a->fd, a->buf, 2 * n, (uint64_t)a->off[u], a->path));
-        if (a->stored[u]) {
-            uint32_t crc = (uint32_t)crc32_z(crc32_z(0L, Z_NULL, 0), (const Bytef *)a->buf, 2 * n);
-            if (crc != a->crc[u])
-                return sharc_error(SHARC_ERR_IO,
-                                   "optim.offload_dir: '%s': the moments of unit %d (bytes [%lld, %lld)) read back "
-                                   "with crc32 %08x, written with %08x: the disk returned other bytes",
-                                   a->path, u, (long long)a->off[u], (long long)(a->off[u] + 2 * (int64_t)n), crc,
-                                   a->crc[u]);
-        }
-        a->io.read_bytes += 2 * (int64_t)n;
-        a->io.read_s += sharc_clock_now() - t0;
-        a->loaded = u;
+    SHARC_CHECK(off + want <= a->numel[u]);
+    const int64_t c = off / a->chunk, lo = c * a->chunk, len = chunk_len(a, u, c);
+    if (a->cache_u != u || a->cache_c != c) {
+        SHARC_TRY(sharc_adamw_flush(a));
+        a->cache_u = -1;
+        chunk_read_start(a, 0, u, c);
+        SHARC_TRY(chunk_read_end(a, 0, u, c));
+        a->cache_u = u;
+        a->cache_c = c;
     }
-    *m = a->buf;
-    *v = a->buf + a->numel[u];
+    *p = a->buf[0] + (kind ? len : 0) + (off - lo);
+    *n = lo + len - off < want ? lo + len - off : want;
     return SHARC_OK;
 }
 
-sharc_status sharc_adamw_unit_store(sharc_adamw *a, int u) {
-    if (a->fd < 0 || a->off[u] < 0) return SHARC_OK;
-    SHARC_CHECK(a->loaded == u);
-    const size_t n = 2 * (size_t)a->numel[u] * sizeof(float);
-    double t0 = sharc_clock_now();
-    a->crc[u] = (uint32_t)crc32_z(crc32_z(0L, Z_NULL, 0), (const Bytef *)a->buf, n);
-    const char *p = (const char *)a->buf;
-    for (size_t done = 0; done < n;) {
-        ssize_t w = pwrite(a->fd, p + done, n - done, (off_t)(a->off[u] + (int64_t)done));
-        if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) {
-            a->loaded = -1; /* the file may now hold part of it */
-            return sharc_error(SHARC_ERR_IO, "optim.offload_dir: cannot write the moments of unit %d to '%s': %s", u,
-                               a->path, w < 0 ? strerror(errno) : "no progress");
-        }
-        done += (size_t)w;
-    }
-    a->stored[u] = true;
-    a->io.write_bytes += (int64_t)n;
-    a->io.write_s += sharc_clock_now() - t0;
-    return SHARC_OK;
-}
-
-void sharc_adamw_offload_stats_get(const sharc_adamw *a, sharc_adamw_offload_stats *s) { *s = a->io; }
+void sharc_adamw_offload_stats_get(const sharc_adamw *a, sharc_adamw_offload_stats *s) { *s = a->st; }
 
 sharc_status sharc_adamw_init(sharc_adamw **out, sharc_fsdp *e, const sharc_optim_config *c) {
     *out = NULL;
@@ -205,7 +294,7 @@ sharc_status sharc_adamw_init(sharc_adamw **out, sharc_fsdp *e, const sharc_opti
     a->dev = sharc_fsdp_device(e);
     a->nunits = sharc_fsdp_num_units(e);
     a->fd = -1;
-    a->loaded = -1;
+    a->cache_u = -1;
     a->m = calloc((size_t)a->nunits, sizeof(float *));
     a->v = calloc((size_t)a->nunits, sizeof(float *));
     if (!a->m || !a->v) {
@@ -240,13 +329,75 @@ void sharc_adamw_free(sharc_adamw *a) {
     }
     free(a->m);
     free(a->v);
+    sharc_aio_free(a->io);        /* waits for what is in flight */
     if (a->fd >= 0) close(a->fd); /* unlinked at init: this frees its blocks */
-    sharc_device_free(a->dev, a->buf);
+    for (int b = 0; b < 3; b++) sharc_device_free(a->dev, a->buf[b]);
     free(a->off);
     free(a->numel);
+    free(a->chunk0);
     free(a->crc);
     free(a->stored);
     free(a);
+}
+
+/* The update of elements [lo, lo + n) of unit u's shard, m and v those
+ * elements' moments: the kernel on each trainable segment's part of them. */
+static void update_range(sharc_adamw *a, sharc_fsdp *e, int u, int64_t lo, int64_t n, float *m, float *v,
+                         sharc_adamw_scalars *sc, float decay_mul) {
+    const sharc_kernels *k = sharc_device_kernels(a->dev);
+    sharc_stream *stream = sharc_device_stream(a->dev);
+    float *p = sharc_fsdp_shard_write(e, u), *g = sharc_fsdp_shard_grads(e, u);
+    const sharc_unit_spec *spec = sharc_fsdp_unit_spec(e, u);
+    const sharc_segment *segs;
+    int nseg = sharc_fsdp_shard_segments(e, u, &segs);
+    for (int s = 0; s < nseg; s++) {
+        if (spec->params[segs[s].param].frozen) continue;
+        int64_t b = segs[s].shard_off > lo ? segs[s].shard_off : lo;
+        int64_t end = segs[s].shard_off + segs[s].len < lo + n ? segs[s].shard_off + segs[s].len : lo + n;
+        if (b >= end) continue;
+        sc->decay_mul = spec->params[segs[s].param].decay ? decay_mul : 1.0f;
+        k->adamw(stream, p + b, g + b, m + (b - lo), v + (b - lo), end - b, sc);
+    }
+}
+
+/* The offloaded pass: every chunk of every trainable unit read, updated and
+ * written, with nbuf == 3 chunk k+1 read and k-1 written while k updates. */
+static sharc_status step_offloaded(sharc_adamw *a, sharc_fsdp *e, sharc_adamw_scalars *sc, float decay_mul) {
+    double t0 = sharc_clock_now();
+    sharc_status st = sharc_adamw_flush(a);
+    a->cache_u = -1; /* the buffers are the pipeline's now */
+    int nu = 0;
+    int *cu = malloc((size_t)(a->nchunks + 1) * sizeof *cu);
+    int64_t *cc = malloc((size_t)(a->nchunks + 1) * sizeof *cc);
+    if (!cu || !cc) st = sharc_error(SHARC_ERR_NOMEM, "adamw: out of memory");
+    for (int u = 0; u < a->nunits && st == SHARC_OK; u++)
+        for (int64_t c = 0; a->off[u] >= 0 && c * a->chunk < a->numel[u]; c++, nu++) cu[nu] = u, cc[nu] = c;
+    const int64_t n = st == SHARC_OK ? nu : 0;
+    if (n > 0) chunk_read_start(a, 0, cu[0], cc[0]);
+    for (int64_t i = 0; i < n && st == SHARC_OK; i++) {
+        const int b = (int)(i % a->nbuf);
+        if (a->nbuf > 1 && i + 1 < n) { /* read ahead into the buffer whose write (chunk i-2) must end first */
+            const int nb = (int)((i + 1) % a->nbuf);
+            if (i >= 2 && (st = chunk_write_end(a, nb, cu[i - 2], cc[i - 2])) != SHARC_OK) break;
+            chunk_read_start(a, nb, cu[i + 1], cc[i + 1]);
+        }
+        if ((st = chunk_read_end(a, b, cu[i], cc[i])) != SHARC_OK) break;
+        const int64_t len = chunk_len(a, cu[i], cc[i]);
+        update_range(a, e, cu[i], cc[i] * a->chunk, len, a->buf[b], a->buf[b] + len, sc, decay_mul);
+        chunk_write_start(a, b, cu[i], cc[i]); /* a host device: the kernel has run */
+        if (a->nbuf == 1 && i + 1 < n) {
+            if ((st = chunk_write_end(a, b, cu[i], cc[i])) != SHARC_OK) break;
+            chunk_read_start(a, b, cu[i + 1], cc[i + 1]);
+        }
+    }
+    /* the last writes (all of them after a failure, their errors after the first dropped) */
+    for (int64_t i = n - a->nbuf > 0 ? n - a->nbuf : 0; i < n && st == SHARC_OK; i++)
+        st = chunk_write_end(a, (int)(i % a->nbuf), cu[i], cc[i]);
+    sharc_aio_drain(a->io);
+    free(cu);
+    free(cc);
+    a->st.step_s += sharc_clock_now() - t0;
+    return st;
 }
 
 sharc_status sharc_adamw_step(sharc_adamw *a, sharc_fsdp *e, float lr, float grad_scale) {
@@ -255,8 +406,6 @@ sharc_status sharc_adamw_step(sharc_adamw *a, sharc_fsdp *e, float lr, float gra
     /* scalars in double, as PyTorch computes them in Python */
     double bc1 = 1.0 - pow((double)c->beta1, (double)a->t);
     double bc2 = 1.0 - pow((double)c->beta2, (double)a->t);
-    const sharc_kernels *k = sharc_device_kernels(a->dev);
-    sharc_stream *stream = sharc_device_stream(a->dev);
     sharc_adamw_scalars sc = {.beta1 = c->beta1,
                               .beta2 = c->beta2,
                               .step_size = (float)((double)lr / bc1),
@@ -266,22 +415,10 @@ sharc_status sharc_adamw_step(sharc_adamw *a, sharc_fsdp *e, float lr, float gra
     float decay_mul = (float)(1.0 - (double)lr * c->weight_decay);
     sharc_status st = SHARC_OK;
     sharc_fsdp_shard_write_begin(e);
-    for (int u = 0; u < a->nunits && st == SHARC_OK; u++) {
-        if (!sharc_adamw_has_moments(a, u)) continue; /* frozen */
-        float *m, *v;
-        if ((st = sharc_adamw_unit_load(a, u, &m, &v)) != SHARC_OK) break;
-        float *p = sharc_fsdp_shard_write(e, u), *g = sharc_fsdp_shard_grads(e, u);
-        const sharc_unit_spec *spec = sharc_fsdp_unit_spec(e, u);
-        const sharc_segment *segs;
-        int nseg = sharc_fsdp_shard_segments(e, u, &segs);
-        for (int s = 0; s < nseg; s++) {
-            if (spec->params[segs[s].param].frozen) continue;
-            int64_t off = segs[s].shard_off;
-            sc.decay_mul = spec->params[segs[s].param].decay ? decay_mul : 1.0f;
-            k->adamw(stream, p + off, g + off, m + off, v + off, segs[s].len, &sc);
-        }
-        st = sharc_adamw_unit_store(a, u); /* a host device: the kernel has run */
-    }
+    if (a->fd >= 0) st = step_offloaded(a, e, &sc, decay_mul);
+    else
+        for (int u = 0; u < a->nunits; u++)
+            if (a->m[u]) update_range(a, e, u, 0, sharc_fsdp_shard_numel(e, u), a->m[u], a->v[u], &sc, decay_mul);
     sharc_fsdp_shard_write_end(e);
     return st;
 }

@@ -12,8 +12,9 @@
  *                                  [post-forward]; frozen units have no
  *                                  gradient memory)
  *   optim                          2 moments x 4 bytes x the trainable units' shards;
- *                                  with optim.offload_dir only the buffer, 2 x 4
- *                                  bytes x the largest trainable shard (the file's
+ *                                  with optim.offload_dir only the chunk buffers,
+ *                                  3 (1 unpipelined) x 2 x 4 bytes x the chunk, at
+ *                                  most the largest trainable shard (the file's
  *                                  size is printed beside, on disk: note
  *                                  [optim-offload] in src/optim/adamw.c)
  *   activations                    sharc_model_activation_bytes (model.c's plan:
@@ -94,7 +95,10 @@ sharc_status sharc_memplan_make(sharc_memplan *p, const sharc_config *cfg, int w
         p->bytes[SHARC_MEM_OPTIM] = 2 * (int64_t)sizeof(float) * e.trainable_shard;
         if (cfg->optim.offload_dir[0]) {
             p->offload_file = p->bytes[SHARC_MEM_OPTIM];
-            p->bytes[SHARC_MEM_OPTIM] = 2 * (int64_t)sizeof(float) * e.max_trainable_shard;
+            /* the chunk buffers (note [optim-offload]): a chunk no larger than the largest unit's shard */
+            int64_t chunk = sharc_offload_chunk_numel(&cfg->optim);
+            if (e.max_trainable_shard < chunk) chunk = e.max_trainable_shard;
+            p->bytes[SHARC_MEM_OPTIM] = 2 * (int64_t)sizeof(float) * chunk * sharc_offload_buffers(&cfg->optim);
         }
         int old = sharc_threads_get();
         sharc_threads_set(p->threads);
@@ -144,9 +148,11 @@ void sharc_memplan_print(FILE *f, const sharc_memplan *p, const sharc_config *cf
                 post, post, p->shared ? " (none: the node's shared copy is read in place)" : " (in gathered)");
     if (p->offload_file > 0)
         fprintf(f,
-                "  optim.offload_dir %s: the AdamW moments on disk, %.4f GiB per rank; optim is the buffer of one "
-                "unit\n",
-                cfg->optim.offload_dir, gib(p->offload_file));
+                "  optim.offload_dir %s: the AdamW moments on disk, %.4f GiB per rank; optim is %d chunk buffer%s of "
+                "%lld parameters (optim.offload_sub_group_size)\n",
+                cfg->optim.offload_dir, gib(p->offload_file), sharc_offload_buffers(&cfg->optim),
+                sharc_offload_buffers(&cfg->optim) > 1 ? "s" : "",
+                (long long)(p->bytes[SHARC_MEM_OPTIM] / (8 * sharc_offload_buffers(&cfg->optim))));
     if (measured) fprintf(f, "  %-12s %12s %12s %8s\n", "category", "plan GiB", "peak GiB", "peak/plan");
     else fprintf(f, "  %-12s %12s\n", "category", "plan GiB");
     int64_t mt = 0;

@@ -38,6 +38,10 @@ enum {
     V_MEM_TOTAL = V_MEM_PEAK + SHARC_MEM_NCAT,
     V_MOE_IDLE,
     V_MOE_BYTES,
+    V_OFF_READ,
+    V_OFF_WRITE,
+    V_OFF_S,
+    V_OFF_WAIT,
     V_HOST, /* the rank's hostname: SHARC_HOST_MAX bytes carried in the doubles that follow */
     SHARC_TEL_NVEC = V_HOST + SHARC_HOST_MAX / sizeof(double)
 };
@@ -71,6 +75,10 @@ static void pack(const sharc_step_stats *s, double *v) {
     v[V_MEM_TOTAL] = (double)s->mem.peak_total;
     v[V_MOE_IDLE] = (double)s->moe_idle_experts;
     v[V_MOE_BYTES] = (double)s->moe_idle_bytes;
+    v[V_OFF_READ] = (double)s->offload_read_bytes;
+    v[V_OFF_WRITE] = (double)s->offload_write_bytes;
+    v[V_OFF_S] = s->offload_s;
+    v[V_OFF_WAIT] = s->offload_wait_s;
     char host[SHARC_HOST_MAX];
     host_name(host);
     memcpy(&v[V_HOST], host, SHARC_HOST_MAX); /* bytes, moved untouched by the all-gather */
@@ -158,6 +166,13 @@ sharc_status sharc_telemetry_reduce(sharc_comm *world, const sharc_step_stats *l
         }
         g->moe_idle_experts += (int64_t)v[V_MOE_IDLE];
         g->moe_idle_bytes += (int64_t)v[V_MOE_BYTES];
+        g->offload_read_bytes += (int64_t)v[V_OFF_READ];
+        g->offload_write_bytes += (int64_t)v[V_OFF_WRITE];
+        if (v[V_OFF_S] > 0) {
+            g->offload_read_GBps += v[V_OFF_READ] / v[V_OFF_S] * 1e-9;
+            g->offload_write_GBps += v[V_OFF_WRITE] / v[V_OFF_S] * 1e-9;
+        }
+        g->offload_wait_s = fmax(g->offload_wait_s, v[V_OFF_WAIT]);
         if ((int64_t)v[V_MEM_TOTAL] > g->mem_peak_total) {
             g->mem_peak_total = (int64_t)v[V_MEM_TOTAL];
             g->mem_peak_rank = r;
@@ -344,6 +359,11 @@ void sharc_telemetry_write_json(FILE *f, const sharc_step_stats *s, const sharc_
     fprintf(f, ", \"comm/total_bytes\": %lld", (long long)g->comm_bytes_total);
     fprintf(f, ", \"moe/idle_experts\": %lld, \"moe/idle_gathered_bytes\": %lld", (long long)g->moe_idle_experts,
             (long long)g->moe_idle_bytes);
+    fprintf(f,
+            ", \"offload/read_bytes\": %lld, \"offload/write_bytes\": %lld, \"offload/read_GBps\": %.4f, "
+            "\"offload/write_GBps\": %.4f, \"offload/wait(s)\": %.6f",
+            (long long)g->offload_read_bytes, (long long)g->offload_write_bytes, g->offload_read_GBps,
+            g->offload_write_GBps, g->offload_wait_s);
     for (int c = 0; c < SHARC_MEM_NCAT; c++)
         fprintf(f, ", \"memory/%s(GiB)\": %.6f, \"memory/%s_peak(GiB)\": %.6f", sharc_mem_cat_name(c),
                 (double)g->mem_current[c] / GIB, sharc_mem_cat_name(c), (double)g->mem_peak[c] / GIB);
@@ -373,6 +393,10 @@ void sharc_telemetry_write_rank_json(FILE *f, const sharc_step_stats *s, int ran
         fprintf(f, ", \"memory/%s_peak(GiB)\": %.6f", sharc_mem_cat_name(c), (double)s->mem.peak[c] / GIB);
     fprintf(f, ", \"moe/idle_experts\": %lld, \"moe/idle_gathered_bytes\": %lld", (long long)s->moe_idle_experts,
             (long long)s->moe_idle_bytes);
+    fprintf(f,
+            ", \"offload/read_bytes\": %lld, \"offload/write_bytes\": %lld, \"offload(s)\": %.6f, \"offload/wait(s)\": "
+            "%.6f",
+            (long long)s->offload_read_bytes, (long long)s->offload_write_bytes, s->offload_s, s->offload_wait_s);
     fprintf(f, ", \"memory/max_active(GiB)\": %.6f}\n", (double)s->mem.peak_total / GIB);
 }
 

@@ -433,6 +433,8 @@ sharc_status sharc_trainer_step(sharc_trainer *t, sharc_step_stats *s) {
     if (sharc_fault_at("step", t->step + 1) == SHARC_FAULT_FAIL)
         return sharc_error(SHARC_ERR_COMM, "train: step %lld failed on this rank alone (the test hook SHARC_TEST_FAIL)",
                            (long long)(t->step + 1));
+    sharc_adamw_offload_stats io0, io1; /* note [optim-offload]: this step's part of the counters */
+    sharc_adamw_offload_stats_get(t->opt, &io0);
     sharc_fsdp_stats_reset(t->engine);
     sharc_model_timing_reset(t->model);
     sharc_mem_reset_peak();
@@ -515,6 +517,11 @@ sharc_status sharc_trainer_step(sharc_trainer *t, sharc_step_stats *s) {
     s->backward_s = mt.backward_s;
     s->moe_idle_experts = mt.moe_idle_pairs;
     s->moe_idle_bytes = mt.moe_idle_params * (int64_t)sharc_dtype_size(sharc_fsdp_param_dtype(t->engine));
+    sharc_adamw_offload_stats_get(t->opt, &io1);
+    s->offload_read_bytes = io1.read_bytes - io0.read_bytes;
+    s->offload_write_bytes = io1.write_bytes - io0.write_bytes;
+    s->offload_s = io1.step_s - io0.step_s;
+    s->offload_wait_s = (io1.read_wait_s + io1.write_wait_s) - (io0.read_wait_s + io0.write_wait_s);
     s->local_loss = local_valid > 0 ? local_loss_sum / (double)local_valid : NAN;
     s->local_tokens = (int64_t)A * mb;
     s->cpu_s = (sharc_clock_cpu_now() - c0) / (double)sharc_threads_get();
