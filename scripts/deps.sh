@@ -14,6 +14,7 @@ pkgs=(gcc make libc6-dev pkg-config
       libutf8proc-dev       # NFC normalisation for tokenizers that ask for it (Qwen)
       nettle-dev            # sha256: tokenizer fingerprints in token files
       zlib1g-dev            # crc32 checksums of checkpoint files
+      liburing-dev          # io_uring: the offloaded optimizer's reads and writes (optim.offload_dir)
       libopenmpi-dev openmpi-bin  # MPI: the multi-process engine and mpirun
 )
 case "$what" in

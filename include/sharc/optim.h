@@ -95,7 +95,7 @@ sharc_status sharc_adamw_flush(sharc_adamw *a);
 
 typedef struct {
     int64_t read_bytes, write_bytes;  /* moved between the file and the buffers */
-    double read_wait_s, write_wait_s; /* time blocked on reads / writes (pread: all of their time) */
+    double read_wait_s, write_wait_s; /* time in the calls that start and wait for reads / writes */
     double step_s;                    /* time in the optimizer's streaming passes (sharc_adamw_step) */
     int64_t file_bytes;               /* the file's size: both moments of every trainable unit */
     int64_t buffer_bytes;             /* the resident chunk buffers */

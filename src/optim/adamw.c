@@ -9,25 +9,45 @@
  * Note [optim-offload]. With optim.offload_dir (DeepSpeed's
  * offload_optimizer.nvme_path) the moments of this rank's shards live in one
  * file, sharc-moments-XXXXXX in that directory: per trainable unit, in unit
- * order, exp_avg then exp_avg_sq of its whole padded shard (numel_shard
- * floats each). The file is created by mkstemp, its bytes reserved at once
+ * order, its padded shard cut in chunks of C = optim.offload_sub_group_size
+ * parameters (DeepSpeed's sub_group_size, rounded up to 1024 so offsets
+ * stay page-aligned; the last chunk shorter), each chunk exp_avg then
+ * exp_avg_sq of its elements, so a chunk is one contiguous read or write.
+ * The file is created by mkstemp, its bytes reserved at once
  * (posix_fallocate: a full disk is an error at start, naming the file, not
  * in the middle of a step), and unlinked while open, so it is scratch that
  * no exit, crash or kill -9 leaves behind; it is never fsynced (a
- * checkpoint is what must be durable). Resident: one buffer of the largest
- * unit's two moments (SHARC_MEM_OPTIM). The step loads a unit (one pread),
- * runs the same kernel calls on the same values as in memory, and stores it
- * (one pwrite), so results are bitwise those of the in-memory optimizer.
- * Each stored unit's crc32 is kept and checked when it is read back, so a
- * disk that returns other bytes is an error naming the file and unit, never
- * a silently different model. The page cache may keep the file's pages, but
- * they are the kernel's to drop under pressure, unlike anonymous memory.
- * Synchronous: the optimizer's pass is one read and one write of 8 bytes per
- * parameter per step, a small part of a CPU step (bench/offload.sh); a
- * read-ahead thread would hide it and is not worth its code yet.
- * Checkpoints read and write offloaded moments through unit_load /
- * unit_store (src/ckpt/writer.c, shard_file.c): the files are the same
- * bytes with and without offload. */
+ * checkpoint is what must be durable, and a resume starts from one).
+ * Resident (SHARC_MEM_OPTIM): chunk buffers of 2 x min(C, the largest
+ * trainable shard) floats, three with optim.offload_pipeline (default), one
+ * without; the plan (src/train/memplan.c) is the same sum.
+ *
+ * The step streams every chunk of every trainable unit: read, the same
+ * kernel calls on the same values as in memory (each segment's part inside
+ * the chunk; the kernel is elementwise, so cutting a segment changes no
+ * bit), write. Pipelined, chunk k+1 is being read and chunk k-1 written
+ * while k is updated: buffer k mod 3, and the read into a buffer waits for
+ * its previous write. I/O (aio.c) is io_uring through liburing, or
+ * pread/pwrite (SHARC_AIO=pread, and where io_uring is refused): the same
+ * transfers in the same order, so results are bitwise those of the
+ * in-memory optimizer with either (tests/cli/mpi_offload.sh). Buffered I/O,
+ * not O_DIRECT: the page cache may keep the file's pages, but they are the
+ * kernel's to drop under pressure, unlike anonymous memory. Each stored
+ * chunk's crc32 is kept and checked when it is read back, so a disk that
+ * returns other bytes (or a write that failed halfway) is an error naming
+ * the file, unit and chunk, never a silently different model.
+ *
+ * Checkpoints see the moments through sharc_adamw_moment_view: in memory
+ * the live arrays; offloaded a one-chunk cache in buffer 0, read on a miss,
+ * written back on the next miss or sharc_adamw_flush if marked dirty (a
+ * load). A sync save reads the chunks as the writer reaches them, an async
+ * save copies them into its staged copy before its thread starts (the
+ * thread never touches the optimizer): the files are the same bytes with
+ * and without offload, and each kind of run resumes the other's.
+ * Telemetry: the step's bytes read and written, the streaming time and the
+ * time spent in I/O calls (the part read-ahead did not hide) per step
+ * (offload/read_GBps, offload/wait(s)); bench/offload.sh compares pread,
+ * uring and uring with read-ahead against the in-memory step. */
 #include "sharc/optim.h"
 #include "aio.h"
 #include "sharc/fault.h"
@@ -195,7 +215,9 @@ static sharc_status io_failed(const sharc_adamw *a, bool write, int u, int64_t c
 /* Start reading chunk (u, c) into buffer b. */
 static void chunk_read_start(sharc_adamw *a, int b, int u, int64_t c) {
     int64_t n = chunk_len(a, u, c);
+    double t0 = sharc_clock_now(); /* pread transfers here, and io_uring may copy a cached page inline */
     sharc_aio_submit(a->io, b, false, a->buf[b], (size_t)(2 * n) * sizeof(float), chunk_off(a, u, c));
+    a->st.read_wait_s += sharc_clock_now() - t0;
     a->st.read_bytes += 2 * n * (int64_t)sizeof(float);
 }
 
@@ -222,7 +244,9 @@ static void chunk_write_start(sharc_adamw *a, int b, int u, int64_t c) {
     const int64_t g = a->chunk0[u] + c, n = chunk_len(a, u, c);
     a->crc[g] = crc_of(a->buf[b], 2 * n);
     a->stored[g] = true;
+    double t0 = sharc_clock_now();
     sharc_aio_submit(a->io, b, true, a->buf[b], (size_t)(2 * n) * sizeof(float), chunk_off(a, u, c));
+    a->st.write_wait_s += sharc_clock_now() - t0;
     a->st.write_bytes += 2 * n * (int64_t)sizeof(float);
     /* kill -9 in the middle of the spill writes (tests/cli/mpi_offload.sh) */
     if (g == a->nchunks / 2) sharc_fault_at("offload:write", a->t);

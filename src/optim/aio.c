@@ -78,6 +78,9 @@ static int queue(sharc_aio *io, int k) {
     if (t->write) io_uring_prep_write(sqe, io->fd, t->buf + t->done, len, (uint64_t)(t->off + (int64_t)t->done));
     else io_uring_prep_read(sqe, io->fd, t->buf + t->done, len, (uint64_t)(t->off + (int64_t)t->done));
     io_uring_sqe_set_data64(sqe, (uint64_t)k);
+    /* to a kernel worker: a buffered transfer from cached pages would
+     * otherwise run inline in the submit, on this thread, hiding nothing */
+    io_uring_sqe_set_flags(sqe, IOSQE_ASYNC);
     int r = io_uring_submit(&io->ring);
     return r < 0 ? -r : 0;
 }
