@@ -683,3 +683,22 @@ TEST(config_reshard_after_forward_int) {
         ASSERT_EQ(c.fsdp.engine.reshard_after_forward, -1);
     }
 }
+
+/* note [optim-offload]: DeepSpeed's sub_group_size is the chunk's parameter
+ * count, rounded up to 1024 and bounded; the pipeline is on by default */
+TEST(config_offload_sub_group_size) {
+    sharc_config c;
+    sharc_config_default(&c);
+    ASSERT_OK(sharc_config_load_string(&c, "optim:\n  offload_dir: /tmp\n", "x"));
+    ASSERT_TRUE(c.optim.offload_pipeline);
+    ASSERT_EQ(sharc_offload_chunk_numel(&c.optim), 8388608);
+    ASSERT_EQ(sharc_offload_buffers(&c.optim), 3);
+    ASSERT_OK(sharc_config_load_string(&c, "zero_optimization:\n  sub_group_size: 1000000000\n", "x"));
+    ASSERT_EQ(c.optim.offload_chunk_numel, 1000000000);
+    ASSERT_EQ(sharc_offload_chunk_numel(&c.optim), 134217728);
+    ASSERT_OK(sharc_config_load_string(&c, "sub_group_size: 3000\noptim:\n  offload_pipeline: false\n", "x"));
+    ASSERT_EQ(sharc_offload_chunk_numel(&c.optim), 3072);
+    ASSERT_EQ(sharc_offload_buffers(&c.optim), 1);
+    ASSERT_TRUE(sharc_config_load_string(&c, "optim:\n  offload_sub_group_size: 0\n", "x") == SHARC_ERR_INVALID);
+    ASSERT_TRUE(strstr(sharc_last_error(), "optim.offload_sub_group_size") != NULL);
+}
