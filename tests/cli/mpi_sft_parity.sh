@@ -4,7 +4,7 @@
 # parity, note [parity-tolerance]): samples of very uneven response lengths
 # tokenized at start with the committed small tokenizer, padded to T, loss
 # over response tokens only. Both normalisations (note [loss-normalization]
-# in src/train/trainer.c): global_tokens and micro_batch give N ranks x A
+# in src/train/step.c): global_tokens and micro_batch give N ranks x A
 # micro-batches == 1 rank x N*A. Then the split of the global batch into
 # micro-batches: global_tokens does not depend on it (REF_SPLIT=1: the
 # reference takes micro-batches of one sample), micro_batch does (the same
