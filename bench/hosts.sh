@@ -28,6 +28,8 @@
 #   bytes      unshaped links: bytes each host sends per step, measured on its
 #              link (the difference of a STEPS+2 and a STEPS run, / 2) against
 #              the formulas (below) and sharc's own counters
+#   reshard    the same measure for FULL_SHARD at 2 hosts x 2 ranks with
+#              fsdp.reshard_after_forward true and 2 (= ranks per host)
 # Environment: STEPS (4), REPEATS (2), RATES ("1gbit 250mbit"), SECTIONS.
 # Writes bench/results/hosts.json and prints the tables.
 set -euo pipefail
@@ -37,7 +39,7 @@ root=$(cd "$here/.." && pwd)
 steps=${STEPS:-4}
 repeats=${REPEATS:-2}
 rates=${RATES:-1gbit 250mbit}
-sections=${SECTIONS:-micro overlap strategies bytes}
+sections=${SECTIONS:-micro overlap strategies bytes reshard}
 mkdir -p "$here/results"
 source "$root/scripts/hosts.sh"
 hosts_check || { echo "bench/hosts.sh: $HOSTS_WHY" >&2; exit 1; }
@@ -223,7 +225,39 @@ print(f"  {r['strategy']:<14} {r['hosts']}x{r['ranks_per_host']}: {r['sent_per_h
 EOF
   done
   ;;
-*) echo "bench/hosts.sh: unknown section '$section' (micro overlap strategies bytes)" >&2; exit 2 ;;
+reshard)
+  # fsdp.reshard_after_forward = ranks per host (note [post-forward]): 2 hosts x
+  # 2 ranks, FULL_SHARD over all 4, fp32 all-gathers over MPI (a group across
+  # hosts): backward re-gathers inside each host, so the bytes a host sends
+  # drop by about the backward all-gathers' share
+  echo "reshard: bytes each host sends per step, FULL_SHARD 2 hosts x 2 ranks, unshaped" >&2
+  hosts_shape off
+  for r in true 2; do
+    sent=()
+    for k in "$steps" $((steps + 2)); do
+      before=(); after=()
+      for h in 0 1; do before+=("$(hosts_bytes node$h | cut -d' ' -f1)"); done
+      m=$(train "rs_$r" 2 2 "$k" -- --fsdp.sharding_strategy=FULL_SHARD --fsdp.reshard_after_forward=$r)
+      for h in 0 1; do after+=("$(hosts_bytes node$h | cut -d' ' -f1)"); done
+      sent+=($(( (${after[0]} - ${before[0]}) + (${after[1]} - ${before[1]}) )))
+    done
+    /usr/bin/python3 - "$r" "${sent[0]}" "${sent[1]}" "$m" "$(load)" >> "$out" <<'EOF'
+import json, sys
+r, a, b, path, load = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], float(sys.argv[5])
+m = [json.loads(l) for l in open(path) if '"loss_metrics/global_avg_loss"' in l][-1]
+print(json.dumps({"name": "reshard", "reshard_after_forward": r, "hosts": 2, "ranks_per_host": 2,
+                  "sent_per_host_per_step": (b - a) / 2 / 2, "loss": m["loss_metrics/global_avg_loss"],
+                  "sharc_all_gather_bytes_per_rank": m["comm/all_gather_bytes"], "load": load}))
+EOF
+    /usr/bin/python3 - "$(tail -1 "$out")" >&2 <<'EOF'
+import json, sys
+r = json.loads(sys.argv[1])
+print(f"  reshard_after_forward={r['reshard_after_forward']:<5} {r['sent_per_host_per_step'] / 1e6:8.2f} MB sent per host per step"
+      f" (loss {r['loss']:.6f}; all-gather bytes handed in per rank {r['sharc_all_gather_bytes_per_rank'] / 1e6:.2f} MB)")
+EOF
+  done
+  ;;
+*) echo "bench/hosts.sh: unknown section '$section' (micro overlap strategies bytes reshard)" >&2; exit 2 ;;
 esac
 done
 cp "$out" "$here/results/hosts.jsonl"

@@ -6,7 +6,8 @@
 # end), in one run on this machine. Features: the baseline (FULL_SHARD),
 # activation checkpointing, the embeddings and blocks 0-5 frozen, the tiled
 # MLP (4 chunks), prefetch depth 3 (shared memory off, so parameters travel
-# by all-gather), and SHARD_GRAD_OP for scale.
+# by all-gather), SHARD_GRAD_OP for scale, and at 4 ranks
+# reshard_after_forward 2 (shared memory off: the post-forward slices).
 #
 #   bench/memory.sh build            SEQ=1024 bench/memory.sh build
 #
@@ -31,11 +32,13 @@ declare -A feat=(
   [tiled4]="--fsdp.apply_tiled_mlp=true --fsdp.tiled_num_shards=4"
   [prefetch3]="--fsdp.forward_prefetch=true --fsdp.num_to_forward_prefetch=3 --fsdp.num_to_backward_prefetch=3"
   [shard_grad_op]="--fsdp.sharding_strategy=SHARD_GRAD_OP"
+  [reshard2]="--fsdp.reshard_after_forward=2"
 )
 printf "%-5s %-14s %s\n" ranks feature "category: plan / measured GiB"
 for n in 1 2 4; do
-  for f in baseline ac frozen tiled4 prefetch3 shard_grad_op; do
-    shm=1; [ $f = prefetch3 ] && shm=0
+  for f in baseline ac frozen tiled4 prefetch3 shard_grad_op reshard2; do
+    [ $f = reshard2 ] && [ $n -lt 4 ] && continue # an int below the shard group: 4 ranks only
+    shm=1; [ $f = prefetch3 ] || [ $f = reshard2 ] && shm=0
     out=$(SHARC_COMM_SHM=$shm OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
           timeout 1200 mpirun --oversubscribe --bind-to none -x SHARC_COMM_SHM -n $n \
           "$S" train $base ${feat[$f]} --train.out_dir=run 2>&1) || { echo "$n $f failed:"; echo "$out" | tail -5; exit 1; }

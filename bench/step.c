@@ -132,7 +132,8 @@ static int sgemm_ceiling(double min_time) {
 
 static void usage(void) {
     fprintf(stderr, "usage: step --family gpt2|llama [--layers L --dim C --heads H --kv-heads K --ffn F --vocab V\n"
-                    "            --max-seq M] [--batch B --seq T --steps N --threads K --ac --fwd-steps N --bf16]\n"
+                    "            --max-seq M] [--batch B --seq T --steps N --threads K --ac --fwd-steps N --bf16\n"
+                    "            --offload-dir DIR]\n"
                     "       step --sgemm [--threads K --min-time S]\n");
 }
 
@@ -141,6 +142,7 @@ int main(int argc, char **argv) {
     int L = 0, C = 0, H = 0, KV = 0, F = 0, V = 0, maxT = 0;
     int B = 4, T = 256, steps = 5, threads = 0, ac = 0, sgemm = 0, fwd_steps = 0, bf16 = 0;
     double min_time = 0.4;
+    const char *offload_dir = "";
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--sgemm")) {
@@ -179,6 +181,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--threads")) threads = atoi(v);
         else if (!strcmp(a, "--fwd-steps")) fwd_steps = atoi(v);
         else if (!strcmp(a, "--min-time")) min_time = atof(v);
+        else if (!strcmp(a, "--offload-dir")) offload_dir = v;
         else {
             fprintf(stderr, "step: unknown option %s\n", a);
             usage();
@@ -216,6 +219,7 @@ int main(int argc, char **argv) {
     sharc_optim_config_default(&oc); /* betas 0.9/0.95, eps 1e-8, wd 0.1, max norm 1 */
     oc.lr = 1e-4f;
     oc.decay = SHARC_LR_CONSTANT;
+    snprintf(oc.offload_dir, sizeof oc.offload_dir, "%s", offload_dir); /* note [optim-offload] */
     if (sharc_model_init(&m, &c, NULL) != SHARC_OK || sharc_model_plan(m, B, T, ac) != SHARC_OK ||
         sharc_fsdp_init(&e, sharc_model_units(m), sharc_model_num_units(m), sharc_model_schedule(m), &fc, NULL,
                         sharc_model_device(m)) != SHARC_OK ||
@@ -297,6 +301,13 @@ int main(int argc, char **argv) {
     printf(", \"bf16\": \"%s\"", !sharc_model_computes_bf16(m, e) ? "fp32"
                                  : bm == SHARC_BF16_ONEDNN        ? "oneDNN"
                                                                   : "emulated");
+    sharc_adamw_offload_stats io;
+    sharc_adamw_offload_stats_get(opt, &io);
+    printf(", \"offload\": %s, \"optim_peak_mib\": %.1f, \"offload_file_mib\": %.1f, \"offload_read_GBps\": %.2f, "
+           "\"offload_write_GBps\": %.2f",
+           offload_dir[0] ? "true" : "false", (double)mem.peak[SHARC_MEM_OPTIM] / (1 << 20),
+           (double)io.file_bytes / (1 << 20), io.read_s > 0 ? (double)io.read_bytes / io.read_s * 1e-9 : 0.0,
+           io.write_s > 0 ? (double)io.write_bytes / io.write_s * 1e-9 : 0.0);
     printf(", \"loss_first\": %.4f, \"loss_last\": %.4f, \"peak_mem_mib\": %.1f, \"max_rss_mib\": %.1f}\n", first_loss,
            last_loss, (double)mem.peak_total / (1 << 20), max_rss_mib());
     free(in);

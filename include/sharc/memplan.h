@@ -21,11 +21,12 @@ extern "C" {
 #endif
 
 typedef struct {
-    int world, dp_shard, dp_replicate, threads;
-    bool node_local;               /* every shard group on one node */
+    int world, dp_shard, dp_replicate, tp, threads; /* dp_shard: FSDP's shard group (x sp), per tp rank */
+    bool node_local;                                /* every shard group on one node */
     bool shared;                   /* parameters in one shared-memory window per group (note [shared-params]) */
     int64_t nparams, ntrainable;   /* parameter elements, and those not frozen */
     int64_t bytes[SHARC_MEM_NCAT]; /* per rank */
+    int64_t offload_file;          /* optim.offload_dir: the moments' file per rank, on disk (0: none) */
     int64_t total;
 } sharc_memplan;
 

@@ -111,8 +111,14 @@ typedef struct {
 /* ---------------------------------------------------------- writer.c */
 
 typedef struct {
-    const float *data;
+    const float *data; /* NULL with opt NULL: zeros (a frozen unit's moments) */
     int64_t n;
+    /* offloaded moments, written without a staged copy: read when written,
+     * kind (1 exp_avg, 2 exp_avg_sq) of unit's, from element off (note
+     * [optim-offload] in src/optim/adamw.c) */
+    sharc_adamw *opt;
+    int unit, kind;
+    int64_t off;
 } sharc_ckpt_piece;
 
 /* One rank's file: written inline or by the background thread. */

@@ -97,7 +97,14 @@ void *sharc_ckpt_shard_write(void *arg) {
     int64_t fill = 0, k = 0;
     static const float zeros[4096]; /* the moments of frozen units (note [frozen-params]) */
     for (int i = 0; i < j->npieces && j->st == SHARC_OK; i++) {
-        const char *p = (const char *)j->pieces[i].data;
+        const sharc_ckpt_piece *pc = &j->pieces[i];
+        const char *p = (const char *)pc->data;
+        if (pc->opt) { /* offloaded moments: the unit's, read now (writes are inline then) */
+            float *mv[2];
+            j->st = sharc_adamw_unit_load(pc->opt, pc->unit, &mv[0], &mv[1]);
+            if (j->st != SHARC_OK) break;
+            p = (const char *)(mv[pc->kind - 1] + pc->off);
+        }
         const bool zero = p == NULL;
         int64_t left = j->pieces[i].n * 4;
         while (left > 0 && j->st == SHARC_OK) {
@@ -170,8 +177,9 @@ sharc_status sharc_ckpt_shard_read(sharc_ckpt_manifest *m, sharc_fsdp *e, sharc_
         sharc_activity_phase("loading a checkpoint", u, s->name); /* progress for the watchdog */
         const sharc_segment *segs;
         int ns = sharc_fsdp_shard_segments(e, u, &segs);
-        float *dst[KINDS] = {sharc_fsdp_shard_write(e, u), a ? sharc_adamw_m(a, u) : NULL,
-                             a ? sharc_adamw_v(a, u) : NULL};
+        /* the moments in memory, or the offload buffer written back below */
+        float *dst[KINDS] = {sharc_fsdp_shard_write(e, u), NULL, NULL};
+        if (a) st = sharc_adamw_unit_load(a, u, &dst[1], &dst[2]);
         for (int k = 0; k < ns && st == SHARC_OK; k++) {
             const sharc_ckpt_tensor *t = sharc_ckpt_manifest_find(m, s->params[segs[k].param].name);
             int64_t lo0 = segs[k].param_off, hi0 = lo0 + segs[k].len;
@@ -186,6 +194,7 @@ sharc_status sharc_ckpt_shard_read(sharc_ckpt_manifest *m, sharc_fsdp *e, sharc_
                                          (hi - lo) * 4, dst[kind] + segs[k].shard_off + (lo - lo0));
             }
         }
+        if (a && st == SHARC_OK) st = sharc_adamw_unit_store(a, u);
     }
     free(rd.buf);
     return st;

@@ -40,10 +40,19 @@ static sharc_status job_prepare(sharc_ckpt_writer *w, const sharc_ckpt_plan *p, 
     for (int u = 0; u < sharc_fsdp_num_units(e); u++) {
         const sharc_segment *segs;
         int ns = sharc_fsdp_shard_segments(e, u, &segs);
-        /* a frozen unit has no moments: zeros are written in their place (data NULL) */
-        const float *src[KINDS] = {sharc_fsdp_shard_params(e, u), sharc_adamw_m(a, u), sharc_adamw_v(a, u)};
+        /* offloaded moments are read here into the staged copy, or else when
+         * the file is written (the pieces name them); a frozen unit has no
+         * moments: zeros are written in their place (data NULL) */
+        const bool deferred = !dst && sharc_adamw_offloaded(a) && sharc_adamw_has_moments(a, u);
+        float *m = NULL, *v = NULL;
+        if (!deferred) SHARC_TRY(sharc_adamw_unit_load(a, u, &m, &v));
+        const float *src[KINDS] = {sharc_fsdp_shard_params(e, u), m, v};
         for (int k = 0; k < ns; k++)
             for (int kind = 0; kind < KINDS && !segs[k].tp_copy; kind++) {
+                if (deferred && kind > 0) {
+                    j->pieces[r++] = (sharc_ckpt_piece){NULL, segs[k].len, a, u, kind, segs[k].shard_off};
+                    continue;
+                }
                 const float *q = src[kind] ? src[kind] + segs[k].shard_off : NULL;
                 if (dst) {
                     if (q) memcpy(dst, q, (size_t)segs[k].len * sizeof(float));
@@ -51,7 +60,7 @@ static sharc_status job_prepare(sharc_ckpt_writer *w, const sharc_ckpt_plan *p, 
                     q = dst;
                     dst += segs[k].len;
                 }
-                j->pieces[r++] = (sharc_ckpt_piece){q, segs[k].len};
+                j->pieces[r++] = (sharc_ckpt_piece){.data = q, .n = segs[k].len};
             }
     }
     j->npieces = r;

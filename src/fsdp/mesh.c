@@ -58,11 +58,6 @@ sharc_status sharc_mesh_check_model(const sharc_mesh_config *mc, const sharc_mod
                                "mesh.tp: %d with mesh.sp %d: tensor and sequence parallelism together are not "
                                "implemented yet; set one of them to 1",
                                tp, sp);
-        if (model->qk_norm)
-            return sharc_error(SHARC_ERR_INVALID,
-                               "mesh.tp: %d with model.qk_norm (Qwen3): the per-head norms under tensor parallelism "
-                               "are not implemented yet; set mesh.tp to 1",
-                               tp);
         if (model->num_experts > 0)
             return sharc_error(SHARC_ERR_INVALID,
                                "mesh.tp: %d with model.num_experts %d (MoE): experts under tensor parallelism are "

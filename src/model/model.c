@@ -479,11 +479,9 @@ sharc_status sharc_model_set_tensor_parallel(sharc_model *m, int tp, int rank) {
                            "mesh.tp: %d does not divide model.num_heads %d, model.num_kv_heads %d and "
                            "model.ff_hidden_dim %d",
                            tp, c->num_heads, c->num_kv_heads, c->ff_hidden_dim);
-    if (tp > 1 && (m->sp > 1 || c->qk_norm || !sharc_device_is_host(m->dev)))
+    if (tp > 1 && (m->sp > 1 || !sharc_device_is_host(m->dev)))
         return sharc_error(SHARC_ERR_INVALID, "mesh.tp: %d with %s: not implemented yet; set mesh.tp to 1", tp,
-                           m->sp > 1    ? "mesh.sp > 1"
-                           : c->qk_norm ? "model.qk_norm"
-                                        : "a device that is not the host");
+                           m->sp > 1 ? "mesh.sp > 1" : "a device that is not the host");
     bool frozen = false;
     for (int u = 0; u < m->nunits; u++)
         for (int i = 0; i < m->units[u].nparams; i++) frozen |= m->units[u].params[i].frozen;
@@ -962,6 +960,35 @@ static void block_forward(sharc_model *m, const block_ptrs *w, block_acts *a, co
 }
 
 /* dres: in, d loss / d y; out, d loss / d x (the block input). */
+/* Note [tp-qknorm]. Qwen3's q_norm / k_norm weights (hd each) are shared by
+ * every head, and a tp rank normalises only its NH/tp query and NKV/tp key
+ * heads, so its gradient of them is its heads' part: the weights stay
+ * replicated and this micro-batch's part is summed over the tp group (the
+ * accumulated gradient of earlier micro-batches is already summed). Called
+ * before the head norms' backward (`done` false: keep the gradients so far
+ * in dtmp, free between attention's backward and the qkv product's) and
+ * after it (`done` true: all-reduce the increment, 2 hd floats, and add it
+ * back), so the sum is equal on the tp ranks and the weights stay equal. */
+static void tp_qk_norm_grads(sharc_model *m, const block_ptrs *g, bool done) {
+    const int64_t hd = m->hd;
+    float *old = m->dtmp, *inc = m->dtmp + 2 * hd; /* (2, hd) each: q then k */
+    SHARC_CHECK((int64_t)m->B * m->T * m->C >= 4 * hd);
+    if (!done) {
+        memcpy(old, g->qnw, (size_t)hd * sizeof(float));
+        memcpy(old + hd, g->knw, (size_t)hd * sizeof(float));
+        return;
+    }
+    for (int64_t i = 0; i < hd; i++) {
+        inc[i] = g->qnw[i] - old[i];
+        inc[hd + i] = g->knw[i] - old[hd + i];
+    }
+    sharc_tp_all_reduce(m->tp_group, inc, 2 * hd);
+    for (int64_t i = 0; i < hd; i++) {
+        g->qnw[i] = old[i] + inc[i];
+        g->knw[i] = old[hd + i] + inc[hd + i];
+    }
+}
+
 static void block_backward(sharc_model *m, const block_ptrs *w, const block_ptrs *g, const block_acts *a,
                            const float *x, float *dres) {
     const sharc_kernels *k = m->k;
@@ -1010,10 +1037,13 @@ static void block_backward(sharc_model *m, const block_ptrs *w, const block_ptrs
         SHARC_PROF("bwd.rope", k->rope_backward(s, m->dqkv, m->rope_cos, m->rope_sin, B, T, m->NH, m->NKV, m->hd));
     if (w->qnw) {
         int64_t ld = m->QKV, nq = (int64_t)m->NH * m->hd;
+        const bool tp_sum = m->tp_group && g->qnw; /* note [tp-qknorm] */
+        if (tp_sum) tp_qk_norm_grads(m, g, false);
         SHARC_PROF("bwd.qknorm", k->head_rmsnorm_backward(s, m->dqkv, g->qnw, m->dqkv, a->qkraw, w->qnw, a->qkrstd, N,
                                                           m->NH, m->hd, ld));
         SHARC_PROF("bwd.qknorm", k->head_rmsnorm_backward(s, m->dqkv + nq, g->knw, m->dqkv + nq, a->qkraw + nq, w->knw,
                                                           a->qkrstd + N * m->NH, N, m->NKV, m->hd, ld));
+        if (tp_sum) SHARC_PROF("bwd.tp", tp_qk_norm_grads(m, g, true));
     }
     SHARC_PROF("bwd.matmul.qkv",
                k->matmul_backward(s, m->dtmp, g->wqkv, g->bqkv, m->dqkv, a->ln1, w->wqkv, N, m->C, m->QKV));

@@ -11,7 +11,11 @@
  *                                  int reshard_after_forward keeps, note
  *                                  [post-forward]; frozen units have no
  *                                  gradient memory)
- *   optim                          2 moments x 4 bytes x the trainable units' shards
+ *   optim                          2 moments x 4 bytes x the trainable units' shards;
+ *                                  with optim.offload_dir only the buffer, 2 x 4
+ *                                  bytes x the largest trainable shard (the file's
+ *                                  size is printed beside, on disk: note
+ *                                  [optim-offload] in src/optim/adamw.c)
  *   activations                    sharc_model_activation_bytes (model.c's plan:
  *                                  B x T, checkpointing on/off, the tiled MLP,
  *                                  attention workspace for the rank's threads)
@@ -19,7 +23,11 @@
  *
  * So for a run on one node the planned bytes are the allocated ones
  * (tests/cli/mpi_memplan.sh: equal for both families, every strategy, AC
- * on and off, frozen units, 1-4 ranks). Not planned: the dataset (tokens
+ * on and off, frozen units, 1-4 ranks, tensor parallelism). Under mesh.tp
+ * the model is planned as tp rank 0's part (note [tp] in src/model/tp.h:
+ * the blocks' split parameters are 1/tp, the norms, embedding and head
+ * whole; the local heads and MLP width size the activations) and FSDP's
+ * groups over the world / tp ranks of each tp rank. Not planned: the dataset (tokens
  * and the sampler's permutation depend on the file, "other"), transient
  * kernel scratch (norm partials, "other"), Open MPI's own buffers, and
  * sequence parallelism (mesh.sp > 1: the plan is refused, not guessed; a run
@@ -50,20 +58,27 @@ sharc_status sharc_memplan_make(sharc_memplan *p, const sharc_config *cfg, int w
                            "all-to-all buffers) is not planned yet",
                            cfg->mesh.sp);
     const sharc_fsdp_config *fc = &cfg->fsdp.engine;
-    int S = 1;
-    SHARC_TRY(sharc_mesh_shard_size(fc, world, &S));
-    /* shard groups are consecutive ranks (sharc/mesh.h), nodes consecutive blocks */
-    const bool node_local = world <= ranks_per_node || ranks_per_node % S == 0;
+    /* the mesh as the trainer makes it (sharc/mesh.h): one set of FSDP
+     * groups per tp rank, each sharding that rank's part */
+    sharc_mesh_dims d;
+    SHARC_TRY(sharc_mesh_dims_resolve(fc, &cfg->mesh, world, &d));
+    const int tp = d.tp, S = fc->strategy == SHARC_SHARDING_NO_SHARD ? 1 : d.dp_shard * d.sp;
+    /* a shard group is S ranks tp apart, inside S tp consecutive ranks; nodes are consecutive blocks */
+    const bool node_local = world <= ranks_per_node || ranks_per_node % (S * tp) == 0;
     p->world = world;
+    p->tp = tp;
     p->dp_shard = S;
-    p->dp_replicate = world / S;
+    p->dp_replicate = world / tp / S;
     p->threads = threads > 0 ? threads : 1;
     p->node_local = node_local;
     p->shared = node_local && S > 1 && fc->param_dtype == SHARC_DT_F32 &&
                 !(getenv("SHARC_COMM_SHM") && !strcmp(getenv("SHARC_COMM_SHM"), "0"));
     sharc_model *m = NULL;
     SHARC_TRY(sharc_model_init(&m, &cfg->model, NULL));
-    sharc_status st = sharc_model_freeze(m, cfg->freeze_module_prefix, cfg->trainable, NULL);
+    sharc_status st = sharc_mesh_check_model(&cfg->mesh, sharc_model_get_config(m), cfg->train.seq_len);
+    /* note [tp]: rank 0's part (every tp rank's parts have the same sizes) */
+    if (st == SHARC_OK && tp > 1) st = sharc_model_set_tensor_parallel(m, tp, 0);
+    if (st == SHARC_OK) st = sharc_model_freeze(m, cfg->freeze_module_prefix, cfg->trainable, NULL);
     sharc_fsdp_plan_summary e;
     if (st == SHARC_OK)
         st = sharc_fsdp_plan_bytes(sharc_model_units(m), sharc_model_num_units(m), sharc_model_schedule(m), fc, S,
@@ -77,6 +92,10 @@ sharc_status sharc_memplan_make(sharc_memplan *p, const sharc_config *cfg, int w
             }
         for (int c = 0; c < SHARC_MEM_NCAT; c++) p->bytes[c] = e.bytes[c];
         p->bytes[SHARC_MEM_OPTIM] = 2 * (int64_t)sizeof(float) * e.trainable_shard;
+        if (cfg->optim.offload_dir[0]) {
+            p->offload_file = p->bytes[SHARC_MEM_OPTIM];
+            p->bytes[SHARC_MEM_OPTIM] = 2 * (int64_t)sizeof(float) * e.max_trainable_shard;
+        }
         int old = sharc_threads_get();
         sharc_threads_set(p->threads);
         if (cfg->fsdp.apply_tiled_mlp) sharc_model_set_tiled_mlp(m, cfg->fsdp.tiled_num_shards);
@@ -104,11 +123,14 @@ sharc_status sharc_memplan_make(sharc_memplan *p, const sharc_config *cfg, int w
 static double gib(int64_t b) { return (double)b / (1024.0 * 1024.0 * 1024.0); }
 
 void sharc_memplan_print(FILE *f, const sharc_memplan *p, const sharc_config *cfg, const int64_t *measured) {
+    char tp_note[32] = "";
+    if (p->tp > 1) snprintf(tp_note, sizeof tp_note, " x %d tp", p->tp);
     fprintf(f,
-            "memory plan per rank: %s, %.3g parameters (%.3g trainable), %d rank%s (%s: %d shard x %d replicate%s), "
+            "memory plan per rank: %s, %.3g parameters (%.3g trainable), %d rank%s (%s: %d shard x %d replicate%s%s), "
             "micro-batch %d x %d, activation checkpointing %s, %d thread%s\n",
             sharc_family_name(cfg->model.family), (double)p->nparams, (double)p->ntrainable, p->world,
             p->world > 1 ? "s" : "", sharc_sharding_name(cfg->fsdp.engine.strategy), p->dp_shard, p->dp_replicate,
+            tp_note,
             p->shared       ? ", parameters shared per node"
             : p->node_local ? ""
                             : ", groups across nodes",
@@ -120,6 +142,11 @@ void sharc_memplan_print(FILE *f, const sharc_memplan *p, const sharc_config *cf
         post < p->dp_shard)
         fprintf(f, "  reshard_after_forward %d: each block keeps 1/%d of its parameters from forward to backward%s\n",
                 post, post, p->shared ? " (none: the node's shared copy is read in place)" : " (in gathered)");
+    if (p->offload_file > 0)
+        fprintf(f,
+                "  optim.offload_dir %s: the AdamW moments on disk, %.4f GiB per rank; optim is the buffer of one "
+                "unit\n",
+                cfg->optim.offload_dir, gib(p->offload_file));
     if (measured) fprintf(f, "  %-12s %12s %12s %8s\n", "category", "plan GiB", "peak GiB", "peak/plan");
     else fprintf(f, "  %-12s %12s\n", "category", "plan GiB");
     int64_t mt = 0;
@@ -188,6 +215,19 @@ bool sharc_memplan_suggest(FILE *f, const sharc_config *cfg, int world, int rpn,
         }
     }
     c = *cfg;
+    /* the moments on a local disk (note [optim-offload]): no change to results */
+    if (!cfg->optim.offload_dir[0]) {
+        snprintf(c.optim.offload_dir, sizeof c.optim.offload_dir, "DIR");
+        sharc_memplan q;
+        if (sharc_memplan_make(&q, &c, world, rpn, threads) == SHARC_OK && q.total <= limit) {
+            fprintf(f,
+                    "smallest change: optim.offload_dir: DIR, a directory on a local disk with %.2f GiB free per "
+                    "rank (the AdamW moments; %.2f GiB)\n",
+                    gib(q.offload_file), gib(q.total));
+            return true;
+        }
+        c = *cfg;
+    }
     /* more ranks, whole nodes (the global batch grows with them): double
      * until one fits (or the per-rank total stops shrinking: what does not
      * shard, activations and gathered units, stays), then the fewest

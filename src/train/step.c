@@ -79,7 +79,10 @@ sharc_status sharc_train_step_run(const sharc_train_step_ctx *x, const sharc_tra
     /* note [bad-steps]: norm and loss_sum are all-reduced, so every rank decides alike */
     bool bad = !isfinite(norm) || !isfinite(loss_sum);
     sharc_activity_phase("optimizer", -1, NULL);
-    if (!bad) SHARC_PROF("step.adamw", sharc_adamw_step(x->opt, x->engine, lr, sharc_clip_coef(x->optim, norm)));
+    if (!bad) {
+        SHARC_PROF("step.adamw", st = sharc_adamw_step(x->opt, x->engine, lr, sharc_clip_coef(x->optim, norm)));
+        SHARC_TRY(st);
+    }
     double t4 = sharc_clock_now();
     out->loss = per_micro ? loss_sum : valid > 0 ? loss_sum / (double)valid : 0.0;
     out->lr = lr;

@@ -4,11 +4,13 @@
 #  - at 1-4 ranks, GPT-2 and Llama, FULL_SHARD / SHARD_GRAD_OP / NO_SHARD /
 #    HYBRID_SHARD, activation checkpointing off and on, frozen units, bf16
 #    parameters, the tiled MLP, prefetch depth, MPI collectives instead of
-#    shared memory: every planned
+#    shared memory, tensor parallelism (mesh.tp 2 at 2 and 4 ranks): every planned
 #    category's measured peak equals the plan (mpi_tests memplan);
 #  - `sharc plan` prints a 7B and a 70B Llama at 8-1024 ranks in a few MB of
 #    memory, params per rank = 4 x parameters / ranks (plus padding), and
-#    --memory-per-rank names the smallest change that fits;
+#    --memory-per-rank names the smallest change that fits; at mesh.tp=2 the
+#    7B's params per rank are 4 x (blocks / 2 + embedding, head and norms)
+#    / (ranks / 2);
 #  - bad input: one line, exit 2.
 set -euo pipefail
 source "$SHARC_ROOT/tests/cli/mpi_lib.inc"
@@ -34,6 +36,8 @@ check 3 $L fsdp.apply_tiled_mlp=true fsdp.tiled_num_shards=5
 SHARC_COMM_SHM=0 check 3 model.num_layers=4 fsdp.forward_prefetch=true fsdp.num_to_forward_prefetch=3 fsdp.num_to_backward_prefetch=2
 SHARC_COMM_SHM=0 check 4 $L fsdp.reduce_dtype=bf16
 SHARC_COMM_SHM=0 check 4 fsdp.reshard_after_forward=2
+check 4 mesh.tp=2 model.num_heads=4
+check 2 $L model.num_kv_heads=2 model.num_heads=4 mesh.tp=2
 
 S="$SHARC_BIN/sharc"
 for cfg in llama-7b llama-70b; do
@@ -50,6 +54,16 @@ for cfg in llama-7b llama-70b; do
       END { if (!ok) { print cfg, n, "no params line"; exit 1 } }' <<< "$out"
   done
 done
+# tensor parallelism: the blocks' split parameters are 1/tp per rank, the
+# embedding, head and norms (2 V C + (2 L + 1) C of llama-7b) whole
+out=$("$S" plan --config "$SHARC_ROOT/configs/llama-7b.yaml" --ranks 16 --mesh.tp=2)
+awk -v rep=$((2 * 32000 * 4096 + 65 * 4096)) '
+  /^memory plan per rank/ { for (i = 1; i <= NF; i++) if ($i == "parameters") p = $(i - 1) + 0
+                            if ($0 !~ /8 shard x 1 replicate x 2 tp/) { print "mesh:", $0; exit 1 } }
+  $1 == "params" { got = $2 * 1024 ^ 3; want = 4 * ((p - rep) / 2 + rep) / 8
+                   if (got < want * 0.999 || got > want * 1.001 + 200 * 64) { print "tp=2 params", got, "want", want; exit 1 }
+                   ok = 1 }
+  END { if (!ok) { print "tp=2: no params line"; exit 1 } }' <<< "$out" || { echo "$out"; exit 1; }
 # 7B at 8 ranks in 24 GiB: without activation checkpointing it does not fit; the planner says what does
 out=$("$S" plan --config "$SHARC_ROOT/configs/llama-7b.yaml" --ranks 8 --fsdp.activation_checkpointing=false --memory-per-rank 24G)
 grep -q "^does not fit" <<< "$out" && grep -q "^smallest change: fsdp.activation_checkpointing: true" <<< "$out" || { echo "$out"; exit 1; }
