@@ -35,14 +35,16 @@ static void small_config(sharc_model_config *c, sharc_family f) {
     c->qkv_bias = variant == 1;
     c->qk_norm = variant == 2;
     c->head_dim = variant == 2 ? 10 : 0;
-    if (variant >= 4) { /* note [moe]: Qwen3-MoE, 4 experts, top-2; layer 1 dense (4) or both MoE (5) */
+    int v = variant >= 6 ? variant - 2 : variant; /* 6, 7: 4, 5 with each expert its own unit (note [moe-units]) */
+    c->experts_as_units = variant >= 6;
+    if (v >= 4) { /* note [moe]: Qwen3-MoE, 4 experts, top-2; layer 1 dense (4) or both MoE (5) */
         c->qk_norm = true;
         c->head_dim = 10;
         c->num_experts = 4;
         c->num_experts_per_tok = 2;
         c->moe_intermediate_size = 12;
-        c->norm_topk_prob = variant == 4;
-        snprintf(c->mlp_only_layers, sizeof c->mlp_only_layers, "%s", variant == 4 ? "1" : "");
+        c->norm_topk_prob = v == 4;
+        snprintf(c->mlp_only_layers, sizeof c->mlp_only_layers, "%s", v == 4 ? "1" : "");
         c->router_aux_loss_coef = 0.05f;
         c->output_router_logits = true;
     }
@@ -165,6 +167,92 @@ TEST(model_qwen3_moe_finite_difference) {
 TEST(model_qwen3_moe_all_sparse_finite_difference) {
     variant = 5;
     model_fd(SHARC_FAMILY_LLAMA, true);
+}
+
+/* Note [moe-units]: each expert its own unit; the same finite differences. */
+TEST(model_qwen3_moe_expert_units_finite_difference) {
+    variant = 6;
+    model_fd(SHARC_FAMILY_LLAMA, false);
+}
+
+/* Note [moe-units]: experts as units compute what experts in the block do,
+ * bit for bit (the same kernels in the same order), with and without
+ * activation checkpointing: the loss and every gradient, matched by name. */
+static void expert_units_identical(bool ac) {
+    model_ctx a, b;
+    variant = 5;
+    setup(&a, SHARC_FAMILY_LLAMA, 2, 13, false, false);
+    variant = 7;
+    setup(&b, SHARC_FAMILY_LLAMA, 2, 13, ac, false);
+    ASSERT_EQ(sharc_fsdp_num_units(a.e), 4);
+    ASSERT_EQ(sharc_fsdp_num_units(b.e), 4 + 2 * 4);
+    /* b's parameters from a's, by name */
+    int copied = 0;
+    sharc_fsdp_shard_write_begin(a.e);
+    sharc_fsdp_shard_write_begin(b.e);
+    for (int ub = 0; ub < sharc_fsdp_num_units(b.e); ub++) {
+        const sharc_unit_spec *sb = sharc_fsdp_unit_spec(b.e, ub);
+        float *pb = sharc_fsdp_shard_write(b.e, ub);
+        for (int i = 0; i < sb->nparams; i++)
+            for (int ua = 0; ua < sharc_fsdp_num_units(a.e); ua++) {
+                const sharc_unit_spec *sa = sharc_fsdp_unit_spec(a.e, ua);
+                int j = sharc_unit_find_param(sa, sb->params[i].name);
+                if (j < 0) continue;
+                memcpy(pb + sb->params[i].offset, sharc_fsdp_shard_write(a.e, ua) + sa->params[j].offset,
+                       sizeof(float) * (size_t)sb->params[i].numel);
+                copied++;
+            }
+    }
+    sharc_fsdp_shard_write_end(b.e);
+    sharc_fsdp_shard_write_end(a.e);
+    ASSERT_EQ(copied, 1 + 2 * (8 + 1 + 12) + 2); /* embed, 2 blocks (attention, norms, router, 4 experts), head */
+    sharc_fsdp_zero_grad(a.e);
+    sharc_fsdp_zero_grad(b.e);
+    double la = sharc_model_forward_backward(a.m, a.e, a.in, a.tgt, 0.04f);
+    double lb = sharc_model_forward_backward(b.m, b.e, b.in, b.tgt, 0.04f);
+    ASSERT_TRUE(la == lb);
+    for (int ub = 0; ub < sharc_fsdp_num_units(b.e); ub++) {
+        const sharc_unit_spec *sb = sharc_fsdp_unit_spec(b.e, ub);
+        const float *gb = sharc_fsdp_shard_grads(b.e, ub);
+        for (int i = 0; i < sb->nparams; i++)
+            for (int ua = 0; ua < sharc_fsdp_num_units(a.e); ua++) {
+                const sharc_unit_spec *sa = sharc_fsdp_unit_spec(a.e, ua);
+                int j = sharc_unit_find_param(sa, sb->params[i].name);
+                if (j >= 0)
+                    ASSERT_TRUE(memcmp(gb + sb->params[i].offset,
+                                       sharc_fsdp_shard_grads(a.e, ua) + sa->params[j].offset,
+                                       sizeof(float) * (size_t)sb->params[i].numel) == 0);
+            }
+    }
+    teardown(&a);
+    teardown(&b);
+}
+TEST(model_moe_expert_units_identical) { expert_units_identical(false); }
+TEST(model_moe_expert_units_checkpointing_identical) { expert_units_identical(true); }
+
+/* Note [moe-units]: Qwen3-30B-A3B's 128 experts per layer: refused in the
+ * block unit (SHARC_MAX_UNIT_PARAMS) with the key named, accepted as units. */
+TEST(model_moe_128_experts_build_as_units) {
+    sharc_model_config c;
+    variant = 5;
+    small_config(&c, SHARC_FAMILY_LLAMA);
+    c.num_experts = 128;
+    c.num_experts_per_tok = 8;
+    sharc_model *m = NULL;
+    ASSERT_TRUE(sharc_model_init(&m, &c, NULL) == SHARC_ERR_INVALID);
+    ASSERT_TRUE(strstr(sharc_last_error(), "fsdp.wrap_policy.moe_experts") != NULL);
+    c.experts_as_units = true;
+    ASSERT_OK(sharc_model_init(&m, &c, NULL));
+    ASSERT_EQ(sharc_model_num_units(m), 4 + 2 * 128);
+    const sharc_unit_spec *u = sharc_model_units(m);
+    ASSERT_EQ(u[4 + 128 + 127].nparams, 3);
+    ASSERT_TRUE(strcmp(u[4 + 128 + 127].params[2].name, "model.layers.1.mlp.experts.127.down_proj.weight") == 0);
+    const sharc_unit_schedule *sch = sharc_model_schedule(m);
+    ASSERT_EQ(sch->max_live, 2);
+    ASSERT_EQ(sch->order[2], 4);       /* block 0, then its experts */
+    ASSERT_EQ(sch->order[2 + 128], 2); /* block 1 */
+    ASSERT_EQ(sch->order[259], 3);     /* the head last */
+    sharc_model_free(m);
 }
 
 /* A router of zeros is uniform: the auxiliary loss is exactly K (HF's

@@ -11,6 +11,8 @@
  *   SHARC_TEST_FATAL=RANK:STEP         a broken invariant at the start of the step (sharc_fatal)
  *   SHARC_TEST_KILL=RANK:STEP          the rank SIGKILLs itself at the start of the step, as kill -9 would
  *   SHARC_TEST_NAN=RANK:STEP[,STEP..]  the rank's gradients are not finite (SHARC_FAULT_NAN at "grads")
+ *   SHARC_TEST_MOE_RIG=G               every rank r routes its tokens to the experts e with e % G == r % G
+ *                                      alone (sharc_fault_route_groups; note [moe-rig] in src/model/moe.c)
  *   SHARC_CKPT_KILL_AT=STAGE           the process ends (exit 86) at that stage of a checkpoint save,
  *   [SHARC_CKPT_KILL_STEP=STEP]        any rank that reaches it, as a crash would (sites "ckpt:STAGE")
  *
@@ -33,6 +35,8 @@ typedef enum {
 /* The fault asked for at `site` of step `step` (0 outside the steps) on this
  * rank. A hang, a kill and a fatal error happen in here and do not return. */
 sharc_fault sharc_fault_at(const char *site, int64_t step);
+/* SHARC_TEST_MOE_RIG's G, the groups the experts are split in (0: off). */
+int sharc_fault_route_groups(void);
 
 #ifdef __cplusplus
 }

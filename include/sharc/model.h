@@ -64,6 +64,7 @@ typedef struct {
     char mlp_only_layers[SHARC_MODEL_LIST_MAX]; /* comma-separated layer indices kept dense ("" none) */
     float router_aux_loss_coef;                 /* the load-balancing loss's weight */
     bool output_router_logits;                  /* add coef * aux to the training loss (as HF trains) */
+    bool experts_as_units; /* fsdp.wrap_policy.moe_experts: each expert its own unit (note [moe-units]) */
 } sharc_model_config;
 
 /* Note [moe]: layer l (0-based) has a Mixture-of-Experts MLP. */
@@ -186,6 +187,10 @@ void sharc_model_moe_stats(const sharc_model *m, double *aux_loss, int *idle_exp
  * checkpointing) and the embedding's backward. */
 typedef struct {
     double forward_s, backward_s;
+    /* Note [moe-units]: over the training forwards since the reset, the
+     * (layer, expert) pairs that received no token (each gathered all the
+     * same) and the parameters those experts hold: the cost of unused experts */
+    int64_t moe_idle_pairs, moe_idle_params;
 } sharc_model_timing;
 void sharc_model_timing_get(const sharc_model *m, sharc_model_timing *out);
 void sharc_model_timing_reset(sharc_model *m);

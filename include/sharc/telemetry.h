@@ -46,6 +46,7 @@ typedef struct {
     int64_t mem_current[SHARC_MEM_NCAT], mem_peak[SHARC_MEM_NCAT]; /* max over ranks */
     int64_t mem_peak_total;                                        /* max over ranks of the total peak */
     int mem_peak_rank;                                             /* the rank with mem_peak_total */
+    int64_t moe_idle_experts, moe_idle_bytes; /* note [moe-units]: summed over ranks (sharc_step_stats) */
 } sharc_step_global;
 
 /* Aggregate this rank's stats with every other rank's: one all-gather of a

@@ -38,7 +38,9 @@ typedef struct {
     sharc_comm_stats comm; /* this rank's collectives during the step, all groups */
     sharc_mem_stats mem;   /* this rank's memory: current and peak of the step */
     int64_t gathered_peak;
-    bool skipped; /* non-finite loss or grad norm (agreed): no update (note [bad-steps] in trainer.c) */
+    int64_t moe_idle_experts; /* note [moe-units]: (layer, expert) pairs with no token, over the micro-batches */
+    int64_t moe_idle_bytes;   /* the parameter bytes gathered for them (fsdp.param_dtype) */
+    bool skipped;             /* non-finite loss or grad norm (agreed): no update (note [bad-steps] in trainer.c) */
     /* this rank alone (sharc/telemetry.h aggregates them over the ranks) */
     double forward_s, backward_s; /* split of forward_backward_s (sharc_model_timing) */
     double local_loss;            /* mean loss over this rank's valid targets (NAN if none) */

@@ -215,6 +215,8 @@ static const key_def keys[] = {
      "recompute each block in backward"},
     {"fsdp.apply_tiled_mlp", K_BOOL, OFF(fsdp.apply_tiled_mlp), 0, 0, NULL, "false", AGREE,
      "run each block's MLP over sequence chunks, recomputing them in backward (ROLL; note [tiled-mlp])"},
+    {"fsdp.moe_experts", K_BOOL, OFF(model.experts_as_units), 0, 0, NULL, "false", AGREE,
+     "each Mixture-of-Experts expert its own FSDP unit (ROLL's wrap_policy.moe_experts; note [moe-units])"},
     {"fsdp.tiled_num_shards", K_INT, OFF(fsdp.tiled_num_shards), 1, 1 << 20, NULL, "4", LOCAL,
      "chunks of the tiled MLP (ROLL's default 4)"},
 
@@ -502,7 +504,7 @@ static const struct {
     {"model_args", "model"},
 };
 
-typedef enum { A_KEY, A_NOT, A_PRECISION, A_WRAP, A_NOTE, A_COUNT } alias_kind;
+typedef enum { A_KEY, A_NOT, A_PRECISION, A_WRAP, A_NOTE, A_COUNT, A_EXPERTS } alias_kind;
 
 typedef struct {
     const char *name; /* after container rewriting */
@@ -536,8 +538,7 @@ static const alias_def aliases[] = {
      "not implemented: sharc always gives the embeddings their own unit"},
     {"fsdp.wrap_policy.wrap_lm_output", A_NOTE, NULL, "true",
      "not implemented: sharc always gives the final norm and LM head their own unit"},
-    {"fsdp.wrap_policy.moe_experts", A_NOTE, NULL, "!",
-     "not implemented: a layer's experts live in its block unit (issued by every rank whatever the routing)"},
+    {"fsdp.wrap_policy.moe_experts", A_EXPERTS, "fsdp.moe_experts", NULL, NULL},
     {"fsdp.apply_expert_patch", A_NOTE, NULL, "false",
      "not needed: every rank gathers every expert from the static unit schedule, whatever the routing"},
     {"fsdp.strategy_name", A_NOTE, NULL, NULL, "sharc always trains with FSDP"},
@@ -774,6 +775,11 @@ sharc_status sharc_config_set(sharc_config *c, const char *key, const char *valu
                               origin));
         return set_key(c, find_key(a->target), n == 0 ? (fwd ? "false" : "NONE") : (fwd ? "true" : "BACKWARD_PRE"),
                        origin);
+    }
+    case A_EXPERTS: { /* ROLL lists the expert classes to wrap (["Qwen3MoeMLP"]): any class, or true, turns it on */
+        bool b;
+        if (parse_bool(value, &b)) return set_key(c, find_key(a->target), b ? "true" : "false", origin);
+        return set_key(c, find_key(a->target), *value ? "true" : "false", origin);
     }
     case A_WRAP: {
         static const struct {

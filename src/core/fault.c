@@ -72,3 +72,8 @@ sharc_fault sharc_fault_at(const char *site, int64_t step) {
     if ((rest = for_this_rank("SHARC_TEST_HANG")) && !strcmp(rest, site)) hang();
     return SHARC_FAULT_NONE;
 }
+
+int sharc_fault_route_groups(void) {
+    const char *v = getenv("SHARC_TEST_MOE_RIG");
+    return v && *v ? atoi(v) : 0;
+}

@@ -152,6 +152,7 @@ struct sharc_model {
     sharc_comm *tp_group;      /* borrowed */
     sharc_model_timing timing; /* accumulated forward / backward seconds */
     sharc_moe *moe;            /* note [moe] in moe.c; NULL without MoE layers */
+    sharc_fsdp *eng;           /* note [moe-units]: the engine of the pass running (expert units' gathers) */
 };
 
 void sharc_model_timing_get(const sharc_model *m, sharc_model_timing *out) { *out = m->timing; }
@@ -277,12 +278,24 @@ static void add(sharc_unit_spec *u, const char *name, int64_t d0, int64_t d1, sh
     sharc_unit_add_param(u, name, d1 > 0 ? 2 : 1, shape, init, std, d1 > 0);
 }
 
+/* Note [moe-units]: the unit of expert e of MoE layer l under
+ * fsdp.wrap_policy.moe_experts, -1 otherwise. */
+static int expert_unit(const sharc_model *m, int l, int e) {
+    const sharc_model_config *c = &m->cfg;
+    if (!c->experts_as_units || !sharc_model_layer_is_moe(c, l)) return -1;
+    int k = 0;
+    for (int j = 0; j < l; j++) k += sharc_model_layer_is_moe(c, j);
+    return m->L + 2 + k * c->num_experts + e;
+}
+
 static void build_units(sharc_model *m) {
     const sharc_model_config *c = &m->cfg;
     bool gpt2 = c->family == SHARC_FAMILY_GPT2;
     float std = c->init_std, std_res = c->init_std / sqrtf(2.0f * (float)c->num_layers);
     char n[SHARC_NAME_MAX];
-    m->nunits = m->L + 2;
+    int moe_layers = 0; /* note [moe-units]: E expert units per MoE layer, after the head */
+    for (int l = 0; l < m->L && c->experts_as_units; l++) moe_layers += sharc_model_layer_is_moe(c, l);
+    m->nunits = m->L + 2 + moe_layers * c->num_experts;
     m->units = calloc((size_t)m->nunits, sizeof(sharc_unit_spec));
     SHARC_CHECK(m->units != NULL);
 
@@ -339,7 +352,16 @@ static void build_units(sharc_model *m) {
                 add(u, P("model.layers.%d.self_attn.q_norm.weight"), m->hd, 0, SHARC_INIT_ONES, 0);
                 add(u, P("model.layers.%d.self_attn.k_norm.weight"), m->hd, 0, SHARC_INIT_ONES, 0);
             }
-            if (moe) sharc_moe_add_params(c, u, l, std, std_res);
+            if (moe && c->experts_as_units) {
+                sharc_moe_add_router(c, u, l, std);
+                for (int x = 0; x < c->num_experts; x++) {
+                    sharc_unit_spec *eu = &m->units[expert_unit(m, l, x)];
+                    snprintf(eu->name, sizeof eu->name, "expert.%d.%d", l, x);
+                    sharc_moe_add_expert(c, eu, l, x, std, std_res);
+                }
+            } else if (moe) {
+                sharc_moe_add_params(c, u, l, std, std_res);
+            }
         }
 #undef P
     }
@@ -359,12 +381,19 @@ static void build_units(sharc_model *m) {
     m->order = calloc((size_t)m->nunits, sizeof(int));
     m->backward_needs_params = calloc((size_t)m->nunits, sizeof(bool));
     SHARC_CHECK(m->order != NULL && m->backward_needs_params != NULL);
-    for (int u = 0; u < m->nunits; u++) {
-        m->order[u] = u;
-        m->backward_needs_params[u] = u != 0;
+    int i = 0; /* note [moe-units]: a MoE layer's experts follow its block */
+    for (int u = 0; u <= m->L + 1; u++) {
+        m->order[i++] = u;
+        for (int x = 0;
+             moe_layers > 0 && u >= 1 && u <= m->L && sharc_model_layer_is_moe(c, u - 1) && x < c->num_experts; x++)
+            m->order[i++] = expert_unit(m, u - 1, x);
     }
-    m->schedule = (sharc_unit_schedule){
-        .n = m->nunits, .order = m->order, .backward_needs_params = m->backward_needs_params, .max_live = 1};
+    SHARC_CHECK(i == m->nunits);
+    for (int u = 0; u < m->nunits; u++) m->backward_needs_params[u] = u != 0;
+    m->schedule = (sharc_unit_schedule){.n = m->nunits,
+                                        .order = m->order,
+                                        .backward_needs_params = m->backward_needs_params,
+                                        .max_live = moe_layers > 0 ? 2 : 1};
 }
 
 /* The derived sizes, the heads and MLP width being one tp rank's (note [tp]). */
@@ -897,6 +926,46 @@ static void qk_norm_fwd(sharc_model *m, const block_ptrs *w, block_acts *a, floa
                                m->cfg.norm_eps);
 }
 
+/* Note [moe-units]. A MoE layer's MLP into y (N, C). With its experts in
+ * their own units, every expert's unit is gathered and released in turn
+ * whatever the routing (an expert with no rows computes nothing), so every
+ * rank issues the same collectives; a recompute for backward releases
+ * them (backward gathers them again). */
+static void moe_mlp_forward(sharc_model *m, const block_ptrs *w, int set, float *y, const float *x, int64_t N,
+                            bool recompute) {
+    if (!m->cfg.experts_as_units) {
+        sharc_moe_forward(m->moe, m->k, m->s, set, w->layer, &w->moe, y, x, N);
+        return;
+    }
+    sharc_moe_route(m->moe, m->k, m->s, set, w->layer, w->moe.router, x, N);
+    for (int x_ = 0; x_ < m->cfg.num_experts; x_++) {
+        int u = expert_unit(m, w->layer, x_);
+        const float *p = sharc_fsdp_gather(m->eng, u);
+        const sharc_param_spec *ps = m->units[u].params; /* gate, up (adjacent), down */
+        sharc_moe_expert_forward(m->moe, m->k, m->s, set, x_, p + ps[0].offset, p + ps[2].offset);
+        if (recompute) sharc_fsdp_release(m->eng, u);
+        else sharc_fsdp_forward_done(m->eng, u);
+    }
+    sharc_moe_combine(m->moe, m->k, m->s, set, y, N);
+}
+
+/* Note [moe-units]: the experts' backward of MoE layer l from dy (their
+ * units gathered, given gradients and reduced in reverse schedule order),
+ * before the block's own backward runs the router's (block_backward). */
+static void moe_experts_backward(sharc_model *m, int set, int l, const float *dy) {
+    sharc_moe_backward_dispatch(m->moe, m->k, m->s, set, dy);
+    for (int x = m->cfg.num_experts - 1; x >= 0; x--) {
+        int u = expert_unit(m, l, x);
+        const float *p = sharc_fsdp_gather(m->eng, u);
+        float *g = sharc_fsdp_grad(m->eng, u);
+        const sharc_param_spec *ps = m->units[u].params;
+        float *ggu = g && !(ps[0].frozen && ps[1].frozen) ? g + ps[0].offset : NULL;
+        float *gd = g && !ps[2].frozen ? g + ps[2].offset : NULL;
+        sharc_moe_expert_backward(m->moe, m->k, m->s, set, x, p + ps[0].offset, p + ps[2].offset, ggu, gd);
+        sharc_fsdp_backward_done(m->eng, u);
+    }
+}
+
 static void block_forward(sharc_model *m, const block_ptrs *w, block_acts *a, const float *x, float *y, int B, int T) {
     const sharc_kernels *k = m->k;
     sharc_stream *s = m->s;
@@ -930,8 +999,7 @@ static void block_forward(sharc_model *m, const block_ptrs *w, block_acts *a, co
     SHARC_PROF("fwd.residual", k->add(s, a->xmid, x, m->tmp, N * m->C));
     SHARC_PROF("fwd.norm", norm_fwd(m, a->ln2, a->ln2_mean, a->ln2_rstd, a->xmid, w->ln2w, w->ln2b, N));
     if (w->is_moe) { /* note [moe]: a recompute (y NULL) refills the set too */
-        SHARC_PROF("fwd.moe",
-                   sharc_moe_forward(m->moe, k, s, (int)(a - m->sets), w->layer, &w->moe, m->tmp, a->ln2, N));
+        SHARC_PROF("fwd.moe", moe_mlp_forward(m, w, (int)(a - m->sets), m->tmp, a->ln2, N, y == NULL));
         if (y) SHARC_PROF("fwd.residual", k->add(s, y, a->xmid, m->tmp, N * m->C));
         return;
     }
@@ -997,7 +1065,10 @@ static void block_backward(sharc_model *m, const block_ptrs *w, const block_ptrs
     int64_t N = (int64_t)B * T;
     bool llama = m->cfg.family == SHARC_FAMILY_LLAMA;
     const int32_t *lo = m->masked ? m->att_lo : NULL;
-    if (w->is_moe) /* note [moe] */
+    if (w->is_moe && m->cfg.experts_as_units) /* note [moe-units]: the experts ran before */
+        SHARC_PROF("bwd.moe", sharc_moe_backward_router(m->moe, k, s, (int)(a - m->sets), w->moe.router, g->moe.router,
+                                                        m->dtmp, a->ln2));
+    else if (w->is_moe) /* note [moe] */
         SHARC_PROF("bwd.moe", sharc_moe_backward(m->moe, k, s, (int)(a - m->sets), w->layer, &w->moe, &g->moe, m->dtmp,
                                                  dres, a->ln2));
     /* the MLP: at once, or chunk by chunk recomputing each chunk (note [tiled-mlp]) */
@@ -1071,6 +1142,15 @@ static void check_inputs(const sharc_model *m, sharc_fsdp *e, const int32_t *tok
                         m->V);
 }
 
+/* Unit u (0 .. L + 1) or, for a block, one of its expert units has a
+ * trainable parameter (note [frozen-params], note [moe-units]). */
+static bool unit_trains(const sharc_model *m, int u) {
+    if (sharc_unit_trainable(&m->units[u])) return true;
+    for (int x = 0; u >= 1 && u <= m->L && expert_unit(m, u - 1, x) >= 0 && x < m->cfg.num_experts; x++)
+        if (sharc_unit_trainable(&m->units[expert_unit(m, u - 1, x)])) return true;
+    return false;
+}
+
 /* The loss sum the last head kernel left in the device scalar. */
 static double read_loss(sharc_model *m) {
     double loss = 0.0;
@@ -1106,6 +1186,7 @@ static void use_kernels(sharc_model *m, const sharc_fsdp *e) {
 static void forward_body(sharc_model *m, sharc_fsdp *e, const int32_t *inputs, int B, int T, bool store) {
     int64_t N = (int64_t)B * T;
     use_kernels(m, e);
+    m->eng = e;
     check_inputs(m, e, inputs, N);
     const float *ep = sharc_fsdp_gather(e, 0);
     const float *wpe = m->cfg.family == SHARC_FAMILY_GPT2 ? ep + m->units[0].params[1].offset : NULL;
@@ -1152,7 +1233,7 @@ double sharc_model_forward_backward(sharc_model *m, sharc_fsdp *e, const int32_t
     float *gh = m->cfg.tie_embeddings ? grad_at(m, 0, sharc_fsdp_grad(e, 0), 0) : grad_at(m, H, hg, m->head_w);
     /* note [frozen-params]: the first unit whose backward runs (units in forward order = index order) */
     int from = 0;
-    while (from < H && !sharc_unit_trainable(&m->units[from])) from++;
+    while (from < H && !unit_trains(m, from)) from++;
     SHARC_PROF("head.lm_xent", m->k->lmhead_xent(m->s, m->loss, m->dtmp, gh, m->lnf, wh, targets, loss_scale, N, m->C,
                                                  m->V, m->head_ws, m->head_chunk));
     norm_bwd(m, m->dres, grad_at(m, H, hg, 0), nb ? grad_at(m, H, hg, 1) : NULL, m->dtmp, NULL, xl(m, L), nw,
@@ -1163,13 +1244,22 @@ double sharc_model_forward_backward(sharc_model *m, sharc_fsdp *e, const int32_t
     for (int l = L - 1; l >= 0; l--) {
         if (1 + l < from) { /* frozen, and so is everything before it: no backward */
             sharc_fsdp_release(e, 1 + l);
+            for (int x = 0; expert_unit(m, l, x) >= 0 && x < m->cfg.num_experts; x++)
+                sharc_fsdp_release(e, expert_unit(m, l, x));
             continue;
         }
-        float *wp = (float *)sharc_fsdp_gather(e, 1 + l);
-        block_ptrs w = block_view(m, l, wp, false);
-        block_ptrs g = block_view(m, l, sharc_fsdp_grad(e, 1 + l), true);
         block_acts *a = &m->sets[m->ac ? 0 : l];
-        if (m->ac) block_forward(m, &w, a, xl(m, l), NULL, B, T); /* recompute */
+        block_ptrs w;
+        if (expert_unit(m, l, 0) >= 0) { /* note [moe-units]: the experts (reverse order), then the block */
+            if (m->ac) { /* recompute: the block's weights now, the experts gathered and released in turn */
+                w = block_view(m, l, (float *)sharc_fsdp_gather(e, 1 + l), false);
+                block_forward(m, &w, a, xl(m, l), NULL, B, T);
+            }
+            moe_experts_backward(m, (int)(a - m->sets), l, m->dres);
+        }
+        w = block_view(m, l, (float *)sharc_fsdp_gather(e, 1 + l), false);
+        block_ptrs g = block_view(m, l, sharc_fsdp_grad(e, 1 + l), true);
+        if (m->ac && expert_unit(m, l, 0) < 0) block_forward(m, &w, a, xl(m, l), NULL, B, T); /* recompute */
         block_backward(m, &w, &g, a, xl(m, l), m->dres);
         sharc_fsdp_backward_done(e, 1 + l);
     }
@@ -1188,6 +1278,10 @@ double sharc_model_forward_backward(sharc_model *m, sharc_fsdp *e, const int32_t
     }
     sharc_fsdp_backward_done(e, 0);
     double loss = read_loss(m) + sharc_moe_loss_term(m->moe);
+    int idle = 0; /* note [moe-units]: the cost of unused experts */
+    sharc_model_moe_stats(m, NULL, &idle);
+    m->timing.moe_idle_pairs += idle;
+    m->timing.moe_idle_params += (int64_t)idle * 3 * m->cfg.moe_intermediate_size * m->C;
     m->timing.backward_s += sharc_clock_now() - t1;
     return loss;
 }
@@ -1304,7 +1398,7 @@ static void block_forward_cached(sharc_model *m, int l, const block_ptrs *w, con
     k->add(s, a->xmid, x, m->tmp, (int64_t)n * m->C);
     norm_fwd(m, a->ln2, a->ln2_mean, a->ln2_rstd, a->xmid, w->ln2w, w->ln2b, n);
     if (w->is_moe) { /* note [moe] */
-        sharc_moe_forward(m->moe, k, s, 0, l, &w->moe, m->tmp, a->ln2, n);
+        moe_mlp_forward(m, w, 0, m->tmp, a->ln2, n, false);
     } else if (a->fc) {
         k->matmul_forward(s, a->fc, a->ln2, w->wfc, w->bfc, n, m->C, m->F);
         if (llama) k->swiglu_forward(s, a->fca, a->fc, n, m->Fa);
@@ -1327,6 +1421,7 @@ sharc_status sharc_model_kv_append(sharc_model *m, sharc_fsdp *e, const int32_t 
                            m->kv_len, m->T);
     const int L = m->L, H = L + 1, pos = m->kv_len;
     use_kernels(m, e); /* note [bf16-compute] */
+    m->eng = e;
     check_inputs(m, e, tokens, n);
     const float *ep = sharc_fsdp_gather(e, 0);
     const float *wpe = m->cfg.family == SHARC_FAMILY_GPT2 ? ep + m->units[0].params[1].offset : NULL;

@@ -16,7 +16,8 @@
  * "up_proj" (adjacent: one (2I, C) matmul) and "down_proj" (C, I); so every
  * expert of a layer is gathered with its block and the unit's gradient is
  * reduce-scattered once, whatever the routing (a unit holds at most
- * SHARC_MAX_UNIT_PARAMS parameters, which bounds E; config_check says so).
+ * SHARC_MAX_UNIT_PARAMS parameters, which bounds E; config_check says so)
+ * unless each expert is its own unit (note [moe-units] in model.c).
  * Dense layers (mlp_only_layers, decoder_sparse_step) keep the SwiGLU MLP of
  * intermediate_size.
  *
@@ -39,6 +40,7 @@
  * adds coef * aux * N to its loss sum so the trainer's mean reports it;
  * evaluation (forward_loss) reports the language-model loss alone. */
 #include "moe.h"
+#include "sharc/fault.h"
 #include "sharc/log.h"
 
 #include <stdio.h>
@@ -123,28 +125,38 @@ sharc_status sharc_moe_config_check(const sharc_model_config *c, int base_params
         return sharc_error(SHARC_ERR_INVALID, "model.router_aux_loss_coef: %g, expected >= 0",
                            (double)c->router_aux_loss_coef);
     int n = base_params + sharc_moe_num_params(c);
+    if (c->experts_as_units) return SHARC_OK; /* note [moe-units]: the block holds the router alone */
     if (n > SHARC_MAX_UNIT_PARAMS)
-        return sharc_error(SHARC_ERR_INVALID,
-                           "model.num_experts: %d experts make %d parameters in a block unit, at most %d (a layer's "
-                           "experts live in its block unit); use at most %d experts",
-                           c->num_experts, n, SHARC_MAX_UNIT_PARAMS, (SHARC_MAX_UNIT_PARAMS - base_params - 1) / 3);
+        return sharc_error(
+            SHARC_ERR_INVALID,
+            "model.num_experts: %d experts make %d parameters in a block unit, at most %d (a layer's "
+            "experts live in its block unit); use at most %d experts, or fsdp.wrap_policy.moe_experts: true",
+            c->num_experts, n, SHARC_MAX_UNIT_PARAMS, (SHARC_MAX_UNIT_PARAMS - base_params - 1) / 3);
     return SHARC_OK;
 }
 
-void sharc_moe_add_params(const sharc_model_config *c, sharc_unit_spec *u, int l, float std, float std_res) {
+void sharc_moe_add_router(const sharc_model_config *c, sharc_unit_spec *u, int l, float std) {
     char n[SHARC_NAME_MAX];
-    int64_t C = c->embed_dim, I = c->moe_intermediate_size;
-    int64_t router[2] = {c->num_experts, C}, in[2] = {I, C}, out[2] = {C, I};
+    int64_t router[2] = {c->num_experts, c->embed_dim};
     snprintf(n, sizeof n, "model.layers.%d.mlp.gate.weight", l);
     sharc_unit_add_param(u, n, 2, router, SHARC_INIT_NORMAL, std, true);
-    for (int e = 0; e < c->num_experts; e++) {
-        snprintf(n, sizeof n, "model.layers.%d.mlp.experts.%d.gate_proj.weight", l, e);
-        sharc_unit_add_param(u, n, 2, in, SHARC_INIT_NORMAL, std, true);
-        snprintf(n, sizeof n, "model.layers.%d.mlp.experts.%d.up_proj.weight", l, e);
-        sharc_unit_add_param(u, n, 2, in, SHARC_INIT_NORMAL, std, true);
-        snprintf(n, sizeof n, "model.layers.%d.mlp.experts.%d.down_proj.weight", l, e);
-        sharc_unit_add_param(u, n, 2, out, SHARC_INIT_NORMAL, std_res, true);
-    }
+}
+
+void sharc_moe_add_expert(const sharc_model_config *c, sharc_unit_spec *u, int l, int e, float std, float std_res) {
+    char n[SHARC_NAME_MAX];
+    int64_t C = c->embed_dim, I = c->moe_intermediate_size;
+    int64_t in[2] = {I, C}, out[2] = {C, I};
+    snprintf(n, sizeof n, "model.layers.%d.mlp.experts.%d.gate_proj.weight", l, e);
+    sharc_unit_add_param(u, n, 2, in, SHARC_INIT_NORMAL, std, true);
+    snprintf(n, sizeof n, "model.layers.%d.mlp.experts.%d.up_proj.weight", l, e);
+    sharc_unit_add_param(u, n, 2, in, SHARC_INIT_NORMAL, std, true);
+    snprintf(n, sizeof n, "model.layers.%d.mlp.experts.%d.down_proj.weight", l, e);
+    sharc_unit_add_param(u, n, 2, out, SHARC_INIT_NORMAL, std_res, true);
+}
+
+void sharc_moe_add_params(const sharc_model_config *c, sharc_unit_spec *u, int l, float std, float std_res) {
+    sharc_moe_add_router(c, u, l, std);
+    for (int e = 0; e < c->num_experts; e++) sharc_moe_add_expert(c, u, l, e, std, std_res);
 }
 
 sharc_status sharc_moe_init(sharc_moe **out, const sharc_model_config *c, sharc_device *dev) {
@@ -282,13 +294,13 @@ sharc_moe_view sharc_moe_view_of(sharc_moe *moe, const sharc_unit_spec *u, float
         const char *s = strstr(u->params[i].name, ".mlp.gate.weight");
         if (s && s[strlen(".mlp.gate.weight")] == 0) r = i;
     }
-    SHARC_CHECK(r >= 0 && r + 3 * E < u->nparams + 1);
+    SHARC_CHECK(r >= 0 && (moe->cfg.experts_as_units || r + 3 * E < u->nparams + 1));
     float **v = moe->views + (size_t)(moe->nview++ % 2) * 2 * E; /* two views (weights, grads) live at once */
     sharc_moe_view w = {.gate_up = v, .down = v + E};
     const sharc_param_spec *p = u->params;
 #define AT(i) (base && !(grads && p[i].frozen) ? base + p[i].offset : NULL)
     w.router = AT(r);
-    for (int e = 0; e < E; e++) {
+    for (int e = 0; e < E && !moe->cfg.experts_as_units; e++) { /* note [moe-units]: experts in their own units */
         int g = r + 1 + 3 * e;
         w.gate_up[e] = base && !(grads && p[g].frozen && p[g + 1].frozen) ? base + p[g].offset : NULL;
         w.down[e] = AT(g + 2);
@@ -302,13 +314,29 @@ static void copy_or_die(sharc_moe *m, void *dst, const void *src, size_t bytes, 
         sharc_fatal(__FILE__, __LINE__, "model: experts' routing copy: %s", sharc_last_error());
 }
 
-void sharc_moe_forward(sharc_moe *moe, const sharc_kernels *k, sharc_stream *s, int set, int l, const sharc_moe_view *w,
-                       float *y, const float *x, int64_t N) {
+/* Note [moe-rig]: the test hook SHARC_TEST_MOE_RIG=G (sharc/fault.h) adds
+ * -1e4 to the logits of every expert e with e % G != rank % G, so each
+ * rank's tokens go to a disjoint set of experts; the constant has no
+ * gradient, so backward is the same code. */
+static void rig_logits(sharc_moe *moe, sharc_stream *s, int64_t N) {
+    int G = sharc_fault_route_groups(), r = sharc_log_rank();
+    if (G <= 1) return;
+    const int E = moe->E;
+    copy_or_die(moe, moe->h_probs, moe->logits, sizeof(float) * (size_t)(N * E), SHARC_COPY_DEVICE_TO_HOST, s);
+    for (int64_t t = 0; t < N; t++)
+        for (int e = 0; e < E; e++)
+            if (e % G != r % G) moe->h_probs[t * E + e] -= 1e4f;
+    copy_or_die(moe, moe->logits, moe->h_probs, sizeof(float) * (size_t)(N * E), SHARC_COPY_HOST_TO_DEVICE, s);
+}
+
+void sharc_moe_route(sharc_moe *moe, const sharc_kernels *k, sharc_stream *s, int set, int l, const float *router,
+                     const float *x, int64_t N) {
     SHARC_CHECK(set >= 0 && set < moe->nsets && N <= moe->N);
     moe_set *st = &moe->sets[set];
-    const int E = moe->E, K = moe->K, C = moe->C, I = moe->I;
+    const int E = moe->E, K = moe->K, C = moe->C;
     const int64_t NK = N * K;
-    k->matmul_forward(s, moe->logits, x, w->router, NULL, N, C, E);
+    k->matmul_forward(s, moe->logits, x, router, NULL, N, C, E);
+    rig_logits(moe, s, N);
     k->moe_route_forward(s, st->probs, st->idx, st->wts, moe->logits, N, E, K, moe->cfg.norm_topk_prob);
     /* the dispatch plan, on the host: a stable counting sort of the slots by expert */
     copy_or_die(moe, moe->h_idx, st->idx, sizeof(int32_t) * (size_t)NK, SHARC_COPY_DEVICE_TO_HOST, s);
@@ -335,15 +363,6 @@ void sharc_moe_forward(sharc_moe *moe, const sharc_kernels *k, sharc_stream *s, 
     copy_or_die(moe, st->rows, moe->h_rows, sizeof(int32_t) * (size_t)NK, SHARC_COPY_HOST_TO_DEVICE, s);
     k->moe_gather(s, st->wsel, st->wts, st->perm, NULL, NK, 1);
     k->moe_gather(s, st->xs, x, st->rows, NULL, NK, C);
-    for (int e = 0; e < E; e++) {
-        int64_t o0 = offs[e], n = offs[e + 1] - offs[e];
-        if (n == 0) continue; /* an idle expert computes nothing; its parameters were gathered with the block */
-        k->matmul_forward(s, st->h + o0 * 2 * I, st->xs + o0 * C, w->gate_up[e], NULL, n, C, 2 * I);
-        k->swiglu_forward(s, st->a + o0 * I, st->h + o0 * 2 * I, n, I);
-        k->matmul_forward(s, st->o + o0 * C, st->a + o0 * I, w->down[e], NULL, n, I, C);
-    }
-    k->fill(s, y, 0.0f, N * C);
-    k->moe_scatter_add(s, y, st->o, st->rows, st->wsel, NK, C);
     /* the router's statistics for the auxiliary loss */
     copy_or_die(moe, moe->h_probs, st->probs, sizeof(float) * (size_t)(N * E), SHARC_COPY_DEVICE_TO_HOST, s);
     double *ps = moe->psum + (int64_t)l * E;
@@ -351,6 +370,35 @@ void sharc_moe_forward(sharc_moe *moe, const sharc_kernels *k, sharc_stream *s, 
     for (int64_t t = 0; t < N; t++)
         for (int e = 0; e < E; e++) ps[e] += moe->h_probs[t * E + e];
     moe->n_last = N;
+}
+
+int64_t sharc_moe_expert_rows(const sharc_moe *moe, int set, int e) {
+    const int64_t *offs = moe->sets[set].offs;
+    return offs[e + 1] - offs[e];
+}
+
+void sharc_moe_expert_forward(sharc_moe *moe, const sharc_kernels *k, sharc_stream *s, int set, int e,
+                              const float *gate_up, const float *down) {
+    moe_set *st = &moe->sets[set];
+    const int C = moe->C, I = moe->I;
+    int64_t o0 = st->offs[e], n = st->offs[e + 1] - o0;
+    if (n == 0) return; /* an idle expert computes nothing; its parameters were gathered all the same */
+    k->matmul_forward(s, st->h + o0 * 2 * I, st->xs + o0 * C, gate_up, NULL, n, C, 2 * I);
+    k->swiglu_forward(s, st->a + o0 * I, st->h + o0 * 2 * I, n, I);
+    k->matmul_forward(s, st->o + o0 * C, st->a + o0 * I, down, NULL, n, I, C);
+}
+
+void sharc_moe_combine(sharc_moe *moe, const sharc_kernels *k, sharc_stream *s, int set, float *y, int64_t N) {
+    moe_set *st = &moe->sets[set];
+    k->fill(s, y, 0.0f, N * moe->C);
+    k->moe_scatter_add(s, y, st->o, st->rows, st->wsel, N * moe->K, moe->C);
+}
+
+void sharc_moe_forward(sharc_moe *moe, const sharc_kernels *k, sharc_stream *s, int set, int l, const sharc_moe_view *w,
+                       float *y, const float *x, int64_t N) {
+    sharc_moe_route(moe, k, s, set, l, w->router, x, N);
+    for (int e = 0; e < moe->E; e++) sharc_moe_expert_forward(moe, k, s, set, e, w->gate_up[e], w->down[e]);
+    sharc_moe_combine(moe, k, s, set, y, N);
 }
 
 /* f_e and P_e pooled over the MoE layers (note [moe]). */
@@ -404,30 +452,49 @@ void sharc_moe_backward_begin(sharc_moe *moe, sharc_stream *s, float loss_scale)
     copy_or_die(moe, moe->daux, h, sizeof(float) * (size_t)moe->E, SHARC_COPY_HOST_TO_DEVICE, s);
 }
 
-void sharc_moe_backward(sharc_moe *moe, const sharc_kernels *k, sharc_stream *s, int set, int l,
-                        const sharc_moe_view *w, const sharc_moe_view *g, float *dx, const float *dy, const float *x) {
-    (void)l;
+void sharc_moe_backward_dispatch(sharc_moe *moe, const sharc_kernels *k, sharc_stream *s, int set, const float *dy) {
     moe_set *st = &moe->sets[set];
-    const int E = moe->E, K = moe->K, C = moe->C, I = moe->I;
+    const int64_t NK = moe->n_last * moe->K;
+    k->moe_gather(s, moe->dos, dy, st->rows, st->wsel, NK, moe->C); /* d(expert output) = w dy */
+    k->moe_row_dot(s, moe->dwsel, dy, st->rows, st->o, NK, moe->C); /* d w = dy . expert output */
+}
+
+void sharc_moe_expert_backward(sharc_moe *moe, const sharc_kernels *k, sharc_stream *s, int set, int e,
+                               const float *gate_up, const float *down, float *g_gate_up, float *g_down) {
+    moe_set *st = &moe->sets[set];
+    const int C = moe->C, I = moe->I;
+    int64_t o0 = st->offs[e], n = st->offs[e + 1] - o0;
+    if (n == 0) return; /* no rows: a zero gradient, reduce-scattered all the same */
+    k->matmul_backward(s, moe->da + o0 * I, g_down, NULL, moe->dos + o0 * C, st->a + o0 * I, down, n, I, C);
+    k->swiglu_backward(s, moe->dh + o0 * 2 * I, moe->da + o0 * I, st->h + o0 * 2 * I, n, I);
+    k->matmul_backward(s, moe->dxs + o0 * C, g_gate_up, NULL, moe->dh + o0 * 2 * I, st->xs + o0 * C, gate_up, n, C,
+                       2 * I);
+}
+
+void sharc_moe_backward_router(sharc_moe *moe, const sharc_kernels *k, sharc_stream *s, int set, const float *router,
+                               float *g_router, float *dx, const float *x) {
+    moe_set *st = &moe->sets[set];
+    const int E = moe->E, K = moe->K, C = moe->C;
     const int64_t N = moe->n_last, NK = N * K;
-    const int64_t *offs = st->offs;
-    k->moe_gather(s, moe->dos, dy, st->rows, st->wsel, NK, C); /* d(expert output) = w dy */
-    k->moe_row_dot(s, moe->dwsel, dy, st->rows, st->o, NK, C); /* d w = dy . expert output */
-    for (int e = 0; e < E; e++) {
-        int64_t o0 = offs[e], n = offs[e + 1] - offs[e];
-        if (n == 0) continue; /* no rows: a zero gradient, reduce-scattered with the block all the same */
-        k->matmul_backward(s, moe->da + o0 * I, g->down[e], NULL, moe->dos + o0 * C, st->a + o0 * I, w->down[e], n, I,
-                           C);
-        k->swiglu_backward(s, moe->dh + o0 * 2 * I, moe->da + o0 * I, st->h + o0 * 2 * I, n, I);
-        k->matmul_backward(s, moe->dxs + o0 * C, g->gate_up[e], NULL, moe->dh + o0 * 2 * I, st->xs + o0 * C,
-                           w->gate_up[e], n, C, 2 * I);
-    }
     k->fill(s, dx, 0.0f, N * C);
     k->moe_scatter_add(s, dx, moe->dxs, st->rows, NULL, NK, C);
     k->fill(s, moe->dwts, 0.0f, NK);
     k->moe_scatter_add(s, moe->dwts, moe->dwsel, st->perm, NULL, NK, 1);
     k->moe_route_backward(s, moe->logits, moe->dwts, st->probs, st->idx, st->wts, moe->wa != 0.0f ? moe->daux : NULL, N,
                           E, K, moe->cfg.norm_topk_prob);
-    k->matmul_backward(s, moe->dxr, g->router, NULL, moe->logits, x, w->router, N, C, E);
+    k->matmul_backward(s, moe->dxr, g_router, NULL, moe->logits, x, router, N, C, E);
     k->add(s, dx, dx, moe->dxr, N * C);
+}
+
+void sharc_moe_backward(sharc_moe *moe, const sharc_kernels *k, sharc_stream *s, int set, int l,
+                        const sharc_moe_view *w, const sharc_moe_view *g, float *dx, const float *dy, const float *x) {
+    (void)l;
+    sharc_moe_backward_dispatch(moe, k, s, set, dy);
+    for (int e = 0; e < moe->E; e++)
+        sharc_moe_expert_backward(moe, k, s, set, e, w->gate_up[e], w->down[e], g->gate_up[e], g->down[e]);
+    sharc_moe_backward_router(moe, k, s, set, w->router, g->router, dx, x);
+}
+
+bool sharc_moe_expert_idle(const sharc_moe *moe, int l, int e) {
+    return moe && sharc_model_layer_is_moe(&moe->cfg, l) && moe->count[(int64_t)l * moe->E + e] == 0;
 }

@@ -19,8 +19,11 @@ typedef struct sharc_moe sharc_moe;
  * errors name the key. */
 int sharc_moe_num_params(const sharc_model_config *c);
 sharc_status sharc_moe_config_check(const sharc_model_config *c, int base_params);
-/* Append layer l's router and experts to its block unit u. */
+/* Append layer l's router and experts to its block unit u; or, note
+ * [moe-units], the router alone, and expert e's gate, up, down to unit u. */
 void sharc_moe_add_params(const sharc_model_config *c, sharc_unit_spec *u, int l, float std, float std_res);
+void sharc_moe_add_router(const sharc_model_config *c, sharc_unit_spec *u, int l, float std);
+void sharc_moe_add_expert(const sharc_model_config *c, sharc_unit_spec *u, int l, int e, float std, float std_res);
 
 /* NULL (and SHARC_OK) when the config has no MoE layer. */
 sharc_status sharc_moe_init(sharc_moe **out, const sharc_model_config *c, sharc_device *dev);
@@ -44,6 +47,24 @@ sharc_moe_view sharc_moe_view_of(sharc_moe *moe, const sharc_unit_spec *u, float
  * auxiliary loss. */
 void sharc_moe_forward(sharc_moe *moe, const sharc_kernels *k, sharc_stream *s, int set, int l, const sharc_moe_view *w,
                        float *y, const float *x, int64_t N);
+/* The phases of sharc_moe_forward, for a model that gathers each expert's
+ * own unit between them (note [moe-units]): route (the router's logits,
+ * top-k, the dispatch plan; the statistics of layer l), each expert e's
+ * rows (expert_rows of them, maybe 0: then nothing is computed), combine
+ * into y (N, C). Backward: dispatch (from dy), each expert's backward (the
+ * gradients accumulated, NULL where frozen), then router: dx (=) and the
+ * router's gradient. */
+void sharc_moe_route(sharc_moe *moe, const sharc_kernels *k, sharc_stream *s, int set, int l, const float *router,
+                     const float *x, int64_t N);
+int64_t sharc_moe_expert_rows(const sharc_moe *moe, int set, int e);
+void sharc_moe_expert_forward(sharc_moe *moe, const sharc_kernels *k, sharc_stream *s, int set, int e,
+                              const float *gate_up, const float *down);
+void sharc_moe_combine(sharc_moe *moe, const sharc_kernels *k, sharc_stream *s, int set, float *y, int64_t N);
+void sharc_moe_backward_dispatch(sharc_moe *moe, const sharc_kernels *k, sharc_stream *s, int set, const float *dy);
+void sharc_moe_expert_backward(sharc_moe *moe, const sharc_kernels *k, sharc_stream *s, int set, int e,
+                               const float *gate_up, const float *down, float *g_gate_up, float *g_down);
+void sharc_moe_backward_router(sharc_moe *moe, const sharc_kernels *k, sharc_stream *s, int set, const float *router,
+                               float *g_router, float *dx, const float *x);
 /* After a forward over all layers: the auxiliary loss of this micro-batch,
  * and the term forward_backward adds to its loss sum (note [moe]). */
 double sharc_moe_aux_loss(const sharc_moe *moe);
@@ -56,5 +77,7 @@ void sharc_moe_backward(sharc_moe *moe, const sharc_kernels *k, sharc_stream *s,
                         const sharc_moe_view *w, const sharc_moe_view *g, float *dx, const float *dy, const float *x);
 /* Experts of the last forward that received no token, over all MoE layers. */
 int sharc_moe_idle_experts(const sharc_moe *moe);
+/* Expert e of layer l received no token in the last forward. */
+bool sharc_moe_expert_idle(const sharc_moe *moe, int l, int e);
 
 #endif

@@ -36,6 +36,8 @@ enum {
     V_MEM_CUR = V_COMM_S + SHARC_COLL_NKINDS,
     V_MEM_PEAK = V_MEM_CUR + SHARC_MEM_NCAT,
     V_MEM_TOTAL = V_MEM_PEAK + SHARC_MEM_NCAT,
+    V_MOE_IDLE,
+    V_MOE_BYTES,
     V_HOST, /* the rank's hostname: SHARC_HOST_MAX bytes carried in the doubles that follow */
     SHARC_TEL_NVEC = V_HOST + SHARC_HOST_MAX / sizeof(double)
 };
@@ -67,6 +69,8 @@ static void pack(const sharc_step_stats *s, double *v) {
         v[V_MEM_PEAK + c] = (double)s->mem.peak[c];
     }
     v[V_MEM_TOTAL] = (double)s->mem.peak_total;
+    v[V_MOE_IDLE] = (double)s->moe_idle_experts;
+    v[V_MOE_BYTES] = (double)s->moe_idle_bytes;
     char host[SHARC_HOST_MAX];
     host_name(host);
     memcpy(&v[V_HOST], host, SHARC_HOST_MAX); /* bytes, moved untouched by the all-gather */
@@ -152,6 +156,8 @@ sharc_status sharc_telemetry_reduce(sharc_comm *world, const sharc_step_stats *l
             if ((int64_t)v[V_MEM_CUR + c] > g->mem_current[c]) g->mem_current[c] = (int64_t)v[V_MEM_CUR + c];
             if ((int64_t)v[V_MEM_PEAK + c] > g->mem_peak[c]) g->mem_peak[c] = (int64_t)v[V_MEM_PEAK + c];
         }
+        g->moe_idle_experts += (int64_t)v[V_MOE_IDLE];
+        g->moe_idle_bytes += (int64_t)v[V_MOE_BYTES];
         if ((int64_t)v[V_MEM_TOTAL] > g->mem_peak_total) {
             g->mem_peak_total = (int64_t)v[V_MEM_TOTAL];
             g->mem_peak_rank = r;
@@ -336,6 +342,8 @@ void sharc_telemetry_write_json(FILE *f, const sharc_step_stats *s, const sharc_
                 (long long)g->comm_bytes[k], sharc_coll_kind_name(k), g->comm_s[k]);
     }
     fprintf(f, ", \"comm/total_bytes\": %lld", (long long)g->comm_bytes_total);
+    fprintf(f, ", \"moe/idle_experts\": %lld, \"moe/idle_gathered_bytes\": %lld", (long long)g->moe_idle_experts,
+            (long long)g->moe_idle_bytes);
     for (int c = 0; c < SHARC_MEM_NCAT; c++)
         fprintf(f, ", \"memory/%s(GiB)\": %.6f, \"memory/%s_peak(GiB)\": %.6f", sharc_mem_cat_name(c),
                 (double)g->mem_current[c] / GIB, sharc_mem_cat_name(c), (double)g->mem_peak[c] / GIB);
@@ -363,6 +371,8 @@ void sharc_telemetry_write_rank_json(FILE *f, const sharc_step_stats *s, int ran
                 sharc_coll_kind_name(k), s->comm.seconds[k]);
     for (int c = 0; c < SHARC_MEM_NCAT; c++)
         fprintf(f, ", \"memory/%s_peak(GiB)\": %.6f", sharc_mem_cat_name(c), (double)s->mem.peak[c] / GIB);
+    fprintf(f, ", \"moe/idle_experts\": %lld, \"moe/idle_gathered_bytes\": %lld", (long long)s->moe_idle_experts,
+            (long long)s->moe_idle_bytes);
     fprintf(f, ", \"memory/max_active(GiB)\": %.6f}\n", (double)s->mem.peak_total / GIB);
 }
 

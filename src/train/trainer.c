@@ -488,6 +488,8 @@ sharc_status sharc_trainer_step(sharc_trainer *t, sharc_step_stats *s) {
     sharc_model_timing_get(t->model, &mt);
     s->forward_s = mt.forward_s;
     s->backward_s = mt.backward_s;
+    s->moe_idle_experts = mt.moe_idle_pairs;
+    s->moe_idle_bytes = mt.moe_idle_params * (int64_t)sharc_dtype_size(sharc_fsdp_param_dtype(t->engine));
     s->local_loss = r.local_loss;
     s->local_tokens = (int64_t)A * mb;
     s->cpu_s = (sharc_clock_cpu_now() - c0) / (double)sharc_threads_get();

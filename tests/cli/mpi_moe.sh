@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# timeout: 300
+# Qwen3-MoE across ranks (note [moe], note [moe-units]): N ranks against one
+# process on the same global batch, the auxiliary loss in the objective
+# (per micro-batch token-weighted: N ranks equal one process), experts in the
+# block unit or each its own unit (fsdp.moe_experts), FULL_SHARD and
+# SHARD_GRAD_OP, at 2 and 4 ranks. Then the rigged router (SHARC_TEST_MOE_RIG:
+# each rank's tokens go to a disjoint set of experts) with experts as units
+# and the watchdog armed: the run ends, every rank issues the same
+# collectives each step, and the metrics line counts the idle experts and
+# the bytes gathered for them.
+set -euo pipefail
+source "$SHARC_ROOT/tests/cli/mpi_lib.inc"
+cd "$TMPDIR"
+make_text text.txt
+moe="model.family=llama model.num_kv_heads=1 model.tie_embeddings=false model.ff_hidden_dim=40 model.qk_norm=true
+     model.num_experts=4 model.num_experts_per_tok=2 model.moe_intermediate_size=16 model.norm_topk_prob=true
+     model.mlp_only_layers=1 model.output_router_logits=true model.router_aux_loss_coef=0.05"
+check() { # N args...
+  local n=$1; shift
+  local out
+  if ! out=$(mpi $n "$SHARC_BIN/mpi_tests" parity text.txt $moe "$@" 2>&1); then
+    echo "FAILED at $n ranks: $*"; echo "$out" | grep -v '^ok' | head -20; exit 1
+  fi
+  grep '^parity at' <<< "$out" | sed "s|\$| [$*]|"
+}
+check 2 fsdp.sharding_strategy=FULL_SHARD
+check 4 fsdp.sharding_strategy=FULL_SHARD fsdp.moe_experts=true train.grad_accum=2
+check 2 fsdp.sharding_strategy=SHARD_GRAD_OP fsdp.moe_experts=true fsdp.activation_checkpointing=true
+check 4 fsdp.sharding_strategy=SHARD_GRAD_OP train.grad_accum=2
+check 3 fsdp.sharding_strategy=FULL_SHARD fsdp.moe_experts=true fsdp.forward_prefetch=true fsdp.backward_prefetch_depth=2
+
+# the rigged router: with E = K x N each rank's tokens go to exactly its K
+# experts, so every MoE layer leaves E - K experts idle on each rank
+S="$SHARC_BIN/sharc"
+for n in 2 4; do
+  E=$((2 * n)); I=16; C=32; A=2
+  # 4 ranks: MPI all-gathers (SHARC_COMM_SHM=0) instead of shared parameters read in place
+  SHARC_COMM_SHM=$((n == 4 ? 0 : 1)) SHARC_TEST_MOE_RIG=$n mpi $n "$S" train --model.family=llama --model.num_layers=2 --model.embed_dim=$C \
+    --model.num_heads=2 --model.num_kv_heads=1 --model.ff_hidden_dim=40 --model.max_seq_len=16 \
+    --model.num_experts=$E --model.num_experts_per_tok=2 --model.moe_intermediate_size=$I \
+    --fsdp.wrap_policy.moe_experts=Qwen3MoeMLP --data.path=text.txt --train.seq_len=16 --train.batch_size=2 \
+    --train.grad_accum=$A --train.max_steps=3 --train.threads=1 --train.timeout=30 --log.debug=true \
+    --train.out_dir=rig$n > rig$n.out 2> rig$n.err || { echo "rigged run at $n ranks failed"; tail -5 rig$n.err; exit 1; }
+  files=(); for r in $(seq 0 $((n - 1))); do files+=(rig$n/debug/rank-$r.log); done
+  jq -s -e --argjson n $n '
+    group_by(.step) | length == 3 and all(length == $n and
+      ([.[] | with_entries(select(.key | endswith("_calls")))] | unique | length == 1) and
+      (.[0]["comm/reduce_scatter_calls"] > 0) and ($n == 2 or .[0]["comm/all_gather_calls"] > 0))' "${files[@]}" > /dev/null ||
+    { echo "rigged at $n ranks: the ranks issued different collectives"; jq -c '[.step, .rank,
+      with_entries(select(.key | endswith("_calls")))]' "${files[@]}"; exit 1; }
+  # 2 layers, both MoE: each rank, each micro-batch, 2 (E - 2) idle experts of 3 I C fp32 parameters
+  idle=$((n * A * 2 * (E - 2))); bytes=$((idle * 3 * I * C * 4))
+  jq -s -e --argjson i $idle --argjson b $bytes 'length == 3 and
+      all(.["moe/idle_experts"] == $i and .["moe/idle_gathered_bytes"] == $b)' rig$n/metrics.jsonl > /dev/null ||
+    { echo "rigged at $n ranks: expected $idle idle experts, $bytes bytes"; cat rig$n/metrics.jsonl | jq -c \
+      '[.step, .["moe/idle_experts"], .["moe/idle_gathered_bytes"]]'; exit 1; }
+  echo "rigged router at $n ranks: same collectives on every rank, $idle idle experts ($bytes bytes) a step"
+done
