@@ -254,7 +254,14 @@ sharc_status sharc_trainer_init(sharc_trainer **out, const sharc_config *cfg, sh
     if (st == SHARC_OK) st = sharc_dataprep_tokenizer(&t->cfg, &tok);
     if (st == SHARC_OK)
         st = sharc_dataprep_open(&t->cfg, tok, t->cfg.data.path, sharc_threads_get(), rank == 0, &t->data);
-    if (st == SHARC_OK && t->cfg.data.packing) st = sharc_dataset_pack(t->data, tc->seq_len); /* note [packing-rule] */
+    if (st == SHARC_OK && t->cfg.data.packing) { /* note [packing-rule] */
+        int64_t samples = sharc_dataset_num_items(t->data, tc->seq_len);
+        st = sharc_dataset_pack(t->data, tc->seq_len);
+        if (st == SHARC_OK && rank == 0)
+            sharc_info("sharc: data.packing: %lld samples -> %lld rows of %d positions (%.2f samples a row)",
+                       (long long)samples, (long long)sharc_dataset_num_items(t->data, tc->seq_len), tc->seq_len,
+                       (double)samples / (double)sharc_dataset_num_items(t->data, tc->seq_len));
+    }
     if (st == SHARC_OK) {
         sharc_sampler_config sc = {.seq_len = tc->seq_len,
                                    .batch_size = tc->batch_size,
