@@ -14,7 +14,9 @@
 # and the bytes of step 2 that rank 0 counted (comm stats) beside note
 # [tp]'s and note [ulysses]'s formulas:
 #   tp: all-reduce bytes above FSDP's (its scalars: loss, tokens, norm) =
-#       L x (4, or 5 with activation checkpointing) x B T C x 4 bytes;
+#       (L x (4, or 5 with activation checkpointing) + 2) x B T C x 4 bytes
+#       + 3 B T x 4 (the vocabulary-parallel embedding, head input gradient
+#       and row statistics of note [tp-vocab]);
 #   sp: all-to-all bytes = L x 2 x B (T/sp) hd (2 NH + 2 max(NKV, sp)) x 4.
 # FSDP keeps T tokens and the whole width per rank; tp keeps T tokens and
 # 1/tp of the heads and MLP; sp keeps T/sp tokens and every head.
@@ -61,7 +63,7 @@ for name, tp, sp, ac in [("fsdp", 1, 1, 0), ("fsdp-ac", 1, 1, 1), ("tp2", 2, 1, 
     d = last(name)
     if tp > 1:
         got = d["comm/all_reduce_bytes"] - base["comm/all_reduce_bytes"]
-        formula = L * (5 if ac else 4) * T * C * 4
+        formula = (L * (5 if ac else 4) + 2) * T * C * 4 + 3 * T * 4  # note [tp-vocab]: V % tp == 0
     elif sp > 1:
         got = d["comm/all_to_all_bytes"]
         formula = L * 2 * (T // sp) * hd * (2 * NH + 2 * max(NKV, sp)) * 4

@@ -6,11 +6,12 @@
  *        [--fwd-steps N] [--bf16]
  *   step --sgemm [--threads K] [--min-time S]
  *
- * A training step is what the trainer does for one micro-batch: zero the
- * gradients, one forward+backward on B x T random tokens (fixed seed) with
- * loss_scale 1/(B*T), the global gradient norm and its clip factor, one AdamW
- * step (betas 0.9/0.95, weight decay 0.1, max norm 1). One warm-up step, then
- * N timed ones; the figures are medians over the timed steps.
+ * A training step is the trainer's own, sharc_train_step_run (src/train/step.c),
+ * on one micro-batch of B x T random tokens (fixed seed): zero the gradients,
+ * one forward+backward with loss_scale 1/(B*T), the global gradient norm and
+ * its clip factor, one AdamW step (betas 0.9/0.95, weight decay 0.1, max norm
+ * 1, constant lr 1e-4). One warm-up step, then N timed ones; the figures are
+ * medians over the timed steps (the phases as the step reports them).
  *
  * --fwd-steps N additionally times N forward-only passes (sharc_model_forward_loss:
  * the same blocks and the head's logits + loss, no backward sgemms) so that a
@@ -27,6 +28,7 @@
 #include "sharc/optim.h"
 #include "sharc/prof.h"
 #include "sharc/rng.h"
+#include "sharc/train.h"
 #include "sharc/clock.h"
 
 #include <math.h>
@@ -219,6 +221,8 @@ int main(int argc, char **argv) {
     if (bf16) fc.param_dtype = SHARC_DT_BF16;
     sharc_optim_config oc;
     sharc_optim_config_default(&oc); /* betas 0.9/0.95, eps 1e-8, wd 0.1, max norm 1 */
+    oc.lr = 1e-4f;
+    oc.decay = SHARC_LR_CONSTANT;
     snprintf(oc.offload_dir, sizeof oc.offload_dir, "%s", offload_dir); /* note [optim-offload] */
     oc.offload_chunk_numel = offload_chunk;
     oc.offload_pipeline = offload_pipeline;
@@ -238,39 +242,32 @@ int main(int argc, char **argv) {
     for (int k = 0; k < 5; k++) ph[k] = calloc((size_t)steps, sizeof(double));
     double first_loss = 0.0, last_loss = 0.0;
     sharc_adamw_offload_stats io0 = {0}; /* the counters after step 0 */
+    const sharc_train_step_ctx ctx = {.model = m, .engine = e, .opt = opt, .optim = &oc, .max_steps = steps + 1};
     for (int s = 0; s <= steps; s++) {
         for (int i = 0; i < N; i++) {
             in[i] = (int32_t)(sharc_rng_u64(7, (uint64_t)s, (uint64_t)i) % (uint64_t)c.vocab_size);
             tg[i] = (int32_t)(sharc_rng_u64(8, (uint64_t)s, (uint64_t)i) % (uint64_t)c.vocab_size);
         }
         if (s == 1 && getenv("SHARC_PROFILE")) sharc_prof_enable(true); /* after the warm-up step */
+        const sharc_train_batch batch = {.grad_accum = 1, .micro_tokens = N, .inputs = in, .targets = tg};
+        sharc_train_step_result r;
         double t0 = sharc_clock_now();
-        SHARC_PROF("step.zero_grad", sharc_fsdp_zero_grad(e));
-        double t1 = sharc_clock_now();
-        double loss = sharc_model_forward_backward(m, e, in, tg, 1.0f / (float)N) / (double)N;
-        double t2 = sharc_clock_now();
-        double norm;
-        float coef;
-        SHARC_PROF("step.grad_norm", norm = sqrt(sharc_fsdp_grad_sumsq_local(e)); coef = sharc_clip_coef(&oc, norm));
-        double t3 = sharc_clock_now();
-        sharc_status ast = SHARC_OK;
-        SHARC_PROF("step.adamw", ast = sharc_adamw_step(opt, e, 1e-4f, coef));
-        if (ast != SHARC_OK) {
-            fprintf(stderr, "bench: %s\n", sharc_last_error());
+        if (sharc_train_step_run(&ctx, &batch, s, &r) != SHARC_OK) {
+            fprintf(stderr, "step: %s\n", sharc_last_error());
             return 1;
         }
-        double t4 = sharc_clock_now();
+        double t1 = sharc_clock_now(), loss = r.loss;
         if (s == 0) {
             first_loss = loss;
             sharc_adamw_offload_stats_get(opt, &io0); /* step 0 (the file's first writes) not timed */
         }
         last_loss = loss;
         if (s > 0) {
-            ph[0][s - 1] = t4 - t0;
-            ph[1][s - 1] = t1 - t0;
-            ph[2][s - 1] = t2 - t1;
-            ph[3][s - 1] = t3 - t2;
-            ph[4][s - 1] = t4 - t3;
+            ph[0][s - 1] = t1 - t0;
+            ph[1][s - 1] = r.zero_grad_s;
+            ph[2][s - 1] = r.forward_backward_s;
+            ph[3][s - 1] = r.clip_s;
+            ph[4][s - 1] = r.optimizer_s - r.clip_s;
         }
     }
     if (sharc_prof_enabled()) {

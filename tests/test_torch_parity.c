@@ -6,10 +6,11 @@
  * __metadata__), then the step-0 gradients, every step's loss, gradient norm
  * and learning rate, and the final weights are compared.
  *
- * A step: zero the gradients; for each of grad_accum micro-batches,
- * sharc_model_forward_backward with loss_scale 1 / (valid targets of the
- * whole step); the loss is the sum of the micro-batch loss sums / valid;
- * clip factor from the global norm sqrt(grad_sumsq); AdamW at sharc_lr_at.
+ * A step is the trainer's own, sharc_train_step_run (src/train/step.c),
+ * given the fixture's batch of grad_accum micro-batches: loss scale
+ * 1 / (valid targets of the whole step), global norm and clip factor, lr
+ * from the schedule, AdamW. The step-0 gradients are read after it: AdamW
+ * reads the gradient shards and leaves them as they are.
  *
  * Tolerances (reference fp64, sharc fp32):
  *   gradients at step 0: RTOL 1e-4 + ATOL 1e-5 * max |ref| of the tensor.
@@ -23,12 +24,13 @@
  *   gradient norm: at step 0, 1e-5 relative (observed 3e-8); at later steps
  *     1e-3: the trajectories have drifted apart a little by then (see the
  *     final weights), observed 1.1e-5 here, up to 9e-5 over six other seeds.
- *   learning rate: 1e-6 relative (sharc_lr_at computes in fp32).
+ *   learning rate: 1e-6 relative (the step's sharc_lr_at computes in fp32).
  *   final weights: see final_check below. */
 #include "sharc/fsdp.h"
 #include "sharc/model.h"
 #include "sharc/optim.h"
 #include "sharc/safetensors.h"
+#include "sharc/train.h"
 #include "test.h"
 
 #include <errno.h>
@@ -247,17 +249,19 @@ static void parity(sharc_family family) {
     float *ref_lr = load(f, "", "lr", S);
 
     worst_seen w = {0};
+    const sharc_train_step_ctx ctx = {.model = m, .engine = e, .opt = opt, .optim = &oc, .max_steps = S};
     for (int step = 0; step < S; step++) {
         const int32_t *in = tokens + step * per_step, *tg = targets + step * per_step;
         int valid = 0;
         for (int64_t i = 0; i < per_step; i++) valid += tg[i] >= 0;
         ASSERT_TRUE(valid > 0 && valid < per_step); /* some targets are masked */
 
-        sharc_fsdp_zero_grad(e);
-        double sum = 0.0;
-        for (int mb = 0; mb < A; mb++)
-            sum += sharc_model_forward_backward(m, e, in + mb * B * T, tg + mb * B * T, 1.0f / (float)valid);
-        double ref = ref_loss[step], loss = sum / valid, rel = fabs(loss - ref) / fabs(ref);
+        const sharc_train_batch batch = {.grad_accum = A, .micro_tokens = (int64_t)B * T, .inputs = in, .targets = tg};
+        sharc_train_step_result r;
+        ASSERT_OK(sharc_train_step_run(&ctx, &batch, step, &r));
+        ASSERT_EQ(r.valid_tokens, valid);
+        ASSERT_TRUE(!r.skipped);
+        double ref = ref_loss[step], loss = r.loss, rel = fabs(loss - ref) / fabs(ref);
         w.loss_rel = fmax(w.loss_rel, rel);
         fprintf(stderr, "step %2d: loss %.7f (PyTorch %.7f, rel %.1e)", step, loss, ref, rel);
         if (!(rel <= LOSS_RTOL))
@@ -267,16 +271,14 @@ static void parity(sharc_family family) {
          * parameters then skipped whole units in silence) */
         if (step == 0) ASSERT_EQ(check_grads(f, e, &w), nparams);
 
-        double norm = sqrt(sharc_fsdp_grad_sumsq_local(e));
+        double norm = r.grad_norm;
         double nrel = fabs(norm - ref_norm[step]) / (double)ref_norm[step];
         w.norm_rel = fmax(w.norm_rel, nrel);
         fprintf(stderr, "  grad norm %.6f (rel %.1e)\n", norm, nrel);
         if (!(nrel <= (step == 0 ? NORM0_RTOL : NORM_RTOL)))
             TEST_FAIL_AT("step %d: grad norm %.8f vs PyTorch %.8f (rel %.2e)", step, norm, (double)ref_norm[step],
                          nrel);
-        float lr = sharc_lr_at(&oc, step, S);
-        ASSERT_NEAR(lr, ref_lr[step], LR_RTOL, 0);
-        ASSERT_OK(sharc_adamw_step(opt, e, lr, sharc_clip_coef(&oc, norm)));
+        ASSERT_NEAR(r.lr, ref_lr[step], LR_RTOL, 0);
     }
     ASSERT_EQ(final_check(f, e, family, c.embed_dim, &w), nparams);
     fprintf(stderr,

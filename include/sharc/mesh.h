@@ -7,7 +7,7 @@
  * group (torchtitan's "dp_shard_cp"): the sp ranks of a sequence hold
  * partial gradients of the same samples, and the engine's reduce-scatter
  * SUMs them with the data-parallel ones, which the global-token loss scale
- * (note [loss-normalization] in src/train/trainer.c) makes exactly the
+ * (note [loss-normalization] in src/train/step.c) makes exactly the
  * gradient of the whole batch. The engine's groups are therefore:
  *   shard     the ranks with the same r / (dp_shard*sp): FULL_SHARD,
  *             SHARD_GRAD_OP and HYBRID_SHARD shard over them;

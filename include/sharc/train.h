@@ -16,6 +16,7 @@
 #include "sharc/config.h"
 #include "sharc/fsdp.h"
 #include "sharc/model.h"
+#include "sharc/optim.h"
 #include "sharc/status.h"
 
 #ifdef __cplusplus
@@ -51,6 +52,57 @@ typedef struct {
     double cpu_s;                 /* this process's CPU time in the step / its threads: the step
                                      time had the rank had its cores to itself (no preemption) */
 } sharc_step_stats;
+
+/* ------------------------------------------------------------- one step
+ *
+ * The step after its batch is assembled (src/train/step.c): count the valid
+ * targets over the ranks, zero the gradients, forward + backward per
+ * micro-batch at the loss scale of note [loss-normalization], finish the
+ * gradients, the global norm, the lr from the schedule, AdamW with the clip
+ * factor unless the step is bad (note [bad-steps]). sharc_trainer_step
+ * assembles the batch from its sampler and calls it; the PyTorch parity test
+ * and bench/step call it with batches of their own, so they run exactly
+ * what the trainer runs. */
+typedef struct {
+    sharc_model *model;
+    sharc_fsdp *engine;
+    struct sharc_adamw *opt;
+    const sharc_optim_config *optim; /* the lr schedule and the clip norm (the config AdamW was built with) */
+    sharc_comm *world;               /* the valid targets are summed over it; NULL: one process */
+    int64_t max_steps;               /* the schedule's length (train.max_steps) */
+    int loss_normalization;          /* train.loss_normalization: 0 global_tokens, 1 micro_batch */
+    int tp;                          /* mesh.tp: its ranks count the same targets (0 means 1) */
+    int data_streams;                /* ranks / (sp x tp): micro_batch averages A x this means (0 means 1) */
+} sharc_train_step_ctx;
+
+typedef struct {
+    int grad_accum;                  /* A micro-batches */
+    int64_t micro_tokens;            /* this rank's tokens of one micro-batch: B x T / sp */
+    const int32_t *inputs, *targets; /* (A, micro_tokens); a target < 0 is masked */
+    const int32_t *positions;        /* data.packing: (A, positions_stride) whole rows' positions; else NULL */
+    int64_t positions_stride;        /* B x T */
+    const int64_t *micro_valid;      /* micro_batch only: (A) valid targets of each micro-batch of this data stream,
+                                         whole sequences before an sp split; NULL: counted from targets (sp = 1) */
+} sharc_train_batch;
+
+typedef struct {
+    double loss;          /* as sharc_step_stats.loss */
+    float lr;             /* the schedule's lr at this step (applied unless skipped) */
+    double grad_norm;     /* global, before clipping */
+    int64_t valid_tokens; /* unmasked targets of the global batch */
+    bool skipped;         /* note [bad-steps]: no AdamW update */
+    double local_loss;    /* mean over this rank's valid targets (NAN if none) */
+    /* seconds: zero_grad_s, then forward_backward_s (the micro-batches and
+     * finishing the gradients), then optimizer_s (the norm, which is clip_s,
+     * and AdamW) */
+    double zero_grad_s, forward_backward_s, optimizer_s, clip_s;
+} sharc_train_step_result;
+
+/* One step over a batch; `step` counts the steps done before it (the lr
+ * schedule's index; fault sites see step + 1). Collective over ctx->world
+ * and the engine's groups. */
+sharc_status sharc_train_step_run(const sharc_train_step_ctx *ctx, const sharc_train_batch *batch, int64_t step,
+                                  sharc_train_step_result *out);
 
 typedef struct sharc_trainer sharc_trainer;
 

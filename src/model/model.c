@@ -115,6 +115,7 @@ struct sharc_model {
     int head_w; /* index of lm_head.weight in the head unit, -1 when tied */
     /* derived sizes */
     int L, C, NH, NKV, hd, QKV, AD, F, Fa, V; /* AD = NH*hd, the attention output width */
+    int v0, Vl; /* note [tp-vocab] in tp.h: this rank's rows [v0, v0 + Vl) of wte and the head (Vl = V: all) */
     int bq, qn; /* indices in a block unit of q_proj.bias and q_norm.weight, -1 when absent */
     /* plan */
     int B, T;
@@ -129,6 +130,7 @@ struct sharc_model {
     float *lnf, *lnf_mean, *lnf_rstd;
     float *tmp, *dres, *dxmid, *dtmp, *dqkv, *dfc, *dfca;
     float *att_ws, *head_ws;
+    float *head_red; /* (3 head_chunk) note [tp-vocab]: row statistics; NULL when Vl = V */
     int64_t head_chunk;
     float *rope_cos, *rope_sin; /* (T, hd/2) */
     /* note [packing]: set by sharc_model_set_positions */
@@ -410,6 +412,9 @@ static void set_dims(sharc_model *m, int tp) {
     m->Fa = c->ff_hidden_dim / tp;
     m->F = c->family == SHARC_FAMILY_LLAMA ? 2 * m->Fa : m->Fa;
     m->V = c->vocab_size;
+    const bool vp = tp > 1 && m->V % tp == 0; /* note [tp-vocab] */
+    m->Vl = vp ? m->V / tp : m->V;
+    m->v0 = vp ? m->tp_rank * m->Vl : 0;
 }
 
 sharc_status sharc_model_init(sharc_model **out, const sharc_model_config *cfg, sharc_device *dev) {
@@ -450,8 +455,8 @@ static void free_plan(sharc_model *m) {
     free(m->sets);
     m->sets = NULL;
     m->nsets = 0;
-    float *bufs[] = {m->lnf, m->lnf_mean, m->lnf_rstd, m->tmp,     m->dres,     m->dxmid,    m->dtmp, m->dqkv,
-                     m->dfc, m->dfca,     m->att_ws,   m->head_ws, m->rope_cos, m->rope_sin, m->tfc,  m->tfca};
+    float *bufs[] = {m->lnf,  m->lnf_mean, m->lnf_rstd, m->tmp,      m->dres,     m->dxmid, m->dtmp, m->dqkv,    m->dfc,
+                     m->dfca, m->att_ws,   m->head_ws,  m->rope_cos, m->rope_sin, m->tfc,   m->tfca, m->head_red};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) sharc_device_free(m->dev, bufs[i]);
     sharc_device_free(m->dev, m->loss);
     sharc_device_free(m->dev, m->pk_cos);
@@ -471,7 +476,7 @@ static void free_plan(sharc_model *m) {
     m->x = NULL;
     m->lnf = m->lnf_mean = m->lnf_rstd = m->tmp = m->dres = m->dxmid = m->dtmp = NULL;
     m->dqkv = m->dfc = m->dfca = m->att_ws = m->head_ws = m->rope_cos = m->rope_sin = NULL;
-    m->tfc = m->tfca = NULL;
+    m->tfc = m->tfca = m->head_red = NULL;
     m->loss = NULL;
 }
 
@@ -524,6 +529,15 @@ sharc_status sharc_model_set_tensor_parallel(sharc_model *m, int tp, int rank) {
     set_dims(m, 1); /* the units hold the full shapes; the split gives this rank's part */
     build_units(m);
     sharc_status st = sharc_tp_split_units(m->units, m->nunits, c->family, tp, rank);
+    if (st == SHARC_OK && tp > 1 && c->vocab_size % tp == 0) { /* note [tp-vocab]: rows of wte and the head */
+        st = sharc_unit_split_param(&m->units[0], 0, 0, 1, tp, rank);
+        if (st == SHARC_OK && m->head_w >= 0)
+            st = sharc_unit_split_param(&m->units[m->L + 1], m->head_w, 0, 1, tp, rank);
+    } else if (st == SHARC_OK && tp > 1 && rank == 0) {
+        sharc_info("mesh.tp: %d does not divide model.vocab_size %d: the embedding and LM head stay replicated on "
+                   "every tp rank (a vocabulary padded to a multiple of %d splits them)",
+                   tp, c->vocab_size, tp);
+    }
     int bq = m->bq, qn = m->qn;
     set_dims(m, tp);
     m->bq = bq;
@@ -652,10 +666,11 @@ int64_t sharc_model_activation_bytes(const sharc_model *m, int B, int T, bool ac
     f += 3 * N * C + N * (AD > C ? AD : C) + N * m->QKV + R * m->F +
          R * m->Fa;                            /* tmp, dres, dxmid, dtmp, dqkv, dfc, dfca */
     f += m->k->attention_workspace(T * m->sp); /* sp > 1 (Ulysses buffers) is not planned: note [memory-plan] */
-    int64_t chunk = HEAD_CHUNK_BYTES / ((int64_t)m->V * (int64_t)sizeof(float));
+    int64_t chunk = HEAD_CHUNK_BYTES / ((int64_t)m->Vl * (int64_t)sizeof(float));
     if (chunk < 16) chunk = 16;
     if (chunk > N) chunk = N;
-    f += chunk * m->V;                                     /* head_ws */
+    f += chunk * m->Vl;                                    /* head_ws: this rank's columns (note [tp-vocab]) */
+    if (m->Vl < m->V) f += 3 * chunk;                      /* head_red */
     f += 2 * (int64_t)T * (m->hd / 2 > 0 ? m->hd / 2 : 1); /* rope tables */
     f += 2 * N * (m->hd / 2 > 0 ? m->hd / 2 : 1);          /* note [packing]: per-token rope rows */
     f += (int64_t)B * T * m->sp + N;                       /* att_lo, pos_local (int32) */
@@ -726,11 +741,12 @@ sharc_status sharc_model_plan(sharc_model *m, int B, int T, bool activation_chec
     m->dfc = act(m, m->tile_rows * m->F, &ok);
     m->dfca = act(m, m->tile_rows * m->Fa, &ok);
     m->att_ws = act(m, m->k->attention_workspace(T * m->sp), &ok);
-    int64_t chunk = HEAD_CHUNK_BYTES / ((int64_t)m->V * (int64_t)sizeof(float));
+    int64_t chunk = HEAD_CHUNK_BYTES / ((int64_t)m->Vl * (int64_t)sizeof(float));
     if (chunk < 16) chunk = 16;
     if (chunk > N) chunk = N;
     m->head_chunk = chunk;
-    m->head_ws = act(m, chunk * m->V, &ok);
+    m->head_ws = act(m, chunk * m->Vl, &ok);
+    if (m->Vl < m->V) m->head_red = act(m, 3 * chunk, &ok);
     m->rope_cos = act(m, (int64_t)T * (m->hd / 2 > 0 ? m->hd / 2 : 1), &ok);
     m->rope_sin = act(m, (int64_t)T * (m->hd / 2 > 0 ? m->hd / 2 : 1), &ok);
     m->pk_cos = act(m, N * (m->hd / 2 > 0 ? m->hd / 2 : 1), &ok);
@@ -1173,6 +1189,19 @@ static const float *head_weight(sharc_model *m, sharc_fsdp *e, const float *hp) 
     return hp + m->units[m->L + 1].params[m->head_w].offset;
 }
 
+/* The fused LM head and loss on m->lnf into the device scalar m->loss
+ * (note [fused-head]); vocabulary-parallel under tp (note [tp-vocab]). */
+static void head_xent(sharc_model *m, float *dx, float *dw, const float *w, const int32_t *targets, float scale,
+                      int64_t N) {
+    if (m->Vl == m->V) {
+        SHARC_PROF("head.lm_xent", m->k->lmhead_xent(m->s, m->loss, dx, dw, m->lnf, w, targets, scale, N, m->C, m->V,
+                                                     m->head_ws, m->head_chunk));
+        return;
+    }
+    *m->loss = sharc_tp_lmhead_xent(m->k, m->s, m->tp_group, dx, dw, m->lnf, w, targets, scale, N, m->C, m->v0, m->Vl,
+                                    m->head_ws, m->head_red, m->head_chunk); /* host memory under tp */
+}
+
 /* note [bf16-compute] */
 bool sharc_model_computes_bf16(const sharc_model *m, const sharc_fsdp *e) {
     return sharc_fsdp_param_dtype(e) == SHARC_DT_BF16 && m->kdev->bf16_compute();
@@ -1190,7 +1219,11 @@ static void forward_body(sharc_model *m, sharc_fsdp *e, const int32_t *inputs, i
     check_inputs(m, e, inputs, N);
     const float *ep = sharc_fsdp_gather(e, 0);
     const float *wpe = m->cfg.family == SHARC_FAMILY_GPT2 ? ep + m->units[0].params[1].offset : NULL;
-    if (wpe && m->packed) { /* note [packing]: wpe rows by position, added */
+    if (m->Vl < m->V) { /* note [tp-vocab]: this rank's rows, zero elsewhere, summed over tp */
+        SHARC_PROF("fwd.embedding", sharc_tp_embedding_forward(xl(m, 0), inputs, m->packed ? m->pos_local : NULL, ep,
+                                                               wpe, N, T, m->C, m->v0, m->Vl));
+        SHARC_PROF("fwd.tp", sharc_tp_all_reduce(m->tp_group, xl(m, 0), N * m->C));
+    } else if (wpe && m->packed) { /* note [packing]: wpe rows by position, added */
         SHARC_PROF("fwd.embedding", m->k->embedding_forward(m->s, xl(m, 0), inputs, ep, NULL, B, T, m->C, 0));
         SHARC_PROF("fwd.embedding", m->k->embedding_forward(m->s, m->tmp, m->pos_local, wpe, NULL, B, T, m->C, 0));
         SHARC_PROF("fwd.embedding", m->k->add(m->s, xl(m, 0), xl(m, 0), m->tmp, N * m->C));
@@ -1234,8 +1267,7 @@ double sharc_model_forward_backward(sharc_model *m, sharc_fsdp *e, const int32_t
     /* note [frozen-params]: the first unit whose backward runs (units in forward order = index order) */
     int from = 0;
     while (from < H && !unit_trains(m, from)) from++;
-    SHARC_PROF("head.lm_xent", m->k->lmhead_xent(m->s, m->loss, m->dtmp, gh, m->lnf, wh, targets, loss_scale, N, m->C,
-                                                 m->V, m->head_ws, m->head_chunk));
+    head_xent(m, m->dtmp, gh, wh, targets, loss_scale, N);
     norm_bwd(m, m->dres, grad_at(m, H, hg, 0), nb ? grad_at(m, H, hg, 1) : NULL, m->dtmp, NULL, xl(m, L), nw,
              m->lnf_mean, m->lnf_rstd, N);
     sharc_fsdp_backward_done(e, H);
@@ -1268,7 +1300,15 @@ double sharc_model_forward_backward(sharc_model *m, sharc_fsdp *e, const int32_t
     float *eg = sharc_fsdp_grad(e, 0);
     float *gwte = grad_at(m, 0, eg, 0);
     float *gwpe = m->cfg.family == SHARC_FAMILY_GPT2 ? grad_at(m, 0, eg, 1) : NULL;
-    if (gwpe && m->packed) { /* note [packing]: scattered by position */
+    if (m->Vl < m->V) { /* note [tp-vocab]: this rank's rows; the position table whole */
+        if (gwte)
+            SHARC_PROF("bwd.embedding", sharc_tp_embedding_backward(gwte, m->dres, inputs, N, m->C, m->v0, m->Vl));
+        if (gwpe && m->packed)
+            SHARC_PROF("bwd.embedding",
+                       m->k->embedding_backward(m->s, gwpe, NULL, m->dres, m->pos_local, B, T, m->C, 0));
+        else if (gwpe)
+            SHARC_PROF("bwd.embedding", m->k->embedding_backward(m->s, NULL, gwpe, m->dres, inputs, B, T, m->C, 0));
+    } else if (gwpe && m->packed) { /* note [packing]: scattered by position */
         if (gwte)
             SHARC_PROF("bwd.embedding", m->k->embedding_backward(m->s, gwte, NULL, m->dres, inputs, B, T, m->C, 0));
         SHARC_PROF("bwd.embedding", m->k->embedding_backward(m->s, gwpe, NULL, m->dres, m->pos_local, B, T, m->C, 0));
@@ -1294,8 +1334,7 @@ double sharc_model_forward_loss(sharc_model *m, sharc_fsdp *e, const int32_t *in
     const float *hp = sharc_fsdp_gather(e, H), *nw, *nb;
     head_norm(m, hp, &nw, &nb);
     norm_fwd(m, m->lnf, m->lnf_mean, m->lnf_rstd, xl(m, L), nw, nb, N);
-    m->k->lmhead_xent(m->s, m->loss, NULL, NULL, m->lnf, head_weight(m, e, hp), targets, 1.0f, N, m->C, m->V,
-                      m->head_ws, m->head_chunk);
+    head_xent(m, NULL, NULL, head_weight(m, e, hp), targets, 1.0f, N);
     release_head(m, e);
     double loss = read_loss(m);
     m->timing.forward_s += sharc_clock_now() - t0;
@@ -1303,7 +1342,7 @@ double sharc_model_forward_loss(sharc_model *m, sharc_fsdp *e, const int32_t *in
 }
 
 void sharc_model_logits_last(sharc_model *m, sharc_fsdp *e, const int32_t *inputs, int len, float *logits) {
-    SHARC_CHECK(len >= 1 && len <= m->T && m->sp == 1);
+    SHARC_CHECK(len >= 1 && len <= m->T && m->sp == 1 && m->Vl == m->V);
     const int L = m->L, H = L + 1;
     forward_body(m, e, inputs, 1, len, false);
     const float *hp = sharc_fsdp_gather(e, H), *nw, *nb;

@@ -18,9 +18,11 @@
  * train.max_bad_steps such steps in a row the run stops with a message and
  * a non-zero exit.
  *
- * The step has two fault sites (sharc/fault.h): "step" at its start (a hang,
- * a lone failure, a fatal error) and "grads" once the gradients are
- * reduced (non-finite gradients on one rank, for note [bad-steps]). */
+ * sharc_trainer_step draws the step's batch from the sampler, runs it
+ * through sharc_train_step_run (src/train/step.c: the loss scale, the
+ * norm, AdamW and this rule live there) and adds the telemetry. It has the
+ * fault site "step" at its start (a hang, a lone failure, a fatal error);
+ * step.c has "grads" (non-finite gradients on one rank, for this note). */
 #include "sharc/train.h"
 #include "sharc/activity.h"
 #include "sharc/flight.h"
@@ -252,7 +254,14 @@ sharc_status sharc_trainer_init(sharc_trainer **out, const sharc_config *cfg, sh
     if (st == SHARC_OK) st = sharc_dataprep_tokenizer(&t->cfg, &tok);
     if (st == SHARC_OK)
         st = sharc_dataprep_open(&t->cfg, tok, t->cfg.data.path, sharc_threads_get(), rank == 0, &t->data);
-    if (st == SHARC_OK && t->cfg.data.packing) st = sharc_dataset_pack(t->data, tc->seq_len); /* note [packing-rule] */
+    if (st == SHARC_OK && t->cfg.data.packing) { /* note [packing-rule] */
+        int64_t samples = sharc_dataset_num_items(t->data, tc->seq_len);
+        st = sharc_dataset_pack(t->data, tc->seq_len);
+        if (st == SHARC_OK && rank == 0)
+            sharc_info("sharc: data.packing: %lld samples -> %lld rows of %d positions (%.2f samples a row)",
+                       (long long)samples, (long long)sharc_dataset_num_items(t->data, tc->seq_len), tc->seq_len,
+                       (double)samples / (double)sharc_dataset_num_items(t->data, tc->seq_len));
+    }
     if (st == SHARC_OK) {
         sharc_sampler_config sc = {.seq_len = tc->seq_len,
                                    .batch_size = tc->batch_size,
@@ -413,16 +422,6 @@ static void comm_totals(sharc_trainer *t, sharc_comm_stats *sum) {
     }
 }
 
-/* The fault SHARC_FAULT_NAN: this rank's first gradient element is NaN, so
- * the all-reduced norm is (note [bad-steps]). */
-static void poison_grads(sharc_fsdp *e) {
-    for (int u = 0; u < sharc_fsdp_num_units(e); u++)
-        if (sharc_fsdp_shard_numel(e, u) > 0 && sharc_fsdp_shard_grads(e, u)) { /* frozen units have none */
-            sharc_fsdp_shard_grads(e, u)[0] = NAN;
-            return;
-        }
-}
-
 sharc_status sharc_trainer_step(sharc_trainer *t, sharc_step_stats *s) {
     const sharc_train_config *tc = &t->cfg.train;
     const int A = tc->grad_accum, B = tc->batch_size, T = tc->seq_len, sp = t->dims.sp, Tl = T / sp;
@@ -443,7 +442,6 @@ sharc_status sharc_trainer_step(sharc_trainer *t, sharc_step_stats *s) {
      * tokens [sp_rank Tl, (sp_rank + 1) Tl) of each: targets are shifted
      * before the split, so a slice's last target is the next slice's first
      * token (note [ulysses] in src/model/ulysses.h) */
-    int64_t valid = 0;
     for (int m = 0; m < A; m++) {
         sharc_sampler_batch(t->sampler, t->step, m, t->dp_rank, t->seq_in, t->seq_tg);
         if (t->seq_pos) sharc_sampler_positions(t->sampler, t->step, m, t->dp_rank, t->seq_pos + (int64_t)m * B * T);
@@ -453,63 +451,47 @@ sharc_status sharc_trainer_step(sharc_trainer *t, sharc_step_stats *s) {
             int64_t from = (int64_t)b * T + (int64_t)t->sp_rank * Tl, to = m * mb + (int64_t)b * Tl;
             memcpy(t->inputs + to, t->seq_in + from, sizeof(int32_t) * (size_t)Tl);
             memcpy(t->targets + to, t->seq_tg + from, sizeof(int32_t) * (size_t)Tl);
-            for (int i = 0; i < Tl; i++) valid += t->targets[to + i] >= 0;
         }
     }
-    sharc_activity_phase("counting the batch's targets", -1, NULL);
-    const int64_t local_valid = valid;
-    SHARC_TRY(sharc_comm_all_reduce(t->world, &valid, &valid, 1, SHARC_DT_I64, SHARC_REDUCE_OP_SUM));
-    valid /= tp; /* note [tp]: the tp ranks of a group count the same tokens */
-    /* Note [loss-normalization]. global_tokens: every target weighs 1 / (valid
-     * targets of the whole step, all ranks), so any split into ranks and
-     * micro-batches gives the same loss and gradient. micro_batch: each
-     * micro-batch's own mean, averaged over the A x R micro-batches of the
-     * step (OpenRLHF's older rule; a micro-batch without targets adds 0). */
-    const bool per_micro = tc->loss_normalization == 1;
-    float scale = valid > 0 ? 1.0f / (float)valid : 0.0f;
-    sharc_fsdp_zero_grad(t->engine);
-    double loss_sum = 0.0, local_loss_sum = 0.0, t1 = sharc_clock_now();
-    for (int m = 0; m < A; m++) {
-        sharc_fsdp_begin_microbatch(t->engine, m == A - 1);
-        if (per_micro) scale = t->micro_valid[m] > 0 ? 1.0f / ((float)t->micro_valid[m] * (float)A * (float)dp) : 0.0f;
-        /* note [packing]: the whole sequences' positions (every sp rank needs them for the mask) */
-        if (t->seq_pos) SHARC_TRY(sharc_model_set_positions(t->model, t->seq_pos + (int64_t)m * B * T));
-        double l = sharc_model_forward_backward(t->model, t->engine, t->inputs + m * mb, t->targets + m * mb, scale);
-        local_loss_sum += l;
-        loss_sum += per_micro ? l * (double)scale : l;
-    }
-    if (t->seq_pos) SHARC_TRY(sharc_model_set_positions(t->model, NULL)); /* evaluation: unpacked rows */
-    SHARC_TRY(sharc_fsdp_finish_grads(t->engine));
-    if (sharc_fault_at("grads", t->step + 1) == SHARC_FAULT_NAN) poison_grads(t->engine);
-    double t2 = sharc_clock_now(), norm;
-    sharc_activity_phase("gradient norm", -1, NULL);
-    SHARC_TRY(sharc_fsdp_grad_norm(t->engine, &norm, &loss_sum));
-    loss_sum /= tp; /* every tp rank of a group returned the group's loss */
-    float lr = sharc_lr_at(&t->cfg.optim, t->step, tc->max_steps);
-    /* note [bad-steps]: norm and loss_sum are all-reduced, so every rank decides alike */
-    bool bad = !isfinite(norm) || !isfinite(loss_sum);
-    sharc_activity_phase("optimizer", -1, NULL);
-    if (!bad) SHARC_TRY(sharc_adamw_step(t->opt, t->engine, lr, sharc_clip_coef(&t->cfg.optim, norm)));
+    /* the rest of the step (src/train/step.c) */
+    const sharc_train_step_ctx ctx = {.model = t->model,
+                                      .engine = t->engine,
+                                      .opt = t->opt,
+                                      .optim = &t->cfg.optim,
+                                      .world = t->world,
+                                      .max_steps = tc->max_steps,
+                                      .loss_normalization = tc->loss_normalization,
+                                      .tp = tp,
+                                      .data_streams = dp};
+    const sharc_train_batch batch = {.grad_accum = A,
+                                     .micro_tokens = mb,
+                                     .inputs = t->inputs,
+                                     .targets = t->targets,
+                                     .positions = t->seq_pos,
+                                     .positions_stride = (int64_t)B * T,
+                                     .micro_valid = t->micro_valid};
+    sharc_train_step_result r;
+    SHARC_TRY(sharc_train_step_run(&ctx, &batch, t->step, &r));
     t->step++;
-    double t3 = sharc_clock_now(), dt = t3 - t0;
+    double dt = sharc_clock_now() - t0;
     memset(s, 0, sizeof *s);
     s->step = t->step;
-    s->loss = per_micro ? loss_sum : valid > 0 ? loss_sum / (double)valid : 0.0;
-    s->lr = lr;
-    s->grad_norm = norm;
+    s->loss = r.loss;
+    s->lr = r.lr;
+    s->grad_norm = r.grad_norm;
     s->tokens = (int64_t)A * mb * (R / tp);
-    s->valid_tokens = valid;
+    s->valid_tokens = r.valid_tokens;
     s->step_s = dt;
     s->tokens_per_s = (double)s->tokens / dt;
     s->tflops = t->flops_per_token * s->tokens_per_s * 1e-12;
-    s->forward_backward_s = t2 - t1;
-    s->optimizer_s = t3 - t2;
+    s->forward_backward_s = r.forward_backward_s;
+    s->optimizer_s = r.optimizer_s;
     comm_totals(t, &s->comm);
     sharc_fsdp_stats fs;
     sharc_fsdp_stats_get(t->engine, &fs);
     s->comm_wait_s = fs.wait_s;
     s->gathered_peak = fs.gathered_peak;
-    s->skipped = bad;
+    s->skipped = r.skipped;
     sharc_mem_get(&s->mem);
     sharc_model_timing mt;
     sharc_model_timing_get(t->model, &mt);
@@ -522,7 +504,7 @@ sharc_status sharc_trainer_step(sharc_trainer *t, sharc_step_stats *s) {
     s->offload_write_bytes = io1.write_bytes - io0.write_bytes;
     s->offload_s = io1.step_s - io0.step_s;
     s->offload_wait_s = (io1.read_wait_s + io1.write_wait_s) - (io0.read_wait_s + io0.write_wait_s);
-    s->local_loss = local_valid > 0 ? local_loss_sum / (double)local_valid : NAN;
+    s->local_loss = r.local_loss;
     s->local_tokens = (int64_t)A * mb;
     s->cpu_s = (sharc_clock_cpu_now() - c0) / (double)sharc_threads_get();
     return SHARC_OK;

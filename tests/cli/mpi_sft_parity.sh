@@ -4,7 +4,7 @@
 # parity, note [parity-tolerance]): samples of very uneven response lengths
 # tokenized at start with the committed small tokenizer, padded to T, loss
 # over response tokens only. Both normalisations (note [loss-normalization]
-# in src/train/trainer.c): global_tokens and micro_batch give N ranks x A
+# in src/train/step.c): global_tokens and micro_batch give N ranks x A
 # micro-batches == 1 rank x N*A. Then the split of the global batch into
 # micro-batches: global_tokens does not depend on it (REF_SPLIT=1: the
 # reference takes micro-batches of one sample), micro_batch does (the same
@@ -44,11 +44,17 @@ for norm in global_tokens micro_batch; do
   check 4 train.loss_normalization=$norm fsdp.sharding_strategy=HYBRID_SHARD fsdp.fsdp_size=2
   check 2 train.loss_normalization=$norm model.family=llama model.num_kv_heads=1 model.tie_embeddings=false data.loss_mask=openrlhf
 done
+# packed rows of 64 positions hold about three samples each (at seq_len 24
+# next-fit rarely fits two, and packing would change nothing)
+pk="data.packing=true train.seq_len=64 model.max_seq_len=64"
+out=$(mpi 2 "$SHARC_BIN/mpi_tests" parity sft.jsonl $sft $pk 2>&1) || { echo "$out" | tail; exit 1; }
+spr=$(grep -m1 -o '([0-9.]* samples a row)' <<< "$out" | tr -d '(' | cut -d' ' -f1)
+awk -v s="$spr" 'BEGIN { exit !(s >= 2) }' || { echo "packing put $spr samples in a row, expected >= 2"; exit 1; }
 for fam in "model.family=gpt2" "model.family=llama model.num_kv_heads=1"; do
-  check 2 data.packing=true train.grad_accum=2 $fam
+  check 2 $pk train.grad_accum=2 $fam
 done
-check 3 data.packing=true fsdp.sharding_strategy=SHARD_GRAD_OP
-check 2 data.packing=true mesh.sp=2 model.family=llama model.num_heads=2 model.num_kv_heads=1 # Ulysses: every rank holds the whole rows' positions
+check 3 $pk fsdp.sharding_strategy=SHARD_GRAD_OP
+check 2 $pk mesh.sp=2 model.family=llama model.num_heads=2 model.num_kv_heads=1 # Ulysses: every rank holds the whole rows' positions
 # the global batch split into micro-batches of one sample in the reference
 REF_SPLIT=1 check 2 train.loss_normalization=global_tokens
 if REF_SPLIT=1 mpi 2 "$SHARC_BIN/mpi_tests" parity sft.jsonl $sft train.loss_normalization=micro_batch > split.log 2>&1; then

@@ -1,16 +1,26 @@
 #!/usr/bin/env bash
 # timeout: 300
 # Tensor parallelism (mesh.tp; note [tp] in src/model/tp.h) against one
-# process on the same global batch: every step's loss (1e-6 relative), the
-# gradient norm (1e-5), the first step's gradients element by element (1e-5
+# process on the same global batch: every step's loss (1e-5 relative), the
+# gradient norm (2e-4), the first step's gradients element by element (1e-5
 # of each tensor's scale: each rank's tp part against the matching slice of
 # the full gradient) and the final parameters, and the parameters replicated
 # over tp bit for bit equal on the tp ranks of a group (mpi_tests parity).
-# tol.param 2e-3 of the lr sum: the same global batch split into other
-# micro-batches at ONE process already moves this config by 5.4e-4 (REF_SPLIT,
-# note [parity-tolerance] in tests/mpi/mpi_tests.c); observed 8e-4 at 2x2.
-# tp 2 and 4, 2x2 FSDP x TP under FULL_SHARD, SHARD_GRAD_OP (with activation
-# checkpointing), NO_SHARD, both families, Qwen2's q/k/v biases, Qwen3's
+# The vocabulary-parallel head (note [tp-vocab] in src/model/tp.h) sums the
+# softmax denominators and the head's input gradient over tp ranks, so every
+# element of dx differs from one process's in the last bits (the step-0
+# gradients agree to 5e-7 of their scale). Adam with its default eps 1e-8
+# turns that into lr-sized steps on elements whose gradient cancels to ~1e-9
+# (observed: h.1.mlp.c_fc.weight[426], 1.5e-9 vs 3.5e-9 at scale 2e-2, moved
+# 2.6e-4 by the first step), so these runs use optim.eps 1e-6 (worst
+# parameter then 1.9e-4 of the lr sum, tol.param 2e-3: the same global batch
+# split into other micro-batches at ONE process already moves this config by
+# 5.4e-4, REF_SPLIT, note [parity-tolerance] in tests/mpi/mpi_tests.c), and
+# the later steps' loss and norm drift as under sp (mpi_families.sh): loss to
+# 1e-5 relative (observed 1.6e-6 at 2x2), norm 2e-4 (observed 1.2e-4 at 2x2).
+# tp 2 and 4, 2x2 FSDP x TP (the embedding and head split by vocabulary
+# rows, tied in GPT-2 and untied in Llama, and once replicated: V = 257)
+# under FULL_SHARD, SHARD_GRAD_OP (with activation checkpointing), NO_SHARD, both families, Qwen2's q/k/v biases, Qwen3's
 # q/k norms (their gradients summed over tp, note [tp-qknorm]; 2x2 with two
 # micro-batches), a tiled MLP;
 # checkpoints both ways (a one-process checkpoint resumed at 2x2 exactly; a
@@ -25,7 +35,7 @@ check() { # N args...
   local n=$1; shift
   local out
   if ! out=$(mpi $n "$SHARC_BIN/mpi_tests" parity text.txt model.num_heads=4 train.seq_len=12 tol.grad=1e-5 \
-             tol.param=2e-3 "$@" 2>&1); then
+             tol.param=2e-3 optim.eps=1e-6 tol.loss=1e-5 tol.norm=2e-4 "$@" 2>&1); then
     echo "FAILED at $n ranks: $*"; echo "$out" | grep -v '^ok' | head -20; exit 1
   fi
   grep '^parity at' <<< "$out" | sed "s|\$| [$*]|"
@@ -40,9 +50,10 @@ check 4 model.family=gpt2 mesh.tp=2 fsdp.sharding_strategy=SHARD_GRAD_OP fsdp.ac
 check 4 $llama mesh.tp=2 fsdp.sharding_strategy=NO_SHARD model.qkv_bias=true
 check 2 $llama mesh.tp=2 fsdp.apply_tiled_mlp=true fsdp.tiled_num_shards=3
 # q/k norms: step-0 gradients to 4e-7 of their scale (5e-1 off without the
-# tp sum), but later steps drift in the summation order as under sp
-# (mpi_families.sh): loss 1.3e-6 and norm ~3e-5 relative by step 5
-check 4 $llama mesh.tp=2 model.qk_norm=true train.grad_accum=2 tol.norm=1e-4 tol.loss=1e-5
+# tp sum)
+check 4 $llama mesh.tp=2 model.qk_norm=true train.grad_accum=2
+# a vocabulary tp does not divide: embedding and head replicated (note [tp-vocab])
+check 2 model.family=gpt2 mesh.tp=2 model.vocab_size=257
 check 4 $llama model.num_kv_heads=4 model.ff_hidden_dim=72 fsdp_tensor_parallel_size=4
 
 # checkpoints stay topology-free: one process -> 2x2 FSDP x TP (exact values, then parity)
