@@ -13,6 +13,8 @@
  *   SHARC_TEST_NAN=RANK:STEP[,STEP..]  the rank's gradients are not finite (SHARC_FAULT_NAN at "grads")
  *   SHARC_TEST_OFFLOAD_CORRUPT=RANK:STEP  every chunk of AdamW moments the step writes to the offload file
  *                                      gets one byte flipped after the write (site "offload:written")
+ *   SHARC_TEST_OFFLOAD_TRUNCATE=RANK:STEP  the offload file is cut to half its size after the step's writes
+ *                                      (site "offload:truncate")
  *   SHARC_TEST_OFFLOAD_KILL=RANK:STEP  the rank SIGKILLs itself in the middle of the step's writes of the
  *                                      offloaded moments (site "offload:write")
  *   SHARC_TEST_MOE_RIG=G               every rank r routes its tokens to the experts e with e % G == r % G

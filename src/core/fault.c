@@ -69,6 +69,9 @@ sharc_fault sharc_fault_at(const char *site, int64_t step) {
     if (!strcmp(site, "offload:written")) /* note [optim-offload]: a byte of the chunk just written flipped */
         return (rest = for_this_rank("SHARC_TEST_OFFLOAD_CORRUPT")) && lists_step(rest, step) ? SHARC_FAULT_FAIL
                                                                                               : SHARC_FAULT_NONE;
+    if (!strcmp(site, "offload:truncate")) /* the offload file cut to half its size after the step's writes */
+        return (rest = for_this_rank("SHARC_TEST_OFFLOAD_TRUNCATE")) && lists_step(rest, step) ? SHARC_FAULT_FAIL
+                                                                                               : SHARC_FAULT_NONE;
     if (!strcmp(site, "offload:write") && (rest = for_this_rank("SHARC_TEST_OFFLOAD_KILL")) && lists_step(rest, step)) {
         fprintf(stderr, "[rank %d] SHARC_TEST_OFFLOAD_KILL: SIGKILL to itself amid the moments' writes of step %lld\n",
                 sharc_log_rank(), (long long)step);

@@ -107,7 +107,7 @@ void sharc_aio_submit(sharc_aio *io, int slot, bool write, void *buf, size_t n, 
                           : pread(io->fd, t->buf + t->done, n - t->done, (off_t)(off + (int64_t)t->done));
         if (r < 0 && errno == EINTR) continue;
         if (r <= 0) {
-            finish(t, r < 0 ? errno : EIO);
+            finish(t, r < 0 ? errno : write ? EIO : ENODATA);
             return;
         }
         t->done += (size_t)r;
@@ -134,7 +134,7 @@ int sharc_aio_wait(sharc_aio *io, int slot) {
             finish(c, -res);
             continue;
         } else if (res == 0) {
-            finish(c, EIO); /* the end of the file, or no progress */
+            finish(c, c->write ? EIO : ENODATA); /* no progress, or the end of the file */
             continue;
         }
         c->done += (size_t)res;

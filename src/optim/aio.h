@@ -21,8 +21,9 @@ const char *sharc_aio_backend(const sharc_aio *io);
 /* Start reading (write false) or writing n bytes of buf at byte off of the
  * file in `slot` (idle). The pread backend does the whole transfer here. */
 void sharc_aio_submit(sharc_aio *io, int slot, bool write, void *buf, size_t n, int64_t off);
-/* Wait until slot's transfer is complete: 0, or an errno (EIO: the file
- * ended or the disk made no progress). The slot is idle after it. */
+/* Wait until slot's transfer is complete: 0, or an errno (ENODATA: a read
+ * met the end of the file; EIO: a write made no progress). The slot is idle
+ * after it. */
 int sharc_aio_wait(sharc_aio *io, int slot);
 /* Wait for every slot, errors ignored (before a buffer is freed or reused
  * after a failure). */

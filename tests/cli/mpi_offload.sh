@@ -18,8 +18,9 @@
 #  (1-rank runs go without mpirun: the same process, a quicker start)
 #  - faults: a byte flipped in the file after a write is an error naming the
 #    file, unit and chunk, nothing saved after it, and auto-resume from the
-#    last checkpoint ends cmp-equal; a rank SIGKILLed amid the step's writes,
-#    then auto-resume, ends cmp-equal;
+#    last checkpoint ends cmp-equal; a file truncated behind the run's back
+#    is an error naming it, unit and chunk; a rank SIGKILLed amid the
+#    step's writes, then auto-resume, ends cmp-equal;
 #  - the file is gone after every run; a missing directory, a file, a disk
 #    without room and a bad SHARC_AIO are refused with the key or the file named.
 set -euo pipefail
@@ -99,6 +100,13 @@ set -e
 mpi 2 "$S" train $M --train.out_dir=bad --ckpt.resume=auto >bad2.log 2>&1 || { cat bad2.log; exit 1; }
 grep -q "resumed from bad/checkpoints/step-00000010 at step 10" bad2.log || { cat bad2.log; exit 1; }
 same_ckpt ref2 bad 20
+# the file truncated behind the run's back (1 rank): the next read names it
+set +e
+out=$(SHARC_TEST_OFFLOAD_TRUNCATE=0:3 "$S" train ${M//$'\n'/ } --train.max_steps=5 --train.out_dir=trunc $CH 2>&1)
+rc=$?
+set -e
+[ $rc -ne 0 ] && grep -q "cannot read the moments of unit [0-9]* chunk [0-9]* from 'spill/sharc-moments-[A-Za-z0-9]*': the file ends before them" <<< "$out" ||
+  { echo "truncated file: exit $rc: $out"; exit 1; }
 # kill -9 in the middle of the moments' writes (rank 1, step 13), then auto-resume
 set +e
 SHARC_TEST_OFFLOAD_KILL=1:13 mpi 2 "$S" train $M --train.out_dir=kill $CH >kill.log 2>&1
