@@ -17,11 +17,11 @@ set -euo pipefail
 build=${1:-build}
 S="$(cd "$build" && pwd)/sharc"
 SEQ=${SEQ:-256}
+root=$(cd "$(dirname "$0")/.." && pwd)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 cd "$work"
 for i in $(seq 1 4000); do echo "the quick brown fox jumps over the lazy dog $((i % 97))"; done > text.txt
-root=$(cd "$(dirname "$0")/.." && pwd)
 base="--config $root/configs/gpt2-124m.yaml --data.path=text.txt --data.format=text --train.batch_size=1
       --train.grad_accum=1 --train.seq_len=$SEQ --train.max_steps=1 --train.threads=1 --log.peak_tflops=1
       --ckpt.every=0 --train.overwrite_output_dir=true"

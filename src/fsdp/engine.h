@@ -15,6 +15,7 @@
 #include "sharc/comm.h"
 #include "sharc/fsdp.h"
 #include "sharc/kernels.h"
+#include "sharc/status.h"
 #include "layout.h"
 #include "plan.h"
 
@@ -141,8 +142,14 @@ void sharc_fsdp_pool_free(sharc_device *dev, sharc_fsdp_pool *p);
 float *sharc_fsdp_pool_get(sharc_fsdp_pool *p, int unit, int64_t numel, bool must);
 void sharc_fsdp_pool_put(sharc_fsdp_pool *p, const float *buf);
 
+/* Unit u, checked: every file of the engine reaches units through it. */
+static inline sharc_fsdp_unit *sharc_fsdp_unit_at(const sharc_fsdp *e, int u) {
+    if (u < 0 || u >= e->nunits)
+        sharc_fatal(__FILE__, __LINE__, "fsdp: unit %d does not exist (the model has %d units)", u, e->nunits);
+    return &e->units[u];
+}
+
 /* unit.c: the verbs of note [unit-states]; fsdp.c decides when. */
-sharc_fsdp_unit *sharc_fsdp_unit_at(const sharc_fsdp *e, int u);
 /* Abort unless the unit's states are among the allowed (bit masks of 1 << state). */
 void sharc_fsdp_unit_expect(const sharc_fsdp_unit *t, const char *verb, unsigned params_ok, unsigned grad_ok);
 /* SHARDED -> GATHERING or GATHERED. ahead (a prefetch): only if a slot is

@@ -13,12 +13,6 @@
 static const char *const params_names[] = {"SHARDED", "GATHERING", "GATHERED", "POST_FORWARD"};
 static const char *const grad_names[] = {"NONE", "OPEN", "REDUCING", "HELD"};
 
-sharc_fsdp_unit *sharc_fsdp_unit_at(const sharc_fsdp *e, int u) {
-    if (u < 0 || u >= e->nunits)
-        sharc_fatal(__FILE__, __LINE__, "fsdp: unit %d does not exist (the model has %d units)", u, e->nunits);
-    return &e->units[u];
-}
-
 static void names_of(char *out, size_t len, unsigned mask, const char *const *names, int n) {
     out[0] = 0;
     for (int s = 0; s < n; s++)
