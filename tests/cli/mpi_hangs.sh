@@ -98,8 +98,14 @@ run 90 env SHARC_TEST_FATAL=1:2 mpirun -x SHARC_TEST_FATAL --oversubscribe --bin
 [ $rc -eq 134 ] || die "fatal: exit $rc after ${took}s, expected MPI_Abort's 134"
 grep -q "^\[rank 1\] sharc: fatal: step 2: a broken invariant (the test hook SHARC_TEST_FATAL) (src/core/fault.c:[0-9]*)$" <<< "$out" ||
   die "fatal: no message naming the rank, the step and file:line"
-grep -q "MPI_ABORT was invoked on rank 1 .* with errorcode 134\|MPI_ABORT was invoked on rank 1 in communicator" <<< "$out" ||
+# Open MPI 4.1 prints "MPI_ABORT was invoked on rank 1" through its help-message
+# channel, which here loses the message in about 1 run of 3 ("ORTE_ERROR_LOG: Out
+# of resource / Data unpack would read past end of buffer in file .../show_help.c");
+# the exit status is the abort's errorcode either way, and a rank killed by
+# SIGABRT instead would show as "exited on signal 6"
+grep -q "MPI_ABORT was invoked on rank 1 .* with errorcode 134\|MPI_ABORT was invoked on rank 1 in communicator\|ORTE_ERROR_LOG: .*show_help\.c" <<< "$out" ||
   die "fatal: the job did not end through MPI_Abort"
+! grep -q "exited on signal 6" <<< "$out" || die "fatal: a rank died of SIGABRT instead of MPI_Abort"
 ! grep -q "^\[rank [02]\] sharc: fatal" <<< "$out" || die "fatal: another rank reported the fault"
 ! grep -q watchdog <<< "$out" || die "fatal: ended by the watchdog"
 [ $took -lt 45 ] || die "fatal: ${took}s"
