@@ -14,16 +14,7 @@ set -euo pipefail
 source "$SHARC_ROOT/tests/cli/mpi_lib.inc"
 cd "$TMPDIR"
 make_text text.txt
-runs=0
-check() { # N args...
-  local n=$1; shift
-  local out
-  if ! out=$(mpi $n "$SHARC_BIN/mpi_tests" frozen text.txt "$@" 2>&1); then
-    echo "FAILED at $n ranks: $*"; echo "$out" | grep -v '^ok' | head -20; exit 1
-  fi
-  grep '^frozen at' <<< "$out" | sed "s|\$| [$*]|"
-  runs=$((runs + 1))
-}
+check() { mpi_check "frozen text.txt" "frozen at" "" "$@"; }
 L="model.family=llama model.num_kv_heads=1 model.tie_embeddings=false model.ff_hidden_dim=70"
 for n in 1 2 3 4; do
   strategies="FULL_SHARD"; [ $n = 2 ] || [ $n = 3 ] && strategies="FULL_SHARD SHARD_GRAD_OP NO_SHARD"

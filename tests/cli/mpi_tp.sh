@@ -30,17 +30,7 @@ set -euo pipefail
 source "$SHARC_ROOT/tests/cli/mpi_lib.inc"
 cd "$TMPDIR"
 make_text text.txt
-runs=0
-check() { # N args...
-  local n=$1; shift
-  local out
-  if ! out=$(mpi $n "$SHARC_BIN/mpi_tests" parity text.txt model.num_heads=4 train.seq_len=12 tol.grad=1e-5 \
-             tol.param=2e-3 optim.eps=1e-6 tol.loss=1e-5 tol.norm=2e-4 "$@" 2>&1); then
-    echo "FAILED at $n ranks: $*"; echo "$out" | grep -v '^ok' | head -20; exit 1
-  fi
-  grep '^parity at' <<< "$out" | sed "s|\$| [$*]|"
-  runs=$((runs + 1))
-}
+check() { mpi_check "parity text.txt" "parity at" "model.num_heads=4 train.seq_len=12 tol.grad=1e-5 tol.param=2e-3 optim.eps=1e-6 tol.loss=1e-5 tol.norm=2e-4" "$@"; }
 llama="model.family=llama model.tie_embeddings=false model.ff_hidden_dim=70 model.num_kv_heads=2"
 for m in "model.family=gpt2" "$llama"; do
   check 2 $m mesh.tp=2

@@ -68,6 +68,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 /* test.h's registry is not used here; the runner's helpers are stubs */
@@ -286,6 +287,9 @@ static void base_config(sharc_config *c, const char *data) {
     c->optim.lr = 1e-2f;
     c->optim.warmup_steps = 2;
     c->data.shuffle = true;
+    /* MFU is not tested here: no start-up FLOP/s measurement (note [peak-fma]
+     * in src/train/telemetry.c), 0.1 s of one core per trainer */
+    c->log.peak_tflops = 1.0f;
 }
 
 /* Tolerances (note [parity-tolerance]); "tol.loss=", "tol.norm=", "tol.param=" override;
@@ -305,6 +309,189 @@ static void apply_args(sharc_config *c, int argc, char **argv) {
         else ASSERT_OK(sharc_config_set(c, key, eq + 1, "test arguments"));
     }
     ASSERT_OK(sharc_config_validate(c));
+}
+
+/* Note [parity-ref]: the one-process reference of test_parity, computed
+ * once. It used to be trained on every rank, in the same process as the run
+ * under test, so N ranks did N copies of the work of one global batch (at 4
+ * ranks four fifths of the CPU time). Now rank 0 trains it before the run
+ * under test, alone (the other ranks sleep, not spin, until it is done),
+ * and writes what the comparisons read to a file: every step's loss,
+ * gradient norm, valid targets and lr, and each parameter's full gradient
+ * after the first step and its final values. Every rank reads that file.
+ * The file is named by a hash of the reference's whole configuration (as
+ * YAML) and the SHARC_* environment (SHARC_BF16 changes the arithmetic), so
+ * within SHARC_PARITY_CACHE (tests/cli/mpi_lib.inc: one directory per
+ * script run) a run whose reference was already trained reads it again;
+ * without SHARC_PARITY_CACHE the file is made in the temporary directory
+ * and removed. The reference is the same deterministic one-process run as
+ * before, only trained in another order relative to the run under test. */
+typedef struct {
+    char name[128];
+    int64_t numel;
+    float *param; /* final values */
+    float *grad;  /* the gradient after the first step */
+} parity_ref_tensor;
+
+typedef struct {
+    double loss, grad_norm, lr;
+    int64_t valid_tokens;
+} parity_ref_step;
+
+typedef struct {
+    int64_t nsteps, ntensors;
+    parity_ref_step *steps;
+    parity_ref_tensor *t;
+} parity_ref;
+
+static const parity_ref_tensor *parity_ref_find(const parity_ref *r, const char *name, int64_t numel) {
+    for (int64_t i = 0; i < r->ntensors; i++)
+        if (!strcmp(r->t[i].name, name)) {
+            if (r->t[i].numel != numel)
+                TEST_FAIL_AT("reference %s has %lld elements, the run %lld", name, (long long)r->t[i].numel,
+                             (long long)numel);
+            return &r->t[i];
+        }
+    TEST_FAIL_AT("parameter %s is not in the one-process reference", name);
+    return NULL;
+}
+
+static void parity_ref_free(parity_ref *r) {
+    for (int64_t i = 0; i < r->ntensors; i++) {
+        free(r->t[i].param);
+        free(r->t[i].grad);
+    }
+    free(r->t);
+    free(r->steps);
+}
+
+static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+/* FNV-1a over the reference's configuration and the sorted SHARC_* environment */
+static uint64_t parity_ref_key(const sharc_config *cref) {
+    extern char **environ;
+    uint64_t h = 1469598103934665603ull;
+    char *yaml = sharc_config_to_yaml(cref);
+    ASSERT_TRUE(yaml != NULL);
+    for (const char *p = yaml; *p; p++) h = (h ^ (unsigned char)*p) * 1099511628211ull;
+    free(yaml);
+    int n = 0;
+    for (char **e = environ; *e; e++) n++;
+    char **vars = malloc(sizeof(char *) * (size_t)(n + 1));
+    int k = 0;
+    for (char **e = environ; *e; e++)
+        if (!strncmp(*e, "SHARC_", 6) && strncmp(*e, "SHARC_PARITY_CACHE=", 19)) vars[k++] = *e;
+    qsort(vars, (size_t)k, sizeof *vars, cmp_str);
+    for (int i = 0; i < k; i++)
+        for (const char *p = vars[i]; *p || (p = NULL); p++) h = (h ^ (unsigned char)*p) * 1099511628211ull;
+    free(vars);
+    return h;
+}
+
+#define WRITE(f, p, n) ASSERT_TRUE(fwrite((p), sizeof *(p), (size_t)(n), (f)) == (size_t)(n))
+#define READ(f, p, n)  ASSERT_TRUE(fread((p), sizeof *(p), (size_t)(n), (f)) == (size_t)(n))
+
+/* One process's engine `e` into r's tensors (made at the first call): its
+ * gradients (grads) or its parameters. One process holds every element. */
+static void parity_ref_tensors(sharc_fsdp *e, parity_ref *r, bool grads) {
+    if (!r->t) {
+        for (int u = 0; u < sharc_fsdp_num_units(e); u++) r->ntensors += sharc_fsdp_unit_spec(e, u)->nparams;
+        r->t = calloc((size_t)r->ntensors, sizeof *r->t);
+    }
+    int64_t i = 0;
+    for (int u = 0; u < sharc_fsdp_num_units(e); u++) {
+        const sharc_unit_spec *spec = sharc_fsdp_unit_spec(e, u);
+        const sharc_segment *segs;
+        int nseg = sharc_fsdp_shard_segments(e, u, &segs);
+        const float *g = sharc_fsdp_shard_grads(e, u);
+        for (int p = 0; p < spec->nparams; p++, i++) {
+            parity_ref_tensor *t = &r->t[i];
+            if (!t->param) {
+                ASSERT_TRUE(strlen(spec->params[p].name) < sizeof t->name);
+                snprintf(t->name, sizeof t->name, "%s", spec->params[p].name);
+                t->numel = spec->params[p].numel;
+                t->param = calloc((size_t)t->numel, sizeof(float));
+                t->grad = calloc((size_t)t->numel, sizeof(float));
+            }
+            if (!grads) {
+                ASSERT_OK(sharc_fsdp_param_read_local(e, t->name, t->param, t->numel));
+                continue;
+            }
+            int64_t held = 0; /* a frozen unit has no gradient: zeros */
+            for (int k = 0; k < nseg && g; k++)
+                if (segs[k].param == p) {
+                    memcpy(t->grad + segs[k].param_off, g + segs[k].shard_off, sizeof(float) * (size_t)segs[k].len);
+                    held += segs[k].len;
+                }
+            ASSERT_TRUE(!g || held == t->numel);
+        }
+    }
+}
+
+/* Trains the one-process reference and writes it to `path` (whole, by rename). */
+static void parity_ref_train(const sharc_config *cref, const char *path) {
+    sharc_trainer *ref;
+    ASSERT_OK(sharc_trainer_init(&ref, cref, NULL));
+    sharc_fsdp *e = sharc_trainer_engine(ref);
+    parity_ref r = {.nsteps = cref->train.max_steps};
+    r.steps = calloc((size_t)r.nsteps, sizeof *r.steps);
+    for (int64_t s = 0; s < r.nsteps; s++) {
+        sharc_step_stats b;
+        ASSERT_OK(sharc_trainer_step(ref, &b));
+        r.steps[s] = (parity_ref_step){b.loss, b.grad_norm, b.lr, b.valid_tokens};
+        if (s == 0) parity_ref_tensors(e, &r, true);
+    }
+    parity_ref_tensors(e, &r, false);
+    char tmp[4200];
+    snprintf(tmp, sizeof tmp, "%s.partial", path);
+    FILE *f = fopen(tmp, "wb");
+    if (!f) TEST_FAIL_AT("cannot write the parity reference %s", tmp);
+    WRITE(f, &r.nsteps, 1);
+    WRITE(f, r.steps, r.nsteps);
+    WRITE(f, &r.ntensors, 1);
+    for (int64_t i = 0; i < r.ntensors; i++) {
+        WRITE(f, r.t[i].name, sizeof r.t[i].name);
+        WRITE(f, &r.t[i].numel, 1);
+        WRITE(f, r.t[i].param, r.t[i].numel);
+        WRITE(f, r.t[i].grad, r.t[i].numel);
+    }
+    ASSERT_TRUE(fclose(f) == 0);
+    ASSERT_TRUE(rename(tmp, path) == 0);
+    parity_ref_free(&r);
+    sharc_trainer_free(ref);
+}
+
+static void parity_ref_load(parity_ref *r, const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) TEST_FAIL_AT("cannot read the parity reference %s", path);
+    READ(f, &r->nsteps, 1);
+    r->steps = calloc((size_t)r->nsteps, sizeof *r->steps);
+    READ(f, r->steps, r->nsteps);
+    READ(f, &r->ntensors, 1);
+    r->t = calloc((size_t)r->ntensors, sizeof *r->t);
+    for (int64_t i = 0; i < r->ntensors; i++) {
+        parity_ref_tensor *t = &r->t[i];
+        READ(f, t->name, sizeof t->name);
+        READ(f, &t->numel, 1);
+        t->param = malloc(sizeof(float) * (size_t)t->numel);
+        t->grad = malloc(sizeof(float) * (size_t)t->numel);
+        READ(f, t->param, t->numel);
+        READ(f, t->grad, t->numel);
+    }
+    fclose(f);
+}
+
+/* A barrier whose waiters sleep: the ranks waiting for rank 0's reference
+ * would otherwise spin in MPI on the cores it trains on. */
+static void barrier_sleeping(void) {
+    int one = 1, sum;
+    sharc_comm_request *req;
+    ASSERT_OK(sharc_comm_iall_reduce(world, &one, &sum, 1, SHARC_DT_I32, SHARC_REDUCE_OP_SUM, &req));
+    for (bool done = false;;) {
+        ASSERT_OK(sharc_comm_test(req, &done));
+        if (done) break;
+        usleep(2000);
+    }
 }
 
 /* Note [parity-tolerance]. N ranks add the same per-micro-batch gradients
@@ -347,7 +534,7 @@ static void apply_args(sharc_config *c, int argc, char **argv) {
  * (softmax ignores a constant added to a row of scores), so both runs hold
  * rounding noise there, which Adam turns into full steps. Returns the worst
  * |a - b| / allowed (must be <= 1). */
-static double compare_params(sharc_fsdp *got, sharc_fsdp *ref, double lr_sum, int C, double *abs_worst) {
+static double compare_params(sharc_fsdp *got, const parity_ref *ref, double lr_sum, int C, double *abs_worst) {
     double worst = 0.0;
     *abs_worst = 0.0;
     for (int u = 0; u < sharc_fsdp_num_units(got); u++) {
@@ -358,8 +545,7 @@ static double compare_params(sharc_fsdp *got, sharc_fsdp *ref, double lr_sum, in
         for (int k = 0; k < nseg; k++) {
             const sharc_param_spec *p = &s->params[segs[k].param];
             bool key_bias = strstr(p->name, "attn.c_attn.bias") != NULL;
-            float *full = malloc(sizeof(float) * (size_t)p->numel);
-            ASSERT_OK(sharc_fsdp_param_read_local(ref, p->name, full, p->numel));
+            const float *full = parity_ref_find(ref, p->name, p->numel)->param;
             for (int64_t i = 0; i < segs[k].len; i++) {
                 int64_t j = segs[k].param_off + i;
                 if (key_bias && j >= C && j < 2 * C) continue;
@@ -370,28 +556,16 @@ static double compare_params(sharc_fsdp *got, sharc_fsdp *ref, double lr_sum, in
                 worst = d / allowed > worst ? d / allowed : worst;
                 *abs_worst = d > *abs_worst ? d : *abs_worst;
             }
-            free(full);
         }
     }
     return worst;
-}
-
-/* ref's gradient of element j of parameter `param` of `unit` (ref: one process). */
-static float ref_grad(sharc_fsdp *ref, int unit, int param, int64_t j) {
-    const sharc_segment *segs;
-    int n = sharc_fsdp_shard_segments(ref, unit, &segs);
-    for (int k = 0; k < n; k++)
-        if (segs[k].param == param && j >= segs[k].param_off && j < segs[k].param_off + segs[k].len)
-            return sharc_fsdp_shard_grads(ref, unit)[segs[k].shard_off + j - segs[k].param_off];
-    TEST_FAIL_AT("parameter %d of unit %d: element %lld not in the reference", param, unit, (long long)j);
-    return 0.0f;
 }
 
 /* This rank's gradient shards against the one-process run's full gradients:
  * |g - ref| <= tol (|ref| + max |ref| of the parameter), i.e. within tol of
  * the tensor's scale (GPT-2's key bias skipped, note [parity-tolerance]).
  * Returns the worst |g - ref| / (|ref| + max |ref|). */
-static double compare_grads(sharc_fsdp *got, sharc_fsdp *ref, int C, double tol, int64_t step) {
+static double compare_grads(sharc_fsdp *got, const parity_ref *ref, int C, double tol, int64_t step) {
     double worst = 0.0;
     for (int u = 0; u < sharc_fsdp_num_units(got); u++) {
         const sharc_unit_spec *s = sharc_fsdp_unit_spec(got, u);
@@ -401,15 +575,13 @@ static double compare_grads(sharc_fsdp *got, sharc_fsdp *ref, int C, double tol,
         for (int k = 0; k < nseg; k++) {
             const sharc_param_spec *p = &s->params[segs[k].param];
             bool key_bias = strstr(p->name, "attn.c_attn.bias") != NULL;
+            const float *rg = parity_ref_find(ref, p->name, p->numel)->grad;
             double scale = 0.0;
-            for (int64_t j = 0; j < p->numel; j++) {
-                double r = fabs((double)ref_grad(ref, u, segs[k].param, j));
-                scale = r > scale ? r : scale;
-            }
+            for (int64_t j = 0; j < p->numel; j++) scale = fabs((double)rg[j]) > scale ? fabs((double)rg[j]) : scale;
             for (int64_t i = 0; i < segs[k].len; i++) {
                 int64_t j = segs[k].param_off + i;
                 if (key_bias && j >= C && j < 2 * C) continue;
-                double b = ref_grad(ref, u, segs[k].param, j), a = g[segs[k].shard_off + i];
+                double b = rg[j], a = g[segs[k].shard_off + i];
                 double rel = fabs(a - b) / (fabs(b) + scale + 1e-30);
                 if (rel > tol)
                     TEST_FAIL_AT("step %lld: gradient of %s[%lld] %.9g vs %.9g at one process (%.2e of its scale)",
@@ -443,14 +615,30 @@ static void test_parity(int argc, char **argv) {
         cref.train.grad_accum = global / b;
         ASSERT_EQ(cref.train.grad_accum * b, global);
     }
-    sharc_trainer *t, *ref;
+    /* note [parity-ref]: rank 0 trains the reference (unless this script's
+     * cache holds it), every rank reads it */
+    char path[4096];
+    const char *cache = getenv("SHARC_PARITY_CACHE");
+    int64_t tag = (int64_t)getpid();
+    ASSERT_OK(sharc_comm_broadcast(world, &tag, 1, SHARC_DT_I64, 0));
+    if (cache && *cache)
+        snprintf(path, sizeof path, "%s/%016llx.ref", cache, (unsigned long long)parity_ref_key(&cref));
+    else snprintf(path, sizeof path, "%s/sharc-parity-%lld.ref", sharc_test_tmpdir(), (long long)tag);
+    if (sharc_comm_rank(world) == 0 && access(path, R_OK) != 0) {
+        if (cache && *cache) mkdir(cache, 0755);
+        parity_ref_train(&cref, path);
+    }
+    barrier_sleeping();
+    parity_ref refd;
+    parity_ref_load(&refd, path);
+    ASSERT_EQ(refd.nsteps, c.train.max_steps);
+    sharc_trainer *t;
     ASSERT_OK(sharc_trainer_init(&t, &c, world));
-    ASSERT_OK(sharc_trainer_init(&ref, &cref, NULL));
     double worst_loss = 0.0, lr_sum = 0.0, worst_grad = 0.0;
     for (int64_t s = 0; s < c.train.max_steps; s++) {
-        sharc_step_stats a, b;
+        sharc_step_stats a;
+        parity_ref_step b = refd.steps[s];
         ASSERT_OK(sharc_trainer_step(t, &a));
-        ASSERT_OK(sharc_trainer_step(ref, &b));
         lr_sum += b.lr;
         double rel = fabs(a.loss - b.loss) / fabs(b.loss);
         worst_loss = rel > worst_loss ? rel : worst_loss;
@@ -463,14 +651,12 @@ static void test_parity(int argc, char **argv) {
          * parameters there, later Adam turns last-bit differences into
          * parameter differences (note [parity-tolerance]) */
         if (tol_grad > 0 && s == 0) {
-            double w =
-                compare_grads(sharc_trainer_engine(t), sharc_trainer_engine(ref), c.model.embed_dim, tol_grad, s);
+            double w = compare_grads(sharc_trainer_engine(t), &refd, c.model.embed_dim, tol_grad, s);
             worst_grad = w > worst_grad ? w : worst_grad;
         }
     }
     double abs_worst;
-    double worst_param =
-        compare_params(sharc_trainer_engine(t), sharc_trainer_engine(ref), lr_sum, c.model.embed_dim, &abs_worst);
+    double worst_param = compare_params(sharc_trainer_engine(t), &refd, lr_sum, c.model.embed_dim, &abs_worst);
     if (worst_param > 1.0)
         TEST_FAIL_AT("final parameters differ by %.3g, %.2f x the bound of note [parity-tolerance]", abs_worst,
                      worst_param);
@@ -514,7 +700,11 @@ static void test_parity(int argc, char **argv) {
         printf("\n");
     }
     sharc_trainer_free(t);
-    sharc_trainer_free(ref);
+    parity_ref_free(&refd);
+    if (!(cache && *cache)) {
+        barrier_sleeping(); /* every rank has read it */
+        if (sharc_comm_rank(world) == 0) unlink(path);
+    }
 }
 
 /* --------------------------------------------------------------- nodes */
@@ -1251,7 +1441,10 @@ static void test_ckpt_load(int argc, char **argv) {
             TEST_FAIL_AT("step %d: loss %.9f resumed at %d ranks vs %.9f straight (rel %.2e)", s + 1, a.loss, R, b.loss,
                          rel);
     }
-    double abs_worst, worst = compare_params(e, sharc_trainer_engine(one), lr_sum, c.model.embed_dim, &abs_worst);
+    parity_ref oneref = {0};
+    parity_ref_tensors(sharc_trainer_engine(one), &oneref, false);
+    double abs_worst, worst = compare_params(e, &oneref, lr_sum, c.model.embed_dim, &abs_worst);
+    parity_ref_free(&oneref);
     if (worst > 1.0)
         TEST_FAIL_AT("resumed parameters differ by %.3g, %.2f x the bound of note [parity-tolerance]", abs_worst,
                      worst);
