@@ -38,13 +38,7 @@ check 2 model.ulysses_size=2
 
 # bad meshes: refused at start with the arithmetic, exit 2, on every rank
 common="--data.path=text.txt --train.out_dir=$TMPDIR/run --train.max_steps=1 --model.num_layers=1 --model.embed_dim=48 --model.num_heads=4 --train.seq_len=12 --train.batch_size=1"
-bad() { # want N args...
-  local want=$1 n=$2; shift 2
-  local out rc
-  out=$(mpi $n "$SHARC_BIN/sharc" train $common "$@" 2>&1); rc=$?
-  [ $rc = 2 ] || { echo "expected exit 2, got $rc for $*: $out"; exit 1; }
-  grep -qF "$want" <<< "$out" || { echo "expected '$want' for $*: $out"; exit 1; }
-}
+bad() { mpi_refused "$common" "$@"; }
 set +e
 bad "mesh: world_size 3 is not a multiple of mesh.sp 2 x mesh.tp 1 (3 / 2 = 1.50 data-parallel ranks)" 3 --mesh.sp=2
 bad "mesh.sp: 4 does not divide train.seq_len 10 (10 / 4 = 2.50 tokens per rank)" 4 --mesh.sp=4 --train.seq_len=10

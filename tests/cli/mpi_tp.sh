@@ -60,13 +60,7 @@ cmp hf1/model.safetensors hf2/model.safetensors || { echo "checkpoint and gather
 
 # bad meshes: refused at start with the arithmetic, exit 2, on every rank
 common="$common --train.out_dir=$TMPDIR/bad"
-bad() { # want N args...
-  local want=$1 n=$2; shift 2
-  local out rc
-  out=$(mpi $n "$SHARC_BIN/sharc" train $common "$@" 2>&1); rc=$?
-  [ $rc = 2 ] || { echo "expected exit 2, got $rc for $*: $out"; exit 1; }
-  grep -qF "$want" <<< "$out" || { echo "expected '$want' for $*: $out"; exit 1; }
-}
+bad() { mpi_refused "$common" "$@"; }
 set +e
 bad "mesh: world_size 3 is not a multiple of mesh.sp 1 x mesh.tp 2 (3 / 2 = 1.50 data-parallel ranks)" 3 --mesh.tp=2
 bad "mesh.tp: 3 does not divide model.num_heads 4 (4 / 3 = 1.33 per rank)" 3 --fsdp_tensor_parallel_size=3
