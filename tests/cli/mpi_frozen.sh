@@ -36,7 +36,7 @@ echo "$runs frozen runs passed"
 S="$SHARC_BIN/sharc"
 M="--data.path=text.txt --model.num_layers=2 --model.embed_dim=48 --model.num_heads=3 --model.max_seq_len=16
    --train.seq_len=13 --train.batch_size=2 --train.threads=1 --optim.warmup_steps=2 --ckpt.every=2
-   --optim.lr_decay=constant --model.freeze_module_prefix=wte,h.0."
+   --optim.lr_decay=constant --model.freeze_module_prefix=wte,h.0. --log.peak_tflops=1"
 mpi 2 "$S" train $M --train.max_steps=6 --train.out_dir=ref >/dev/null 2>&1
 mpi 2 "$S" train $M --train.max_steps=4 --train.out_dir=part >/dev/null 2>&1
 mpi 2 "$S" train $M --train.max_steps=6 --train.out_dir=part --ckpt.resume=auto >/dev/null 2>&1

@@ -52,7 +52,7 @@ out=$(mpi 4 "$SHARC_BIN/mpi_tests" ckpt_load ck ref.st text.txt $llama model.num
       train.grad_accum=2 2>&1) || { echo "ckpt_load at 2x2 failed: $out"; exit 1; }
 grep -q "saved values exact" <<< "$out" || { echo "$out"; exit 1; }
 # 2x2 -> one process: the checkpoint's ranges read at one rank give the weights the run gathered
-common="--data.path=text.txt --train.max_steps=2 --model.num_layers=1 --model.embed_dim=48 --model.num_heads=4 --train.seq_len=12 --train.batch_size=1"
+common="--data.path=text.txt --train.max_steps=2 --model.num_layers=1 --model.embed_dim=48 --model.num_heads=4 --train.seq_len=12 --train.batch_size=1 --log.peak_tflops=1"
 mpi 4 "$SHARC_BIN/sharc" train $common --train.out_dir=run --tensor_parallel_size=2 > /dev/null 2>&1
 "$SHARC_BIN/sharc" export --checkpoint run/checkpoints --out hf1 > /dev/null
 "$SHARC_BIN/sharc" export --checkpoint run/model.safetensors --out hf2 > /dev/null
