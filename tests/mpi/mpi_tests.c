@@ -6,6 +6,9 @@
  *                                       every rank, in the same process) of the same
  *                                       global batch: every step's loss and the
  *                                       final parameters
+ *   mpi_tests gather DATA KEY=VALUE ... [-- KEY=VALUE ...]...
+ *                                       gathered parameters are the masters rounded to
+ *                                       param_dtype, for each configuration in turn
  *   mpi_tests memory DATA               FULL_SHARD model state at N ranks vs one process
  *   mpi_tests mismatch DATA             rank 1 has another model: every rank fails fast
  *   mpi_tests ckpt_save DIR REF DATA KEY=VALUE ...
@@ -1264,11 +1267,18 @@ static void test_reshard(int argc, char **argv) {
 /* ---------------------------------------------------------------- gather */
 
 /* Every unit's gathered parameters equal the fp32 master values rounded to
- * param_dtype, whatever the number of ranks. */
-static void test_gather(int argc, char **argv) {
+ * param_dtype, whatever the number of ranks; for each configuration of
+ * `KEY=VALUE ... [-- KEY=VALUE ...]...` in turn (one MPI job for many). */
+static void gather_one(const char *data, int argc, char **argv) {
     sharc_config c;
-    base_config(&c, argv[0]);
-    apply_args(&c, argc - 1, argv + 1);
+    base_config(&c, data);
+    apply_args(&c, argc, argv);
+    if (sharc_comm_rank(world) == 0) { /* names the configuration a failure below belongs to */
+        printf("gather:");
+        for (int i = 0; i < argc; i++) printf(" %s", argv[i]);
+        printf("\n");
+        fflush(stdout);
+    }
     sharc_trainer *t;
     ASSERT_OK(sharc_trainer_init(&t, &c, world));
     sharc_fsdp *e = sharc_trainer_engine(t);
@@ -1302,6 +1312,15 @@ static void test_gather(int argc, char **argv) {
     free(master);
     free(want);
     sharc_trainer_free(t);
+}
+
+static void test_gather(int argc, char **argv) {
+    ASSERT_TRUE(argc >= 1);
+    for (int i = 1, start = 1; i <= argc; i++)
+        if (i == argc || !strcmp(argv[i], "--")) {
+            gather_one(argv[0], i - start, argv + start);
+            start = i + 1;
+        }
 }
 
 /* ------------------------------------------------------------ mismatch */
