@@ -370,13 +370,19 @@ static void parity_ref_free(parity_ref *r) {
 
 static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
 
+/* FNV-1a of a string and its terminating zero (a separator) */
+static uint64_t fnv1a_str(uint64_t h, const char *s) {
+    do h = (h ^ (unsigned char)*s) * 1099511628211ull;
+    while (*s++);
+    return h;
+}
+
 /* FNV-1a over the reference's configuration and the sorted SHARC_* environment */
 static uint64_t parity_ref_key(const sharc_config *cref) {
     extern char **environ;
-    uint64_t h = 1469598103934665603ull;
     char *yaml = sharc_config_to_yaml(cref);
     ASSERT_TRUE(yaml != NULL);
-    for (const char *p = yaml; *p; p++) h = (h ^ (unsigned char)*p) * 1099511628211ull;
+    uint64_t h = fnv1a_str(1469598103934665603ull, yaml);
     free(yaml);
     int n = 0;
     for (char **e = environ; *e; e++) n++;
@@ -385,8 +391,7 @@ static uint64_t parity_ref_key(const sharc_config *cref) {
     for (char **e = environ; *e; e++)
         if (!strncmp(*e, "SHARC_", 6) && strncmp(*e, "SHARC_PARITY_CACHE=", 19)) vars[k++] = *e;
     qsort(vars, (size_t)k, sizeof *vars, cmp_str);
-    for (int i = 0; i < k; i++)
-        for (const char *p = vars[i]; *p || (p = NULL); p++) h = (h ^ (unsigned char)*p) * 1099511628211ull;
+    for (int i = 0; i < k; i++) h = fnv1a_str(h, vars[i]);
     free(vars);
     return h;
 }
