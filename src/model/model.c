@@ -35,8 +35,9 @@
  * Note [bf16-compute]. With fsdp.param_dtype bf16 on a device whose table
  * can compute in bf16 (bf16_compute), the model runs on a copy of the table
  * whose matmul and LM-head slots are the *_bf16 variants (use_kernels, at
- * each entry point); every other kernel, the activations kept for backward
- * and the loss stay fp32. Otherwise the device's own table.
+ * each entry point); every other kernel and the loss stay fp32, and the
+ * saved product inputs are bf16 when planned so (note [bf16-acts]).
+ * Otherwise the device's own table.
  *
  * Note [families]. Qwen2, Qwen3, Mistral and Llama-3.1/3.2 are the Llama
  * block with options (sharc_model_config): qkv_bias adds q/k/v_proj.bias
