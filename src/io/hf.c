@@ -975,6 +975,12 @@ static void hf_name(char *out, size_t n, const char *prefix, const char *name) {
 /* Stored (in, out) in HF files: GPT-2's Conv1D weights. */
 static bool is_transposed(const hf_family *f, const char *name) { return ends_with_any(name, f->transposed); }
 
+bool sharc_hf_tensor_name(sharc_family family, const char *name, char *out, size_t n) {
+    const hf_family *f = hf_family_of(family);
+    hf_name(out, n, f->prefix, name);
+    return is_transposed(f, name);
+}
+
 /* Tensors of HF files that are not parameters and are skipped on import. */
 static bool ignorable(const hf_family *f, bool has_lm_head, const char *name) {
     if (ends_with_any(name, f->buffers)) return true;
