@@ -14,7 +14,10 @@
  * transposed list were hand-kept), with
  *     SHARC_PARAM_SPECS_OUT=tests/fixtures/param_specs.txt \
  *         build/sharc_tests --filter param_specs_golden
- * The table-driven code must reproduce it byte for byte. */
+ * The table-driven code reproduces it byte for byte but for one line, a fix:
+ * GPT-2 untied's num_params was 8128, the old closed formula leaving out
+ * its lm_head.weight (V C = 1024) that the specs held all along; it is now
+ * the sum over the rows, 9152 (and asserted equal to the specs' sum). */
 #include "test.h"
 
 #include "sharc/hf.h"
@@ -75,6 +78,10 @@ static void dump(FILE *out, const char *label, const sharc_model_config *c, int 
         }
     }
     fprintf(out, "specs hold %lld\n", (long long)total); /* full tensors, expert units included */
+    /* the count is the specs' sum (it was a closed formula that missed GPT-2's untied lm_head) */
+    if (tp == 0 && total != sharc_model_num_params(c))
+        TEST_FAIL_AT("%s: num_params %lld, the specs hold %lld", label, (long long)sharc_model_num_params(c),
+                     (long long)total);
     sharc_model_free(m);
 }
 
