@@ -45,8 +45,8 @@
  * the projection and RoPE; head_dim may differ from embed_dim / num_heads
  * (o_proj is then (C, NH*hd)); rope_factor > 0 selects Llama-3's RoPE
  * scaling, whose tables are computed on the host at plan time. These
- * parameters follow the plain Llama's nine in a block unit, so its indices
- * stay fixed. sliding_window W > 0 limits every layer's attention to the W
+ * parameters are rows of Llama's table after the plain Llama's (note
+ * [param-table] in params.c), so a plain Llama's layout stays fixed. sliding_window W > 0 limits every layer's attention to the W
  * keys i - W < j <= i (Hugging Face's sliding_window_overlay), through the
  * mask of note [packing]. The Hugging Face model_type each combination
  * exports as, and every config.json key, are in src/io/hf.c (note [hf-keys]).

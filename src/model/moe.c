@@ -17,7 +17,8 @@
  * expert of a layer is gathered with its block and the unit's gradient is
  * reduce-scattered once, whatever the routing (a unit holds at most
  * SHARC_MAX_UNIT_PARAMS parameters, which bounds E; config_check says so)
- * unless each expert is its own unit (note [moe-units] in model.c).
+ * unless each expert is its own unit (note [moe-units] in model.c). These
+ * are the MOE rows of Llama's table (note [param-table] in params.c).
  * Dense layers (mlp_only_layers, decoder_sparse_step) keep the SwiGLU MLP of
  * intermediate_size.
  *

@@ -31,7 +31,7 @@ typedef enum { U_EMBED, U_BLOCK, U_EXPERT, U_HEAD } row_unit; /* U_EXPERT: a blo
 typedef enum { D_0, D_V, D_C, D_MAXT, D_QKV, D_Q, D_KV, D_FF, D_HD, D_E, D_I } row_dim;
 typedef enum { I_ZEROS, I_ONES, I_NORMAL, I_NORMAL_RES } row_init; /* RES: init_std / sqrt(2 L) */
 typedef enum { W_ALWAYS, W_UNTIED, W_DENSE, W_MOE, W_QKV_BIAS, W_QK_NORM } row_when;
-typedef enum { M_NO, M_YES, M_IF_TIED } row_matmul; /* IF_TIED: the embedding is the LM head */
+typedef enum { M_NO, M_YES, M_IF_TIED } row_matmul;      /* IF_TIED: the embedding is the LM head */
 typedef enum { T_NONE, T_ROWS, T_COLS, T_VOCAB } row_tp; /* T_VOCAB: rows, when tp divides V */
 
 typedef struct {
@@ -219,7 +219,7 @@ sharc_status sharc_params_build(const sharc_model_config *c, sharc_unit_spec **u
         return sharc_error(SHARC_ERR_NOMEM, "model: out of memory");
     }
     sharc_unit_spec *u = *units;
-    for (int i = 0; i < n; i++) memset((*roles)[i].at, -1, sizeof (*roles)[i].at);
+    for (int i = 0; i < n; i++) memset((*roles)[i].at, -1, sizeof(*roles)[i].at);
     snprintf(u[0].name, sizeof u[0].name, "embed");
     u[0].root = c->tie_embeddings; /* note [root-unit]: the head borrows its wte */
     for (int l = 0; l < c->num_layers; l++) {
