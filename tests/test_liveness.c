@@ -121,12 +121,14 @@ TEST(liveness_probe_names_the_lost_ranks) {
     fflush(stderr);
     const int saved = dup(STDERR_FILENO), fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
     ASSERT_TRUE(saved >= 0 && fd >= 0 && dup2(fd, STDERR_FILENO) >= 0);
-    const int lost = sharc_liveness_probe(300);
+    bool fresh;
+    const int lost = sharc_liveness_probe(300, &fresh);
     dup2(saved, STDERR_FILENO);
     close(fd);
     close(saved);
     ASSERT_EQ(lost, 2);
-    ASSERT_EQ(sharc_liveness_probe(300), -1); /* once per process */
+    ASSERT_TRUE(fresh);
+    ASSERT_EQ(sharc_liveness_probe(300, &fresh), -1); /* once per process */
     char text[2048] = "", want[512];
     FILE *f = fopen(path, "r");
     ASSERT_TRUE(f && fread(text, 1, sizeof text - 1, f) > 0);

@@ -17,16 +17,16 @@
 extern "C" {
 #endif
 
-#define SHARC_LIVENESS_ADDRS 4   /* IPv4 addresses published per rank */
+#define SHARC_LIVENESS_ADDRS  4  /* IPv4 addresses published per rank */
 #define SHARC_LIVENESS_PROBED 64 /* other ranks probed at most: this host's first, then the nearest ranks */
 
 /* One rank's card: plain bytes, exchanged with one all-gather (U8). */
 typedef struct {
-    char host[64];   /* gethostname, NUL-terminated, JSON-safe */
-    char boot[40];   /* the kernel's boot id: the same host and boot id is the same kernel */
-    int32_t pid;     /* the rank's process */
-    uint16_t port;   /* its listener's port (host order); 0: none, not probed over TCP */
-    uint16_t naddr;  /* addresses in addr */
+    char host[64];                       /* gethostname, NUL-terminated, JSON-safe */
+    char boot[40];                       /* the kernel's boot id: the same host and boot id is the same kernel */
+    int32_t pid;                         /* the rank's process */
+    uint16_t port;                       /* its listener's port (host order); 0: none, not probed over TCP */
+    uint16_t naddr;                      /* addresses in addr */
     uint32_t addr[SHARC_LIVENESS_ADDRS]; /* non-loopback IPv4 addresses, network order */
 } sharc_liveness_card;
 
@@ -55,13 +55,19 @@ void sharc_liveness_close(void);
  * `timeout_ms`. Async-signal-safe. */
 void sharc_liveness_probe_cards(const sharc_liveness_card *cards, const bool *same_host, int n,
                                 const sharc_liveness_card *mine, int timeout_ms, sharc_liveness *out);
-/* Probe the ranks chosen by sharc_liveness_set_peers and write to stderr one
- * line per rank that is gone or unreachable (or one line saying all that were
- * probed answer). Once per process (a second caller returns at once); returns
- * the number of lost ranks, -1 when there is nothing to probe with.
- * Async-signal-safe but for snprintf (note [rank-death] in
+/* Called by the watchdog thread every tick: while the activity record
+ * stays at `seq` for 0.5 s or more it probes every 0.5 s (300 ms deadline)
+ * until it finds a lost rank, and keeps that verdict for the report: found
+ * while every survivor still waits, before the launcher ends any of them. */
+void sharc_liveness_watch(uint64_t seq, double stalled_s);
+/* Write to stderr one line per rank that is gone or unreachable (or one line
+ * saying all that were probed answer): what sharc_liveness_watch found in
+ * the current stall, else a fresh probe (`*fresh` set) of the ranks chosen
+ * by sharc_liveness_set_peers. Once per process (a second caller returns at
+ * once); returns the number of lost ranks, -1 when there is nothing to probe
+ * with. Async-signal-safe but for snprintf (note [rank-death] in
  * src/core/watchdog.c). */
-int sharc_liveness_probe(int timeout_ms);
+int sharc_liveness_probe(int timeout_ms, bool *fresh);
 /* The last probe as a JSON object ({"probed": N, "of": M, "lost": [...]}),
  * or NULL when none ran; for the flight record. */
 const char *sharc_liveness_json(void);

@@ -47,6 +47,7 @@
  * A listener that cannot be made (no sockets) leaves port 0 on the card:
  * that rank is only checked from its own host. */
 #include "sharc/liveness.h"
+#include "sharc/activity.h"
 #include "sharc/log.h"
 
 #include <arpa/inet.h>
@@ -72,8 +73,13 @@ static sharc_liveness_card probe_card[SHARC_LIVENESS_PROBED];
 static bool probe_local[SHARC_LIVENESS_PROBED];
 static int probe_rank[SHARC_LIVENESS_PROBED];
 static int nprobe, world_size = 0, self_rank, tcp_off_rank = -1;
-static atomic_flag probing = ATOMIC_FLAG_INIT;
+static atomic_flag probing = ATOMIC_FLAG_INIT; /* the report: once per process */
+static atomic_bool busy;                       /* a probe runs (the watchdog thread or the report) */
 static sharc_liveness verdict[SHARC_LIVENESS_PROBED];
+/* what the watchdog thread found during a stall (sharc_liveness_watch) */
+static sharc_liveness stall_verdict[SHARC_LIVENESS_PROBED];
+static _Atomic uint64_t stall_seq;
+static atomic_bool stall_found;
 static char json[SHARC_LIVENESS_PROBED * 160 + 256];
 static atomic_bool have_json;
 
@@ -196,14 +202,15 @@ void sharc_liveness_probe_cards(const sharc_liveness_card *cards, const bool *sa
         const sharc_liveness_card *c = &cards[i];
         if (same_host_of[i]) {
             out[i] = kill((pid_t)c->pid, 0) == 0 || errno == EPERM ? SHARC_LIVE_ALIVE
-                     : errno == ESRCH                             ? SHARC_LIVE_GONE
-                                                                  : SHARC_LIVE_UNKNOWN;
+                     : errno == ESRCH                              ? SHARC_LIVE_GONE
+                                                                   : SHARC_LIVE_UNKNOWN;
             continue;
         }
         out[i] = SHARC_LIVE_UNKNOWN;
         for (int k = 0; c->port && k < c->naddr && k < SHARC_LIVENESS_ADDRS; k++) {
             bool own = false;
-            for (int j = 0; mine && j < mine->naddr && j < SHARC_LIVENESS_ADDRS; j++) own |= mine->addr[j] == c->addr[k];
+            for (int j = 0; mine && j < mine->naddr && j < SHARC_LIVENESS_ADDRS; j++)
+                own |= mine->addr[j] == c->addr[k];
             if (own) continue;
             tried[i] = true;
             int s = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
@@ -219,8 +226,7 @@ void sharc_liveness_probe_cards(const sharc_liveness_card *cards, const bool *sa
                 owner[np++] = i;
                 pending++;
                 continue;
-            } else if (errno == ECONNREFUSED)
-                refused[i] = true;
+            } else if (errno == ECONNREFUSED) refused[i] = true;
             close(s); /* EHOSTUNREACH, ENETUNREACH, ...: unreachable on this address */
         }
     }
@@ -263,10 +269,40 @@ static void say(const char *line, int len) {
         if (jl < sizeof json) jl += (size_t)snprintf(json + jl, sizeof json - jl, __VA_ARGS__);                        \
     } while (0)
 
-int sharc_liveness_probe(int timeout_ms) {
+static bool any_lost(const sharc_liveness *v) {
+    for (int i = 0; i < nprobe; i++)
+        if (v[i] == SHARC_LIVE_GONE || v[i] == SHARC_LIVE_UNREACHABLE) return true;
+    return false;
+}
+
+void sharc_liveness_watch(uint64_t seq, double stalled_s) {
+    static uint64_t cur = 0;
+    static double next = 0;
+    if (world_size < 2) return;
+    if (seq != cur) cur = seq, next = 0, atomic_store(&stall_found, false);
+    if (stalled_s < 0.5 || stalled_s < next || atomic_load(&stall_found) || atomic_exchange(&busy, true)) return;
+    sharc_liveness_probe_cards(probe_card, probe_local, nprobe, &me, 300, stall_verdict);
+    next = stalled_s + 0.5;
+    if (any_lost(stall_verdict)) {
+        atomic_store(&stall_seq, seq);
+        atomic_store(&stall_found, true);
+    }
+    atomic_store(&busy, false);
+}
+
+int sharc_liveness_probe(int timeout_ms, bool *fresh) {
+    *fresh = false;
     if (world_size < 2 || atomic_flag_test_and_set(&probing)) return -1;
     const int saved_errno = errno;
-    sharc_liveness_probe_cards(probe_card, probe_local, nprobe, &me, timeout_ms, verdict);
+    /* a probe of the watchdog thread running now: its result, if it finds one */
+    for (int waited = 0; atomic_load(&busy) && waited < timeout_ms; waited += 10) poll(NULL, 0, 10);
+    const sharc_liveness *v = verdict;
+    if (atomic_load(&stall_found) && atomic_load(&stall_seq) == sharc_activity_seq()) v = stall_verdict;
+    else if (!atomic_exchange(&busy, true)) {
+        sharc_liveness_probe_cards(probe_card, probe_local, nprobe, &me, timeout_ms, verdict);
+        *fresh = true;
+    } else
+        for (int i = 0; i < nprobe; i++) verdict[i] = SHARC_LIVE_UNKNOWN; /* still busy: nothing to say */
     char line[512];
     const int r = self_rank;
     int lost = 0, len;
@@ -274,12 +310,12 @@ int sharc_liveness_probe(int timeout_ms) {
     ADD("{\"probed\": %d, \"of\": %d, \"lost\": [", nprobe, world_size - 1);
     for (int i = 0; i < nprobe; i++) {
         const sharc_liveness_card *c = &probe_card[i];
-        if (verdict[i] == SHARC_LIVE_GONE)
+        if (v[i] == SHARC_LIVE_GONE)
             len = snprintf(line, sizeof line, "[rank %d] rank %d (host %s, pid %d) is gone: %s\n", r, probe_rank[i],
                            c->host, (int)c->pid,
                            probe_local[i] ? "its process no longer exists (this rank's host)"
                                           : "its host answers but its process does not");
-        else if (verdict[i] == SHARC_LIVE_UNREACHABLE)
+        else if (v[i] == SHARC_LIVE_UNREACHABLE)
             len = snprintf(line, sizeof line,
                            "[rank %d] rank %d (host %s, pid %d) is lost: host %s is unreachable (network cut or "
                            "host down)\n",
@@ -288,7 +324,7 @@ int sharc_liveness_probe(int timeout_ms) {
         if (len > (int)sizeof line - 1) len = (int)sizeof line - 1;
         say(line, len);
         ADD("%s{\"rank\": %d, \"host\": \"%s\", \"pid\": %d, \"verdict\": \"%s\"}", lost ? ", " : "", probe_rank[i],
-            c->host, (int)c->pid, verdict[i] == SHARC_LIVE_GONE ? "process gone" : "host unreachable");
+            c->host, (int)c->pid, v[i] == SHARC_LIVE_GONE ? "process gone" : "host unreachable");
         lost++;
     }
     ADD("]}");

@@ -85,7 +85,8 @@ static double mono_ms(void) {
 static void on_term(int sig) {
     if (atomic_load(&watching)) {
         const double t0 = mono_ms();
-        const int probed = sharc_liveness_probe(TERM_PROBE_MS);
+        bool fresh;
+        sharc_liveness_probe(TERM_PROBE_MS, &fresh);
         char what[400], line[900];
         sharc_activity_describe(what, sizeof what);
         int len = snprintf(line, sizeof line,
@@ -96,7 +97,7 @@ static void on_term(int sig) {
         ssize_t w = write(STDERR_FILENO, line, (size_t)len);
         (void)w;
         dump_and_say("terminated", what);
-        for (double left; probed >= 0 && (left = t0 + LINGER_MS - mono_ms()) > 0;) poll(NULL, 0, (int)left + 1);
+        for (double left; fresh && (left = t0 + LINGER_MS - mono_ms()) > 0;) poll(NULL, 0, (int)left + 1);
         _exit(128 + sig);
     }
     signal(sig, SIG_DFL);
@@ -126,8 +127,10 @@ static void *watch(void *arg) {
             since = now;
             continue;
         }
+        sharc_liveness_watch(s, now - since); /* note [liveness]: probe while every survivor waits */
         if (now - since < (double)limit) continue;
-        sharc_liveness_probe(WATCHDOG_PROBE_MS); /* note [liveness]: the lost ranks, before the line */
+        bool fresh;
+        sharc_liveness_probe(WATCHDOG_PROBE_MS, &fresh); /* note [liveness]: the lost ranks, before the line */
         char what[400], line[700];
         sharc_activity_describe(what, sizeof what);
         int len = snprintf(line, sizeof line,
