@@ -135,6 +135,11 @@ sharc_status sharc_model_plan(sharc_model *m, int B, int T, bool activation_chec
  * run each block's MLP over `tiles` chunks of rows (<= 1: untiled), keeping
  * no (B*T, F) intermediates; takes effect at the next sharc_model_plan. */
 void sharc_model_set_tiled_mlp(sharc_model *m, int tiles);
+/* Note [bf16-acts] (src/model/model.c): the param_dtype of the engine the
+ * model will run with (F32 until said). With bf16 on a device that computes
+ * in bf16, the next sharc_model_plan keeps the blocks' matrix-product inputs
+ * in bf16, and the model must then run with such an engine. */
+void sharc_model_set_param_dtype(sharc_model *m, sharc_dtype dt);
 /* The bytes sharc_model_plan(m, B, T, ac) allocates, without allocating
  * (the attention workspace at the current sharc_threads_get()). */
 int64_t sharc_model_activation_bytes(const sharc_model *m, int B, int T, bool activation_checkpointing);

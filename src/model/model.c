@@ -35,8 +35,9 @@
  * Note [bf16-compute]. With fsdp.param_dtype bf16 on a device whose table
  * can compute in bf16 (bf16_compute), the model runs on a copy of the table
  * whose matmul and LM-head slots are the *_bf16 variants (use_kernels, at
- * each entry point); every other kernel, the activations kept for backward
- * and the loss stay fp32. Otherwise the device's own table.
+ * each entry point); every other kernel and the loss stay fp32, and the
+ * saved product inputs are bf16 when planned so (note [bf16-acts]).
+ * Otherwise the device's own table.
  *
  * Note [families]. Qwen2, Qwen3, Mistral and Llama-3.1/3.2 are the Llama
  * block with options (sharc_model_config): qkv_bias adds q/k/v_proj.bias
@@ -98,6 +99,9 @@ typedef struct {
     float *fc;                        /* (N, F) MLP pre-activation (NULL with a tiled MLP) */
     float *fca;                       /* (N, Fa) MLP activation (NULL with a tiled MLP) */
     float *qkraw, *qkrstd;            /* qk_norm: (N, QKV) before the head norms, (N, NH+NKV) */
+    /* note [bf16-acts]: the saved products' inputs in bf16 (NULL in fp32);
+     * ln1, att, ln2 then point at the shared dtmp and fca at dfca */
+    uint16_t *ln1h, *atth, *ln2h, *fcah; /* (N,C), (N,AD), (N,C), (N,Fa) (fcah NULL with a tiled MLP) */
 } block_acts;
 
 struct sharc_model {
@@ -107,6 +111,13 @@ struct sharc_model {
     const sharc_kernels *k;    /* the table kernels run from: kdev or k16 (note [bf16-compute]) */
     const sharc_kernels *kdev; /* the device's kernel table */
     sharc_kernels k16;         /* kdev with the bf16 matmul and head slots */
+    sharc_dtype pdt;           /* the engine's param_dtype as sharc_model_set_param_dtype said (F32 until then) */
+    bool a16;                  /* note [bf16-acts]: planned with bf16 activations */
+    uint16_t *w16;             /* note [bf16-acts]: one block's matrices in bf16, converted once per gather */
+    const uint16_t *w16qkv, *w16o, *w16fc, *w16proj; /* inside w16 */
+    uint16_t *tfcah;                                 /* bf16-acts with a tiled MLP: one chunk's tfca in bf16 */
+    float *att32;   /* bf16-acts: the attention output widened for attention's backward (tmp, dfca or own) */
+    bool att32_own; /* att32 is its own allocation */
     int nunits;
     sharc_unit_spec *units;
     int *order;                  /* (nunits) note [unit-schedule] */
@@ -448,6 +459,11 @@ static void free_plan(sharc_model *m) {
     sharc_device_free(m->dev, m->x);
     for (int s = 0; s < m->nsets; s++) {
         block_acts *a = &m->sets[s];
+        if (m->a16) { /* note [bf16-acts]: aliases of dtmp and dfca */
+            a->ln1 = a->att = a->ln2 = a->fca = NULL;
+            uint16_t *h[] = {a->ln1h, a->atth, a->ln2h, a->fcah};
+            for (size_t i = 0; i < sizeof h / sizeof h[0]; i++) sharc_device_free(m->dev, h[i]);
+        }
         float *bufs[] = {a->ln1, a->ln1_mean, a->ln1_rstd, a->qkv, a->att, a->lse,   a->att_h, a->xmid,
                          a->ln2, a->ln2_mean, a->ln2_rstd, a->fc,  a->fca, a->qkraw, a->qkrstd};
         for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) sharc_device_free(m->dev, bufs[i]);
@@ -459,6 +475,12 @@ static void free_plan(sharc_model *m) {
                      m->dfca, m->att_ws,   m->head_ws,  m->rope_cos, m->rope_sin, m->tfc,   m->tfca, m->head_red};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) sharc_device_free(m->dev, bufs[i]);
     sharc_device_free(m->dev, m->loss);
+    sharc_device_free(m->dev, m->w16);
+    sharc_device_free(m->dev, m->tfcah);
+    if (m->att32_own) sharc_device_free(m->dev, m->att32);
+    m->w16 = m->tfcah = NULL;
+    m->att32 = NULL;
+    m->att32_own = m->a16 = false;
     sharc_device_free(m->dev, m->pk_cos);
     sharc_device_free(m->dev, m->pk_sin);
     sharc_device_free(m->dev, m->att_lo);
@@ -643,6 +665,51 @@ static float *act(sharc_model *m, int64_t n, bool *ok) {
  * (the gather stays per unit). */
 void sharc_model_set_tiled_mlp(sharc_model *m, int tiles) { m->tiles = tiles > 1 ? tiles : 1; }
 
+static uint16_t *act16(sharc_model *m, int64_t n, bool *ok) {
+    uint16_t *p = sharc_device_alloc(m->dev, (size_t)n * sizeof(uint16_t), SHARC_MEM_ACTIVATIONS);
+    if (!p) *ok = false;
+    return p;
+}
+
+/* Note [bf16-acts]. When the model computes in bf16 (note [bf16-compute])
+ * and was told so before its plan (sharc_model_set_param_dtype), the
+ * tensors a block keeps for backward only as a matrix product's input are
+ * kept in bf16: ln1 (the qkv product's), the attention output att (o_proj's;
+ * attention's backward reads it too, widened back), ln2 (the MLP's first
+ * product's) and the MLP hidden fca after GELU / SwiGLU (the down
+ * projection's). The products round exactly these inputs to bf16 anyway,
+ * so the forward is unchanged and the weight gradients see the same
+ * operands; what changes is attention's backward, whose D = rowsum(dO * O)
+ * now takes the bf16-rounded O (FlashAttention's bf16 path does the same).
+ * Each is computed in fp32 into a shared buffer (dtmp, free in forward and
+ * in a recompute; dfca for fca), rounded once into the set's bf16 copy, and
+ * the kernel table's *_b16 slots take the copy directly. Everything else
+ * stays fp32: the residual stream x and xmid, the norms' statistics, qkv
+ * (attention's input), the MLP pre-activation fc (GELU / SwiGLU's backward
+ * reads it), lse, the final norm's output and the loss. The block's four
+ * weight matrices are rounded once per gather into w16 (one block's worth,
+ * shared by the blocks: forward_body and the backward loop, before a
+ * recompute), where the *_bf16 slots rounded each weight in every call (a
+ * tiled MLP or a recompute called them several times per gather). Not with
+ * MoE layers or sequence parallelism (their kernels take fp32), nor on a
+ * device without the *_b16 slots; sharc_model_activation_bytes plans
+ * exactly these buffers. */
+static bool plans_bf16_acts(const sharc_model *m) {
+    return m->pdt == SHARC_DT_BF16 && m->kdev->bf16_compute() && m->kdev->matmul_forward_b16 && m->sp == 1 && !m->moe;
+}
+
+/* A block's four matrices (this rank's parts under tp), in elements. */
+static int64_t block_matrices(const sharc_model *m) {
+    return (int64_t)m->QKV * m->C + (int64_t)m->C * m->AD + (int64_t)m->F * m->C + (int64_t)m->C * m->Fa;
+}
+
+/* att32's own elements: none when tmp (N, C) or dfca (R, Fa) holds (N, AD). */
+static int64_t att32_own_numel(const sharc_model *m, int64_t N, int64_t R) {
+    return m->AD <= m->C || R * m->Fa >= N * m->AD ? 0 : N * m->AD;
+}
+
+void sharc_model_set_param_dtype(sharc_model *m, sharc_dtype dt) { m->pdt = dt; }
+
 /* Rows of MLP intermediates alive at once for N rows (N when untiled). */
 static int64_t mlp_rows(const sharc_model *m, int64_t N) {
     int64_t t = m->tiles > 1 ? m->tiles : 1;
@@ -656,13 +723,19 @@ int64_t sharc_model_activation_bytes(const sharc_model *m, int B, int T, bool ac
     int64_t sets = activation_checkpointing ? 1 : m->L;
     int64_t R = mlp_rows(m, N); /* note [tiled-mlp]: rows of MLP intermediates alive */
     bool tiled = R < N;
-    f += (int64_t)(m->L + 1) * N * C;                                               /* x */
-    const int64_t AD = m->AD;                                                       /* attention width NH hd */
-    f += sets * (3 * N * C + N * AD + 4 * N + N * m->QKV + (int64_t)B * m->NH * T); /* block_acts */
-    if (m->cfg.qk_norm) f += sets * (N * m->QKV + N * (m->NH + m->NKV));            /* qkraw, qkrstd */
-    if (!tiled) f += sets * (N * m->F + N * m->Fa);                                 /* fc, fca per set */
-    else f += R * m->F + R * m->Fa;                                                 /* tfc, tfca */
-    f += 2 * N + N * C;                                                             /* lnf, mean, rstd */
+    const bool a16 = plans_bf16_acts(m);                                 /* note [bf16-acts] */
+    int64_t h = 0;                                                       /* bf16 elements */
+    f += (int64_t)(m->L + 1) * N * C;                                    /* x */
+    const int64_t AD = m->AD;                                            /* attention width NH hd */
+    f += sets * (N * C + 4 * N + N * m->QKV + (int64_t)B * m->NH * T);   /* xmid, statistics, qkv, lse */
+    if (!a16) f += sets * (2 * N * C + N * AD);                          /* ln1, ln2, att */
+    else h += sets * (2 * N * C + N * AD) + block_matrices(m);           /* ln1h, ln2h, atth; w16 */
+    if (m->cfg.qk_norm) f += sets * (N * m->QKV + N * (m->NH + m->NKV)); /* qkraw, qkrstd */
+    if (!tiled) f += sets * (N * m->F + (a16 ? 0 : N * m->Fa));          /* fc, fca per set */
+    else f += R * m->F + R * m->Fa;                                      /* tfc, tfca */
+    if (a16) h += tiled ? R * m->Fa : sets * N * m->Fa;                  /* tfcah or fcah */
+    if (a16) f += att32_own_numel(m, N, R);
+    f += 2 * N + N * C; /* lnf, mean, rstd */
     f += 3 * N * C + N * (AD > C ? AD : C) + N * m->QKV + R * m->F +
          R * m->Fa;                            /* tmp, dres, dxmid, dtmp, dqkv, dfc, dfca */
     f += m->k->attention_workspace(T * m->sp); /* sp > 1 (Ulysses buffers) is not planned: note [memory-plan] */
@@ -674,7 +747,7 @@ int64_t sharc_model_activation_bytes(const sharc_model *m, int B, int T, bool ac
     f += 2 * (int64_t)T * (m->hd / 2 > 0 ? m->hd / 2 : 1); /* rope tables */
     f += 2 * N * (m->hd / 2 > 0 ? m->hd / 2 : 1);          /* note [packing]: per-token rope rows */
     f += (int64_t)B * T * m->sp + N;                       /* att_lo, pos_local (int32) */
-    return f * (int64_t)sizeof(float) + (int64_t)sizeof(double) +
+    return f * (int64_t)sizeof(float) + h * (int64_t)sizeof(uint16_t) + (int64_t)sizeof(double) +
            sharc_moe_activation_bytes(m->moe, N, (int)sets); /* + the loss scalar, the experts' (note [moe]) */
 }
 
@@ -686,6 +759,7 @@ sharc_status sharc_model_plan(sharc_model *m, int B, int T, bool activation_chec
     free_plan(m);
     m->B = B;
     m->T = T;
+    m->a16 = plans_bf16_acts(m); /* note [bf16-acts] */
     if (m->sp > 1) {
         SHARC_TRY(sharc_ulysses_init(&m->uly, m->dev, m->sp, m->sp_rank, B, T, m->NH, m->NKV, m->hd));
         m->uly.group = m->sp_group;
@@ -702,7 +776,17 @@ sharc_status sharc_model_plan(sharc_model *m, int B, int T, bool activation_chec
     if (!m->sets) return sharc_error(SHARC_ERR_NOMEM, "model: out of memory");
     for (int s = 0; s < m->nsets; s++) {
         block_acts *a = &m->sets[s];
-        a->ln1 = act(m, N * C, &ok);
+        if (m->a16) { /* note [bf16-acts]: the fp32 ln1, att, ln2, fca are shared buffers, aliased below */
+            a->ln1h = act16(m, N * C, &ok);
+            a->atth = act16(m, N * m->AD, &ok);
+            a->ln2h = act16(m, N * C, &ok);
+            if (!tiled) a->fcah = act16(m, N * m->Fa, &ok);
+        } else {
+            a->ln1 = act(m, N * C, &ok);
+            a->att = act(m, N * m->AD, &ok);
+            a->ln2 = act(m, N * C, &ok);
+            if (!tiled) a->fca = act(m, N * m->Fa, &ok);
+        }
         a->ln1_mean = act(m, N, &ok);
         a->ln1_rstd = act(m, N, &ok);
         if (m->sp > 1) {
@@ -711,16 +795,11 @@ sharc_status sharc_model_plan(sharc_model *m, int B, int T, bool activation_chec
         } else {
             a->qkv = act(m, N * m->QKV, &ok);
         }
-        a->att = act(m, N * m->AD, &ok);
         a->lse = act(m, (int64_t)B * m->NH * T, &ok); /* = B NHl (sp T) under sp */
         a->xmid = act(m, N * C, &ok);
-        a->ln2 = act(m, N * C, &ok);
         a->ln2_mean = act(m, N, &ok);
         a->ln2_rstd = act(m, N, &ok);
-        if (!tiled) {
-            a->fc = act(m, N * m->F, &ok);
-            a->fca = act(m, N * m->Fa, &ok);
-        }
+        if (!tiled) a->fc = act(m, N * m->F, &ok);
         if (m->cfg.qk_norm) {
             a->qkraw = act(m, N * m->QKV, &ok);
             a->qkrstd = act(m, N * (m->NH + m->NKV), &ok);
@@ -741,6 +820,17 @@ sharc_status sharc_model_plan(sharc_model *m, int B, int T, bool activation_chec
     m->dfc = act(m, m->tile_rows * m->F, &ok);
     m->dfca = act(m, m->tile_rows * m->Fa, &ok);
     m->att_ws = act(m, m->k->attention_workspace(T * m->sp), &ok);
+    if (m->a16) { /* note [bf16-acts] */
+        for (int s = 0; s < m->nsets; s++) {
+            block_acts *a = &m->sets[s];
+            a->ln1 = a->att = a->ln2 = m->dtmp;
+            if (!tiled) a->fca = m->dfca;
+        }
+        m->w16 = act16(m, block_matrices(m), &ok);
+        if (tiled) m->tfcah = act16(m, m->tile_rows * m->Fa, &ok);
+        m->att32_own = att32_own_numel(m, N, m->tile_rows) > 0;
+        m->att32 = m->att32_own ? act(m, N * m->AD, &ok) : m->AD <= C ? m->tmp : m->dfca;
+    }
     int64_t chunk = HEAD_CHUNK_BYTES / ((int64_t)m->Vl * (int64_t)sizeof(float));
     if (chunk < 16) chunk = 16;
     if (chunk > N) chunk = N;
@@ -921,13 +1011,52 @@ static void norm_bwd(const sharc_model *m, float *dx, float *dw, float *db, cons
     else m->k->rmsnorm_backward(m->s, dx, dw, dy, dres, x, w, rstd, N, m->C);
 }
 
-/* Note [tiled-mlp]: one chunk of n rows of the MLP input (ln2 rows) through
- * fc and the activation, into the shared chunk buffers tfc, tfca. */
-static void mlp_chunk_forward(sharc_model *m, const block_ptrs *w, const float *ln2, int64_t n) {
+/* Note [bf16-acts]: dst = src rounded to bf16 when the model keeps bf16
+ * activations (dst is NULL otherwise). */
+static void keep16(const sharc_model *m, uint16_t *dst, const float *src, int64_t n) {
+    if (dst) m->k->cast(m->s, dst, SHARC_DT_BF16, src, SHARC_DT_F32, n);
+}
+
+static const uint16_t *rows16(const uint16_t *p, int64_t off) { return p ? p + off : NULL; }
+
+/* y = x w^T + b: from the bf16 copies xh and wh when xh is given (note
+ * [bf16-acts]), else from x and w through the model's table. */
+static void mm_fwd(const sharc_model *m, float *y, const float *x, const uint16_t *xh, const float *w,
+                   const uint16_t *wh, const float *b, int64_t n, int ic, int oc) {
+    if (xh) m->kdev->matmul_forward_b16(m->s, y, xh, wh, b, n, ic, oc);
+    else m->k->matmul_forward(m->s, y, x, w, b, n, ic, oc);
+}
+
+static void mm_bwd(const sharc_model *m, float *dx, float *dw, float *db, const float *dy, const float *x,
+                   const uint16_t *xh, const float *w, const uint16_t *wh, int64_t n, int ic, int oc) {
+    if (xh) m->kdev->matmul_backward_b16(m->s, dx, dw, db, dy, xh, wh, n, ic, oc);
+    else m->k->matmul_backward(m->s, dx, dw, db, dy, x, w, n, ic, oc);
+}
+
+/* Note [bf16-acts]: the block's four matrices rounded once into w16, right
+ * after their gather. */
+static void weights16(sharc_model *m, const block_ptrs *w) {
+    if (!m->a16) return;
+    const float *src[4] = {w->wqkv, w->wo, w->wfc, w->wproj};
+    const int64_t n[4] = {(int64_t)m->QKV * m->C, (int64_t)m->C * m->AD, (int64_t)m->F * m->C, (int64_t)m->C * m->Fa};
+    const uint16_t **dst[4] = {&m->w16qkv, &m->w16o, &m->w16fc, &m->w16proj};
+    uint16_t *p = m->w16;
+    for (int i = 0; i < 4; i++) {
+        SHARC_PROF("weights16", m->k->cast(m->s, p, SHARC_DT_BF16, src[i], SHARC_DT_F32, n[i]));
+        *dst[i] = p;
+        p += n[i];
+    }
+}
+
+/* Note [tiled-mlp]: one chunk of n rows of the MLP input (ln2 rows, or their
+ * bf16 copy ln2h: note [bf16-acts]) through fc and the activation, into the
+ * shared chunk buffers tfc, tfca (and tfcah). */
+static void mlp_chunk_forward(sharc_model *m, const block_ptrs *w, const float *ln2, const uint16_t *ln2h, int64_t n) {
     const sharc_kernels *k = m->k;
-    SHARC_PROF("fwd.matmul.fc", k->matmul_forward(m->s, m->tfc, ln2, w->wfc, w->bfc, n, m->C, m->F));
+    SHARC_PROF("fwd.matmul.fc", mm_fwd(m, m->tfc, ln2, ln2h, w->wfc, m->w16fc, w->bfc, n, m->C, m->F));
     if (m->cfg.family == SHARC_FAMILY_LLAMA) SHARC_PROF("fwd.act", k->swiglu_forward(m->s, m->tfca, m->tfc, n, m->Fa));
     else SHARC_PROF("fwd.act", k->gelu_forward(m->s, m->tfca, m->tfc, n * m->Fa));
+    if (ln2h) SHARC_PROF("fwd.act", keep16(m, m->tfcah, m->tfca, n * m->Fa));
 }
 
 /* Qwen3's q_norm / k_norm: qkv = qkraw with each query and key head
@@ -988,12 +1117,14 @@ static void block_forward(sharc_model *m, const block_ptrs *w, block_acts *a, co
     int64_t N = (int64_t)B * T;
     bool llama = m->cfg.family == SHARC_FAMILY_LLAMA;
     SHARC_PROF("fwd.norm", norm_fwd(m, a->ln1, a->ln1_mean, a->ln1_rstd, x, w->ln1w, w->ln1b, N));
-    float *qkv = m->sp > 1 ? m->uly.qkv_seq : a->qkv; /* this rank's tokens */
+    SHARC_PROF("fwd.norm", keep16(m, a->ln1h, a->ln1, N * m->C)); /* note [bf16-acts] */
+    float *qkv = m->sp > 1 ? m->uly.qkv_seq : a->qkv;             /* this rank's tokens */
     if (w->qnw) { /* Qwen3: project into qkraw, normalise q and k heads into qkv (v copied) */
-        SHARC_PROF("fwd.matmul.qkv", k->matmul_forward(s, a->qkraw, a->ln1, w->wqkv, w->bqkv, N, m->C, m->QKV));
+        SHARC_PROF("fwd.matmul.qkv",
+                   mm_fwd(m, a->qkraw, a->ln1, a->ln1h, w->wqkv, m->w16qkv, w->bqkv, N, m->C, m->QKV));
         SHARC_PROF("fwd.qknorm", qk_norm_fwd(m, w, a, qkv, N));
     } else {
-        SHARC_PROF("fwd.matmul.qkv", k->matmul_forward(s, qkv, a->ln1, w->wqkv, w->bqkv, N, m->C, m->QKV));
+        SHARC_PROF("fwd.matmul.qkv", mm_fwd(m, qkv, a->ln1, a->ln1h, w->wqkv, m->w16qkv, w->bqkv, N, m->C, m->QKV));
     }
     if (llama && m->packed) /* note [packing]: one table row per token */
         SHARC_PROF("fwd.rope", k->rope_forward(s, qkv, m->pk_cos, m->pk_sin, 1, B * T, m->NH, m->NKV, m->hd));
@@ -1009,11 +1140,13 @@ static void block_forward(sharc_model *m, const block_ptrs *w, block_acts *a, co
     } else {
         SHARC_PROF("fwd.attention",
                    k->attention_forward(s, a->att, a->lse, a->qkv, lo, B, T, m->NH, m->NKV, m->hd, m->att_ws));
+        SHARC_PROF("fwd.attention", keep16(m, a->atth, a->att, N * m->AD));
     }
-    SHARC_PROF("fwd.matmul.attproj", k->matmul_forward(s, m->tmp, a->att, w->wo, w->bo, N, m->AD, m->C));
+    SHARC_PROF("fwd.matmul.attproj", mm_fwd(m, m->tmp, a->att, a->atth, w->wo, m->w16o, w->bo, N, m->AD, m->C));
     SHARC_PROF("fwd.tp", sharc_tp_all_reduce(m->tp_group, m->tmp, N * m->C)); /* note [tp]: g */
     SHARC_PROF("fwd.residual", k->add(s, a->xmid, x, m->tmp, N * m->C));
     SHARC_PROF("fwd.norm", norm_fwd(m, a->ln2, a->ln2_mean, a->ln2_rstd, a->xmid, w->ln2w, w->ln2b, N));
+    SHARC_PROF("fwd.norm", keep16(m, a->ln2h, a->ln2, N * m->C));
     if (w->is_moe) { /* note [moe]: a recompute (y NULL) refills the set too */
         SHARC_PROF("fwd.moe", moe_mlp_forward(m, w, (int)(a - m->sets), m->tmp, a->ln2, N, y == NULL));
         if (y) SHARC_PROF("fwd.residual", k->add(s, y, a->xmid, m->tmp, N * m->C));
@@ -1026,19 +1159,20 @@ static void block_forward(sharc_model *m, const block_ptrs *w, block_acts *a, co
         if (!y) return;
         for (int64_t r0 = 0; r0 < N; r0 += m->tile_rows) {
             int64_t n = N - r0 < m->tile_rows ? N - r0 : m->tile_rows;
-            mlp_chunk_forward(m, w, a->ln2 + r0 * m->C, n);
-            SHARC_PROF("fwd.matmul.fcproj",
-                       k->matmul_forward(s, m->tmp + r0 * m->C, m->tfca, w->wproj, w->bproj, n, m->Fa, m->C));
+            mlp_chunk_forward(m, w, a->ln2 + r0 * m->C, rows16(a->ln2h, r0 * m->C), n);
+            SHARC_PROF("fwd.matmul.fcproj", mm_fwd(m, m->tmp + r0 * m->C, m->tfca, m->tfcah, w->wproj, m->w16proj,
+                                                   w->bproj, n, m->Fa, m->C));
         }
         SHARC_PROF("fwd.tp", sharc_tp_all_reduce(m->tp_group, m->tmp, N * m->C));
         SHARC_PROF("fwd.residual", k->add(s, y, a->xmid, m->tmp, N * m->C));
         return;
     }
-    SHARC_PROF("fwd.matmul.fc", k->matmul_forward(s, a->fc, a->ln2, w->wfc, w->bfc, N, m->C, m->F));
+    SHARC_PROF("fwd.matmul.fc", mm_fwd(m, a->fc, a->ln2, a->ln2h, w->wfc, m->w16fc, w->bfc, N, m->C, m->F));
     if (llama) SHARC_PROF("fwd.act", k->swiglu_forward(s, a->fca, a->fc, N, m->Fa));
     else SHARC_PROF("fwd.act", k->gelu_forward(s, a->fca, a->fc, N * m->Fa));
+    SHARC_PROF("fwd.act", keep16(m, a->fcah, a->fca, N * m->Fa));
     if (!y) return; /* recomputing for backward: the block output is not needed */
-    SHARC_PROF("fwd.matmul.fcproj", k->matmul_forward(s, m->tmp, a->fca, w->wproj, w->bproj, N, m->Fa, m->C));
+    SHARC_PROF("fwd.matmul.fcproj", mm_fwd(m, m->tmp, a->fca, a->fcah, w->wproj, m->w16proj, w->bproj, N, m->Fa, m->C));
     SHARC_PROF("fwd.tp", sharc_tp_all_reduce(m->tp_group, m->tmp, N * m->C));
     SHARC_PROF("fwd.residual", k->add(s, y, a->xmid, m->tmp, N * m->C));
 }
@@ -1091,23 +1225,25 @@ static void block_backward(sharc_model *m, const block_ptrs *w, const block_ptrs
     for (int64_t r0 = 0; r0 < N && !w->is_moe; r0 += m->tile_rows) {
         int64_t n = N - r0 < m->tile_rows ? N - r0 : m->tile_rows;
         const float *fc = a->fc, *fca = a->fca;
+        const uint16_t *fcah = a->fcah, *ln2h = rows16(a->ln2h, r0 * m->C); /* note [bf16-acts] */
         if (m->tile_rows < N) {
-            mlp_chunk_forward(m, w, a->ln2 + r0 * m->C, n);
+            mlp_chunk_forward(m, w, a->ln2 + r0 * m->C, ln2h, n);
             fc = m->tfc;
             fca = m->tfca;
+            fcah = m->tfcah;
         }
-        SHARC_PROF("bwd.matmul.fcproj",
-                   k->matmul_backward(s, m->dfca, g->wproj, g->bproj, dres + r0 * m->C, fca, w->wproj, n, m->Fa, m->C));
+        SHARC_PROF("bwd.matmul.fcproj", mm_bwd(m, m->dfca, g->wproj, g->bproj, dres + r0 * m->C, fca, fcah, w->wproj,
+                                               m->w16proj, n, m->Fa, m->C));
         if (llama) SHARC_PROF("bwd.act", k->swiglu_backward(s, m->dfc, m->dfca, fc, n, m->Fa));
         else SHARC_PROF("bwd.act", k->gelu_backward(s, m->dfc, m->dfca, fc, n * m->Fa));
-        SHARC_PROF("bwd.matmul.fc", k->matmul_backward(s, m->dtmp + r0 * m->C, g->wfc, g->bfc, m->dfc,
-                                                       a->ln2 + r0 * m->C, w->wfc, n, m->C, m->F));
+        SHARC_PROF("bwd.matmul.fc", mm_bwd(m, m->dtmp + r0 * m->C, g->wfc, g->bfc, m->dfc, a->ln2 + r0 * m->C, ln2h,
+                                           w->wfc, m->w16fc, n, m->C, m->F));
     }
     SHARC_PROF("bwd.tp", sharc_tp_all_reduce(m->tp_group, m->dtmp, N * m->C)); /* note [tp]: f */
     SHARC_PROF("bwd.norm",
                norm_bwd(m, m->dxmid, g->ln2w, g->ln2b, m->dtmp, dres, a->xmid, w->ln2w, a->ln2_mean, a->ln2_rstd, N));
     SHARC_PROF("bwd.matmul.attproj",
-               k->matmul_backward(s, m->dtmp, g->wo, g->bo, m->dxmid, a->att, w->wo, N, m->AD, m->C));
+               mm_bwd(m, m->dtmp, g->wo, g->bo, m->dxmid, a->att, a->atth, w->wo, m->w16o, N, m->AD, m->C));
     if (m->sp > 1) { /* note [ulysses], mirrored */
         sharc_ulysses *u = &m->uly;
         SHARC_PROF("bwd.ulysses", sharc_ulysses_datt_to_heads(u, u->datt_h, m->dtmp));
@@ -1115,7 +1251,12 @@ static void block_backward(sharc_model *m, const block_ptrs *w, const block_ptrs
                                                           u->Tf, u->NHl, u->NKVl, m->hd, m->att_ws));
         SHARC_PROF("bwd.ulysses", sharc_ulysses_dqkv_to_tokens(u, m->dqkv, u->dqkv_h));
     } else {
-        SHARC_PROF("bwd.attention", k->attention_backward(s, m->dqkv, m->dtmp, a->qkv, a->att, a->lse, lo, B, T, m->NH,
+        const float *att = a->att;
+        if (a->atth) { /* note [bf16-acts]: widened back (a->att is dtmp, now datt) */
+            SHARC_PROF("bwd.attention", k->cast(s, m->att32, SHARC_DT_F32, a->atth, SHARC_DT_BF16, N * m->AD));
+            att = m->att32;
+        }
+        SHARC_PROF("bwd.attention", k->attention_backward(s, m->dqkv, m->dtmp, a->qkv, att, a->lse, lo, B, T, m->NH,
                                                           m->NKV, m->hd, m->att_ws));
     }
     if (llama && m->packed)
@@ -1133,7 +1274,7 @@ static void block_backward(sharc_model *m, const block_ptrs *w, const block_ptrs
         if (tp_sum) SHARC_PROF("bwd.tp", tp_qk_norm_grads(m, g, true));
     }
     SHARC_PROF("bwd.matmul.qkv",
-               k->matmul_backward(s, m->dtmp, g->wqkv, g->bqkv, m->dqkv, a->ln1, w->wqkv, N, m->C, m->QKV));
+               mm_bwd(m, m->dtmp, g->wqkv, g->bqkv, m->dqkv, a->ln1, a->ln1h, w->wqkv, m->w16qkv, N, m->C, m->QKV));
     SHARC_PROF("bwd.tp", sharc_tp_all_reduce(m->tp_group, m->dtmp, N * m->C));
     SHARC_PROF("bwd.norm",
                norm_bwd(m, dres, g->ln1w, g->ln1b, m->dtmp, m->dxmid, x, w->ln1w, a->ln1_mean, a->ln1_rstd, N));
@@ -1208,7 +1349,13 @@ bool sharc_model_computes_bf16(const sharc_model *m, const sharc_fsdp *e) {
 }
 
 static void use_kernels(sharc_model *m, const sharc_fsdp *e) {
-    m->k = sharc_model_computes_bf16(m, e) ? &m->k16 : m->kdev;
+    bool b = sharc_model_computes_bf16(m, e);
+    m->k = b ? &m->k16 : m->kdev;
+    if (m->a16 && !b) /* note [bf16-acts] */
+        sharc_fatal(__FILE__, __LINE__,
+                    "model: planned with bf16 activations (sharc_model_set_param_dtype bf16) but its engine computes "
+                    "in fp32 (param_dtype %s); plan again",
+                    sharc_dtype_st_name(sharc_fsdp_param_dtype(e)));
 }
 
 /* Embedding and blocks; with `store` false every block reuses set 0. */
@@ -1234,6 +1381,7 @@ static void forward_body(sharc_model *m, sharc_fsdp *e, const int32_t *inputs, i
     sharc_fsdp_forward_done(e, 0);
     for (int l = 0; l < m->L; l++) {
         block_ptrs w = block_view(m, l, (float *)sharc_fsdp_gather(e, 1 + l), false);
+        weights16(m, &w); /* note [bf16-acts] */
         block_acts *a = &m->sets[store && !m->ac ? l : 0];
         block_forward(m, &w, a, xl(m, l), xl(m, l + 1), B, T);
         sharc_fsdp_forward_done(e, 1 + l);
@@ -1291,6 +1439,7 @@ double sharc_model_forward_backward(sharc_model *m, sharc_fsdp *e, const int32_t
         }
         w = block_view(m, l, (float *)sharc_fsdp_gather(e, 1 + l), false);
         block_ptrs g = block_view(m, l, sharc_fsdp_grad(e, 1 + l), true);
+        weights16(m, &w); /* note [bf16-acts]: once for the recompute and the backward */
         if (m->ac && expert_unit(m, l, 0) < 0) block_forward(m, &w, a, xl(m, l), NULL, B, T); /* recompute */
         block_backward(m, &w, &g, a, xl(m, l), m->dres);
         sharc_fsdp_backward_done(e, 1 + l);
@@ -1446,7 +1595,7 @@ static void block_forward_cached(sharc_model *m, int l, const block_ptrs *w, con
     } else { /* a tiled MLP (note [tiled-mlp]): its chunk buffers, tile_rows rows at a time */
         for (int64_t r0 = 0; r0 < n; r0 += m->tile_rows) {
             int64_t nr = n - r0 < m->tile_rows ? n - r0 : m->tile_rows;
-            mlp_chunk_forward(m, w, a->ln2 + r0 * m->C, nr);
+            mlp_chunk_forward(m, w, a->ln2 + r0 * m->C, NULL, nr);
             k->matmul_forward(s, m->tmp + r0 * m->C, m->tfca, w->wproj, w->bproj, nr, m->Fa, m->C);
         }
     }
