@@ -8,6 +8,7 @@
  * there, every kernel test runs it too. */
 #include "kernel_table.h"
 #include "test.h"
+#include "sharc/alloc.h"
 #include "sharc/blas.h"
 #include "../src/device/device_impl.h"
 #include "sharc/dtype.h"
@@ -105,6 +106,20 @@ static void matmul_case(int64_t N, int IC, int OC) {
         ASSERT_TRUE(rel_err(dw, dwrf, (int64_t)OC * IC) < 1e-5);
         /* the bias gradient sums the fp32 dy, as fp32 does */
         ASSERT_ALLCLOSE(db, db32, OC, 1e-6, 1e-7);
+        /* note [bf16-acts]: the *_b16 slots on x and w given in bf16 give the
+         * same bits as the float slots, which round them per call */
+        uint16_t *xh = malloc(sizeof(uint16_t) * (size_t)(N * IC)), *wh = malloc(sizeof(uint16_t) * (size_t)OC * IC);
+        sharc_from_f32(xh, x, SHARC_DT_BF16, N * IC);
+        sharc_from_f32(wh, w, SHARC_DT_BF16, (int64_t)OC * IC);
+        float *y2 = malloc(sizeof(float) * (size_t)(N * OC)), *dx2 = malloc(sizeof(float) * (size_t)(N * IC));
+        float *dw2 = copy_of(dw0, (int64_t)OC * IC), *db2 = copy_of(db0, OC);
+        k->matmul_forward_b16(ks(), y2, xh, wh, b, N, IC, OC);
+        k->matmul_backward_b16(ks(), dx2, dw2, db2, dy, xh, wh, N, IC, OC);
+        ASSERT_TRUE(!memcmp(y2, y, sizeof(float) * (size_t)(N * OC)));
+        ASSERT_TRUE(!memcmp(dx2, dx, sizeof(float) * (size_t)(N * IC)));
+        ASSERT_TRUE(!memcmp(dw2, dw, sizeof(float) * (size_t)OC * IC));
+        ASSERT_TRUE(!memcmp(db2, db, sizeof(float) * (size_t)OC));
+        free(xh), free(wh), free(y2), free(dx2), free(dw2), free(db2);
         free(y), free(dx), free(dw), free(db), free(yrf), free(dxrf), free(dwrf);
     }
     free(x), free(w), free(b), free(dy), free(dw0), free(db0), free(y32), free(dx32), free(dw32), free(db32);
@@ -167,7 +182,11 @@ typedef struct {
     sharc_fsdp *e;
 } engine_ctx;
 
-static void model_setup(engine_ctx *x, sharc_family f, sharc_dtype pdt, int B, int T) {
+/* a16: tell the model its param_dtype before the plan (note [bf16-acts]:
+ * bf16 activations when computing in bf16); ac, tiles: checkpointing and
+ * the tiled MLP; hd: Llama's head_dim (0: C / heads). */
+static void model_setup_opts(engine_ctx *x, sharc_family f, sharc_dtype pdt, int B, int T, bool a16, bool ac, int tiles,
+                             int hd) {
     sharc_model_config c;
     sharc_model_config_default(&c, f);
     c.num_layers = 2;
@@ -179,8 +198,11 @@ static void model_setup(engine_ctx *x, sharc_family f, sharc_dtype pdt, int B, i
     c.max_seq_len = 16;
     c.init_std = 0.2f;
     c.tie_embeddings = f == SHARC_FAMILY_GPT2;
+    if (f == SHARC_FAMILY_LLAMA && hd) c.head_dim = hd;
     ASSERT_OK(sharc_model_init(&x->m, &c, NULL));
-    ASSERT_OK(sharc_model_plan(x->m, B, T, false));
+    if (a16) sharc_model_set_param_dtype(x->m, pdt);
+    sharc_model_set_tiled_mlp(x->m, tiles);
+    ASSERT_OK(sharc_model_plan(x->m, B, T, ac));
     sharc_fsdp_config fc;
     sharc_fsdp_config_default(&fc);
     fc.param_dtype = pdt;
@@ -188,6 +210,10 @@ static void model_setup(engine_ctx *x, sharc_family f, sharc_dtype pdt, int B, i
                               &fc, NULL, sharc_model_device(x->m)));
     sharc_fsdp_init_params(x->e, 42);
     sharc_fsdp_zero_grad(x->e);
+}
+
+static void model_setup(engine_ctx *x, sharc_family f, sharc_dtype pdt, int B, int T) {
+    model_setup_opts(x, f, pdt, B, T, false, false, 1, 0);
 }
 
 static void model_free(engine_ctx *x) {
@@ -280,4 +306,113 @@ TEST(bf16_slots_fall_back_to_fp32) {
     ASSERT_TRUE(!kt()->bf16_compute());
     sharc_bf16_mode_set(SHARC_BF16_EMULATED);
     ASSERT_TRUE(kt()->bf16_compute());
+}
+
+/* ------------------------------------------------- bf16 activations */
+
+/* The largest per-parameter ||ga - gb|| / ||gb|| over the model's gradients. */
+static double worst_grad_err(const engine_ctx *a, const engine_ctx *b) {
+    double worst = 0.0;
+    for (int u = 0; u < sharc_fsdp_num_units(a->e); u++) {
+        const sharc_unit_spec *s = sharc_fsdp_unit_spec(a->e, u);
+        const float *ga = sharc_fsdp_shard_grads(a->e, u), *gb = sharc_fsdp_shard_grads(b->e, u);
+        for (int i = 0; i < s->nparams; i++) {
+            const sharc_param_spec *p = &s->params[i];
+            double d = 0.0, n = 0.0;
+            for (int64_t k = 0; k < p->numel; k++) {
+                double e = (double)ga[p->offset + k] - gb[p->offset + k];
+                d += e * e;
+                n += (double)gb[p->offset + k] * gb[p->offset + k];
+            }
+            double r = n > 0 ? sqrt(d / n) : sqrt(d);
+            if (r > worst) worst = r;
+        }
+    }
+    return worst;
+}
+
+/* One bf16-activation model (note [bf16-acts]) set up and run, its planned
+ * activation bytes checked against what its plan allocated. */
+static double run_acts16(engine_ctx *x, sharc_family f, bool ac, int tiles, int hd, const int32_t *in,
+                         const int32_t *tg) {
+    sharc_mem_stats s0, s1;
+    sharc_mem_get(&s0);
+    model_setup_opts(x, f, SHARC_DT_BF16, 2, 13, true, ac, tiles, hd);
+    sharc_mem_get(&s1);
+    int64_t got = s1.current[SHARC_MEM_ACTIVATIONS] - s0.current[SHARC_MEM_ACTIVATIONS];
+    if (got != sharc_model_activation_bytes(x->m, 2, 13, ac))
+        TEST_FAIL_AT("family %d ac %d tiles %d hd %d: %lld bytes of activations allocated, %lld planned", (int)f, ac,
+                     tiles, hd, (long long)got, (long long)sharc_model_activation_bytes(x->m, 2, 13, ac));
+    return sharc_model_forward_backward(x->m, x->e, in, tg, 1.0f / 25);
+}
+
+/* Note [bf16-acts] under SHARC_BF16=emulate, on odd sizes: the forward reads
+ * exactly the bf16 values the per-call rounding gave (the loss equal to the
+ * bit to bf16 compute on fp32 activations); gradients within 2e-2 of fp32
+ * compute; checkpointing recomputes the same bits; the tiled MLP within fp32
+ * summation order; fewer activation bytes, planned = allocated. hd: Llama's
+ * head_dim, making the attention output wider than C (the widened copy in
+ * dfca, or in its own buffer). */
+static void acts16_case(sharc_family f, int hd) {
+    int32_t in[26], tg[26];
+    for (int i = 0; i < 26; i++) {
+        in[i] = (int32_t)(sharc_rng_u64(5, 1, (uint64_t)i) % 37);
+        tg[i] = (int32_t)(sharc_rng_u64(5, 2, (uint64_t)i) % 37);
+    }
+    tg[3] = -1;
+    engine_ctx a, b, d, dac, dt;
+    sharc_bf16_mode_set(SHARC_BF16_NONE); /* a: fp32 compute on bf16 weights */
+    model_setup_opts(&a, f, SHARC_DT_BF16, 2, 13, false, false, 1, hd);
+    double la = sharc_model_forward_backward(a.m, a.e, in, tg, 1.0f / 25);
+    sharc_bf16_mode_set(SHARC_BF16_EMULATED); /* b: bf16 compute on fp32 activations */
+    model_setup_opts(&b, f, SHARC_DT_BF16, 2, 13, false, false, 1, hd);
+    double lb = sharc_model_forward_backward(b.m, b.e, in, tg, 1.0f / 25);
+    double ld = run_acts16(&d, f, false, 1, hd, in, tg);
+    double lac = run_acts16(&dac, f, true, 1, hd, in, tg);
+    double lt = run_acts16(&dt, f, false, 3, hd, in, tg);
+    int64_t bytes_b = sharc_model_activation_bytes(b.m, 2, 13, false),
+            bytes_d = sharc_model_activation_bytes(d.m, 2, 13, false);
+    double e_fp32 = worst_grad_err(&d, &a), e_b = worst_grad_err(&d, &b), e_ac = worst_grad_err(&dac, &d);
+    double e_tiles = worst_grad_err(&dt, &d);
+    fprintf(stderr,
+            "  family %d hd %d: loss fp32 %a, bf16 %a, bf16 acts %a; gradients vs fp32 %.2e, vs fp32 acts %.2e, "
+            "checkpointed %.2e, tiled %.2e; activations %lld -> %lld bytes\n",
+            (int)f, hd, la, lb, ld, e_fp32, e_b, e_ac, e_tiles, (long long)bytes_b, (long long)bytes_d);
+    ASSERT_TRUE(ld == lb);
+    ASSERT_TRUE(lac == ld);
+    ASSERT_NEAR(lt, ld, 1e-5, 1e-6);
+    ASSERT_TRUE(e_fp32 < 2e-2 && e_fp32 > 0);
+    ASSERT_TRUE(e_b < 2e-2 && e_b > 0); /* attention's backward now reads the bf16 output */
+    ASSERT_TRUE(e_ac == 0.0);
+    ASSERT_TRUE(e_tiles < 1e-4);
+    /* the bytes saved, exactly: ln1, att, ln2 and fca of the 2 blocks at 2
+     * bytes instead of 4, less one block's matrices in bf16 and the widened
+     * attention output when neither tmp nor dfca holds it (a model this small
+     * has more weight than activations: 124M at T = 256 in bench/memory.sh) */
+    const int64_t N = 26, C = 48, H = f == SHARC_FAMILY_LLAMA ? (hd ? hd : 16) : 16;
+    const int64_t AD = 3 * H, QKV = f == SHARC_FAMILY_LLAMA ? 5 * H : 3 * C;
+    const int64_t Fa = f == SHARC_FAMILY_LLAMA ? 70 : 4 * C, F = f == SHARC_FAMILY_LLAMA ? 140 : 4 * C;
+    int64_t want = 2 * (2 * N * C + N * AD + N * Fa) * 2 - (QKV * C + C * AD + F * C + C * Fa) * 2;
+    if (AD > C && Fa < AD) want -= N * AD * 4;
+    ASSERT_EQ(bytes_b - bytes_d, want);
+    model_free(&a), model_free(&b), model_free(&d), model_free(&dac), model_free(&dt);
+}
+
+TEST(bf16_acts_gpt2_match_fp32) { acts16_case(SHARC_FAMILY_GPT2, 0); }
+TEST(bf16_acts_llama_match_fp32) {
+    acts16_case(SHARC_FAMILY_LLAMA, 0);
+    acts16_case(SHARC_FAMILY_LLAMA, 20); /* attention 60 wide > C 48: widened into dfca (70 wide) */
+    acts16_case(SHARC_FAMILY_LLAMA, 32); /* 96 wide: its own buffer */
+}
+
+/* Without bf16 compute (the mode NONE: a CPU without bf16 instructions) the
+ * plan keeps fp32 activations: the same bytes as an fp32 plan. */
+TEST(bf16_acts_off_without_bf16_compute) {
+    engine_ctx a, b;
+    sharc_bf16_mode_set(SHARC_BF16_NONE);
+    model_setup_opts(&a, SHARC_FAMILY_GPT2, SHARC_DT_BF16, 2, 13, true, false, 1, 0);
+    model_setup_opts(&b, SHARC_FAMILY_GPT2, SHARC_DT_F32, 2, 13, false, false, 1, 0);
+    ASSERT_EQ(sharc_model_activation_bytes(a.m, 2, 13, false), sharc_model_activation_bytes(b.m, 2, 13, false));
+    sharc_bf16_mode_set(SHARC_BF16_EMULATED);
+    model_free(&a), model_free(&b);
 }

@@ -217,6 +217,15 @@ typedef struct sharc_kernels {
                                  const float *w, int64_t N, int IC, int OC);
     void (*lmhead_xent_bf16)(sharc_stream *s, double *loss_sum, float *dx, float *dw, const float *x, const float *w,
                              const int32_t *targets, float scale, int64_t N, int C, int V, float *ws, int64_t chunk);
+    /* matmul_forward_bf16 and matmul_backward_bf16 with x and w given in
+     * bf16 already (raw 16-bit words: the model's bf16 activations and its
+     * weights converted once per gather, note [bf16-acts] in
+     * src/model/model.c); dy, y, dx, dw, b, db fp32, dy rounded to bf16 for
+     * the products. (optional: NULL, the model then keeps fp32 activations) */
+    void (*matmul_forward_b16)(sharc_stream *s, float *y, const uint16_t *x, const uint16_t *w, const float *b,
+                               int64_t N, int IC, int OC);
+    void (*matmul_backward_b16)(sharc_stream *s, float *dx, float *dw, float *db, const float *dy, const uint16_t *x,
+                                const uint16_t *w, int64_t N, int IC, int OC);
 } sharc_kernels;
 
 #ifdef __cplusplus

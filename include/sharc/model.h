@@ -81,6 +81,9 @@ sharc_status sharc_model_config_validate(sharc_model_config *c);
 const char *sharc_family_name(sharc_family f);
 /* Parameters, and the matmul parameters that MFU counts (PaLM's N). */
 int64_t sharc_model_num_params(const sharc_model_config *c);
+/* Hugging Face stores parameter `name` of a `family` model transposed, (in,
+ * out): GPT-2's Conv1D weights (note [param-table] in src/model/params.c). */
+bool sharc_model_param_hf_transposed(sharc_family family, const char *name);
 /* Training FLOPs per token: 6 * N_matmul + 12 * L * (num_heads * head_dim) * T (PaLM, appendix B). */
 double sharc_model_flops_per_token(const sharc_model_config *c, int T);
 
@@ -135,6 +138,11 @@ sharc_status sharc_model_plan(sharc_model *m, int B, int T, bool activation_chec
  * run each block's MLP over `tiles` chunks of rows (<= 1: untiled), keeping
  * no (B*T, F) intermediates; takes effect at the next sharc_model_plan. */
 void sharc_model_set_tiled_mlp(sharc_model *m, int tiles);
+/* Note [bf16-acts] (src/model/model.c): the param_dtype of the engine the
+ * model will run with (F32 until said). With bf16 on a device that computes
+ * in bf16, the next sharc_model_plan keeps the blocks' matrix-product inputs
+ * in bf16, and the model must then run with such an engine. */
+void sharc_model_set_param_dtype(sharc_model *m, sharc_dtype dt);
 /* The bytes sharc_model_plan(m, B, T, ac) allocates, without allocating
  * (the attention workspace at the current sharc_threads_get()). */
 int64_t sharc_model_activation_bytes(const sharc_model *m, int B, int T, bool activation_checkpointing);

@@ -301,7 +301,9 @@ static void accumulate_by_sum_ranks(sharc_stream *s, float *dst, const float *sr
     X(bf16_compute, 0) \
     X(matmul_forward_bf16, 0) \
     X(matmul_backward_bf16, 0) \
-    X(lmhead_xent_bf16, 0)
+    X(lmhead_xent_bf16, 0) \
+    X(matmul_forward_b16, 0) \
+    X(matmul_backward_b16, 0)
 // clang-format on
 
 #define COUNT_SLOT(name, required) +1
@@ -319,6 +321,8 @@ sharc_status sharc_device_kernels_complete(const char *backend, sharc_kernels *k
     if (!k->accumulate) k->accumulate = accumulate_by_sum_ranks;
     /* without bf16 kernels a device computes in fp32 (and says so: bf16_compute false) */
     if (!k->matmul_forward_bf16 || !k->matmul_backward_bf16 || !k->lmhead_xent_bf16) k->bf16_compute = NULL;
+    if (!k->bf16_compute || !k->matmul_forward_b16 || !k->matmul_backward_b16)
+        k->matmul_forward_b16 = NULL, k->matmul_backward_b16 = NULL; /* both or neither */
     if (!k->bf16_compute) k->bf16_compute = no_bf16_compute;
     if (!k->matmul_forward_bf16) k->matmul_forward_bf16 = k->matmul_forward;
     if (!k->matmul_backward_bf16) k->matmul_backward_bf16 = k->matmul_backward;

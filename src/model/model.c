@@ -35,8 +35,9 @@
  * Note [bf16-compute]. With fsdp.param_dtype bf16 on a device whose table
  * can compute in bf16 (bf16_compute), the model runs on a copy of the table
  * whose matmul and LM-head slots are the *_bf16 variants (use_kernels, at
- * each entry point); every other kernel, the activations kept for backward
- * and the loss stay fp32. Otherwise the device's own table.
+ * each entry point); every other kernel and the loss stay fp32, and the
+ * saved product inputs are bf16 when planned so (note [bf16-acts]).
+ * Otherwise the device's own table.
  *
  * Note [families]. Qwen2, Qwen3, Mistral and Llama-3.1/3.2 are the Llama
  * block with options (sharc_model_config): qkv_bias adds q/k/v_proj.bias
@@ -45,8 +46,8 @@
  * the projection and RoPE; head_dim may differ from embed_dim / num_heads
  * (o_proj is then (C, NH*hd)); rope_factor > 0 selects Llama-3's RoPE
  * scaling, whose tables are computed on the host at plan time. These
- * parameters follow the plain Llama's nine in a block unit, so its indices
- * stay fixed. sliding_window W > 0 limits every layer's attention to the W
+ * parameters are rows of Llama's table after the plain Llama's (note
+ * [param-table] in params.c), so a plain Llama's layout stays fixed. sliding_window W > 0 limits every layer's attention to the W
  * keys i - W < j <= i (Hugging Face's sliding_window_overlay), through the
  * mask of note [packing]. The Hugging Face model_type each combination
  * exports as, and every config.json key, are in src/io/hf.c (note [hf-keys]).
@@ -71,10 +72,12 @@
 #include "sharc/log.h"
 #include "sharc/prof.h"
 #include "moe.h"
+#include "params.h"
 #include "tp.h"
 #include "ulysses.h"
 
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -98,6 +101,9 @@ typedef struct {
     float *fc;                        /* (N, F) MLP pre-activation (NULL with a tiled MLP) */
     float *fca;                       /* (N, Fa) MLP activation (NULL with a tiled MLP) */
     float *qkraw, *qkrstd;            /* qk_norm: (N, QKV) before the head norms, (N, NH+NKV) */
+    /* note [bf16-acts]: the saved products' inputs in bf16 (NULL in fp32);
+     * ln1, att, ln2 then point at the shared dtmp and fca at dfca */
+    uint16_t *ln1h, *atth, *ln2h, *fcah; /* (N,C), (N,AD), (N,C), (N,Fa) (fcah NULL with a tiled MLP) */
 } block_acts;
 
 struct sharc_model {
@@ -107,16 +113,22 @@ struct sharc_model {
     const sharc_kernels *k;    /* the table kernels run from: kdev or k16 (note [bf16-compute]) */
     const sharc_kernels *kdev; /* the device's kernel table */
     sharc_kernels k16;         /* kdev with the bf16 matmul and head slots */
+    sharc_dtype pdt;           /* the engine's param_dtype as sharc_model_set_param_dtype said (F32 until then) */
+    bool a16;                  /* note [bf16-acts]: planned with bf16 activations */
+    uint16_t *w16;             /* note [bf16-acts]: one block's matrices in bf16, converted once per gather */
+    const uint16_t *w16qkv, *w16o, *w16fc, *w16proj; /* inside w16 */
+    uint16_t *tfcah;                                 /* bf16-acts with a tiled MLP: one chunk's tfca in bf16 */
+    float *att32;   /* bf16-acts: the attention output widened for attention's backward (tmp, dfca or own) */
+    bool att32_own; /* att32 is its own allocation */
     int nunits;
     sharc_unit_spec *units;
     int *order;                  /* (nunits) note [unit-schedule] */
     bool *backward_needs_params; /* (nunits) */
     sharc_unit_schedule schedule;
-    int head_w; /* index of lm_head.weight in the head unit, -1 when tied */
+    sharc_unit_roles *roles; /* (nunits) note [param-table]: each role's parameter index */
     /* derived sizes */
     int L, C, NH, NKV, hd, QKV, AD, F, Fa, V; /* AD = NH*hd, the attention output width */
     int v0, Vl; /* note [tp-vocab] in tp.h: this rank's rows [v0, v0 + Vl) of wte and the head (Vl = V: all) */
-    int bq, qn; /* indices in a block unit of q_proj.bias and q_norm.weight, -1 when absent */
     /* plan */
     int B, T;
     int plan_threads; /* the thread count the workspaces were sized for */
@@ -236,148 +248,39 @@ sharc_status sharc_model_config_validate(sharc_model_config *c) {
     if (!(c->init_std >= 0.0f))
         return sharc_error(SHARC_ERR_INVALID, "model.init_std: %g, expected >= 0", (double)c->init_std);
     if (c->decoder_sparse_step == 0) c->decoder_sparse_step = 1;
-    return sharc_moe_config_check(c, 6 + (c->qkv_bias ? 3 : 0) + (c->qk_norm ? 2 : 0)); /* note [moe] */
+    int base, router, per_expert; /* note [moe]: a block unit's size */
+    sharc_params_moe_block(c, &base, &router, &per_expert);
+    return sharc_moe_config_check(c, base, router, per_expert);
 }
 
-/* Matmul parameters of block l; `active`: an MoE layer's router and the K
- * experts a token uses (what its FLOPs count), else all E (note [moe]). */
-static int64_t block_matmul_params(const sharc_model_config *c, int l, bool active) {
-    int64_t C = c->embed_dim, hd = c->head_dim;
-    int64_t qkv = (c->num_heads + 2 * c->num_kv_heads) * hd;
-    int64_t F = c->family == SHARC_FAMILY_LLAMA ? 2 * c->ff_hidden_dim : c->ff_hidden_dim;
-    int64_t attn = qkv * C + c->num_heads * hd * C;
-    if (sharc_model_layer_is_moe(c, l))
-        return attn + c->num_experts * C +
-               (active ? c->num_experts_per_tok : c->num_experts) * 3 * (int64_t)c->moe_intermediate_size * C;
-    return attn + F * C + c->ff_hidden_dim * C;
-}
-
+/* Note [param-table]: sums over the family's rows (src/model/params.c). */
 int64_t sharc_model_num_params(const sharc_model_config *cfg) {
-    sharc_model_config full = *cfg, *c = &full;
-    if (sharc_model_config_validate(c) != SHARC_OK) return 0;
-    int64_t C = c->embed_dim, V = c->vocab_size, L = c->num_layers;
-    int64_t n = V * C;
-    for (int l = 0; l < L; l++) n += block_matmul_params(c, l, false);
-    int64_t hd = c->head_dim, qkv = (c->num_heads + 2 * c->num_kv_heads) * hd;
-    if (c->family == SHARC_FAMILY_GPT2)
-        n += (int64_t)c->max_seq_len * C + L * (4 * C + qkv + C + c->ff_hidden_dim + C) + 2 * C;
-    else n += L * (2 * C + (c->qkv_bias ? qkv : 0) + (c->qk_norm ? 2 * hd : 0)) + C + (c->tie_embeddings ? 0 : V * C);
-    return n;
+    sharc_model_config full = *cfg;
+    if (sharc_model_config_validate(&full) != SHARC_OK) return 0;
+    return sharc_params_count(&full, false);
 }
 
 double sharc_model_flops_per_token(const sharc_model_config *cfg, int T) {
     sharc_model_config full = *cfg, *c = &full;
     if (sharc_model_config_validate(c) != SHARC_OK) return 0.0;
-    double n_matmul = (double)c->vocab_size * c->embed_dim;
-    for (int l = 0; l < c->num_layers; l++) n_matmul += (double)block_matmul_params(c, l, true);
+    double n_matmul = (double)sharc_params_count(c, true); /* MoE: the router and K experts */
     return 6.0 * n_matmul + 12.0 * c->num_layers * (double)c->num_heads * c->head_dim * T;
 }
 
 /* ----------------------------------------------------------------- units */
 
-static void add(sharc_unit_spec *u, const char *name, int64_t d0, int64_t d1, sharc_init_kind init, float std) {
-    int64_t shape[2] = {d0, d1};
-    sharc_unit_add_param(u, name, d1 > 0 ? 2 : 1, shape, init, std, d1 > 0);
-}
-
 /* Note [moe-units]: the unit of expert e of MoE layer l under
  * fsdp.wrap_policy.moe_experts, -1 otherwise. */
-static int expert_unit(const sharc_model *m, int l, int e) {
-    const sharc_model_config *c = &m->cfg;
-    if (!c->experts_as_units || !sharc_model_layer_is_moe(c, l)) return -1;
-    int k = 0;
-    for (int j = 0; j < l; j++) k += sharc_model_layer_is_moe(c, j);
-    return m->L + 2 + k * c->num_experts + e;
-}
+static int expert_unit(const sharc_model *m, int l, int e) { return sharc_params_expert_unit(&m->cfg, l, e); }
 
-static void build_units(sharc_model *m) {
+/* The unit specs and roles from the family's table (note [param-table]),
+ * and the schedule. */
+static sharc_status build_units(sharc_model *m) {
     const sharc_model_config *c = &m->cfg;
-    bool gpt2 = c->family == SHARC_FAMILY_GPT2;
-    float std = c->init_std, std_res = c->init_std / sqrtf(2.0f * (float)c->num_layers);
-    char n[SHARC_NAME_MAX];
+    SHARC_TRY(sharc_params_build(c, &m->units, &m->roles));
+    m->nunits = sharc_params_num_units(c);
     int moe_layers = 0; /* note [moe-units]: E expert units per MoE layer, after the head */
     for (int l = 0; l < m->L && c->experts_as_units; l++) moe_layers += sharc_model_layer_is_moe(c, l);
-    m->nunits = m->L + 2 + moe_layers * c->num_experts;
-    m->units = calloc((size_t)m->nunits, sizeof(sharc_unit_spec));
-    SHARC_CHECK(m->units != NULL);
-
-    sharc_unit_spec *e = &m->units[0];
-    snprintf(e->name, sizeof e->name, "embed");
-    if (gpt2) {
-        add(e, "wte.weight", m->V, m->C, SHARC_INIT_NORMAL, std);
-        add(e, "wpe.weight", c->max_seq_len, m->C, SHARC_INIT_NORMAL, std);
-    } else {
-        add(e, "model.embed_tokens.weight", m->V, m->C, SHARC_INIT_NORMAL, std);
-    }
-    e->root = c->tie_embeddings;
-
-    for (int l = 0; l < m->L; l++) {
-        sharc_unit_spec *u = &m->units[1 + l];
-        snprintf(u->name, sizeof u->name, "block.%d", l);
-#define P(fmt) (snprintf(n, sizeof n, fmt, l), n)
-        if (gpt2) {
-            add(u, P("h.%d.ln_1.weight"), m->C, 0, SHARC_INIT_ONES, 0);
-            add(u, P("h.%d.ln_1.bias"), m->C, 0, SHARC_INIT_ZEROS, 0);
-            add(u, P("h.%d.attn.c_attn.weight"), m->QKV, m->C, SHARC_INIT_NORMAL, std);
-            add(u, P("h.%d.attn.c_attn.bias"), m->QKV, 0, SHARC_INIT_ZEROS, 0);
-            add(u, P("h.%d.attn.c_proj.weight"), m->C, m->C, SHARC_INIT_NORMAL, std_res);
-            add(u, P("h.%d.attn.c_proj.bias"), m->C, 0, SHARC_INIT_ZEROS, 0);
-            add(u, P("h.%d.ln_2.weight"), m->C, 0, SHARC_INIT_ONES, 0);
-            add(u, P("h.%d.ln_2.bias"), m->C, 0, SHARC_INIT_ZEROS, 0);
-            add(u, P("h.%d.mlp.c_fc.weight"), m->F, m->C, SHARC_INIT_NORMAL, std);
-            add(u, P("h.%d.mlp.c_fc.bias"), m->F, 0, SHARC_INIT_ZEROS, 0);
-            add(u, P("h.%d.mlp.c_proj.weight"), m->C, m->Fa, SHARC_INIT_NORMAL, std_res);
-            add(u, P("h.%d.mlp.c_proj.bias"), m->C, 0, SHARC_INIT_ZEROS, 0);
-        } else {
-            /* q, k, v (and gate, up) are adjacent so one sgemm computes them together */
-            add(u, P("model.layers.%d.input_layernorm.weight"), m->C, 0, SHARC_INIT_ONES, 0);
-            add(u, P("model.layers.%d.self_attn.q_proj.weight"), (int64_t)m->NH * m->hd, m->C, SHARC_INIT_NORMAL, std);
-            add(u, P("model.layers.%d.self_attn.k_proj.weight"), (int64_t)m->NKV * m->hd, m->C, SHARC_INIT_NORMAL, std);
-            add(u, P("model.layers.%d.self_attn.v_proj.weight"), (int64_t)m->NKV * m->hd, m->C, SHARC_INIT_NORMAL, std);
-            add(u, P("model.layers.%d.self_attn.o_proj.weight"), m->C, m->AD, SHARC_INIT_NORMAL, std_res);
-            add(u, P("model.layers.%d.post_attention_layernorm.weight"), m->C, 0, SHARC_INIT_ONES, 0);
-            bool moe = sharc_model_layer_is_moe(c, l); /* note [moe]: router and experts after the variants */
-            if (!moe) {
-                add(u, P("model.layers.%d.mlp.gate_proj.weight"), m->Fa, m->C, SHARC_INIT_NORMAL, std);
-                add(u, P("model.layers.%d.mlp.up_proj.weight"), m->Fa, m->C, SHARC_INIT_NORMAL, std);
-                add(u, P("model.layers.%d.mlp.down_proj.weight"), m->C, m->Fa, SHARC_INIT_NORMAL, std_res);
-            }
-            /* note [families]: the variants' parameters follow the plain Llama's nine */
-            if (c->qkv_bias) {
-                m->bq = u->nparams + (moe ? 3 : 0); /* as in a dense block (block_view shifts) */
-                add(u, P("model.layers.%d.self_attn.q_proj.bias"), (int64_t)m->NH * m->hd, 0, SHARC_INIT_ZEROS, 0);
-                add(u, P("model.layers.%d.self_attn.k_proj.bias"), (int64_t)m->NKV * m->hd, 0, SHARC_INIT_ZEROS, 0);
-                add(u, P("model.layers.%d.self_attn.v_proj.bias"), (int64_t)m->NKV * m->hd, 0, SHARC_INIT_ZEROS, 0);
-            }
-            if (c->qk_norm) {
-                m->qn = u->nparams + (moe ? 3 : 0);
-                add(u, P("model.layers.%d.self_attn.q_norm.weight"), m->hd, 0, SHARC_INIT_ONES, 0);
-                add(u, P("model.layers.%d.self_attn.k_norm.weight"), m->hd, 0, SHARC_INIT_ONES, 0);
-            }
-            if (moe && c->experts_as_units) {
-                sharc_moe_add_router(c, u, l, std);
-                for (int x = 0; x < c->num_experts; x++) {
-                    sharc_unit_spec *eu = &m->units[expert_unit(m, l, x)];
-                    snprintf(eu->name, sizeof eu->name, "expert.%d.%d", l, x);
-                    sharc_moe_add_expert(c, eu, l, x, std, std_res);
-                }
-            } else if (moe) {
-                sharc_moe_add_params(c, u, l, std, std_res);
-            }
-        }
-#undef P
-    }
-
-    sharc_unit_spec *h = &m->units[m->L + 1];
-    snprintf(h->name, sizeof h->name, "head");
-    if (gpt2) {
-        add(h, "ln_f.weight", m->C, 0, SHARC_INIT_ONES, 0);
-        add(h, "ln_f.bias", m->C, 0, SHARC_INIT_ZEROS, 0);
-    } else {
-        add(h, "model.norm.weight", m->C, 0, SHARC_INIT_ONES, 0);
-    }
-    if (!c->tie_embeddings) add(h, "lm_head.weight", m->V, m->C, SHARC_INIT_NORMAL, std);
-    m->head_w = c->tie_embeddings ? -1 : sharc_unit_find_param(h, "lm_head.weight");
 
     /* note [unit-schedule] */
     m->order = calloc((size_t)m->nunits, sizeof(int));
@@ -396,6 +299,7 @@ static void build_units(sharc_model *m) {
                                         .order = m->order,
                                         .backward_needs_params = m->backward_needs_params,
                                         .max_live = moe_layers > 0 ? 2 : 1};
+    return SHARC_OK;
 }
 
 /* The derived sizes, the heads and MLP width being one tp rank's (note [tp]). */
@@ -408,7 +312,6 @@ static void set_dims(sharc_model *m, int tp) {
     m->hd = c->head_dim;
     m->QKV = (m->NH + 2 * m->NKV) * m->hd;
     m->AD = m->NH * m->hd;
-    m->bq = m->qn = -1;
     m->Fa = c->ff_hidden_dim / tp;
     m->F = c->family == SHARC_FAMILY_LLAMA ? 2 * m->Fa : m->Fa;
     m->V = c->vocab_size;
@@ -434,8 +337,8 @@ sharc_status sharc_model_init(sharc_model **out, const sharc_model_config *cfg, 
     m->k16.lmhead_xent = m->kdev->lmhead_xent_bf16;
     m->tp = 1;
     set_dims(m, 1);
-    build_units(m);
-    sharc_status st = sharc_moe_init(&m->moe, &c, m->dev);
+    sharc_status st = build_units(m);
+    if (st == SHARC_OK) st = sharc_moe_init(&m->moe, &c, m->dev);
     if (st != SHARC_OK) {
         sharc_model_free(m);
         return st;
@@ -448,6 +351,11 @@ static void free_plan(sharc_model *m) {
     sharc_device_free(m->dev, m->x);
     for (int s = 0; s < m->nsets; s++) {
         block_acts *a = &m->sets[s];
+        if (m->a16) { /* note [bf16-acts]: aliases of dtmp and dfca */
+            a->ln1 = a->att = a->ln2 = a->fca = NULL;
+            uint16_t *h[] = {a->ln1h, a->atth, a->ln2h, a->fcah};
+            for (size_t i = 0; i < sizeof h / sizeof h[0]; i++) sharc_device_free(m->dev, h[i]);
+        }
         float *bufs[] = {a->ln1, a->ln1_mean, a->ln1_rstd, a->qkv, a->att, a->lse,   a->att_h, a->xmid,
                          a->ln2, a->ln2_mean, a->ln2_rstd, a->fc,  a->fca, a->qkraw, a->qkrstd};
         for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) sharc_device_free(m->dev, bufs[i]);
@@ -459,6 +367,12 @@ static void free_plan(sharc_model *m) {
                      m->dfca, m->att_ws,   m->head_ws,  m->rope_cos, m->rope_sin, m->tfc,   m->tfca, m->head_red};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) sharc_device_free(m->dev, bufs[i]);
     sharc_device_free(m->dev, m->loss);
+    sharc_device_free(m->dev, m->w16);
+    sharc_device_free(m->dev, m->tfcah);
+    if (m->att32_own) sharc_device_free(m->dev, m->att32);
+    m->w16 = m->tfcah = NULL;
+    m->att32 = NULL;
+    m->att32_own = m->a16 = false;
     sharc_device_free(m->dev, m->pk_cos);
     sharc_device_free(m->dev, m->pk_sin);
     sharc_device_free(m->dev, m->att_lo);
@@ -485,6 +399,7 @@ void sharc_model_free(sharc_model *m) {
     free_plan(m);
     sharc_moe_free(m->moe);
     free(m->units);
+    free(m->roles);
     free(m->order);
     free(m->backward_needs_params);
     free(m);
@@ -522,26 +437,26 @@ sharc_status sharc_model_set_tensor_parallel(sharc_model *m, int tp, int rank) {
     if (frozen) return sharc_error(SHARC_ERR_INVALID, "model: set tensor parallelism before freezing parameters");
     free_plan(m);
     free(m->units);
+    free(m->roles);
     free(m->order);
     free(m->backward_needs_params);
+    m->units = NULL;
+    m->roles = NULL;
+    m->order = NULL;
+    m->backward_needs_params = NULL;
+    m->nunits = 0;
     m->tp = tp;
     m->tp_rank = rank;
     set_dims(m, 1); /* the units hold the full shapes; the split gives this rank's part */
-    build_units(m);
-    sharc_status st = sharc_tp_split_units(m->units, m->nunits, c->family, tp, rank);
-    if (st == SHARC_OK && tp > 1 && c->vocab_size % tp == 0) { /* note [tp-vocab]: rows of wte and the head */
-        st = sharc_unit_split_param(&m->units[0], 0, 0, 1, tp, rank);
-        if (st == SHARC_OK && m->head_w >= 0)
-            st = sharc_unit_split_param(&m->units[m->L + 1], m->head_w, 0, 1, tp, rank);
-    } else if (st == SHARC_OK && tp > 1 && rank == 0) {
+    sharc_status st = build_units(m);
+    /* note [param-table]: each row's split; wte's and the head's rows when tp divides V (note [tp-vocab]) */
+    if (st == SHARC_OK) st = sharc_params_split_tp(c, m->units, tp, rank);
+    if (st == SHARC_OK && tp > 1 && c->vocab_size % tp != 0 && rank == 0) {
         sharc_info("mesh.tp: %d does not divide model.vocab_size %d: the embedding and LM head stay replicated on "
                    "every tp rank (a vocabulary padded to a multiple of %d splits them)",
                    tp, c->vocab_size, tp);
     }
-    int bq = m->bq, qn = m->qn;
     set_dims(m, tp);
-    m->bq = bq;
-    m->qn = qn;
     return st;
 }
 
@@ -643,6 +558,51 @@ static float *act(sharc_model *m, int64_t n, bool *ok) {
  * (the gather stays per unit). */
 void sharc_model_set_tiled_mlp(sharc_model *m, int tiles) { m->tiles = tiles > 1 ? tiles : 1; }
 
+static uint16_t *act16(sharc_model *m, int64_t n, bool *ok) {
+    uint16_t *p = sharc_device_alloc(m->dev, (size_t)n * sizeof(uint16_t), SHARC_MEM_ACTIVATIONS);
+    if (!p) *ok = false;
+    return p;
+}
+
+/* Note [bf16-acts]. When the model computes in bf16 (note [bf16-compute])
+ * and was told so before its plan (sharc_model_set_param_dtype), the
+ * tensors a block keeps for backward only as a matrix product's input are
+ * kept in bf16: ln1 (the qkv product's), the attention output att (o_proj's;
+ * attention's backward reads it too, widened back), ln2 (the MLP's first
+ * product's) and the MLP hidden fca after GELU / SwiGLU (the down
+ * projection's). The products round exactly these inputs to bf16 anyway,
+ * so the forward is unchanged and the weight gradients see the same
+ * operands; what changes is attention's backward, whose D = rowsum(dO * O)
+ * now takes the bf16-rounded O (FlashAttention's bf16 path does the same).
+ * Each is computed in fp32 into a shared buffer (dtmp, free in forward and
+ * in a recompute; dfca for fca), rounded once into the set's bf16 copy, and
+ * the kernel table's *_b16 slots take the copy directly. Everything else
+ * stays fp32: the residual stream x and xmid, the norms' statistics, qkv
+ * (attention's input), the MLP pre-activation fc (GELU / SwiGLU's backward
+ * reads it), lse, the final norm's output and the loss. The block's four
+ * weight matrices are rounded once per gather into w16 (one block's worth,
+ * shared by the blocks: forward_body and the backward loop, before a
+ * recompute), where the *_bf16 slots rounded each weight in every call (a
+ * tiled MLP or a recompute called them several times per gather). Not with
+ * MoE layers or sequence parallelism (their kernels take fp32), nor on a
+ * device without the *_b16 slots; sharc_model_activation_bytes plans
+ * exactly these buffers. */
+static bool plans_bf16_acts(const sharc_model *m) {
+    return m->pdt == SHARC_DT_BF16 && m->kdev->bf16_compute() && m->kdev->matmul_forward_b16 && m->sp == 1 && !m->moe;
+}
+
+/* A block's four matrices (this rank's parts under tp), in elements. */
+static int64_t block_matrices(const sharc_model *m) {
+    return (int64_t)m->QKV * m->C + (int64_t)m->C * m->AD + (int64_t)m->F * m->C + (int64_t)m->C * m->Fa;
+}
+
+/* att32's own elements: none when tmp (N, C) or dfca (R, Fa) holds (N, AD). */
+static int64_t att32_own_numel(const sharc_model *m, int64_t N, int64_t R) {
+    return m->AD <= m->C || R * m->Fa >= N * m->AD ? 0 : N * m->AD;
+}
+
+void sharc_model_set_param_dtype(sharc_model *m, sharc_dtype dt) { m->pdt = dt; }
+
 /* Rows of MLP intermediates alive at once for N rows (N when untiled). */
 static int64_t mlp_rows(const sharc_model *m, int64_t N) {
     int64_t t = m->tiles > 1 ? m->tiles : 1;
@@ -656,13 +616,19 @@ int64_t sharc_model_activation_bytes(const sharc_model *m, int B, int T, bool ac
     int64_t sets = activation_checkpointing ? 1 : m->L;
     int64_t R = mlp_rows(m, N); /* note [tiled-mlp]: rows of MLP intermediates alive */
     bool tiled = R < N;
-    f += (int64_t)(m->L + 1) * N * C;                                               /* x */
-    const int64_t AD = m->AD;                                                       /* attention width NH hd */
-    f += sets * (3 * N * C + N * AD + 4 * N + N * m->QKV + (int64_t)B * m->NH * T); /* block_acts */
-    if (m->cfg.qk_norm) f += sets * (N * m->QKV + N * (m->NH + m->NKV));            /* qkraw, qkrstd */
-    if (!tiled) f += sets * (N * m->F + N * m->Fa);                                 /* fc, fca per set */
-    else f += R * m->F + R * m->Fa;                                                 /* tfc, tfca */
-    f += 2 * N + N * C;                                                             /* lnf, mean, rstd */
+    const bool a16 = plans_bf16_acts(m);                                 /* note [bf16-acts] */
+    int64_t h = 0;                                                       /* bf16 elements */
+    f += (int64_t)(m->L + 1) * N * C;                                    /* x */
+    const int64_t AD = m->AD;                                            /* attention width NH hd */
+    f += sets * (N * C + 4 * N + N * m->QKV + (int64_t)B * m->NH * T);   /* xmid, statistics, qkv, lse */
+    if (!a16) f += sets * (2 * N * C + N * AD);                          /* ln1, ln2, att */
+    else h += sets * (2 * N * C + N * AD) + block_matrices(m);           /* ln1h, ln2h, atth; w16 */
+    if (m->cfg.qk_norm) f += sets * (N * m->QKV + N * (m->NH + m->NKV)); /* qkraw, qkrstd */
+    if (!tiled) f += sets * (N * m->F + (a16 ? 0 : N * m->Fa));          /* fc, fca per set */
+    else f += R * m->F + R * m->Fa;                                      /* tfc, tfca */
+    if (a16) h += tiled ? R * m->Fa : sets * N * m->Fa;                  /* tfcah or fcah */
+    if (a16) f += att32_own_numel(m, N, R);
+    f += 2 * N + N * C; /* lnf, mean, rstd */
     f += 3 * N * C + N * (AD > C ? AD : C) + N * m->QKV + R * m->F +
          R * m->Fa;                            /* tmp, dres, dxmid, dtmp, dqkv, dfc, dfca */
     f += m->k->attention_workspace(T * m->sp); /* sp > 1 (Ulysses buffers) is not planned: note [memory-plan] */
@@ -674,7 +640,7 @@ int64_t sharc_model_activation_bytes(const sharc_model *m, int B, int T, bool ac
     f += 2 * (int64_t)T * (m->hd / 2 > 0 ? m->hd / 2 : 1); /* rope tables */
     f += 2 * N * (m->hd / 2 > 0 ? m->hd / 2 : 1);          /* note [packing]: per-token rope rows */
     f += (int64_t)B * T * m->sp + N;                       /* att_lo, pos_local (int32) */
-    return f * (int64_t)sizeof(float) + (int64_t)sizeof(double) +
+    return f * (int64_t)sizeof(float) + h * (int64_t)sizeof(uint16_t) + (int64_t)sizeof(double) +
            sharc_moe_activation_bytes(m->moe, N, (int)sets); /* + the loss scalar, the experts' (note [moe]) */
 }
 
@@ -686,6 +652,7 @@ sharc_status sharc_model_plan(sharc_model *m, int B, int T, bool activation_chec
     free_plan(m);
     m->B = B;
     m->T = T;
+    m->a16 = plans_bf16_acts(m); /* note [bf16-acts] */
     if (m->sp > 1) {
         SHARC_TRY(sharc_ulysses_init(&m->uly, m->dev, m->sp, m->sp_rank, B, T, m->NH, m->NKV, m->hd));
         m->uly.group = m->sp_group;
@@ -702,7 +669,17 @@ sharc_status sharc_model_plan(sharc_model *m, int B, int T, bool activation_chec
     if (!m->sets) return sharc_error(SHARC_ERR_NOMEM, "model: out of memory");
     for (int s = 0; s < m->nsets; s++) {
         block_acts *a = &m->sets[s];
-        a->ln1 = act(m, N * C, &ok);
+        if (m->a16) { /* note [bf16-acts]: the fp32 ln1, att, ln2, fca are shared buffers, aliased below */
+            a->ln1h = act16(m, N * C, &ok);
+            a->atth = act16(m, N * m->AD, &ok);
+            a->ln2h = act16(m, N * C, &ok);
+            if (!tiled) a->fcah = act16(m, N * m->Fa, &ok);
+        } else {
+            a->ln1 = act(m, N * C, &ok);
+            a->att = act(m, N * m->AD, &ok);
+            a->ln2 = act(m, N * C, &ok);
+            if (!tiled) a->fca = act(m, N * m->Fa, &ok);
+        }
         a->ln1_mean = act(m, N, &ok);
         a->ln1_rstd = act(m, N, &ok);
         if (m->sp > 1) {
@@ -711,16 +688,11 @@ sharc_status sharc_model_plan(sharc_model *m, int B, int T, bool activation_chec
         } else {
             a->qkv = act(m, N * m->QKV, &ok);
         }
-        a->att = act(m, N * m->AD, &ok);
         a->lse = act(m, (int64_t)B * m->NH * T, &ok); /* = B NHl (sp T) under sp */
         a->xmid = act(m, N * C, &ok);
-        a->ln2 = act(m, N * C, &ok);
         a->ln2_mean = act(m, N, &ok);
         a->ln2_rstd = act(m, N, &ok);
-        if (!tiled) {
-            a->fc = act(m, N * m->F, &ok);
-            a->fca = act(m, N * m->Fa, &ok);
-        }
+        if (!tiled) a->fc = act(m, N * m->F, &ok);
         if (m->cfg.qk_norm) {
             a->qkraw = act(m, N * m->QKV, &ok);
             a->qkrstd = act(m, N * (m->NH + m->NKV), &ok);
@@ -741,6 +713,17 @@ sharc_status sharc_model_plan(sharc_model *m, int B, int T, bool activation_chec
     m->dfc = act(m, m->tile_rows * m->F, &ok);
     m->dfca = act(m, m->tile_rows * m->Fa, &ok);
     m->att_ws = act(m, m->k->attention_workspace(T * m->sp), &ok);
+    if (m->a16) { /* note [bf16-acts] */
+        for (int s = 0; s < m->nsets; s++) {
+            block_acts *a = &m->sets[s];
+            a->ln1 = a->att = a->ln2 = m->dtmp;
+            if (!tiled) a->fca = m->dfca;
+        }
+        m->w16 = act16(m, block_matrices(m), &ok);
+        if (tiled) m->tfcah = act16(m, m->tile_rows * m->Fa, &ok);
+        m->att32_own = att32_own_numel(m, N, m->tile_rows) > 0;
+        m->att32 = m->att32_own ? act(m, N * m->AD, &ok) : m->AD <= C ? m->tmp : m->dfca;
+    }
     int64_t chunk = HEAD_CHUNK_BYTES / ((int64_t)m->Vl * (int64_t)sizeof(float));
     if (chunk < 16) chunk = 16;
     if (chunk > N) chunk = N;
@@ -858,53 +841,37 @@ typedef struct {
  * the frozen parts' gradients then being computed but never used (note
  * [frozen-params]). */
 static block_ptrs block_view(const sharc_model *m, int l, float *base, bool grads) {
-    const sharc_param_spec *p = m->units[1 + l].params;
-#define AT(i)  (base && !(grads && p[i].frozen) ? base + p[i].offset : NULL)
-#define AT3(i) (base && !(grads && p[i].frozen && p[i + 1].frozen && p[i + 2].frozen) ? base + p[i].offset : NULL)
-#define AT2(i) (base && !(grads && p[i].frozen && p[i + 1].frozen) ? base + p[i].offset : NULL)
+    const sharc_unit_spec *u = &m->units[1 + l];
+    const sharc_unit_roles *r = &m->roles[1 + l];
     block_ptrs b = {.layer = l, .is_moe = sharc_model_layer_is_moe(&m->cfg, l)};
-    const int vs = b.is_moe ? -3 : 0; /* an MoE block has no gate, up, down before the variants */
-    if (m->cfg.family == SHARC_FAMILY_GPT2) {
-        b.ln1w = AT(0);
-        b.ln1b = AT(1);
-        b.wqkv = AT(2);
-        b.bqkv = AT(3);
-        b.wo = AT(4);
-        b.bo = AT(5);
-        b.ln2w = AT(6);
-        b.ln2b = AT(7);
-        b.wfc = AT(8);
-        b.bfc = AT(9);
-        b.wproj = AT(10);
-        b.bproj = AT(11);
-    } else {
-        b.ln1w = AT(0);
-        b.wqkv = AT3(1); /* q, k, v adjacent: one (QKV, C) matrix */
-        b.wo = AT(4);
-        b.ln2w = AT(5);
-        if (b.is_moe) {
-            b.moe = sharc_moe_view_of(m->moe, &m->units[1 + l], base, grads);
-        } else {
-            b.wfc = AT2(6); /* gate, up adjacent: one (2I, C) matrix */
-            b.wproj = AT(8);
-        }
-        if (m->bq >= 0) b.bqkv = AT3(m->bq + vs); /* q, k, v biases adjacent: one (QKV) vector */
-        if (m->qn >= 0) {
-            b.qnw = AT(m->qn + vs);
-            b.knw = AT(m->qn + vs + 1);
-        }
-    }
-#undef AT
-#undef AT2
-#undef AT3
+    /* note [param-table]: the roles a block's pointers are (absent roles stay NULL) */
+    static const struct {
+        sharc_param_role role;
+        size_t field;
+    } fields[] = {
+        {SHARC_ROLE_LN1W, offsetof(block_ptrs, ln1w)},   {SHARC_ROLE_LN1B, offsetof(block_ptrs, ln1b)},
+        {SHARC_ROLE_WQKV, offsetof(block_ptrs, wqkv)},   {SHARC_ROLE_BQKV, offsetof(block_ptrs, bqkv)},
+        {SHARC_ROLE_WO, offsetof(block_ptrs, wo)},       {SHARC_ROLE_BO, offsetof(block_ptrs, bo)},
+        {SHARC_ROLE_LN2W, offsetof(block_ptrs, ln2w)},   {SHARC_ROLE_LN2B, offsetof(block_ptrs, ln2b)},
+        {SHARC_ROLE_WFC, offsetof(block_ptrs, wfc)},     {SHARC_ROLE_BFC, offsetof(block_ptrs, bfc)},
+        {SHARC_ROLE_WPROJ, offsetof(block_ptrs, wproj)}, {SHARC_ROLE_BPROJ, offsetof(block_ptrs, bproj)},
+        {SHARC_ROLE_QNW, offsetof(block_ptrs, qnw)},     {SHARC_ROLE_KNW, offsetof(block_ptrs, knw)},
+    };
+    for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++)
+        *(float **)((char *)&b + fields[i].field) = sharc_params_at(u, r, fields[i].role, base, grads);
+    if (b.is_moe) b.moe = sharc_moe_view_of(m->moe, u, r, base, grads);
     if (!grads && m->tp_rank > 0) b.bo = b.bproj = NULL; /* note [tp]: added once, by tp rank 0 */
     return b;
 }
 
-/* Parameter `i` of unit `u` inside the unit's gradient buffer g, or NULL
- * when g is NULL or the parameter is frozen. */
-static float *grad_at(const sharc_model *m, int u, float *g, int i) {
-    return g && !m->units[u].params[i].frozen ? g + m->units[u].params[i].offset : NULL;
+/* Note [param-table]: role r of unit u inside the unit's gathered buffer p
+ * (NULL when absent), and inside its gradient buffer g (NULL also when g is
+ * NULL or every parameter of the role is frozen). */
+static const float *weight_at(const sharc_model *m, int u, sharc_param_role r, const float *p) {
+    return sharc_params_at(&m->units[u], &m->roles[u], r, (float *)p, false);
+}
+static float *grad_at(const sharc_model *m, int u, sharc_param_role r, float *g) {
+    return sharc_params_at(&m->units[u], &m->roles[u], r, g, true);
 }
 
 static void norm_fwd(const sharc_model *m, float *y, float *mean, float *rstd, const float *x, const float *w,
@@ -921,13 +888,52 @@ static void norm_bwd(const sharc_model *m, float *dx, float *dw, float *db, cons
     else m->k->rmsnorm_backward(m->s, dx, dw, dy, dres, x, w, rstd, N, m->C);
 }
 
-/* Note [tiled-mlp]: one chunk of n rows of the MLP input (ln2 rows) through
- * fc and the activation, into the shared chunk buffers tfc, tfca. */
-static void mlp_chunk_forward(sharc_model *m, const block_ptrs *w, const float *ln2, int64_t n) {
+/* Note [bf16-acts]: dst = src rounded to bf16 when the model keeps bf16
+ * activations (dst is NULL otherwise). */
+static void keep16(const sharc_model *m, uint16_t *dst, const float *src, int64_t n) {
+    if (dst) m->k->cast(m->s, dst, SHARC_DT_BF16, src, SHARC_DT_F32, n);
+}
+
+static const uint16_t *rows16(const uint16_t *p, int64_t off) { return p ? p + off : NULL; }
+
+/* y = x w^T + b: from the bf16 copies xh and wh when xh is given (note
+ * [bf16-acts]), else from x and w through the model's table. */
+static void mm_fwd(const sharc_model *m, float *y, const float *x, const uint16_t *xh, const float *w,
+                   const uint16_t *wh, const float *b, int64_t n, int ic, int oc) {
+    if (xh) m->kdev->matmul_forward_b16(m->s, y, xh, wh, b, n, ic, oc);
+    else m->k->matmul_forward(m->s, y, x, w, b, n, ic, oc);
+}
+
+static void mm_bwd(const sharc_model *m, float *dx, float *dw, float *db, const float *dy, const float *x,
+                   const uint16_t *xh, const float *w, const uint16_t *wh, int64_t n, int ic, int oc) {
+    if (xh) m->kdev->matmul_backward_b16(m->s, dx, dw, db, dy, xh, wh, n, ic, oc);
+    else m->k->matmul_backward(m->s, dx, dw, db, dy, x, w, n, ic, oc);
+}
+
+/* Note [bf16-acts]: the block's four matrices rounded once into w16, right
+ * after their gather. */
+static void weights16(sharc_model *m, const block_ptrs *w) {
+    if (!m->a16) return;
+    const float *src[4] = {w->wqkv, w->wo, w->wfc, w->wproj};
+    const int64_t n[4] = {(int64_t)m->QKV * m->C, (int64_t)m->C * m->AD, (int64_t)m->F * m->C, (int64_t)m->C * m->Fa};
+    const uint16_t **dst[4] = {&m->w16qkv, &m->w16o, &m->w16fc, &m->w16proj};
+    uint16_t *p = m->w16;
+    for (int i = 0; i < 4; i++) {
+        SHARC_PROF("weights16", m->k->cast(m->s, p, SHARC_DT_BF16, src[i], SHARC_DT_F32, n[i]));
+        *dst[i] = p;
+        p += n[i];
+    }
+}
+
+/* Note [tiled-mlp]: one chunk of n rows of the MLP input (ln2 rows, or their
+ * bf16 copy ln2h: note [bf16-acts]) through fc and the activation, into the
+ * shared chunk buffers tfc, tfca (and tfcah). */
+static void mlp_chunk_forward(sharc_model *m, const block_ptrs *w, const float *ln2, const uint16_t *ln2h, int64_t n) {
     const sharc_kernels *k = m->k;
-    SHARC_PROF("fwd.matmul.fc", k->matmul_forward(m->s, m->tfc, ln2, w->wfc, w->bfc, n, m->C, m->F));
+    SHARC_PROF("fwd.matmul.fc", mm_fwd(m, m->tfc, ln2, ln2h, w->wfc, m->w16fc, w->bfc, n, m->C, m->F));
     if (m->cfg.family == SHARC_FAMILY_LLAMA) SHARC_PROF("fwd.act", k->swiglu_forward(m->s, m->tfca, m->tfc, n, m->Fa));
     else SHARC_PROF("fwd.act", k->gelu_forward(m->s, m->tfca, m->tfc, n * m->Fa));
+    if (ln2h) SHARC_PROF("fwd.act", keep16(m, m->tfcah, m->tfca, n * m->Fa));
 }
 
 /* Qwen3's q_norm / k_norm: qkv = qkraw with each query and key head
@@ -957,8 +963,8 @@ static void moe_mlp_forward(sharc_model *m, const block_ptrs *w, int set, float 
     for (int x_ = 0; x_ < m->cfg.num_experts; x_++) {
         int u = expert_unit(m, w->layer, x_);
         const float *p = sharc_fsdp_gather(m->eng, u);
-        const sharc_param_spec *ps = m->units[u].params; /* gate, up (adjacent), down */
-        sharc_moe_expert_forward(m->moe, m->k, m->s, set, x_, p + ps[0].offset, p + ps[2].offset);
+        sharc_moe_expert_forward(m->moe, m->k, m->s, set, x_, weight_at(m, u, SHARC_ROLE_EXPERT_GATE, p),
+                                 weight_at(m, u, SHARC_ROLE_EXPERT_DOWN, p));
         if (recompute) sharc_fsdp_release(m->eng, u);
         else sharc_fsdp_forward_done(m->eng, u);
     }
@@ -974,10 +980,9 @@ static void moe_experts_backward(sharc_model *m, int set, int l, const float *dy
         int u = expert_unit(m, l, x);
         const float *p = sharc_fsdp_gather(m->eng, u);
         float *g = sharc_fsdp_grad(m->eng, u);
-        const sharc_param_spec *ps = m->units[u].params;
-        float *ggu = g && !(ps[0].frozen && ps[1].frozen) ? g + ps[0].offset : NULL;
-        float *gd = g && !ps[2].frozen ? g + ps[2].offset : NULL;
-        sharc_moe_expert_backward(m->moe, m->k, m->s, set, x, p + ps[0].offset, p + ps[2].offset, ggu, gd);
+        sharc_moe_expert_backward(m->moe, m->k, m->s, set, x, weight_at(m, u, SHARC_ROLE_EXPERT_GATE, p),
+                                  weight_at(m, u, SHARC_ROLE_EXPERT_DOWN, p), grad_at(m, u, SHARC_ROLE_EXPERT_GATE, g),
+                                  grad_at(m, u, SHARC_ROLE_EXPERT_DOWN, g));
         sharc_fsdp_backward_done(m->eng, u);
     }
 }
@@ -988,12 +993,14 @@ static void block_forward(sharc_model *m, const block_ptrs *w, block_acts *a, co
     int64_t N = (int64_t)B * T;
     bool llama = m->cfg.family == SHARC_FAMILY_LLAMA;
     SHARC_PROF("fwd.norm", norm_fwd(m, a->ln1, a->ln1_mean, a->ln1_rstd, x, w->ln1w, w->ln1b, N));
-    float *qkv = m->sp > 1 ? m->uly.qkv_seq : a->qkv; /* this rank's tokens */
+    SHARC_PROF("fwd.norm", keep16(m, a->ln1h, a->ln1, N * m->C)); /* note [bf16-acts] */
+    float *qkv = m->sp > 1 ? m->uly.qkv_seq : a->qkv;             /* this rank's tokens */
     if (w->qnw) { /* Qwen3: project into qkraw, normalise q and k heads into qkv (v copied) */
-        SHARC_PROF("fwd.matmul.qkv", k->matmul_forward(s, a->qkraw, a->ln1, w->wqkv, w->bqkv, N, m->C, m->QKV));
+        SHARC_PROF("fwd.matmul.qkv",
+                   mm_fwd(m, a->qkraw, a->ln1, a->ln1h, w->wqkv, m->w16qkv, w->bqkv, N, m->C, m->QKV));
         SHARC_PROF("fwd.qknorm", qk_norm_fwd(m, w, a, qkv, N));
     } else {
-        SHARC_PROF("fwd.matmul.qkv", k->matmul_forward(s, qkv, a->ln1, w->wqkv, w->bqkv, N, m->C, m->QKV));
+        SHARC_PROF("fwd.matmul.qkv", mm_fwd(m, qkv, a->ln1, a->ln1h, w->wqkv, m->w16qkv, w->bqkv, N, m->C, m->QKV));
     }
     if (llama && m->packed) /* note [packing]: one table row per token */
         SHARC_PROF("fwd.rope", k->rope_forward(s, qkv, m->pk_cos, m->pk_sin, 1, B * T, m->NH, m->NKV, m->hd));
@@ -1009,11 +1016,13 @@ static void block_forward(sharc_model *m, const block_ptrs *w, block_acts *a, co
     } else {
         SHARC_PROF("fwd.attention",
                    k->attention_forward(s, a->att, a->lse, a->qkv, lo, B, T, m->NH, m->NKV, m->hd, m->att_ws));
+        SHARC_PROF("fwd.attention", keep16(m, a->atth, a->att, N * m->AD));
     }
-    SHARC_PROF("fwd.matmul.attproj", k->matmul_forward(s, m->tmp, a->att, w->wo, w->bo, N, m->AD, m->C));
+    SHARC_PROF("fwd.matmul.attproj", mm_fwd(m, m->tmp, a->att, a->atth, w->wo, m->w16o, w->bo, N, m->AD, m->C));
     SHARC_PROF("fwd.tp", sharc_tp_all_reduce(m->tp_group, m->tmp, N * m->C)); /* note [tp]: g */
     SHARC_PROF("fwd.residual", k->add(s, a->xmid, x, m->tmp, N * m->C));
     SHARC_PROF("fwd.norm", norm_fwd(m, a->ln2, a->ln2_mean, a->ln2_rstd, a->xmid, w->ln2w, w->ln2b, N));
+    SHARC_PROF("fwd.norm", keep16(m, a->ln2h, a->ln2, N * m->C));
     if (w->is_moe) { /* note [moe]: a recompute (y NULL) refills the set too */
         SHARC_PROF("fwd.moe", moe_mlp_forward(m, w, (int)(a - m->sets), m->tmp, a->ln2, N, y == NULL));
         if (y) SHARC_PROF("fwd.residual", k->add(s, y, a->xmid, m->tmp, N * m->C));
@@ -1026,19 +1035,20 @@ static void block_forward(sharc_model *m, const block_ptrs *w, block_acts *a, co
         if (!y) return;
         for (int64_t r0 = 0; r0 < N; r0 += m->tile_rows) {
             int64_t n = N - r0 < m->tile_rows ? N - r0 : m->tile_rows;
-            mlp_chunk_forward(m, w, a->ln2 + r0 * m->C, n);
-            SHARC_PROF("fwd.matmul.fcproj",
-                       k->matmul_forward(s, m->tmp + r0 * m->C, m->tfca, w->wproj, w->bproj, n, m->Fa, m->C));
+            mlp_chunk_forward(m, w, a->ln2 + r0 * m->C, rows16(a->ln2h, r0 * m->C), n);
+            SHARC_PROF("fwd.matmul.fcproj", mm_fwd(m, m->tmp + r0 * m->C, m->tfca, m->tfcah, w->wproj, m->w16proj,
+                                                   w->bproj, n, m->Fa, m->C));
         }
         SHARC_PROF("fwd.tp", sharc_tp_all_reduce(m->tp_group, m->tmp, N * m->C));
         SHARC_PROF("fwd.residual", k->add(s, y, a->xmid, m->tmp, N * m->C));
         return;
     }
-    SHARC_PROF("fwd.matmul.fc", k->matmul_forward(s, a->fc, a->ln2, w->wfc, w->bfc, N, m->C, m->F));
+    SHARC_PROF("fwd.matmul.fc", mm_fwd(m, a->fc, a->ln2, a->ln2h, w->wfc, m->w16fc, w->bfc, N, m->C, m->F));
     if (llama) SHARC_PROF("fwd.act", k->swiglu_forward(s, a->fca, a->fc, N, m->Fa));
     else SHARC_PROF("fwd.act", k->gelu_forward(s, a->fca, a->fc, N * m->Fa));
+    SHARC_PROF("fwd.act", keep16(m, a->fcah, a->fca, N * m->Fa));
     if (!y) return; /* recomputing for backward: the block output is not needed */
-    SHARC_PROF("fwd.matmul.fcproj", k->matmul_forward(s, m->tmp, a->fca, w->wproj, w->bproj, N, m->Fa, m->C));
+    SHARC_PROF("fwd.matmul.fcproj", mm_fwd(m, m->tmp, a->fca, a->fcah, w->wproj, m->w16proj, w->bproj, N, m->Fa, m->C));
     SHARC_PROF("fwd.tp", sharc_tp_all_reduce(m->tp_group, m->tmp, N * m->C));
     SHARC_PROF("fwd.residual", k->add(s, y, a->xmid, m->tmp, N * m->C));
 }
@@ -1091,23 +1101,25 @@ static void block_backward(sharc_model *m, const block_ptrs *w, const block_ptrs
     for (int64_t r0 = 0; r0 < N && !w->is_moe; r0 += m->tile_rows) {
         int64_t n = N - r0 < m->tile_rows ? N - r0 : m->tile_rows;
         const float *fc = a->fc, *fca = a->fca;
+        const uint16_t *fcah = a->fcah, *ln2h = rows16(a->ln2h, r0 * m->C); /* note [bf16-acts] */
         if (m->tile_rows < N) {
-            mlp_chunk_forward(m, w, a->ln2 + r0 * m->C, n);
+            mlp_chunk_forward(m, w, a->ln2 + r0 * m->C, ln2h, n);
             fc = m->tfc;
             fca = m->tfca;
+            fcah = m->tfcah;
         }
-        SHARC_PROF("bwd.matmul.fcproj",
-                   k->matmul_backward(s, m->dfca, g->wproj, g->bproj, dres + r0 * m->C, fca, w->wproj, n, m->Fa, m->C));
+        SHARC_PROF("bwd.matmul.fcproj", mm_bwd(m, m->dfca, g->wproj, g->bproj, dres + r0 * m->C, fca, fcah, w->wproj,
+                                               m->w16proj, n, m->Fa, m->C));
         if (llama) SHARC_PROF("bwd.act", k->swiglu_backward(s, m->dfc, m->dfca, fc, n, m->Fa));
         else SHARC_PROF("bwd.act", k->gelu_backward(s, m->dfc, m->dfca, fc, n * m->Fa));
-        SHARC_PROF("bwd.matmul.fc", k->matmul_backward(s, m->dtmp + r0 * m->C, g->wfc, g->bfc, m->dfc,
-                                                       a->ln2 + r0 * m->C, w->wfc, n, m->C, m->F));
+        SHARC_PROF("bwd.matmul.fc", mm_bwd(m, m->dtmp + r0 * m->C, g->wfc, g->bfc, m->dfc, a->ln2 + r0 * m->C, ln2h,
+                                           w->wfc, m->w16fc, n, m->C, m->F));
     }
     SHARC_PROF("bwd.tp", sharc_tp_all_reduce(m->tp_group, m->dtmp, N * m->C)); /* note [tp]: f */
     SHARC_PROF("bwd.norm",
                norm_bwd(m, m->dxmid, g->ln2w, g->ln2b, m->dtmp, dres, a->xmid, w->ln2w, a->ln2_mean, a->ln2_rstd, N));
     SHARC_PROF("bwd.matmul.attproj",
-               k->matmul_backward(s, m->dtmp, g->wo, g->bo, m->dxmid, a->att, w->wo, N, m->AD, m->C));
+               mm_bwd(m, m->dtmp, g->wo, g->bo, m->dxmid, a->att, a->atth, w->wo, m->w16o, N, m->AD, m->C));
     if (m->sp > 1) { /* note [ulysses], mirrored */
         sharc_ulysses *u = &m->uly;
         SHARC_PROF("bwd.ulysses", sharc_ulysses_datt_to_heads(u, u->datt_h, m->dtmp));
@@ -1115,7 +1127,12 @@ static void block_backward(sharc_model *m, const block_ptrs *w, const block_ptrs
                                                           u->Tf, u->NHl, u->NKVl, m->hd, m->att_ws));
         SHARC_PROF("bwd.ulysses", sharc_ulysses_dqkv_to_tokens(u, m->dqkv, u->dqkv_h));
     } else {
-        SHARC_PROF("bwd.attention", k->attention_backward(s, m->dqkv, m->dtmp, a->qkv, a->att, a->lse, lo, B, T, m->NH,
+        const float *att = a->att;
+        if (a->atth) { /* note [bf16-acts]: widened back (a->att is dtmp, now datt) */
+            SHARC_PROF("bwd.attention", k->cast(s, m->att32, SHARC_DT_F32, a->atth, SHARC_DT_BF16, N * m->AD));
+            att = m->att32;
+        }
+        SHARC_PROF("bwd.attention", k->attention_backward(s, m->dqkv, m->dtmp, a->qkv, att, a->lse, lo, B, T, m->NH,
                                                           m->NKV, m->hd, m->att_ws));
     }
     if (llama && m->packed)
@@ -1133,7 +1150,7 @@ static void block_backward(sharc_model *m, const block_ptrs *w, const block_ptrs
         if (tp_sum) SHARC_PROF("bwd.tp", tp_qk_norm_grads(m, g, true));
     }
     SHARC_PROF("bwd.matmul.qkv",
-               k->matmul_backward(s, m->dtmp, g->wqkv, g->bqkv, m->dqkv, a->ln1, w->wqkv, N, m->C, m->QKV));
+               mm_bwd(m, m->dtmp, g->wqkv, g->bqkv, m->dqkv, a->ln1, a->ln1h, w->wqkv, m->w16qkv, N, m->C, m->QKV));
     SHARC_PROF("bwd.tp", sharc_tp_all_reduce(m->tp_group, m->dtmp, N * m->C));
     SHARC_PROF("bwd.norm",
                norm_bwd(m, dres, g->ln1w, g->ln1b, m->dtmp, m->dxmid, x, w->ln1w, a->ln1_mean, a->ln1_rstd, N));
@@ -1178,15 +1195,14 @@ static double read_loss(sharc_model *m) {
 
 /* The head unit's final-norm weight and bias (NULL for RMSNorm) in its buffer hp. */
 static void head_norm(const sharc_model *m, const float *hp, const float **nw, const float **nb) {
-    const sharc_unit_spec *hs = &m->units[m->L + 1];
-    *nw = hp + hs->params[0].offset;
-    *nb = m->cfg.family == SHARC_FAMILY_GPT2 ? hp + hs->params[1].offset : NULL;
+    *nw = weight_at(m, m->L + 1, SHARC_ROLE_LNFW, hp);
+    *nb = weight_at(m, m->L + 1, SHARC_ROLE_LNFB, hp); /* GPT-2's LayerNorm bias */
 }
 
 /* The head weight (V, C): the embed unit's wte when tied, else the head's own. */
 static const float *head_weight(sharc_model *m, sharc_fsdp *e, const float *hp) {
-    if (m->cfg.tie_embeddings) return sharc_fsdp_gather(e, 0) + m->units[0].params[0].offset;
-    return hp + m->units[m->L + 1].params[m->head_w].offset;
+    if (m->cfg.tie_embeddings) return weight_at(m, 0, SHARC_ROLE_WTE, sharc_fsdp_gather(e, 0));
+    return weight_at(m, m->L + 1, SHARC_ROLE_LM_HEAD, hp);
 }
 
 /* The fused LM head and loss on m->lnf into the device scalar m->loss
@@ -1208,7 +1224,13 @@ bool sharc_model_computes_bf16(const sharc_model *m, const sharc_fsdp *e) {
 }
 
 static void use_kernels(sharc_model *m, const sharc_fsdp *e) {
-    m->k = sharc_model_computes_bf16(m, e) ? &m->k16 : m->kdev;
+    bool b = sharc_model_computes_bf16(m, e);
+    m->k = b ? &m->k16 : m->kdev;
+    if (m->a16 && !b) /* note [bf16-acts] */
+        sharc_fatal(__FILE__, __LINE__,
+                    "model: planned with bf16 activations (sharc_model_set_param_dtype bf16) but its engine computes "
+                    "in fp32 (param_dtype %s); plan again",
+                    sharc_dtype_st_name(sharc_fsdp_param_dtype(e)));
 }
 
 /* Embedding and blocks; with `store` false every block reuses set 0. */
@@ -1218,7 +1240,7 @@ static void forward_body(sharc_model *m, sharc_fsdp *e, const int32_t *inputs, i
     m->eng = e;
     check_inputs(m, e, inputs, N);
     const float *ep = sharc_fsdp_gather(e, 0);
-    const float *wpe = m->cfg.family == SHARC_FAMILY_GPT2 ? ep + m->units[0].params[1].offset : NULL;
+    const float *wpe = weight_at(m, 0, SHARC_ROLE_WPE, ep); /* GPT-2's learned positions */
     if (m->Vl < m->V) { /* note [tp-vocab]: this rank's rows, zero elsewhere, summed over tp */
         SHARC_PROF("fwd.embedding", sharc_tp_embedding_forward(xl(m, 0), inputs, m->packed ? m->pos_local : NULL, ep,
                                                                wpe, N, T, m->C, m->v0, m->Vl));
@@ -1234,6 +1256,7 @@ static void forward_body(sharc_model *m, sharc_fsdp *e, const int32_t *inputs, i
     sharc_fsdp_forward_done(e, 0);
     for (int l = 0; l < m->L; l++) {
         block_ptrs w = block_view(m, l, (float *)sharc_fsdp_gather(e, 1 + l), false);
+        weights16(m, &w); /* note [bf16-acts] */
         block_acts *a = &m->sets[store && !m->ac ? l : 0];
         block_forward(m, &w, a, xl(m, l), xl(m, l + 1), B, T);
         sharc_fsdp_forward_done(e, 1 + l);
@@ -1263,13 +1286,14 @@ double sharc_model_forward_backward(sharc_model *m, sharc_fsdp *e, const int32_t
     double t1 = sharc_clock_now();
     m->timing.forward_s += t1 - t0;
     const float *wh = head_weight(m, e, hp);
-    float *gh = m->cfg.tie_embeddings ? grad_at(m, 0, sharc_fsdp_grad(e, 0), 0) : grad_at(m, H, hg, m->head_w);
+    float *gh = m->cfg.tie_embeddings ? grad_at(m, 0, SHARC_ROLE_WTE, sharc_fsdp_grad(e, 0))
+                                      : grad_at(m, H, SHARC_ROLE_LM_HEAD, hg);
     /* note [frozen-params]: the first unit whose backward runs (units in forward order = index order) */
     int from = 0;
     while (from < H && !unit_trains(m, from)) from++;
     head_xent(m, m->dtmp, gh, wh, targets, loss_scale, N);
-    norm_bwd(m, m->dres, grad_at(m, H, hg, 0), nb ? grad_at(m, H, hg, 1) : NULL, m->dtmp, NULL, xl(m, L), nw,
-             m->lnf_mean, m->lnf_rstd, N);
+    norm_bwd(m, m->dres, grad_at(m, H, SHARC_ROLE_LNFW, hg), grad_at(m, H, SHARC_ROLE_LNFB, hg), m->dtmp, NULL,
+             xl(m, L), nw, m->lnf_mean, m->lnf_rstd, N);
     sharc_fsdp_backward_done(e, H);
     sharc_moe_backward_begin(m->moe, m->s, loss_scale); /* note [moe]: the auxiliary loss's weight */
 
@@ -1291,6 +1315,7 @@ double sharc_model_forward_backward(sharc_model *m, sharc_fsdp *e, const int32_t
         }
         w = block_view(m, l, (float *)sharc_fsdp_gather(e, 1 + l), false);
         block_ptrs g = block_view(m, l, sharc_fsdp_grad(e, 1 + l), true);
+        weights16(m, &w); /* note [bf16-acts]: once for the recompute and the backward */
         if (m->ac && expert_unit(m, l, 0) < 0) block_forward(m, &w, a, xl(m, l), NULL, B, T); /* recompute */
         block_backward(m, &w, &g, a, xl(m, l), m->dres);
         sharc_fsdp_backward_done(e, 1 + l);
@@ -1298,8 +1323,8 @@ double sharc_model_forward_backward(sharc_model *m, sharc_fsdp *e, const int32_t
 
     /* the embedding's backward needs no parameters, only its gradient buffer */
     float *eg = sharc_fsdp_grad(e, 0);
-    float *gwte = grad_at(m, 0, eg, 0);
-    float *gwpe = m->cfg.family == SHARC_FAMILY_GPT2 ? grad_at(m, 0, eg, 1) : NULL;
+    float *gwte = grad_at(m, 0, SHARC_ROLE_WTE, eg);
+    float *gwpe = grad_at(m, 0, SHARC_ROLE_WPE, eg);
     if (m->Vl < m->V) { /* note [tp-vocab]: this rank's rows; the position table whole */
         if (gwte)
             SHARC_PROF("bwd.embedding", sharc_tp_embedding_backward(gwte, m->dres, inputs, N, m->C, m->v0, m->Vl));
@@ -1446,7 +1471,7 @@ static void block_forward_cached(sharc_model *m, int l, const block_ptrs *w, con
     } else { /* a tiled MLP (note [tiled-mlp]): its chunk buffers, tile_rows rows at a time */
         for (int64_t r0 = 0; r0 < n; r0 += m->tile_rows) {
             int64_t nr = n - r0 < m->tile_rows ? n - r0 : m->tile_rows;
-            mlp_chunk_forward(m, w, a->ln2 + r0 * m->C, nr);
+            mlp_chunk_forward(m, w, a->ln2 + r0 * m->C, NULL, nr);
             k->matmul_forward(s, m->tmp + r0 * m->C, m->tfca, w->wproj, w->bproj, nr, m->Fa, m->C);
         }
     }
@@ -1463,7 +1488,7 @@ sharc_status sharc_model_kv_append(sharc_model *m, sharc_fsdp *e, const int32_t 
     m->eng = e;
     check_inputs(m, e, tokens, n);
     const float *ep = sharc_fsdp_gather(e, 0);
-    const float *wpe = m->cfg.family == SHARC_FAMILY_GPT2 ? ep + m->units[0].params[1].offset : NULL;
+    const float *wpe = weight_at(m, 0, SHARC_ROLE_WPE, ep); /* GPT-2's learned positions */
     m->k->embedding_forward(m->s, xl(m, 0), tokens, ep, wpe, 1, n, m->C, pos);
     sharc_fsdp_forward_done(e, 0);
     for (int l = 0; l < L; l++) {

@@ -103,6 +103,7 @@ sharc_status sharc_memplan_make(sharc_memplan *p, const sharc_config *cfg, int w
         int old = sharc_threads_get();
         sharc_threads_set(p->threads);
         if (cfg->fsdp.apply_tiled_mlp) sharc_model_set_tiled_mlp(m, cfg->fsdp.tiled_num_shards);
+        sharc_model_set_param_dtype(m, fc->param_dtype); /* note [bf16-acts] */
         p->bytes[SHARC_MEM_ACTIVATIONS] = sharc_model_activation_bytes(m, cfg->train.batch_size, cfg->train.seq_len,
                                                                        cfg->fsdp.activation_checkpointing);
         sharc_threads_set(old);

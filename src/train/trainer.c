@@ -247,8 +247,10 @@ sharc_status sharc_trainer_init(sharc_trainer **out, const sharc_config *cfg, sh
     }
     if (st == SHARC_OK && t->cfg.fsdp.apply_tiled_mlp)
         sharc_model_set_tiled_mlp(t->model, t->cfg.fsdp.tiled_num_shards);
-    if (st == SHARC_OK)
+    if (st == SHARC_OK) {
+        sharc_model_set_param_dtype(t->model, t->cfg.fsdp.engine.param_dtype); /* note [bf16-acts] */
         st = sharc_model_plan(t->model, tc->batch_size, tc->seq_len / sp, t->cfg.fsdp.activation_checkpointing);
+    }
     /* model.tokenizer: text and JSONL are tokenized here (note [tokenize-once] in sharc/dataprep.h) */
     sharc_tokenizer *tok = NULL;
     if (st == SHARC_OK) st = sharc_dataprep_tokenizer(&t->cfg, &tok);

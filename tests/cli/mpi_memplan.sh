@@ -3,7 +3,7 @@
 # The memory plan (note [memory-plan] in src/train/memplan.c):
 #  - at 1-4 ranks, GPT-2 and Llama, FULL_SHARD / SHARD_GRAD_OP / NO_SHARD /
 #    HYBRID_SHARD, activation checkpointing off and on, frozen units, bf16
-#    parameters, the tiled MLP, prefetch depth, MPI collectives instead of
+#    parameters (and bf16 activations, emulated), the tiled MLP, prefetch depth, MPI collectives instead of
 #    shared memory, tensor parallelism (mesh.tp 2 at 2 and 4 ranks): every planned
 #    category's measured peak equals the plan (mpi_tests memplan);
 #  - `sharc plan` prints a 7B and a 70B Llama at 8-1024 ranks in a few MB of
@@ -23,6 +23,7 @@ check 2 $L
 check 3 $L
 check 3 model.freeze_module_prefix=wte,wpe,h.0. train.grad_accum=2
 check 2 $L fsdp.param_dtype=bf16 fsdp.no_sync=true train.grad_accum=2
+SHARC_BF16=emulate check 2 $L fsdp.param_dtype=bf16 fsdp.apply_tiled_mlp=true fsdp.tiled_num_shards=3 # note [bf16-acts]
 check 3 fsdp.forward_prefetch=true fsdp.limit_all_gathers=1
 check 2 fsdp.apply_tiled_mlp=true fsdp.tiled_num_shards=3
 check 3 $L fsdp.apply_tiled_mlp=true fsdp.tiled_num_shards=5

@@ -53,9 +53,10 @@ for fam in gpt2 llama; do
   SHARC_BF16=off check 3 $m fsdp.param_dtype=bf16 tol.loss=1e-4 tol.norm=1e-3 tol.param=2e-3
   SHARC_BF16=off check 4 $m fsdp.param_dtype=bf16 fsdp.sharding_strategy=HYBRID_SHARD fsdp.fsdp_size=2 tol.loss=1e-4 tol.norm=1e-3 tol.param=2e-3
   # bf16 compute (note [bf16-compute]; emulated where the CPU has no bf16
-  # instructions): note [parity-tolerance] on bf16 compute
-  SHARC_BF16=emulate check 3 $m fsdp.param_dtype=bf16 optim.lr=1e-3 tol.loss=1e-4 tol.norm=1e-3 tol.param=5e-3
-  SHARC_BF16=emulate check 4 $m fsdp.param_dtype=bf16 train.grad_accum=2 fsdp.activation_checkpointing=true optim.lr=1e-3 tol.loss=1e-4 tol.norm=1e-3 tol.param=5e-3
+  # instructions): note [parity-tolerance] on bf16 compute; bf16 activations
+  # (note [bf16-acts]) round the attention output too: 1e-2 of the lr sum
+  SHARC_BF16=emulate check 3 $m fsdp.param_dtype=bf16 optim.lr=1e-3 tol.loss=1e-4 tol.norm=1e-3 tol.param=1e-2
+  SHARC_BF16=emulate check 4 $m fsdp.param_dtype=bf16 train.grad_accum=2 fsdp.activation_checkpointing=true optim.lr=1e-3 tol.loss=1e-4 tol.norm=1e-3 tol.param=1e-2
   # bf16 reduction rounds what one process never rounds
   check 3 $m fsdp.reduce_dtype=bf16 optim.lr=1e-3 tol.loss=1e-3 tol.norm=1e-2 tol.param=1
   check 4 $m fsdp.reduce_dtype=bf16 fsdp.sharding_strategy=NO_SHARD optim.lr=1e-3 tol.loss=1e-3 tol.norm=1e-2 tol.param=1

@@ -75,6 +75,8 @@ static const sharc_kernels cpu_kernels = {
     .matmul_forward_bf16 = sharc_cpu_matmul_forward_bf16,
     .matmul_backward_bf16 = sharc_cpu_matmul_backward_bf16,
     .lmhead_xent_bf16 = sharc_cpu_lmhead_xent_bf16,
+    .matmul_forward_b16 = sharc_cpu_matmul_forward_b16,
+    .matmul_backward_b16 = sharc_cpu_matmul_backward_b16,
 };
 
 const sharc_device_i sharc_cpu_device_i = {

@@ -22,6 +22,10 @@ void sharc_cpu_matmul_forward_bf16(sharc_stream *s, float *y, const float *x, co
                                    int IC, int OC);
 void sharc_cpu_matmul_backward_bf16(sharc_stream *s, float *dx, float *dw, float *db, const float *dy, const float *x,
                                     const float *w, int64_t N, int IC, int OC);
+void sharc_cpu_matmul_forward_b16(sharc_stream *s, float *y, const uint16_t *x, const uint16_t *w, const float *b,
+                                  int64_t N, int IC, int OC);
+void sharc_cpu_matmul_backward_b16(sharc_stream *s, float *dx, float *dw, float *db, const float *dy, const uint16_t *x,
+                                   const uint16_t *w, int64_t N, int IC, int OC);
 void sharc_cpu_lmhead_xent_bf16(sharc_stream *s, double *loss_sum, float *dx, float *dw, const float *x, const float *w,
                                 const int32_t *targets, float scale, int64_t N, int C, int V, float *ws, int64_t chunk);
 /* norm.c */

@@ -69,29 +69,24 @@ const uint16_t *sharc_cpu_bf16_operand(int slot, const float *src, int64_t n) {
 
 bool sharc_cpu_bf16_compute(void) { return sharc_bf16_mode_get(NULL) != SHARC_BF16_NONE; }
 
-void sharc_cpu_matmul_forward_bf16(sharc_stream *s, float *y, const float *x, const float *w, const float *b, int64_t N,
-                                   int IC, int OC) {
-    const uint16_t *xb = sharc_cpu_bf16_operand(SHARC_CPU_BF16_X, x, N * IC);
-    const uint16_t *wb = sharc_cpu_bf16_operand(SHARC_CPU_BF16_W, w, (int64_t)OC * IC);
-    sharc_bgemm(false, true, (int)N, OC, IC, 1.0f, xb, IC, wb, IC, 0.0f, y, OC);
+/* Note [bf16-acts] (src/model/model.c): x and w arrive in bf16, so only dy
+ * is rounded here; the float variants below round x and w into the scratch
+ * and call these. */
+void sharc_cpu_matmul_forward_b16(sharc_stream *s, float *y, const uint16_t *x, const uint16_t *w, const float *b,
+                                  int64_t N, int IC, int OC) {
+    sharc_bgemm(false, true, (int)N, OC, IC, 1.0f, x, IC, w, IC, 0.0f, y, OC);
     if (!b) return;
     int64_t nc = sharc_par_chunks(N, OC, sharc_threads_get());
 #pragma omp parallel for schedule(static) if (nc > 1)
     for (int64_t c = 0; c < nc; c++) add_bias_rows(y, b, c * N / nc, (c + 1) * N / nc, OC);
 }
 
-void sharc_cpu_matmul_backward_bf16(sharc_stream *s, float *dx, float *dw, float *db, const float *dy, const float *x,
-                                    const float *w, int64_t N, int IC, int OC) {
+void sharc_cpu_matmul_backward_b16(sharc_stream *s, float *dx, float *dw, float *db, const float *dy, const uint16_t *x,
+                                   const uint16_t *w, int64_t N, int IC, int OC) {
     if (dx || dw) {
         const uint16_t *dyb = sharc_cpu_bf16_operand(SHARC_CPU_BF16_DY, dy, N * OC);
-        if (dx) {
-            const uint16_t *wb = sharc_cpu_bf16_operand(SHARC_CPU_BF16_W, w, (int64_t)OC * IC);
-            sharc_bgemm(false, false, (int)N, IC, OC, 1.0f, dyb, OC, wb, IC, 0.0f, dx, IC);
-        }
-        if (dw) {
-            const uint16_t *xb = sharc_cpu_bf16_operand(SHARC_CPU_BF16_X, x, N * IC);
-            sharc_bgemm(true, false, OC, IC, (int)N, 1.0f, dyb, OC, xb, IC, 1.0f, dw, IC);
-        }
+        if (dx) sharc_bgemm(false, false, (int)N, IC, OC, 1.0f, dyb, OC, w, IC, 0.0f, dx, IC);
+        if (dw) sharc_bgemm(true, false, OC, IC, (int)N, 1.0f, dyb, OC, x, IC, 1.0f, dw, IC);
     }
     if (!db) return;
     /* the bias gradient sums the fp32 dy, as in fp32 */
@@ -99,4 +94,18 @@ void sharc_cpu_matmul_backward_bf16(sharc_stream *s, float *dx, float *dw, float
     if (nc > OC / 16) nc = OC / 16 > 0 ? OC / 16 : 1;
 #pragma omp parallel for schedule(static) if (nc > 1)
     for (int64_t c = 0; c < nc; c++) colsum_cols(db, dy, N, OC, (int)(c * OC / nc), (int)((c + 1) * OC / nc));
+}
+
+void sharc_cpu_matmul_forward_bf16(sharc_stream *s, float *y, const float *x, const float *w, const float *b, int64_t N,
+                                   int IC, int OC) {
+    const uint16_t *xb = sharc_cpu_bf16_operand(SHARC_CPU_BF16_X, x, N * IC);
+    const uint16_t *wb = sharc_cpu_bf16_operand(SHARC_CPU_BF16_W, w, (int64_t)OC * IC);
+    sharc_cpu_matmul_forward_b16(s, y, xb, wb, b, N, IC, OC);
+}
+
+void sharc_cpu_matmul_backward_bf16(sharc_stream *s, float *dx, float *dw, float *db, const float *dy, const float *x,
+                                    const float *w, int64_t N, int IC, int OC) {
+    const uint16_t *xb = dw ? sharc_cpu_bf16_operand(SHARC_CPU_BF16_X, x, N * IC) : NULL;
+    const uint16_t *wb = dx ? sharc_cpu_bf16_operand(SHARC_CPU_BF16_W, w, (int64_t)OC * IC) : NULL;
+    sharc_cpu_matmul_backward_b16(s, dx, dw, db, dy, xb, wb, N, IC, OC);
 }
