@@ -314,21 +314,22 @@ static void apply_args(sharc_config *c, int argc, char **argv) {
     ASSERT_OK(sharc_config_validate(c));
 }
 
-/* Note [parity-ref]: the one-process reference of test_parity, computed
- * once. It used to be trained on every rank, in the same process as the run
- * under test, so N ranks did N copies of the work of one global batch (at 4
- * ranks four fifths of the CPU time). Now rank 0 trains it before the run
- * under test, alone (the other ranks sleep, not spin, until it is done),
- * and writes what the comparisons read to a file: every step's loss,
- * gradient norm, valid targets and lr, and each parameter's full gradient
- * after the first step and its final values. Every rank reads that file.
- * The file is named by a hash of the reference's whole configuration (as
- * YAML) and the SHARC_* environment (SHARC_BF16 changes the arithmetic), so
- * within SHARC_PARITY_CACHE (tests/cli/mpi_lib.inc: one directory per
- * script run) a run whose reference was already trained reads it again;
- * without SHARC_PARITY_CACHE the file is made in the temporary directory
- * and removed. The reference is the same deterministic one-process run as
- * before, only trained in another order relative to the run under test. */
+/* Note [parity-ref]: the one-process reference of test_parity and
+ * test_ckpt_load, computed once. It used to be trained on every rank, in the
+ * same process as the run under test, so N ranks did N copies of the work
+ * of one global batch (at 4 ranks four fifths of the CPU time). Now rank 0
+ * trains it before the run under test, alone (the other ranks sleep, not
+ * spin, until it is done), and broadcasts what the comparisons read: every
+ * step's loss, gradient norm, valid targets and lr, and each parameter's
+ * full gradient after the first step and its final values. With
+ * SHARC_PARITY_CACHE (tests/cli/mpi_lib.inc: a directory of the script
+ * run's own) rank 0 also keeps it there, in a file named by a hash of the
+ * reference's whole configuration (as YAML) and the SHARC_* environment
+ * (SHARC_BF16 changes the arithmetic), and a later run whose reference is
+ * the same reads it instead of training it again. Only rank 0 touches the
+ * file, so ranks on other hosts need no shared directory. The reference is
+ * the same deterministic one-process run as before, only trained in another
+ * order relative to the run under test. */
 typedef struct {
     char name[128];
     int64_t numel;
@@ -436,8 +437,8 @@ static void parity_ref_tensors(sharc_fsdp *e, parity_ref *r, bool grads) {
     }
 }
 
-/* Trains the one-process reference and writes it to `path` (whole, by rename). */
-static void parity_ref_train(const sharc_config *cref, const char *path) {
+/* Trains the one-process reference; returns it serialized (malloc'd, *len bytes). */
+static char *parity_ref_train(const sharc_config *cref, size_t *len) {
     sharc_trainer *ref;
     ASSERT_OK(sharc_trainer_init(&ref, cref, NULL));
     sharc_fsdp *e = sharc_trainer_engine(ref);
@@ -450,10 +451,9 @@ static void parity_ref_train(const sharc_config *cref, const char *path) {
         if (s == 0) parity_ref_tensors(e, &r, true);
     }
     parity_ref_tensors(e, &r, false);
-    char tmp[4200];
-    snprintf(tmp, sizeof tmp, "%s.partial", path);
-    FILE *f = fopen(tmp, "wb");
-    if (!f) TEST_FAIL_AT("cannot write the parity reference %s", tmp);
+    char *buf = NULL;
+    FILE *f = open_memstream(&buf, len);
+    ASSERT_TRUE(f != NULL);
     WRITE(f, &r.nsteps, 1);
     WRITE(f, r.steps, r.nsteps);
     WRITE(f, &r.ntensors, 1);
@@ -464,14 +464,14 @@ static void parity_ref_train(const sharc_config *cref, const char *path) {
         WRITE(f, r.t[i].grad, r.t[i].numel);
     }
     ASSERT_TRUE(fclose(f) == 0);
-    ASSERT_TRUE(rename(tmp, path) == 0);
     parity_ref_free(&r);
     sharc_trainer_free(ref);
+    return buf;
 }
 
-static void parity_ref_load(parity_ref *r, const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) TEST_FAIL_AT("cannot read the parity reference %s", path);
+static void parity_ref_load(parity_ref *r, char *buf, size_t len) {
+    FILE *f = fmemopen(buf, len, "rb");
+    ASSERT_TRUE(f != NULL);
     READ(f, &r->nsteps, 1);
     r->steps = calloc((size_t)r->nsteps, sizeof *r->steps);
     READ(f, r->steps, r->nsteps);
@@ -486,6 +486,7 @@ static void parity_ref_load(parity_ref *r, const char *path) {
         READ(f, t->param, t->numel);
         READ(f, t->grad, t->numel);
     }
+    ASSERT_TRUE(fgetc(f) == EOF);
     fclose(f);
 }
 
@@ -503,25 +504,43 @@ static void barrier_sleeping(void) {
 }
 
 /* Note [parity-ref]: the reference run of `cref` on every rank, trained by
- * rank 0 unless this script run's cache holds it. Collective over world. */
+ * rank 0 unless its cache holds it, and broadcast. Collective over world. */
 static void parity_ref_get(const sharc_config *cref, parity_ref *r) {
-    char path[4096];
     const char *cache = getenv("SHARC_PARITY_CACHE");
-    int64_t tag = (int64_t)getpid();
-    ASSERT_OK(sharc_comm_broadcast(world, &tag, 1, SHARC_DT_I64, 0));
-    if (cache && *cache) snprintf(path, sizeof path, "%s/%016llx.ref", cache, (unsigned long long)parity_ref_key(cref));
-    else snprintf(path, sizeof path, "%s/sharc-parity-%lld.ref", sharc_test_tmpdir(), (long long)tag);
-    if (sharc_comm_rank(world) == 0 && access(path, R_OK) != 0) {
-        if (cache && *cache) mkdir(cache, 0755);
-        parity_ref_train(cref, path);
+    char *buf = NULL;
+    int64_t len = 0;
+    if (sharc_comm_rank(world) == 0) {
+        char path[4096], tmp[4200];
+        FILE *f = NULL;
+        if (cache && *cache) {
+            snprintf(path, sizeof path, "%s/%016llx.ref", cache, (unsigned long long)parity_ref_key(cref));
+            f = fopen(path, "rb");
+        }
+        if (f) { /* trained before by this script run */
+            ASSERT_TRUE(fseek(f, 0, SEEK_END) == 0 && (len = ftell(f)) > 0 && fseek(f, 0, SEEK_SET) == 0);
+            buf = malloc((size_t)len);
+            READ(f, buf, len);
+            fclose(f);
+        } else {
+            size_t n;
+            buf = parity_ref_train(cref, &n);
+            len = (int64_t)n;
+            if (cache && *cache) { /* whole or not at all: written aside, then renamed */
+                mkdir(cache, 0755);
+                snprintf(tmp, sizeof tmp, "%s.partial", path);
+                if (!(f = fopen(tmp, "wb"))) TEST_FAIL_AT("cannot write the parity reference %s", tmp);
+                WRITE(f, buf, len);
+                ASSERT_TRUE(fclose(f) == 0 && rename(tmp, path) == 0);
+            }
+        }
     }
     barrier_sleeping();
-    parity_ref_load(r, path);
+    ASSERT_OK(sharc_comm_broadcast(world, &len, 1, SHARC_DT_I64, 0));
+    if (!buf) buf = malloc((size_t)len);
+    ASSERT_OK(sharc_comm_broadcast(world, buf, (size_t)len, SHARC_DT_U8, 0));
+    parity_ref_load(r, buf, (size_t)len);
+    free(buf);
     ASSERT_EQ(r->nsteps, cref->train.max_steps);
-    if (!(cache && *cache)) {
-        barrier_sleeping(); /* every rank has read it */
-        if (sharc_comm_rank(world) == 0) unlink(path);
-    }
 }
 
 /* Note [parity-tolerance]. N ranks add the same per-micro-batch gradients
