@@ -67,6 +67,11 @@ sharc_status sharc_hf_check_config(const char *dir, const sharc_model_config *ru
  *     then one all-reduce (MAX) of (st != SHARC_OK), as note [agreement]. */
 sharc_status sharc_hf_load(sharc_fsdp *e, const char *dir);
 
+/* The name parameter `name` of a `family` model has in Hugging Face files
+ * (the family's prefix added; GPT2LMHeadModel's lm_head has none) into out
+ * (n bytes); true when HF stores it transposed, (in, out) (GPT-2's Conv1D). */
+bool sharc_hf_tensor_name(sharc_family family, const char *name, char *out, size_t n);
+
 /* ---- export ---- */
 /* Write `dir` as a Hugging Face model directory: config.json and
  * model.safetensors, or (when max_shard_bytes > 0 and the tensors exceed it)

@@ -81,6 +81,9 @@ sharc_status sharc_model_config_validate(sharc_model_config *c);
 const char *sharc_family_name(sharc_family f);
 /* Parameters, and the matmul parameters that MFU counts (PaLM's N). */
 int64_t sharc_model_num_params(const sharc_model_config *c);
+/* Hugging Face stores parameter `name` of a `family` model transposed, (in,
+ * out): GPT-2's Conv1D weights (note [param-table] in src/model/params.c). */
+bool sharc_model_param_hf_transposed(sharc_family family, const char *name);
 /* Training FLOPs per token: 6 * N_matmul + 12 * L * (num_heads * head_dim) * T (PaLM, appendix B). */
 double sharc_model_flops_per_token(const sharc_model_config *c, int T);
 

@@ -6,7 +6,9 @@
  * sequence number) and the collective where some ranks wait that others
  * never reached, and last a verdict line. A rank of the world with no record
  * ended before the others could be told (kill -9, the OOM killer): it is
- * named first. Exit status 0 when it read the records, 2 for bad input. */
+ * named first, with what the survivors' liveness probes said of it (its
+ * host, pid, and whether its process was gone or its host unreachable).
+ * Exit status 0 when it read the records, 2 for bad input. */
 #include "doctor.h"
 #include "sharc/status.h"
 
@@ -107,6 +109,27 @@ static void describe(char *out, size_t n, const flight_entry *e) {
              e->end < 0 ? ", not completed" : "");
 }
 
+/* What the survivors' liveness probes (note [liveness] in
+ * src/core/liveness.c) said of rank q: "rank P's probe: host H, pid N:
+ * process gone", or "" when no record names it. */
+static void probe_verdict(const flight_rank *ranks, int world, int q, char *out, size_t n) {
+    out[0] = 0;
+    for (int p = 0; p < world; p++) {
+        json_object *live = ranks[p].doc ? field(ranks[p].doc, "liveness") : NULL;
+        json_object *lost = live ? field(live, "lost") : NULL;
+        if (!lost || !json_object_is_type(lost, json_type_array)) continue;
+        for (size_t i = 0; i < json_object_array_length(lost); i++) {
+            json_object *o = json_object_array_get_idx(lost, i), *rk = field(o, "rank");
+            if (!rk || json_object_get_int(rk) != q) continue;
+            const char *host = field(o, "host") ? json_object_get_string(field(o, "host")) : "?";
+            const char *what = field(o, "verdict") ? json_object_get_string(field(o, "verdict")) : "?";
+            const int pid = field(o, "pid") ? json_object_get_int(field(o, "pid")) : 0;
+            snprintf(out, n, "rank %d's liveness probe: host %s, pid %d: %s", p, host, pid, what);
+            return;
+        }
+    }
+}
+
 int sharc_doctor_main(int argc, char **argv) {
     if (argc != 1 || argv[0][0] == '-') {
         fprintf(stderr, "usage: sharc doctor RUN_DIR   (reads RUN_DIR/debug/flight-rank-*.json of a failed run)\n");
@@ -147,14 +170,15 @@ int sharc_doctor_main(int argc, char **argv) {
             if (r->doc)
                 printf("rank %d on %s: %s at %s (%d collectives recorded)\n", q, r->host, r->reason, r->activity, r->n);
             else {
+                char seen[320] = "";
+                probe_verdict(ranks, world, q, seen, sizeof seen);
                 printf("rank %d: no flight record: it ended before the others could be told (killed: kill -9, the "
-                       "OOM killer, a lost host); the launcher's message names its host\n",
-                       q);
+                       "OOM killer, a lost host); %s\n",
+                       q, seen[0] ? seen : "the launcher's message names its host");
                 if (!verdict[0])
                     snprintf(verdict, sizeof verdict,
-                             "rank %d died first (no flight record); the others were "
-                             "ended after it",
-                             q);
+                             "rank %d died first (no flight record)%s%s; the others were ended after it", q,
+                             seen[0] ? ": " : "", seen);
             }
         }
         /* groups present in any record, in id order */

@@ -18,6 +18,7 @@
 #include "sharc/hf.h"
 #include "sharc/source.h"
 #include "sharc/launch.h"
+#include "sharc/liveness.h"
 #include "sharc/log.h"
 #include "sharc/memplan.h"
 #include "sharc/model.h"
@@ -1024,6 +1025,21 @@ static int log_rank_from_launcher(void) {
     return size;
 }
 
+/* Note [liveness] (src/core/liveness.c): every rank's card, with one
+ * all-gather, so that a survivor can name a rank that dies. A failure here
+ * is a broken world: it joins the start-up agreement. */
+static sharc_status liveness_share(sharc_comm *world) {
+    const int R = sharc_comm_size(world);
+    if (R < 2) return SHARC_OK;
+    sharc_liveness_card mine, *all = calloc((size_t)R, sizeof *all);
+    if (!all) return sharc_error(SHARC_ERR_NOMEM, "liveness: %d cards", R);
+    sharc_liveness_card_make(&mine);
+    sharc_status st = sharc_comm_all_gather(world, &mine, all, sizeof mine, SHARC_DT_U8);
+    if (st == SHARC_OK) st = sharc_liveness_set_peers(all, R, sharc_comm_rank(world));
+    free(all);
+    return st;
+}
+
 typedef int (*world_command)(const void *plan, sharc_comm *world);
 
 /* A command on every rank of the world (train, eval), note [job-end]:
@@ -1054,6 +1070,7 @@ static int run_on_world(int *argc, char ***argv, sharc_status parsed, int timeou
     sharc_set_fatal_hook(abort_job);
     sharc_watchdog_catch_term();           /* note [rank-death] in src/core/watchdog.c */
     lst = sharc_launch_check_world(world); /* collective: every rank calls it */
+    if (lst == SHARC_OK) lst = liveness_share(world);
     if (parsed != SHARC_OK) st = sharc_error(parsed, "%s", msg);
     else if (st == SHARC_OK && lst != SHARC_OK) st = lst;
     st = sharc_comm_agree(world, st, SHARC_ERR_COMM, "rank %d failed to start (see its message)");
@@ -1076,6 +1093,7 @@ static int run_on_world(int *argc, char ***argv, sharc_status parsed, int timeou
     sharc_comm_world_finalize(world);
     sharc_activity_coll_end();
     sharc_watchdog_stop();
+    sharc_liveness_close();
     return rc;
 }
 

@@ -58,8 +58,8 @@ sharc_fault sharc_fault_at(const char *site, int64_t step) {
         if ((rest = for_this_rank("SHARC_TEST_KILL")) && lists_step(rest, step)) { /* note [rank-death] */
             struct timespec now;
             clock_gettime(CLOCK_REALTIME, &now); /* the wall clock: the test measures the time to the job's end */
-            fprintf(stderr, "[rank %d] SHARC_TEST_KILL: SIGKILL to itself at %lld.%09ld\n", sharc_log_rank(),
-                    (long long)now.tv_sec, now.tv_nsec);
+            fprintf(stderr, "[rank %d] SHARC_TEST_KILL: SIGKILL to itself (pid %d) at %lld.%09ld\n", sharc_log_rank(),
+                    (int)getpid(), (long long)now.tv_sec, now.tv_nsec);
             fflush(stderr);
             raise(SIGKILL);
         }

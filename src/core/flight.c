@@ -23,6 +23,7 @@
 #include "sharc/flight.h"
 #include "sharc/activity.h"
 #include "sharc/clock.h"
+#include "sharc/liveness.h"
 #include "sharc/log.h"
 
 #include <errno.h>
@@ -50,7 +51,7 @@ static _Atomic uint64_t count;
 static _Atomic int groups;
 static char dir[4096];
 static atomic_bool have_dir, dumped;
-static char buf[SHARC_FLIGHT_N * 320 + 4096]; /* the JSON: one dump per process */
+static char buf[SHARC_FLIGHT_N * 320 + SHARC_LIVENESS_PROBED * 160 + 4096]; /* the JSON: one dump per process */
 static char path[4300];
 
 int sharc_flight_group_new(void) { return atomic_fetch_add(&groups, 1); }
@@ -111,9 +112,12 @@ const char *sharc_flight_dump(const char *reason, const char *what) {
     size_t len = 0;
     const uint64_t n = atomic_load(&count);
     ADD("{\"rank\": %d, \"world_size\": %d, \"host\": \"%s\", \"pid\": %d, \"reason\": \"%s\", \"activity\": \"%s\", "
-        "\"now\": %.6f, \"realtime_minus_now\": %.6f, \"recorded\": %llu, \"entries\": [",
+        "\"now\": %.6f, \"realtime_minus_now\": %.6f, \"recorded\": %llu, ",
         sharc_log_rank(), sharc_log_world_size(), host, (int)getpid(), reason, w, sharc_clock_now(), offset,
         (unsigned long long)n);
+    const char *live = sharc_liveness_json(); /* note [liveness] */
+    if (live) ADD("\"liveness\": %s, ", live);
+    ADD("\"entries\": [");
     const uint64_t first = n > SHARC_FLIGHT_N ? n - SHARC_FLIGHT_N + 1 : 1;
     for (uint64_t h = first; h <= n; h++) {
         const entry *e = &ring[(h - 1) % SHARC_FLIGHT_N];

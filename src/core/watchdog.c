@@ -22,8 +22,10 @@
 #include "sharc/activity.h"
 #include "sharc/clock.h"
 #include "sharc/flight.h"
+#include "sharc/liveness.h"
 #include "sharc/log.h"
 
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -62,13 +64,29 @@ static void dump_and_say(const char *reason, const char *what) {
  * second on a loaded machine. It formats with snprintf, which POSIX does
  * not list as async-signal-safe; glibc's does not allocate or lock for the
  * integers, strings and fixed-precision doubles used, and the process
- * ends right after. The line cannot name the
- * dead rank (MPI 4.1 without ULFM tells the survivors nothing; the launcher
- * prints "process rank R ... on node H exited on signal 9"); `sharc doctor
- * OUT_DIR` names it as the rank that left no flight record. Without a
- * watchdog (timeout 0) the default action runs. */
+ * ends right after. MPI 4.1 without ULFM tells the survivors nothing
+ * about the dead rank (the launcher prints "process rank R ... on node H
+ * exited on signal 9"), so the handler first runs the liveness probe (note
+ * [liveness] in src/core/liveness.c, 300 ms at most), which prints one line
+ * per rank that is gone, naming its host and pid, and goes into the flight
+ * record; then, so that the other survivors' probes do not find this one
+ * gone, it keeps the process until LINGER_MS after the signal before it
+ * exits (Open MPI's SIGKILL comes about a second after the SIGTERM).
+ * `sharc doctor OUT_DIR` also names the dead rank as the one that left no
+ * flight record. Without a watchdog (timeout 0) the default action runs. */
+enum { TERM_PROBE_MS = 300, LINGER_MS = 600, WATCHDOG_PROBE_MS = 1000 };
+
+static double mono_ms(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec * 1e3 + (double)t.tv_nsec * 1e-6;
+}
+
 static void on_term(int sig) {
     if (atomic_load(&watching)) {
+        const double t0 = mono_ms();
+        bool fresh;
+        sharc_liveness_probe(TERM_PROBE_MS, &fresh);
         char what[400], line[900];
         sharc_activity_describe(what, sizeof what);
         int len = snprintf(line, sizeof line,
@@ -79,6 +97,7 @@ static void on_term(int sig) {
         ssize_t w = write(STDERR_FILENO, line, (size_t)len);
         (void)w;
         dump_and_say("terminated", what);
+        for (double left; fresh && (left = t0 + LINGER_MS - mono_ms()) > 0;) poll(NULL, 0, (int)left + 1);
         _exit(128 + sig);
     }
     signal(sig, SIG_DFL);
@@ -108,7 +127,10 @@ static void *watch(void *arg) {
             since = now;
             continue;
         }
+        sharc_liveness_watch(s, now - since); /* note [liveness]: probe while every survivor waits */
         if (now - since < (double)limit) continue;
+        bool fresh;
+        sharc_liveness_probe(WATCHDOG_PROBE_MS, &fresh); /* note [liveness]: the lost ranks, before the line */
         char what[400], line[700];
         sharc_activity_describe(what, sizeof what);
         int len = snprintf(line, sizeof line,

@@ -222,9 +222,11 @@ sharc_status sharc_st_set_open(sharc_st_set **out, const char *dir) {
  * one row of `hf_families`: its model_type and architecture names, the
  * config.json keys (the `hf_key` rows below: each config key sharc reads,
  * checks against a run or writes, with the model field it maps to, or the
- * one value sharc implements), the prefix of its parameter names, which
- * matrices HF stores transposed (GPT-2's Conv1D) and which tensors of its
- * files are buffers, not parameters. Reading config.json, comparing it with
+ * one value sharc implements), the prefix of its parameter names and which
+ * tensors of its files are buffers, not parameters. The parameters
+ * themselves (their names, which HF uses without the prefix, and which
+ * matrices HF stores transposed, GPT-2's Conv1D) are the family's rows of
+ * note [param-table] in src/model/params.c. Reading config.json, comparing it with
  * a run's model.* keys, importing and exporting all walk these rows; a new
  * family or key is a row here. The rows are in the order export writes them
  * (as save_pretrained would). */
@@ -414,10 +416,9 @@ typedef struct {
     const char *arch, *arch_also; /* architectures[0] written, and a second one read */
     const hf_key *keys;
     int nkeys;
-    const char *prefix;        /* of every parameter but lm_head.weight in the files sharc writes (read: optional) */
-    const char *transposed[5]; /* parameters stored (in, out): names ending so (GPT-2's Conv1D) */
-    const char *buffers[4];    /* tensors in its files that are not parameters (names ending so) */
-    bool qkv_bias, qk_norm;    /* what the model type implies (note [families] in src/model/model.c) */
+    const char *prefix;     /* of every parameter but lm_head.weight in the files sharc writes (read: optional) */
+    const char *buffers[4]; /* tensors in its files that are not parameters (names ending so) */
+    bool qkv_bias, qk_norm; /* what the model type implies (note [families] in src/model/model.c) */
 } hf_family;
 
 static const hf_family hf_families[] = {
@@ -428,7 +429,6 @@ static const hf_family hf_families[] = {
      gpt2_keys,
      (int)(sizeof gpt2_keys / sizeof gpt2_keys[0]),
      "transformer.",
-     {".attn.c_attn.weight", ".attn.c_proj.weight", ".mlp.c_fc.weight", ".mlp.c_proj.weight", NULL},
      {".attn.bias", ".attn.masked_bias", "rotary_emb.inv_freq", NULL},
      false,
      false},
@@ -439,7 +439,6 @@ static const hf_family hf_families[] = {
      llama_keys,
      (int)(sizeof llama_keys / sizeof llama_keys[0]),
      "",
-     {NULL},
      {"rotary_emb.inv_freq", NULL},
      false,
      false},
@@ -450,7 +449,6 @@ static const hf_family hf_families[] = {
      qwen2_keys,
      (int)(sizeof qwen2_keys / sizeof qwen2_keys[0]),
      "",
-     {NULL},
      {"rotary_emb.inv_freq", NULL},
      true,
      false},
@@ -461,7 +459,6 @@ static const hf_family hf_families[] = {
      qwen3_keys,
      (int)(sizeof qwen3_keys / sizeof qwen3_keys[0]),
      "",
-     {NULL},
      {"rotary_emb.inv_freq", NULL},
      false,
      true},
@@ -472,7 +469,6 @@ static const hf_family hf_families[] = {
      mistral_keys,
      (int)(sizeof mistral_keys / sizeof mistral_keys[0]),
      "",
-     {NULL},
      {"rotary_emb.inv_freq", NULL},
      false,
      false},
@@ -483,7 +479,6 @@ static const hf_family hf_families[] = {
      qwen3_moe_keys,
      (int)(sizeof qwen3_moe_keys / sizeof qwen3_moe_keys[0]),
      "",
-     {NULL},
      {"rotary_emb.inv_freq", NULL},
      false,
      true},
@@ -973,7 +968,15 @@ static void hf_name(char *out, size_t n, const char *prefix, const char *name) {
 }
 
 /* Stored (in, out) in HF files: GPT-2's Conv1D weights. */
-static bool is_transposed(const hf_family *f, const char *name) { return ends_with_any(name, f->transposed); }
+static bool is_transposed(const hf_family *f, const char *name) {
+    return sharc_model_param_hf_transposed(f->family, name); /* note [param-table] in src/model/params.c */
+}
+
+bool sharc_hf_tensor_name(sharc_family family, const char *name, char *out, size_t n) {
+    const hf_family *f = hf_family_of(family);
+    hf_name(out, n, f->prefix, name);
+    return is_transposed(f, name);
+}
 
 /* Tensors of HF files that are not parameters and are skipped on import. */
 static bool ignorable(const hf_family *f, bool has_lm_head, const char *name) {

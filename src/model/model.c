@@ -46,8 +46,8 @@
  * the projection and RoPE; head_dim may differ from embed_dim / num_heads
  * (o_proj is then (C, NH*hd)); rope_factor > 0 selects Llama-3's RoPE
  * scaling, whose tables are computed on the host at plan time. These
- * parameters follow the plain Llama's nine in a block unit, so its indices
- * stay fixed. sliding_window W > 0 limits every layer's attention to the W
+ * parameters are rows of Llama's table after the plain Llama's (note
+ * [param-table] in params.c), so a plain Llama's layout stays fixed. sliding_window W > 0 limits every layer's attention to the W
  * keys i - W < j <= i (Hugging Face's sliding_window_overlay), through the
  * mask of note [packing]. The Hugging Face model_type each combination
  * exports as, and every config.json key, are in src/io/hf.c (note [hf-keys]).
@@ -72,10 +72,12 @@
 #include "sharc/log.h"
 #include "sharc/prof.h"
 #include "moe.h"
+#include "params.h"
 #include "tp.h"
 #include "ulysses.h"
 
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -124,11 +126,10 @@ struct sharc_model {
     int *order;                  /* (nunits) note [unit-schedule] */
     bool *backward_needs_params; /* (nunits) */
     sharc_unit_schedule schedule;
-    int head_w; /* index of lm_head.weight in the head unit, -1 when tied */
+    sharc_unit_roles *roles; /* (nunits) note [param-table]: each role's parameter index */
     /* derived sizes */
     int L, C, NH, NKV, hd, QKV, AD, F, Fa, V; /* AD = NH*hd, the attention output width */
     int v0, Vl; /* note [tp-vocab] in tp.h: this rank's rows [v0, v0 + Vl) of wte and the head (Vl = V: all) */
-    int bq, qn; /* indices in a block unit of q_proj.bias and q_norm.weight, -1 when absent */
     /* plan */
     int B, T;
     int plan_threads; /* the thread count the workspaces were sized for */
@@ -248,148 +249,39 @@ sharc_status sharc_model_config_validate(sharc_model_config *c) {
     if (!(c->init_std >= 0.0f))
         return sharc_error(SHARC_ERR_INVALID, "model.init_std: %g, expected >= 0", (double)c->init_std);
     if (c->decoder_sparse_step == 0) c->decoder_sparse_step = 1;
-    return sharc_moe_config_check(c, 6 + (c->qkv_bias ? 3 : 0) + (c->qk_norm ? 2 : 0)); /* note [moe] */
+    int base, router, per_expert; /* note [moe]: a block unit's size */
+    sharc_params_moe_block(c, &base, &router, &per_expert);
+    return sharc_moe_config_check(c, base, router, per_expert);
 }
 
-/* Matmul parameters of block l; `active`: an MoE layer's router and the K
- * experts a token uses (what its FLOPs count), else all E (note [moe]). */
-static int64_t block_matmul_params(const sharc_model_config *c, int l, bool active) {
-    int64_t C = c->embed_dim, hd = c->head_dim;
-    int64_t qkv = (c->num_heads + 2 * c->num_kv_heads) * hd;
-    int64_t F = c->family == SHARC_FAMILY_LLAMA ? 2 * c->ff_hidden_dim : c->ff_hidden_dim;
-    int64_t attn = qkv * C + c->num_heads * hd * C;
-    if (sharc_model_layer_is_moe(c, l))
-        return attn + c->num_experts * C +
-               (active ? c->num_experts_per_tok : c->num_experts) * 3 * (int64_t)c->moe_intermediate_size * C;
-    return attn + F * C + c->ff_hidden_dim * C;
-}
-
+/* Note [param-table]: sums over the family's rows (src/model/params.c). */
 int64_t sharc_model_num_params(const sharc_model_config *cfg) {
-    sharc_model_config full = *cfg, *c = &full;
-    if (sharc_model_config_validate(c) != SHARC_OK) return 0;
-    int64_t C = c->embed_dim, V = c->vocab_size, L = c->num_layers;
-    int64_t n = V * C;
-    for (int l = 0; l < L; l++) n += block_matmul_params(c, l, false);
-    int64_t hd = c->head_dim, qkv = (c->num_heads + 2 * c->num_kv_heads) * hd;
-    if (c->family == SHARC_FAMILY_GPT2)
-        n += (int64_t)c->max_seq_len * C + L * (4 * C + qkv + C + c->ff_hidden_dim + C) + 2 * C;
-    else n += L * (2 * C + (c->qkv_bias ? qkv : 0) + (c->qk_norm ? 2 * hd : 0)) + C + (c->tie_embeddings ? 0 : V * C);
-    return n;
+    sharc_model_config full = *cfg;
+    if (sharc_model_config_validate(&full) != SHARC_OK) return 0;
+    return sharc_params_count(&full, false);
 }
 
 double sharc_model_flops_per_token(const sharc_model_config *cfg, int T) {
     sharc_model_config full = *cfg, *c = &full;
     if (sharc_model_config_validate(c) != SHARC_OK) return 0.0;
-    double n_matmul = (double)c->vocab_size * c->embed_dim;
-    for (int l = 0; l < c->num_layers; l++) n_matmul += (double)block_matmul_params(c, l, true);
+    double n_matmul = (double)sharc_params_count(c, true); /* MoE: the router and K experts */
     return 6.0 * n_matmul + 12.0 * c->num_layers * (double)c->num_heads * c->head_dim * T;
 }
 
 /* ----------------------------------------------------------------- units */
 
-static void add(sharc_unit_spec *u, const char *name, int64_t d0, int64_t d1, sharc_init_kind init, float std) {
-    int64_t shape[2] = {d0, d1};
-    sharc_unit_add_param(u, name, d1 > 0 ? 2 : 1, shape, init, std, d1 > 0);
-}
-
 /* Note [moe-units]: the unit of expert e of MoE layer l under
  * fsdp.wrap_policy.moe_experts, -1 otherwise. */
-static int expert_unit(const sharc_model *m, int l, int e) {
-    const sharc_model_config *c = &m->cfg;
-    if (!c->experts_as_units || !sharc_model_layer_is_moe(c, l)) return -1;
-    int k = 0;
-    for (int j = 0; j < l; j++) k += sharc_model_layer_is_moe(c, j);
-    return m->L + 2 + k * c->num_experts + e;
-}
+static int expert_unit(const sharc_model *m, int l, int e) { return sharc_params_expert_unit(&m->cfg, l, e); }
 
-static void build_units(sharc_model *m) {
+/* The unit specs and roles from the family's table (note [param-table]),
+ * and the schedule. */
+static sharc_status build_units(sharc_model *m) {
     const sharc_model_config *c = &m->cfg;
-    bool gpt2 = c->family == SHARC_FAMILY_GPT2;
-    float std = c->init_std, std_res = c->init_std / sqrtf(2.0f * (float)c->num_layers);
-    char n[SHARC_NAME_MAX];
+    SHARC_TRY(sharc_params_build(c, &m->units, &m->roles));
+    m->nunits = sharc_params_num_units(c);
     int moe_layers = 0; /* note [moe-units]: E expert units per MoE layer, after the head */
     for (int l = 0; l < m->L && c->experts_as_units; l++) moe_layers += sharc_model_layer_is_moe(c, l);
-    m->nunits = m->L + 2 + moe_layers * c->num_experts;
-    m->units = calloc((size_t)m->nunits, sizeof(sharc_unit_spec));
-    SHARC_CHECK(m->units != NULL);
-
-    sharc_unit_spec *e = &m->units[0];
-    snprintf(e->name, sizeof e->name, "embed");
-    if (gpt2) {
-        add(e, "wte.weight", m->V, m->C, SHARC_INIT_NORMAL, std);
-        add(e, "wpe.weight", c->max_seq_len, m->C, SHARC_INIT_NORMAL, std);
-    } else {
-        add(e, "model.embed_tokens.weight", m->V, m->C, SHARC_INIT_NORMAL, std);
-    }
-    e->root = c->tie_embeddings;
-
-    for (int l = 0; l < m->L; l++) {
-        sharc_unit_spec *u = &m->units[1 + l];
-        snprintf(u->name, sizeof u->name, "block.%d", l);
-#define P(fmt) (snprintf(n, sizeof n, fmt, l), n)
-        if (gpt2) {
-            add(u, P("h.%d.ln_1.weight"), m->C, 0, SHARC_INIT_ONES, 0);
-            add(u, P("h.%d.ln_1.bias"), m->C, 0, SHARC_INIT_ZEROS, 0);
-            add(u, P("h.%d.attn.c_attn.weight"), m->QKV, m->C, SHARC_INIT_NORMAL, std);
-            add(u, P("h.%d.attn.c_attn.bias"), m->QKV, 0, SHARC_INIT_ZEROS, 0);
-            add(u, P("h.%d.attn.c_proj.weight"), m->C, m->C, SHARC_INIT_NORMAL, std_res);
-            add(u, P("h.%d.attn.c_proj.bias"), m->C, 0, SHARC_INIT_ZEROS, 0);
-            add(u, P("h.%d.ln_2.weight"), m->C, 0, SHARC_INIT_ONES, 0);
-            add(u, P("h.%d.ln_2.bias"), m->C, 0, SHARC_INIT_ZEROS, 0);
-            add(u, P("h.%d.mlp.c_fc.weight"), m->F, m->C, SHARC_INIT_NORMAL, std);
-            add(u, P("h.%d.mlp.c_fc.bias"), m->F, 0, SHARC_INIT_ZEROS, 0);
-            add(u, P("h.%d.mlp.c_proj.weight"), m->C, m->Fa, SHARC_INIT_NORMAL, std_res);
-            add(u, P("h.%d.mlp.c_proj.bias"), m->C, 0, SHARC_INIT_ZEROS, 0);
-        } else {
-            /* q, k, v (and gate, up) are adjacent so one sgemm computes them together */
-            add(u, P("model.layers.%d.input_layernorm.weight"), m->C, 0, SHARC_INIT_ONES, 0);
-            add(u, P("model.layers.%d.self_attn.q_proj.weight"), (int64_t)m->NH * m->hd, m->C, SHARC_INIT_NORMAL, std);
-            add(u, P("model.layers.%d.self_attn.k_proj.weight"), (int64_t)m->NKV * m->hd, m->C, SHARC_INIT_NORMAL, std);
-            add(u, P("model.layers.%d.self_attn.v_proj.weight"), (int64_t)m->NKV * m->hd, m->C, SHARC_INIT_NORMAL, std);
-            add(u, P("model.layers.%d.self_attn.o_proj.weight"), m->C, m->AD, SHARC_INIT_NORMAL, std_res);
-            add(u, P("model.layers.%d.post_attention_layernorm.weight"), m->C, 0, SHARC_INIT_ONES, 0);
-            bool moe = sharc_model_layer_is_moe(c, l); /* note [moe]: router and experts after the variants */
-            if (!moe) {
-                add(u, P("model.layers.%d.mlp.gate_proj.weight"), m->Fa, m->C, SHARC_INIT_NORMAL, std);
-                add(u, P("model.layers.%d.mlp.up_proj.weight"), m->Fa, m->C, SHARC_INIT_NORMAL, std);
-                add(u, P("model.layers.%d.mlp.down_proj.weight"), m->C, m->Fa, SHARC_INIT_NORMAL, std_res);
-            }
-            /* note [families]: the variants' parameters follow the plain Llama's nine */
-            if (c->qkv_bias) {
-                m->bq = u->nparams + (moe ? 3 : 0); /* as in a dense block (block_view shifts) */
-                add(u, P("model.layers.%d.self_attn.q_proj.bias"), (int64_t)m->NH * m->hd, 0, SHARC_INIT_ZEROS, 0);
-                add(u, P("model.layers.%d.self_attn.k_proj.bias"), (int64_t)m->NKV * m->hd, 0, SHARC_INIT_ZEROS, 0);
-                add(u, P("model.layers.%d.self_attn.v_proj.bias"), (int64_t)m->NKV * m->hd, 0, SHARC_INIT_ZEROS, 0);
-            }
-            if (c->qk_norm) {
-                m->qn = u->nparams + (moe ? 3 : 0);
-                add(u, P("model.layers.%d.self_attn.q_norm.weight"), m->hd, 0, SHARC_INIT_ONES, 0);
-                add(u, P("model.layers.%d.self_attn.k_norm.weight"), m->hd, 0, SHARC_INIT_ONES, 0);
-            }
-            if (moe && c->experts_as_units) {
-                sharc_moe_add_router(c, u, l, std);
-                for (int x = 0; x < c->num_experts; x++) {
-                    sharc_unit_spec *eu = &m->units[expert_unit(m, l, x)];
-                    snprintf(eu->name, sizeof eu->name, "expert.%d.%d", l, x);
-                    sharc_moe_add_expert(c, eu, l, x, std, std_res);
-                }
-            } else if (moe) {
-                sharc_moe_add_params(c, u, l, std, std_res);
-            }
-        }
-#undef P
-    }
-
-    sharc_unit_spec *h = &m->units[m->L + 1];
-    snprintf(h->name, sizeof h->name, "head");
-    if (gpt2) {
-        add(h, "ln_f.weight", m->C, 0, SHARC_INIT_ONES, 0);
-        add(h, "ln_f.bias", m->C, 0, SHARC_INIT_ZEROS, 0);
-    } else {
-        add(h, "model.norm.weight", m->C, 0, SHARC_INIT_ONES, 0);
-    }
-    if (!c->tie_embeddings) add(h, "lm_head.weight", m->V, m->C, SHARC_INIT_NORMAL, std);
-    m->head_w = c->tie_embeddings ? -1 : sharc_unit_find_param(h, "lm_head.weight");
 
     /* note [unit-schedule] */
     m->order = calloc((size_t)m->nunits, sizeof(int));
@@ -408,6 +300,7 @@ static void build_units(sharc_model *m) {
                                         .order = m->order,
                                         .backward_needs_params = m->backward_needs_params,
                                         .max_live = moe_layers > 0 ? 2 : 1};
+    return SHARC_OK;
 }
 
 /* The derived sizes, the heads and MLP width being one tp rank's (note [tp]). */
@@ -420,7 +313,6 @@ static void set_dims(sharc_model *m, int tp) {
     m->hd = c->head_dim;
     m->QKV = (m->NH + 2 * m->NKV) * m->hd;
     m->AD = m->NH * m->hd;
-    m->bq = m->qn = -1;
     m->Fa = c->ff_hidden_dim / tp;
     m->F = c->family == SHARC_FAMILY_LLAMA ? 2 * m->Fa : m->Fa;
     m->V = c->vocab_size;
@@ -446,8 +338,8 @@ sharc_status sharc_model_init(sharc_model **out, const sharc_model_config *cfg, 
     m->k16.lmhead_xent = m->kdev->lmhead_xent_bf16;
     m->tp = 1;
     set_dims(m, 1);
-    build_units(m);
-    sharc_status st = sharc_moe_init(&m->moe, &c, m->dev);
+    sharc_status st = build_units(m);
+    if (st == SHARC_OK) st = sharc_moe_init(&m->moe, &c, m->dev);
     if (st != SHARC_OK) {
         sharc_model_free(m);
         return st;
@@ -509,6 +401,7 @@ void sharc_model_free(sharc_model *m) {
     free_plan(m);
     sharc_moe_free(m->moe);
     free(m->units);
+    free(m->roles);
     free(m->order);
     free(m->backward_needs_params);
     free(m);
@@ -546,26 +439,26 @@ sharc_status sharc_model_set_tensor_parallel(sharc_model *m, int tp, int rank) {
     if (frozen) return sharc_error(SHARC_ERR_INVALID, "model: set tensor parallelism before freezing parameters");
     free_plan(m);
     free(m->units);
+    free(m->roles);
     free(m->order);
     free(m->backward_needs_params);
+    m->units = NULL;
+    m->roles = NULL;
+    m->order = NULL;
+    m->backward_needs_params = NULL;
+    m->nunits = 0;
     m->tp = tp;
     m->tp_rank = rank;
     set_dims(m, 1); /* the units hold the full shapes; the split gives this rank's part */
-    build_units(m);
-    sharc_status st = sharc_tp_split_units(m->units, m->nunits, c->family, tp, rank);
-    if (st == SHARC_OK && tp > 1 && c->vocab_size % tp == 0) { /* note [tp-vocab]: rows of wte and the head */
-        st = sharc_unit_split_param(&m->units[0], 0, 0, 1, tp, rank);
-        if (st == SHARC_OK && m->head_w >= 0)
-            st = sharc_unit_split_param(&m->units[m->L + 1], m->head_w, 0, 1, tp, rank);
-    } else if (st == SHARC_OK && tp > 1 && rank == 0) {
+    sharc_status st = build_units(m);
+    /* note [param-table]: each row's split; wte's and the head's rows when tp divides V (note [tp-vocab]) */
+    if (st == SHARC_OK) st = sharc_params_split_tp(c, m->units, tp, rank);
+    if (st == SHARC_OK && tp > 1 && c->vocab_size % tp != 0 && rank == 0) {
         sharc_info("mesh.tp: %d does not divide model.vocab_size %d: the embedding and LM head stay replicated on "
                    "every tp rank (a vocabulary padded to a multiple of %d splits them)",
                    tp, c->vocab_size, tp);
     }
-    int bq = m->bq, qn = m->qn;
     set_dims(m, tp);
-    m->bq = bq;
-    m->qn = qn;
     return st;
 }
 
@@ -952,53 +845,37 @@ typedef struct {
  * the frozen parts' gradients then being computed but never used (note
  * [frozen-params]). */
 static block_ptrs block_view(const sharc_model *m, int l, float *base, bool grads) {
-    const sharc_param_spec *p = m->units[1 + l].params;
-#define AT(i)  (base && !(grads && p[i].frozen) ? base + p[i].offset : NULL)
-#define AT3(i) (base && !(grads && p[i].frozen && p[i + 1].frozen && p[i + 2].frozen) ? base + p[i].offset : NULL)
-#define AT2(i) (base && !(grads && p[i].frozen && p[i + 1].frozen) ? base + p[i].offset : NULL)
+    const sharc_unit_spec *u = &m->units[1 + l];
+    const sharc_unit_roles *r = &m->roles[1 + l];
     block_ptrs b = {.layer = l, .is_moe = sharc_model_layer_is_moe(&m->cfg, l)};
-    const int vs = b.is_moe ? -3 : 0; /* an MoE block has no gate, up, down before the variants */
-    if (m->cfg.family == SHARC_FAMILY_GPT2) {
-        b.ln1w = AT(0);
-        b.ln1b = AT(1);
-        b.wqkv = AT(2);
-        b.bqkv = AT(3);
-        b.wo = AT(4);
-        b.bo = AT(5);
-        b.ln2w = AT(6);
-        b.ln2b = AT(7);
-        b.wfc = AT(8);
-        b.bfc = AT(9);
-        b.wproj = AT(10);
-        b.bproj = AT(11);
-    } else {
-        b.ln1w = AT(0);
-        b.wqkv = AT3(1); /* q, k, v adjacent: one (QKV, C) matrix */
-        b.wo = AT(4);
-        b.ln2w = AT(5);
-        if (b.is_moe) {
-            b.moe = sharc_moe_view_of(m->moe, &m->units[1 + l], base, grads);
-        } else {
-            b.wfc = AT2(6); /* gate, up adjacent: one (2I, C) matrix */
-            b.wproj = AT(8);
-        }
-        if (m->bq >= 0) b.bqkv = AT3(m->bq + vs); /* q, k, v biases adjacent: one (QKV) vector */
-        if (m->qn >= 0) {
-            b.qnw = AT(m->qn + vs);
-            b.knw = AT(m->qn + vs + 1);
-        }
-    }
-#undef AT
-#undef AT2
-#undef AT3
+    /* note [param-table]: the roles a block's pointers are (absent roles stay NULL) */
+    static const struct {
+        sharc_param_role role;
+        size_t field;
+    } fields[] = {
+        {SHARC_ROLE_LN1W, offsetof(block_ptrs, ln1w)},   {SHARC_ROLE_LN1B, offsetof(block_ptrs, ln1b)},
+        {SHARC_ROLE_WQKV, offsetof(block_ptrs, wqkv)},   {SHARC_ROLE_BQKV, offsetof(block_ptrs, bqkv)},
+        {SHARC_ROLE_WO, offsetof(block_ptrs, wo)},       {SHARC_ROLE_BO, offsetof(block_ptrs, bo)},
+        {SHARC_ROLE_LN2W, offsetof(block_ptrs, ln2w)},   {SHARC_ROLE_LN2B, offsetof(block_ptrs, ln2b)},
+        {SHARC_ROLE_WFC, offsetof(block_ptrs, wfc)},     {SHARC_ROLE_BFC, offsetof(block_ptrs, bfc)},
+        {SHARC_ROLE_WPROJ, offsetof(block_ptrs, wproj)}, {SHARC_ROLE_BPROJ, offsetof(block_ptrs, bproj)},
+        {SHARC_ROLE_QNW, offsetof(block_ptrs, qnw)},     {SHARC_ROLE_KNW, offsetof(block_ptrs, knw)},
+    };
+    for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++)
+        *(float **)((char *)&b + fields[i].field) = sharc_params_at(u, r, fields[i].role, base, grads);
+    if (b.is_moe) b.moe = sharc_moe_view_of(m->moe, u, r, base, grads);
     if (!grads && m->tp_rank > 0) b.bo = b.bproj = NULL; /* note [tp]: added once, by tp rank 0 */
     return b;
 }
 
-/* Parameter `i` of unit `u` inside the unit's gradient buffer g, or NULL
- * when g is NULL or the parameter is frozen. */
-static float *grad_at(const sharc_model *m, int u, float *g, int i) {
-    return g && !m->units[u].params[i].frozen ? g + m->units[u].params[i].offset : NULL;
+/* Note [param-table]: role r of unit u inside the unit's gathered buffer p
+ * (NULL when absent), and inside its gradient buffer g (NULL also when g is
+ * NULL or every parameter of the role is frozen). */
+static const float *weight_at(const sharc_model *m, int u, sharc_param_role r, const float *p) {
+    return sharc_params_at(&m->units[u], &m->roles[u], r, (float *)p, false);
+}
+static float *grad_at(const sharc_model *m, int u, sharc_param_role r, float *g) {
+    return sharc_params_at(&m->units[u], &m->roles[u], r, g, true);
 }
 
 static void norm_fwd(const sharc_model *m, float *y, float *mean, float *rstd, const float *x, const float *w,
@@ -1090,8 +967,8 @@ static void moe_mlp_forward(sharc_model *m, const block_ptrs *w, int set, float 
     for (int x_ = 0; x_ < m->cfg.num_experts; x_++) {
         int u = expert_unit(m, w->layer, x_);
         const float *p = sharc_fsdp_gather(m->eng, u);
-        const sharc_param_spec *ps = m->units[u].params; /* gate, up (adjacent), down */
-        sharc_moe_expert_forward(m->moe, m->k, m->s, set, x_, p + ps[0].offset, p + ps[2].offset);
+        sharc_moe_expert_forward(m->moe, m->k, m->s, set, x_, weight_at(m, u, SHARC_ROLE_EXPERT_GATE, p),
+                                 weight_at(m, u, SHARC_ROLE_EXPERT_DOWN, p));
         if (recompute) sharc_fsdp_release(m->eng, u);
         else sharc_fsdp_forward_done(m->eng, u);
     }
@@ -1107,10 +984,9 @@ static void moe_experts_backward(sharc_model *m, int set, int l, const float *dy
         int u = expert_unit(m, l, x);
         const float *p = sharc_fsdp_gather(m->eng, u);
         float *g = sharc_fsdp_grad(m->eng, u);
-        const sharc_param_spec *ps = m->units[u].params;
-        float *ggu = g && !(ps[0].frozen && ps[1].frozen) ? g + ps[0].offset : NULL;
-        float *gd = g && !ps[2].frozen ? g + ps[2].offset : NULL;
-        sharc_moe_expert_backward(m->moe, m->k, m->s, set, x, p + ps[0].offset, p + ps[2].offset, ggu, gd);
+        sharc_moe_expert_backward(m->moe, m->k, m->s, set, x, weight_at(m, u, SHARC_ROLE_EXPERT_GATE, p),
+                                  weight_at(m, u, SHARC_ROLE_EXPERT_DOWN, p), grad_at(m, u, SHARC_ROLE_EXPERT_GATE, g),
+                                  grad_at(m, u, SHARC_ROLE_EXPERT_DOWN, g));
         sharc_fsdp_backward_done(m->eng, u);
     }
 }
@@ -1323,15 +1199,14 @@ static double read_loss(sharc_model *m) {
 
 /* The head unit's final-norm weight and bias (NULL for RMSNorm) in its buffer hp. */
 static void head_norm(const sharc_model *m, const float *hp, const float **nw, const float **nb) {
-    const sharc_unit_spec *hs = &m->units[m->L + 1];
-    *nw = hp + hs->params[0].offset;
-    *nb = m->cfg.family == SHARC_FAMILY_GPT2 ? hp + hs->params[1].offset : NULL;
+    *nw = weight_at(m, m->L + 1, SHARC_ROLE_LNFW, hp);
+    *nb = weight_at(m, m->L + 1, SHARC_ROLE_LNFB, hp); /* GPT-2's LayerNorm bias */
 }
 
 /* The head weight (V, C): the embed unit's wte when tied, else the head's own. */
 static const float *head_weight(sharc_model *m, sharc_fsdp *e, const float *hp) {
-    if (m->cfg.tie_embeddings) return sharc_fsdp_gather(e, 0) + m->units[0].params[0].offset;
-    return hp + m->units[m->L + 1].params[m->head_w].offset;
+    if (m->cfg.tie_embeddings) return weight_at(m, 0, SHARC_ROLE_WTE, sharc_fsdp_gather(e, 0));
+    return weight_at(m, m->L + 1, SHARC_ROLE_LM_HEAD, hp);
 }
 
 /* Note [bf16-head]. Under bf16 compute the replicated head's kernel
@@ -1385,7 +1260,7 @@ static void forward_body(sharc_model *m, sharc_fsdp *e, const int32_t *inputs, i
     m->eng = e;
     check_inputs(m, e, inputs, N);
     const float *ep = sharc_fsdp_gather(e, 0);
-    const float *wpe = m->cfg.family == SHARC_FAMILY_GPT2 ? ep + m->units[0].params[1].offset : NULL;
+    const float *wpe = weight_at(m, 0, SHARC_ROLE_WPE, ep); /* GPT-2's learned positions */
     if (m->Vl < m->V) { /* note [tp-vocab]: this rank's rows, zero elsewhere, summed over tp */
         SHARC_PROF("fwd.embedding", sharc_tp_embedding_forward(xl(m, 0), inputs, m->packed ? m->pos_local : NULL, ep,
                                                                wpe, N, T, m->C, m->v0, m->Vl));
@@ -1431,13 +1306,14 @@ double sharc_model_forward_backward(sharc_model *m, sharc_fsdp *e, const int32_t
     double t1 = sharc_clock_now();
     m->timing.forward_s += t1 - t0;
     const float *wh = head_weight(m, e, hp);
-    float *gh = m->cfg.tie_embeddings ? grad_at(m, 0, sharc_fsdp_grad(e, 0), 0) : grad_at(m, H, hg, m->head_w);
+    float *gh = m->cfg.tie_embeddings ? grad_at(m, 0, SHARC_ROLE_WTE, sharc_fsdp_grad(e, 0))
+                                      : grad_at(m, H, SHARC_ROLE_LM_HEAD, hg);
     /* note [frozen-params]: the first unit whose backward runs (units in forward order = index order) */
     int from = 0;
     while (from < H && !unit_trains(m, from)) from++;
     head_xent(m, m->dtmp, gh, wh, targets, loss_scale, N);
-    norm_bwd(m, m->dres, grad_at(m, H, hg, 0), nb ? grad_at(m, H, hg, 1) : NULL, m->dtmp, NULL, xl(m, L), nw,
-             m->lnf_mean, m->lnf_rstd, N);
+    norm_bwd(m, m->dres, grad_at(m, H, SHARC_ROLE_LNFW, hg), grad_at(m, H, SHARC_ROLE_LNFB, hg), m->dtmp, NULL,
+             xl(m, L), nw, m->lnf_mean, m->lnf_rstd, N);
     sharc_fsdp_backward_done(e, H);
     sharc_moe_backward_begin(m->moe, m->s, loss_scale); /* note [moe]: the auxiliary loss's weight */
 
@@ -1467,8 +1343,8 @@ double sharc_model_forward_backward(sharc_model *m, sharc_fsdp *e, const int32_t
 
     /* the embedding's backward needs no parameters, only its gradient buffer */
     float *eg = sharc_fsdp_grad(e, 0);
-    float *gwte = grad_at(m, 0, eg, 0);
-    float *gwpe = m->cfg.family == SHARC_FAMILY_GPT2 ? grad_at(m, 0, eg, 1) : NULL;
+    float *gwte = grad_at(m, 0, SHARC_ROLE_WTE, eg);
+    float *gwpe = grad_at(m, 0, SHARC_ROLE_WPE, eg);
     if (m->Vl < m->V) { /* note [tp-vocab]: this rank's rows; the position table whole */
         if (gwte)
             SHARC_PROF("bwd.embedding", sharc_tp_embedding_backward(gwte, m->dres, inputs, N, m->C, m->v0, m->Vl));
@@ -1632,7 +1508,7 @@ sharc_status sharc_model_kv_append(sharc_model *m, sharc_fsdp *e, const int32_t 
     m->eng = e;
     check_inputs(m, e, tokens, n);
     const float *ep = sharc_fsdp_gather(e, 0);
-    const float *wpe = m->cfg.family == SHARC_FAMILY_GPT2 ? ep + m->units[0].params[1].offset : NULL;
+    const float *wpe = weight_at(m, 0, SHARC_ROLE_WPE, ep); /* GPT-2's learned positions */
     m->k->embedding_forward(m->s, xl(m, 0), tokens, ep, wpe, 1, n, m->C, pos);
     sharc_fsdp_forward_done(e, 0);
     for (int l = 0; l < L; l++) {

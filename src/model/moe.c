@@ -17,7 +17,8 @@
  * expert of a layer is gathered with its block and the unit's gradient is
  * reduce-scattered once, whatever the routing (a unit holds at most
  * SHARC_MAX_UNIT_PARAMS parameters, which bounds E; config_check says so)
- * unless each expert is its own unit (note [moe-units] in model.c).
+ * unless each expert is its own unit (note [moe-units] in model.c). These
+ * are the MOE rows of Llama's table (note [param-table] in params.c).
  * Dense layers (mlp_only_layers, decoder_sparse_step) keep the SwiGLU MLP of
  * intermediate_size.
  *
@@ -90,9 +91,7 @@ bool sharc_model_layer_is_moe(const sharc_model_config *c, int l) {
     return true;
 }
 
-int sharc_moe_num_params(const sharc_model_config *c) { return 1 + 3 * c->num_experts; }
-
-sharc_status sharc_moe_config_check(const sharc_model_config *c, int base_params) {
+sharc_status sharc_moe_config_check(const sharc_model_config *c, int base, int router, int per_expert) {
     if (c->num_experts < 0)
         return sharc_error(SHARC_ERR_INVALID, "model.num_experts: %d, expected >= 0 (0: dense MLPs)", c->num_experts);
     if (c->decoder_sparse_step < 0)
@@ -124,39 +123,15 @@ sharc_status sharc_moe_config_check(const sharc_model_config *c, int base_params
     if (!(c->router_aux_loss_coef >= 0.0f))
         return sharc_error(SHARC_ERR_INVALID, "model.router_aux_loss_coef: %g, expected >= 0",
                            (double)c->router_aux_loss_coef);
-    int n = base_params + sharc_moe_num_params(c);
+    int n = base + router + per_expert * c->num_experts;
     if (c->experts_as_units) return SHARC_OK; /* note [moe-units]: the block holds the router alone */
     if (n > SHARC_MAX_UNIT_PARAMS)
         return sharc_error(
             SHARC_ERR_INVALID,
             "model.num_experts: %d experts make %d parameters in a block unit, at most %d (a layer's "
             "experts live in its block unit); use at most %d experts, or fsdp.wrap_policy.moe_experts: true",
-            c->num_experts, n, SHARC_MAX_UNIT_PARAMS, (SHARC_MAX_UNIT_PARAMS - base_params - 1) / 3);
+            c->num_experts, n, SHARC_MAX_UNIT_PARAMS, (SHARC_MAX_UNIT_PARAMS - base - router) / per_expert);
     return SHARC_OK;
-}
-
-void sharc_moe_add_router(const sharc_model_config *c, sharc_unit_spec *u, int l, float std) {
-    char n[SHARC_NAME_MAX];
-    int64_t router[2] = {c->num_experts, c->embed_dim};
-    snprintf(n, sizeof n, "model.layers.%d.mlp.gate.weight", l);
-    sharc_unit_add_param(u, n, 2, router, SHARC_INIT_NORMAL, std, true);
-}
-
-void sharc_moe_add_expert(const sharc_model_config *c, sharc_unit_spec *u, int l, int e, float std, float std_res) {
-    char n[SHARC_NAME_MAX];
-    int64_t C = c->embed_dim, I = c->moe_intermediate_size;
-    int64_t in[2] = {I, C}, out[2] = {C, I};
-    snprintf(n, sizeof n, "model.layers.%d.mlp.experts.%d.gate_proj.weight", l, e);
-    sharc_unit_add_param(u, n, 2, in, SHARC_INIT_NORMAL, std, true);
-    snprintf(n, sizeof n, "model.layers.%d.mlp.experts.%d.up_proj.weight", l, e);
-    sharc_unit_add_param(u, n, 2, in, SHARC_INIT_NORMAL, std, true);
-    snprintf(n, sizeof n, "model.layers.%d.mlp.experts.%d.down_proj.weight", l, e);
-    sharc_unit_add_param(u, n, 2, out, SHARC_INIT_NORMAL, std_res, true);
-}
-
-void sharc_moe_add_params(const sharc_model_config *c, sharc_unit_spec *u, int l, float std, float std_res) {
-    sharc_moe_add_router(c, u, l, std);
-    for (int e = 0; e < c->num_experts; e++) sharc_moe_add_expert(c, u, l, e, std, std_res);
 }
 
 sharc_status sharc_moe_init(sharc_moe **out, const sharc_model_config *c, sharc_device *dev) {
@@ -288,24 +263,23 @@ sharc_status sharc_moe_plan(sharc_moe *moe, int64_t N, int nsets) {
     return SHARC_OK;
 }
 
-sharc_moe_view sharc_moe_view_of(sharc_moe *moe, const sharc_unit_spec *u, float *base, bool grads) {
-    int E = moe->E, r = -1;
-    for (int i = 0; i < u->nparams && r < 0; i++) {
-        const char *s = strstr(u->params[i].name, ".mlp.gate.weight");
-        if (s && s[strlen(".mlp.gate.weight")] == 0) r = i;
-    }
-    SHARC_CHECK(r >= 0 && (moe->cfg.experts_as_units || r + 3 * E < u->nparams + 1));
+sharc_moe_view sharc_moe_view_of(sharc_moe *moe, const sharc_unit_spec *u, const sharc_unit_roles *r, float *base,
+                                 bool grads) {
+    int E = moe->E;
     float **v = moe->views + (size_t)(moe->nview++ % 2) * 2 * E; /* two views (weights, grads) live at once */
     sharc_moe_view w = {.gate_up = v, .down = v + E};
-    const sharc_param_spec *p = u->params;
-#define AT(i) (base && !(grads && p[i].frozen) ? base + p[i].offset : NULL)
-    w.router = AT(r);
-    for (int e = 0; e < E && !moe->cfg.experts_as_units; e++) { /* note [moe-units]: experts in their own units */
-        int g = r + 1 + 3 * e;
-        w.gate_up[e] = base && !(grads && p[g].frozen && p[g + 1].frozen) ? base + p[g].offset : NULL;
-        w.down[e] = AT(g + 2);
+    w.router = sharc_params_at(u, r, SHARC_ROLE_ROUTER, base, grads);
+    if (moe->cfg.experts_as_units) return w; /* note [moe-units]: experts in their own units */
+    /* expert e's rows: expert 0's, e strides further (the stride: gate to the next expert's gate) */
+    int g0 = r->at[SHARC_ROLE_EXPERT_GATE], stride = (u->nparams - g0) / E;
+    SHARC_CHECK(g0 >= 0 && r->at[SHARC_ROLE_EXPERT_DOWN] > g0 && g0 + stride * E == u->nparams);
+    sharc_unit_roles one = *r;
+    for (int e = 0; e < E; e++) {
+        w.gate_up[e] = sharc_params_at(u, &one, SHARC_ROLE_EXPERT_GATE, base, grads);
+        w.down[e] = sharc_params_at(u, &one, SHARC_ROLE_EXPERT_DOWN, base, grads);
+        one.at[SHARC_ROLE_EXPERT_GATE] = (int8_t)(one.at[SHARC_ROLE_EXPERT_GATE] + stride);
+        one.at[SHARC_ROLE_EXPERT_DOWN] = (int8_t)(one.at[SHARC_ROLE_EXPERT_DOWN] + stride);
     }
-#undef AT
     return w;
 }
 

@@ -9,21 +9,17 @@
 #include "sharc/model.h"
 #include "sharc/status.h"
 #include "sharc/units.h"
+#include "params.h"
 
 #include <stdint.h>
 
 typedef struct sharc_moe sharc_moe;
 
-/* Parameters an MoE layer adds to its block unit after the attention's
- * (router, then per expert gate, up, down), and the check of the MoE keys;
- * errors name the key. */
-int sharc_moe_num_params(const sharc_model_config *c);
-sharc_status sharc_moe_config_check(const sharc_model_config *c, int base_params);
-/* Append layer l's router and experts to its block unit u; or, note
- * [moe-units], the router alone, and expert e's gate, up, down to unit u. */
-void sharc_moe_add_params(const sharc_model_config *c, sharc_unit_spec *u, int l, float std, float std_res);
-void sharc_moe_add_router(const sharc_model_config *c, sharc_unit_spec *u, int l, float std);
-void sharc_moe_add_expert(const sharc_model_config *c, sharc_unit_spec *u, int l, int e, float std, float std_res);
+/* The check of the MoE keys; errors name the key. A block unit of an MoE
+ * layer holds `base` parameters, the router's `router` and `per_expert` for
+ * each expert (note [param-table] in params.c; the experts not under note
+ * [moe-units]). */
+sharc_status sharc_moe_config_check(const sharc_model_config *c, int base, int router, int per_expert);
 
 /* NULL (and SHARC_OK) when the config has no MoE layer. */
 sharc_status sharc_moe_init(sharc_moe **out, const sharc_model_config *c, sharc_device *dev);
@@ -34,13 +30,15 @@ sharc_status sharc_moe_plan(sharc_moe *moe, int64_t N, int nsets);
 void sharc_moe_unplan(sharc_moe *moe);
 
 /* One MoE layer's weights (or gradients: NULL where frozen or absent),
- * inside block unit spec u's buffer base from its parameter `first`. */
+ * inside block unit spec u's buffer base, found by the unit's roles (expert
+ * e's rows follow expert 0's, e times the expert's row count further). */
 typedef struct {
     float *router;   /* (E, C) */
     float **gate_up; /* (E) each (2I, C): gate then up */
     float **down;    /* (E) each (C, I) */
 } sharc_moe_view;
-sharc_moe_view sharc_moe_view_of(sharc_moe *moe, const sharc_unit_spec *u, float *base, bool grads);
+sharc_moe_view sharc_moe_view_of(sharc_moe *moe, const sharc_unit_spec *u, const sharc_unit_roles *r, float *base,
+                                 bool grads);
 
 /* Forward of layer l over N rows of x (N, C) into y (N, C) (=), keeping set
  * `set` for backward; the router's statistics of layer l are recorded for the

@@ -27,7 +27,8 @@
  * 1-rank run up to the order of fp32 sums. The batch is the same on every
  * tp rank of a group, so the loss and token counts are the group's (the
  * trainer counts them once). How the parts map onto the full tensors is
- * note [tp-params] in sharc/units.h. The all-reduce runs on host memory:
+ * note [tp-params] in sharc/units.h; which parameter splits how is its
+ * row's `tp` in the family's table (note [param-table] in params.c). The all-reduce runs on host memory:
  * tp needs a host device (sharc_device_is_host) for now. */
 #ifndef SHARC_MODEL_TP_H
 #define SHARC_MODEL_TP_H
@@ -38,9 +39,6 @@
 #include "sharc/status.h"
 #include "sharc/units.h"
 
-/* Split the block units' parameters (units 1..L of a model of `family`) into
- * this rank's part (note [tp]); the embed and head units stay whole. */
-sharc_status sharc_tp_split_units(sharc_unit_spec *units, int nunits, sharc_family family, int tp, int rank);
 /* Note [tp-vocab]. Megatron's vocabulary-parallel embedding and head: when
  * tp divides V, tp rank r holds rows [v0, v0 + Vl), v0 = r Vl, Vl = V / tp,
  * of the token embedding and of the LM head (the same tensor when tied).

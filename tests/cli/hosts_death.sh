@@ -3,7 +3,8 @@
 # A rank that dies across hosts (note [rank-death]): 2 hosts x 2 ranks,
 # rank 3 (on node1) SIGKILLs itself at step 3 (SHARC_TEST_KILL, as kill -9
 # would). The job ends (no hang, under timeout), mpirun names rank 3 and
-# node1, ranks 0-2 on both hosts each say they were terminated and write
+# node1, ranks 0-2 name rank 3, node1 and its pid (the liveness probe: its
+# host answers, its process is gone), each says it was terminated and writes
 # their flight record (a directory every host sees), and sharc doctor names
 # rank 3 as the rank that died first. Prints the time from the death to the
 # job's exit.
@@ -24,7 +25,17 @@ grep -q "process rank 3 with PID .* on node node1 exited on signal 9" <<< "$out"
 for r in 0 1 2; do
   grep -q "^\[rank $r\] terminated by signal 15 (SIGTERM) at step 3" <<< "$out" || fail "rank $r should say it was terminated"
 done
-tk=$(sed -n 's/^\[rank 3\] SHARC_TEST_KILL: SIGKILL to itself at \([0-9.]*\)$/\1/p' <<< "$out")
+# the liveness probe (note [liveness]): node0's ranks find node1 answering but rank 3's process gone,
+# rank 2 (on node1) finds it gone from the same host
+pid3=$(sed -n 's/^\[rank 3\] SHARC_TEST_KILL: SIGKILL to itself (pid \([0-9]*\)).*/\1/p' <<< "$out")
+for r in 0 1; do
+  grep -q "^\[rank $r\] rank 3 (host node1, pid $pid3) is gone: its host answers but its process does not$" <<< "$out" ||
+    fail "rank $r should name rank 3 on node1 (pid '$pid3') as gone, its host answering"
+done
+grep -q "^\[rank 2\] rank 3 (host node1, pid $pid3) is gone: its process no longer exists (this rank's host)$" <<< "$out" ||
+  fail "rank 2 should name rank 3 as gone from its own host"
+[ "$(grep -c ' is gone: \| is lost: ' <<< "$out")" -eq 3 ] || fail "only rank 3 should be named lost"
+tk=$(sed -n 's/^\[rank 3\] SHARC_TEST_KILL: SIGKILL to itself (pid [0-9]*) at \([0-9.]*\)$/\1/p' <<< "$out")
 [ -n "$tk" ] || fail "rank 3's kill time"
 [ "$(ls run/debug/flight-rank-*.json | wc -l)" -eq 3 ] && [ ! -e run/debug/flight-rank-3.json ] ||
   { ls run/debug; fail "expected the records of ranks 0-2"; }

@@ -8,7 +8,8 @@
 # says which collective it was waiting in and writes its flight record, and
 # no sharc process is left on either host. Without keepalive (Open MPI's
 # defaults) mpirun waits ~8 minutes before it notices. Prints the time from
-# the cut to the job's exit.
+# the cut to the job's exit. Rank 0's liveness probe (note [liveness])
+# names rank 1 and node1 as unreachable, on stderr and in its record.
 set -uo pipefail
 source "$SHARC_ROOT/tests/cli/mpi_lib.inc"
 source "$SHARC_ROOT/scripts/hosts.sh"
@@ -35,6 +36,10 @@ fail() { echo "FAIL: $1"; echo "$out" | grep -v '^\[node0:[0-9]*\] \[' | tail -3
 [ -s cut_at ] || fail "the link was never cut (no 20 steps in run/metrics.jsonl)"
 [ $rc -ne 0 ] && [ $rc -ne 124 ] || fail "expected mpirun to end the job with an error, not exit $rc (124: it hung)"
 grep -q "ORTE has lost communication with a remote daemon" <<< "$out" || fail "mpirun should say it lost node1's daemon"
+grep -q "^\[rank 0\] rank 1 (host node1, pid [0-9]*) is lost: host node1 is unreachable (network cut or host down)$" <<< "$out" ||
+  fail "rank 0 should name rank 1 and host node1 as unreachable (the liveness probe)"
+jq -e '.liveness.lost[0] | .rank == 1 and .host == "node1" and .verdict == "host unreachable"' run/debug/flight-rank-0.json \
+  > /dev/null || fail "rank 0's flight record should hold the probe's verdict"
 grep -q "^\[rank 0\] terminated by signal 15 (SIGTERM) at step [0-9]*: waiting in " <<< "$out" ||
   fail "rank 0 should say which collective it was waiting in"
 [ -s run/debug/flight-rank-0.json ] || fail "rank 0's flight record"

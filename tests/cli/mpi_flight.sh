@@ -7,8 +7,9 @@
 #    group is not completed, rank 1's last on that group is the one before
 #    (read from the files with jq), and doctor names rank 1 and that number;
 #  - rank 1 SIGKILLs itself at step 3 (SHARC_TEST_KILL, as kill -9): the
-#    job ends within seconds, mpirun names rank 1, rank 0 says it was
-#    terminated and writes its record, rank 1 none, and doctor names rank 1.
+#    job ends within seconds, mpirun names rank 1, rank 0 names rank 1, this
+#    host and its pid as gone (the liveness probe), says it was terminated
+#    and writes its record, rank 1 none, and doctor names rank 1.
 set -uo pipefail
 source "$SHARC_ROOT/tests/cli/mpi_lib.inc"
 cd "$TMPDIR"
@@ -52,13 +53,20 @@ t1=$(date +%s.%N)
 grep -q "process rank 1 with PID .* exited on signal 9" <<< "$out" || fail "mpirun should name rank 1"
 grep -q "^\[rank 0\] terminated by signal 15 (SIGTERM) at step 3: .* the launcher is ending the job" <<< "$out" ||
   fail "rank 0 should say it was terminated, and where"
+# the liveness probe (note [liveness]): rank 0 names rank 1, this host and the pid rank 1 reported
+pid1=$(sed -n 's/^\[rank 1\] SHARC_TEST_KILL: SIGKILL to itself (pid \([0-9]*\)).*/\1/p' <<< "$out")
+grep -q "^\[rank 0\] rank 1 (host $(hostname), pid $pid1) is gone: its process no longer exists (this rank's host)$" <<< "$out" ||
+  fail "rank 0 should name rank 1, host $(hostname) and pid '$pid1' as gone"
 [ -f out/debug/flight-rank-0.json ] && [ ! -e out/debug/flight-rank-1.json ] || fail "expected rank 0's record only"
 jq -e '.reason == "terminated"' out/debug/flight-rank-0.json > /dev/null || fail "rank 0's record: reason"
 doc=$("$SHARC_BIN/sharc" doctor out 2>&1) || { out=$doc; fail "doctor failed"; }
-grep -q "^verdict: rank 1 died first (no flight record)" <<< "$doc" || { out=$doc; fail "doctor should name rank 1"; }
-tk=$(sed -n 's/^\[rank 1\] SHARC_TEST_KILL: SIGKILL to itself at \([0-9.]*\)$/\1/p' <<< "$out")
+grep -q "^verdict: rank 1 died first (no flight record): rank 0's liveness probe: host $(hostname), pid $pid1: process gone" <<< "$doc" ||
+  { out=$doc; fail "doctor should name rank 1 and what rank 0's probe found"; }
+tk=$(sed -n 's/^\[rank 1\] SHARC_TEST_KILL: SIGKILL to itself (pid [0-9]*) at \([0-9.]*\)$/\1/p' <<< "$out")
+# rank 0's record is written right after its probe's line: its wall-clock time
+tr=$(jq '.now + .realtime_minus_now' out/debug/flight-rank-0.json)
 [ -n "$tk" ] || fail "rank 1's kill time"
-echo "time from rank 1's death to the job's exit: $(echo "$t1 - $tk" | bc) s (whole run $(echo "$t1 - $t0" | bc) s)"
+echo "time from rank 1's death to rank 0's line and record: $(echo "$tr - $tk" | bc) s, to the job's exit: $(echo "$t1 - $tk" | bc) s (whole run $(echo "$t1 - $t0" | bc) s)"
 
 # --- bad input: exit 2 with the path
 "$SHARC_BIN/sharc" doctor nowhere 2> err.txt; [ $? -eq 2 ] && grep -q "doctor: 'nowhere' is not a directory" err.txt ||

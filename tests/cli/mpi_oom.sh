@@ -6,7 +6,8 @@
 # kernel kills it with SIGKILL during start-up, where sharc allocates (and
 # zeroes) the planned activations, while rank 0 waits in the start-up
 # agreement. The job ends (no hang, under timeout), mpirun names rank 1 and
-# signal 9, rank 0 says it was terminated while waiting at start-up, and the
+# signal 9, rank 0 names rank 1 and this host as gone (note [liveness]) and
+# says it was terminated while waiting at start-up, and the
 # cgroup records the OOM kill. (A kill in mid-training takes the same path:
 # mpi_flight.sh and hosts_death.sh, with SHARC_TEST_KILL.)
 set -uo pipefail
@@ -38,6 +39,8 @@ fail() { echo "FAIL: $1"; echo "$out" | tail -30; exit 1; }
 grep -q "process rank 1 with PID .* exited on signal 9" <<< "$out" || fail "mpirun should name rank 1 and signal 9"
 grep -q "^\[rank 0\] terminated by signal 15 (SIGTERM) at step 0: waiting in all_reduce over 2 ranks (start-up)" <<< "$out" ||
   fail "rank 0 should say it was terminated while waiting at start-up"
+grep -q "^\[rank 0\] rank 1 (host $(hostname), pid [0-9]*) is gone: its process no longer exists (this rank's host)$" <<< "$out" ||
+  fail "rank 0 should name rank 1 and this host as gone (the liveness probe)"
 if [ -f "$cg/memory.oom_control" ]; then
   grep -q '^oom_kill [1-9]' "$cg/memory.oom_control" || fail "the cgroup records no OOM kill: $(cat "$cg/memory.oom_control")"
 elif [ -f "$cg/memory.events" ]; then
