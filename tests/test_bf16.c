@@ -10,7 +10,9 @@
 #include "test.h"
 #include "sharc/alloc.h"
 #include "sharc/blas.h"
+#include "sharc/comm.h"
 #include "../src/device/device_impl.h"
+#include "../src/model/tp.h"
 #include "sharc/dtype.h"
 #include "sharc/fsdp.h"
 #include "sharc/model.h"
@@ -306,6 +308,60 @@ TEST(bf16_slots_fall_back_to_fp32) {
     ASSERT_TRUE(!kt()->bf16_compute());
     sharc_bf16_mode_set(SHARC_BF16_EMULATED);
     ASSERT_TRUE(kt()->bf16_compute());
+}
+
+/* Note [bf16-head] (src/model/model.c): the vocabulary-parallel head of tp
+ * with x and its rows of w rounded once (the *_b16 slots) gives the bits of
+ * the per-chunk path (the *_bf16 slots rounding them in every chunk's two
+ * products), within 1e-2 of fp32 and not equal to it; odd sizes, rows [11,
+ * 34) of a 53-word vocabulary, 4 chunks, a 1-rank group. */
+TEST(bf16_tp_head_once_matches_per_chunk) {
+    const int N = 37, C = 29, v0 = 11, Vl = 23;
+    const int64_t chunk = 10;
+    sharc_comm *self;
+    ASSERT_OK(sharc_comm_self(&self));
+    float *x = randn(N * C, 31, 1.0f), *w = randn((int64_t)Vl * C, 32, 0.3f);
+    sharc_round_f32(w, w, SHARC_DT_BF16, (int64_t)Vl * C); /* gathered bf16 weights */
+    int32_t tg[37];
+    for (int i = 0; i < N; i++) tg[i] = (int32_t)(sharc_rng_u64(3, 7, (uint64_t)i) % 53);
+    tg[4] = -1;
+    float *ws = malloc(sizeof(float) * (size_t)(chunk * Vl)), *red = malloc(sizeof(float) * (size_t)(3 * chunk));
+    uint16_t *xh = malloc(sizeof(uint16_t) * (size_t)(N * C)), *wh = malloc(sizeof(uint16_t) * (size_t)(Vl * C));
+    float *dx[3], *dw[3];
+    double l[3];
+    sharc_bf16_mode ms[2];
+    int nm = modes(ms);
+    for (int mi = 0; mi < nm; mi++) {
+        sharc_bf16_mode_set(ms[mi]);
+        sharc_kernels k32 = *kt(), k16 = *kt(); /* k16: the model's bf16 table (note [bf16-compute]) */
+        k16.matmul_forward = k16.matmul_forward_bf16;
+        k16.matmul_backward = k16.matmul_backward_bf16;
+        for (int p = 0; p < 3; p++) {
+            dx[p] = malloc(sizeof(float) * (size_t)(N * C));
+            dw[p] = randn((int64_t)Vl * C, 33, 0.01f); /* dw accumulates */
+        }
+        l[0] = sharc_tp_lmhead_xent(&k32, ks(), self, dx[0], dw[0], x, w, NULL, NULL, tg, 0.05f, N, C, v0, Vl, ws, red,
+                                    chunk);
+        l[1] = sharc_tp_lmhead_xent(&k16, ks(), self, dx[1], dw[1], x, w, NULL, NULL, tg, 0.05f, N, C, v0, Vl, ws, red,
+                                    chunk);
+        k16.cast(ks(), xh, SHARC_DT_BF16, x, SHARC_DT_F32, N * C);
+        k16.cast(ks(), wh, SHARC_DT_BF16, w, SHARC_DT_F32, (int64_t)Vl * C);
+        l[2] =
+            sharc_tp_lmhead_xent(&k16, ks(), self, dx[2], dw[2], x, w, xh, wh, tg, 0.05f, N, C, v0, Vl, ws, red, chunk);
+        double edx = rel_err(dx[2], dx[0], N * C), edw = rel_err(dw[2], dw[0], (int64_t)Vl * C);
+        fprintf(stderr, "  mode %d: loss %a per chunk %a fp32 %.6f; vs fp32 dx %.2e dw %.2e\n", (int)ms[mi], l[2], l[1],
+                l[0], edx, edw);
+        ASSERT_TRUE(l[2] == l[1]);
+        ASSERT_TRUE(memcmp(dx[2], dx[1], sizeof(float) * (size_t)(N * C)) == 0);
+        ASSERT_TRUE(memcmp(dw[2], dw[1], sizeof(float) * (size_t)(Vl * C)) == 0);
+        ASSERT_NEAR(l[2], l[0], 1e-2, 0);
+        ASSERT_TRUE(l[2] != l[0]); /* x was rounded */
+        ASSERT_TRUE(edx < 1e-2 && edw < 1e-2 && edx > 0);
+        for (int p = 0; p < 3; p++) free(dx[p]), free(dw[p]);
+    }
+    sharc_bf16_mode_set(SHARC_BF16_EMULATED);
+    free(x), free(w), free(ws), free(red), free(xh), free(wh);
+    sharc_comm_free(self);
 }
 
 /* ------------------------------------------------- bf16 activations */

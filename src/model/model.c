@@ -118,8 +118,9 @@ struct sharc_model {
     uint16_t *w16;             /* note [bf16-acts]: one block's matrices in bf16, converted once per gather */
     const uint16_t *w16qkv, *w16o, *w16fc, *w16proj; /* inside w16 */
     uint16_t *tfcah;                                 /* bf16-acts with a tiled MLP: one chunk's tfca in bf16 */
-    float *att32;   /* bf16-acts: the attention output widened for attention's backward (tmp, dfca or own) */
-    bool att32_own; /* att32 is its own allocation */
+    uint16_t *head16; /* note [bf16-head]: under tp, the head's (Vl, C) rows then lnf (N, C) in bf16 */
+    float *att32;     /* bf16-acts: the attention output widened for attention's backward (tmp, dfca or own) */
+    bool att32_own;   /* att32 is its own allocation */
     int nunits;
     sharc_unit_spec *units;
     int *order;                  /* (nunits) note [unit-schedule] */
@@ -369,8 +370,9 @@ static void free_plan(sharc_model *m) {
     sharc_device_free(m->dev, m->loss);
     sharc_device_free(m->dev, m->w16);
     sharc_device_free(m->dev, m->tfcah);
+    sharc_device_free(m->dev, m->head16);
     if (m->att32_own) sharc_device_free(m->dev, m->att32);
-    m->w16 = m->tfcah = NULL;
+    m->w16 = m->tfcah = m->head16 = NULL;
     m->att32 = NULL;
     m->att32_own = m->a16 = false;
     sharc_device_free(m->dev, m->pk_cos);
@@ -628,7 +630,8 @@ int64_t sharc_model_activation_bytes(const sharc_model *m, int B, int T, bool ac
     else f += R * m->F + R * m->Fa;                                      /* tfc, tfca */
     if (a16) h += tiled ? R * m->Fa : sets * N * m->Fa;                  /* tfcah or fcah */
     if (a16) f += att32_own_numel(m, N, R);
-    f += 2 * N + N * C; /* lnf, mean, rstd */
+    if (a16 && m->Vl < m->V) h += ((int64_t)m->Vl + N) * C; /* head16 (note [bf16-head]) */
+    f += 2 * N + N * C;                                     /* lnf, mean, rstd */
     f += 3 * N * C + N * (AD > C ? AD : C) + N * m->QKV + R * m->F +
          R * m->Fa;                            /* tmp, dres, dxmid, dtmp, dqkv, dfc, dfca */
     f += m->k->attention_workspace(T * m->sp); /* sp > 1 (Ulysses buffers) is not planned: note [memory-plan] */
@@ -723,6 +726,7 @@ sharc_status sharc_model_plan(sharc_model *m, int B, int T, bool activation_chec
         if (tiled) m->tfcah = act16(m, m->tile_rows * m->Fa, &ok);
         m->att32_own = att32_own_numel(m, N, m->tile_rows) > 0;
         m->att32 = m->att32_own ? act(m, N * m->AD, &ok) : m->AD <= C ? m->tmp : m->dfca;
+        if (m->Vl < m->V) m->head16 = act16(m, ((int64_t)m->Vl + N) * C, &ok); /* note [bf16-head] */
     }
     int64_t chunk = HEAD_CHUNK_BYTES / ((int64_t)m->Vl * (int64_t)sizeof(float));
     if (chunk < 16) chunk = 16;
@@ -1205,8 +1209,19 @@ static const float *head_weight(sharc_model *m, sharc_fsdp *e, const float *hp) 
     return weight_at(m, m->L + 1, SHARC_ROLE_LM_HEAD, hp);
 }
 
-/* The fused LM head and loss on m->lnf into the device scalar m->loss
- * (note [fused-head]); vocabulary-parallel under tp (note [tp-vocab]). */
+/* Note [bf16-head]. Under bf16 compute the replicated head's kernel
+ * (lmhead_xent_bf16) rounds x and w once per call, i.e. once per gather
+ * of the head, and each chunk's dlogits. The vocabulary-parallel head of
+ * tp (note [tp-vocab]) calls the table's matmuls chunk by chunk, whose
+ * bf16 slots rounded the head's (Vl, C) rows twice per chunk (forward,
+ * then dx); with bf16 activations planned (note [bf16-acts]) the model
+ * rounds them and lnf once per call into head16 and the chunks take the
+ * *_b16 slots: the same operands, the same bits (tests/test_bf16.c), one
+ * rounding of w instead of 2 ceil(N / chunk). head16 is planned
+ * ((Vl + N) C bf16). Generation (sharc_model_logits_last,
+ * sharc_model_kv_append) still rounds the head per call, one token at a
+ * time: keeping a bf16 copy across calls would need the engine to say
+ * when a gather changed the weights. */
 static void head_xent(sharc_model *m, float *dx, float *dw, const float *w, const int32_t *targets, float scale,
                       int64_t N) {
     if (m->Vl == m->V) {
@@ -1214,8 +1229,13 @@ static void head_xent(sharc_model *m, float *dx, float *dw, const float *w, cons
                                                      m->head_ws, m->head_chunk));
         return;
     }
-    *m->loss = sharc_tp_lmhead_xent(m->k, m->s, m->tp_group, dx, dw, m->lnf, w, targets, scale, N, m->C, m->v0, m->Vl,
-                                    m->head_ws, m->head_red, m->head_chunk); /* host memory under tp */
+    uint16_t *wh = m->head16, *xh = wh ? wh + (int64_t)m->Vl * m->C : NULL;
+    if (wh) {
+        SHARC_PROF("head.bf16_operands", m->k->cast(m->s, wh, SHARC_DT_BF16, w, SHARC_DT_F32, (int64_t)m->Vl * m->C));
+        SHARC_PROF("head.bf16_operands", m->k->cast(m->s, xh, SHARC_DT_BF16, m->lnf, SHARC_DT_F32, N * m->C));
+    }
+    *m->loss = sharc_tp_lmhead_xent(m->k, m->s, m->tp_group, dx, dw, m->lnf, w, xh, wh, targets, scale, N, m->C, m->v0,
+                                    m->Vl, m->head_ws, m->head_red, m->head_chunk); /* host memory under tp */
 }
 
 /* note [bf16-compute] */

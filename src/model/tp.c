@@ -100,13 +100,15 @@ static void vp_all_reduce(sharc_comm *group, float *buf, int64_t n, sharc_reduce
 }
 
 double sharc_tp_lmhead_xent(const sharc_kernels *k, sharc_stream *s, sharc_comm *group, float *dx, float *dw,
-                            const float *x, const float *w, const int32_t *targets, float scale, int64_t N, int C,
-                            int v0, int Vl, float *ws, float *red, int64_t chunk) {
+                            const float *x, const float *w, const uint16_t *xh, const uint16_t *wh,
+                            const int32_t *targets, float scale, int64_t N, int C, int v0, int Vl, float *ws,
+                            float *red, int64_t chunk) {
     double total = 0.0;
     for (int64_t r0 = 0; r0 < N; r0 += chunk) {
         int64_t m = N - r0 < chunk ? N - r0 : chunk;
         const int32_t *tg = targets + r0;
-        SHARC_PROF("head.logits", k->matmul_forward(s, ws, x + r0 * C, w, NULL, m, C, Vl));
+        if (xh) SHARC_PROF("head.logits", k->matmul_forward_b16(s, ws, xh + r0 * C, wh, NULL, m, C, Vl));
+        else SHARC_PROF("head.logits", k->matmul_forward(s, ws, x + r0 * C, w, NULL, m, C, Vl));
         SHARC_PROF("head.xent", vp_row_max(red, ws, m, Vl));
         SHARC_PROF("head.tp", vp_all_reduce(group, red, m, SHARC_REDUCE_OP_MAX));
         SHARC_PROF("head.xent", vp_row_sums(red, ws, tg, m, v0, Vl));
@@ -118,7 +120,9 @@ double sharc_tp_lmhead_xent(const sharc_kernels *k, sharc_stream *s, sharc_comm 
             }
         if (dx) {
             SHARC_PROF("head.xent", vp_row_grads(ws, red, tg, m, v0, Vl, scale));
-            SHARC_PROF("head.dx", k->matmul_backward(s, dx + r0 * C, dw, NULL, ws, x + r0 * C, w, m, C, Vl));
+            if (xh)
+                SHARC_PROF("head.dx", k->matmul_backward_b16(s, dx + r0 * C, dw, NULL, ws, xh + r0 * C, wh, m, C, Vl));
+            else SHARC_PROF("head.dx", k->matmul_backward(s, dx + r0 * C, dw, NULL, ws, x + r0 * C, w, m, C, Vl));
         }
     }
     /* note [tp-vocab]: each rank's dx is its columns' part of dlogits @ W */

@@ -71,11 +71,15 @@ void sharc_tp_embedding_backward(float *dwte, const float *dx, const int32_t *to
  * fp32 matmuls): w (Vl, C) this rank's rows, x (N, C), targets (N, < 0
  * masked); dx (N, C, NULL: loss only) the full input gradient, dw (Vl, C,
  * nullable) += this rank's rows' gradient. ws: chunk Vl floats, red: 3
- * chunk floats. Returns the loss sum of the unmasked rows (equal on the tp
- * ranks). */
+ * chunk floats. xh, wh: x and w already rounded to bf16 (note
+ * [bf16-head] in src/model/model.c), the products then through k's *_b16
+ * slots, once-rounded operands instead of w rounded twice per chunk; NULL:
+ * k's matmuls on x and w. Returns the loss sum of the unmasked rows (equal
+ * on the tp ranks). */
 double sharc_tp_lmhead_xent(const sharc_kernels *k, sharc_stream *s, sharc_comm *group, float *dx, float *dw,
-                            const float *x, const float *w, const int32_t *targets, float scale, int64_t N, int C,
-                            int v0, int Vl, float *ws, float *red, int64_t chunk);
+                            const float *x, const float *w, const uint16_t *xh, const uint16_t *wh,
+                            const int32_t *targets, float scale, int64_t N, int C, int v0, int Vl, float *ws,
+                            float *red, int64_t chunk);
 /* In-place sum of buf (n floats) over the group; nothing when group is NULL.
  * A failed collective is fatal (the ranks cannot continue with half a sum). */
 void sharc_tp_all_reduce(sharc_comm *group, float *buf, int64_t n);

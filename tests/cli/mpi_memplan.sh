@@ -31,6 +31,7 @@ SHARC_COMM_SHM=0 check 3 model.num_layers=4 fsdp.forward_prefetch=true fsdp.num_
 SHARC_COMM_SHM=0 check 4 $L fsdp.reduce_dtype=bf16
 SHARC_COMM_SHM=0 check 4 fsdp.reshard_after_forward=2
 check 4 mesh.tp=2 model.num_heads=4
+SHARC_BF16=emulate check 2 mesh.tp=2 model.num_heads=4 fsdp.param_dtype=bf16 # note [bf16-head]
 check 2 $L model.num_kv_heads=2 model.num_heads=4 mesh.tp=2
 
 S="$SHARC_BIN/sharc"
