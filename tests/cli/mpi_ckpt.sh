@@ -56,7 +56,7 @@ run 2 ckpt_load f4 ref_f.st text.txt $F train.batch_size=1 train.grad_accum=6 fs
 
 # sharc train at 2 ranks: killed in the save of step 4, resumed: the same step-6 files
 M="--data.path=text.txt --model.num_layers=2 --model.embed_dim=48 --model.num_heads=3 --model.max_seq_len=16
-   --train.seq_len=13 --train.batch_size=2 --train.max_steps=6 --train.threads=1 --ckpt.every=2"
+   --train.seq_len=13 --train.batch_size=2 --train.max_steps=6 --train.threads=1 --ckpt.every=2 --log.peak_tflops=1"
 mpi 2 "$SHARC_BIN/sharc" train $M --train.out_dir=ref >/dev/null 2>&1
 set +e
 SHARC_CKPT_KILL_AT=after-shards SHARC_CKPT_KILL_STEP=4 mpi 2 -x SHARC_CKPT_KILL_AT -x SHARC_CKPT_KILL_STEP \

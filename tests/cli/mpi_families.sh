@@ -11,16 +11,7 @@ set -euo pipefail
 source "$SHARC_ROOT/tests/cli/mpi_lib.inc"
 cd "$TMPDIR"
 make_text text.txt
-runs=0
-check() { # N args...
-  local n=$1; shift
-  local out
-  if ! out=$(mpi $n "$SHARC_BIN/mpi_tests" parity text.txt "$@" 2>&1); then
-    echo "FAILED at $n ranks: $*"; echo "$out" | grep -v '^ok' | head -20; exit 1
-  fi
-  grep '^parity at' <<< "$out" | sed "s|\$| [$*]|"
-  runs=$((runs + 1))
-}
+check() { mpi_check "parity text.txt" "parity at" "" "$@"; }
 base="model.family=llama model.num_kv_heads=1 model.ff_hidden_dim=70"
 for v in "model.qkv_bias=true model.tie_embeddings=false" \
          "model.qk_norm=true model.head_dim=10 model.tie_embeddings=true" \

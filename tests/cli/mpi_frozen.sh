@@ -14,16 +14,7 @@ set -euo pipefail
 source "$SHARC_ROOT/tests/cli/mpi_lib.inc"
 cd "$TMPDIR"
 make_text text.txt
-runs=0
-check() { # N args...
-  local n=$1; shift
-  local out
-  if ! out=$(mpi $n "$SHARC_BIN/mpi_tests" frozen text.txt "$@" 2>&1); then
-    echo "FAILED at $n ranks: $*"; echo "$out" | grep -v '^ok' | head -20; exit 1
-  fi
-  grep '^frozen at' <<< "$out" | sed "s|\$| [$*]|"
-  runs=$((runs + 1))
-}
+check() { mpi_check "frozen text.txt" "frozen at" "" "$@"; }
 L="model.family=llama model.num_kv_heads=1 model.tie_embeddings=false model.ff_hidden_dim=70"
 for n in 1 2 3 4; do
   strategies="FULL_SHARD"; [ $n = 2 ] || [ $n = 3 ] && strategies="FULL_SHARD SHARD_GRAD_OP NO_SHARD"
@@ -45,7 +36,7 @@ echo "$runs frozen runs passed"
 S="$SHARC_BIN/sharc"
 M="--data.path=text.txt --model.num_layers=2 --model.embed_dim=48 --model.num_heads=3 --model.max_seq_len=16
    --train.seq_len=13 --train.batch_size=2 --train.threads=1 --optim.warmup_steps=2 --ckpt.every=2
-   --optim.lr_decay=constant --model.freeze_module_prefix=wte,h.0."
+   --optim.lr_decay=constant --model.freeze_module_prefix=wte,h.0. --log.peak_tflops=1"
 mpi 2 "$S" train $M --train.max_steps=6 --train.out_dir=ref >/dev/null 2>&1
 mpi 2 "$S" train $M --train.max_steps=4 --train.out_dir=part >/dev/null 2>&1
 mpi 2 "$S" train $M --train.max_steps=6 --train.out_dir=part --ckpt.resume=auto >/dev/null 2>&1

@@ -17,14 +17,7 @@ source "$SHARC_ROOT/tests/cli/mpi_lib.inc"
 cd "$TMPDIR"
 make_text text.txt
 L="model.family=llama model.num_kv_heads=1 model.tie_embeddings=false model.ff_hidden_dim=70"
-check() { # N args...
-  local n=$1; shift
-  local out
-  if ! out=$(mpi $n "$SHARC_BIN/mpi_tests" memplan text.txt "$@" 2>&1); then
-    echo "FAILED at $n ranks: $*"; echo "$out" | grep -v '^ok' | head -20; exit 1
-  fi
-  grep '^memory plan at' <<< "$out" | sed "s|\$| [$*]|"
-}
+check() { mpi_check "memplan text.txt" "memory plan at" "" "$@"; }
 for n in 1 2 3 4; do check $n; done
 check 2 $L
 check 3 $L

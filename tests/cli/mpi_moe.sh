@@ -16,14 +16,7 @@ make_text text.txt
 moe="model.family=llama model.num_kv_heads=1 model.tie_embeddings=false model.ff_hidden_dim=40 model.qk_norm=true
      model.num_experts=4 model.num_experts_per_tok=2 model.moe_intermediate_size=16 model.norm_topk_prob=true
      model.mlp_only_layers=1 model.output_router_logits=true model.router_aux_loss_coef=0.05"
-check() { # N args...
-  local n=$1; shift
-  local out
-  if ! out=$(mpi $n "$SHARC_BIN/mpi_tests" parity text.txt $moe "$@" 2>&1); then
-    echo "FAILED at $n ranks: $*"; echo "$out" | grep -v '^ok' | head -20; exit 1
-  fi
-  grep '^parity at' <<< "$out" | sed "s|\$| [$*]|"
-}
+check() { mpi_check "parity text.txt" "parity at" "$moe" "$@"; }
 check 2 fsdp.sharding_strategy=FULL_SHARD
 check 4 fsdp.sharding_strategy=FULL_SHARD fsdp.moe_experts=true train.grad_accum=2
 check 2 fsdp.sharding_strategy=SHARD_GRAD_OP fsdp.moe_experts=true fsdp.activation_checkpointing=true

@@ -30,7 +30,7 @@ make_text text.txt
 S="$SHARC_BIN/sharc"
 M="--data.path=text.txt --model.num_layers=2 --model.embed_dim=48 --model.num_heads=3 --model.max_seq_len=16
    --train.seq_len=13 --train.batch_size=2 --train.threads=1 --optim.warmup_steps=2 --ckpt.every=10
-   --train.max_steps=20 --train.log_every=1"
+   --train.max_steps=20 --train.log_every=1 --log.peak_tflops=1"
 CH="--optim.offload_dir=spill --optim.offload_sub_group_size=3000"
 mkdir -p spill
 losses() { grep -o '"loss_metrics/global_avg_loss": *[-0-9.e+]*' "$1/metrics.jsonl"; }

@@ -14,14 +14,7 @@ source "$SHARC_ROOT/tests/cli/mpi_lib.inc"
 cd "$TMPDIR"
 make_text text.txt
 L="model.family=llama model.num_kv_heads=1 model.tie_embeddings=false model.ff_hidden_dim=70"
-check() { # N args...
-  local n=$1; shift
-  local out
-  if ! out=$(mpi $n "$SHARC_BIN/mpi_tests" reshard text.txt "$@" 2>&1); then
-    echo "FAILED at $n ranks: $*"; echo "$out" | grep -v '^ok' | head -20; exit 1
-  fi
-  grep '^reshard_after_forward' <<< "$out" | sed "s|\$| [$*]|"
-}
+check() { mpi_check "reshard text.txt" "reshard_after_forward" "" "$@"; }
 SHARC_COMM_SHM=0 check 4 2 model.num_layers=3
 SHARC_COMM_SHM=0 check 4 2 $L train.grad_accum=2 fsdp.activation_checkpointing=true
 check 4 2 fsdp.param_dtype=bf16 fsdp.forward_prefetch=true

@@ -26,15 +26,7 @@ PY
 sft="model.tokenizer=$SHARC_ROOT/tests/fixtures/tokenizer/small model.vocab_size=768 data.input_key=question
      data.output_key=response train.seq_len=24 model.max_seq_len=32"
 runs=0
-check() { # N args...
-  local n=$1; shift
-  local out
-  if ! out=$(mpi $n "$SHARC_BIN/mpi_tests" parity sft.jsonl $sft "$@" 2>&1); then
-    echo "FAILED at $n ranks: $*"; echo "$out" | grep -v '^ok' | head -20; exit 1
-  fi
-  grep '^parity at' <<< "$out" | sed "s|\$| [$*]|"
-  runs=$((runs + 1))
-}
+check() { mpi_check "parity sft.jsonl" "parity at" "$sft" "$@"; }
 for norm in global_tokens micro_batch; do
   for n in 1 2 3 4; do
     check $n train.loss_normalization=$norm train.grad_accum=2

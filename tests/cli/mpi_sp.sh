@@ -16,17 +16,7 @@ set -euo pipefail
 source "$SHARC_ROOT/tests/cli/mpi_lib.inc"
 cd "$TMPDIR"
 make_text text.txt
-runs=0
-check() { # N args...
-  local n=$1; shift
-  local out
-  if ! out=$(mpi $n "$SHARC_BIN/mpi_tests" parity text.txt model.num_heads=4 train.seq_len=12 tol.grad=1e-5 \
-             tol.param=5e-3 "$@" 2>&1); then
-    echo "FAILED at $n ranks: $*"; echo "$out" | grep -v '^ok' | head -20; exit 1
-  fi
-  grep '^parity at' <<< "$out" | sed "s|\$| [$*]|"
-  runs=$((runs + 1))
-}
+check() { mpi_check "parity text.txt" "parity at" "model.num_heads=4 train.seq_len=12 tol.grad=1e-5 tol.param=5e-3" "$@"; }
 for fam in gpt2 llama; do
   if [ $fam = llama ]; then m="model.family=llama model.tie_embeddings=false model.ff_hidden_dim=70"
   else m="model.family=gpt2"; fi
@@ -48,13 +38,7 @@ check 2 model.ulysses_size=2
 
 # bad meshes: refused at start with the arithmetic, exit 2, on every rank
 common="--data.path=text.txt --train.out_dir=$TMPDIR/run --train.max_steps=1 --model.num_layers=1 --model.embed_dim=48 --model.num_heads=4 --train.seq_len=12 --train.batch_size=1"
-bad() { # want N args...
-  local want=$1 n=$2; shift 2
-  local out rc
-  out=$(mpi $n "$SHARC_BIN/sharc" train $common "$@" 2>&1); rc=$?
-  [ $rc = 2 ] || { echo "expected exit 2, got $rc for $*: $out"; exit 1; }
-  grep -qF "$want" <<< "$out" || { echo "expected '$want' for $*: $out"; exit 1; }
-}
+bad() { mpi_refused "$common" "$@"; }
 set +e
 bad "mesh: world_size 3 is not a multiple of mesh.sp 2 x mesh.tp 1 (3 / 2 = 1.50 data-parallel ranks)" 3 --mesh.sp=2
 bad "mesh.sp: 4 does not divide train.seq_len 10 (10 / 4 = 2.50 tokens per rank)" 4 --mesh.sp=4 --train.seq_len=10

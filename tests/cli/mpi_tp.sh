@@ -30,17 +30,7 @@ set -euo pipefail
 source "$SHARC_ROOT/tests/cli/mpi_lib.inc"
 cd "$TMPDIR"
 make_text text.txt
-runs=0
-check() { # N args...
-  local n=$1; shift
-  local out
-  if ! out=$(mpi $n "$SHARC_BIN/mpi_tests" parity text.txt model.num_heads=4 train.seq_len=12 tol.grad=1e-5 \
-             tol.param=2e-3 optim.eps=1e-6 tol.loss=1e-5 tol.norm=2e-4 "$@" 2>&1); then
-    echo "FAILED at $n ranks: $*"; echo "$out" | grep -v '^ok' | head -20; exit 1
-  fi
-  grep '^parity at' <<< "$out" | sed "s|\$| [$*]|"
-  runs=$((runs + 1))
-}
+check() { mpi_check "parity text.txt" "parity at" "model.num_heads=4 train.seq_len=12 tol.grad=1e-5 tol.param=2e-3 optim.eps=1e-6 tol.loss=1e-5 tol.norm=2e-4" "$@"; }
 llama="model.family=llama model.tie_embeddings=false model.ff_hidden_dim=70 model.num_kv_heads=2"
 for m in "model.family=gpt2" "$llama"; do
   check 2 $m mesh.tp=2
@@ -62,7 +52,7 @@ out=$(mpi 4 "$SHARC_BIN/mpi_tests" ckpt_load ck ref.st text.txt $llama model.num
       train.grad_accum=2 2>&1) || { echo "ckpt_load at 2x2 failed: $out"; exit 1; }
 grep -q "saved values exact" <<< "$out" || { echo "$out"; exit 1; }
 # 2x2 -> one process: the checkpoint's ranges read at one rank give the weights the run gathered
-common="--data.path=text.txt --train.max_steps=2 --model.num_layers=1 --model.embed_dim=48 --model.num_heads=4 --train.seq_len=12 --train.batch_size=1"
+common="--data.path=text.txt --train.max_steps=2 --model.num_layers=1 --model.embed_dim=48 --model.num_heads=4 --train.seq_len=12 --train.batch_size=1 --log.peak_tflops=1"
 mpi 4 "$SHARC_BIN/sharc" train $common --train.out_dir=run --tensor_parallel_size=2 > /dev/null 2>&1
 "$SHARC_BIN/sharc" export --checkpoint run/checkpoints --out hf1 > /dev/null
 "$SHARC_BIN/sharc" export --checkpoint run/model.safetensors --out hf2 > /dev/null
@@ -70,13 +60,7 @@ cmp hf1/model.safetensors hf2/model.safetensors || { echo "checkpoint and gather
 
 # bad meshes: refused at start with the arithmetic, exit 2, on every rank
 common="$common --train.out_dir=$TMPDIR/bad"
-bad() { # want N args...
-  local want=$1 n=$2; shift 2
-  local out rc
-  out=$(mpi $n "$SHARC_BIN/sharc" train $common "$@" 2>&1); rc=$?
-  [ $rc = 2 ] || { echo "expected exit 2, got $rc for $*: $out"; exit 1; }
-  grep -qF "$want" <<< "$out" || { echo "expected '$want' for $*: $out"; exit 1; }
-}
+bad() { mpi_refused "$common" "$@"; }
 set +e
 bad "mesh: world_size 3 is not a multiple of mesh.sp 1 x mesh.tp 2 (3 / 2 = 1.50 data-parallel ranks)" 3 --mesh.tp=2
 bad "mesh.tp: 3 does not divide model.num_heads 4 (4 / 3 = 1.33 per rank)" 3 --fsdp_tensor_parallel_size=3
