@@ -106,6 +106,28 @@ TEST(liveness_classifies_ports_and_pids) {
     ASSERT_EQ(v[0], SHARC_LIVE_UNKNOWN);
 }
 
+/* Probes leave connections queued on the listener; the watchdog's drain
+ * takes them off (a full queue would make this live rank read as
+ * unreachable), and the listener still answers afterwards. */
+TEST(liveness_drain_empties_the_accept_queue) {
+    sharc_liveness_card me;
+    sharc_liveness_card_make(&me);
+    ASSERT_TRUE(me.port != 0);
+    sharc_liveness_drain();
+    sharc_liveness_card c = card(me.port, "127.0.0.1", NULL);
+    bool local = false;
+    sharc_liveness v;
+    for (int i = 0; i < 3; i++) {
+        sharc_liveness_probe_cards(&c, &local, 1, &me, 300, &v);
+        ASSERT_EQ(v, SHARC_LIVE_ALIVE);
+    }
+    ASSERT_EQ(sharc_liveness_drain(), 3);
+    ASSERT_EQ(sharc_liveness_drain(), 0);
+    sharc_liveness_probe_cards(&c, &local, 1, &me, 300, &v);
+    ASSERT_EQ(v, SHARC_LIVE_ALIVE);
+    ASSERT_EQ(sharc_liveness_drain(), 1);
+}
+
 TEST(liveness_probe_names_the_lost_ranks) {
     /* a world of 4: rank 0 is this process; rank 1 on this host, dead; rank
      * 2 elsewhere, alive; rank 3 elsewhere, its port refused */

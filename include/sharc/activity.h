@@ -9,6 +9,7 @@
 #ifndef SHARC_ACTIVITY_H
 #define SHARC_ACTIVITY_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -28,6 +29,8 @@ void sharc_activity_coll_begin(const char *name, int ranks);
 void sharc_activity_coll_end(void);
 /* The step and unit (-1: none) of the record now. */
 void sharc_activity_where(int64_t *step, int *unit);
+/* Whether the record is inside a collective now (waiting on other ranks). */
+bool sharc_activity_in_collective(void);
 /* Bumped by every update above. */
 uint64_t sharc_activity_seq(void);
 /* One line: "step 3: waiting in all_gather over 2 ranks (forward, unit 1 'block.0')". */

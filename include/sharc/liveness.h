@@ -55,7 +55,14 @@ void sharc_liveness_close(void);
  * `timeout_ms`. Async-signal-safe. */
 void sharc_liveness_probe_cards(const sharc_liveness_card *cards, const bool *same_host, int n,
                                 const sharc_liveness_card *mine, int timeout_ms, sharc_liveness *out);
-/* Called by the watchdog thread every tick: while the activity record
+/* Called by the watchdog thread every tick: accepts and closes the
+ * connections other ranks' probes left queued on this process's listener
+ * (a queue never drained would fill after SOMAXCONN probes, and a full queue
+ * drops connects: a live rank would read as unreachable). Returns how many
+ * it closed. */
+int sharc_liveness_drain(void);
+/* Called by the watchdog thread every tick while this rank waits in a
+ * collective: while the activity record
  * stays at `seq` for 0.5 s or more it probes every 0.5 s (300 ms deadline)
  * until it finds a lost rank, and keeps that verdict for the report: found
  * while every survivor still waits, before the launcher ends any of them. */

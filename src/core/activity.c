@@ -49,6 +49,8 @@ void sharc_activity_where(int64_t *step, int *unit) {
     *unit = LOAD(cur_unit);
 }
 
+bool sharc_activity_in_collective(void) { return LOAD(cur_coll) != NULL; }
+
 uint64_t sharc_activity_seq(void) { return atomic_load_explicit(&seq, memory_order_acquire); }
 
 void sharc_activity_describe(char *out, size_t n) {

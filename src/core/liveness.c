@@ -6,11 +6,14 @@
  * terminates them (note [rank-death] in src/core/watchdog.c) or the watchdog
  * fires. So each rank makes its own evidence at start-up, without MPI:
  *  - a TCP socket listening on INADDR_ANY, port 0 (SOCK_CLOEXEC, backlog
- *    SOMAXCONN), that is never accept()ed: for a live process the kernel
- *    completes the handshake by itself (whatever the process is doing,
- *    blocked in MPI included); once the process is gone its host answers
- *    the port with RST (connection refused); a host that is down or cut off
- *    answers nothing (or "no route");
+ *    SOMAXCONN): for a live process the kernel completes the handshake by
+ *    itself (whatever the process is doing, blocked in MPI included); once
+ *    the process is gone its host answers the port with RST (connection
+ *    refused); a host that is down or cut off answers nothing (or "no
+ *    route"). The watchdog thread accepts and closes what other ranks'
+ *    probes left queued, every tick (sharc_liveness_drain): a queue left to
+ *    fill would drop later connects, and a live rank would read as
+ *    unreachable;
  *  - a card: hostname, the kernel's boot id, pid, the port, and up to
  *    SHARC_LIVENESS_ADDRS non-loopback IPv4 addresses (getifaddrs);
  * and the command exchanges the cards with one all-gather next to its
@@ -66,7 +69,7 @@
 #include <time.h>
 #include <unistd.h>
 
-static int listener = -1;
+static atomic_int listener = -1;
 static sharc_liveness_card me;
 /* the ranks to probe, prepared at start-up (index i of probe_* is rank probe_rank[i]) */
 static sharc_liveness_card probe_card[SHARC_LIVENESS_PROBED];
@@ -110,7 +113,10 @@ void sharc_liveness_card_make(sharc_liveness_card *mine) {
         memset(&a, 0, sizeof a);
         a.sin_family = AF_INET;
         a.sin_addr.s_addr = htonl(INADDR_ANY);
-        if (s >= 0 && bind(s, (struct sockaddr *)&a, sizeof a) == 0 && listen(s, SOMAXCONN) == 0) listener = s;
+        /* non-blocking: only accept() sees it (sharc_liveness_drain) */
+        if (s >= 0 && bind(s, (struct sockaddr *)&a, sizeof a) == 0 && listen(s, SOMAXCONN) == 0 &&
+            fcntl(s, F_SETFL, fcntl(s, F_GETFL) | O_NONBLOCK) == 0)
+            listener = s;
         else if (s >= 0) close(s);
     }
     if (listener >= 0) {
@@ -179,8 +185,15 @@ sharc_status sharc_liveness_set_peers(const sharc_liveness_card *cards, int worl
 void sharc_liveness_close(void) {
     world_size = 0;
     nprobe = 0;
-    if (listener >= 0) close(listener);
-    listener = -1;
+    int s = atomic_exchange(&listener, -1);
+    if (s >= 0) close(s);
+}
+
+int sharc_liveness_drain(void) {
+    const int s = atomic_load(&listener);
+    int i = 0;
+    for (int c; s >= 0 && i < 256 && (c = accept4(s, NULL, NULL, SOCK_CLOEXEC)) >= 0; i++) close(c);
+    return i;
 }
 
 static double mono_ms(void) {

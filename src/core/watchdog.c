@@ -119,6 +119,7 @@ static void *watch(void *arg) {
     const struct timespec tick = {0, 100 * 1000 * 1000};
     while (!atomic_load(&stop)) {
         nanosleep(&tick, NULL);
+        sharc_liveness_drain(); /* note [liveness]: other ranks' probes */
         uint64_t s = sharc_activity_seq();
         double now = sharc_clock_now();
         const int limit = atomic_load(&timeout_s);
@@ -127,7 +128,8 @@ static void *watch(void *arg) {
             since = now;
             continue;
         }
-        sharc_liveness_watch(s, now - since); /* note [liveness]: probe while every survivor waits */
+        if (sharc_activity_in_collective()) /* note [liveness]: probe while every survivor waits */
+            sharc_liveness_watch(s, now - since);
         if (now - since < (double)limit) continue;
         bool fresh;
         sharc_liveness_probe(WATCHDOG_PROBE_MS, &fresh); /* note [liveness]: the lost ranks, before the line */
