@@ -74,22 +74,6 @@ struct sharc_moe {
     int nview;
 };
 
-bool sharc_model_layer_is_moe(const sharc_model_config *c, int l) {
-    if (c->num_experts <= 0) return false;
-    int step = c->decoder_sparse_step > 0 ? c->decoder_sparse_step : 1;
-    if ((l + 1) % step != 0) return false;
-    for (const char *p = c->mlp_only_layers; *p;) {
-        char *end;
-        long v = strtol(p, &end, 10);
-        if (end == p) {
-            p++;
-            continue;
-        }
-        if (v == l) return false;
-        p = end;
-    }
-    return true;
-}
 
 sharc_status sharc_moe_config_check(const sharc_model_config *c, int base, int router, int per_expert) {
     if (c->num_experts < 0)

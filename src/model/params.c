@@ -27,6 +27,25 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Which layers hold experts (decoder_sparse_step, mlp_only_layers): a fact
+ * of the parameter layout, so it lives beside the table that reads it. */
+bool sharc_model_layer_is_moe(const sharc_model_config *c, int l) {
+    if (c->num_experts <= 0) return false;
+    int step = c->decoder_sparse_step > 0 ? c->decoder_sparse_step : 1;
+    if ((l + 1) % step != 0) return false;
+    for (const char *p = c->mlp_only_layers; *p;) {
+        char *end;
+        long v = strtol(p, &end, 10);
+        if (end == p) {
+            p++;
+            continue;
+        }
+        if (v == l) return false;
+        p = end;
+    }
+    return true;
+}
+
 typedef enum { U_EMBED, U_BLOCK, U_EXPERT, U_HEAD } row_unit; /* U_EXPERT: a block row repeated per expert */
 typedef enum { D_0, D_V, D_C, D_MAXT, D_QKV, D_Q, D_KV, D_FF, D_HD, D_E, D_I } row_dim;
 typedef enum { I_ZEROS, I_ONES, I_NORMAL, I_NORMAL_RES } row_init; /* RES: init_std / sqrt(2 L) */
