@@ -123,9 +123,12 @@ sharc_status sharc_fsdp_plan_make(sharc_fsdp_plan *p, const sharc_unit_spec *uni
         t->numel_padded = t->numel_shard * S;
         t->shard_lo = t->numel_shard * in->shard_rank;
         t->global_off = p->total_padded;
+        /* note [gathered16] (collectives.c): kept 16-bit where the gather is 16-bit (never in place) */
+        t->g16 = units[u].gathered16 && cfg->param_dtype != SHARC_DT_F32 && !in->params_in_place;
+        t->slot_numel = t->g16 ? (t->numel_padded + 1) / 2 : t->numel_padded;
         p->total_padded += t->numel_padded;
         shards += t->numel_shard;
-        if (!units[u].root && t->numel_padded > max_plain) max_plain = t->numel_padded;
+        if (!units[u].root && t->slot_numel > max_plain) max_plain = t->slot_numel;
         if (sharc_unit_trainable(&units[u])) {
             grad_shards += t->numel_shard;
             if (!units[u].root && t->numel_padded > max_plain_grad) max_plain_grad = t->numel_padded;
@@ -167,12 +170,12 @@ sharc_status sharc_fsdp_plan_make(sharc_fsdp_plan *p, const sharc_unit_spec *uni
             for (int u = 0; u < nunits; u++)
                 if (units[u].root) {
                     p->param_slot_owner[k] = u;
-                    p->param_slot_numel[k++] = p->units[u].numel_padded;
+                    p->param_slot_numel[k++] = p->units[u].slot_numel;
                 }
         } else {
             for (int u = 0; u < nunits; u++) {
                 p->param_slot_owner[k] = u;
-                p->param_slot_numel[k++] = p->units[u].numel_padded;
+                p->param_slot_numel[k++] = p->units[u].slot_numel;
             }
         }
     }
