@@ -12,7 +12,10 @@
  * backward; none when gathers need no slot (one process in fp32, or the
  * shared window). Gradients: max_live slots of the largest non-root unit
  * plus one per root unit, or one per unit with fsdp.no_sync; none at one
- * process. So, all padded, fp32:
+ * process. A unit the model reads in 16-bit (note [gathered16] in
+ * collectives.c) under a 16-bit param_dtype has a slot of half the floats
+ * (slot_numel, rounded up): the max below is over slot sizes. So, all
+ * padded, fp32:
  *   parameters  FULL_SHARD:    (max_live + prefetch depth) x max non-root unit + sum of root units
  *               SHARD_GRAD_OP: sum of all units
  *   gradients   max_live x max non-root unit + sum of root units (every unit with no_sync)
