@@ -442,15 +442,29 @@ static void acts16_case(sharc_family f, int hd) {
     ASSERT_TRUE(e_ac == 0.0);
     ASSERT_TRUE(e_tiles < 1e-4);
     /* the bytes saved, exactly: ln1, att, ln2 and fca of the 2 blocks at 2
-     * bytes instead of 4, less one block's matrices in bf16 and the widened
-     * attention output when neither tmp nor dfca holds it (a model this small
-     * has more weight than activations: 124M at T = 256 in bench/memory.sh) */
+     * bytes instead of 4, less one block's norms and biases in fp32 (wsm)
+     * and the widened attention output when neither tmp nor dfca holds it */
     const int64_t N = 26, C = 48, H = f == SHARC_FAMILY_LLAMA ? (hd ? hd : 16) : 16;
     const int64_t AD = 3 * H, QKV = f == SHARC_FAMILY_LLAMA ? 5 * H : 3 * C;
     const int64_t Fa = f == SHARC_FAMILY_LLAMA ? 70 : 4 * C, F = f == SHARC_FAMILY_LLAMA ? 140 : 4 * C;
-    int64_t want = 2 * (2 * N * C + N * AD + N * Fa) * 2 - (QKV * C + C * AD + F * C + C * Fa) * 2;
+    const int64_t small = f == SHARC_FAMILY_LLAMA ? 2 * C : 4 * C + QKV + C + F + C; /* norms (and GPT-2's biases) */
+    int64_t want = 2 * (2 * N * C + N * AD + N * Fa) * 2 - small * 4;
     if (AD > C && Fa < AD) want -= N * AD * 4;
     ASSERT_EQ(bytes_b - bytes_d, want);
+    /* note [gathered16]: d's blocks are gathered in bf16, b's in fp32: every
+     * non-root slot (the blocks are the largest non-root units here: Llama's
+     * embedding and head, GPT-2's tied embedding are roots or smaller) at
+     * half the floats; the engine allocated what it planned */
+    const int64_t blk = sharc_model_units(d.m)[1].numel; /* one process: no padding */
+    const int64_t mats = QKV * C + C * AD + F * C + C * Fa;
+    ASSERT_EQ(blk - mats, small);
+    int64_t gb = sharc_fsdp_planned_bytes(b.e, SHARC_MEM_GATHERED),
+            gd = sharc_fsdp_planned_bytes(d.e, SHARC_MEM_GATHERED);
+    fprintf(stderr, "  gathered: %lld -> %lld bytes (blocks of %lld elements)\n", (long long)gb, (long long)gd,
+            (long long)blk);
+    /* two block slots (the one the model holds, one prefetched: note
+     * [gathered-bound]) of blk floats before, blk / 2 after */
+    ASSERT_EQ(gb - gd, 2 * 4 * (blk - (blk + 1) / 2));
     model_free(&a), model_free(&b), model_free(&d), model_free(&dac), model_free(&dt);
 }
 

@@ -205,3 +205,75 @@ TEST(plan_keeps_post_forward_slices) {
         ASSERT_EQ(post, ok[i].want);
     }
 }
+
+/* Note [gathered16] (src/fsdp/collectives.c): a unit the model reads in
+ * 16-bit has a parameter slot of half its padded floats (rounded up) under a
+ * 16-bit param_dtype, none of that in fp32; the engine at one process
+ * allocates that plan and gathers the unit as the shard rounded to bf16
+ * (round to nearest even, written out here), the other units widened. */
+static uint16_t bf16_rne(float f) {
+    uint32_t x;
+    memcpy(&x, &f, sizeof x);
+    return (uint16_t)((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
+}
+
+TEST(plan_halves_gathered16_slots) {
+    sharc_unit_spec u[3];
+    specs(u);
+    u[1].gathered16 = true; /* 61 x 7 + 29 = 456 elements: the largest non-root unit */
+    for (int S = 1; S <= 4; S++)
+        for (int variant = 0; variant < 3; variant++) {
+            sharc_fsdp_config c;
+            sharc_fsdp_config_default(&c);
+            c.param_dtype = variant == 0 ? SHARC_DT_F32 : SHARC_DT_BF16;
+            if (variant == 2) c.strategy = SHARC_SHARDING_SHARD_GRAD_OP;
+            sharc_fsdp_plan_in in = {.S = S,
+                                     .shard_rank = 0,
+                                     .max_live = 1,
+                                     .params_in_place = S == 1 && c.param_dtype == SHARC_DT_F32,
+                                     .grads_in_place = S == 1};
+            sharc_fsdp_plan p;
+            ASSERT_OK(sharc_fsdp_plan_make(&p, u, 3, &c, &in));
+            int64_t padded[3];
+            for (int k = 0; k < 3; k++) padded[k] = sharc_layout_numel_shard(u[k].numel, S) * S;
+            bool half = variant > 0;
+            int64_t b1 = half ? (padded[1] + 1) / 2 : padded[1];
+            ASSERT_EQ(p.units[1].g16, half);
+            ASSERT_EQ(p.units[1].slot_numel, b1);
+            ASSERT_EQ(p.units[2].slot_numel, padded[2]);
+            int64_t max_plain = b1 > padded[2] ? b1 : padded[2], params = 0;
+            if (!in.params_in_place)
+                params = variant == 2 ? padded[0] + b1 + padded[2] : 2 * max_plain + padded[0]; /* + 1 prefetched */
+            ASSERT_EQ(sum_i64(p.param_slot_numel, p.n_param_slots), params);
+            sharc_fsdp_plan_free(&p);
+        }
+    sharc_fsdp_config fc;
+    sharc_fsdp_config_default(&fc);
+    fc.param_dtype = SHARC_DT_BF16;
+    sharc_mem_stats a, b;
+    sharc_mem_get(&a);
+    sharc_fsdp *e;
+    ASSERT_OK(sharc_fsdp_init(&e, u, 3, NULL, &fc, NULL, NULL));
+    sharc_mem_get(&b);
+    ASSERT_EQ(b.current[SHARC_MEM_GATHERED] - a.current[SHARC_MEM_GATHERED],
+              sharc_fsdp_planned_bytes(e, SHARC_MEM_GATHERED));
+    sharc_fsdp_init_params(e, 3);
+    for (int k = 1; k < 3; k++) {
+        const float *full = sharc_fsdp_gather(e, k);
+        const uint16_t *h = sharc_fsdp_gather16(e, k);
+        const float *shard = sharc_fsdp_shard_params(e, k);
+        ASSERT_TRUE(k == 1 ? h == (const void *)full : h == NULL);
+        for (int64_t i = 0; i < u[k].numel; i++) {
+            uint16_t want = bf16_rne(shard[i]);
+            if (k == 1) {
+                ASSERT_EQ(h[i], want);
+            } else { /* widened: exactly the bf16 value */
+                uint32_t wide = (uint32_t)want << 16, got;
+                memcpy(&got, &full[i], sizeof got);
+                ASSERT_EQ(got, wide);
+            }
+        }
+        sharc_fsdp_release(e, k);
+    }
+    sharc_fsdp_free(e);
+}

@@ -98,6 +98,12 @@ void sharc_fsdp_init_params(sharc_fsdp *e, uint64_t seed);
 
 /* ---- the schedule ---- */
 const float *sharc_fsdp_gather(sharc_fsdp *e, int unit);
+/* Note [gathered16] (src/fsdp/collectives.c): for a unit whose spec says
+ * gathered16 and a 16-bit param_dtype, its gathered parameters as
+ * numel_padded param_dtype values (the buffer sharc_fsdp_gather returned:
+ * not floats), valid until the unit is resharded; NULL for any other unit
+ * (its gathered buffer is fp32). The unit must be gathered. */
+const uint16_t *sharc_fsdp_gather16(const sharc_fsdp *e, int unit);
 void sharc_fsdp_forward_done(sharc_fsdp *e, int unit);
 /* NULL for a unit whose parameters are all frozen (note [frozen-params] in
  * src/fsdp/units.c): its backward computes no weight gradient, and its

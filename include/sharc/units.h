@@ -51,6 +51,12 @@ typedef struct {
      * backward is done, and its gradient buffer collects contributions from
      * other units (the embedding tied to the LM head). */
     bool root;
+    /* Note [gathered16] (src/fsdp/collectives.c): the model reads this unit's
+     * gathered parameters as 16-bit values (sharc_fsdp_gather16): with a
+     * 16-bit param_dtype the engine gathers it into a slot of numel_padded
+     * 16-bit elements and never widens it to fp32. Set by the model
+     * (sharc_model_set_param_dtype) on its blocks under bf16 activations. */
+    bool gathered16;
 } sharc_unit_spec;
 
 /* The order a model uses its units in (note [unit-schedule] in

@@ -10,7 +10,9 @@
  *           shared window      note [shared-params] (shm.c): read in place
  *           fp32 all-gather    into a slot, non-blocking for prefetch
  *           16-bit all-gather  round the shard to param_dtype, gather, widen
- *                              (one process: round into a slot)
+ *                              (one process: round into a slot); a unit the
+ *                              model reads in 16-bit is gathered straight into
+ *                              its half-size slot, never widened (note [gathered16])
  *           post-forward       backward's gather of a unit resharded over N
  *                              ranks: all-gather of the kept slices inside the
  *                              group of N (note [post-forward] in plan.c)
@@ -34,19 +36,37 @@ static void gather_f32(sharc_fsdp *e, sharc_fsdp_unit *t, bool blocking) {
     if (st != SHARC_OK) SHARC_FSDP_COMM_FATAL();
 }
 
+/* Note [gathered16]. A unit whose spec says gathered16 (the model's blocks
+ * under bf16 activations, note [bf16-acts] in src/model/model.c) is read by
+ * the model as 16-bit values: the products take its matrices in bf16, and
+ * the model widens only its norms and biases. Where the gather is 16-bit
+ * (param_dtype bf16 or fp16, a slot: never the shared window, which holds
+ * fp32 masters) the engine keeps the unit in param_dtype: its slot holds
+ * numel_padded 16-bit elements (half the floats, plan.c), the all-gather
+ * writes straight into it (one process: the shard is rounded into it), the
+ * post-forward slice is a copy of its bytes and backward's gather of the
+ * slices lands in it too. sharc_fsdp_gather16 gives the model the view,
+ * valid while the unit is gathered, and sharc_fsdp_gather the same address.
+ * The values are those of the fp32 path bit for bit: widening a 16-bit value
+ * and rounding it back is the identity. */
+static uint16_t *full16(const sharc_fsdp_unit *t) { return (uint16_t *)(void *)t->param_full; }
+
 /* 16-bit: the shard is rounded, gathered as 16-bit, widened at once (the
- * staging buffers serve every unit, so even a prefetch completes here). */
+ * staging buffers serve every unit, so even a prefetch completes here);
+ * note [gathered16]: or gathered into the slot and left 16-bit. */
 static void gather_16(sharc_fsdp *e, sharc_fsdp_unit *t, bool blocking) {
     e->stats.gathers++;
     sharc_dtype dt = e->cfg.param_dtype;
     if (e->S == 1) {
-        e->k->round(e->stream, t->param_full, t->param_shard, dt, t->numel_shard);
+        if (t->g16) e->k->cast(e->stream, full16(t), dt, t->param_shard, SHARC_DT_F32, t->numel_shard);
+        else e->k->round(e->stream, t->param_full, t->param_shard, dt, t->numel_shard);
         return;
     }
     e->k->cast(e->stream, e->stage16_shard, dt, t->param_shard, SHARC_DT_F32, t->numel_shard);
-    if (sharc_comm_all_gather(e->shard, e->stage16_shard, e->stage16_full, (size_t)t->numel_shard, dt) != SHARC_OK)
+    if (sharc_comm_all_gather(e->shard, e->stage16_shard, t->g16 ? full16(t) : e->stage16_full, (size_t)t->numel_shard,
+                              dt) != SHARC_OK)
         SHARC_FSDP_COMM_FATAL();
-    e->k->cast(e->stream, t->param_full, SHARC_DT_F32, e->stage16_full, dt, t->numel_padded);
+    if (!t->g16) e->k->cast(e->stream, t->param_full, SHARC_DT_F32, e->stage16_full, dt, t->numel_padded);
 }
 
 static const sharc_fsdp_gather_i gather_direct_i = {.name = "direct", .slot = false, .start = gather_direct};
@@ -72,10 +92,15 @@ static void reduce_16(sharc_fsdp *e, sharc_fsdp_unit *t) {
 
 /* Note [post-forward] (plan.c): slice shard_rank % N of the gathered unit,
  * in param_dtype (the slot holds values already rounded to it, so the cast
- * is exact). */
+ * is exact; note [gathered16]: the slot's 16-bit slice, copied). */
 void sharc_fsdp_coll_keep_post_forward(sharc_fsdp *e, sharc_fsdp_unit *t) {
-    const float *src = t->param_full + (int64_t)(e->shard_rank % e->post) * t->numel_post;
-    if (e->cfg.param_dtype == SHARC_DT_F32) {
+    const int64_t off = (int64_t)(e->shard_rank % e->post) * t->numel_post;
+    const float *src = t->param_full + off;
+    if (t->g16) {
+        if (sharc_device_copy(e->dev, t->post_shard, full16(t) + off, (size_t)t->numel_post * sizeof(uint16_t),
+                              SHARC_COPY_DEVICE_TO_DEVICE, e->stream) != SHARC_OK)
+            SHARC_FSDP_COMM_FATAL();
+    } else if (e->cfg.param_dtype == SHARC_DT_F32) {
         if (sharc_device_copy(e->dev, t->post_shard, src, (size_t)t->numel_post * sizeof(float),
                               SHARC_COPY_DEVICE_TO_DEVICE, e->stream) != SHARC_OK)
             SHARC_FSDP_COMM_FATAL();
@@ -86,7 +111,8 @@ void sharc_fsdp_coll_keep_post_forward(sharc_fsdp *e, sharc_fsdp_unit *t) {
 
 /* The group of N holds the whole unit, rank j of it slice j: an all-gather
  * inside it rebuilds the padded unit (fp32: non-blocking for prefetch;
- * 16-bit: through the staging buffer, widened at once as gather_16 does). */
+ * 16-bit: through the staging buffer, widened at once as gather_16 does, or
+ * straight into a 16-bit slot: note [gathered16]). */
 static void gather_post_forward(sharc_fsdp *e, sharc_fsdp_unit *t, bool blocking) {
     e->stats.gathers++;
     size_t n = (size_t)t->numel_post;
@@ -96,6 +122,8 @@ static void gather_post_forward(sharc_fsdp *e, sharc_fsdp_unit *t, bool blocking
         st = blocking
                  ? sharc_comm_all_gather(e->post_comm, t->post_shard, t->param_full, n, dt)
                  : sharc_comm_iall_gather(e->post_comm, t->post_shard, t->param_full, n, dt, e->stream, &t->pending);
+    } else if (t->g16) {
+        st = sharc_comm_all_gather(e->post_comm, t->post_shard, full16(t), n, dt);
     } else {
         st = sharc_comm_all_gather(e->post_comm, t->post_shard, e->stage16_full, n, dt);
         if (st == SHARC_OK) e->k->cast(e->stream, t->param_full, SHARC_DT_F32, e->stage16_full, dt, t->numel_padded);

@@ -53,7 +53,10 @@ typedef struct {
     int nseg;
     sharc_params_state params;
     sharc_grad_state grad;
-    float *param_full;           /* (numel_padded) while GATHERING/GATHERED: a slot, the shard, or the shared window */
+    float *param_full;           /* (numel_padded) while GATHERING/GATHERED: a slot, the shard, or the shared window;
+                                    with g16 numel_padded 16-bit elements in a slot (note [gathered16]) */
+    bool g16;                    /* note [gathered16]: the slot holds the gathered unit in param_dtype */
+    int64_t slot_numel;          /* floats its gathered slot needs (the plan's) */
     float *grad_full;            /* (numel_padded) while OPEN/HELD: a slot, or the grad shard */
     sharc_comm_request *pending; /* the gather in flight while GATHERING */
     void *post_shard;            /* (numel_post) in param_dtype: slice shard_rank % N kept after forward, or NULL */

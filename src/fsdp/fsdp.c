@@ -174,6 +174,8 @@ sharc_status sharc_fsdp_init(sharc_fsdp **out, const sharc_unit_spec *units, int
         t->numel_padded = up->numel_padded;
         t->shard_lo = up->shard_lo;
         t->global_off = up->global_off;
+        t->g16 = up->g16;
+        t->slot_numel = up->slot_numel;
         t->param_shard = e->pglobal
                              ? e->pglobal + t->global_off + t->shard_lo
                              : sharc_device_alloc(e->dev, (size_t)t->numel_shard * sizeof(float), SHARC_MEM_PARAMS);
@@ -432,6 +434,13 @@ int sharc_fsdp_num_units(const sharc_fsdp *e) { return e->nunits; }
 sharc_comm *sharc_fsdp_tp_group(const sharc_fsdp *e) { return e->tp_group; }
 sharc_device *sharc_fsdp_device(const sharc_fsdp *e) { return e->dev; }
 sharc_dtype sharc_fsdp_param_dtype(const sharc_fsdp *e) { return e->cfg.param_dtype; }
+
+const uint16_t *sharc_fsdp_gather16(const sharc_fsdp *e, int u) {
+    const sharc_fsdp_unit *t = sharc_fsdp_unit_at(e, u);
+    if (!t->g16) return NULL;
+    sharc_fsdp_unit_expect(t, "gather16", P(GATHERED), G(NONE) | G(OPEN) | G(HELD));
+    return (const uint16_t *)(const void *)t->param_full;
+}
 const sharc_unit_spec *sharc_fsdp_unit_spec(const sharc_fsdp *e, int u) { return &sharc_fsdp_unit_at(e, u)->spec; }
 int64_t sharc_fsdp_shard_numel(const sharc_fsdp *e, int u) { return sharc_fsdp_unit_at(e, u)->numel_shard; }
 const float *sharc_fsdp_shard_params(const sharc_fsdp *e, int u) { return sharc_fsdp_unit_at(e, u)->param_shard; }

@@ -12,7 +12,10 @@
  * backward; none when gathers need no slot (one process in fp32, or the
  * shared window). Gradients: max_live slots of the largest non-root unit
  * plus one per root unit, or one per unit with fsdp.no_sync; none at one
- * process. So, all padded, fp32:
+ * process. A unit the model reads in 16-bit (note [gathered16] in
+ * collectives.c) under a 16-bit param_dtype has a slot of half the floats
+ * (slot_numel, rounded up): the max below is over slot sizes. So, all
+ * padded, fp32:
  *   parameters  FULL_SHARD:    (max_live + prefetch depth) x max non-root unit + sum of root units
  *               SHARD_GRAD_OP: sum of all units
  *   gradients   max_live x max non-root unit + sum of root units (every unit with no_sync)
@@ -123,9 +126,12 @@ sharc_status sharc_fsdp_plan_make(sharc_fsdp_plan *p, const sharc_unit_spec *uni
         t->numel_padded = t->numel_shard * S;
         t->shard_lo = t->numel_shard * in->shard_rank;
         t->global_off = p->total_padded;
+        /* note [gathered16] (collectives.c): kept 16-bit where the gather is 16-bit (never in place) */
+        t->g16 = units[u].gathered16 && cfg->param_dtype != SHARC_DT_F32 && !in->params_in_place;
+        t->slot_numel = t->g16 ? (t->numel_padded + 1) / 2 : t->numel_padded;
         p->total_padded += t->numel_padded;
         shards += t->numel_shard;
-        if (!units[u].root && t->numel_padded > max_plain) max_plain = t->numel_padded;
+        if (!units[u].root && t->slot_numel > max_plain) max_plain = t->slot_numel;
         if (sharc_unit_trainable(&units[u])) {
             grad_shards += t->numel_shard;
             if (!units[u].root && t->numel_padded > max_plain_grad) max_plain_grad = t->numel_padded;
@@ -167,12 +173,12 @@ sharc_status sharc_fsdp_plan_make(sharc_fsdp_plan *p, const sharc_unit_spec *uni
             for (int u = 0; u < nunits; u++)
                 if (units[u].root) {
                     p->param_slot_owner[k] = u;
-                    p->param_slot_numel[k++] = p->units[u].numel_padded;
+                    p->param_slot_numel[k++] = p->units[u].slot_numel;
                 }
         } else {
             for (int u = 0; u < nunits; u++) {
                 p->param_slot_owner[k] = u;
-                p->param_slot_numel[k++] = p->units[u].numel_padded;
+                p->param_slot_numel[k++] = p->units[u].slot_numel;
             }
         }
     }

@@ -18,6 +18,8 @@ typedef struct {
     int64_t global_off;   /* first element of the unit in a buffer of all units back to back */
     int64_t numel_post;   /* note [post-forward]: elements of the post-forward shard (numel_padded / N), 0: none */
     int64_t post_off;     /* its first byte in the post-forward arena */
+    bool g16;             /* note [gathered16]: its slot holds the gathered unit in 16-bit param_dtype */
+    int64_t slot_numel;   /* floats its gathered slot needs: numel_padded, half of it (rounded up) when g16 */
 } sharc_fsdp_unit_plan;
 
 /* What the plan is made for, besides the specs and the configuration. */

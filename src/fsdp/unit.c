@@ -67,7 +67,7 @@ bool sharc_fsdp_unit_unshard(sharc_fsdp *e, sharc_fsdp_unit *t, bool ahead) {
     /* note [post-forward]: from the slices kept after forward, inside the group of N */
     const sharc_fsdp_gather_i *g = t->params == SHARC_PARAMS_POST_FORWARD ? &sharc_fsdp_gather_post_forward : e->gather;
     if (g->slot) {
-        t->param_full = sharc_fsdp_pool_get(&e->gathered, t->index, t->numel_padded, !ahead);
+        t->param_full = sharc_fsdp_pool_get(&e->gathered, t->index, t->slot_numel, !ahead);
         if (!t->param_full) return false; /* limit_all_gathers reached: gather on demand instead */
     }
     g->start(e, t, !ahead);

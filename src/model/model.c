@@ -115,8 +115,8 @@ struct sharc_model {
     sharc_kernels k16;         /* kdev with the bf16 matmul and head slots */
     sharc_dtype pdt;           /* the engine's param_dtype as sharc_model_set_param_dtype said (F32 until then) */
     bool a16;                  /* note [bf16-acts]: planned with bf16 activations */
-    uint16_t *w16;             /* note [bf16-acts]: one block's matrices in bf16, converted once per gather */
-    const uint16_t *w16qkv, *w16o, *w16fc, *w16proj; /* inside w16 */
+    float *wsm;                /* note [bf16-acts]: one block's norms and biases widened from the bf16 gather */
+    const uint16_t *w16qkv, *w16o, *w16fc, *w16proj; /* the gathered block's matrices in bf16 (the engine's) */
     uint16_t *tfcah;                                 /* bf16-acts with a tiled MLP: one chunk's tfca in bf16 */
     uint16_t *head16; /* note [bf16-head]: under tp, the head's (Vl, C) rows then lnf (N, C) in bf16 */
     float *att32;     /* bf16-acts: the attention output widened for attention's backward (tmp, dfca or own) */
@@ -368,11 +368,12 @@ static void free_plan(sharc_model *m) {
                      m->dfca, m->att_ws,   m->head_ws,  m->rope_cos, m->rope_sin, m->tfc,   m->tfca, m->head_red};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) sharc_device_free(m->dev, bufs[i]);
     sharc_device_free(m->dev, m->loss);
-    sharc_device_free(m->dev, m->w16);
+    sharc_device_free(m->dev, m->wsm);
     sharc_device_free(m->dev, m->tfcah);
     sharc_device_free(m->dev, m->head16);
     if (m->att32_own) sharc_device_free(m->dev, m->att32);
-    m->w16 = m->tfcah = m->head16 = NULL;
+    m->tfcah = m->head16 = NULL;
+    m->wsm = NULL;
     m->att32 = NULL;
     m->att32_own = m->a16 = false;
     sharc_device_free(m->dev, m->pk_cos);
@@ -566,6 +567,15 @@ static uint16_t *act16(sharc_model *m, int64_t n, bool *ok) {
     return p;
 }
 
+/* Pointers to one block's weights (or gradients) inside a unit buffer. */
+typedef struct {
+    float *ln1w, *ln1b, *wqkv, *bqkv, *wo, *bo, *ln2w, *ln2b, *wfc, *bfc, *wproj, *bproj;
+    float *qnw, *knw; /* Qwen3's per-head norms (hd), NULL otherwise */
+    int layer;
+    bool is_moe;        /* note [moe]: the MLP is the layer's experts (wfc, wproj NULL) */
+    sharc_moe_view moe; /* router and experts */
+} block_ptrs;
+
 /* Note [bf16-acts]. When the model computes in bf16 (note [bf16-compute])
  * and was told so before its plan (sharc_model_set_param_dtype), the
  * tensors a block keeps for backward only as a matrix product's input are
@@ -581,21 +591,59 @@ static uint16_t *act16(sharc_model *m, int64_t n, bool *ok) {
  * the kernel table's *_b16 slots take the copy directly. Everything else
  * stays fp32: the residual stream x and xmid, the norms' statistics, qkv
  * (attention's input), the MLP pre-activation fc (GELU / SwiGLU's backward
- * reads it), lse, the final norm's output and the loss. The block's four
- * weight matrices are rounded once per gather into w16 (one block's worth,
- * shared by the blocks: forward_body and the backward loop, before a
- * recompute), where the *_bf16 slots rounded each weight in every call (a
- * tiled MLP or a recompute called them several times per gather). Not with
- * MoE layers or sequence parallelism (their kernels take fp32), nor on a
- * device without the *_b16 slots; sharc_model_activation_bytes plans
- * exactly these buffers. */
+ * reads it), lse, the final norm's output and the loss. The block units are
+ * marked gathered16 (note [gathered16] in src/fsdp/collectives.c): the
+ * engine gathers them in bf16 and never widens them, the products read the
+ * four weight matrices straight from that gathered buffer, and the model
+ * widens only the block's norms and biases, once per gather, into wsm (one
+ * block's worth: forward_body and the backward loop, before a recompute).
+ * The *_bf16 slots rounded each weight in every call; the values are the
+ * same bits (a bf16 value widened and rounded back is itself). Not with MoE
+ * layers or sequence parallelism (their kernels take fp32), nor on a device
+ * without the *_b16 slots; sharc_model_activation_bytes plans exactly these
+ * buffers. */
 static bool plans_bf16_acts(const sharc_model *m) {
     return m->pdt == SHARC_DT_BF16 && m->kdev->bf16_compute() && m->kdev->matmul_forward_b16 && m->sp == 1 && !m->moe;
 }
 
-/* A block's four matrices (this rank's parts under tp), in elements. */
-static int64_t block_matrices(const sharc_model *m) {
-    return (int64_t)m->QKV * m->C + (int64_t)m->C * m->AD + (int64_t)m->F * m->C + (int64_t)m->C * m->Fa;
+/* Note [bf16-acts]: a block's norms and biases, which the model reads in
+ * fp32 (wsm), and the fields of block_ptrs they fill. */
+static const struct {
+    sharc_param_role role;
+    size_t field;
+} small_roles[] = {
+    {SHARC_ROLE_LN1W, offsetof(block_ptrs, ln1w)}, {SHARC_ROLE_LN1B, offsetof(block_ptrs, ln1b)},
+    {SHARC_ROLE_BQKV, offsetof(block_ptrs, bqkv)}, {SHARC_ROLE_BO, offsetof(block_ptrs, bo)},
+    {SHARC_ROLE_LN2W, offsetof(block_ptrs, ln2w)}, {SHARC_ROLE_LN2B, offsetof(block_ptrs, ln2b)},
+    {SHARC_ROLE_BFC, offsetof(block_ptrs, bfc)},   {SHARC_ROLE_BPROJ, offsetof(block_ptrs, bproj)},
+    {SHARC_ROLE_QNW, offsetof(block_ptrs, qnw)},   {SHARC_ROLE_KNW, offsetof(block_ptrs, knw)},
+};
+
+/* Elements of role r in unit u's buffer (the adjacent parameters it covers), 0 when absent. */
+static int64_t role_numel(const sharc_model *m, int u, sharc_param_role r) {
+    int i = m->roles[u].at[r];
+    int64_t n = 0;
+    for (int k = 0; i >= 0 && k < m->roles[u].n[r]; k++) n += m->units[u].params[i + k].numel_local;
+    return n;
+}
+
+/* wsm's elements: the most any block's norms and biases take. */
+static int64_t block_small_numel(const sharc_model *m) {
+    int64_t mx = 0;
+    for (int l = 0; l < m->L; l++) {
+        int64_t n = 0;
+        for (size_t i = 0; i < sizeof small_roles / sizeof small_roles[0]; i++)
+            n += role_numel(m, 1 + l, small_roles[i].role);
+        mx = n > mx ? n : mx;
+    }
+    return mx;
+}
+
+/* Note [gathered16]: the engine keeps the blocks' gathered parameters in
+ * bf16 exactly when the model plans bf16 activations. */
+static void mark_gathered16(sharc_model *m) {
+    bool a16 = plans_bf16_acts(m);
+    for (int l = 0; l < m->L; l++) m->units[1 + l].gathered16 = a16;
 }
 
 /* att32's own elements: none when tmp (N, C) or dfca (R, Fa) holds (N, AD). */
@@ -603,7 +651,10 @@ static int64_t att32_own_numel(const sharc_model *m, int64_t N, int64_t R) {
     return m->AD <= m->C || R * m->Fa >= N * m->AD ? 0 : N * m->AD;
 }
 
-void sharc_model_set_param_dtype(sharc_model *m, sharc_dtype dt) { m->pdt = dt; }
+void sharc_model_set_param_dtype(sharc_model *m, sharc_dtype dt) {
+    m->pdt = dt;
+    mark_gathered16(m);
+}
 
 /* Rows of MLP intermediates alive at once for N rows (N when untiled). */
 static int64_t mlp_rows(const sharc_model *m, int64_t N) {
@@ -624,7 +675,8 @@ int64_t sharc_model_activation_bytes(const sharc_model *m, int B, int T, bool ac
     const int64_t AD = m->AD;                                            /* attention width NH hd */
     f += sets * (N * C + 4 * N + N * m->QKV + (int64_t)B * m->NH * T);   /* xmid, statistics, qkv, lse */
     if (!a16) f += sets * (2 * N * C + N * AD);                          /* ln1, ln2, att */
-    else h += sets * (2 * N * C + N * AD) + block_matrices(m);           /* ln1h, ln2h, atth; w16 */
+    else h += sets * (2 * N * C + N * AD);                               /* ln1h, ln2h, atth */
+    if (a16) f += block_small_numel(m);                                  /* wsm */
     if (m->cfg.qk_norm) f += sets * (N * m->QKV + N * (m->NH + m->NKV)); /* qkraw, qkrstd */
     if (!tiled) f += sets * (N * m->F + (a16 ? 0 : N * m->Fa));          /* fc, fca per set */
     else f += R * m->F + R * m->Fa;                                      /* tfc, tfca */
@@ -656,6 +708,7 @@ sharc_status sharc_model_plan(sharc_model *m, int B, int T, bool activation_chec
     m->B = B;
     m->T = T;
     m->a16 = plans_bf16_acts(m); /* note [bf16-acts] */
+    mark_gathered16(m);
     if (m->sp > 1) {
         SHARC_TRY(sharc_ulysses_init(&m->uly, m->dev, m->sp, m->sp_rank, B, T, m->NH, m->NKV, m->hd));
         m->uly.group = m->sp_group;
@@ -722,7 +775,7 @@ sharc_status sharc_model_plan(sharc_model *m, int B, int T, bool activation_chec
             a->ln1 = a->att = a->ln2 = m->dtmp;
             if (!tiled) a->fca = m->dfca;
         }
-        m->w16 = act16(m, block_matrices(m), &ok);
+        m->wsm = act(m, block_small_numel(m), &ok);
         if (tiled) m->tfcah = act16(m, m->tile_rows * m->Fa, &ok);
         m->att32_own = att32_own_numel(m, N, m->tile_rows) > 0;
         m->att32 = m->att32_own ? act(m, N * m->AD, &ok) : m->AD <= C ? m->tmp : m->dfca;
@@ -830,14 +883,6 @@ sharc_status sharc_model_set_positions(sharc_model *m, const int32_t *pos) {
 
 /* ---------------------------------------------------------------- blocks */
 
-/* Pointers to one block's weights (or gradients) inside a unit buffer. */
-typedef struct {
-    float *ln1w, *ln1b, *wqkv, *bqkv, *wo, *bo, *ln2w, *ln2b, *wfc, *bfc, *wproj, *bproj;
-    float *qnw, *knw; /* Qwen3's per-head norms (hd), NULL otherwise */
-    int layer;
-    bool is_moe;        /* note [moe]: the MLP is the layer's experts (wfc, wproj NULL) */
-    sharc_moe_view moe; /* router and experts */
-} block_ptrs;
 
 /* For gradients (`grads`), a frozen parameter's pointer is NULL (and so is
  * every pointer when base is NULL, a unit with nothing trainable); a fused
@@ -914,19 +959,36 @@ static void mm_bwd(const sharc_model *m, float *dx, float *dw, float *db, const 
     else m->k->matmul_backward(m->s, dx, dw, db, dy, x, w, n, ic, oc);
 }
 
-/* Note [bf16-acts]: the block's four matrices rounded once into w16, right
- * after their gather. */
-static void weights16(sharc_model *m, const block_ptrs *w) {
-    if (!m->a16) return;
-    const float *src[4] = {w->wqkv, w->wo, w->wfc, w->wproj};
-    const int64_t n[4] = {(int64_t)m->QKV * m->C, (int64_t)m->C * m->AD, (int64_t)m->F * m->C, (int64_t)m->C * m->Fa};
+/* Block l gathered: its pointers into the engine's buffer, or under bf16
+ * activations (note [bf16-acts]) its matrices as views of the engine's bf16
+ * gather (note [gathered16]) and its norms and biases widened into wsm (the
+ * fp32 matrix pointers then NULL: the products take the bf16 views). */
+static block_ptrs gathered_block(sharc_model *m, sharc_fsdp *e, int l) {
+    float *p = (float *)sharc_fsdp_gather(e, 1 + l);
+    if (!m->a16) return block_view(m, l, p, false);
+    const uint16_t *h = sharc_fsdp_gather16(e, 1 + l);
+    if (!h)
+        sharc_fatal(__FILE__, __LINE__,
+                    "model: planned with bf16 activations but the engine gathered block %d in fp32 (make the engine "
+                    "from sharc_model_units after sharc_model_set_param_dtype bf16)",
+                    l);
+    const sharc_unit_spec *u = &m->units[1 + l];
+    const sharc_unit_roles *r = &m->roles[1 + l];
+    block_ptrs b = {.layer = l, .is_moe = false};
+    const sharc_param_role mats[4] = {SHARC_ROLE_WQKV, SHARC_ROLE_WO, SHARC_ROLE_WFC, SHARC_ROLE_WPROJ};
     const uint16_t **dst[4] = {&m->w16qkv, &m->w16o, &m->w16fc, &m->w16proj};
-    uint16_t *p = m->w16;
-    for (int i = 0; i < 4; i++) {
-        SHARC_PROF("weights16", m->k->cast(m->s, p, SHARC_DT_BF16, src[i], SHARC_DT_F32, n[i]));
-        *dst[i] = p;
-        p += n[i];
+    for (int i = 0; i < 4; i++) *dst[i] = h + u->params[r->at[mats[i]]].offset;
+    float *q = m->wsm;
+    for (size_t i = 0; i < sizeof small_roles / sizeof small_roles[0]; i++) {
+        int at = r->at[small_roles[i].role];
+        if (at < 0) continue;
+        int64_t n = role_numel(m, 1 + l, small_roles[i].role);
+        SHARC_PROF("weights16", m->k->cast(m->s, q, SHARC_DT_F32, h + u->params[at].offset, SHARC_DT_BF16, n));
+        *(float **)((char *)&b + small_roles[i].field) = q;
+        q += n;
     }
+    if (m->tp_rank > 0) b.bo = b.bproj = NULL; /* note [tp]: added once, by tp rank 0 */
+    return b;
 }
 
 /* Note [tiled-mlp]: one chunk of n rows of the MLP input (ln2 rows, or their
@@ -1275,8 +1337,7 @@ static void forward_body(sharc_model *m, sharc_fsdp *e, const int32_t *inputs, i
     }
     sharc_fsdp_forward_done(e, 0);
     for (int l = 0; l < m->L; l++) {
-        block_ptrs w = block_view(m, l, (float *)sharc_fsdp_gather(e, 1 + l), false);
-        weights16(m, &w); /* note [bf16-acts] */
+        block_ptrs w = gathered_block(m, e, l); /* note [bf16-acts] */
         block_acts *a = &m->sets[store && !m->ac ? l : 0];
         block_forward(m, &w, a, xl(m, l), xl(m, l + 1), B, T);
         sharc_fsdp_forward_done(e, 1 + l);
@@ -1333,9 +1394,8 @@ double sharc_model_forward_backward(sharc_model *m, sharc_fsdp *e, const int32_t
             }
             moe_experts_backward(m, (int)(a - m->sets), l, m->dres);
         }
-        w = block_view(m, l, (float *)sharc_fsdp_gather(e, 1 + l), false);
+        w = gathered_block(m, e, l); /* note [bf16-acts]: once for the recompute and the backward */
         block_ptrs g = block_view(m, l, sharc_fsdp_grad(e, 1 + l), true);
-        weights16(m, &w); /* note [bf16-acts]: once for the recompute and the backward */
         if (m->ac && expert_unit(m, l, 0) < 0) block_forward(m, &w, a, xl(m, l), NULL, B, T); /* recompute */
         block_backward(m, &w, &g, a, xl(m, l), m->dres);
         sharc_fsdp_backward_done(e, 1 + l);
@@ -1449,12 +1509,14 @@ static void block_forward_cached(sharc_model *m, int l, const block_ptrs *w, con
     block_acts *a = &m->sets[0];
     bool llama = m->cfg.family == SHARC_FAMILY_LLAMA;
     int half = m->hd / 2, KV = m->NKV * m->hd;
+    const int64_t nc = (int64_t)n * m->C;
     norm_fwd(m, a->ln1, a->ln1_mean, a->ln1_rstd, x, w->ln1w, w->ln1b, n);
+    keep16(m, a->ln1h, a->ln1, nc); /* note [bf16-acts]: the products read bf16 copies (NULL in fp32) */
     if (w->qnw) {
-        k->matmul_forward(s, a->qkraw, a->ln1, w->wqkv, w->bqkv, n, m->C, m->QKV);
+        mm_fwd(m, a->qkraw, a->ln1, a->ln1h, w->wqkv, m->w16qkv, w->bqkv, n, m->C, m->QKV);
         qk_norm_fwd(m, w, a, a->qkv, n);
     } else {
-        k->matmul_forward(s, a->qkv, a->ln1, w->wqkv, w->bqkv, n, m->C, m->QKV);
+        mm_fwd(m, a->qkv, a->ln1, a->ln1h, w->wqkv, m->w16qkv, w->bqkv, n, m->C, m->QKV);
     }
     if (llama) /* the tables' rows from position pos */
         k->rope_forward(s, a->qkv, m->rope_cos + (int64_t)pos * half, m->rope_sin + (int64_t)pos * half, 1, n, m->NH,
@@ -1478,21 +1540,24 @@ static void block_forward_cached(sharc_model *m, int l, const block_ptrs *w, con
     }
     k->attention_cached(s, a->att, a->qkv, m->QKV, kc, vc, W > 0 && pos + n > W ? m->kv_lo : NULL, n, pos, m->NH,
                         m->NKV, m->hd, m->att_ws);
-    k->matmul_forward(s, m->tmp, a->att, w->wo, w->bo, n, m->AD, m->C);
-    k->add(s, a->xmid, x, m->tmp, (int64_t)n * m->C);
+    keep16(m, a->atth, a->att, (int64_t)n * m->AD);
+    mm_fwd(m, m->tmp, a->att, a->atth, w->wo, m->w16o, w->bo, n, m->AD, m->C);
+    k->add(s, a->xmid, x, m->tmp, nc);
     norm_fwd(m, a->ln2, a->ln2_mean, a->ln2_rstd, a->xmid, w->ln2w, w->ln2b, n);
+    keep16(m, a->ln2h, a->ln2, nc);
     if (w->is_moe) { /* note [moe] */
         moe_mlp_forward(m, w, 0, m->tmp, a->ln2, n, false);
     } else if (a->fc) {
-        k->matmul_forward(s, a->fc, a->ln2, w->wfc, w->bfc, n, m->C, m->F);
+        mm_fwd(m, a->fc, a->ln2, a->ln2h, w->wfc, m->w16fc, w->bfc, n, m->C, m->F);
         if (llama) k->swiglu_forward(s, a->fca, a->fc, n, m->Fa);
         else k->gelu_forward(s, a->fca, a->fc, (int64_t)n * m->Fa);
-        k->matmul_forward(s, m->tmp, a->fca, w->wproj, w->bproj, n, m->Fa, m->C);
+        keep16(m, a->fcah, a->fca, (int64_t)n * m->Fa);
+        mm_fwd(m, m->tmp, a->fca, a->fcah, w->wproj, m->w16proj, w->bproj, n, m->Fa, m->C);
     } else { /* a tiled MLP (note [tiled-mlp]): its chunk buffers, tile_rows rows at a time */
         for (int64_t r0 = 0; r0 < n; r0 += m->tile_rows) {
             int64_t nr = n - r0 < m->tile_rows ? n - r0 : m->tile_rows;
-            mlp_chunk_forward(m, w, a->ln2 + r0 * m->C, NULL, nr);
-            k->matmul_forward(s, m->tmp + r0 * m->C, m->tfca, w->wproj, w->bproj, nr, m->Fa, m->C);
+            mlp_chunk_forward(m, w, a->ln2 + r0 * m->C, rows16(a->ln2h, r0 * m->C), nr);
+            mm_fwd(m, m->tmp + r0 * m->C, m->tfca, m->tfcah, w->wproj, m->w16proj, w->bproj, nr, m->Fa, m->C);
         }
     }
     k->add(s, y, a->xmid, m->tmp, (int64_t)n * m->C);
@@ -1512,7 +1577,7 @@ sharc_status sharc_model_kv_append(sharc_model *m, sharc_fsdp *e, const int32_t 
     m->k->embedding_forward(m->s, xl(m, 0), tokens, ep, wpe, 1, n, m->C, pos);
     sharc_fsdp_forward_done(e, 0);
     for (int l = 0; l < L; l++) {
-        block_ptrs w = block_view(m, l, (float *)sharc_fsdp_gather(e, 1 + l), false);
+        block_ptrs w = gathered_block(m, e, l); /* note [bf16-acts] */
         block_forward_cached(m, l, &w, xl(m, l), xl(m, l + 1), n, pos);
         sharc_fsdp_forward_done(e, 1 + l);
     }

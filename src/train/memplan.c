@@ -80,6 +80,8 @@ sharc_status sharc_memplan_make(sharc_memplan *p, const sharc_config *cfg, int w
     /* note [tp]: rank 0's part (every tp rank's parts have the same sizes) */
     if (st == SHARC_OK && tp > 1) st = sharc_model_set_tensor_parallel(m, tp, 0);
     if (st == SHARC_OK) st = sharc_model_freeze(m, cfg->freeze_module_prefix, cfg->trainable, NULL);
+    /* note [bf16-acts]: before the engine's plan too (the blocks' gathered16, note [gathered16]) */
+    if (st == SHARC_OK) sharc_model_set_param_dtype(m, fc->param_dtype);
     sharc_fsdp_plan_summary e;
     if (st == SHARC_OK)
         st = sharc_fsdp_plan_bytes(sharc_model_units(m), sharc_model_num_units(m), sharc_model_schedule(m), fc, S,
@@ -103,7 +105,6 @@ sharc_status sharc_memplan_make(sharc_memplan *p, const sharc_config *cfg, int w
         int old = sharc_threads_get();
         sharc_threads_set(p->threads);
         if (cfg->fsdp.apply_tiled_mlp) sharc_model_set_tiled_mlp(m, cfg->fsdp.tiled_num_shards);
-        sharc_model_set_param_dtype(m, fc->param_dtype); /* note [bf16-acts] */
         p->bytes[SHARC_MEM_ACTIVATIONS] = sharc_model_activation_bytes(m, cfg->train.batch_size, cfg->train.seq_len,
                                                                        cfg->fsdp.activation_checkpointing);
         sharc_threads_set(old);

@@ -3,7 +3,8 @@
 # The memory plan (note [memory-plan] in src/train/memplan.c):
 #  - at 1-4 ranks, GPT-2 and Llama, FULL_SHARD / SHARD_GRAD_OP / NO_SHARD /
 #    HYBRID_SHARD, activation checkpointing off and on, frozen units, bf16
-#    parameters (and bf16 activations, emulated), the tiled MLP, prefetch depth, MPI collectives instead of
+#    parameters (and bf16 activations with the blocks gathered in bf16,
+#    emulated), the tiled MLP, prefetch depth, MPI collectives instead of
 #    shared memory, tensor parallelism (mesh.tp 2 at 2 and 4 ranks): every planned
 #    category's measured peak equals the plan (mpi_tests memplan);
 #  - `sharc plan` prints a 7B and a 70B Llama at 8-1024 ranks in a few MB of
@@ -24,6 +25,10 @@ check 3 $L
 check 3 model.freeze_module_prefix=wte,wpe,h.0. train.grad_accum=2
 check 2 $L fsdp.param_dtype=bf16 fsdp.no_sync=true train.grad_accum=2
 SHARC_BF16=emulate check 2 $L fsdp.param_dtype=bf16 fsdp.apply_tiled_mlp=true fsdp.tiled_num_shards=3 # note [bf16-acts]
+# note [gathered16]: the blocks' slots in bf16: one process, SHARD_GRAD_OP's own slots, post-forward slices, prefetch
+SHARC_BF16=emulate check 1 $L fsdp.param_dtype=bf16
+SHARC_BF16=emulate check 2 fsdp.param_dtype=bf16 fsdp.sharding_strategy=SHARD_GRAD_OP fsdp.activation_checkpointing=true
+SHARC_BF16=emulate SHARC_COMM_SHM=0 check 4 fsdp.param_dtype=bf16 fsdp.reshard_after_forward=2 fsdp.forward_prefetch=true fsdp.num_to_forward_prefetch=2
 check 3 fsdp.forward_prefetch=true fsdp.limit_all_gathers=1
 check 2 fsdp.apply_tiled_mlp=true fsdp.tiled_num_shards=3
 check 3 $L fsdp.apply_tiled_mlp=true fsdp.tiled_num_shards=5
