@@ -606,18 +606,24 @@ static bool plans_bf16_acts(const sharc_model *m) {
     return m->pdt == SHARC_DT_BF16 && m->kdev->bf16_compute() && m->kdev->matmul_forward_b16 && m->sp == 1 && !m->moe;
 }
 
-/* Note [bf16-acts]: a block's norms and biases, which the model reads in
- * fp32 (wsm), and the fields of block_ptrs they fill. */
+/* note [param-table]: the roles a block's pointers are and the block_ptrs
+ * fields they fill (absent roles stay NULL); `matrix` marks the four
+ * products' weights, which bf16 compute reads in bf16 (note [bf16-acts]),
+ * the others being the norms and biases it widens to fp32 (wsm). */
 static const struct {
     sharc_param_role role;
     size_t field;
-} small_roles[] = {
-    {SHARC_ROLE_LN1W, offsetof(block_ptrs, ln1w)}, {SHARC_ROLE_LN1B, offsetof(block_ptrs, ln1b)},
-    {SHARC_ROLE_BQKV, offsetof(block_ptrs, bqkv)}, {SHARC_ROLE_BO, offsetof(block_ptrs, bo)},
-    {SHARC_ROLE_LN2W, offsetof(block_ptrs, ln2w)}, {SHARC_ROLE_LN2B, offsetof(block_ptrs, ln2b)},
-    {SHARC_ROLE_BFC, offsetof(block_ptrs, bfc)},   {SHARC_ROLE_BPROJ, offsetof(block_ptrs, bproj)},
-    {SHARC_ROLE_QNW, offsetof(block_ptrs, qnw)},   {SHARC_ROLE_KNW, offsetof(block_ptrs, knw)},
+    bool matrix;
+} block_roles[] = {
+    {SHARC_ROLE_LN1W, offsetof(block_ptrs, ln1w), false},  {SHARC_ROLE_LN1B, offsetof(block_ptrs, ln1b), false},
+    {SHARC_ROLE_WQKV, offsetof(block_ptrs, wqkv), true},   {SHARC_ROLE_BQKV, offsetof(block_ptrs, bqkv), false},
+    {SHARC_ROLE_WO, offsetof(block_ptrs, wo), true},       {SHARC_ROLE_BO, offsetof(block_ptrs, bo), false},
+    {SHARC_ROLE_LN2W, offsetof(block_ptrs, ln2w), false},  {SHARC_ROLE_LN2B, offsetof(block_ptrs, ln2b), false},
+    {SHARC_ROLE_WFC, offsetof(block_ptrs, wfc), true},     {SHARC_ROLE_BFC, offsetof(block_ptrs, bfc), false},
+    {SHARC_ROLE_WPROJ, offsetof(block_ptrs, wproj), true}, {SHARC_ROLE_BPROJ, offsetof(block_ptrs, bproj), false},
+    {SHARC_ROLE_QNW, offsetof(block_ptrs, qnw), false},    {SHARC_ROLE_KNW, offsetof(block_ptrs, knw), false},
 };
+#define NBLOCK_ROLES (sizeof block_roles / sizeof block_roles[0])
 
 /* Elements of role r in unit u's buffer (the adjacent parameters it covers), 0 when absent. */
 static int64_t role_numel(const sharc_model *m, int u, sharc_param_role r) {
@@ -632,8 +638,8 @@ static int64_t block_small_numel(const sharc_model *m) {
     int64_t mx = 0;
     for (int l = 0; l < m->L; l++) {
         int64_t n = 0;
-        for (size_t i = 0; i < sizeof small_roles / sizeof small_roles[0]; i++)
-            n += role_numel(m, 1 + l, small_roles[i].role);
+        for (size_t i = 0; i < NBLOCK_ROLES; i++)
+            if (!block_roles[i].matrix) n += role_numel(m, 1 + l, block_roles[i].role);
         mx = n > mx ? n : mx;
     }
     return mx;
@@ -893,21 +899,8 @@ static block_ptrs block_view(const sharc_model *m, int l, float *base, bool grad
     const sharc_unit_spec *u = &m->units[1 + l];
     const sharc_unit_roles *r = &m->roles[1 + l];
     block_ptrs b = {.layer = l, .is_moe = sharc_model_layer_is_moe(&m->cfg, l)};
-    /* note [param-table]: the roles a block's pointers are (absent roles stay NULL) */
-    static const struct {
-        sharc_param_role role;
-        size_t field;
-    } fields[] = {
-        {SHARC_ROLE_LN1W, offsetof(block_ptrs, ln1w)},   {SHARC_ROLE_LN1B, offsetof(block_ptrs, ln1b)},
-        {SHARC_ROLE_WQKV, offsetof(block_ptrs, wqkv)},   {SHARC_ROLE_BQKV, offsetof(block_ptrs, bqkv)},
-        {SHARC_ROLE_WO, offsetof(block_ptrs, wo)},       {SHARC_ROLE_BO, offsetof(block_ptrs, bo)},
-        {SHARC_ROLE_LN2W, offsetof(block_ptrs, ln2w)},   {SHARC_ROLE_LN2B, offsetof(block_ptrs, ln2b)},
-        {SHARC_ROLE_WFC, offsetof(block_ptrs, wfc)},     {SHARC_ROLE_BFC, offsetof(block_ptrs, bfc)},
-        {SHARC_ROLE_WPROJ, offsetof(block_ptrs, wproj)}, {SHARC_ROLE_BPROJ, offsetof(block_ptrs, bproj)},
-        {SHARC_ROLE_QNW, offsetof(block_ptrs, qnw)},     {SHARC_ROLE_KNW, offsetof(block_ptrs, knw)},
-    };
-    for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++)
-        *(float **)((char *)&b + fields[i].field) = sharc_params_at(u, r, fields[i].role, base, grads);
+    for (size_t i = 0; i < NBLOCK_ROLES; i++)
+        *(float **)((char *)&b + block_roles[i].field) = sharc_params_at(u, r, block_roles[i].role, base, grads);
     if (b.is_moe) b.moe = sharc_moe_view_of(m->moe, u, r, base, grads);
     if (!grads && m->tp_rank > 0) b.bo = b.bproj = NULL; /* note [tp]: added once, by tp rank 0 */
     return b;
@@ -979,12 +972,12 @@ static block_ptrs gathered_block(sharc_model *m, sharc_fsdp *e, int l) {
     const uint16_t **dst[4] = {&m->w16qkv, &m->w16o, &m->w16fc, &m->w16proj};
     for (int i = 0; i < 4; i++) *dst[i] = h + u->params[r->at[mats[i]]].offset;
     float *q = m->wsm;
-    for (size_t i = 0; i < sizeof small_roles / sizeof small_roles[0]; i++) {
-        int at = r->at[small_roles[i].role];
-        if (at < 0) continue;
-        int64_t n = role_numel(m, 1 + l, small_roles[i].role);
+    for (size_t i = 0; i < NBLOCK_ROLES; i++) {
+        int at = r->at[block_roles[i].role];
+        if (block_roles[i].matrix || at < 0) continue;
+        int64_t n = role_numel(m, 1 + l, block_roles[i].role);
         SHARC_PROF("weights16", m->k->cast(m->s, q, SHARC_DT_F32, h + u->params[at].offset, SHARC_DT_BF16, n));
-        *(float **)((char *)&b + small_roles[i].field) = q;
+        *(float **)((char *)&b + block_roles[i].field) = q;
         q += n;
     }
     if (m->tp_rank > 0) b.bo = b.bproj = NULL; /* note [tp]: added once, by tp rank 0 */
