@@ -46,6 +46,7 @@ BENCH_SRC := $(wildcard bench/*.c)
 
 .PHONY: all deps test run asan clean fixtures bench format fuzz hf-fixtures tokenizer-fixtures
 all: $(BUILD)/libsharc.a $(BUILD)/libsharc.so $(BUILD)/sharc $(BUILD)/sharc_tests $(BUILD)/mpi_tests \
+     $(BUILD)/mpi_nccl $(BUILD)/libfake_nccl.so \
      $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%) $(if $(filter 1,$(CUDA)),$(BUILD)/gpu_kernels $(BUILD)/gpu_model)
 
 $(BUILD)/%.o: %.c $(wildcard include/sharc/*.h) $(wildcard src/*/*.h src/*/*/*.h tests/*.h)
@@ -82,6 +83,15 @@ $(BUILD)/sharc_tests: $(TEST_OBJ) $(BUILD)/libsharc.a
 
 $(BUILD)/mpi_tests: $(BUILD)/tests/mpi/mpi_tests.o $(BUILD)/libsharc.a
 	$(CC) -o $@ $^ $(LDLIBS)
+
+# note [nccl]: the NCCL backend against MPI's, with a test double of libnccl
+# (and of the few CUDA driver calls) on host memory over MPI
+$(BUILD)/mpi_nccl: $(BUILD)/tests/mpi/mpi_nccl.o $(BUILD)/libsharc.a
+	$(CC) -o $@ $^ $(LDLIBS)
+
+$(BUILD)/libfake_nccl.so: tests/support/fake_nccl.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -Wno-missing-prototypes $(MPI_CFLAGS) -shared -o $@ $< $(MPI_LIBS)
 
 $(BUILD)/bench/%: bench/%.c $(BUILD)/libsharc.a
 	@mkdir -p $(dir $@)

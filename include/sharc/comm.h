@@ -2,8 +2,9 @@
  *
  * One dispatcher (src/comm/comm.c) checks arguments once, times every call
  * and counts its bytes, then calls the backend through a small table of
- * function pointers (ggml-backend style). Backends: "self" (one rank) and
- * "mpi" (Open MPI or MPICH), listed in src/comm/registry.c with how each
+ * function pointers (ggml-backend style). Backends: "self" (one rank),
+ * "mpi" (Open MPI or MPICH) and "nccl" (NCCL on GPU memory, launched and
+ * bootstrapped by MPI; comm_nccl.c), listed in src/comm/registry.c with how each
  * recognises its launcher; shared memory is an optional extension of a
  * backend's table. No MPI type appears outside src/comm/comm_mpi*.c.
  *
@@ -11,8 +12,8 @@
  * all-to-all counts are per rank; collectives are out-of-place (send and
  * recv must not overlap), except all-reduce, which accepts send == recv.
  * Every rank makes the same calls in the same order. Buffers are host memory
- * for the backends of this build; blocking calls return with the result in
- * place. */
+ * for "self" and "mpi"; "nccl" takes GPU memory (and passes host memory to
+ * MPI). Blocking calls return with the result in place. */
 #ifndef SHARC_COMM_H
 #define SHARC_COMM_H
 
@@ -59,9 +60,14 @@ const char *sharc_coll_kind_name(sharc_coll_kind k);
  * launcher started this process: under an MPI launcher (mpirun, mpiexec,
  * srun: detected from their environment variables) MPI is initialised
  * (MPI_THREAD_FUNNELED) and the world is MPI_COMM_WORLD; otherwise a one-rank
- * "self" group, without MPI. SHARC_COMM=NAME (self, mpi) forces the backend.
- * Call once, from the program's main. */
+ * "self" group, without MPI. SHARC_COMM=NAME (nccl, mpi, self) forces the
+ * backend. Call once, from the program's main. */
 sharc_status sharc_comm_world_init(int *argc, char ***argv, sharc_comm **world);
+/* The device the job's tensors live on ("cpu", "cuda": train.device), told
+ * before sharc_comm_world_init: under an MPI launcher "cuda" makes the world
+ * NCCL's (note [nccl] in docs/ARCHITECTURE.md; MPI's, said once, where NCCL
+ * cannot be loaded); SHARC_COMM, when set, decides instead. */
+void sharc_comm_world_device(const char *device);
 /* Free the world and finalise its backend (MPI) if it was initialised. */
 void sharc_comm_world_finalize(sharc_comm *world);
 /* A one-rank group. */

@@ -81,6 +81,10 @@ sharc_stream *sharc_device_stream(sharc_device *d);
  * stream, that stream. Free with sharc_device_stream_free. */
 sharc_status sharc_device_stream_new(sharc_device *d, sharc_stream **out);
 void sharc_device_stream_free(sharc_stream *s);
+/* The backend's own handle of stream s (a cudaStream_t on "cuda"), for
+ * libraries that queue work on it themselves (NCCL); NULL for s NULL and on
+ * devices without one (the CPU). */
+void *sharc_device_stream_native(sharc_stream *s);
 /* The host waits until everything queued on s is done. */
 sharc_status sharc_device_synchronize(sharc_stream *s);
 

@@ -1009,7 +1009,7 @@ static int log_rank_from_launcher(void) {
     static const char *sizes[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS", NULL};
     const char *force = getenv("SHARC_COMM");
     int rank = 0, size = 1;
-    if (force && strcmp(force, "mpi") != 0) return 1;
+    if (force && strcmp(force, "mpi") != 0 && strcmp(force, "nccl") != 0) return 1;
     for (int i = 0; ranks[i]; i++)
         if (getenv(ranks[i])) {
             rank = atoi(getenv(ranks[i]));
@@ -1143,6 +1143,7 @@ int main(int argc, char **argv) {
         train_plan p = {0};
         sharc_status st = train_plan_parse(&p, argc - 2, argv + 2);
         int timeout = st == SHARC_OK ? p.cfg[0].train.timeout : atoi(DEFAULT_TIMEOUT);
+        if (st == SHARC_OK) sharc_comm_world_device(p.cfg[0].train.device ? "cuda" : "cpu"); /* note [nccl] */
         int rc = run_on_world(&argc, &argv, st, timeout, "train.timeout", train_on_world, &p);
         free(p.cfg);
         return rc;

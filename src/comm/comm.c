@@ -345,6 +345,13 @@ sharc_status sharc_comm_shared_reduce_scatter(sharc_comm_shared *s, size_t offse
 /* ------------------------------------------------------------- the world */
 
 static const sharc_comm_backend_i *world_backend;
+static char world_device[16];
+
+void sharc_comm_world_device(const char *device) {
+    snprintf(world_device, sizeof world_device, "%s", device ? device : "");
+}
+
+const char *sharc_comm_world_device_get(void) { return world_device[0] ? world_device : NULL; }
 /* note [job-end] (src/cli/main.c): a duplicate of the world used only by
  * sharc_comm_world_settle, so its all-reduce can never meet a collective a
  * stuck rank is waiting in; and whether this rank left the world's sequence

@@ -88,5 +88,9 @@ typedef struct sharc_comm_backend_i {
 extern const sharc_comm_backend_i *const sharc_comm_backends[];
 extern const sharc_comm_backend_i sharc_comm_backend_self;
 extern const sharc_comm_backend_i sharc_comm_backend_mpi;
+extern const sharc_comm_backend_i sharc_comm_backend_nccl;
+
+/* The device told by sharc_comm_world_device (NULL: none), for probes. */
+const char *sharc_comm_world_device_get(void);
 
 #endif

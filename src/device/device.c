@@ -180,6 +180,10 @@ sharc_status sharc_device_memset0(sharc_device *d, void *p, size_t bytes, sharc_
 
 sharc_stream *sharc_device_stream(sharc_device *d) { return d->stream0; }
 
+void *sharc_device_stream_native(sharc_stream *s) {
+    return s && s->dev->i->stream_native ? s->dev->i->stream_native(s) : NULL;
+}
+
 sharc_status sharc_device_stream_new(sharc_device *d, sharc_stream **out) {
     *out = d->stream0;
     if (!d->i->stream_new) return SHARC_OK; /* one implicit stream */

@@ -33,6 +33,9 @@ typedef struct sharc_device_i {
     /* (optional) a new queue; NULL: one implicit stream, every stream is the default one */
     sharc_status (*stream_new)(sharc_device *d, sharc_stream *s);
     void (*stream_free)(sharc_stream *s); /* with stream_new */
+    /* (optional) the driver's own handle of a stream (a cudaStream_t), for
+     * libraries that take one (NCCL, note [nccl]); NULL: none */
+    void *(*stream_native)(sharc_stream *s);
     sharc_status (*synchronize)(sharc_stream *s);
     /* (optional) events; NULL: record synchronizes the stream (the host
      * waits there), after which wait has nothing left to wait for */

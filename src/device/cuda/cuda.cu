@@ -250,6 +250,8 @@ static sharc_status cuda_stream_new(sharc_device *d, sharc_stream *s) {
     return SHARC_OK;
 }
 
+static void *cuda_stream_native(sharc_stream *s) { return (void *)sharc_cuda_cs(s); }
+
 static void cuda_stream_free(sharc_stream *s) {
     sharc_cuda_stream *cs = (sharc_cuda_stream *)s->impl;
     if (!cs) return;
@@ -353,6 +355,7 @@ static sharc_device_i make_iface(void) {
     i.copy = cuda_copy;
     i.stream_new = cuda_stream_new;
     i.stream_free = cuda_stream_free;
+    i.stream_native = cuda_stream_native;
     i.synchronize = cuda_synchronize;
     i.event_new = cuda_event_new;
     i.event_free = cuda_event_free;
