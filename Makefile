@@ -35,6 +35,17 @@ CUDA_OBJ  := $(BUILD)/src/device/cuda/absent.o
 CUDA_LIBS :=
 endif
 
+# The CUDA simulator (note [cudasim]): the same kernel sources compiled by
+# the host C++ compiler against tests/cudasim's runtime and cuBLASLt, so CI
+# runs tests/gpu (build/sim/gpu_kernels, gpu_model) and the cuda device
+# without a GPU. Needs only CUDA's headers (CUDASIM=0 turns it off).
+CXX       ?= g++
+CUDASIM   ?= $(if $(wildcard $(CUDA_HOME)/include/cublasLt.h),1,0)
+SIM       := $(BUILD)/sim
+SIM_CXXFLAGS := -std=c++17 -g -O1 -fPIC -Wall -Wextra -Wno-unused-parameter -Wno-unknown-pragmas \
+                -U_FORTIFY_SOURCE $(filter -Werror,$(EXTRA_CFLAGS))
+SIM_OBJ   := $(patsubst src/device/cuda/%.cu,$(SIM)/%.o,$(wildcard src/device/cuda/*.cu)) $(SIM)/cudasim.o
+
 LIB_SRC := $(wildcard src/core/*.c src/device/*.c src/device/cpu/*.c src/model/*.c src/fsdp/*.c src/optim/*.c src/data/*.c \
                       src/io/*.c src/config/*.c src/train/*.c src/comm/*.c \
                       src/ckpt/*.c)
@@ -47,7 +58,8 @@ BENCH_SRC := $(wildcard bench/*.c)
 .PHONY: all deps test run asan clean fixtures bench format fuzz hf-fixtures tokenizer-fixtures
 all: $(BUILD)/libsharc.a $(BUILD)/libsharc.so $(BUILD)/sharc $(BUILD)/sharc_tests $(BUILD)/mpi_tests \
      $(BUILD)/mpi_nccl $(BUILD)/libfake_nccl.so \
-     $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%) $(if $(filter 1,$(CUDA)),$(BUILD)/gpu_kernels $(BUILD)/gpu_model)
+     $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%) $(if $(filter 1,$(CUDA)),$(BUILD)/gpu_kernels $(BUILD)/gpu_model) \
+     $(if $(filter 1,$(CUDASIM)),$(SIM)/sharc $(SIM)/gpu_kernels $(SIM)/gpu_model $(SIM)/libcudasim_cublaslt.so)
 
 $(BUILD)/%.o: %.c $(wildcard include/sharc/*.h) $(wildcard src/*/*.h src/*/*/*.h tests/*.h)
 	@mkdir -p $(dir $@)
@@ -62,6 +74,29 @@ $(BUILD)/src/device/cuda/%.o: src/device/cuda/%.cu $(wildcard include/sharc/*.h)
 $(BUILD)/gpu_%: tests/gpu/%.c $(BUILD)/libsharc.a $(wildcard include/sharc/*.h)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libsharc.a $(LDLIBS)
+
+# the simulator's build: kernel sources rewritten (tests/cudasim/rewrite.sh)
+# and compiled with cudasim.h first; the C objects are the main build's
+$(SIM)/%.cpp: src/device/cuda/%.cu tests/cudasim/rewrite.sh
+	@mkdir -p $(dir $@)
+	tests/cudasim/rewrite.sh $< $@
+$(SIM)/%.o: $(SIM)/%.cpp tests/cudasim/cudasim.h $(wildcard include/sharc/*.h src/device/*.h src/device/cuda/*.h)
+	$(CXX) $(SIM_CXXFLAGS) -include tests/cudasim/cudasim.h -Isrc/device/cuda -Iinclude -I$(CUDA_HOME)/include -c $< -o $@
+$(SIM)/cudasim.o: tests/cudasim/cudasim.cpp tests/cudasim/cudasim.h
+	@mkdir -p $(dir $@)
+	$(CXX) $(SIM_CXXFLAGS) -Itests/cudasim -I$(CUDA_HOME)/include -c $< -o $@
+$(SIM)/libcudasim_cublaslt.so: tests/cudasim/cublaslt.cpp
+	@mkdir -p $(dir $@)
+	$(CXX) $(SIM_CXXFLAGS) -I$(CUDA_HOME)/include -O2 -shared -o $@ $<
+$(SIM)/libsharc.a: $(LIB_SRC:%.c=$(BUILD)/%.o) $(SIM_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+SIM_LDLIBS = -rdynamic -fopenmp $(MPI_LIBS) -lyaml -ljson-c -lonig -lutf8proc -lnettle -lz -luring -ldl -lmvec -lm \
+             -lpthread -lstdc++ $(SAN)
+$(SIM)/sharc: $(CLI_OBJ) $(SIM)/libsharc.a
+	$(CC) -o $@ $^ $(SIM_LDLIBS)
+$(SIM)/gpu_%: tests/gpu/%.c $(SIM)/libsharc.a $(wildcard include/sharc/*.h)
+	$(CC) $(CFLAGS) -o $@ $< $(SIM)/libsharc.a $(SIM_LDLIBS)
 
 MPI_OBJ := $(BUILD)/src/comm/comm_mpi.o $(BUILD)/src/comm/comm_mpi_shm.o
 $(MPI_OBJ): $(BUILD)/%.o: %.c $(wildcard include/sharc/*.h) $(wildcard src/*/*.h)

@@ -1228,7 +1228,9 @@ static void check_inputs(const sharc_model *m, sharc_fsdp *e, const int32_t *tok
             __FILE__, __LINE__,
             "model: %d threads but workspaces were planned for %d; set the thread count before sharc_model_plan",
             sharc_threads_get(), m->plan_threads);
-    for (int64_t i = 0; i < N; i++)
+    /* token ids in device memory (a GPU) are not readable here: whoever
+     * copied them there checked them on the host first */
+    for (int64_t i = 0; sharc_device_is_host(m->dev) && i < N; i++)
         if (tok[i] < 0 || tok[i] >= m->V)
             sharc_fatal(__FILE__, __LINE__, "model: token %d at %lld outside vocabulary [0, %d)", tok[i], (long long)i,
                         m->V);

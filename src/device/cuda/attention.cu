@@ -182,6 +182,42 @@ __global__ static void k_attn_dkv(float *dqkv, const float *dout, const float *q
     }
 }
 
+/* generation: one warp per (i, h) of n new queries against the cache */
+__global__ static void k_attn_cached(float *out, const float *q, int64_t ldq, const float *kc, const float *vc,
+                                     const int32_t *lo, int n, int t0, int NH, int NKV, int hd, float scale) {
+    int64_t row = (int64_t)blockIdx.x * WARPS + threadIdx.x / 32;
+    int lane = threadIdx.x % 32;
+    if (row >= (int64_t)n * NH) return;
+    int i = (int)(row / NH), h = (int)(row % NH);
+    int kvh = h / (NH / NKV);
+    int64_t KV = (int64_t)NKV * hd;
+    float qr[KMAX], acc[KMAX];
+    load_head(qr, q + i * ldq + (int64_t)h * hd, lane, hd);
+#pragma unroll
+    for (int k = 0; k < KMAX; k++) acc[k] = 0.0f;
+    float mx = -INFINITY, l = 0.0f;
+    for (int j = lo ? lo[i] : 0; j <= t0 + i; j++) {
+        const float *kr = kc + j * KV + (int64_t)kvh * hd, *vr = vc + j * KV + (int64_t)kvh * hd;
+        float sc = warp_sum(dot_head(qr, kr, lane, hd)) * scale;
+        float nm = fmaxf(mx, sc);
+        float corr = expf(mx - nm), p = expf(sc - nm);
+        l = l * corr + p;
+#pragma unroll
+        for (int k = 0; k < KMAX; k++) {
+            int d = lane + 32 * k;
+            acc[k] = acc[k] * corr + (d < hd ? p * vr[d] : 0.0f);
+        }
+        mx = nm;
+    }
+    float *o = out + (int64_t)i * NH * hd + (int64_t)h * hd;
+    float inv = 1.0f / l;
+#pragma unroll
+    for (int k = 0; k < KMAX; k++) {
+        int d = lane + 32 * k;
+        if (d < hd) o[d] = acc[k] * inv;
+    }
+}
+
 static void check_shape(int NH, int NKV, int hd, const char *what) {
     if (hd > 32 * KMAX || hd < 1 || NKV < 1 || NH % NKV != 0)
         sharc_fatal(__FILE__, __LINE__, "%s on cuda: head dim %d (at most %d), %d heads over %d kv heads", what, hd,
@@ -218,5 +254,15 @@ extern "C" void sharc_cuda_attention_backward(sharc_stream *s, float *dqkv, cons
     SHARC_CUDA_LAUNCHED();
     k_attn_dkv<<<warps_grid((int64_t)B * NKV * T), 32 * WARPS, 0, cs>>>(dqkv, dout, qkv, out, lse, lo, B, T, NH, NKV,
                                                                         hd, scale);
+    SHARC_CUDA_LAUNCHED();
+}
+
+extern "C" void sharc_cuda_attention_cached(sharc_stream *s, float *out, const float *q, int64_t ldq, const float *kc,
+                                            const float *vc, const int32_t *lo, int n, int t0, int NH, int NKV, int hd,
+                                            float *ws) {
+    if (n <= 0) return;
+    check_shape(NH, NKV, hd, "attention_cached");
+    k_attn_cached<<<warps_grid((int64_t)n * NH), 32 * WARPS, 0, sharc_cuda_cs(s)>>>(out, q, ldq, kc, vc, lo, n, t0, NH,
+                                                                                    NKV, hd, 1.0f / sqrtf((float)hd));
     SHARC_CUDA_LAUNCHED();
 }

@@ -313,6 +313,8 @@ static sharc_kernels make_kernels(void) {
     k.layernorm_backward = sharc_cuda_layernorm_backward;
     k.rmsnorm_forward = sharc_cuda_rmsnorm_forward;
     k.rmsnorm_backward = sharc_cuda_rmsnorm_backward;
+    k.head_rmsnorm_forward = sharc_cuda_head_rmsnorm_forward;
+    k.head_rmsnorm_backward = sharc_cuda_head_rmsnorm_backward;
     k.gelu_forward = sharc_cuda_gelu_forward;
     k.gelu_backward = sharc_cuda_gelu_backward;
     k.swiglu_forward = sharc_cuda_swiglu_forward;
@@ -326,6 +328,7 @@ static sharc_kernels make_kernels(void) {
     k.attention_workspace = sharc_cuda_attention_workspace;
     k.attention_forward = sharc_cuda_attention_forward;
     k.attention_backward = sharc_cuda_attention_backward;
+    k.attention_cached = sharc_cuda_attention_cached;
     k.xent_forward_backward = sharc_cuda_xent_forward_backward;
     k.lmhead_xent = sharc_cuda_lmhead_xent;
     k.cast = sharc_cuda_cast;

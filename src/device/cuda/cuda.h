@@ -92,6 +92,10 @@ void sharc_cuda_rmsnorm_forward(sharc_stream *s, float *y, float *rstd, const fl
                                 int C, float eps);
 void sharc_cuda_rmsnorm_backward(sharc_stream *s, float *dx, float *dw, const float *dy, const float *dres,
                                  const float *x, const float *w, const float *rstd, int64_t N, int C);
+void sharc_cuda_head_rmsnorm_forward(sharc_stream *s, float *y, float *rstd, const float *x, const float *w,
+                                     int64_t N, int H, int hd, int64_t ld, float eps);
+void sharc_cuda_head_rmsnorm_backward(sharc_stream *s, float *dx, float *dw, const float *dy, const float *x,
+                                      const float *w, const float *rstd, int64_t N, int H, int hd, int64_t ld);
 void sharc_cuda_gelu_forward(sharc_stream *s, float *y, const float *x, int64_t n);
 void sharc_cuda_gelu_backward(sharc_stream *s, float *dx, const float *dy, const float *x, int64_t n);
 void sharc_cuda_swiglu_forward(sharc_stream *s, float *y, const float *x, int64_t N, int I);
@@ -113,6 +117,8 @@ void sharc_cuda_attention_forward(sharc_stream *s, float *out, float *lse, const
 void sharc_cuda_attention_backward(sharc_stream *s, float *dqkv, const float *dout, const float *qkv, const float *out,
                                    const float *lse, const int32_t *lo, int B, int T, int NH, int NKV, int hd,
                                    float *ws);
+void sharc_cuda_attention_cached(sharc_stream *s, float *out, const float *q, int64_t ldq, const float *kc,
+                                 const float *vc, const int32_t *lo, int n, int t0, int NH, int NKV, int hd, float *ws);
 
 /* xent.cu */
 void sharc_cuda_xent_forward_backward(sharc_stream *s, double *loss_sum, float *logits, float *losses,

@@ -107,16 +107,23 @@ __global__ static void k_layernorm_dx(float *dx, const float *dy, const float *d
     }
 }
 
+/* Where row r of C elements starts: rows are contiguous (H = 1, ld = C), or
+ * H heads of C elements inside rows of stride ld (per-head RMSNorm). */
+__device__ static inline int64_t row_at(int64_t r, int H, int C, int64_t ld) {
+    return H == 1 ? r * ld : (r / H) * ld + (r % H) * (int64_t)C;
+}
+
 /* partial dw, db (and RMSNorm's dw: mean == NULL, xhat = x * rstd) per slice of rows */
 __global__ static void k_norm_dw_part(float *pdw, float *pdb, const float *dy, const float *x, const float *mean,
-                                      const float *rstd, int64_t N, int C, int slices) {
+                                      const float *rstd, int64_t N, int C, int H, int64_t ld, int slices) {
     int c = blockIdx.x * blockDim.x + threadIdx.x, sl = blockIdx.y;
     if (c >= C) return;
     int64_t r0 = N * sl / slices, r1 = N * (sl + 1) / slices;
     float aw = 0.0f, ab = 0.0f;
     for (int64_t r = r0; r < r1; r++) {
-        float d = dy[r * C + c];
-        float xhat = mean ? (x[r * C + c] - mean[r]) * rstd[r] : x[r * C + c] * rstd[r];
+        int64_t o = row_at(r, H, C, ld) + c;
+        float d = dy[o];
+        float xhat = mean ? (x[o] - mean[r]) * rstd[r] : x[o] * rstd[r];
         aw += d * xhat;
         ab += d;
     }
@@ -133,14 +140,14 @@ __global__ static void k_parts_add(float *out, const float *part, int C, int sli
 }
 
 static void norm_param_grads(sharc_stream *s, float *dw, float *db, const float *dy, const float *x, const float *mean,
-                             const float *rstd, int64_t N, int C) {
+                             const float *rstd, int64_t N, int C, int H, int64_t ld) {
     if (!dw && !db) return;
     int slices = N < SLICES ? (int)N : SLICES;
     float *part = (float *)sharc_cuda_scratch(s, (size_t)2 * slices * C * sizeof(float));
     float *pdw = dw ? part : NULL, *pdb = db ? part + (size_t)slices * C : NULL;
     cudaStream_t cs = sharc_cuda_cs(s);
     dim3 grid((C + THREADS - 1) / THREADS, slices);
-    k_norm_dw_part<<<grid, THREADS, 0, cs>>>(pdw, pdb, dy, x, mean, rstd, N, C, slices);
+    k_norm_dw_part<<<grid, THREADS, 0, cs>>>(pdw, pdb, dy, x, mean, rstd, N, C, H, ld, slices);
     SHARC_CUDA_LAUNCHED();
     unsigned cb = (C + THREADS - 1) / THREADS;
     if (dw) k_parts_add<<<cb, THREADS, 0, cs>>>(dw, pdw, C, slices);
@@ -153,21 +160,24 @@ extern "C" void sharc_cuda_layernorm_backward(sharc_stream *s, float *dx, float 
                                               const float *rstd, int64_t N, int C) {
     if (N <= 0) return;
     /* the parameter gradients first: dx may alias dres, never dy or x */
-    norm_param_grads(s, dw, db, dy, x, mean, rstd, N, C);
+    norm_param_grads(s, dw, db, dy, x, mean, rstd, N, C, 1, C);
     k_layernorm_dx<<<(unsigned)((N + ROW_BLOCK - 1) / ROW_BLOCK), 32 * ROW_BLOCK, 0, sharc_cuda_cs(s)>>>(
         dx, dy, dres, x, w, mean, rstd, N, C);
     SHARC_CUDA_LAUNCHED();
 }
 
-__global__ static void k_rmsnorm(float *y, float *rstd, const float *x, const float *w, int64_t N, int C, float eps) {
+/* N rows of C (row_at); the per-head form has N = tokens x H */
+__global__ static void k_rmsnorm(float *y, float *rstd, const float *x, const float *w, int64_t N, int C, int H,
+                                 int64_t ld, float eps) {
     int64_t r = (int64_t)blockIdx.x * ROW_BLOCK + threadIdx.x / 32;
     int lane = threadIdx.x % 32;
     if (r >= N) return;
-    const float *xr = x + r * C;
+    int64_t o = row_at(r, H, C, ld);
+    const float *xr = x + o;
     float ss = 0.0f;
     for (int i = lane; i < C; i += 32) ss += xr[i] * xr[i];
     float sc = 1.0f / sqrtf(warp_sum(ss) / (float)C + eps);
-    for (int i = lane; i < C; i += 32) y[r * C + i] = xr[i] * sc * w[i];
+    for (int i = lane; i < C; i += 32) y[o + i] = xr[i] * sc * w[i];
     if (lane == 0 && rstd) rstd[r] = sc;
 }
 
@@ -175,32 +185,57 @@ extern "C" void sharc_cuda_rmsnorm_forward(sharc_stream *s, float *y, float *rst
                                            int64_t N, int C, float eps) {
     if (N <= 0) return;
     k_rmsnorm<<<(unsigned)((N + ROW_BLOCK - 1) / ROW_BLOCK), 32 * ROW_BLOCK, 0, sharc_cuda_cs(s)>>>(y, rstd, x, w, N, C,
-                                                                                                    eps);
+                                                                                                    1, C, eps);
     SHARC_CUDA_LAUNCHED();
 }
 
+/* dx may alias dy: a lane reads its elements of the row (and the warp's
+ * sum is complete) before it writes them */
 __global__ static void k_rmsnorm_dx(float *dx, const float *dy, const float *dres, const float *x, const float *w,
-                                    const float *rstd, int64_t N, int C) {
+                                    const float *rstd, int64_t N, int C, int H, int64_t ld) {
     int64_t r = (int64_t)blockIdx.x * ROW_BLOCK + threadIdx.x / 32;
     int lane = threadIdx.x % 32;
     if (r >= N) return;
-    const float *xr = x + r * C, *dyr = dy + r * C;
+    int64_t o = row_at(r, H, C, ld);
+    const float *xr = x + o, *dyr = dy + o;
     float sc = rstd[r];
     float dot = 0.0f;
     for (int i = lane; i < C; i += 32) dot += dyr[i] * w[i] * xr[i];
     float k = warp_sum(dot) * sc * sc * sc / (float)C;
     for (int i = lane; i < C; i += 32) {
         float v = dyr[i] * w[i] * sc - k * xr[i];
-        dx[r * C + i] = dres ? dres[r * C + i] + v : v;
+        dx[o + i] = dres ? dres[o + i] + v : v;
     }
 }
 
 extern "C" void sharc_cuda_rmsnorm_backward(sharc_stream *s, float *dx, float *dw, const float *dy, const float *dres,
                                             const float *x, const float *w, const float *rstd, int64_t N, int C) {
     if (N <= 0) return;
-    norm_param_grads(s, dw, NULL, dy, x, NULL, rstd, N, C);
+    norm_param_grads(s, dw, NULL, dy, x, NULL, rstd, N, C, 1, C);
     k_rmsnorm_dx<<<(unsigned)((N + ROW_BLOCK - 1) / ROW_BLOCK), 32 * ROW_BLOCK, 0, sharc_cuda_cs(s)>>>(dx, dy, dres, x,
-                                                                                                       w, rstd, N, C);
+                                                                                                       w, rstd, N, C, 1, C);
+    SHARC_CUDA_LAUNCHED();
+}
+
+/* per-head RMSNorm (Qwen3's q_norm, k_norm): N tokens x H rows of hd */
+extern "C" void sharc_cuda_head_rmsnorm_forward(sharc_stream *s, float *y, float *rstd, const float *x, const float *w,
+                                                int64_t N, int H, int hd, int64_t ld, float eps) {
+    int64_t R = N * H;
+    if (R <= 0) return;
+    k_rmsnorm<<<(unsigned)((R + ROW_BLOCK - 1) / ROW_BLOCK), 32 * ROW_BLOCK, 0, sharc_cuda_cs(s)>>>(y, rstd, x, w, R, hd,
+                                                                                                    H, ld, eps);
+    SHARC_CUDA_LAUNCHED();
+}
+
+extern "C" void sharc_cuda_head_rmsnorm_backward(sharc_stream *s, float *dx, float *dw, const float *dy,
+                                                 const float *x, const float *w, const float *rstd, int64_t N, int H,
+                                                 int hd, int64_t ld) {
+    int64_t R = N * H;
+    if (R <= 0) return;
+    /* dw first: dx may alias dy */
+    norm_param_grads(s, dw, NULL, dy, x, NULL, rstd, R, hd, H, ld);
+    k_rmsnorm_dx<<<(unsigned)((R + ROW_BLOCK - 1) / ROW_BLOCK), 32 * ROW_BLOCK, 0, sharc_cuda_cs(s)>>>(
+        dx, dy, NULL, x, w, rstd, R, hd, H, ld);
     SHARC_CUDA_LAUNCHED();
 }
 

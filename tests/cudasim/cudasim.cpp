@@ -1,0 +1,637 @@
+/* cudasim.cpp: the CUDA simulator's runtime (note [cudasim] in
+ * docs/ARCHITECTURE.md): the CUDA runtime API calls sharc makes, over host
+ * memory, and the kernel scheduler behind cudasim_launch.
+ *
+ * Device memory is an arena the host cannot read or write: every
+ * allocation has its own pages (the pointer placed so that its end, rounded
+ * up to 256 bytes, touches a guard page), and the arena is PROT_NONE except
+ * while a kernel, a copy or a memset runs. A host dereference of a device
+ * pointer, or a kernel reading past its allocation, faults, and the fault
+ * handler names the address, the allocation and the kernel. Copies check
+ * their direction and bounds; kernel launches check that every pointer
+ * argument is device (or pinned host) memory.
+ *
+ * Kernels: each thread of a block is a coroutine (ucontext) on its own
+ * stack; they run in turn until they finish or wait at a barrier
+ * (__syncthreads: every live thread of the block; a warp shuffle: every lane
+ * its mask names). Barriers that can never all be reached (a __syncthreads
+ * inside a branch some threads skip, a shuffle whose mask names a thread
+ * that exited) abort with the kernel's name: on a GPU they hang or read
+ * garbage. Blocks run one after another; launches, copies and memsets run
+ * when called (every stream is synchronous here, so stream and event
+ * ordering is not exercised). */
+
+#include "cudasim.h"
+
+#include <cuda_runtime_api.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <execinfo.h>
+#include <map>
+#include <setjmp.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <ucontext.h>
+#include <unistd.h>
+#include <vector>
+
+namespace cudasim {
+
+uint3 cur_thread, cur_block;
+dim3 cur_block_dim, cur_grid_dim;
+
+/* ------------------------------------------------------------ memory */
+
+static const size_t PAGE = 4096;
+/* address space reserved for device memory, never committed up front: 4 TiB
+ * (CUDASIM_ARENA bytes: valgrind cannot reserve that much) */
+static size_t ARENA = (size_t)1 << 42;
+static pthread_mutex_t lock = PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP;
+static char *arena, *top;
+struct alloc_rec {
+    size_t bytes;     /* as asked */
+    char *pages;      /* first page of the allocation */
+    size_t npages;    /* without the guard page */
+    bool pinned_host; /* cudaMallocHost: host memory (not in the arena) */
+};
+static std::map<uintptr_t, alloc_rec> allocs; /* by user pointer */
+static size_t live_bytes, peak_bytes;
+static int device_depth; /* > 0 while device code runs (the arena is readable) */
+static const char *cur_kernel;
+static cudaError_t last_error = cudaSuccess;
+
+static size_t mem_limit(void) {
+    const char *e = getenv("CUDASIM_MEMORY");
+    return e && e[0] ? (size_t)strtoull(e, NULL, 10) : (size_t)80 << 30;
+}
+
+[[noreturn]] static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void die(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "cudasim: ");
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, "\n");
+    va_end(ap);
+    void *bt[32];
+    int n = backtrace(bt, 32);
+    backtrace_symbols_fd(bt, n, 2);
+    abort();
+}
+
+/* the allocation holding [p, p + n) (n = 0: p may also be its end), or NULL */
+static const alloc_rec *find(const void *p, size_t n, uintptr_t *start) {
+    uintptr_t a = (uintptr_t)p;
+    auto it = allocs.upper_bound(a);
+    if (it == allocs.begin()) return NULL;
+    --it;
+    if (a + n > it->first + it->second.bytes) return NULL;
+    if (n > 0 && a >= it->first + it->second.bytes) return NULL;
+    if (start) *start = it->first;
+    return &it->second;
+}
+
+static bool in_arena(const void *p) { return arena && (const char *)p >= arena && (const char *)p < arena + ARENA; }
+
+/* the arena readable (device code runs) or not (host code runs) */
+static void device_enter(void) {
+    if (device_depth++ > 0) return;
+    for (auto &a : allocs)
+        if (!a.second.pinned_host && mprotect(a.second.pages, a.second.npages * PAGE, PROT_READ | PROT_WRITE) != 0)
+            die("mprotect: %s", strerror(errno));
+}
+static void device_leave(void) {
+    if (--device_depth > 0) return;
+    if (top > arena && mprotect(arena, (size_t)(top - arena), PROT_NONE) != 0) die("mprotect: %s", strerror(errno));
+}
+
+static void describe(uintptr_t a, char *buf, size_t n) {
+    auto it = allocs.upper_bound(a);
+    if (it != allocs.begin()) {
+        --it;
+        uintptr_t s = it->first;
+        if (a < s + it->second.bytes) {
+            snprintf(buf, n, "byte %zu of a %zu-byte allocation", (size_t)(a - s), it->second.bytes);
+            return;
+        }
+        if (a < (uintptr_t)(it->second.pages + (it->second.npages + 1) * PAGE)) {
+            snprintf(buf, n, "%zu bytes past the end of a %zu-byte allocation", (size_t)(a - s - it->second.bytes),
+                     it->second.bytes);
+            return;
+        }
+    }
+    snprintf(buf, n, "no live allocation (freed, or never allocated)");
+}
+
+static void on_segv(int sig, siginfo_t *si, void *uc) {
+    if (in_arena(si->si_addr)) {
+        char what[160];
+        describe((uintptr_t)si->si_addr, what, sizeof what);
+        if (device_depth > 0)
+            die("%s (block %u,%u,%u thread %u,%u,%u) touched device address %p: %s",
+                cur_kernel ? cur_kernel : "a device copy", cur_block.x, cur_block.y, cur_block.z, cur_thread.x,
+                cur_thread.y, cur_thread.z, si->si_addr, what);
+        die("host code touched device memory at %p (%s): device memory is only for kernels and copies", si->si_addr,
+            what);
+    }
+    signal(sig, SIG_DFL); /* not ours: the default action (a core, the usual message) */
+    raise(sig);
+}
+
+static void init_once(void) {
+    if (arena) return;
+    const char *ea = getenv("CUDASIM_ARENA");
+    if (ea && ea[0]) ARENA = (size_t)strtoull(ea, NULL, 10);
+    void *p = mmap(NULL, ARENA, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) die("cannot reserve the device arena: %s", strerror(errno));
+    arena = top = (char *)p;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = on_segv;
+    sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
+    sigaction(SIGSEGV, &sa, NULL);
+    static char altstack[1 << 16];
+    stack_t ss = {altstack, 0, sizeof altstack};
+    sigaltstack(&ss, NULL);
+}
+
+static cudaError_t fail(cudaError_t e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static cudaError_t fail(cudaError_t e, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "cudasim: ");
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, "\n");
+    va_end(ap);
+    last_error = e;
+    return e;
+}
+
+/* ------------------------------------------------------------ kernels */
+
+static const size_t STACK = (size_t)128 << 10;
+enum { RUN, AT_BLOCK, AT_WARP, DONE };
+/* A simulated thread: a coroutine on its own stack, created once (the pool
+ * grows to the largest block) and reused for every block of every launch.
+ * Switches are _setjmp/_longjmp (no signal-mask system call, unlike
+ * swapcontext, which is used once per coroutine to start it). */
+struct sim_thread {
+    jmp_buf jb;
+    uint3 tid;
+    int state;
+    unsigned warp_mask; /* at AT_WARP: the lanes it waits for */
+};
+static std::vector<sim_thread *> threads;
+static jmp_buf sched_jb;
+static ucontext_t builder_uc;
+static sim_thread *creating;
+static sim_thread *cur;
+static int cur_index;
+static body_fn cur_body;
+static void *cur_arg;
+static std::vector<uint64_t> warp_slots; /* 32 per warp */
+static int nthreads;
+
+static void coro_main(void) {
+    sim_thread *me = creating;
+    if (_setjmp(me->jb) == 0) setcontext(&builder_uc); /* created: back to the pool's builder */
+    for (;;) {
+        cur_body(cur_arg);
+        me->state = DONE;
+        if (_setjmp(me->jb) == 0) _longjmp(sched_jb, 1);
+    }
+}
+
+static void grow_pool(int n) {
+    while ((int)threads.size() < n) {
+        sim_thread *t = new sim_thread();
+        void *stack = mmap(NULL, STACK, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (stack == MAP_FAILED) die("cannot map a thread stack");
+        ucontext_t uc;
+        getcontext(&uc);
+        uc.uc_stack.ss_sp = stack;
+        uc.uc_stack.ss_size = STACK;
+        uc.uc_link = NULL;
+        makecontext(&uc, coro_main, 0);
+        creating = t;
+        swapcontext(&builder_uc, &uc);
+        threads.push_back(t);
+    }
+}
+
+/* run cur until it yields (its own frame: the caller's locals are not live across the jump) */
+__attribute__((noinline)) static void resume_cur(void) {
+    if (_setjmp(sched_jb) == 0) _longjmp(cur->jb, 1);
+}
+
+static void yield_to_scheduler(void) {
+    if (_setjmp(cur->jb) == 0) _longjmp(sched_jb, 1);
+}
+
+void sync_block(void) {
+    if (!cur) die("__syncthreads outside a kernel");
+    cur->state = AT_BLOCK;
+    yield_to_scheduler();
+}
+
+int lane(void) { return cur_index % 32; }
+
+uint64_t warp_exchange(unsigned mask, uint64_t mine, int src) {
+    if (!cur) die("warp shuffle outside a kernel");
+    int l = cur_index % 32, w = cur_index / 32;
+    if (!(mask & (1u << l))) die("%s: lane %d shuffles with a mask (0x%08x) that leaves it out", cur_kernel, l, mask);
+    warp_slots[(size_t)w * 32 + l] = mine;
+    cur->state = AT_WARP;
+    cur->warp_mask = mask;
+    yield_to_scheduler(); /* every lane of the mask has written */
+    if (!(mask & (1u << src)))
+        die("%s: lane %d reads lane %d, which its mask 0x%08x leaves out", cur_kernel, l, src, mask);
+    uint64_t v = warp_slots[(size_t)w * 32 + src];
+    cur->state = AT_WARP;
+    yield_to_scheduler(); /* every lane has read: the slots may be written again */
+    return v;
+}
+
+/* release the waiters of every warp whose named lanes all wait at a shuffle;
+ * returns whether any thread may run */
+static bool release_warps(void) {
+    bool any = false;
+    for (int w = 0; w * 32 < nthreads; w++) {
+        int lo = w * 32, hi = lo + 32 < nthreads ? lo + 32 : nthreads;
+        unsigned mask = 0;
+        bool waiting = false, ok = true;
+        for (int i = lo; i < hi; i++)
+            if (threads[i]->state == AT_WARP) {
+                if (waiting && threads[i]->warp_mask != mask)
+                    die("%s: lanes of warp %d shuffle with different masks (0x%08x, 0x%08x)", cur_kernel, w, mask,
+                        threads[i]->warp_mask);
+                mask = threads[i]->warp_mask;
+                waiting = true;
+            }
+        if (!waiting) continue;
+        for (int l = 0; l < 32; l++) {
+            if (!(mask & (1u << l))) continue;
+            int i = lo + l;
+            if (i >= hi) die("%s: a shuffle's mask 0x%08x names lane %d, beyond the block's %d threads", cur_kernel, mask, l, nthreads);
+            if (threads[i]->state == DONE)
+                die("%s: a shuffle's mask 0x%08x names lane %d of warp %d, which has exited", cur_kernel, mask, l, w);
+            if (threads[i]->state != AT_WARP) ok = false;
+        }
+        if (!ok) continue;
+        for (int l = 0; l < 32; l++)
+            if (mask & (1u << l)) threads[lo + l]->state = RUN;
+        any = true;
+    }
+    return any;
+}
+
+static void run_block(void) {
+    for (int i = 0; i < nthreads; i++) {
+        sim_thread &t = *threads[i];
+        t.state = RUN;
+        t.tid.x = (unsigned)(i % cur_block_dim.x);
+        t.tid.y = (unsigned)((i / cur_block_dim.x) % cur_block_dim.y);
+        t.tid.z = (unsigned)(i / (cur_block_dim.x * cur_block_dim.y));
+    }
+    for (;;) {
+        for (int i = 0; i < nthreads; i++) {
+            if (threads[i]->state != RUN) continue;
+            cur = threads[i];
+            cur_index = i;
+            cur_thread = cur->tid;
+            resume_cur();
+            cur = NULL;
+        }
+        if (release_warps()) continue;
+        int done = 0, at_block = 0;
+        for (int i = 0; i < nthreads; i++) {
+            done += threads[i]->state == DONE;
+            at_block += threads[i]->state == AT_BLOCK;
+        }
+        if (done == nthreads) return;
+        if (done + at_block == nthreads) {
+            for (int i = 0; i < nthreads; i++)
+                if (threads[i]->state == AT_BLOCK) threads[i]->state = RUN;
+            continue;
+        }
+        die("%s: block %u,%u,%u cannot go on: %d threads wait at __syncthreads while others wait at a warp shuffle "
+            "(a barrier inside a branch not every thread takes)",
+            cur_kernel, cur_block.x, cur_block.y, cur_block.z, at_block);
+    }
+}
+
+void run(const char *kernel, const launch_cfg &cfg, body_fn body, void *arg, const void *const *ptrs, int nptr) {
+    pthread_mutex_lock(&lock);
+    init_once();
+    int nt = (int)(cfg.block.x * cfg.block.y * cfg.block.z);
+    unsigned long long nb = (unsigned long long)cfg.grid.x * cfg.grid.y * cfg.grid.z;
+    if (nt < 1 || nt > 1024 || cfg.block.z > 64 || nb < 1 || cfg.grid.y > 65535 || cfg.grid.z > 65535 ||
+        cfg.grid.x > 2147483647u) {
+        fail(cudaErrorInvalidConfiguration, "%s: invalid launch: grid %u,%u,%u block %u,%u,%u", kernel, cfg.grid.x,
+             cfg.grid.y, cfg.grid.z, cfg.block.x, cfg.block.y, cfg.block.z);
+        pthread_mutex_unlock(&lock);
+        return;
+    }
+    if (cfg.smem > 0) die("%s: dynamic shared memory is not simulated yet (%zu bytes asked)", kernel, cfg.smem);
+    for (int i = 0; i < nptr; i++) {
+        uintptr_t s;
+        const alloc_rec *r;
+        if (ptrs[i] && !((r = find(ptrs[i], 0, &s)))) {
+            char what[160];
+            describe((uintptr_t)ptrs[i], what, sizeof what);
+            die("%s: pointer argument %d (%p) is not device memory (%s)", kernel, i + 1, ptrs[i],
+                in_arena(ptrs[i]) ? what : "a host address");
+        }
+    }
+    grow_pool(nt);
+    warp_slots.assign((size_t)(nt + 31) / 32 * 32, 0);
+    nthreads = nt;
+    cur_body = body;
+    cur_arg = arg;
+    cur_kernel = kernel;
+    cur_block_dim = cfg.block;
+    cur_grid_dim = cfg.grid;
+    device_enter();
+    for (unsigned z = 0; z < cfg.grid.z; z++)
+        for (unsigned y = 0; y < cfg.grid.y; y++)
+            for (unsigned x = 0; x < cfg.grid.x; x++) {
+                cur_block.x = x;
+                cur_block.y = y;
+                cur_block.z = z;
+                run_block();
+            }
+    device_leave();
+    cur_kernel = NULL;
+    pthread_mutex_unlock(&lock);
+}
+
+} /* namespace cudasim */
+
+using namespace cudasim;
+
+/* ------------------------------------------------------------ for the fake cuBLASLt */
+
+/* Whether [p, p + n) lies in one device allocation; device code may run
+ * while the depth is above zero. Exported for tests/cudasim/cublaslt.cpp. */
+extern "C" int cudasim_device_range(const void *p, size_t n) {
+    pthread_mutex_lock(&lock);
+    const alloc_rec *r = find(p, n, NULL);
+    bool ok = r && !r->pinned_host;
+    pthread_mutex_unlock(&lock);
+    return ok;
+}
+extern "C" void cudasim_device_begin(const char *what) {
+    pthread_mutex_lock(&lock);
+    cur_kernel = what;
+    device_enter();
+}
+extern "C" void cudasim_device_end(void) {
+    device_leave();
+    cur_kernel = NULL;
+    pthread_mutex_unlock(&lock);
+}
+extern "C" size_t cudasim_peak_bytes(void) { return peak_bytes; }
+
+/* ------------------------------------------------------------ the runtime API */
+
+extern "C" {
+
+cudaError_t cudaGetDeviceCount(int *count) {
+    const char *e = getenv("CUDASIM_DEVICES");
+    *count = e && e[0] ? atoi(e) : 1;
+    return *count > 0 ? cudaSuccess : cudaErrorNoDevice;
+}
+
+static int cur_device;
+cudaError_t cudaSetDevice(int device) {
+    int n = 0;
+    cudaGetDeviceCount(&n);
+    if (device < 0 || device >= n) return fail(cudaErrorInvalidDevice, "cudaSetDevice(%d): %d devices", device, n);
+    cur_device = device;
+    return cudaSuccess;
+}
+cudaError_t cudaGetDevice(int *device) {
+    *device = cur_device;
+    return cudaSuccess;
+}
+
+cudaError_t cudaGetLastError(void) {
+    cudaError_t e = last_error;
+    last_error = cudaSuccess;
+    return e;
+}
+cudaError_t cudaPeekAtLastError(void) { return last_error; }
+
+const char *cudaGetErrorString(cudaError_t e) {
+    switch (e) {
+    case cudaSuccess: return "no error";
+    case cudaErrorInvalidValue: return "invalid argument";
+    case cudaErrorMemoryAllocation: return "out of memory";
+    case cudaErrorInvalidConfiguration: return "invalid configuration argument";
+    case cudaErrorInvalidDevice: return "invalid device ordinal";
+    case cudaErrorNoDevice: return "no CUDA-capable device is detected";
+    case cudaErrorInvalidResourceHandle: return "invalid resource handle";
+    default: return "cudasim: some error";
+    }
+}
+const char *cudaGetErrorName(cudaError_t e) { return cudaGetErrorString(e); }
+
+cudaError_t cudaMalloc(void **p, size_t bytes) {
+    pthread_mutex_lock(&lock);
+    init_once();
+    *p = NULL;
+    if (live_bytes + bytes > mem_limit()) {
+        pthread_mutex_unlock(&lock);
+        return fail(cudaErrorMemoryAllocation, "cudaMalloc(%zu): %zu bytes live, CUDASIM_MEMORY %zu", bytes,
+                    live_bytes, mem_limit());
+    }
+    size_t rounded = (bytes + 255) / 256 * 256;
+    size_t npages = (rounded + PAGE - 1) / PAGE;
+    if (npages == 0) npages = 1;
+    char *pages = top;
+    if ((size_t)(top - arena) + (npages + 1) * PAGE > ARENA) die("the device arena is used up");
+    top += (npages + 1) * PAGE; /* + a guard page */
+    char *user = pages + npages * PAGE - rounded;
+    if (rounded == 0) user = pages;
+    allocs[(uintptr_t)user] = alloc_rec{bytes, pages, npages, false};
+    live_bytes += bytes;
+    if (live_bytes > peak_bytes) peak_bytes = live_bytes;
+    /* fresh device memory holds garbage on a GPU: fill it with NaN bytes */
+    if (mprotect(pages, npages * PAGE, PROT_READ | PROT_WRITE) != 0) die("mprotect: %s", strerror(errno));
+    memset(pages, 0xff, npages * PAGE);
+    if (device_depth == 0) mprotect(pages, npages * PAGE, PROT_NONE);
+    *p = user;
+    pthread_mutex_unlock(&lock);
+    return cudaSuccess;
+}
+
+cudaError_t cudaFree(void *p) {
+    if (!p) return cudaSuccess;
+    pthread_mutex_lock(&lock);
+    auto it = allocs.find((uintptr_t)p);
+    if (it == allocs.end() || it->second.pinned_host) {
+        /* a GPU returns an error here that sharc_device_free cannot report */
+        die("cudaFree(%p): not a live device allocation (freed twice, or never allocated)", p);
+    }
+    alloc_rec r = it->second;
+    allocs.erase(it);
+    live_bytes -= r.bytes;
+    /* the pages stay reserved and inaccessible: a use after free faults */
+    mprotect(r.pages, r.npages * PAGE, PROT_NONE);
+    madvise(r.pages, r.npages * PAGE, MADV_DONTNEED);
+    pthread_mutex_unlock(&lock);
+    return cudaSuccess;
+}
+
+cudaError_t cudaMallocHost(void **p, size_t bytes) {
+    pthread_mutex_lock(&lock);
+    init_once();
+    *p = malloc(bytes ? bytes : 1);
+    if (*p) allocs[(uintptr_t)*p] = alloc_rec{bytes, NULL, 0, true};
+    pthread_mutex_unlock(&lock);
+    return *p ? cudaSuccess : fail(cudaErrorMemoryAllocation, "cudaMallocHost(%zu)", bytes);
+}
+cudaError_t cudaHostAlloc(void **p, size_t bytes, unsigned int flags) { return cudaMallocHost(p, bytes); }
+cudaError_t cudaFreeHost(void *p) {
+    if (!p) return cudaSuccess;
+    pthread_mutex_lock(&lock);
+    auto it = allocs.find((uintptr_t)p);
+    bool ok = it != allocs.end() && it->second.pinned_host;
+    if (ok) allocs.erase(it);
+    pthread_mutex_unlock(&lock);
+    if (!ok) return fail(cudaErrorInvalidValue, "cudaFreeHost(%p): not pinned host memory", p);
+    free(p);
+    return cudaSuccess;
+}
+
+cudaError_t cudaMemGetInfo(size_t *free_b, size_t *total) {
+    *total = mem_limit();
+    *free_b = *total - live_bytes;
+    return cudaSuccess;
+}
+
+/* where a copy's side lies: 1 device, 0 host (pinned or pageable), -1 a
+ * device address outside any live allocation or a range overrunning one */
+static int side(const void *p, size_t n) {
+    const alloc_rec *r = find(p, n, NULL);
+    if (r) return r->pinned_host ? 0 : 1;
+    return in_arena(p) ? -1 : 0;
+}
+
+static cudaError_t copy(void *dst, const void *src, size_t n, cudaMemcpyKind kind) {
+    if (n == 0) return cudaSuccess;
+    pthread_mutex_lock(&lock);
+    init_once();
+    int d = side(dst, n), s = side(src, n);
+    static const char *kn[] = {"HostToHost", "HostToDevice", "DeviceToHost", "DeviceToDevice", "Default"};
+    cudaError_t e = cudaSuccess;
+    if (d < 0 || s < 0)
+        e = fail(cudaErrorInvalidValue, "cudaMemcpy%s of %zu bytes: the %s range is not inside one live device "
+                 "allocation", kind <= 4 ? kn[kind] : "?", n, d < 0 ? "destination" : "source");
+    else if ((kind == cudaMemcpyHostToDevice && (d != 1 || s != 0)) ||
+             (kind == cudaMemcpyDeviceToHost && (d != 0 || s != 1)) ||
+             (kind == cudaMemcpyDeviceToDevice && (d != 1 || s != 1)) || (kind == cudaMemcpyHostToHost && (d || s)))
+        e = fail(cudaErrorInvalidValue, "cudaMemcpy%s of %zu bytes from %s to %s memory", kind <= 4 ? kn[kind] : "?",
+                 n, s ? "device" : "host", d ? "device" : "host");
+    if (e == cudaSuccess) {
+        cur_kernel = "a copy";
+        device_enter();
+        memmove(dst, src, n);
+        device_leave();
+        cur_kernel = NULL;
+    }
+    pthread_mutex_unlock(&lock);
+    return e;
+}
+
+cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, cudaMemcpyKind kind) { return copy(dst, src, n, kind); }
+cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, cudaMemcpyKind kind, cudaStream_t s) {
+    return copy(dst, src, n, kind);
+}
+
+static cudaError_t set2d(void *p, size_t pitch, int value, size_t width, size_t height) {
+    if (width == 0 || height == 0) return cudaSuccess;
+    pthread_mutex_lock(&lock);
+    init_once();
+    cudaError_t e = cudaSuccess;
+    if (width > pitch && height > 1) e = fail(cudaErrorInvalidValue, "cudaMemset2D: width %zu > pitch %zu", width, pitch);
+    else if (side(p, pitch * (height - 1) + width) != 1)
+        e = fail(cudaErrorInvalidValue, "cudaMemset of %zu x %zu bytes at %p: not inside one live device allocation",
+                 height, width, p);
+    if (e == cudaSuccess) {
+        cur_kernel = "a memset";
+        device_enter();
+        for (size_t r = 0; r < height; r++) memset((char *)p + r * pitch, value, width);
+        device_leave();
+        cur_kernel = NULL;
+    }
+    pthread_mutex_unlock(&lock);
+    return e;
+}
+cudaError_t cudaMemset(void *p, int value, size_t n) { return set2d(p, n, value, n, 1); }
+cudaError_t cudaMemsetAsync(void *p, int value, size_t n, cudaStream_t s) { return set2d(p, n, value, n, 1); }
+cudaError_t cudaMemset2DAsync(void *p, size_t pitch, int value, size_t width, size_t height, cudaStream_t s) {
+    return set2d(p, pitch, value, width, height);
+}
+
+cudaError_t cudaDeviceSynchronize(void) { return cudaSuccess; }
+
+/* streams and events: handles only (all work has run when it was queued) */
+struct sim_stream {
+    int magic;
+};
+struct sim_event {
+    int magic;
+    bool recorded;
+};
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned int flags) {
+    sim_stream *p = (sim_stream *)calloc(1, sizeof *p);
+    p->magic = 0x57;
+    *s = (cudaStream_t)p;
+    return cudaSuccess;
+}
+cudaError_t cudaStreamCreate(cudaStream_t *s) { return cudaStreamCreateWithFlags(s, 0); }
+static bool stream_ok(cudaStream_t s) { return !s || ((sim_stream *)s)->magic == 0x57; }
+cudaError_t cudaStreamDestroy(cudaStream_t s) {
+    if (!s || !stream_ok(s)) return fail(cudaErrorInvalidResourceHandle, "cudaStreamDestroy: not a stream");
+    ((sim_stream *)s)->magic = 0;
+    free(s);
+    return cudaSuccess;
+}
+cudaError_t cudaStreamSynchronize(cudaStream_t s) {
+    return stream_ok(s) ? cudaSuccess : fail(cudaErrorInvalidResourceHandle, "cudaStreamSynchronize: not a stream");
+}
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned int flags) {
+    sim_event *p = (sim_event *)calloc(1, sizeof *p);
+    p->magic = 0xe7;
+    *e = (cudaEvent_t)p;
+    return cudaSuccess;
+}
+cudaError_t cudaEventCreate(cudaEvent_t *e) { return cudaEventCreateWithFlags(e, 0); }
+static bool event_ok(cudaEvent_t e) { return e && ((sim_event *)e)->magic == 0xe7; }
+cudaError_t cudaEventDestroy(cudaEvent_t e) {
+    if (!event_ok(e)) return fail(cudaErrorInvalidResourceHandle, "cudaEventDestroy: not an event");
+    ((sim_event *)e)->magic = 0;
+    free(e);
+    return cudaSuccess;
+}
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
+    if (!event_ok(e) || !stream_ok(s)) return fail(cudaErrorInvalidResourceHandle, "cudaEventRecord: bad handle");
+    ((sim_event *)e)->recorded = true;
+    return cudaSuccess;
+}
+cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned int flags) {
+    if (!event_ok(e) || !stream_ok(s)) return fail(cudaErrorInvalidResourceHandle, "cudaStreamWaitEvent: bad handle");
+    return cudaSuccess;
+}
+cudaError_t cudaEventSynchronize(cudaEvent_t e) {
+    return event_ok(e) ? cudaSuccess : fail(cudaErrorInvalidResourceHandle, "cudaEventSynchronize: not an event");
+}
+cudaError_t cudaEventQuery(cudaEvent_t e) {
+    return event_ok(e) ? cudaSuccess : fail(cudaErrorInvalidResourceHandle, "cudaEventQuery: not an event");
+}
+
+} /* extern "C" */
