@@ -67,8 +67,7 @@ template <class... P> struct launch_box {
 template <class P, class A> inline P convert_arg(A &&a) {
     if constexpr (std::is_pointer<P>::value && std::is_integral<typename std::decay<A>::type>::value)
         return (P) nullptr;
-    else
-        return static_cast<P>(a);
+    else return static_cast<P>(a);
 }
 
 template <class... P> void call_box(void *arg) {
@@ -80,9 +79,9 @@ template <class... P> void call_box(void *arg) {
 
 /* the kernel-side names */
 #define threadIdx (cudasim::cur_thread)
-#define blockIdx (cudasim::cur_block)
-#define blockDim (cudasim::cur_block_dim)
-#define gridDim (cudasim::cur_grid_dim)
+#define blockIdx  (cudasim::cur_block)
+#define blockDim  (cudasim::cur_block_dim)
+#define gridDim   (cudasim::cur_grid_dim)
 
 static inline cudasim::launch_cfg cudasim_cfg(dim3 g, dim3 b, size_t smem = 0, cudaStream_t s = 0) {
     cudasim::launch_cfg c;

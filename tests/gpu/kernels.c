@@ -493,6 +493,83 @@ static void test_xent(void) {
     free(t2), free(x), free(w), free(ws);
 }
 
+/* the H heads of hd elements inside each of N rows of stride ld, packed (N, H*hd) */
+static float *heads_of(const float *p, int64_t N, int H, int hd, int64_t ld) {
+    float *h = malloc((size_t)(N * H * hd) * sizeof(float));
+    for (int64_t n = 0; n < N; n++) memcpy(h + n * H * hd, p + n * ld, (size_t)H * hd * sizeof(float));
+    return h;
+}
+
+/* per-head RMSNorm (Qwen3's q_norm / k_norm) over the query heads inside rows of a wider stride */
+static void test_qknorm(void) {
+    int64_t N = 11;
+    int H = 5, hd = 40;
+    int64_t ld = (int64_t)(H + 4) * hd + 3, n = N * ld, nh = N * H * hd;
+    float *x = h_rand(n, 2), *w = h_rand(hd, 1), *dyv = h_rand(n, 1);
+    float *gx = d_up(x, n * 4), *gw = d_up(w, hd * 4);
+    /* forward out of place: only the heads are written (the rest of y stays poisoned) */
+    float *y = malloc(n * 4), *rstd = malloc(N * H * 4), *gy = d_poison(n), *grstd = d_poison(N * H);
+    kc->head_rmsnorm_forward(sc, y, rstd, x, w, N, H, hd, ld, 1e-6f);
+    kg->head_rmsnorm_forward(sg, gy, grstd, gx, gw, N, H, hd, ld, 1e-6f);
+    float *hy = down(gy, n), *yh = heads_of(y, N, H, hd, ld), *hyh = heads_of(hy, N, H, hd, ld);
+    compare("head_rmsnorm_forward y (heads of rows of stride ld)", hyh, yh, nh, F32);
+    float *hr = down(grstd, N * H);
+    compare("head_rmsnorm_forward rstd", hr, rstd, N * H, F32);
+    free(hy), free(yh), free(hyh), free(hr);
+    sharc_device_free(gpu, gy);
+    /* in place, as the model calls it: the heads normalised, the rest of the row untouched */
+    float *yi = h_copy(x, n), *gyi = d_up(x, n * 4);
+    kc->head_rmsnorm_forward(sc, yi, rstd, yi, w, N, H, hd, ld, 1e-6f);
+    kg->head_rmsnorm_forward(sg, gyi, grstd, gyi, gw, N, H, hd, ld, 1e-6f);
+    check("head_rmsnorm_forward in place (whole rows)", gyi, yi, n, F32);
+    /* backward with dx aliasing dy and dw accumulated */
+    float *dx = h_copy(dyv, n), *dw = h_rand(hd, 1), *gdx = d_up(dyv, n * 4), *gdw = d_up(dw, hd * 4);
+    kc->head_rmsnorm_backward(sc, dx, dw, dx, x, w, rstd, N, H, hd, ld);
+    kg->head_rmsnorm_backward(sg, gdx, gdw, gdx, gx, gw, grstd, N, H, hd, ld);
+    check("head_rmsnorm_backward dx aliasing dy (whole rows)", gdx, dx, n, F32);
+    check("head_rmsnorm_backward dw (+=)", gdw, dw, hd, F32);
+    /* backward out of place, dw NULL (a frozen norm) */
+    float *dx2 = malloc(n * 4), *gdy = d_up(dyv, n * 4), *gdx2 = d_poison(n);
+    kc->head_rmsnorm_backward(sc, dx2, NULL, dyv, x, w, rstd, N, H, hd, ld);
+    kg->head_rmsnorm_backward(sg, gdx2, NULL, gdy, gx, gw, grstd, N, H, hd, ld);
+    float *hdx = down(gdx2, n), *dxh = heads_of(dx2, N, H, hd, ld), *hdxh = heads_of(hdx, N, H, hd, ld);
+    compare("head_rmsnorm_backward dx out of place, dw NULL", hdxh, dxh, nh, F32);
+    free(hdx), free(dxh), free(hdxh), free(dx2);
+    sharc_device_free(gpu, gdx2);
+    sharc_device_free(gpu, gdy);
+    sharc_device_free(gpu, grstd);
+    sharc_device_free(gpu, gx);
+    sharc_device_free(gpu, gw);
+    free(x), free(w), free(dyv), free(y), free(rstd);
+}
+
+/* generation: n new queries at t0 against a key/value cache, grouped-query heads */
+static void test_kvcache(int n, int t0, int NH, int NKV, int hd, bool with_lo) {
+    char name[160];
+    int Tk = t0 + n;
+    int64_t ldq = (int64_t)(NH + 2 * NKV) * hd, KV = (int64_t)NKV * hd, no = (int64_t)n * NH * hd;
+    float *q = h_rand(n * ldq, 1), *k = h_rand(Tk * KV, 1), *v = h_rand(Tk * KV, 1);
+    int32_t *lo = malloc((size_t)n * 4);
+    for (int i = 0; i < n; i++) lo[i] = (int32_t)((7 * i + 3) % (t0 + i + 1)); /* 0 <= lo[i] <= t0 + i */
+    float *gq = d_up(q, n * ldq * 4), *gk = d_up(k, Tk * KV * 4), *gv = d_up(v, Tk * KV * 4);
+    int32_t *glo = d_up(lo, (size_t)n * 4);
+    int64_t wc = kc->attention_workspace(Tk), wg = kg->attention_workspace(Tk);
+    float *ws = malloc((size_t)(wc > 0 ? wc : 1) * 4);
+    float *gws = sharc_device_alloc(gpu, (size_t)(wg > 0 ? wg : 1) * 4, SHARC_MEM_OTHER);
+    float *out = malloc(no * 4), *gout = d_poison(no);
+    kc->attention_cached(sc, out, q, ldq, k, v, with_lo ? lo : NULL, n, t0, NH, NKV, hd, ws);
+    kg->attention_cached(sg, gout, gq, ldq, gk, gv, with_lo ? glo : NULL, n, t0, NH, NKV, hd, gws);
+    snprintf(name, sizeof name, "attention_cached n%d t0 %d NH%d NKV%d hd%d%s", n, t0, NH, NKV, hd,
+             with_lo ? " lo" : "");
+    check(name, gout, out, no, F32);
+    sharc_device_free(gpu, gq);
+    sharc_device_free(gpu, gk);
+    sharc_device_free(gpu, gv);
+    sharc_device_free(gpu, glo);
+    sharc_device_free(gpu, gws);
+    free(q), free(k), free(v), free(lo), free(ws);
+}
+
 static void test_memory_streams(void) {
     sharc_mem_stats m0, m1;
     sharc_device_mem_get(gpu, &m0);
@@ -577,6 +654,11 @@ int main(int argc, char **argv) {
     RUN("attention", test_attention(1, 64, 4, 4, 64));
     RUN("attention", test_attention(2, 29, 8, 1, 128));
     RUN("xent", test_xent());
+    RUN("qknorm", test_qknorm());
+    RUN("kvcache", test_kvcache(5, 11, 6, 2, 24, false));
+    RUN("kvcache", test_kvcache(5, 11, 6, 2, 24, true));
+    RUN("kvcache", test_kvcache(1, 20, 4, 4, 64, false));
+    RUN("kvcache", test_kvcache(9, 0, 8, 1, 40, true));
     printf("%d passed, %d failed\n", passed, failed);
     return failed ? 1 : 0;
 }
