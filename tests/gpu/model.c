@@ -91,7 +91,10 @@ typedef enum { PLAIN, QWEN3, QWEN3_MOE } variant;
  * under SHARC_BF16=emulate where it has no bf16 instructions) within 2e-2. */
 static void run(sharc_family f, variant v, bool ac, bool bf16) {
     char tag[96], name[192];
-    snprintf(tag, sizeof tag, "%s%s%s", v == QWEN3 ? "qwen3" : v == QWEN3_MOE ? "qwen3_moe" : sharc_family_name(f),
+    snprintf(tag, sizeof tag, "%s%s%s",
+             v == QWEN3       ? "qwen3"
+             : v == QWEN3_MOE ? "qwen3_moe"
+                              : sharc_family_name(f),
              bf16 ? " bf16" : "", ac ? " (activation checkpointing)" : "");
     double tol = bf16 ? 2e-2 : 1e-4;
     sharc_model_config c;

@@ -25,8 +25,8 @@
 #define GRID_STRIDE(i, n)                                                                                              \
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < (n); i += (int64_t)gridDim.x * blockDim.x)
 
-__global__ static void k_route_fwd(float *probs, int32_t *idx, float *wts, const float *logits, int64_t N, int E,
-                                   int K, bool norm_topk) {
+__global__ static void k_route_fwd(float *probs, int32_t *idx, float *wts, const float *logits, int64_t N, int E, int K,
+                                   bool norm_topk) {
     GRID_STRIDE(t, N) {
         const float *l = logits + t * E;
         float *p = probs + t * E;
@@ -118,11 +118,11 @@ extern "C" void sharc_cuda_moe_route_forward(sharc_stream *s, float *probs, int3
 }
 
 extern "C" void sharc_cuda_moe_route_backward(sharc_stream *s, float *dlogits, const float *dwts, const float *probs,
-                                              const int32_t *idx, const float *wts, const float *daux, int64_t N,
-                                              int E, int K, bool norm_topk) {
+                                              const int32_t *idx, const float *wts, const float *daux, int64_t N, int E,
+                                              int K, bool norm_topk) {
     if (N <= 0) return;
-    k_route_bwd<<<sharc_cuda_blocks(N, 128), 128, 0, sharc_cuda_cs(s)>>>(dlogits, dwts, probs, idx, wts, daux, N, E,
-                                                                         K, norm_topk);
+    k_route_bwd<<<sharc_cuda_blocks(N, 128), 128, 0, sharc_cuda_cs(s)>>>(dlogits, dwts, probs, idx, wts, daux, N, E, K,
+                                                                         norm_topk);
     SHARC_CUDA_LAUNCHED();
 }
 
@@ -142,8 +142,8 @@ extern "C" void sharc_cuda_moe_scatter_add(sharc_stream *s, float *y, const floa
     SHARC_CUDA_LAUNCHED();
 }
 
-extern "C" void sharc_cuda_moe_row_dot(sharc_stream *s, float *out, const float *a, const int32_t *rows,
-                                       const float *b, int64_t n, int C) {
+extern "C" void sharc_cuda_moe_row_dot(sharc_stream *s, float *out, const float *a, const int32_t *rows, const float *b,
+                                       int64_t n, int C) {
     if (n <= 0) return;
     int64_t g = (n + ROW_BLOCK - 1) / ROW_BLOCK;
     if (g > INT_MAX) sharc_fatal(__FILE__, __LINE__, "moe_row_dot on cuda: %lld rows", (long long)n);
