@@ -183,6 +183,7 @@ struct sim_thread {
     uint3 tid;
     int state;
     unsigned warp_mask; /* at AT_WARP: the lanes it waits for */
+    void *site;         /* at AT_BLOCK: where its __syncthreads is */
 };
 static std::vector<sim_thread *> threads;
 static jmp_buf sched_jb;
@@ -231,9 +232,10 @@ static void yield_to_scheduler(void) {
     if (_setjmp(cur->jb) == 0) _longjmp(sched_jb, 1);
 }
 
-void sync_block(void) {
+__attribute__((noinline)) void sync_block(void) {
     if (!cur) die("__syncthreads outside a kernel");
     cur->state = AT_BLOCK;
+    cur->site = __builtin_return_address(0);
     yield_to_scheduler();
 }
 
@@ -313,6 +315,17 @@ static void run_block(void) {
         }
         if (done == nthreads) return;
         if (done + at_block == nthreads) {
+            /* threads that exited count as arrived (what GPUs do for an early
+             * return); threads at two different barriers would hang a GPU */
+            void *site = NULL;
+            for (int i = 0; i < nthreads; i++) {
+                if (threads[i]->state != AT_BLOCK) continue;
+                if (site && threads[i]->site != site)
+                    die("%s: block %u,%u,%u: threads wait at two different __syncthreads (%p and %p): a barrier "
+                        "inside a branch not every thread takes",
+                        cur_kernel, cur_block.x, cur_block.y, cur_block.z, site, threads[i]->site);
+                site = threads[i]->site;
+            }
             for (int i = 0; i < nthreads; i++)
                 if (threads[i]->state == AT_BLOCK) threads[i]->state = RUN;
             continue;

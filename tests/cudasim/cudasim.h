@@ -67,8 +67,7 @@ template <class... P> struct launch_box {
 template <class P, class A> inline P convert_arg(A &&a) {
     if constexpr (std::is_pointer<P>::value && std::is_integral<typename std::decay<A>::type>::value)
         return (P) nullptr;
-    else
-        return static_cast<P>(a);
+    else return static_cast<P>(a);
 }
 
 template <class... P> void call_box(void *arg) {
@@ -80,9 +79,9 @@ template <class... P> void call_box(void *arg) {
 
 /* the kernel-side names */
 #define threadIdx (cudasim::cur_thread)
-#define blockIdx (cudasim::cur_block)
-#define blockDim (cudasim::cur_block_dim)
-#define gridDim (cudasim::cur_grid_dim)
+#define blockIdx  (cudasim::cur_block)
+#define blockDim  (cudasim::cur_block_dim)
+#define gridDim   (cudasim::cur_grid_dim)
 
 static inline cudasim::launch_cfg cudasim_cfg(dim3 g, dim3 b, size_t smem = 0, cudaStream_t s = 0) {
     cudasim::launch_cfg c;
@@ -106,7 +105,9 @@ static void cudasim_launch_(const char *name, void (*k)(P...), const cudasim::la
     cudasim::run(name, cfg, cudasim::call_box<P...>, &box, ptrs, n);
 }
 
-static inline void __syncthreads(void) { cudasim::sync_block(); }
+/* a macro, so that the simulator sees each call site (threads waiting at
+ * two different barriers are a bug it reports) */
+#define __syncthreads() cudasim::sync_block()
 
 template <class T> static inline T cudasim_shfl(unsigned mask, T v, int src) {
     static_assert(sizeof(T) <= 8, "cudasim: shuffle of a value over 8 bytes");
