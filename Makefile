@@ -229,4 +229,4 @@ clean:
 
 # The house style (.clang-format; tests/cli/format.sh checks it in the suite).
 format:
-	git ls-files '*.c' '*.h' '*.cu' | xargs clang-format -i
+	git ls-files '*.c' '*.h' '*.cu' '*.cpp' | xargs clang-format -i

@@ -74,22 +74,23 @@ void op_shape(const layout *l, int32_t op, uint64_t *r, uint64_t *c) {
 
 cublasStatus_t check(const desc *d, const layout *a, const layout *b, const layout *c, const layout *dd) {
     if (d->compute != CUBLAS_COMPUTE_32F || d->scale != CUDA_R_32F)
-        return bad(CUBLAS_STATUS_NOT_SUPPORTED, "compute type %d other than CUBLAS_COMPUTE_32F with fp32 scale", (int)d->compute);
+        return bad(CUBLAS_STATUS_NOT_SUPPORTED, "compute type %d other than CUBLAS_COMPUTE_32F with fp32 scale",
+                   (int)d->compute);
     if (a->type != b->type || (a->type != CUDA_R_32F && a->type != CUDA_R_16BF) || c->type != CUDA_R_32F ||
         dd->type != CUDA_R_32F)
-        return bad(CUBLAS_STATUS_NOT_SUPPORTED, "types A/B %d, C %d: only fp32 or bf16 A and B, fp32 C and D", (int)a->type,
-                   (int)c->type);
+        return bad(CUBLAS_STATUS_NOT_SUPPORTED, "types A/B %d, C %d: only fp32 or bf16 A and B, fp32 C and D",
+                   (int)a->type, (int)c->type);
     const layout *ls[4] = {a, b, c, dd};
     for (int i = 0; i < 4; i++)
         if (ls[i]->ld < (int64_t)ls[i]->rows || ls[i]->rows == 0 || ls[i]->cols == 0)
             return bad(CUBLAS_STATUS_INVALID_VALUE, "matrix %c: %lld rows, leading dimension %lld", "ABCD"[i],
-                       (long long)ls[i]->rows, (long long)ls[i]->ld);
+                       (long long)ls[i] -> rows, (long long)ls[i] -> ld);
     uint64_t am, ak, bk, bn;
     op_shape(a, d->ta, &am, &ak);
     op_shape(b, d->tb, &bk, &bn);
     if (ak != bk || c->rows != am || c->cols != bn || dd->rows != c->rows || dd->cols != c->cols || dd->ld != c->ld)
-        return bad(CUBLAS_STATUS_INVALID_VALUE, "shapes disagree: op(A) %lld x %lld, op(B) %lld x %lld, C %lld x %lld", (long long)am,
-                   (long long)ak, (long long)bk, (long long)bn, (long long)c->rows, (long long)c->cols);
+        return bad(CUBLAS_STATUS_INVALID_VALUE, "shapes disagree: op(A) %lld x %lld, op(B) %lld x %lld, C %lld x %lld",
+                   (long long)am, (long long)ak, (long long)bk, (long long)bn, (long long)c->rows, (long long)c->cols);
     return CUBLAS_STATUS_SUCCESS;
 }
 
@@ -133,12 +134,12 @@ cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t dp, cublasLtM
     if ((attr == CUBLASLT_MATMUL_DESC_TRANSA || attr == CUBLASLT_MATMUL_DESC_TRANSB) && size == sizeof(int32_t)) {
         int32_t op;
         memcpy(&op, buf, 4);
-        if (op != CUBLAS_OP_N && op != CUBLAS_OP_T)
-            return bad(CUBLAS_STATUS_INVALID_VALUE, "transpose op %d", (int)op);
+        if (op != CUBLAS_OP_N && op != CUBLAS_OP_T) return bad(CUBLAS_STATUS_INVALID_VALUE, "transpose op %d", (int)op);
         (attr == CUBLASLT_MATMUL_DESC_TRANSA ? d->ta : d->tb) = op;
         return CUBLAS_STATUS_SUCCESS;
     }
-    return bad(CUBLAS_STATUS_NOT_SUPPORTED, "matmul descriptor attribute %d (size %lld) is not simulated", (int)attr, (long long)size);
+    return bad(CUBLAS_STATUS_NOT_SUPPORTED, "matmul descriptor attribute %d (size %lld) is not simulated", (int)attr,
+               (long long)size);
 }
 
 cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t *out, cudaDataType type, uint64_t rows, uint64_t cols,
@@ -184,7 +185,8 @@ cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t p
         memcpy(&p->align[k], buf, 4);
         return CUBLAS_STATUS_SUCCESS;
     }
-    return bad(CUBLAS_STATUS_NOT_SUPPORTED, "preference attribute %d (size %lld) is not simulated", (int)attr, (long long)size);
+    return bad(CUBLAS_STATUS_NOT_SUPPORTED, "preference attribute %d (size %lld) is not simulated", (int)attr,
+               (long long)size);
 }
 
 cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t h, cublasLtMatmulDesc_t d, cublasLtMatrixLayout_t a,

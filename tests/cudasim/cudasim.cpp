@@ -277,7 +277,9 @@ static bool release_warps(void) {
         for (int l = 0; l < 32; l++) {
             if (!(mask & (1u << l))) continue;
             int i = lo + l;
-            if (i >= hi) die("%s: a shuffle's mask 0x%08x names lane %d, beyond the block's %d threads", cur_kernel, mask, l, nthreads);
+            if (i >= hi)
+                die("%s: a shuffle's mask 0x%08x names lane %d, beyond the block's %d threads", cur_kernel, mask, l,
+                    nthreads);
             if (threads[i]->state == DONE)
                 die("%s: a shuffle's mask 0x%08x names lane %d of warp %d, which has exited", cur_kernel, mask, l, w);
             if (threads[i]->state != AT_WARP) ok = false;
@@ -458,8 +460,8 @@ cudaError_t cudaMalloc(void **p, size_t bytes) {
     *p = NULL;
     if (live_bytes + bytes > mem_limit()) {
         pthread_mutex_unlock(&lock);
-        return fail(cudaErrorMemoryAllocation, "cudaMalloc(%zu): %zu bytes live, CUDASIM_MEMORY %zu", bytes,
-                    live_bytes, mem_limit());
+        return fail(cudaErrorMemoryAllocation, "cudaMalloc(%zu): %zu bytes live, CUDASIM_MEMORY %zu", bytes, live_bytes,
+                    mem_limit());
     }
     size_t rounded = (bytes + 255) / 256 * 256;
     size_t npages = (rounded + PAGE - 1) / PAGE;
@@ -542,13 +544,15 @@ static cudaError_t copy(void *dst, const void *src, size_t n, cudaMemcpyKind kin
     static const char *kn[] = {"HostToHost", "HostToDevice", "DeviceToHost", "DeviceToDevice", "Default"};
     cudaError_t e = cudaSuccess;
     if (d < 0 || s < 0)
-        e = fail(cudaErrorInvalidValue, "cudaMemcpy%s of %zu bytes: the %s range is not inside one live device "
-                 "allocation", kind <= 4 ? kn[kind] : "?", n, d < 0 ? "destination" : "source");
+        e = fail(cudaErrorInvalidValue,
+                 "cudaMemcpy%s of %zu bytes: the %s range is not inside one live device "
+                 "allocation",
+                 kind <= 4 ? kn[kind] : "?", n, d < 0 ? "destination" : "source");
     else if ((kind == cudaMemcpyHostToDevice && (d != 1 || s != 0)) ||
              (kind == cudaMemcpyDeviceToHost && (d != 0 || s != 1)) ||
              (kind == cudaMemcpyDeviceToDevice && (d != 1 || s != 1)) || (kind == cudaMemcpyHostToHost && (d || s)))
-        e = fail(cudaErrorInvalidValue, "cudaMemcpy%s of %zu bytes from %s to %s memory", kind <= 4 ? kn[kind] : "?",
-                 n, s ? "device" : "host", d ? "device" : "host");
+        e = fail(cudaErrorInvalidValue, "cudaMemcpy%s of %zu bytes from %s to %s memory", kind <= 4 ? kn[kind] : "?", n,
+                 s ? "device" : "host", d ? "device" : "host");
     if (e == cudaSuccess) {
         cur_kernel = "a copy";
         device_enter();
@@ -570,7 +574,8 @@ static cudaError_t set2d(void *p, size_t pitch, int value, size_t width, size_t 
     pthread_mutex_lock(&lock);
     init_once();
     cudaError_t e = cudaSuccess;
-    if (width > pitch && height > 1) e = fail(cudaErrorInvalidValue, "cudaMemset2D: width %zu > pitch %zu", width, pitch);
+    if (width > pitch && height > 1)
+        e = fail(cudaErrorInvalidValue, "cudaMemset2D: width %zu > pitch %zu", width, pitch);
     else if (side(p, pitch * (height - 1) + width) != 1)
         e = fail(cudaErrorInvalidValue, "cudaMemset of %zu x %zu bytes at %p: not inside one live device allocation",
                  height, width, p);
