@@ -13,7 +13,7 @@ fail() { echo "$*"; exit 1; }
 cd "$TMPDIR"
 
 out=$("$B/cudasim_selftest" values 2>&1) || fail "cudasim_selftest values: $out"
-[ "$(grep -c '^PASS' <<< "$out")" -ge 11 ] || fail "cudasim_selftest values: $out"
+[ "$(grep -c '^PASS' <<< "$out")" -ge 13 ] || fail "cudasim_selftest values: $out"
 
 # each planted bug: stopped (abort), with the simulator's message
 while IFS='|' read -r case want; do

@@ -4,7 +4,9 @@
  * compute against values worked out by hand: warp shuffles (xor, down, up,
  * broadcast, 16-lane segments), a shared-memory tree reduction that needs
  * its __syncthreads (and is wrong without them, so the simulator does not
- * hide a missing barrier), a 3-d launch's indices, and the copy checks.
+ * hide a missing barrier), a 3-d launch's indices, stream order (a copy on
+ * one stream sees another stream's kernel only after an event), and the
+ * copy checks.
  * Every other case is a bug the simulator must stop with its message:
  * cudasim.sh runs each and checks that it aborts saying so. */
 #include <cuda_runtime.h>
@@ -126,6 +128,36 @@ static void values(void) {
     cudaFree(ix);
     free(hx);
 
+    /* streams: a copy on stream 2 of what stream 1 writes sees it only
+     * after an event; without one it reads what was there before */
+    cudaStream_t s1, s2;
+    cudaEvent_t ev;
+    cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking);
+    cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking);
+    cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
+    int *src = dev_ints(64), *dst = dev_ints(64), hs[64];
+    cudaMemset(src, 0, 64 * sizeof(int));
+    for (int pass = 0; pass < 2; pass++) {
+        cudaMemsetAsync(dst, 0, 64 * sizeof(int), s2);
+        k_index<<<1, 64, 0, s1>>>(src);
+        if (pass == 1) {
+            cudaEventRecord(ev, s1);
+            cudaStreamWaitEvent(s2, ev, 0);
+        }
+        cudaMemcpyAsync(dst, src, 64 * sizeof(int), cudaMemcpyDeviceToDevice, s2);
+        cudaStreamSynchronize(s2);
+        cudaMemcpy(hs, dst, sizeof hs, cudaMemcpyDeviceToHost);
+        if (pass == 0) expect("without an event, stream 2 does not see stream 1's kernel", hs[5] == 0);
+        else expect("after an event, stream 2 sees stream 1's kernel", hs[5] == 5 && hs[63] == 63);
+        cudaDeviceSynchronize();
+        cudaMemset(src, 0, 64 * sizeof(int));
+    }
+    cudaFree(src);
+    cudaFree(dst);
+    cudaEventDestroy(ev);
+    cudaStreamDestroy(s1);
+    cudaStreamDestroy(s2);
+
     int host[4] = {0};
     int *dd = dev_ints(4);
     expect("a host-to-device copy into host memory is refused",
@@ -160,6 +192,7 @@ int main(int argc, char **argv) {
         cudaFree(d);
         k_write<<<1, 1>>>((float *)d, 4);
     }
+    cudaDeviceSynchronize(); /* queued work runs */
     printf("case %s: not stopped\n", c);
     return 0;
 }
