@@ -208,8 +208,8 @@ __global__ static void k_fa_fwd(float *out, float *lse, const float *qkv, const 
  * the head, the pair's halves added) and lo; rows past T get lo INT_MAX.
  * Returns the warp's smallest lo. */
 __device__ static inline int row_state(float *Lr, float *Dr, int *lor, const float *dout, const float *out,
-                                       const float *lse, const int32_t *lo, int b, int h, int q0, int nq, int T,
-                                       int NH, int hd) {
+                                       const float *lse, const int32_t *lo, int b, int h, int q0, int nq, int T, int NH,
+                                       int hd) {
     int w = threadIdx.x / 32, lane = threadIdx.x % 32;
     int r = w * 16 + lane / 2, half = lane & 1, i = q0 + r;
     bool valid = r < nq;
@@ -233,9 +233,9 @@ template <int NF>
 __global__ static void k_fa_dq(float *dqkv, const float *dout, const float *qkv, const float *out, const float *lse,
                                const int32_t *lo, int T, int NH, int NKV, float scale) {
     const int hd = NF * 16;
-    __shared__ __align__(32) bf16 ks[TILE][LDH];   /* Q (staging), then K tiles */
-    __shared__ __align__(32) bf16 vs[TILE][LDH];   /* dO (staging), then V tiles */
-    __shared__ __align__(32) bf16 dsw[NWARP][16][LDW]; /* each warp's dS block */
+    __shared__ __align__(32) bf16 ks[TILE][LDH];        /* Q (staging), then K tiles */
+    __shared__ __align__(32) bf16 vs[TILE][LDH];        /* dO (staging), then V tiles */
+    __shared__ __align__(32) bf16 dsw[NWARP][16][LDW];  /* each warp's dS block */
     __shared__ __align__(32) float stg[NWARP][16][LDF]; /* each warp's map and output staging */
     __shared__ float Lr[TILE], Dr[TILE];
     __shared__ int lor[TILE], wlo[NWARP];
