@@ -6,7 +6,7 @@
  * ids and targets as device arrays (kernels read device memory only).
  * Prints PASS/FAIL lines and "N passed, N failed"; exit 77 without a GPU.
  * Run separately from gpu_kernels by tests/gpu/run.sh, so that a crash in the
- * engine on a device (note [cuda-gate]) is one failed check, not a lost suite. */
+ * engine on a device (note [cuda-train]) is one failed check, not a lost suite. */
 #include "sharc/device.h"
 #include "sharc/fsdp.h"
 #include "sharc/model.h"
