@@ -59,7 +59,8 @@ BENCH_SRC := $(wildcard bench/*.c)
 all: $(BUILD)/libsharc.a $(BUILD)/libsharc.so $(BUILD)/sharc $(BUILD)/sharc_tests $(BUILD)/mpi_tests \
      $(BUILD)/mpi_nccl $(BUILD)/libfake_nccl.so \
      $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%) $(if $(filter 1,$(CUDA)),$(BUILD)/gpu_kernels $(BUILD)/gpu_model) \
-     $(if $(filter 1,$(CUDASIM)),$(SIM)/sharc $(SIM)/gpu_kernels $(SIM)/gpu_model $(SIM)/libcudasim_cublaslt.so)
+     $(if $(filter 1,$(CUDASIM)),$(SIM)/sharc $(SIM)/gpu_kernels $(SIM)/gpu_model $(SIM)/libcudasim_cublaslt.so \
+                                  $(SIM)/cudasim_selftest)
 
 $(BUILD)/%.o: %.c $(wildcard include/sharc/*.h) $(wildcard src/*/*.h src/*/*/*.h tests/*.h)
 	@mkdir -p $(dir $@)
@@ -85,6 +86,11 @@ $(SIM)/%.o: $(SIM)/%.cpp tests/cudasim/cudasim.h $(wildcard include/sharc/*.h sr
 $(SIM)/cudasim.o: tests/cudasim/cudasim.cpp tests/cudasim/cudasim.h
 	@mkdir -p $(dir $@)
 	$(CXX) $(SIM_CXXFLAGS) -Itests/cudasim -I$(CUDA_HOME)/include -c $< -o $@
+$(SIM)/selftest.cpp: tests/cudasim/selftest.cu tests/cudasim/rewrite.sh
+	@mkdir -p $(dir $@)
+	tests/cudasim/rewrite.sh $< $@
+$(SIM)/cudasim_selftest: $(SIM)/selftest.o $(SIM)/cudasim.o
+	$(CXX) -rdynamic -o $@ $^ -lpthread
 $(SIM)/libcudasim_cublaslt.so: tests/cudasim/cublaslt.cpp
 	@mkdir -p $(dir $@)
 	$(CXX) $(SIM_CXXFLAGS) -I$(CUDA_HOME)/include -O2 -shared -o $@ $<
@@ -223,4 +229,4 @@ clean:
 
 # The house style (.clang-format; tests/cli/format.sh checks it in the suite).
 format:
-	git ls-files '*.c' '*.h' '*.cu' | xargs clang-format -i
+	git ls-files '*.c' '*.h' '*.cu' '*.cpp' | xargs clang-format -i

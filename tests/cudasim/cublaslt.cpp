@@ -20,8 +20,7 @@
 
 /* from cudasim.cpp, resolved in the program that loads this library */
 extern "C" int cudasim_device_range(const void *p, size_t n);
-extern "C" void cudasim_device_begin(const char *what);
-extern "C" void cudasim_device_end(void);
+extern "C" void cudasim_enqueue(cudaStream_t s, const char *what, void (*fn)(void *), void *arg);
 
 namespace {
 
@@ -74,22 +73,23 @@ void op_shape(const layout *l, int32_t op, uint64_t *r, uint64_t *c) {
 
 cublasStatus_t check(const desc *d, const layout *a, const layout *b, const layout *c, const layout *dd) {
     if (d->compute != CUBLAS_COMPUTE_32F || d->scale != CUDA_R_32F)
-        return bad(CUBLAS_STATUS_NOT_SUPPORTED, "compute type %d other than CUBLAS_COMPUTE_32F with fp32 scale", (int)d->compute);
+        return bad(CUBLAS_STATUS_NOT_SUPPORTED, "compute type %d other than CUBLAS_COMPUTE_32F with fp32 scale",
+                   (int)d->compute);
     if (a->type != b->type || (a->type != CUDA_R_32F && a->type != CUDA_R_16BF) || c->type != CUDA_R_32F ||
         dd->type != CUDA_R_32F)
-        return bad(CUBLAS_STATUS_NOT_SUPPORTED, "types A/B %d, C %d: only fp32 or bf16 A and B, fp32 C and D", (int)a->type,
-                   (int)c->type);
+        return bad(CUBLAS_STATUS_NOT_SUPPORTED, "types A/B %d, C %d: only fp32 or bf16 A and B, fp32 C and D",
+                   (int)a->type, (int)c->type);
     const layout *ls[4] = {a, b, c, dd};
     for (int i = 0; i < 4; i++)
         if (ls[i]->ld < (int64_t)ls[i]->rows || ls[i]->rows == 0 || ls[i]->cols == 0)
             return bad(CUBLAS_STATUS_INVALID_VALUE, "matrix %c: %lld rows, leading dimension %lld", "ABCD"[i],
-                       (long long)ls[i]->rows, (long long)ls[i]->ld);
+                       (long long)ls[i] -> rows, (long long)ls[i] -> ld);
     uint64_t am, ak, bk, bn;
     op_shape(a, d->ta, &am, &ak);
     op_shape(b, d->tb, &bk, &bn);
     if (ak != bk || c->rows != am || c->cols != bn || dd->rows != c->rows || dd->cols != c->cols || dd->ld != c->ld)
-        return bad(CUBLAS_STATUS_INVALID_VALUE, "shapes disagree: op(A) %lld x %lld, op(B) %lld x %lld, C %lld x %lld", (long long)am,
-                   (long long)ak, (long long)bk, (long long)bn, (long long)c->rows, (long long)c->cols);
+        return bad(CUBLAS_STATUS_INVALID_VALUE, "shapes disagree: op(A) %lld x %lld, op(B) %lld x %lld, C %lld x %lld",
+                   (long long)am, (long long)ak, (long long)bk, (long long)bn, (long long)c->rows, (long long)c->cols);
     return CUBLAS_STATUS_SUCCESS;
 }
 
@@ -100,6 +100,37 @@ uint32_t align_of(const void *p) {
     uint32_t al = 256;
     while (al > 1 && a % al) al /= 2;
     return al;
+}
+
+/* a matmul as queued on its stream: everything it reads, copied at the call */
+struct job {
+    desc d;
+    layout a, b, c, dl;
+    const void *A, *B, *C;
+    void *D;
+    float alpha, beta;
+};
+
+void run_job(void *arg) {
+    job *j = (job *)arg;
+    uint64_t m, k, n, kk;
+    op_shape(&j->a, j->d.ta, &m, &k);
+    op_shape(&j->b, j->d.tb, &kk, &n);
+    float *out = (float *)j->D;
+    const float *cin = (const float *)j->C;
+    for (uint64_t col = 0; col < n; col++)
+        for (uint64_t i = 0; i < m; i++) {
+            float acc = 0.0f;
+            for (uint64_t p = 0; p < k; p++) {
+                size_t ia = j->d.ta == CUBLAS_OP_N ? i + p * (size_t)j->a.ld : p + i * (size_t)j->a.ld;
+                size_t ib = j->d.tb == CUBLAS_OP_N ? p + col * (size_t)j->b.ld : col + p * (size_t)j->b.ld;
+                acc += load(j->A, j->a.type, ia) * load(j->B, j->b.type, ib);
+            }
+            float v = j->alpha * acc;
+            if (j->beta != 0.0f) v += j->beta * cin[i + col * (size_t)j->c.ld];
+            out[i + col * (size_t)j->dl.ld] = v;
+        }
+    delete j;
 }
 
 } /* namespace */
@@ -133,12 +164,12 @@ cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t dp, cublasLtM
     if ((attr == CUBLASLT_MATMUL_DESC_TRANSA || attr == CUBLASLT_MATMUL_DESC_TRANSB) && size == sizeof(int32_t)) {
         int32_t op;
         memcpy(&op, buf, 4);
-        if (op != CUBLAS_OP_N && op != CUBLAS_OP_T)
-            return bad(CUBLAS_STATUS_INVALID_VALUE, "transpose op %d", (int)op);
+        if (op != CUBLAS_OP_N && op != CUBLAS_OP_T) return bad(CUBLAS_STATUS_INVALID_VALUE, "transpose op %d", (int)op);
         (attr == CUBLASLT_MATMUL_DESC_TRANSA ? d->ta : d->tb) = op;
         return CUBLAS_STATUS_SUCCESS;
     }
-    return bad(CUBLAS_STATUS_NOT_SUPPORTED, "matmul descriptor attribute %d (size %lld) is not simulated", (int)attr, (long long)size);
+    return bad(CUBLAS_STATUS_NOT_SUPPORTED, "matmul descriptor attribute %d (size %lld) is not simulated", (int)attr,
+               (long long)size);
 }
 
 cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t *out, cudaDataType type, uint64_t rows, uint64_t cols,
@@ -184,7 +215,8 @@ cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t p
         memcpy(&p->align[k], buf, 4);
         return CUBLAS_STATUS_SUCCESS;
     }
-    return bad(CUBLAS_STATUS_NOT_SUPPORTED, "preference attribute %d (size %lld) is not simulated", (int)attr, (long long)size);
+    return bad(CUBLAS_STATUS_NOT_SUPPORTED, "preference attribute %d (size %lld) is not simulated", (int)attr,
+               (long long)size);
 }
 
 cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t h, cublasLtMatmulDesc_t d, cublasLtMatrixLayout_t a,
@@ -235,25 +267,8 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t dp, const
             return bad(CUBLAS_STATUS_INVALID_VALUE, "matrix %c (%lld bytes) is not inside one device allocation",
                        "ABCD"[i], (long long)extent(ls[i]));
     }
-    uint64_t m, k, n, kk;
-    op_shape(a, d->ta, &m, &k);
-    op_shape(b, d->tb, &kk, &n);
-    cudasim_device_begin("cublasLtMatmul");
-    float *out = (float *)D;
-    const float *cin = (const float *)C;
-    for (uint64_t j = 0; j < n; j++)
-        for (uint64_t i = 0; i < m; i++) {
-            float acc = 0.0f;
-            for (uint64_t p = 0; p < k; p++) {
-                size_t ia = d->ta == CUBLAS_OP_N ? i + p * (size_t)a->ld : p + i * (size_t)a->ld;
-                size_t ib = d->tb == CUBLAS_OP_N ? p + j * (size_t)b->ld : j + p * (size_t)b->ld;
-                acc += load(A, a->type, ia) * load(B, b->type, ib);
-            }
-            float v = alpha * acc;
-            if (beta != 0.0f) v += beta * cin[i + j * (size_t)c->ld];
-            out[i + j * (size_t)dl->ld] = v;
-        }
-    cudasim_device_end();
+    job *jb = new job{*d, *a, *b, *c, *dl, A, B, C, D, alpha, beta};
+    cudasim_enqueue(stream, "cublasLtMatmul", run_job, jb);
     return CUBLAS_STATUS_SUCCESS;
 }
 

@@ -17,9 +17,15 @@
  * its mask names). Barriers that can never all be reached (a __syncthreads
  * inside a branch some threads skip, a shuffle whose mask names a thread
  * that exited) abort with the kernel's name: on a GPU they hang or read
- * garbage. Blocks run one after another; launches, copies and memsets run
- * when called (every stream is synchronous here, so stream and event
- * ordering is not exercised). */
+ * garbage. Blocks run one after another.
+ *
+ * Streams: launches, copies and memsets are queued on their stream and run
+ * only when the host waits for them (a stream or event synchronize, a
+ * device synchronize, a free, a copy into pageable host memory) or when
+ * another stream waits on an event recorded after them; a stream never
+ * runs ahead because a different stream was drained. So work that reads
+ * what another stream writes without an event between them reads stale
+ * data, as it may on a GPU. CUDASIM_SYNC=1 runs everything when queued. */
 
 #include "cudasim.h"
 
@@ -27,7 +33,10 @@
 #include <errno.h>
 #include <stdarg.h>
 #include <execinfo.h>
+#include <deque>
+#include <functional>
 #include <map>
+#include <memory>
 #include <setjmp.h>
 #include <pthread.h>
 #include <signal.h>
@@ -183,6 +192,7 @@ struct sim_thread {
     uint3 tid;
     int state;
     unsigned warp_mask; /* at AT_WARP: the lanes it waits for */
+    void *site;         /* at AT_BLOCK: where its __syncthreads is */
 };
 static std::vector<sim_thread *> threads;
 static jmp_buf sched_jb;
@@ -231,9 +241,10 @@ static void yield_to_scheduler(void) {
     if (_setjmp(cur->jb) == 0) _longjmp(sched_jb, 1);
 }
 
-void sync_block(void) {
+__attribute__((noinline)) void sync_block(void) {
     if (!cur) die("__syncthreads outside a kernel");
     cur->state = AT_BLOCK;
+    cur->site = __builtin_return_address(0);
     yield_to_scheduler();
 }
 
@@ -275,7 +286,9 @@ static bool release_warps(void) {
         for (int l = 0; l < 32; l++) {
             if (!(mask & (1u << l))) continue;
             int i = lo + l;
-            if (i >= hi) die("%s: a shuffle's mask 0x%08x names lane %d, beyond the block's %d threads", cur_kernel, mask, l, nthreads);
+            if (i >= hi)
+                die("%s: a shuffle's mask 0x%08x names lane %d, beyond the block's %d threads", cur_kernel, mask, l,
+                    nthreads);
             if (threads[i]->state == DONE)
                 die("%s: a shuffle's mask 0x%08x names lane %d of warp %d, which has exited", cur_kernel, mask, l, w);
             if (threads[i]->state != AT_WARP) ok = false;
@@ -313,6 +326,17 @@ static void run_block(void) {
         }
         if (done == nthreads) return;
         if (done + at_block == nthreads) {
+            /* threads that exited count as arrived (what GPUs do for an early
+             * return); threads at two different barriers would hang a GPU */
+            void *site = NULL;
+            for (int i = 0; i < nthreads; i++) {
+                if (threads[i]->state != AT_BLOCK) continue;
+                if (site && threads[i]->site != site)
+                    die("%s: block %u,%u,%u: threads wait at two different __syncthreads (%p and %p): a barrier "
+                        "inside a branch not every thread takes",
+                        cur_kernel, cur_block.x, cur_block.y, cur_block.z, site, threads[i]->site);
+                site = threads[i]->site;
+            }
             for (int i = 0; i < nthreads; i++)
                 if (threads[i]->state == AT_BLOCK) threads[i]->state = RUN;
             continue;
@@ -323,29 +347,92 @@ static void run_block(void) {
     }
 }
 
-void run(const char *kernel, const launch_cfg &cfg, body_fn body, void *arg, const void *const *ptrs, int nptr) {
-    pthread_mutex_lock(&lock);
-    init_once();
+/* ------------------------------------------------------------ streams */
+
+struct sim_event;
+struct op {
+    std::function<void()> fn; /* the work (empty for an event record or wait) */
+    sim_event *rec;           /* an event record: the event and its generation */
+    uint64_t rec_gen;
+    sim_event *wait; /* a wait for an event's generation */
+    uint64_t wait_gen;
+};
+struct sim_stream {
+    int magic;
+    std::deque<op> q;
+    bool draining;
+};
+struct sim_event {
+    int magic;
+    sim_stream *stream; /* where its last record is queued */
+    uint64_t gen, done; /* records asked, records reached */
+};
+static sim_stream legacy_stream = {0x57, {}, false};
+static std::vector<sim_stream *> streams = {&legacy_stream};
+
+static bool deferred(void) {
+    static int v = -1;
+    if (v < 0) {
+        const char *e = getenv("CUDASIM_SYNC");
+        v = !(e && e[0] == '1');
+    }
+    return v;
+}
+
+sim_stream *stream_of(cudaStream_t s) {
+    if (!s) return &legacy_stream;
+    sim_stream *st = (sim_stream *)s;
+    if (st->magic != 0x57) die("a stream that is not one (destroyed, or never created): %p", (void *)s);
+    return st;
+}
+
+static void exec(op &o) {
+    if (o.fn) o.fn();
+    if (o.rec) o.rec->done = o.rec_gen > o.rec->done ? o.rec_gen : o.rec->done;
+}
+
+static void drain_event(sim_event *e);
+
+/* run up to n of the stream's queued operations, in order */
+static void drain(sim_stream *st, size_t n = (size_t)-1) {
+    if (st->draining) die("streams wait on each other's events in a cycle: a GPU would hang");
+    st->draining = true;
+    while (!st->q.empty() && n-- > 0) {
+        op &front = st->q.front();
+        if (front.wait && front.wait->done < front.wait_gen) drain_event(front.wait);
+        op o = std::move(st->q.front());
+        st->q.pop_front();
+        exec(o);
+    }
+    st->draining = false;
+}
+
+static void drain_event(sim_event *e) {
+    while (e->done < e->gen) {
+        if (!e->stream || e->stream->q.empty()) die("an event's record is not queued anywhere");
+        drain(e->stream, 1);
+    }
+}
+
+static void drain_all(void) {
+    for (bool again = true; again;) {
+        again = false;
+        for (sim_stream *st : streams)
+            if (!st->q.empty()) {
+                drain(st);
+                again = true;
+            }
+    }
+}
+
+void enqueue(sim_stream *st, std::function<void()> fn) {
+    op o{std::move(fn), NULL, 0, NULL, 0};
+    if (deferred()) st->q.push_back(std::move(o));
+    else exec(o);
+}
+
+static void launch_now(const char *kernel, const launch_cfg &cfg, body_fn body, void *arg) {
     int nt = (int)(cfg.block.x * cfg.block.y * cfg.block.z);
-    unsigned long long nb = (unsigned long long)cfg.grid.x * cfg.grid.y * cfg.grid.z;
-    if (nt < 1 || nt > 1024 || cfg.block.z > 64 || nb < 1 || cfg.grid.y > 65535 || cfg.grid.z > 65535 ||
-        cfg.grid.x > 2147483647u) {
-        fail(cudaErrorInvalidConfiguration, "%s: invalid launch: grid %u,%u,%u block %u,%u,%u", kernel, cfg.grid.x,
-             cfg.grid.y, cfg.grid.z, cfg.block.x, cfg.block.y, cfg.block.z);
-        pthread_mutex_unlock(&lock);
-        return;
-    }
-    if (cfg.smem > 0) die("%s: dynamic shared memory is not simulated yet (%zu bytes asked)", kernel, cfg.smem);
-    for (int i = 0; i < nptr; i++) {
-        uintptr_t s;
-        const alloc_rec *r;
-        if (ptrs[i] && !((r = find(ptrs[i], 0, &s)))) {
-            char what[160];
-            describe((uintptr_t)ptrs[i], what, sizeof what);
-            die("%s: pointer argument %d (%p) is not device memory (%s)", kernel, i + 1, ptrs[i],
-                in_arena(ptrs[i]) ? what : "a host address");
-        }
-    }
     grow_pool(nt);
     warp_slots.assign((size_t)(nt + 31) / 32 * 32, 0);
     nthreads = nt;
@@ -365,6 +452,38 @@ void run(const char *kernel, const launch_cfg &cfg, body_fn body, void *arg, con
             }
     device_leave();
     cur_kernel = NULL;
+}
+
+void run(const char *kernel, const launch_cfg &cfg, body_fn body, void *arg, body_fn drop, const void *const *ptrs,
+         int nptr) {
+    pthread_mutex_lock(&lock);
+    init_once();
+    int nt = (int)(cfg.block.x * cfg.block.y * cfg.block.z);
+    unsigned long long nb = (unsigned long long)cfg.grid.x * cfg.grid.y * cfg.grid.z;
+    if (nt < 1 || nt > 1024 || cfg.block.z > 64 || nb < 1 || cfg.grid.y > 65535 || cfg.grid.z > 65535 ||
+        cfg.grid.x > 2147483647u) {
+        fail(cudaErrorInvalidConfiguration, "%s: invalid launch: grid %u,%u,%u block %u,%u,%u", kernel, cfg.grid.x,
+             cfg.grid.y, cfg.grid.z, cfg.block.x, cfg.block.y, cfg.block.z);
+        drop(arg);
+        pthread_mutex_unlock(&lock);
+        return;
+    }
+    if (cfg.smem > 0) die("%s: dynamic shared memory is not simulated yet (%zu bytes asked)", kernel, cfg.smem);
+    for (int i = 0; i < nptr; i++) {
+        uintptr_t s;
+        const alloc_rec *r;
+        if (ptrs[i] && !((r = find(ptrs[i], 0, &s)))) {
+            char what[160];
+            describe((uintptr_t)ptrs[i], what, sizeof what);
+            die("%s: pointer argument %d (%p) is not device memory (%s)", kernel, i + 1, ptrs[i],
+                in_arena(ptrs[i]) ? what : "a host address");
+        }
+    }
+    launch_cfg c = cfg;
+    enqueue(stream_of(cfg.stream), [kernel, c, body, arg, drop]() {
+        launch_now(kernel, c, body, arg);
+        drop(arg);
+    });
     pthread_mutex_unlock(&lock);
 }
 
@@ -394,6 +513,18 @@ extern "C" void cudasim_device_end(void) {
     pthread_mutex_unlock(&lock);
 }
 extern "C" size_t cudasim_peak_bytes(void) { return peak_bytes; }
+/* Queue fn(arg) on stream s as device work named `what` (fn owns arg). */
+extern "C" void cudasim_enqueue(cudaStream_t s, const char *what, void (*fn)(void *), void *arg) {
+    pthread_mutex_lock(&lock);
+    enqueue(stream_of(s), [what, fn, arg]() {
+        cur_kernel = what;
+        device_enter();
+        fn(arg);
+        device_leave();
+        cur_kernel = NULL;
+    });
+    pthread_mutex_unlock(&lock);
+}
 
 /* ------------------------------------------------------------ the runtime API */
 
@@ -445,8 +576,8 @@ cudaError_t cudaMalloc(void **p, size_t bytes) {
     *p = NULL;
     if (live_bytes + bytes > mem_limit()) {
         pthread_mutex_unlock(&lock);
-        return fail(cudaErrorMemoryAllocation, "cudaMalloc(%zu): %zu bytes live, CUDASIM_MEMORY %zu", bytes,
-                    live_bytes, mem_limit());
+        return fail(cudaErrorMemoryAllocation, "cudaMalloc(%zu): %zu bytes live, CUDASIM_MEMORY %zu", bytes, live_bytes,
+                    mem_limit());
     }
     size_t rounded = (bytes + 255) / 256 * 256;
     size_t npages = (rounded + PAGE - 1) / PAGE;
@@ -471,6 +602,7 @@ cudaError_t cudaMalloc(void **p, size_t bytes) {
 cudaError_t cudaFree(void *p) {
     if (!p) return cudaSuccess;
     pthread_mutex_lock(&lock);
+    drain_all(); /* cudaFree waits for the device */
     auto it = allocs.find((uintptr_t)p);
     if (it == allocs.end() || it->second.pinned_host) {
         /* a GPU returns an error here that sharc_device_free cannot report */
@@ -498,6 +630,7 @@ cudaError_t cudaHostAlloc(void **p, size_t bytes, unsigned int flags) { return c
 cudaError_t cudaFreeHost(void *p) {
     if (!p) return cudaSuccess;
     pthread_mutex_lock(&lock);
+    drain_all();
     auto it = allocs.find((uintptr_t)p);
     bool ok = it != allocs.end() && it->second.pinned_host;
     if (ok) allocs.erase(it);
@@ -521,117 +654,182 @@ static int side(const void *p, size_t n) {
     return in_arena(p) ? -1 : 0;
 }
 
-static cudaError_t copy(void *dst, const void *src, size_t n, cudaMemcpyKind kind) {
+static cudaError_t copy_check(void *dst, const void *src, size_t n, cudaMemcpyKind kind, int *d, int *s) {
+    static const char *kn[] = {"HostToHost", "HostToDevice", "DeviceToHost", "DeviceToDevice", "Default"};
+    *d = side(dst, n);
+    *s = side(src, n);
+    if (*d < 0 || *s < 0)
+        return fail(cudaErrorInvalidValue,
+                    "cudaMemcpy%s of %zu bytes: the %s range is not inside one live device allocation",
+                    kind <= 4 ? kn[kind] : "?", n, *d < 0 ? "destination" : "source");
+    if ((kind == cudaMemcpyHostToDevice && (*d != 1 || *s != 0)) ||
+        (kind == cudaMemcpyDeviceToHost && (*d != 0 || *s != 1)) ||
+        (kind == cudaMemcpyDeviceToDevice && (*d != 1 || *s != 1)) || (kind == cudaMemcpyHostToHost && (*d || *s)))
+        return fail(cudaErrorInvalidValue, "cudaMemcpy%s of %zu bytes from %s to %s memory", kind <= 4 ? kn[kind] : "?",
+                    n, *s ? "device" : "host", *d ? "device" : "host");
+    return cudaSuccess;
+}
+
+static bool pinned(const void *p, size_t n) {
+    const alloc_rec *r = find(p, n, NULL);
+    return r && r->pinned_host;
+}
+
+static void copy_now(void *dst, const void *src, size_t n) {
+    cur_kernel = "a copy";
+    device_enter();
+    memmove(dst, src, n);
+    device_leave();
+    cur_kernel = NULL;
+}
+
+/* CUDA's rules for a copy on a stream: from pageable host memory, the bytes
+ * are taken when the call returns (staged); into pageable host memory, the
+ * call returns when they have arrived (the stream's earlier work done);
+ * pinned host and device memory are read and written when the copy runs. */
+static cudaError_t copy_on(sim_stream *st, void *dst, const void *src, size_t n, cudaMemcpyKind kind, bool sync) {
     if (n == 0) return cudaSuccess;
     pthread_mutex_lock(&lock);
     init_once();
-    int d = side(dst, n), s = side(src, n);
-    static const char *kn[] = {"HostToHost", "HostToDevice", "DeviceToHost", "DeviceToDevice", "Default"};
-    cudaError_t e = cudaSuccess;
-    if (d < 0 || s < 0)
-        e = fail(cudaErrorInvalidValue, "cudaMemcpy%s of %zu bytes: the %s range is not inside one live device "
-                 "allocation", kind <= 4 ? kn[kind] : "?", n, d < 0 ? "destination" : "source");
-    else if ((kind == cudaMemcpyHostToDevice && (d != 1 || s != 0)) ||
-             (kind == cudaMemcpyDeviceToHost && (d != 0 || s != 1)) ||
-             (kind == cudaMemcpyDeviceToDevice && (d != 1 || s != 1)) || (kind == cudaMemcpyHostToHost && (d || s)))
-        e = fail(cudaErrorInvalidValue, "cudaMemcpy%s of %zu bytes from %s to %s memory", kind <= 4 ? kn[kind] : "?",
-                 n, s ? "device" : "host", d ? "device" : "host");
+    int d, s;
+    cudaError_t e = copy_check(dst, src, n, kind, &d, &s);
     if (e == cudaSuccess) {
-        cur_kernel = "a copy";
-        device_enter();
-        memmove(dst, src, n);
-        device_leave();
-        cur_kernel = NULL;
+        if (s == 0 && !pinned(src, n)) {
+            std::shared_ptr<std::vector<char>> snap =
+                std::make_shared<std::vector<char>>((const char *)src, (const char *)src + n);
+            enqueue(st, [dst, snap, n]() { copy_now(dst, snap->data(), n); });
+        } else {
+            enqueue(st, [dst, src, n]() { copy_now(dst, src, n); });
+        }
+        if (sync || (d == 0 && !pinned(dst, n))) drain(st);
     }
     pthread_mutex_unlock(&lock);
     return e;
 }
 
-cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, cudaMemcpyKind kind) { return copy(dst, src, n, kind); }
+cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, cudaMemcpyKind kind) {
+    return copy_on(&legacy_stream, dst, src, n, kind, true);
+}
 cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, cudaMemcpyKind kind, cudaStream_t s) {
-    return copy(dst, src, n, kind);
+    return copy_on(stream_of(s), dst, src, n, kind, false);
 }
 
-static cudaError_t set2d(void *p, size_t pitch, int value, size_t width, size_t height) {
+static cudaError_t set2d(sim_stream *st, void *p, size_t pitch, int value, size_t width, size_t height, bool sync) {
     if (width == 0 || height == 0) return cudaSuccess;
     pthread_mutex_lock(&lock);
     init_once();
     cudaError_t e = cudaSuccess;
-    if (width > pitch && height > 1) e = fail(cudaErrorInvalidValue, "cudaMemset2D: width %zu > pitch %zu", width, pitch);
+    if (width > pitch && height > 1)
+        e = fail(cudaErrorInvalidValue, "cudaMemset2D: width %zu > pitch %zu", width, pitch);
     else if (side(p, pitch * (height - 1) + width) != 1)
         e = fail(cudaErrorInvalidValue, "cudaMemset of %zu x %zu bytes at %p: not inside one live device allocation",
                  height, width, p);
     if (e == cudaSuccess) {
-        cur_kernel = "a memset";
-        device_enter();
-        for (size_t r = 0; r < height; r++) memset((char *)p + r * pitch, value, width);
-        device_leave();
-        cur_kernel = NULL;
+        enqueue(st, [p, pitch, value, width, height]() {
+            cur_kernel = "a memset";
+            device_enter();
+            for (size_t r = 0; r < height; r++) memset((char *)p + r * pitch, value, width);
+            device_leave();
+            cur_kernel = NULL;
+        });
+        if (sync) drain(st);
     }
     pthread_mutex_unlock(&lock);
     return e;
 }
-cudaError_t cudaMemset(void *p, int value, size_t n) { return set2d(p, n, value, n, 1); }
-cudaError_t cudaMemsetAsync(void *p, int value, size_t n, cudaStream_t s) { return set2d(p, n, value, n, 1); }
+cudaError_t cudaMemset(void *p, int value, size_t n) { return set2d(&legacy_stream, p, n, value, n, 1, true); }
+cudaError_t cudaMemsetAsync(void *p, int value, size_t n, cudaStream_t s) {
+    return set2d(stream_of(s), p, n, value, n, 1, false);
+}
 cudaError_t cudaMemset2DAsync(void *p, size_t pitch, int value, size_t width, size_t height, cudaStream_t s) {
-    return set2d(p, pitch, value, width, height);
+    return set2d(stream_of(s), p, pitch, value, width, height, false);
 }
 
-cudaError_t cudaDeviceSynchronize(void) { return cudaSuccess; }
+cudaError_t cudaDeviceSynchronize(void) {
+    pthread_mutex_lock(&lock);
+    drain_all();
+    pthread_mutex_unlock(&lock);
+    return cudaSuccess;
+}
 
-/* streams and events: handles only (all work has run when it was queued) */
-struct sim_stream {
-    int magic;
-};
-struct sim_event {
-    int magic;
-    bool recorded;
-};
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned int flags) {
-    sim_stream *p = (sim_stream *)calloc(1, sizeof *p);
-    p->magic = 0x57;
+    pthread_mutex_lock(&lock);
+    sim_stream *p = new sim_stream{0x57, {}, false};
+    streams.push_back(p);
     *s = (cudaStream_t)p;
+    pthread_mutex_unlock(&lock);
     return cudaSuccess;
 }
 cudaError_t cudaStreamCreate(cudaStream_t *s) { return cudaStreamCreateWithFlags(s, 0); }
-static bool stream_ok(cudaStream_t s) { return !s || ((sim_stream *)s)->magic == 0x57; }
 cudaError_t cudaStreamDestroy(cudaStream_t s) {
-    if (!s || !stream_ok(s)) return fail(cudaErrorInvalidResourceHandle, "cudaStreamDestroy: not a stream");
-    ((sim_stream *)s)->magic = 0;
-    free(s);
+    if (!s) return fail(cudaErrorInvalidResourceHandle, "cudaStreamDestroy: the legacy stream");
+    pthread_mutex_lock(&lock);
+    sim_stream *st = stream_of(s);
+    drain(st); /* queued work still runs, as on a GPU */
+    for (size_t i = 0; i < streams.size(); i++)
+        if (streams[i] == st) streams.erase(streams.begin() + (long)i);
+    st->magic = 0;
+    delete st;
+    pthread_mutex_unlock(&lock);
     return cudaSuccess;
 }
 cudaError_t cudaStreamSynchronize(cudaStream_t s) {
-    return stream_ok(s) ? cudaSuccess : fail(cudaErrorInvalidResourceHandle, "cudaStreamSynchronize: not a stream");
+    pthread_mutex_lock(&lock);
+    drain(stream_of(s));
+    pthread_mutex_unlock(&lock);
+    return cudaSuccess;
 }
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned int flags) {
-    sim_event *p = (sim_event *)calloc(1, sizeof *p);
-    p->magic = 0xe7;
+    sim_event *p = new sim_event{0xe7, NULL, 0, 0};
     *e = (cudaEvent_t)p;
     return cudaSuccess;
 }
 cudaError_t cudaEventCreate(cudaEvent_t *e) { return cudaEventCreateWithFlags(e, 0); }
-static bool event_ok(cudaEvent_t e) { return e && ((sim_event *)e)->magic == 0xe7; }
+static sim_event *event_of(cudaEvent_t e) {
+    sim_event *ev = (sim_event *)e;
+    if (!ev || ev->magic != 0xe7) die("an event that is not one (destroyed, or never created): %p", (void *)e);
+    return ev;
+}
 cudaError_t cudaEventDestroy(cudaEvent_t e) {
-    if (!event_ok(e)) return fail(cudaErrorInvalidResourceHandle, "cudaEventDestroy: not an event");
-    ((sim_event *)e)->magic = 0;
-    free(e);
+    pthread_mutex_lock(&lock);
+    sim_event *ev = event_of(e);
+    drain_event(ev); /* a GPU releases it once its record is reached */
+    ev->magic = 0;
+    delete ev;
+    pthread_mutex_unlock(&lock);
     return cudaSuccess;
 }
 cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
-    if (!event_ok(e) || !stream_ok(s)) return fail(cudaErrorInvalidResourceHandle, "cudaEventRecord: bad handle");
-    ((sim_event *)e)->recorded = true;
+    pthread_mutex_lock(&lock);
+    sim_event *ev = event_of(e);
+    sim_stream *st = stream_of(s);
+    ev->gen++;
+    ev->stream = st;
+    op o{std::function<void()>(), ev, ev->gen, NULL, 0};
+    if (deferred()) st->q.push_back(std::move(o));
+    else exec(o);
+    pthread_mutex_unlock(&lock);
     return cudaSuccess;
 }
 cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned int flags) {
-    if (!event_ok(e) || !stream_ok(s)) return fail(cudaErrorInvalidResourceHandle, "cudaStreamWaitEvent: bad handle");
+    pthread_mutex_lock(&lock);
+    sim_event *ev = event_of(e);
+    sim_stream *st = stream_of(s);
+    /* waits for the record queued last, nothing if none (as CUDA does) */
+    op o{std::function<void()>(), NULL, 0, ev, ev->gen};
+    if (deferred()) st->q.push_back(std::move(o));
+    pthread_mutex_unlock(&lock);
     return cudaSuccess;
 }
 cudaError_t cudaEventSynchronize(cudaEvent_t e) {
-    return event_ok(e) ? cudaSuccess : fail(cudaErrorInvalidResourceHandle, "cudaEventSynchronize: not an event");
+    pthread_mutex_lock(&lock);
+    drain_event(event_of(e));
+    pthread_mutex_unlock(&lock);
+    return cudaSuccess;
 }
 cudaError_t cudaEventQuery(cudaEvent_t e) {
-    return event_ok(e) ? cudaSuccess : fail(cudaErrorInvalidResourceHandle, "cudaEventQuery: not an event");
+    /* the simulated GPU makes progress when asked: the record is reached */
+    return cudaEventSynchronize(e);
 }
 
 } /* extern "C" */

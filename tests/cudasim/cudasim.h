@@ -7,7 +7,8 @@
  * threadIdx/blockIdx/blockDim/gridDim, block-wide `__shared__` arrays,
  * __syncthreads and the warp shuffles (every thread of a block is a
  * coroutine, so barriers really wait), and the device intrinsics the kernels
- * use. The runtime (cudasim.cpp) replaces libcudart: device memory lives in
+ * use. The runtime (cudasim.cpp) replaces libcudart, queues work per
+ * stream and runs it only when something waits for it: device memory lives in
  * an arena the host cannot touch between launches and copies, so a host
  * pointer handed to a kernel, or a device pointer read by host code, fails
  * at once instead of passing on a machine where the two are one memory. */
@@ -40,11 +41,13 @@ struct launch_cfg {
 extern uint3 cur_thread, cur_block;
 extern dim3 cur_block_dim, cur_grid_dim;
 
-/* Run body once per thread of every block of cfg (kernel names the kernel
- * in errors). ptrs/nptr: the kernel's pointer arguments, each checked to lie
- * in device (or pinned host) memory. Serialized; synchronous. */
+/* Queue a launch on cfg.stream: body(arg) once per thread of every block
+ * (kernel names the kernel in errors), then drop(arg). ptrs/nptr: the
+ * kernel's pointer arguments, checked now to lie in device (or pinned host)
+ * memory. */
 typedef void (*body_fn)(void *arg);
-void run(const char *kernel, const launch_cfg &cfg, body_fn body, void *arg, const void *const *ptrs, int nptr);
+void run(const char *kernel, const launch_cfg &cfg, body_fn body, void *arg, body_fn drop, const void *const *ptrs,
+         int nptr);
 
 /* Warp-level exchange: this thread's 8-byte value in, the value of lane src
  * (of this thread's warp) out; every lane named in mask must take part. */
@@ -67,22 +70,22 @@ template <class... P> struct launch_box {
 template <class P, class A> inline P convert_arg(A &&a) {
     if constexpr (std::is_pointer<P>::value && std::is_integral<typename std::decay<A>::type>::value)
         return (P) nullptr;
-    else
-        return static_cast<P>(a);
+    else return static_cast<P>(a);
 }
 
 template <class... P> void call_box(void *arg) {
     launch_box<P...> *b = (launch_box<P...> *)arg;
     std::apply(b->k, b->args);
 }
+template <class... P> void drop_box(void *arg) { delete (launch_box<P...> *)arg; }
 
 } /* namespace cudasim */
 
 /* the kernel-side names */
 #define threadIdx (cudasim::cur_thread)
-#define blockIdx (cudasim::cur_block)
-#define blockDim (cudasim::cur_block_dim)
-#define gridDim (cudasim::cur_grid_dim)
+#define blockIdx  (cudasim::cur_block)
+#define blockDim  (cudasim::cur_block_dim)
+#define gridDim   (cudasim::cur_grid_dim)
 
 static inline cudasim::launch_cfg cudasim_cfg(dim3 g, dim3 b, size_t smem = 0, cudaStream_t s = 0) {
     cudasim::launch_cfg c;
@@ -99,14 +102,17 @@ static inline cudasim::launch_cfg cudasim_cfg(dim3 g, dim3 b, size_t smem = 0, c
 template <class... P, class... A>
 static void cudasim_launch_(const char *name, void (*k)(P...), const cudasim::launch_cfg &cfg, A &&...a) {
     static_assert(sizeof...(P) == sizeof...(A), "cudasim: argument count");
-    cudasim::launch_box<P...> box{k, std::tuple<typename std::decay<P>::type...>(cudasim::convert_arg<P>(a)...)};
+    auto *box =
+        new cudasim::launch_box<P...>{k, std::tuple<typename std::decay<P>::type...>(cudasim::convert_arg<P>(a)...)};
     const void *ptrs[sizeof...(P) + 1];
     int n = 0;
-    std::apply([&](const auto &...v) { (cudasim::collect_ptr(ptrs, &n, v), ...); }, box.args);
-    cudasim::run(name, cfg, cudasim::call_box<P...>, &box, ptrs, n);
+    std::apply([&](const auto &...v) { (cudasim::collect_ptr(ptrs, &n, v), ...); }, box->args);
+    cudasim::run(name, cfg, cudasim::call_box<P...>, box, cudasim::drop_box<P...>, ptrs, n);
 }
 
-static inline void __syncthreads(void) { cudasim::sync_block(); }
+/* a macro, so that the simulator sees each call site (threads waiting at
+ * two different barriers are a bug it reports) */
+#define __syncthreads() cudasim::sync_block()
 
 template <class T> static inline T cudasim_shfl(unsigned mask, T v, int src) {
     static_assert(sizeof(T) <= 8, "cudasim: shuffle of a value over 8 bytes");

@@ -92,8 +92,8 @@ void sharc_cuda_rmsnorm_forward(sharc_stream *s, float *y, float *rstd, const fl
                                 int C, float eps);
 void sharc_cuda_rmsnorm_backward(sharc_stream *s, float *dx, float *dw, const float *dy, const float *dres,
                                  const float *x, const float *w, const float *rstd, int64_t N, int C);
-void sharc_cuda_head_rmsnorm_forward(sharc_stream *s, float *y, float *rstd, const float *x, const float *w,
-                                     int64_t N, int H, int hd, int64_t ld, float eps);
+void sharc_cuda_head_rmsnorm_forward(sharc_stream *s, float *y, float *rstd, const float *x, const float *w, int64_t N,
+                                     int H, int hd, int64_t ld, float eps);
 void sharc_cuda_head_rmsnorm_backward(sharc_stream *s, float *dx, float *dw, const float *dy, const float *x,
                                       const float *w, const float *rstd, int64_t N, int H, int hd, int64_t ld);
 void sharc_cuda_gelu_forward(sharc_stream *s, float *y, const float *x, int64_t n);

@@ -212,8 +212,8 @@ extern "C" void sharc_cuda_rmsnorm_backward(sharc_stream *s, float *dx, float *d
                                             const float *x, const float *w, const float *rstd, int64_t N, int C) {
     if (N <= 0) return;
     norm_param_grads(s, dw, NULL, dy, x, NULL, rstd, N, C, 1, C);
-    k_rmsnorm_dx<<<(unsigned)((N + ROW_BLOCK - 1) / ROW_BLOCK), 32 * ROW_BLOCK, 0, sharc_cuda_cs(s)>>>(dx, dy, dres, x,
-                                                                                                       w, rstd, N, C, 1, C);
+    k_rmsnorm_dx<<<(unsigned)((N + ROW_BLOCK - 1) / ROW_BLOCK), 32 * ROW_BLOCK, 0, sharc_cuda_cs(s)>>>(
+        dx, dy, dres, x, w, rstd, N, C, 1, C);
     SHARC_CUDA_LAUNCHED();
 }
 
@@ -222,14 +222,14 @@ extern "C" void sharc_cuda_head_rmsnorm_forward(sharc_stream *s, float *y, float
                                                 int64_t N, int H, int hd, int64_t ld, float eps) {
     int64_t R = N * H;
     if (R <= 0) return;
-    k_rmsnorm<<<(unsigned)((R + ROW_BLOCK - 1) / ROW_BLOCK), 32 * ROW_BLOCK, 0, sharc_cuda_cs(s)>>>(y, rstd, x, w, R, hd,
-                                                                                                    H, ld, eps);
+    k_rmsnorm<<<(unsigned)((R + ROW_BLOCK - 1) / ROW_BLOCK), 32 * ROW_BLOCK, 0, sharc_cuda_cs(s)>>>(y, rstd, x, w, R,
+                                                                                                    hd, H, ld, eps);
     SHARC_CUDA_LAUNCHED();
 }
 
-extern "C" void sharc_cuda_head_rmsnorm_backward(sharc_stream *s, float *dx, float *dw, const float *dy,
-                                                 const float *x, const float *w, const float *rstd, int64_t N, int H,
-                                                 int hd, int64_t ld) {
+extern "C" void sharc_cuda_head_rmsnorm_backward(sharc_stream *s, float *dx, float *dw, const float *dy, const float *x,
+                                                 const float *w, const float *rstd, int64_t N, int H, int hd,
+                                                 int64_t ld) {
     int64_t R = N * H;
     if (R <= 0) return;
     /* dw first: dx may alias dy */

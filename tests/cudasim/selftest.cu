@@ -1,0 +1,198 @@
+/* selftest.cu: the CUDA simulator's own tests (note [cudasim]), built only
+ * by the simulator (build/sim/cudasim_selftest) and run by
+ * tests/cli/cudasim.sh. `cudasim_selftest values` checks what kernels
+ * compute against values worked out by hand: warp shuffles (xor, down, up,
+ * broadcast, 16-lane segments), a shared-memory tree reduction that needs
+ * its __syncthreads (and is wrong without them, so the simulator does not
+ * hide a missing barrier), a 3-d launch's indices, stream order (a copy on
+ * one stream sees another stream's kernel only after an event), and the
+ * copy checks.
+ * Every other case is a bug the simulator must stop with its message:
+ * cudasim.sh runs each and checks that it aborts saying so. */
+#include <cuda_runtime.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int failed;
+static void expect(const char *what, bool ok) {
+    printf("%s %s\n", ok ? "PASS" : "FAIL", what);
+    failed += !ok;
+}
+
+__global__ static void k_shuffles(int *out) {
+    int l = threadIdx.x;
+    int x = l, d = l, b = l * 3;
+    for (int o = 16; o > 0; o /= 2) x += __shfl_xor_sync(0xffffffffu, x, o);
+    for (int o = 16; o > 0; o /= 2) d += __shfl_down_sync(0xffffffffu, d, o);
+    int up = __shfl_up_sync(0xffffffffu, l, 1);
+    int bc = __shfl_sync(0xffffffffu, b, 5);
+    int seg = l;
+    for (int o = 8; o > 0; o /= 2) seg += __shfl_xor_sync(0xffffffffu, seg, o, 16);
+    double dv = __shfl_xor_sync(0xffffffffu, (double)l + 0.5, 1);
+    out[l * 6 + 0] = x;
+    out[l * 6 + 1] = d;
+    out[l * 6 + 2] = up;
+    out[l * 6 + 3] = bc;
+    out[l * 6 + 4] = seg;
+    out[l * 6 + 5] = (int)(dv * 2);
+}
+
+/* sum of 0 .. 255 by a tree in shared memory, with or without its barriers */
+__global__ static void k_tree(int *out, bool barriers) {
+    __shared__ int sh[256];
+    int t = threadIdx.x;
+    sh[t] = t + 256 * (int)blockIdx.x;
+    if (barriers) __syncthreads();
+    for (int s = 128; s > 0; s /= 2) {
+        if (t < s) sh[t] += sh[t + s];
+        if (barriers) __syncthreads();
+    }
+    if (t == 0) out[blockIdx.x] = sh[0];
+}
+
+__global__ static void k_index(int *out) {
+    int x = blockIdx.x * blockDim.x + threadIdx.x, y = blockIdx.y * blockDim.y + threadIdx.y,
+        z = blockIdx.z * blockDim.z + threadIdx.z;
+    int W = gridDim.x * blockDim.x, H = gridDim.y * blockDim.y;
+    out[(z * H + y) * W + x] = x + 100 * y + 10000 * z;
+}
+
+__global__ static void k_write(float *p, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i <= n) p[i] = 1.0f; /* i == n: one past the end */
+}
+
+__global__ static void k_split_sync(int *out) {
+    if (threadIdx.x < 16) {
+        __syncthreads();
+        out[0] = 1;
+    } else {
+        __syncthreads();
+        out[1] = 2;
+    }
+}
+
+__global__ static void k_shfl_exited(int *out) {
+    if (threadIdx.x == 7) return;
+    out[threadIdx.x] = __shfl_xor_sync(0xffffffffu, (int)threadIdx.x, 1);
+}
+
+static int *dev_ints(int n) {
+    int *p;
+    if (cudaMalloc((void **)&p, n * sizeof(int)) != cudaSuccess) abort();
+    return p;
+}
+
+static void values(void) {
+    int *d = dev_ints(32 * 6), h[32 * 6];
+    k_shuffles<<<1, 32>>>(d);
+    cudaMemcpy(h, d, sizeof h, cudaMemcpyDeviceToHost);
+    bool xr = true, dn = true, up = true, bc = true, sg = true, db = true;
+    for (int l = 0; l < 32; l++) {
+        xr &= h[l * 6] == 496;
+        up &= h[l * 6 + 2] == (l == 0 ? 0 : l - 1);
+        bc &= h[l * 6 + 3] == 15;
+        sg &= h[l * 6 + 4] == (l < 16 ? 120 : 376);
+        db &= h[l * 6 + 5] == 2 * (l ^ 1) + 1;
+    }
+    dn = h[1] == 496; /* lane 0 of a down-reduction holds the sum */
+    expect("shuffle xor: every lane holds 0 + .. + 31", xr);
+    expect("shuffle down: lane 0 holds the sum", dn);
+    expect("shuffle up by 1: lane 0 keeps its own value", up);
+    expect("shuffle from lane 5", bc);
+    expect("shuffle xor in 16-lane segments", sg);
+    expect("shuffle of a double", db);
+    cudaFree(d);
+
+    int *t = dev_ints(3), ht[3];
+    k_tree<<<3, 256>>>(t, true);
+    cudaMemcpy(ht, t, sizeof ht, cudaMemcpyDeviceToHost);
+    bool ok = true;
+    for (int b = 0; b < 3; b++) ok &= ht[b] == 32640 + 256 * 256 * b;
+    expect("shared-memory tree reduction with __syncthreads", ok);
+    k_tree<<<3, 256>>>(t, false);
+    cudaMemcpy(ht, t, sizeof ht, cudaMemcpyDeviceToHost);
+    expect("the same reduction without its barriers is wrong", ht[0] != 32640);
+    cudaFree(t);
+
+    int W = 2 * 4, H = 3 * 2, D = 2 * 2, n = W * H * D;
+    int *ix = dev_ints(n), *hx = (int *)malloc(n * sizeof(int));
+    k_index<<<dim3(2, 3, 2), dim3(4, 2, 2)>>>(ix);
+    cudaMemcpy(hx, ix, n * sizeof(int), cudaMemcpyDeviceToHost);
+    ok = true;
+    for (int z = 0; z < D; z++)
+        for (int y = 0; y < H; y++)
+            for (int x = 0; x < W; x++) ok &= hx[(z * H + y) * W + x] == x + 100 * y + 10000 * z;
+    expect("3-d grid and block indices", ok);
+    cudaFree(ix);
+    free(hx);
+
+    /* streams: a copy on stream 2 of what stream 1 writes sees it only
+     * after an event; without one it reads what was there before */
+    cudaStream_t s1, s2;
+    cudaEvent_t ev;
+    cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking);
+    cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking);
+    cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
+    int *src = dev_ints(64), *dst = dev_ints(64), hs[64];
+    cudaMemset(src, 0, 64 * sizeof(int));
+    for (int pass = 0; pass < 2; pass++) {
+        cudaMemsetAsync(dst, 0, 64 * sizeof(int), s2);
+        k_index<<<1, 64, 0, s1>>>(src);
+        if (pass == 1) {
+            cudaEventRecord(ev, s1);
+            cudaStreamWaitEvent(s2, ev, 0);
+        }
+        cudaMemcpyAsync(dst, src, 64 * sizeof(int), cudaMemcpyDeviceToDevice, s2);
+        cudaStreamSynchronize(s2);
+        cudaMemcpy(hs, dst, sizeof hs, cudaMemcpyDeviceToHost);
+        if (pass == 0) expect("without an event, stream 2 does not see stream 1's kernel", hs[5] == 0);
+        else expect("after an event, stream 2 sees stream 1's kernel", hs[5] == 5 && hs[63] == 63);
+        cudaDeviceSynchronize();
+        cudaMemset(src, 0, 64 * sizeof(int));
+    }
+    cudaFree(src);
+    cudaFree(dst);
+    cudaEventDestroy(ev);
+    cudaStreamDestroy(s1);
+    cudaStreamDestroy(s2);
+
+    int host[4] = {0};
+    int *dd = dev_ints(4);
+    expect("a host-to-device copy into host memory is refused",
+           cudaMemcpy(host, host + 2, 8, cudaMemcpyHostToDevice) == cudaErrorInvalidValue);
+    expect("a copy past the end of an allocation is refused",
+           cudaMemcpy(dd, host, 5 * sizeof(int), cudaMemcpyHostToDevice) == cudaErrorInvalidValue);
+    (void)cudaGetLastError();
+    cudaFree(dd);
+}
+
+int main(int argc, char **argv) {
+    const char *c = argc > 1 ? argv[1] : "values";
+    if (!strcmp(c, "values")) {
+        values();
+        printf("%d failed\n", failed);
+        return failed ? 1 : 0;
+    }
+    int *d = dev_ints(64);
+    if (!strcmp(c, "host_reads_device")) printf("%d\n", d[3]);
+    if (!strcmp(c, "host_pointer_argument")) {
+        int *h = (int *)malloc(64);
+        k_split_sync<<<1, 32>>>(h);
+    }
+    if (!strcmp(c, "out_of_bounds")) k_write<<<1, 128>>>((float *)d, 64);
+    if (!strcmp(c, "split_barrier")) k_split_sync<<<1, 32>>>(d);
+    if (!strcmp(c, "shuffle_with_exited_lane")) k_shfl_exited<<<1, 32>>>(d);
+    if (!strcmp(c, "double_free")) {
+        cudaFree(d);
+        cudaFree(d);
+    }
+    if (!strcmp(c, "use_after_free")) {
+        cudaFree(d);
+        k_write<<<1, 1>>>((float *)d, 4);
+    }
+    cudaDeviceSynchronize(); /* queued work runs */
+    printf("case %s: not stopped\n", c);
+    return 0;
+}
