@@ -205,7 +205,7 @@ typedef struct sharc_kernels {
     /* ---- bf16 compute (docs/ARCHITECTURE.md "Mixed precision") ----
      * Whether the *_bf16 slots below really compute with bf16 operands on
      * this device now (the CPU: bf16 dot-product instructions and oneDNN, or
-     * SHARC_BF16=emulate). (optional: false) */
+     * SHARC_BF16=emulate; cuda: unless SHARC_BF16=off). (optional: false) */
     bool (*bf16_compute)(void);
     /* matmul_forward, matmul_backward and lmhead_xent with their matrix
      * operands (x, w, dy, dlogits) rounded to bf16 and products accumulated

@@ -192,8 +192,8 @@ static void reset_comm_stats(sharc_trainer *t) {
  * line naming the key, until they are done on a device: sequence and tensor
  * parallelism and experts (their kernels and exchanges read host memory),
  * the moments on disk (optim.offload_dir), and fsdp.param_dtype bf16/fp16
- * where the device has no bf16 matrix products (its fallback would be the
- * CPU's emulation, not a GPU's bf16). */
+ * on a device whose table has no bf16 matrix products (bf16_compute false;
+ * CUDA's has them). */
 static sharc_status train_device(const sharc_config *c, sharc_device **out) {
     *out = NULL;
     const sharc_train_config *tc = &c->train;

@@ -11,6 +11,7 @@
 #  - the cuda run's final model.safetensors evaluates on the CPU (sharc
 #    eval) to the CPU run's validation loss within 1e-4;
 #  - evaluation during training (log.eval_every) on cuda matches the CPU's;
+#  - fsdp.param_dtype bf16 on cuda against the CPU's emulated bf16 (1e-3);
 #  - (2 ranks sharing the one GPU through MPI, note [comm-staging], against
 #    1 rank: tests/gpu/run.sh step 4, which tests/cli/cudasim.sh runs here);
 #  - what is not supported on cuda yet is one line naming the key, exit 2.
@@ -27,11 +28,11 @@ M="--data.path=text.txt --model.num_layers=2 --model.embed_dim=32 --model.num_he
    --ckpt.every=3 --ckpt.keep=2"
 LLAMA="--model.family=llama --model.num_kv_heads=1 --model.tie_embeddings=false --model.ff_hidden_dim=48"
 
-# near a b: |a - b| <= 1e-4 |b| for every pair of the two lists
+# near a b what [tol]: |a - b| <= tol |b| (default 1e-4) for every pair of the two lists
 near() {
-  paste <(echo "$1") <(echo "$2") | awk -v w="$3" '
+  paste <(echo "$1") <(echo "$2") | awk -v w="$3" -v t="${4:-1e-4}" '
     { d = $1 - $2; if (d < 0) d = -d; r = $2 < 0 ? -$2 : $2;
-      if (NF != 2 || d > 1e-4 * r) { print "FAIL: " w ": line " NR ": cuda " $1 ", cpu " $2; bad = 1 } }
+      if (NF != 2 || d > t * r) { print "FAIL: " w ": line " NR ": cuda " $1 ", cpu " $2; bad = 1 } }
     END { if (NR == 0) { print "FAIL: " w ": nothing compared"; bad = 1 } exit bad }'
 }
 col() { jq -r "select(.step >= $2 and .\"$3\" != null) | .\"$3\"" "$1/metrics.jsonl"; }
@@ -67,9 +68,18 @@ V="--log.eval_every=2 --data.val_path=val.txt --log.eval_batches=2 --train.max_s
 "$SIM" train $M $V --train.out_dir=vg --train.device=cuda > vg.log 2>&1 || { tail -20 vg.log; die "cuda eval run"; }
 near "$(col vg 1 loss_metrics/val_loss)" "$(col ve 1 loss_metrics/val_loss)" "validation loss" || exit 1
 
+# bf16 compute (fsdp.param_dtype bf16): the CUDA bf16 products against the
+# CPU's emulated ones (the same operands rounded to bf16, fp32 sums in
+# another order) within 1e-3 at every step
+B16="$M --fsdp.param_dtype=bf16 --train.max_steps=3 --ckpt.every=0"
+SHARC_BF16=emulate "$CPU" train $B16 --train.out_dir=bc > bc.log 2>&1 || { cat bc.log; die "cpu bf16 run"; }
+"$SIM" train $B16 --train.out_dir=bg --train.device=cuda > bg.log 2>&1 || { tail -20 bg.log; die "cuda bf16 run"; }
+grep -q "matrix products in bf16" bg.log || die "the cuda bf16 run does not compute in bf16: $(grep bf16 bg.log)"
+for k in loss_metrics/global_avg_loss grad_norm; do near "$(col bg 1 $k)" "$(col bc 1 $k)" "bf16 $k" 1e-3 || exit 1; done
+echo "bf16: cuda = cpu (emulated bf16) within 1e-3"
+
 # refused on cuda: one line naming the key, exit status 2
-for bad in "--mesh.tp=2" "--model.num_experts=4 --model.num_experts_per_tok=2 --model.moe_intermediate_size=16 $LLAMA" "--optim.offload_dir=$TMPDIR" \
-           "--fsdp.param_dtype=bf16"; do
+for bad in "--mesh.tp=2" "--model.num_experts=4 --model.num_experts_per_tok=2 --model.moe_intermediate_size=16 $LLAMA" "--optim.offload_dir=$TMPDIR"; do
   out=$("$SIM" train $M $bad --train.out_dir=bad --train.device=cuda 2>&1); rc=$?
   key=${bad%%=*}; key=${key#--}
   [ $rc -eq 2 ] || die "$bad on cuda: exit $rc, want 2: $out"

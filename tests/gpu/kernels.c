@@ -7,6 +7,7 @@
  * streams and events. Prints one PASS/FAIL line per check and
  * "N passed, N failed"; exit 0 when all pass, 1 otherwise, 77 when this
  * machine has no usable GPU (the reason is printed). tests/gpu/run.sh runs it. */
+#include "sharc/blas.h"
 #include "sharc/device.h"
 #include "sharc/kernels.h"
 #include "sharc/rng.h"
@@ -493,6 +494,306 @@ static void test_xent(void) {
     free(t2), free(x), free(w), free(ws);
 }
 
+/* the H heads of hd elements inside each of N rows of stride ld, packed (N, H*hd) */
+static float *heads_of(const float *p, int64_t N, int H, int hd, int64_t ld) {
+    float *h = malloc((size_t)(N * H * hd) * sizeof(float));
+    for (int64_t n = 0; n < N; n++) memcpy(h + n * H * hd, p + n * ld, (size_t)H * hd * sizeof(float));
+    return h;
+}
+
+/* per-head RMSNorm (Qwen3's q_norm / k_norm) over the query heads inside rows of a wider stride */
+static void test_qknorm(void) {
+    int64_t N = 11;
+    int H = 5, hd = 40;
+    int64_t ld = (int64_t)(H + 4) * hd + 3, n = N * ld, nh = N * H * hd;
+    float *x = h_rand(n, 2), *w = h_rand(hd, 1), *dyv = h_rand(n, 1);
+    float *gx = d_up(x, n * 4), *gw = d_up(w, hd * 4);
+    /* forward out of place: only the heads are written (the rest of y stays poisoned) */
+    float *y = malloc(n * 4), *rstd = malloc(N * H * 4), *gy = d_poison(n), *grstd = d_poison(N * H);
+    kc->head_rmsnorm_forward(sc, y, rstd, x, w, N, H, hd, ld, 1e-6f);
+    kg->head_rmsnorm_forward(sg, gy, grstd, gx, gw, N, H, hd, ld, 1e-6f);
+    float *hy = down(gy, n), *yh = heads_of(y, N, H, hd, ld), *hyh = heads_of(hy, N, H, hd, ld);
+    compare("head_rmsnorm_forward y (heads of rows of stride ld)", hyh, yh, nh, F32);
+    float *hr = down(grstd, N * H);
+    compare("head_rmsnorm_forward rstd", hr, rstd, N * H, F32);
+    free(hy), free(yh), free(hyh), free(hr);
+    sharc_device_free(gpu, gy);
+    /* in place, as the model calls it: the heads normalised, the rest of the row untouched */
+    float *yi = h_copy(x, n), *gyi = d_up(x, n * 4);
+    kc->head_rmsnorm_forward(sc, yi, rstd, yi, w, N, H, hd, ld, 1e-6f);
+    kg->head_rmsnorm_forward(sg, gyi, grstd, gyi, gw, N, H, hd, ld, 1e-6f);
+    check("head_rmsnorm_forward in place (whole rows)", gyi, yi, n, F32);
+    /* backward with dx aliasing dy and dw accumulated */
+    float *dx = h_copy(dyv, n), *dw = h_rand(hd, 1), *gdx = d_up(dyv, n * 4), *gdw = d_up(dw, hd * 4);
+    kc->head_rmsnorm_backward(sc, dx, dw, dx, x, w, rstd, N, H, hd, ld);
+    kg->head_rmsnorm_backward(sg, gdx, gdw, gdx, gx, gw, grstd, N, H, hd, ld);
+    check("head_rmsnorm_backward dx aliasing dy (whole rows)", gdx, dx, n, F32);
+    check("head_rmsnorm_backward dw (+=)", gdw, dw, hd, F32);
+    /* backward out of place, dw NULL (a frozen norm) */
+    float *dx2 = malloc(n * 4), *gdy = d_up(dyv, n * 4), *gdx2 = d_poison(n);
+    kc->head_rmsnorm_backward(sc, dx2, NULL, dyv, x, w, rstd, N, H, hd, ld);
+    kg->head_rmsnorm_backward(sg, gdx2, NULL, gdy, gx, gw, grstd, N, H, hd, ld);
+    float *hdx = down(gdx2, n), *dxh = heads_of(dx2, N, H, hd, ld), *hdxh = heads_of(hdx, N, H, hd, ld);
+    compare("head_rmsnorm_backward dx out of place, dw NULL", hdxh, dxh, nh, F32);
+    free(hdx), free(dxh), free(hdxh), free(dx2);
+    sharc_device_free(gpu, gdx2);
+    sharc_device_free(gpu, gdy);
+    sharc_device_free(gpu, grstd);
+    sharc_device_free(gpu, gx);
+    sharc_device_free(gpu, gw);
+    free(x), free(w), free(dyv), free(y), free(rstd);
+}
+
+/* generation: n new queries at t0 against a key/value cache, grouped-query heads */
+static void test_kvcache(int n, int t0, int NH, int NKV, int hd, bool with_lo) {
+    char name[160];
+    int Tk = t0 + n;
+    int64_t ldq = (int64_t)(NH + 2 * NKV) * hd, KV = (int64_t)NKV * hd, no = (int64_t)n * NH * hd;
+    float *q = h_rand(n * ldq, 1), *k = h_rand(Tk * KV, 1), *v = h_rand(Tk * KV, 1);
+    int32_t *lo = malloc((size_t)n * 4);
+    for (int i = 0; i < n; i++) lo[i] = (int32_t)((7 * i + 3) % (t0 + i + 1)); /* 0 <= lo[i] <= t0 + i */
+    float *gq = d_up(q, n * ldq * 4), *gk = d_up(k, Tk * KV * 4), *gv = d_up(v, Tk * KV * 4);
+    int32_t *glo = d_up(lo, (size_t)n * 4);
+    int64_t wc = kc->attention_workspace(Tk), wg = kg->attention_workspace(Tk);
+    float *ws = malloc((size_t)(wc > 0 ? wc : 1) * 4);
+    float *gws = sharc_device_alloc(gpu, (size_t)(wg > 0 ? wg : 1) * 4, SHARC_MEM_OTHER);
+    float *out = malloc(no * 4), *gout = d_poison(no);
+    kc->attention_cached(sc, out, q, ldq, k, v, with_lo ? lo : NULL, n, t0, NH, NKV, hd, ws);
+    kg->attention_cached(sg, gout, gq, ldq, gk, gv, with_lo ? glo : NULL, n, t0, NH, NKV, hd, gws);
+    snprintf(name, sizeof name, "attention_cached n%d t0 %d NH%d NKV%d hd%d%s", n, t0, NH, NKV, hd,
+             with_lo ? " lo" : "");
+    check(name, gout, out, no, F32);
+    sharc_device_free(gpu, gq);
+    sharc_device_free(gpu, gk);
+    sharc_device_free(gpu, gv);
+    sharc_device_free(gpu, glo);
+    sharc_device_free(gpu, gws);
+    free(q), free(k), free(v), free(lo), free(ws);
+}
+
+/* rel ||got - ref|| / ||ref|| (compare's measure, no verdict) */
+static double rel_of(const float *got, const float *ref, int64_t n) {
+    double dd = 0, rr = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double d = (double)got[i] - (double)ref[i];
+        dd += d * d;
+        rr += (double)ref[i] * ref[i];
+    }
+    return sqrt(dd) / (rr > 0 ? sqrt(rr) : 1.0);
+}
+
+/* A bf16 result: within 1e-2 of the CPU's bf16 path, and at least 10 times
+ * closer to it than to the CPU's fp32 result (the operands were rounded:
+ * the products are exact in fp32, so only the summation order differs from
+ * the CPU's bf16 path, while fp32 operands differ by ~2^-9 relative). */
+static void check16(const char *name, void *d, float *ref16, const float *ref32, int64_t n) {
+    float *h = down(d, n);
+    compare(name, h, ref16, n, 1e-2);
+    double r16 = rel_of(h, ref16, n), r32 = rel_of(h, ref32, n);
+    char nm[200], msg[160];
+    snprintf(nm, sizeof nm, "%s: bf16 operands (closer to the CPU's bf16 than fp32 result)", name);
+    snprintf(msg, sizeof msg, "rel to bf16 %.3g, to fp32 %.3g", r16, r32);
+    result(nm, r16 * 10 <= r32, msg);
+    free(h);
+    sharc_device_free(gpu, d);
+    free(ref16);
+}
+
+static uint16_t *h_bf16(const float *x, int64_t n) {
+    uint16_t *h = malloc((size_t)(n ? n : 1) * 2);
+    kc->cast(sc, h, SHARC_DT_BF16, x, SHARC_DT_F32, n);
+    return h;
+}
+
+/* bf16 compute (note [bf16-compute]) against the CPU's bf16 path
+ * (SHARC_BF16=emulate where the CPU has no bf16 instructions) */
+static void test_bf16(void) {
+    if (!kc->bf16_compute()) sharc_bf16_mode_set(SHARC_BF16_EMULATED);
+    result("bf16_compute on cuda", kg->bf16_compute(), "");
+    result("CPU reference computes in bf16", kc->bf16_compute(), "");
+    int64_t N = 37;
+    int IC = 67, OC = 45;
+    float *x = h_rand(N * IC, 1), *w = h_rand((int64_t)OC * IC, 0.2f), *b = h_rand(OC, 1);
+    uint16_t *xh = h_bf16(x, N * IC), *wh = h_bf16(w, (int64_t)OC * IC);
+    float *gx = d_up(x, N * IC * 4), *gw = d_up(w, OC * IC * 4), *gb = d_up(b, OC * 4);
+    uint16_t *gxh = d_up(xh, N * IC * 2), *gwh = d_up(wh, OC * IC * 2);
+    float *y32 = malloc(N * OC * 4);
+    kc->matmul_forward(sc, y32, x, w, b, N, IC, OC);
+    for (int form = 0; form < 2; form++) {
+        float *y = malloc(N * OC * 4), *gy = d_poison(N * OC);
+        if (form == 0) {
+            kc->matmul_forward_bf16(sc, y, x, w, b, N, IC, OC);
+            kg->matmul_forward_bf16(sg, gy, gx, gw, gb, N, IC, OC);
+        } else {
+            kc->matmul_forward_b16(sc, y, xh, wh, b, N, IC, OC);
+            kg->matmul_forward_b16(sg, gy, gxh, gwh, gb, N, IC, OC);
+        }
+        check16(form ? "matmul_forward_b16 bias" : "matmul_forward_bf16 bias", gy, y, y32, N * OC);
+    }
+    {
+        float *y = malloc(N * OC * 4), *gy = d_poison(N * OC), *r = malloc(N * OC * 4);
+        kc->matmul_forward(sc, r, x, w, NULL, N, IC, OC);
+        kc->matmul_forward_bf16(sc, y, x, w, NULL, N, IC, OC);
+        kg->matmul_forward_bf16(sg, gy, gx, gw, NULL, N, IC, OC);
+        check16("matmul_forward_bf16", gy, y, r, N * OC);
+        free(r);
+    }
+    float *g = h_rand(N * OC, 1), *dg = d_up(g, N * OC * 4);
+    float *dw0 = h_rand((int64_t)OC * IC, 1), *db0 = h_rand(OC, 1);
+    float *rx = malloc(N * IC * 4), *rw = h_copy(dw0, (int64_t)OC * IC), *rb = h_copy(db0, OC);
+    kc->matmul_backward(sc, rx, rw, rb, g, x, w, N, IC, OC);
+    for (int form = 0; form < 2; form++) {
+        float *dx = malloc(N * IC * 4), *dw = h_copy(dw0, (int64_t)OC * IC), *db = h_copy(db0, OC);
+        float *gdx = d_poison(N * IC), *gdw = d_up(dw0, OC * IC * 4), *gdb = d_up(db0, OC * 4);
+        if (form == 0) {
+            kc->matmul_backward_bf16(sc, dx, dw, db, g, x, w, N, IC, OC);
+            kg->matmul_backward_bf16(sg, gdx, gdw, gdb, dg, gx, gw, N, IC, OC);
+        } else {
+            kc->matmul_backward_b16(sc, dx, dw, db, g, xh, wh, N, IC, OC);
+            kg->matmul_backward_b16(sg, gdx, gdw, gdb, dg, gxh, gwh, N, IC, OC);
+        }
+        check16(form ? "matmul_backward_b16 dx" : "matmul_backward_bf16 dx", gdx, dx, rx, N * IC);
+        /* dw accumulates onto a random start: compare the increments' effect on the whole */
+        check(form ? "matmul_backward_b16 dw (+=)" : "matmul_backward_bf16 dw (+=)", gdw, dw, (int64_t)OC * IC, 1e-2);
+        /* the bias gradient sums the fp32 dy: the fp32 result */
+        check(form ? "matmul_backward_b16 db (+=, fp32)" : "matmul_backward_bf16 db (+=, fp32)", gdb, db, OC, F32);
+    }
+    /* dw alone, from zero (so the bf16 rounding is visible), dx and db NULL */
+    {
+        float *dw = calloc((size_t)OC * IC, 4), *r = calloc((size_t)OC * IC, 4), *z = calloc((size_t)OC * IC, 4);
+        float *gdw = d_up(z, OC * IC * 4);
+        kc->matmul_backward(sc, NULL, r, NULL, g, x, w, N, IC, OC);
+        kc->matmul_backward_bf16(sc, NULL, dw, NULL, g, x, w, N, IC, OC);
+        kg->matmul_backward_bf16(sg, NULL, gdw, NULL, dg, gx, gw, N, IC, OC);
+        check16("matmul_backward_bf16 dw only", gdw, dw, r, (int64_t)OC * IC);
+        free(r), free(z);
+    }
+    /* the fused head in bf16, chunk 7 of 23 rows */
+    {
+        int64_t M = 23, chunk = 7;
+        int C = 33, V = 517;
+        int32_t *t = malloc(M * 4);
+        for (int64_t i = 0; i < M; i++) t[i] = i % 4 == 1 ? -1 : (int32_t)(sharc_rng_u64(11, 9, (uint64_t)i) % V);
+        float *hx = h_rand(M * C, 1), *hw = h_rand((int64_t)V * C, 0.3f), *dw = calloc((size_t)V * C, 4);
+        float *dw32 = calloc((size_t)V * C, 4), *dx = malloc(M * C * 4), *dx32 = malloc(M * C * 4);
+        float *ws = malloc(chunk * V * 4);
+        int32_t *gt = d_up(t, M * 4);
+        float *ghx = d_up(hx, M * C * 4), *ghw = d_up(hw, V * C * 4), *gdw = d_up(dw, V * C * 4);
+        float *gdx = d_poison(M * C), *gws = d_poison(chunk * V);
+        double s32 = 0, s16 = 0, *gs = d_up(&s16, 8);
+        kc->lmhead_xent(sc, &s32, dx32, dw32, hx, hw, t, 0.05f, M, C, V, ws, chunk);
+        kc->lmhead_xent_bf16(sc, &s16, dx, dw, hx, hw, t, 0.05f, M, C, V, ws, chunk);
+        kg->lmhead_xent_bf16(sg, gs, gdx, gdw, ghx, ghw, gt, 0.05f, M, C, V, gws, chunk);
+        check_double("lmhead_xent_bf16 loss_sum", gs, s16, 1e-2);
+        check16("lmhead_xent_bf16 dx", gdx, dx, dx32, M * C);
+        check16("lmhead_xent_bf16 dw (+=)", gdw, dw, dw32, (int64_t)V * C);
+        double f = 0, *gf = d_up(&f, 8);
+        kc->lmhead_xent_bf16(sc, &f, NULL, NULL, hx, hw, t, 1.0f, M, C, V, ws, chunk);
+        kg->lmhead_xent_bf16(sg, gf, NULL, NULL, ghx, ghw, gt, 1.0f, M, C, V, gws, chunk);
+        check_double("lmhead_xent_bf16 loss_sum (forward only)", gf, f, 1e-2);
+        sharc_device_free(gpu, gt);
+        sharc_device_free(gpu, ghx);
+        sharc_device_free(gpu, ghw);
+        sharc_device_free(gpu, gws);
+        free(t), free(hx), free(hw), free(dw32), free(dx32), free(ws);
+    }
+    sharc_device_free(gpu, gx);
+    sharc_device_free(gpu, gw);
+    sharc_device_free(gpu, gb);
+    sharc_device_free(gpu, gxh);
+    sharc_device_free(gpu, gwh);
+    sharc_device_free(gpu, dg);
+    free(x), free(w), free(b), free(xh), free(wh), free(y32), free(g), free(dw0), free(db0), free(rx), free(rw),
+        free(rb);
+}
+
+/* Mixture-of-Experts routing and token movement (note [cuda-moe]) */
+static void test_moe(void) {
+    int64_t N = 37;
+    int E = 11, K = 3, C = 29;
+    float *logits = h_rand(N * E, 2);
+    logits[0 * E + 5] = logits[0 * E + 2] = 4.0f; /* a tie at the top: the lower expert first */
+    logits[1 * E + 7] = logits[1 * E + 9] = 3.5f;
+    float *gl = d_up(logits, N * E * 4);
+    for (int nt = 0; nt < 2; nt++) {
+        char nm[128];
+        float *probs = malloc(N * E * 4), *wts = malloc(N * K * 4);
+        int32_t *idx = malloc(N * K * 4);
+        float *gp = d_poison(N * E), *gwts = d_poison(N * K);
+        int32_t *gidx = sharc_device_alloc(gpu, N * K * 4, SHARC_MEM_OTHER);
+        kc->moe_route_forward(sc, probs, idx, wts, logits, N, E, K, nt);
+        kg->moe_route_forward(sg, gp, gidx, gwts, gl, N, E, K, nt);
+        int32_t *hidx = malloc(N * K * 4);
+        sharc_device_copy(gpu, hidx, gidx, N * K * 4, SHARC_COPY_DEVICE_TO_HOST, sg);
+        sharc_device_synchronize(sg);
+        snprintf(nm, sizeof nm, "moe_route_forward%s idx (ties: lower expert first)", nt ? " norm_topk" : "");
+        result(nm, memcmp(hidx, idx, N * K * 4) == 0 && idx[0] == 2 && idx[1] == 5, "");
+        snprintf(nm, sizeof nm, "moe_route_forward%s probs", nt ? " norm_topk" : "");
+        float *hp = down(gp, N * E);
+        compare(nm, hp, probs, N * E, F32);
+        free(hp);
+        snprintf(nm, sizeof nm, "moe_route_forward%s wts", nt ? " norm_topk" : "");
+        float *hw = down(gwts, N * K);
+        compare(nm, hw, wts, N * K, F32);
+        free(hw);
+        /* backward from the CPU's forward state, with and without the auxiliary gradient */
+        float *dwts = h_rand(N * K, 1), *daux = h_rand(E, 0.1f);
+        float *gdwts = d_up(dwts, N * K * 4), *gdaux = d_up(daux, E * 4), *gpc = d_up(probs, N * E * 4),
+              *gwc = d_up(wts, N * K * 4);
+        int32_t *gic = d_up(idx, N * K * 4);
+        for (int aux = 0; aux < 2; aux++) {
+            float *dl = malloc(N * E * 4), *gdl = d_poison(N * E);
+            kc->moe_route_backward(sc, dl, dwts, probs, idx, wts, aux ? daux : NULL, N, E, K, nt);
+            kg->moe_route_backward(sg, gdl, gdwts, gpc, gic, gwc, aux ? gdaux : NULL, N, E, K, nt);
+            snprintf(nm, sizeof nm, "moe_route_backward%s%s", nt ? " norm_topk" : "", aux ? " daux" : "");
+            check(nm, gdl, dl, N * E, F32);
+        }
+        sharc_device_free(gpu, gp);
+        sharc_device_free(gpu, gwts);
+        sharc_device_free(gpu, gidx);
+        sharc_device_free(gpu, gdwts);
+        sharc_device_free(gpu, gdaux);
+        sharc_device_free(gpu, gpc);
+        sharc_device_free(gpu, gwc);
+        sharc_device_free(gpu, gic);
+        free(probs), free(wts), free(idx), free(hidx), free(dwts), free(daux);
+    }
+    /* tokens to expert rows and back: each of N rows appears K times, sorted by a pseudo-expert */
+    int64_t n = N * K;
+    int32_t *rows = malloc(n * 4);
+    for (int64_t i = 0; i < n; i++) rows[i] = (int32_t)((i * 17 + i / 5) % N);
+    float *x = h_rand(N * C, 1), *xs = h_rand(n * C, 1), *sc_ = h_rand(n, 1);
+    int32_t *grows = d_up(rows, n * 4);
+    float *gx = d_up(x, N * C * 4), *gxs = d_up(xs, n * C * 4), *gsc = d_up(sc_, n * 4);
+    for (int scaled = 0; scaled < 2; scaled++) {
+        float *y = malloc(n * C * 4), *gy = d_poison(n * C);
+        kc->moe_gather(sc, y, x, rows, scaled ? sc_ : NULL, n, C);
+        kg->moe_gather(sg, gy, gx, grows, scaled ? gsc : NULL, n, C);
+        check(scaled ? "moe_gather scaled" : "moe_gather", gy, y, n * C, 0);
+        float *acc = h_rand(N * C, 1), *gacc = d_up(acc, N * C * 4);
+        kc->moe_scatter_add(sc, acc, xs, rows, scaled ? sc_ : NULL, n, C);
+        kg->moe_scatter_add(sg, gacc, gxs, grows, scaled ? gsc : NULL, n, C);
+        check(scaled ? "moe_scatter_add scaled (repeated rows, +=)" : "moe_scatter_add (repeated rows, +=)", gacc, acc,
+              N * C, F32);
+    }
+    {
+        float *acc = h_rand(N, 1), *gacc = d_up(acc, N * 4);
+        kc->moe_scatter_add(sc, acc, sc_, rows, NULL, n, 1);
+        kg->moe_scatter_add(sg, gacc, gsc, grows, NULL, n, 1);
+        check("moe_scatter_add C 1", gacc, acc, N, F32);
+        float *o = malloc(n * 4), *go = d_poison(n);
+        kc->moe_row_dot(sc, o, x, rows, xs, n, C);
+        kg->moe_row_dot(sg, go, gx, grows, gxs, n, C);
+        check("moe_row_dot", go, o, n, F32);
+    }
+    sharc_device_free(gpu, gl);
+    sharc_device_free(gpu, grows);
+    sharc_device_free(gpu, gx);
+    sharc_device_free(gpu, gxs);
+    sharc_device_free(gpu, gsc);
+    free(logits), free(rows), free(x), free(xs), free(sc_);
+}
+
 static void test_memory_streams(void) {
     sharc_mem_stats m0, m1;
     sharc_device_mem_get(gpu, &m0);
@@ -577,6 +878,13 @@ int main(int argc, char **argv) {
     RUN("attention", test_attention(1, 64, 4, 4, 64));
     RUN("attention", test_attention(2, 29, 8, 1, 128));
     RUN("xent", test_xent());
+    RUN("qknorm", test_qknorm());
+    RUN("kvcache", test_kvcache(5, 11, 6, 2, 24, false));
+    RUN("kvcache", test_kvcache(5, 11, 6, 2, 24, true));
+    RUN("kvcache", test_kvcache(1, 20, 4, 4, 64, false));
+    RUN("kvcache", test_kvcache(9, 0, 8, 1, 40, true));
+    RUN("bf16", test_bf16());
+    RUN("moe", test_moe());
     printf("%d passed, %d failed\n", passed, failed);
     return failed ? 1 : 0;
 }

@@ -1,12 +1,16 @@
-/* tests/gpu/model.c (build/gpu_model): whole-model forward + backward of both
- * families on the CUDA device against the CPU device, one process (world
- * size 1), fp32 (TF32 off): the initial parameters (the same counter-based
- * draws), the loss of forward_backward and of forward_loss, and every
- * parameter's gradient within 1e-4 relative. The GPU model gets its token
- * ids and targets as device arrays (kernels read device memory only).
+/* tests/gpu/model.c (build/gpu_model [name]): whole-model forward + backward
+ * on the CUDA device against the CPU device, one process (world size 1):
+ * GPT-2, Llama, Qwen3 (qk_norm) and Qwen3-MoE in fp32 (TF32 off) within 1e-4,
+ * and Llama, Qwen3 and Qwen3-MoE computing in bf16 (fsdp.param_dtype bf16,
+ * the CPU under SHARC_BF16=emulate where it lacks bf16 instructions) within
+ * 2e-2: the initial parameters (the same counter-based draws), the loss of
+ * forward_backward and of forward_loss, and every parameter's gradient
+ * (relative). The GPU model gets its token ids and targets as device arrays
+ * (kernels read device memory only). A name (see main) runs one model.
  * Prints PASS/FAIL lines and "N passed, N failed"; exit 77 without a GPU.
  * Run separately from gpu_kernels by tests/gpu/run.sh, so that a crash in the
  * engine on a device (note [cuda-train]) is one failed check, not a lost suite. */
+#include "sharc/blas.h"
 #include "sharc/device.h"
 #include "sharc/fsdp.h"
 #include "sharc/model.h"
@@ -52,10 +56,15 @@ typedef struct {
     sharc_fsdp *e;
 } side;
 
-static bool setup(side *x, const sharc_model_config *c, sharc_device *dev, int B, int T, bool ac) {
-    if (sharc_model_init(&x->m, c, dev) != SHARC_OK || sharc_model_plan(x->m, B, T, ac) != SHARC_OK) return false;
+/* bf16: fsdp.param_dtype bf16 with the model told before its plan, so it
+ * computes in bf16 with bf16 activations (note [bf16-acts]) */
+static bool setup(side *x, const sharc_model_config *c, sharc_device *dev, int B, int T, bool ac, bool bf16) {
+    if (sharc_model_init(&x->m, c, dev) != SHARC_OK) return false;
+    if (bf16) sharc_model_set_param_dtype(x->m, SHARC_DT_BF16);
+    if (sharc_model_plan(x->m, B, T, ac) != SHARC_OK) return false;
     sharc_fsdp_config fc;
     sharc_fsdp_config_default(&fc);
+    if (bf16) fc.param_dtype = SHARC_DT_BF16;
     if (sharc_fsdp_init(&x->e, sharc_model_units(x->m), sharc_model_num_units(x->m), sharc_model_schedule(x->m), &fc,
                         NULL, sharc_model_device(x->m)) != SHARC_OK)
         return false;
@@ -74,9 +83,20 @@ static float *host_of(sharc_device *dev, const float *p, int64_t n) {
     return h;
 }
 
-static void run(sharc_family f, bool ac) {
-    char tag[64], name[192];
-    snprintf(tag, sizeof tag, "%s%s", sharc_family_name(f), ac ? " (activation checkpointing)" : "");
+typedef enum { PLAIN, QWEN3, QWEN3_MOE } variant;
+
+/* One model on both devices: the family's plain form, Qwen3 (qk_norm, a
+ * head_dim of its own) or Qwen3-MoE (4 experts, top-2, layer 1 dense, the
+ * auxiliary loss on); fp32 within 1e-4, or bf16 compute on both (the CPU's
+ * under SHARC_BF16=emulate where it has no bf16 instructions) within 2e-2. */
+static void run(sharc_family f, variant v, bool ac, bool bf16) {
+    char tag[96], name[192];
+    snprintf(tag, sizeof tag, "%s%s%s",
+             v == QWEN3       ? "qwen3"
+             : v == QWEN3_MOE ? "qwen3_moe"
+                              : sharc_family_name(f),
+             bf16 ? " bf16" : "", ac ? " (activation checkpointing)" : "");
+    double tol = bf16 ? 2e-2 : 1e-4;
     sharc_model_config c;
     sharc_model_config_default(&c, f);
     c.num_layers = 2;
@@ -87,17 +107,35 @@ static void run(sharc_family f, bool ac) {
     c.vocab_size = 37;
     c.max_seq_len = 16;
     c.init_std = 0.2f;
+    if (v != PLAIN) {
+        c.qk_norm = true;
+        c.head_dim = 10;
+    }
+    if (v == QWEN3_MOE) {
+        c.num_experts = 4;
+        c.num_experts_per_tok = 2;
+        c.moe_intermediate_size = 12;
+        c.norm_topk_prob = true;
+        snprintf(c.mlp_only_layers, sizeof c.mlp_only_layers, "1");
+        c.router_aux_loss_coef = 0.05f;
+        c.output_router_logits = true;
+    }
+    if (bf16 && sharc_bf16_mode_get(NULL) == SHARC_BF16_NONE) sharc_bf16_mode_set(SHARC_BF16_EMULATED);
     int B = 2, T = 13, N = B * T;
     side cpu, g;
-    if (!setup(&cpu, &c, NULL, B, T, ac)) {
+    if (!setup(&cpu, &c, NULL, B, T, ac, bf16)) {
         snprintf(name, sizeof name, "%s: CPU model", tag);
         result(name, false, sharc_last_error());
         return;
     }
-    if (!setup(&g, &c, gpu, B, T, ac)) {
+    if (!setup(&g, &c, gpu, B, T, ac, bf16)) {
         snprintf(name, sizeof name, "%s: GPU model and engine", tag);
         result(name, false, sharc_last_error());
         return;
+    }
+    if (bf16) {
+        snprintf(name, sizeof name, "%s: both models compute in bf16", tag);
+        result(name, sharc_model_computes_bf16(cpu.m, cpu.e) && sharc_model_computes_bf16(g.m, g.e), "");
     }
     int32_t in[64], tgt[64];
     for (int i = 0; i < N; i++) {
@@ -124,14 +162,14 @@ static void run(sharc_family f, bool ac) {
     char m[160];
     snprintf(m, sizeof m, "GPU %.9g, CPU %.9g", lg, lc);
     snprintf(name, sizeof name, "%s: forward_backward loss", tag);
-    result(name, isfinite(lg) && fabs(lg - lc) <= 1e-4 * fabs(lc), m);
+    result(name, isfinite(lg) && fabs(lg - lc) <= tol * fabs(lc), m);
     for (int u = 0; u < nu; u++) {
         const sharc_unit_spec *s = sharc_fsdp_unit_spec(cpu.e, u);
         float *hg = host_of(gpu, sharc_fsdp_shard_grads(g.e, u), s->numel);
         const float *cg = sharc_fsdp_shard_grads(cpu.e, u);
         for (int i = 0; i < s->nparams; i++) {
             snprintf(name, sizeof name, "%s: gradient of %s", tag, s->params[i].name);
-            compare(name, hg + s->params[i].offset, cg + s->params[i].offset, s->params[i].numel, 1e-4);
+            compare(name, hg + s->params[i].offset, cg + s->params[i].offset, s->params[i].numel, tol);
         }
         free(hg);
     }
@@ -139,7 +177,7 @@ static void run(sharc_family f, bool ac) {
     lg = sharc_model_forward_loss(g.m, g.e, din, dtgt);
     snprintf(m, sizeof m, "GPU %.9g, CPU %.9g", lg, lc);
     snprintf(name, sizeof name, "%s: forward_loss", tag);
-    result(name, isfinite(lg) && fabs(lg - lc) <= 1e-4 * fabs(lc), m);
+    result(name, isfinite(lg) && fabs(lg - lc) <= tol * fabs(lc), m);
     sharc_device_free(gpu, din);
     sharc_device_free(gpu, dtgt);
     sharc_fsdp_free(g.e);
@@ -148,14 +186,22 @@ static void run(sharc_family f, bool ac) {
     sharc_model_free(cpu.m);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
     if (sharc_device_open("cuda", 0, &gpu) != SHARC_OK) {
         printf("no GPU: %s\n", sharc_last_error());
         return 77;
     }
-    run(SHARC_FAMILY_GPT2, false);
-    run(SHARC_FAMILY_LLAMA, false);
-    run(SHARC_FAMILY_GPT2, true);
+    const char *only = argc > 1 ? argv[1] : "";
+#define RUN(name, call)                                                                                                \
+    if (!only[0] || strcmp(name, only) == 0) call
+    RUN("gpt2", run(SHARC_FAMILY_GPT2, PLAIN, false, false));
+    RUN("llama", run(SHARC_FAMILY_LLAMA, PLAIN, false, false));
+    RUN("gpt2_ac", run(SHARC_FAMILY_GPT2, PLAIN, true, false));
+    RUN("qwen3", run(SHARC_FAMILY_LLAMA, QWEN3, false, false));
+    RUN("qwen3_moe", run(SHARC_FAMILY_LLAMA, QWEN3_MOE, false, false));
+    RUN("llama_bf16", run(SHARC_FAMILY_LLAMA, PLAIN, false, true));
+    RUN("qwen3_bf16", run(SHARC_FAMILY_LLAMA, QWEN3, false, true));
+    RUN("qwen3_moe_bf16", run(SHARC_FAMILY_LLAMA, QWEN3_MOE, false, true));
     printf("%d passed, %d failed\n", passed, failed);
     return failed ? 1 : 0;
 }

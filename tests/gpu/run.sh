@@ -23,7 +23,7 @@ tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 
 # one process per group of kernels: an abort (note [cuda-errors]) loses one group, not the suite
 first=1
-for group in memory elem matmul norms activations embedding rope attention xent; do
+for group in memory elem matmul norms qknorm activations embedding rope attention kvcache xent bf16 moe; do
   "$bin/gpu_kernels" "$group" > "$tmp/k.log" 2>&1; rc=$?
   if [ $first = 1 ] && [ $rc -eq 77 ]; then
     grep -m1 '^no GPU' "$tmp/k.log" || echo "no GPU"

@@ -302,6 +302,14 @@ extern "C" void *sharc_cuda_scratch(sharc_stream *s, size_t bytes) {
     return cs->scratch;
 }
 
+/* bf16 compute (note [cuda-bf16] in layers.cu): cuBLASLt multiplies bf16
+ * operands on every GPU this backend targets; SHARC_BF16=off turns it off,
+ * as on the CPU (the model then computes in fp32). */
+static bool cuda_bf16_compute(void) {
+    const char *want = getenv("SHARC_BF16");
+    return !(want && strcmp(want, "off") == 0);
+}
+
 /* Every slot is filled: a slot left NULL here would make opening the device
  * fail with "kernel not implemented on cuda: NAME" (note [kernel-table]). */
 static sharc_kernels make_kernels(void) {
@@ -339,6 +347,17 @@ static sharc_kernels make_kernels(void) {
     k.adamw = sharc_cuda_adamw;
     k.fill = sharc_cuda_fill;
     k.init_normal = sharc_cuda_init_normal;
+    k.moe_route_forward = sharc_cuda_moe_route_forward;
+    k.moe_route_backward = sharc_cuda_moe_route_backward;
+    k.moe_gather = sharc_cuda_moe_gather;
+    k.moe_scatter_add = sharc_cuda_moe_scatter_add;
+    k.moe_row_dot = sharc_cuda_moe_row_dot;
+    k.bf16_compute = cuda_bf16_compute;
+    k.matmul_forward_bf16 = sharc_cuda_matmul_forward_bf16;
+    k.matmul_backward_bf16 = sharc_cuda_matmul_backward_bf16;
+    k.lmhead_xent_bf16 = sharc_cuda_lmhead_xent_bf16;
+    k.matmul_forward_b16 = sharc_cuda_matmul_forward_b16;
+    k.matmul_backward_b16 = sharc_cuda_matmul_backward_b16;
     return k;
 }
 

@@ -83,6 +83,14 @@ void sharc_cuda_matmul_forward(sharc_stream *s, float *y, const float *x, const 
                                int IC, int OC);
 void sharc_cuda_matmul_backward(sharc_stream *s, float *dx, float *dw, float *db, const float *dy, const float *x,
                                 const float *w, int64_t N, int IC, int OC);
+void sharc_cuda_matmul_forward_bf16(sharc_stream *s, float *y, const float *x, const float *w, const float *b,
+                                    int64_t N, int IC, int OC);
+void sharc_cuda_matmul_backward_bf16(sharc_stream *s, float *dx, float *dw, float *db, const float *dy, const float *x,
+                                     const float *w, int64_t N, int IC, int OC);
+void sharc_cuda_matmul_forward_b16(sharc_stream *s, float *y, const uint16_t *x, const uint16_t *w, const float *b,
+                                   int64_t N, int IC, int OC);
+void sharc_cuda_matmul_backward_b16(sharc_stream *s, float *dx, float *dw, float *db, const float *dy,
+                                    const uint16_t *x, const uint16_t *w, int64_t N, int IC, int OC);
 void sharc_cuda_layernorm_forward(sharc_stream *s, float *y, float *mean, float *rstd, const float *x, const float *w,
                                   const float *b, int64_t N, int C, float eps);
 void sharc_cuda_layernorm_backward(sharc_stream *s, float *dx, float *dw, float *db, const float *dy, const float *dres,
@@ -125,6 +133,22 @@ void sharc_cuda_xent_forward_backward(sharc_stream *s, double *loss_sum, float *
                                       const int32_t *targets, int64_t N, int V, float scale, bool want_grad);
 void sharc_cuda_lmhead_xent(sharc_stream *s, double *loss_sum, float *dx, float *dw, const float *x, const float *w,
                             const int32_t *targets, float scale, int64_t N, int C, int V, float *ws, int64_t chunk);
+void sharc_cuda_lmhead_xent_bf16(sharc_stream *s, double *loss_sum, float *dx, float *dw, const float *x,
+                                 const float *w, const int32_t *targets, float scale, int64_t N, int C, int V,
+                                 float *ws, int64_t chunk);
+
+/* experts.cu */
+void sharc_cuda_moe_route_forward(sharc_stream *s, float *probs, int32_t *idx, float *wts, const float *logits,
+                                  int64_t N, int E, int K, bool norm_topk);
+void sharc_cuda_moe_route_backward(sharc_stream *s, float *dlogits, const float *dwts, const float *probs,
+                                   const int32_t *idx, const float *wts, const float *daux, int64_t N, int E, int K,
+                                   bool norm_topk);
+void sharc_cuda_moe_gather(sharc_stream *s, float *y, const float *x, const int32_t *rows, const float *scale,
+                           int64_t n, int C);
+void sharc_cuda_moe_scatter_add(sharc_stream *s, float *y, const float *x, const int32_t *rows, const float *scale,
+                                int64_t n, int C);
+void sharc_cuda_moe_row_dot(sharc_stream *s, float *out, const float *a, const int32_t *rows, const float *b, int64_t n,
+                            int C);
 
 #ifdef __cplusplus
 }

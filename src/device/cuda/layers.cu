@@ -1,6 +1,6 @@
 /* layers.cu: the CUDA kernels of the layers other than attention and the
  * loss: linear (cuBLASLt, sharc_cuda_gemm), LayerNorm, RMSNorm, GELU,
- * SwiGLU, embeddings, RoPE. Each follows its CPU kernel in src/device/cpu/
+ * SwiGLU, embeddings, RoPE; the bf16 linear layer (note [cuda-bf16]). Each follows its CPU kernel in src/device/cpu/
  * (the same formulas, one warp per row for the norms); parameter gradients
  * summed over rows use per-slice partial sums added in slice order, so
  * results never depend on timing (no atomics). */
@@ -47,6 +47,69 @@ extern "C" void sharc_cuda_matmul_backward(sharc_stream *s, float *dx, float *dw
     /* dw^T(IC,OC) += x^T(IC,N) dy(N,OC) */
     if (dw) sharc_cuda_gemm(s, false, true, IC, OC, n, 1.0f, x, IC, dy, OC, 1.0f, dw, IC, SHARC_DT_F32);
     if (db) sharc_cuda_colsum_add(s, db, dy, N, OC);
+}
+
+/* Note [cuda-bf16]: the bf16 linear layer (and lmhead_xent_bf16 in xent.cu)
+ * rounds its fp32 matrix operands into the stream's scratch with the cast
+ * kernel (round to nearest even, the bits of the CPU's sharc_from_f32) and
+ * multiplies them through cuBLASLt with bf16 inputs, fp32 accumulation
+ * (CUBLAS_COMPUTE_32F) and an fp32 output: the operands of the CPU's bf16
+ * path (note [bf16-gemm]), another summation order. Biases and their
+ * gradients stay fp32; the bias gradient is summed first, because it uses
+ * the scratch the operands are then rounded into. */
+static size_t al256(size_t bytes) { return (bytes + 255) & ~(size_t)255; }
+
+static uint16_t *round16(sharc_stream *s, uint16_t *dst, const float *src, int64_t n) {
+    sharc_cuda_cast(s, dst, SHARC_DT_BF16, src, SHARC_DT_F32, n);
+    return dst;
+}
+
+extern "C" void sharc_cuda_matmul_forward_b16(sharc_stream *s, float *y, const uint16_t *x, const uint16_t *w,
+                                              const float *b, int64_t N, int IC, int OC) {
+    int n = rows_int(N, "matmul_forward_b16");
+    sharc_cuda_gemm(s, true, false, OC, n, IC, 1.0f, w, IC, x, IC, 0.0f, y, OC, SHARC_DT_BF16);
+    if (b) {
+        k_bias<<<sharc_cuda_blocks(N * OC, THREADS), THREADS, 0, sharc_cuda_cs(s)>>>(y, b, N, OC);
+        SHARC_CUDA_LAUNCHED();
+    }
+}
+
+extern "C" void sharc_cuda_matmul_forward_bf16(sharc_stream *s, float *y, const float *x, const float *w,
+                                               const float *b, int64_t N, int IC, int OC) {
+    size_t bx = al256((size_t)N * IC * 2);
+    char *sc = (char *)sharc_cuda_scratch(s, bx + (size_t)OC * IC * 2);
+    const uint16_t *xh = round16(s, (uint16_t *)sc, x, N * IC);
+    const uint16_t *wh = round16(s, (uint16_t *)(sc + bx), w, (int64_t)OC * IC);
+    sharc_cuda_matmul_forward_b16(s, y, xh, wh, b, N, IC, OC);
+}
+
+/* dx = dy w, dw += dy^T x from bf16 operands (either NULL: skipped) */
+static void backward_products16(sharc_stream *s, float *dx, float *dw, const uint16_t *dy, const uint16_t *x,
+                                const uint16_t *w, int n, int IC, int OC) {
+    if (dx) sharc_cuda_gemm(s, false, false, IC, n, OC, 1.0f, w, IC, dy, OC, 0.0f, dx, IC, SHARC_DT_BF16);
+    if (dw) sharc_cuda_gemm(s, false, true, IC, OC, n, 1.0f, x, IC, dy, OC, 1.0f, dw, IC, SHARC_DT_BF16);
+}
+
+extern "C" void sharc_cuda_matmul_backward_b16(sharc_stream *s, float *dx, float *dw, float *db, const float *dy,
+                                               const uint16_t *x, const uint16_t *w, int64_t N, int IC, int OC) {
+    int n = rows_int(N, "matmul_backward_b16");
+    if (db) sharc_cuda_colsum_add(s, db, dy, N, OC); /* the fp32 dy, as in fp32 */
+    if (!dx && !dw) return;
+    uint16_t *dyh = round16(s, (uint16_t *)sharc_cuda_scratch(s, (size_t)N * OC * 2), dy, N * OC);
+    backward_products16(s, dx, dw, dyh, x, w, n, IC, OC);
+}
+
+extern "C" void sharc_cuda_matmul_backward_bf16(sharc_stream *s, float *dx, float *dw, float *db, const float *dy,
+                                                const float *x, const float *w, int64_t N, int IC, int OC) {
+    int n = rows_int(N, "matmul_backward_bf16");
+    if (db) sharc_cuda_colsum_add(s, db, dy, N, OC);
+    if (!dx && !dw) return;
+    size_t bdy = al256((size_t)N * OC * 2), bx = dw ? al256((size_t)N * IC * 2) : 0;
+    char *sc = (char *)sharc_cuda_scratch(s, bdy + bx + (dx ? (size_t)OC * IC * 2 : 0));
+    const uint16_t *dyh = round16(s, (uint16_t *)sc, dy, N * OC);
+    const uint16_t *xh = dw ? round16(s, (uint16_t *)(sc + bdy), x, N * IC) : NULL;
+    const uint16_t *wh = dx ? round16(s, (uint16_t *)(sc + bdy + bx), w, (int64_t)OC * IC) : NULL;
+    backward_products16(s, dx, dw, dyh, xh, wh, n, IC, OC);
 }
 
 /* ----------------------------------------------------- LayerNorm, RMSNorm */

@@ -1,7 +1,7 @@
 /* xent.cu: sharc_cuda_xent_forward_backward and sharc_cuda_lmhead_xent, the
  * softmax cross-entropy with its loss mask and the LM head fused with it,
  * chunked over rows (note [fused-head] in src/device/cpu/xent.c: only `chunk`
- * rows of logits exist at once). One block per row; the rows' losses go to
+ * rows of logits exist at once), in fp32 and in bf16 (lmhead_xent_bf16). One block per row; the rows' losses go to
  * scratch as doubles and are summed in a fixed order into the device scalar. */
 #include "cuda.h"
 
@@ -9,6 +9,8 @@
 #include <math.h>
 
 #define THREADS 256
+
+static size_t al256(size_t bytes) { return (bytes + 255) & ~(size_t)255; }
 
 /* all threads of the block get the result */
 __device__ static float block_reduce(float v, bool is_max) {
@@ -79,26 +81,56 @@ extern "C" void sharc_cuda_xent_forward_backward(sharc_stream *s, double *loss_s
     sharc_cuda_sum_doubles(s, loss_sum, row_loss, N, false);
 }
 
-extern "C" void sharc_cuda_lmhead_xent(sharc_stream *s, double *loss_sum, float *dx, float *dw, const float *x,
-                                       const float *w, const int32_t *targets, float scale, int64_t N, int C, int V,
-                                       float *ws, int64_t chunk) {
+/* bf16: x and w rounded once per call, each chunk's dlogits before its two
+ * products (note [cuda-bf16] in layers.cu; the CPU's lmhead_xent_bf16) */
+static void lmhead_xent(sharc_stream *s, double *loss_sum, float *dx, float *dw, const float *x, const float *w,
+                        const int32_t *targets, float scale, int64_t N, int C, int V, float *ws, int64_t chunk,
+                        bool bf16) {
     if (N <= 0) {
         SHARC_CUDA_CHECK(cudaMemsetAsync(loss_sum, 0, sizeof(double), sharc_cuda_cs(s)));
         return;
     }
     if (chunk < 1 || chunk > INT_MAX) sharc_fatal(__FILE__, __LINE__, "lmhead_xent: chunk %lld", (long long)chunk);
-    double *row_loss = (double *)sharc_cuda_scratch(s, (size_t)N * sizeof(double));
+    /* scratch: the rows' losses, then (bf16) x, w and one chunk of dlogits in bf16 */
+    size_t bl = al256((size_t)N * sizeof(double)), bx = al256((size_t)N * C * 2), bw = al256((size_t)V * C * 2);
+    size_t bg = dx ? (size_t)(N < chunk ? N : chunk) * V * 2 : 0;
+    char *sc = (char *)sharc_cuda_scratch(s, bl + (bf16 ? bx + bw + bg : 0));
+    double *row_loss = (double *)sc;
+    uint16_t *xh = (uint16_t *)(sc + bl), *wh = (uint16_t *)(sc + bl + bx), *gh = (uint16_t *)(sc + bl + bx + bw);
+    if (bf16) {
+        sharc_cuda_cast(s, xh, SHARC_DT_BF16, x, SHARC_DT_F32, N * C);
+        sharc_cuda_cast(s, wh, SHARC_DT_BF16, w, SHARC_DT_F32, (int64_t)V * C);
+    }
+    sharc_dtype dt = bf16 ? SHARC_DT_BF16 : SHARC_DT_F32;
+    const void *wm = bf16 ? (const void *)wh : (const void *)w;
     for (int64_t r0 = 0; r0 < N; r0 += chunk) {
         int m = (int)(N - r0 < chunk ? N - r0 : chunk);
-        const float *xc = x + r0 * C;
+        const void *xc = bf16 ? (const void *)(xh + r0 * C) : (const void *)(x + r0 * C);
         /* logits(m,V) = x(m,C) w(V,C)^T */
-        sharc_cuda_gemm(s, true, false, V, m, C, 1.0f, w, C, xc, C, 0.0f, ws, V, SHARC_DT_F32);
+        sharc_cuda_gemm(s, true, false, V, m, C, 1.0f, wm, C, xc, C, 0.0f, ws, V, dt);
         xent_rows(s, row_loss + r0, ws, NULL, targets + r0, m, V, scale, dx != NULL);
         if (dx) {
+            const void *g = ws;
+            if (bf16) {
+                sharc_cuda_cast(s, gh, SHARC_DT_BF16, ws, SHARC_DT_F32, (int64_t)m * V);
+                g = gh;
+            }
             /* dx(m,C) = dlogits(m,V) w(V,C); dw(V,C) += dlogits^T x */
-            sharc_cuda_gemm(s, false, false, C, m, V, 1.0f, w, C, ws, V, 0.0f, dx + r0 * C, C, SHARC_DT_F32);
-            if (dw) sharc_cuda_gemm(s, false, true, C, V, m, 1.0f, xc, C, ws, V, 1.0f, dw, C, SHARC_DT_F32);
+            sharc_cuda_gemm(s, false, false, C, m, V, 1.0f, wm, C, g, V, 0.0f, dx + r0 * C, C, dt);
+            if (dw) sharc_cuda_gemm(s, false, true, C, V, m, 1.0f, xc, C, g, V, 1.0f, dw, C, dt);
         }
     }
     sharc_cuda_sum_doubles(s, loss_sum, row_loss, N, false);
+}
+
+extern "C" void sharc_cuda_lmhead_xent(sharc_stream *s, double *loss_sum, float *dx, float *dw, const float *x,
+                                       const float *w, const int32_t *targets, float scale, int64_t N, int C, int V,
+                                       float *ws, int64_t chunk) {
+    lmhead_xent(s, loss_sum, dx, dw, x, w, targets, scale, N, C, V, ws, chunk, false);
+}
+
+extern "C" void sharc_cuda_lmhead_xent_bf16(sharc_stream *s, double *loss_sum, float *dx, float *dw, const float *x,
+                                            const float *w, const int32_t *targets, float scale, int64_t N, int C,
+                                            int V, float *ws, int64_t chunk) {
+    lmhead_xent(s, loss_sum, dx, dw, x, w, targets, scale, N, C, V, ws, chunk, true);
 }
