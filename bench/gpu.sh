@@ -9,8 +9,8 @@
 # tokens: GPT-2 124M (V=50257, T=1024) at B=16, 32, 64; the 0.85B Llama (L16
 # d2048, 32 heads, 8 KV heads, SwiGLU 5632, V=32000, T=2048) at B=16 without
 # and with activation checkpointing. Systems: sharc (`sharc train
-# --train.device=cuda --fsdp.param_dtype=bf16`, one process; while note
-# [cuda-gate] refuses it, its row reads "refused: <its one-line error>" and
+# --train.device=cuda --fsdp.param_dtype=bf16`, one process; where it
+# is refused (note [cuda-train]), its row reads "refused: <its one-line error>" and
 # the bench goes on), then bench/torch_gpu.py: PyTorch eager (SDPA, fused
 # AdamW), torch.compile, FSDP2 fully_shard per block at world size 1 (its
 # docstring says exactly what each does).

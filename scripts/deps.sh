@@ -6,6 +6,7 @@ what=${1:-test}
 
 # Why each package is here: README.md, "Dependencies".
 pkgs=(gcc make libc6-dev pkg-config
+      g++                   # nvcc's host compiler, and the CUDA simulator (tests/cudasim)
       libopenblas0-openmp   # sgemm (the OpenMP build, loaded at run time)
       libdnnl2              # oneDNN's sgemm for the large products (loaded at run time if present)
       libyaml-dev           # YAML config files

@@ -132,6 +132,14 @@ sharc_status sharc_fsdp_finish_grads(sharc_fsdp *e);
  * sharc_fsdp_shard_write is the writable shard, only inside a bracket. */
 void sharc_fsdp_shard_write_begin(sharc_fsdp *e);
 float *sharc_fsdp_shard_write(sharc_fsdp *e, int unit);
+/* Note [shard-host-io] (src/fsdp/param_io.c): n host floats into unit u's
+ * shard from element shard_off on (inside the write bracket), or n of its
+ * parameters from shard_off out to host memory; both return once the copy
+ * is done, so the host buffer may be reused at once. On a device whose
+ * memory is not host memory these are the only ways shard bytes reach the
+ * host (file readers read into a host buffer, then copy it in). */
+sharc_status sharc_fsdp_shard_copy_in(sharc_fsdp *e, int u, int64_t shard_off, const float *src, int64_t n);
+sharc_status sharc_fsdp_shard_copy_out(const sharc_fsdp *e, int u, int64_t shard_off, float *dst, int64_t n);
 void sharc_fsdp_shard_write_end(sharc_fsdp *e);
 /* True when the shard group reads each other's parameter shards in place
  * from one shared-memory window, so gathers copy nothing (note [shared-params]). */

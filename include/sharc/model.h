@@ -155,6 +155,14 @@ int64_t sharc_model_activation_bytes(const sharc_model *m, int B, int T, bool ac
  * after sharc_model_plan). Errors on positions breaking that rule. */
 sharc_status sharc_model_set_positions(sharc_model *m, const int32_t *pos);
 
+/* Note [device-batch] (src/model/model.c): inputs and targets (n <= B*T
+ * each, host memory; targets may be NULL) as the model's device reads them:
+ * the arrays themselves on a host device, else copies in planned device
+ * buffers, valid until the next call, after the token ids are checked
+ * against the vocabulary (an error naming the first bad one). */
+sharc_status sharc_model_stage_batch(sharc_model *m, const int32_t *inputs, const int32_t *targets, int64_t n,
+                                     const int32_t **dinputs, const int32_t **dtargets);
+
 /* One micro-batch forward + backward: inputs, targets (B*T; target < 0 is
  * masked). Gradients are accumulated (+=) through the engine with each
  * token's loss weighted by loss_scale (1 / valid tokens of the global batch).

@@ -23,6 +23,7 @@
  */
 #include "internal.h"
 #include "sharc/activity.h"
+#include "sharc/device.h"
 #include "sharc/fileio.h"
 
 #include <errno.h>
@@ -79,6 +80,26 @@ static sharc_status reader_read(sharc_ckpt_reader *r, int fi, int64_t pos, int64
         int64_t c = pos / cb, in = pos - c * cb, take = cb - in < n ? cb - in : n;
         SHARC_TRY(reader_chunk(r, fi, c));
         memcpy(out, r->buf + in, (size_t)take);
+        out += take;
+        pos += take;
+        n -= take;
+    }
+    return SHARC_OK;
+}
+
+/* Bytes [pos, pos + n) of file fi into dst, device memory of dev (note
+ * [shard-host-io]): chunk by chunk through the reader's host buffer, each
+ * copy waited for before the buffer is refilled. */
+static sharc_status reader_read_device(sharc_ckpt_reader *r, sharc_device *dev, int fi, int64_t pos, int64_t n,
+                                       void *dst) {
+    if (sharc_device_is_host(dev)) return reader_read(r, fi, pos, n, dst);
+    const int64_t cb = r->m->chunk_bytes;
+    char *out = dst;
+    while (n > 0) {
+        int64_t c = pos / cb, in = pos - c * cb, take = cb - in < n ? cb - in : n;
+        SHARC_TRY(reader_chunk(r, fi, c));
+        SHARC_TRY(sharc_device_copy(dev, out, r->buf + in, (size_t)take, SHARC_COPY_HOST_TO_DEVICE, NULL));
+        SHARC_TRY(sharc_device_synchronize(sharc_device_stream(dev)));
         out += take;
         pos += take;
         n -= take;
@@ -174,6 +195,7 @@ sharc_status sharc_ckpt_shard_read(sharc_ckpt_manifest *m, sharc_fsdp *e, sharc_
     sharc_ckpt_reader rd = {.m = m, .file = -1, .chunk = -1, .buf = malloc((size_t)m->chunk_bytes)};
     if (!rd.buf) return sharc_error(SHARC_ERR_NOMEM, "ckpt: out of memory");
     sharc_status st = SHARC_OK;
+    sharc_device *dev = sharc_fsdp_device(e); /* the shards' and in-memory moments' */
     for (int u = 0; u < sharc_fsdp_num_units(e) && st == SHARC_OK; u++) {
         const sharc_unit_spec *s = sharc_fsdp_unit_spec(e, u);
         sharc_activity_phase("loading a checkpoint", u, s->name); /* progress for the watchdog */
@@ -194,7 +216,7 @@ sharc_status sharc_ckpt_shard_read(sharc_ckpt_manifest *m, sharc_fsdp *e, sharc_
                 for (int kind = 0; kind < kinds && st == SHARC_OK; kind++) {
                     const int64_t from = r->offset + ((int64_t)kind * (r->end - r->begin) + lo - r->begin) * 4;
                     if (kind == 0) {
-                        st = reader_read(&rd, (int)r->file, from, (hi - lo) * 4, shard + at);
+                        st = reader_read_device(&rd, dev, (int)r->file, from, (hi - lo) * 4, shard + at);
                         continue;
                     }
                     for (int64_t done = 0, got; done < hi - lo && st == SHARC_OK; done += got) {
@@ -203,7 +225,7 @@ sharc_status sharc_ckpt_shard_read(sharc_ckpt_manifest *m, sharc_fsdp *e, sharc_
                             SHARC_OK)
                             break;
                         sharc_adamw_moment_dirty(a);
-                        st = reader_read(&rd, (int)r->file, from + done * 4, got * 4, mv);
+                        st = reader_read_device(&rd, dev, (int)r->file, from + done * 4, got * 4, mv);
                     }
                 }
             }

@@ -5,6 +5,7 @@
  * [ckpt-async]). The file itself is shard_file.c's. */
 #include "internal.h"
 #include "sharc/alloc.h"
+#include "sharc/device.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -27,6 +28,11 @@ static sharc_status job_prepare(sharc_ckpt_writer *w, const sharc_ckpt_plan *p, 
     j->chunk_crc = calloc((size_t)j->nchunks + 1, sizeof(uint32_t));
     if (!j->pieces || !j->chunk_crc) return sharc_error(SHARC_ERR_NOMEM, "ckpt: out of memory");
     float *dst = NULL;
+    /* note [shard-host-io]: a device's shards and moments reach the file
+     * through a staged host copy, made here with device-to-host copies */
+    sharc_device *dev = sharc_fsdp_device(e);
+    const bool host = sharc_device_is_host(dev);
+    if (!host) stage = true;
     if (stage && j->bytes > 0) {
         if (!w->stage) w->stage = sharc_alloc((size_t)j->bytes, SHARC_MEM_OTHER);
         dst = w->stage;
@@ -65,8 +71,12 @@ static sharc_status job_prepare(sharc_ckpt_writer *w, const sharc_ckpt_plan *p, 
                         for (int64_t done = 0, got; done < len; done += got) { /* chunk by chunk */
                             float *mv;
                             SHARC_TRY(sharc_adamw_moment_view(a, u, kind - 1, off + done, len - done, &mv, &got));
-                            memcpy(dst + done, mv, (size_t)got * sizeof(float));
+                            if (host) memcpy(dst + done, mv, (size_t)got * sizeof(float));
+                            else
+                                SHARC_TRY(sharc_device_copy(dev, dst + done, mv, (size_t)got * sizeof(float),
+                                                            SHARC_COPY_DEVICE_TO_HOST, NULL));
                         }
+                    else if (q && !host) SHARC_TRY(sharc_fsdp_shard_copy_out(e, u, off, dst, len));
                     else if (q) memcpy(dst, q, (size_t)len * sizeof(float));
                     else memset(dst, 0, (size_t)len * sizeof(float));
                     q = dst;
@@ -76,7 +86,7 @@ static sharc_status job_prepare(sharc_ckpt_writer *w, const sharc_ckpt_plan *p, 
             }
     }
     j->npieces = r;
-    return SHARC_OK;
+    return host ? SHARC_OK : sharc_device_synchronize(sharc_device_stream(dev));
 }
 
 void sharc_ckpt_writer_start(sharc_ckpt_writer *w, const sharc_ckpt_plan *p, sharc_fsdp *e, sharc_adamw *a,

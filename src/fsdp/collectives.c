@@ -21,18 +21,71 @@
  *           fp32 reduce-scatter, 16-bit reduce-scatter (reduce_dtype), then += into the shard
  *
  * Element work runs through the device's kernel table on the engine's
- * stream; MPI reads host memory, which the CPU device's is. */
+ * stream; MPI reads host memory, which the CPU device's is.
+ *
+ * Note [comm-staging]. On a device whose memory is not host memory, with a
+ * comm backend that reads host memory (MPI: several ranks sharing one GPU,
+ * or SHARC_COMM=mpi), every collective below goes through e->hstage, one
+ * host buffer sized at init for the largest unit's send plus receive: the
+ * send bytes are copied out and waited for, the collective runs on host
+ * memory, the result is copied back in and waited for. Staged collectives
+ * are blocking (a prefetch then gathers at once, in the same order), so
+ * the values are those of the CPU's path: the same bytes reach MPI. The
+ * buffer is ordinary host memory (cudaMemcpy from pageable memory is
+ * staged by the driver; pinned memory is a speed item). NCCL takes device
+ * memory and needs none. */
 #include "engine.h"
 #include "sharc/clock.h"
+
+typedef enum { STAGE_ALL_GATHER, STAGE_REDUCE_SCATTER, STAGE_ALL_REDUCE } stage_kind;
+
+/* The collective `kind` over `c` on device buffers send (count elements;
+ * size x count for a reduce-scatter) and recv, through host memory. */
+static sharc_status staged(sharc_fsdp *e, stage_kind kind, sharc_comm *c, const void *send, void *recv, size_t count,
+                           sharc_dtype dt) {
+    const size_t es = sharc_dtype_size(dt), S = (size_t)sharc_comm_size(c);
+    const size_t nsend = kind == STAGE_REDUCE_SCATTER ? S * count : count;
+    const size_t nrecv = kind == STAGE_ALL_GATHER ? S * count : count;
+    char *hs = e->hstage, *hr = e->hstage + nsend * es;
+    SHARC_TRY(sharc_device_copy(e->dev, hs, send, nsend * es, SHARC_COPY_DEVICE_TO_HOST, e->stream));
+    SHARC_TRY(sharc_device_synchronize(e->stream));
+    sharc_status st = kind == STAGE_ALL_GATHER ? sharc_comm_all_gather(c, hs, hr, count, dt)
+                      : kind == STAGE_REDUCE_SCATTER
+                          ? sharc_comm_reduce_scatter(c, hs, hr, count, dt, SHARC_REDUCE_OP_SUM)
+                          : sharc_comm_all_reduce(c, hs, hr, count, dt, SHARC_REDUCE_OP_SUM);
+    SHARC_TRY(st);
+    SHARC_TRY(sharc_device_copy(e->dev, recv, hr, nrecv * es, SHARC_COPY_HOST_TO_DEVICE, e->stream));
+    return sharc_device_synchronize(e->stream);
+}
+
+static sharc_status all_gather(sharc_fsdp *e, sharc_comm *c, const void *send, void *recv, size_t n, sharc_dtype dt) {
+    return e->hstage ? staged(e, STAGE_ALL_GATHER, c, send, recv, n, dt) : sharc_comm_all_gather(c, send, recv, n, dt);
+}
+
+static sharc_status reduce_scatter(sharc_fsdp *e, sharc_comm *c, const void *send, void *recv, size_t n,
+                                   sharc_dtype dt) {
+    return e->hstage ? staged(e, STAGE_REDUCE_SCATTER, c, send, recv, n, dt)
+                     : sharc_comm_reduce_scatter(c, send, recv, n, dt, SHARC_REDUCE_OP_SUM);
+}
+
+int64_t sharc_fsdp_coll_stage_bytes(const sharc_fsdp *e) {
+    int64_t mx = 0;
+    for (int u = 0; u < e->nunits; u++) {
+        const sharc_fsdp_unit *t = &e->units[u];
+        int64_t b = (t->numel_padded + t->numel_shard) * (int64_t)sizeof(float);
+        mx = b > mx ? b : mx;
+    }
+    return mx;
+}
 
 static void gather_direct(sharc_fsdp *e, sharc_fsdp_unit *t, bool blocking) { t->param_full = t->param_shard; }
 
 static void gather_f32(sharc_fsdp *e, sharc_fsdp_unit *t, bool blocking) {
     e->stats.gathers++;
     size_t n = (size_t)t->numel_shard;
-    sharc_status st = blocking ? sharc_comm_all_gather(e->shard, t->param_shard, t->param_full, n, SHARC_DT_F32)
-                               : sharc_comm_iall_gather(e->shard, t->param_shard, t->param_full, n, SHARC_DT_F32,
-                                                        e->stream, &t->pending);
+    sharc_status st = blocking || e->hstage ? all_gather(e, e->shard, t->param_shard, t->param_full, n, SHARC_DT_F32)
+                                            : sharc_comm_iall_gather(e->shard, t->param_shard, t->param_full, n,
+                                                                     SHARC_DT_F32, e->stream, &t->pending);
     if (st != SHARC_OK) SHARC_FSDP_COMM_FATAL();
 }
 
@@ -63,8 +116,8 @@ static void gather_16(sharc_fsdp *e, sharc_fsdp_unit *t, bool blocking) {
         return;
     }
     e->k->cast(e->stream, e->stage16_shard, dt, t->param_shard, SHARC_DT_F32, t->numel_shard);
-    if (sharc_comm_all_gather(e->shard, e->stage16_shard, t->g16 ? full16(t) : e->stage16_full, (size_t)t->numel_shard,
-                              dt) != SHARC_OK)
+    if (all_gather(e, e->shard, e->stage16_shard, t->g16 ? full16(t) : e->stage16_full, (size_t)t->numel_shard, dt) !=
+        SHARC_OK)
         SHARC_FSDP_COMM_FATAL();
     if (!t->g16) e->k->cast(e->stream, t->param_full, SHARC_DT_F32, e->stage16_full, dt, t->numel_padded);
 }
@@ -74,8 +127,7 @@ static const sharc_fsdp_gather_i gather_f32_i = {.name = "fp32 all-gather", .slo
 static const sharc_fsdp_gather_i gather_16_i = {.name = "16-bit all-gather", .slot = true, .start = gather_16};
 
 static void reduce_f32(sharc_fsdp *e, sharc_fsdp_unit *t) {
-    if (sharc_comm_reduce_scatter(e->shard, t->grad_full, e->stage_shard, (size_t)t->numel_shard, SHARC_DT_F32,
-                                  SHARC_REDUCE_OP_SUM) != SHARC_OK)
+    if (reduce_scatter(e, e->shard, t->grad_full, e->stage_shard, (size_t)t->numel_shard, SHARC_DT_F32) != SHARC_OK)
         SHARC_FSDP_COMM_FATAL();
     e->k->accumulate(e->stream, t->grad_shard, e->stage_shard, t->numel_shard);
 }
@@ -83,8 +135,7 @@ static void reduce_f32(sharc_fsdp *e, sharc_fsdp_unit *t) {
 static void reduce_16(sharc_fsdp *e, sharc_fsdp_unit *t) {
     sharc_dtype dt = e->cfg.reduce_dtype;
     e->k->cast(e->stream, e->stage16_full, dt, t->grad_full, SHARC_DT_F32, t->numel_padded);
-    if (sharc_comm_reduce_scatter(e->shard, e->stage16_full, e->stage16_shard, (size_t)t->numel_shard, dt,
-                                  SHARC_REDUCE_OP_SUM) != SHARC_OK)
+    if (reduce_scatter(e, e->shard, e->stage16_full, e->stage16_shard, (size_t)t->numel_shard, dt) != SHARC_OK)
         SHARC_FSDP_COMM_FATAL();
     e->k->cast(e->stream, e->stage_shard, SHARC_DT_F32, e->stage16_shard, dt, t->numel_shard);
     e->k->accumulate(e->stream, t->grad_shard, e->stage_shard, t->numel_shard);
@@ -119,13 +170,13 @@ static void gather_post_forward(sharc_fsdp *e, sharc_fsdp_unit *t, bool blocking
     sharc_dtype dt = e->cfg.param_dtype;
     sharc_status st;
     if (dt == SHARC_DT_F32) {
-        st = blocking
-                 ? sharc_comm_all_gather(e->post_comm, t->post_shard, t->param_full, n, dt)
+        st = blocking || e->hstage
+                 ? all_gather(e, e->post_comm, t->post_shard, t->param_full, n, dt)
                  : sharc_comm_iall_gather(e->post_comm, t->post_shard, t->param_full, n, dt, e->stream, &t->pending);
     } else if (t->g16) {
-        st = sharc_comm_all_gather(e->post_comm, t->post_shard, full16(t), n, dt);
+        st = all_gather(e, e->post_comm, t->post_shard, full16(t), n, dt);
     } else {
-        st = sharc_comm_all_gather(e->post_comm, t->post_shard, e->stage16_full, n, dt);
+        st = all_gather(e, e->post_comm, t->post_shard, e->stage16_full, n, dt);
         if (st == SHARC_OK) e->k->cast(e->stream, t->param_full, SHARC_DT_F32, e->stage16_full, dt, t->numel_padded);
     }
     if (st != SHARC_OK) SHARC_FSDP_COMM_FATAL();
@@ -157,13 +208,17 @@ sharc_status sharc_fsdp_coll_all_reduce_replicas(sharc_fsdp *e) {
         int64_t n = t->numel_shard;
         if (!t->trainable) continue; /* note [frozen-params] */
         if (dt == SHARC_DT_F32) {
-            SHARC_TRY(sharc_comm_all_reduce(e->replicate, t->grad_shard, t->grad_shard, (size_t)n, SHARC_DT_F32,
-                                            SHARC_REDUCE_OP_SUM));
+            SHARC_TRY(e->hstage ? staged(e, STAGE_ALL_REDUCE, e->replicate, t->grad_shard, t->grad_shard, (size_t)n,
+                                         SHARC_DT_F32)
+                                : sharc_comm_all_reduce(e->replicate, t->grad_shard, t->grad_shard, (size_t)n,
+                                                        SHARC_DT_F32, SHARC_REDUCE_OP_SUM));
         } else {
             /* 16-bit on the wire, summed in fp32 by the backend */
             e->k->cast(e->stream, e->stage16_shard, dt, t->grad_shard, SHARC_DT_F32, n);
-            SHARC_TRY(sharc_comm_all_reduce(e->replicate, e->stage16_shard, e->stage16_shard, (size_t)n, dt,
-                                            SHARC_REDUCE_OP_SUM));
+            SHARC_TRY(e->hstage
+                          ? staged(e, STAGE_ALL_REDUCE, e->replicate, e->stage16_shard, e->stage16_shard, (size_t)n, dt)
+                          : sharc_comm_all_reduce(e->replicate, e->stage16_shard, e->stage16_shard, (size_t)n, dt,
+                                                  SHARC_REDUCE_OP_SUM));
             e->k->cast(e->stream, t->grad_shard, SHARC_DT_F32, e->stage16_shard, dt, n);
         }
     }
@@ -179,5 +234,10 @@ sharc_status sharc_fsdp_gather_master(sharc_fsdp *e, int u, float *dst) {
                                     (size_t)t->numel_padded * sizeof(float), SHARC_COPY_DEVICE_TO_HOST, e->stream));
         return sharc_device_synchronize(e->stream);
     }
-    return sharc_comm_all_gather(e->shard, t->param_shard, dst, (size_t)t->numel_shard, SHARC_DT_F32);
+    if (!e->hstage) return sharc_comm_all_gather(e->shard, t->param_shard, dst, (size_t)t->numel_shard, SHARC_DT_F32);
+    /* note [comm-staging]: dst is host memory already */
+    SHARC_TRY(sharc_device_copy(e->dev, e->hstage, t->param_shard, (size_t)t->numel_shard * sizeof(float),
+                                SHARC_COPY_DEVICE_TO_HOST, e->stream));
+    SHARC_TRY(sharc_device_synchronize(e->stream));
+    return sharc_comm_all_gather(e->shard, e->hstage, dst, (size_t)t->numel_shard, SHARC_DT_F32);
 }

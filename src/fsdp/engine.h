@@ -129,6 +129,7 @@ struct sharc_fsdp {
     uint16_t *stage16_full;  /* (max numel_padded) 16-bit full unit */
     float *stage_shard;      /* (max numel_shard) fp32 reduce-scatter result */
     double *scalar;          /* (1) device scalar: the local sum of squares */
+    char *hstage;            /* note [comm-staging]: host bytes for a collective's send and receive; NULL: none */
     sharc_fsdp_stats stats;
 };
 
@@ -173,6 +174,8 @@ void sharc_fsdp_unit_hold(sharc_fsdp_unit *t);
 void sharc_fsdp_unit_reshard_post_forward(sharc_fsdp *e, sharc_fsdp_unit *t);
 
 /* collectives.c */
+/* Host bytes note [comm-staging] needs: the largest unit's padded plus shard numel, fp32. */
+int64_t sharc_fsdp_coll_stage_bytes(const sharc_fsdp *e);
 void sharc_fsdp_coll_choose(sharc_fsdp *e);
 /* note [post-forward]: copy this rank's slice of the gathered unit into its
  * post-forward shard (no communication), and the gather from those slices

@@ -217,6 +217,19 @@ sharc_status sharc_fsdp_init(sharc_fsdp **out, const sharc_unit_spec *units, int
         st = sharc_error(SHARC_ERR_NOMEM, "fsdp: out of memory");
         goto fail;
     }
+    /* note [comm-staging]: a device's buffers, a backend that reads host memory */
+    sharc_comm *groups[3] = {e->shard, e->replicate, e->post_comm};
+    bool stage = false;
+    for (int g = 0; g < 3; g++)
+        stage |= groups[g] && sharc_comm_size(groups[g]) > 1 && strcmp(sharc_comm_backend(groups[g]), "nccl") != 0;
+    if (stage && !sharc_device_is_host(e->dev)) {
+        e->hstage = sharc_alloc((size_t)sharc_fsdp_coll_stage_bytes(e), SHARC_MEM_COMM);
+        if (!e->hstage) {
+            st = sharc_error(SHARC_ERR_NOMEM, "fsdp: cannot allocate the host staging buffer (%lld bytes)",
+                             (long long)sharc_fsdp_coll_stage_bytes(e));
+            goto fail;
+        }
+    }
     sharc_fsdp_coll_choose(e);
     *out = e;
     return SHARC_OK;
@@ -244,6 +257,7 @@ void sharc_fsdp_free(sharc_fsdp *e) {
     sharc_device_free(e->dev, e->stage16_full);
     sharc_device_free(e->dev, e->stage_shard);
     sharc_device_free(e->dev, e->scalar);
+    sharc_free(e->hstage);
     sharc_fsdp_plan_free(&e->plan);
     free(e->units);
     free(e->order);

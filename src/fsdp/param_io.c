@@ -25,6 +25,25 @@ float *sharc_fsdp_shard_write(sharc_fsdp *e, int u) {
     return t->param_shard;
 }
 
+/* Note [shard-host-io]. Copies between host memory and a shard go through
+ * the device on the engine's stream and are waited for, so file readers and
+ * writers keep their one host buffer; on the CPU device they are memcpy. */
+sharc_status sharc_fsdp_shard_copy_in(sharc_fsdp *e, int u, int64_t shard_off, const float *src, int64_t n) {
+    sharc_fsdp_unit *t = sharc_fsdp_unit_at(e, u);
+    SHARC_CHECK(shard_off >= 0 && n >= 0 && shard_off + n <= t->numel_shard);
+    SHARC_TRY(sharc_device_copy(e->dev, sharc_fsdp_shard_write(e, u) + shard_off, src, (size_t)n * sizeof(float),
+                                SHARC_COPY_HOST_TO_DEVICE, e->stream));
+    return sharc_device_synchronize(e->stream);
+}
+
+sharc_status sharc_fsdp_shard_copy_out(const sharc_fsdp *e, int u, int64_t shard_off, float *dst, int64_t n) {
+    const sharc_fsdp_unit *t = sharc_fsdp_unit_at(e, u);
+    SHARC_CHECK(shard_off >= 0 && n >= 0 && shard_off + n <= t->numel_shard);
+    SHARC_TRY(sharc_device_copy(e->dev, dst, t->param_shard + shard_off, (size_t)n * sizeof(float),
+                                SHARC_COPY_DEVICE_TO_HOST, e->stream));
+    return sharc_device_synchronize(e->stream);
+}
+
 void sharc_fsdp_shard_write_end(sharc_fsdp *e) {
     SHARC_CHECK(e->writing > 0);
     if (--e->writing > 0) return;

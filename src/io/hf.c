@@ -6,6 +6,7 @@
 #include "sharc/hf.h"
 #include "sharc/activity.h"
 #include "sharc/alloc.h"
+#include "sharc/device.h"
 #include "sharc/fileio.h"
 
 #include <dirent.h>
@@ -1067,6 +1068,7 @@ static sharc_status load_shards(sharc_fsdp *e, const char *dir) {
                          t->name, fam->model_type);
     }
     /* everything checked: read this rank's segments */
+    const bool host = sharc_device_is_host(sharc_fsdp_device(e));
     for (int u = 0; u < sharc_fsdp_num_units(e) && st == SHARC_OK; u++) {
         const sharc_unit_spec *s = sharc_fsdp_unit_spec(e, u);
         sharc_activity_phase("importing", u, s->name); /* progress for the watchdog */
@@ -1078,10 +1080,15 @@ static sharc_status load_shards(sharc_fsdp *e, const char *dir) {
             hf_name(hname, sizeof hname, prefix, ps->name);
             const sharc_st_file *f;
             const sharc_st_tensor *t = sharc_st_set_find(set, hname, &f);
-            if (is_transposed(fam, ps->name))
-                st = read_transposed(f, t, ps->shape[0], ps->shape[1], segs[k].param_off, segs[k].len,
-                                     shard + segs[k].shard_off);
-            else st = sharc_st_read_f32(f, t, segs[k].param_off, segs[k].len, shard + segs[k].shard_off);
+            /* note [shard-host-io]: a device's shard is read into host memory first */
+            float *tmp = host ? NULL : malloc((size_t)(segs[k].len > 0 ? segs[k].len : 1) * sizeof(float));
+            float *dst = tmp ? tmp : shard + segs[k].shard_off;
+            if (!host && !tmp) st = sharc_error(SHARC_ERR_NOMEM, "hf '%s': out of memory", sharc_st_path(f));
+            else if (is_transposed(fam, ps->name))
+                st = read_transposed(f, t, ps->shape[0], ps->shape[1], segs[k].param_off, segs[k].len, dst);
+            else st = sharc_st_read_f32(f, t, segs[k].param_off, segs[k].len, dst);
+            if (st == SHARC_OK && tmp) st = sharc_fsdp_shard_copy_in(e, u, segs[k].shard_off, tmp, segs[k].len);
+            free(tmp);
         }
     }
     sharc_st_set_close(set);

@@ -2,6 +2,7 @@
 #include "sharc/weights.h"
 #include "sharc/activity.h"
 #include "sharc/alloc.h"
+#include "sharc/device.h"
 #include "sharc/safetensors.h"
 
 #include <stdlib.h>
@@ -134,6 +135,7 @@ static sharc_status load_shards(sharc_fsdp *e, const char *path) {
         }
     }
     /* everything checked: now read this rank's segments */
+    const bool host = sharc_device_is_host(sharc_fsdp_device(e));
     for (int u = 0; u < sharc_fsdp_num_units(e) && st == SHARC_OK; u++) {
         const sharc_unit_spec *s = sharc_fsdp_unit_spec(e, u);
         sharc_activity_phase("loading weights", u, s->name); /* progress for the watchdog */
@@ -142,7 +144,13 @@ static sharc_status load_shards(sharc_fsdp *e, const char *path) {
         float *shard = sharc_fsdp_shard_write(e, u);
         for (int k = 0; k < nseg && st == SHARC_OK; k++) {
             const sharc_st_tensor *t = sharc_st_find(f, s->params[segs[k].param].name);
-            st = sharc_st_read_f32(f, t, segs[k].param_off, segs[k].len, shard + segs[k].shard_off);
+            /* note [shard-host-io]: a device's shard is read into host memory first */
+            float *tmp = host ? NULL : malloc((size_t)(segs[k].len > 0 ? segs[k].len : 1) * sizeof(float));
+            if (!host && !tmp) st = sharc_error(SHARC_ERR_NOMEM, "weights '%s': out of memory", path);
+            if (st == SHARC_OK)
+                st = sharc_st_read_f32(f, t, segs[k].param_off, segs[k].len, tmp ? tmp : shard + segs[k].shard_off);
+            if (st == SHARC_OK && tmp) st = sharc_fsdp_shard_copy_in(e, u, segs[k].shard_off, tmp, segs[k].len);
+            free(tmp);
         }
     }
     sharc_st_close(f);

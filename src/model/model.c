@@ -149,15 +149,16 @@ struct sharc_model {
     int64_t head_chunk;
     float *rope_cos, *rope_sin; /* (T, hd/2) */
     /* note [packing]: set by sharc_model_set_positions */
-    bool packed;            /* per-token positions differ from 0..T-1 in some row */
-    bool masked;            /* att_lo is passed to attention (packed, or a window shorter than sp T) */
-    int32_t *att_lo;        /* (B, sp T) device: each query's first visible key */
-    int32_t *pos_local;     /* (B, T) device: this rank's tokens' positions (GPT-2's wpe rows) */
-    float *pk_cos, *pk_sin; /* (B*T, hd/2) device: per-token RoPE rows when packed */
-    int32_t *kv_lo;         /* (T) device: the cached path's window bounds */
-    double *loss;           /* (1) device scalar: the loss sum of the last head */
-    float *kcache, *vcache; /* (L, T, NKV*hd) note [kv-cache]; NULL until sharc_model_kv_enable */
-    int kv_len;             /* positions the caches hold */
+    bool packed;                  /* per-token positions differ from 0..T-1 in some row */
+    bool masked;                  /* att_lo is passed to attention (packed, or a window shorter than sp T) */
+    int32_t *att_lo;              /* (B, sp T) device: each query's first visible key */
+    int32_t *pos_local;           /* (B, T) device: this rank's tokens' positions (GPT-2's wpe rows) */
+    float *pk_cos, *pk_sin;       /* (B*T, hd/2) device: per-token RoPE rows when packed */
+    int32_t *kv_lo;               /* (T) device: the cached path's window bounds */
+    double *loss;                 /* (1) device scalar: the loss sum of the last head */
+    int32_t *batch_in, *batch_tg; /* (B*T) device: a micro-batch staged in (sharc_model_stage_batch); NULL on host */
+    float *kcache, *vcache;       /* (L, T, NKV*hd) note [kv-cache]; NULL until sharc_model_kv_enable */
+    int kv_len;                   /* positions the caches hold */
     /* Ulysses sequence parallelism (note [ulysses] in ulysses.h): this rank
      * holds tokens [sp_rank T, (sp_rank + 1) T) of sequences of sp T */
     int sp, sp_rank;
@@ -372,6 +373,9 @@ static void free_plan(sharc_model *m) {
                      m->dfca, m->att_ws,   m->head_ws,  m->rope_cos, m->rope_sin, m->tfc,   m->tfca, m->head_red};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) sharc_device_free(m->dev, bufs[i]);
     sharc_device_free(m->dev, m->loss);
+    sharc_device_free(m->dev, m->batch_in);
+    sharc_device_free(m->dev, m->batch_tg);
+    m->batch_in = m->batch_tg = NULL;
     sharc_device_free(m->dev, m->wsm);
     sharc_device_free(m->dev, m->tfcah);
     sharc_device_free(m->dev, m->head16);
@@ -804,6 +808,10 @@ sharc_status sharc_model_plan(sharc_model *m, int B, int T, bool activation_chec
     m->att_lo = (int32_t *)act(m, (int64_t)B * T * m->sp, &ok);
     m->pos_local = (int32_t *)act(m, N, &ok);
     m->loss = sharc_device_alloc(m->dev, sizeof(double), SHARC_MEM_ACTIVATIONS);
+    if (!sharc_device_is_host(m->dev)) { /* note [device-batch] */
+        m->batch_in = (int32_t *)act(m, N, &ok);
+        m->batch_tg = (int32_t *)act(m, N, &ok);
+    }
     if (ok && m->loss && sharc_moe_plan(m->moe, N, m->nsets) != SHARC_OK) ok = false;
     if (!ok || !m->loss) {
         free_plan(m);
@@ -1238,6 +1246,35 @@ static void check_inputs(const sharc_model *m, sharc_fsdp *e, const int32_t *tok
         if (tok[i] < 0 || tok[i] >= m->V)
             sharc_fatal(__FILE__, __LINE__, "model: token %d at %lld outside vocabulary [0, %d)", tok[i], (long long)i,
                         m->V);
+}
+
+/* Note [device-batch]. Token ids and targets reach the kernels in the
+ * model's device memory. On a host device the caller's arrays are read in
+ * place (check_inputs scans the ids); on a device with its own memory
+ * sharc_model_stage_batch checks the ids on the host, copies a micro-batch
+ * into two planned (B*T) buffers on the model's stream and hands back their
+ * addresses, which stay valid until the next call (the copies are ordered
+ * before the kernels that read them by the stream). */
+sharc_status sharc_model_stage_batch(sharc_model *m, const int32_t *inputs, const int32_t *targets, int64_t n,
+                                     const int32_t **dinputs, const int32_t **dtargets) {
+    *dinputs = inputs;
+    *dtargets = targets;
+    if (sharc_device_is_host(m->dev)) return SHARC_OK;
+    if (!m->batch_in || n > (int64_t)m->B * m->T)
+        return sharc_error(SHARC_ERR_INVALID, "model: a batch of %lld tokens, planned for %lld", (long long)n,
+                           (long long)m->B * m->T);
+    for (int64_t i = 0; i < n; i++)
+        if (inputs[i] < 0 || inputs[i] >= m->V)
+            return sharc_error(SHARC_ERR_INVALID, "model: token %d at %lld outside the vocabulary [0, %d)", inputs[i],
+                               (long long)i, m->V);
+    SHARC_TRY(
+        sharc_device_copy(m->dev, m->batch_in, inputs, (size_t)n * sizeof(int32_t), SHARC_COPY_HOST_TO_DEVICE, m->s));
+    if (targets)
+        SHARC_TRY(sharc_device_copy(m->dev, m->batch_tg, targets, (size_t)n * sizeof(int32_t),
+                                    SHARC_COPY_HOST_TO_DEVICE, m->s));
+    *dinputs = m->batch_in;
+    *dtargets = targets ? m->batch_tg : NULL;
+    return SHARC_OK;
 }
 
 /* Unit u (0 .. L + 1) or, for a block, one of its expert units has a

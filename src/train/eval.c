@@ -46,7 +46,9 @@ sharc_status sharc_eval_dataset(sharc_model *m, sharc_fsdp *e, sharc_comm *world
                 }
             }
         }
-        sums[0] += sharc_model_forward_loss(m, e, in, tg);
+        const int32_t *din, *dtg; /* note [device-batch] */
+        if ((st = sharc_model_stage_batch(m, in, tg, N, &din, &dtg)) != SHARC_OK) break;
+        sums[0] += sharc_model_forward_loss(m, e, din, dtg);
     }
     sharc_free(in);
     sharc_free(tg);

@@ -15,6 +15,7 @@
  * are finished (non-finite gradients on one rank, for note [bad-steps] in
  * trainer.c). */
 #include "sharc/activity.h"
+#include "sharc/device.h"
 #include "sharc/clock.h"
 #include "sharc/fault.h"
 #include "sharc/optim.h"
@@ -26,12 +27,16 @@
 
 /* The fault SHARC_FAULT_NAN: this rank's first gradient element is NaN, so
  * the all-reduced norm is (note [bad-steps]). */
-static void poison_grads(sharc_fsdp *e) {
+static sharc_status poison_grads(sharc_fsdp *e) {
+    static const float nan = NAN;
+    sharc_device *d = sharc_fsdp_device(e);
     for (int u = 0; u < sharc_fsdp_num_units(e); u++)
         if (sharc_fsdp_shard_numel(e, u) > 0 && sharc_fsdp_shard_grads(e, u)) { /* frozen units have none */
-            sharc_fsdp_shard_grads(e, u)[0] = NAN;
-            return;
+            SHARC_TRY(
+                sharc_device_copy(d, sharc_fsdp_shard_grads(e, u), &nan, sizeof nan, SHARC_COPY_HOST_TO_DEVICE, NULL));
+            return sharc_device_synchronize(sharc_device_stream(d));
         }
+    return SHARC_OK;
 }
 
 sharc_status sharc_train_step_run(const sharc_train_step_ctx *x, const sharc_train_batch *b, int64_t step,
@@ -61,13 +66,16 @@ sharc_status sharc_train_step_run(const sharc_train_step_ctx *x, const sharc_tra
         }
         /* note [packing]: the whole sequences' positions (every sp rank needs them for the mask) */
         if (b->positions) SHARC_TRY(sharc_model_set_positions(x->model, b->positions + m * b->positions_stride));
-        double l = sharc_model_forward_backward(x->model, x->engine, b->inputs + m * mb, b->targets + m * mb, scale);
+        /* note [device-batch]: the micro-batch in the model's device memory */
+        const int32_t *in, *tg;
+        SHARC_TRY(sharc_model_stage_batch(x->model, b->inputs + m * mb, b->targets + m * mb, mb, &in, &tg));
+        double l = sharc_model_forward_backward(x->model, x->engine, in, tg, scale);
         local_loss_sum += l;
         loss_sum += per_micro ? l * (double)scale : l;
     }
     if (b->positions) SHARC_TRY(sharc_model_set_positions(x->model, NULL)); /* evaluation: unpacked rows */
     SHARC_TRY(sharc_fsdp_finish_grads(x->engine));
-    if (sharc_fault_at("grads", step + 1) == SHARC_FAULT_NAN) poison_grads(x->engine);
+    if (sharc_fault_at("grads", step + 1) == SHARC_FAULT_NAN) SHARC_TRY(poison_grads(x->engine));
     double t2 = sharc_clock_now(), norm;
     sharc_activity_phase("gradient norm", -1, NULL);
     sharc_status st = SHARC_OK;

@@ -35,6 +35,7 @@
 #include "sharc/fault.h"
 #include "sharc/fileio.h"
 #include "sharc/hf.h"
+#include "sharc/kernels.h"
 #include "sharc/log.h"
 #include "sharc/memplan.h"
 #include "sharc/mesh.h"
@@ -175,13 +176,27 @@ static void reset_comm_stats(sharc_trainer *t) {
 /* train.device: the device the model, the engine and the optimizer run on.
  * Opening "cuda" says what is missing on a machine that cannot run it (not
  * built, no driver, no GPU, no cuBLASLt); this is bad input (exit status 2).
- * Note [cuda-gate]: the CUDA backend and its kernels exist (src/device/cuda,
- * tests/gpu), but the model still hands host token arrays to the kernels and
- * the engine's collectives and parameter I/O still read shards as host
- * memory, so a device whose memory is not host memory is refused here until
- * they copy batches in and stage through the device (issue 8). */
-static sharc_status train_device(const sharc_train_config *tc, sharc_device **out) {
+ *
+ * Note [cuda-train]: what trains on a device whose memory is not host
+ * memory (CUDA). The model, the engine and AdamW get the device: parameter
+ * shards, gradients, moments, gathered units and activations live there,
+ * and every element loop is a kernel of its table. Batches are checked and
+ * copied in per micro-batch (note [device-batch] in src/model/model.c);
+ * the loss sum and the gradient norm come back as one double each
+ * (sharc_model_forward_backward's, sharc_fsdp_grad_norm's); every host read
+ * or write of shard bytes (weights and checkpoint save and load, HF import
+ * and export, fault hooks) is an explicit copy (note [shard-host-io] in
+ * src/fsdp/param_io.c). Between ranks the engine's collectives stage
+ * device buffers through host ones when the comm backend reads host memory
+ * (note [comm-staging] in src/fsdp/collectives.c). Refused here with a
+ * line naming the key, until they are done on a device: sequence and tensor
+ * parallelism and experts (their kernels and exchanges read host memory),
+ * the moments on disk (optim.offload_dir), and fsdp.param_dtype bf16/fp16
+ * on a device whose table has no bf16 matrix products (bf16_compute false;
+ * CUDA's has them). */
+static sharc_status train_device(const sharc_config *c, sharc_device **out) {
     *out = NULL;
+    const sharc_train_config *tc = &c->train;
     if (tc->device == 0) return SHARC_OK;
     sharc_device *d = NULL;
     if (sharc_device_open("cuda", 0, &d) != SHARC_OK) {
@@ -189,11 +204,23 @@ static sharc_status train_device(const sharc_train_config *tc, sharc_device **ou
         snprintf(why, sizeof why, "%s", sharc_last_error());
         return sharc_error(SHARC_ERR_INVALID, "train.device: %s", why);
     }
-    if (!sharc_device_is_host(d))
-        return sharc_error(SHARC_ERR_INVALID,
-                           "train.device: cuda: the GPU opened, but training on it is not finished: the model and "
-                           "the engine still read batches and shards as host memory (tests/gpu/run.sh checks the "
-                           "CUDA kernels); use train.device: cpu");
+    if (!sharc_device_is_host(d)) {
+        const char *key = NULL;
+        char val[64] = "";
+        if (c->mesh.sp > 1) key = "mesh.sp", snprintf(val, sizeof val, "%d", c->mesh.sp);
+        else if (c->mesh.tp > 1) key = "mesh.tp", snprintf(val, sizeof val, "%d", c->mesh.tp);
+        else if (c->model.num_experts > 0)
+            key = "model.num_experts", snprintf(val, sizeof val, "%d", c->model.num_experts);
+        else if (c->optim.offload_dir[0])
+            key = "optim.offload_dir", snprintf(val, sizeof val, "%.60s", c->optim.offload_dir);
+        else if (c->fsdp.engine.param_dtype != SHARC_DT_F32 && !sharc_device_kernels(d)->bf16_compute())
+            key = "fsdp.param_dtype", snprintf(val, sizeof val, "%s", sharc_dtype_st_name(c->fsdp.engine.param_dtype));
+        if (key)
+            return sharc_error(SHARC_ERR_INVALID,
+                               "%s: %s is not supported with train.device cuda yet (note [cuda-train]); use "
+                               "train.device cpu or drop %s",
+                               key, val, key);
+    }
     *out = d;
     return SHARC_OK;
 }
@@ -220,14 +247,14 @@ sharc_status sharc_trainer_init(sharc_trainer **out, const sharc_config *cfg, sh
     int threads = tc->threads > 0 ? tc->threads : default_threads(t->world);
 
     /* local part: nothing here may call a collective */
-    st = sharc_mesh_dims_resolve(&t->cfg.fsdp.engine, &t->cfg.mesh, R, &t->dims);
+    sharc_device *dev = NULL;
+    st = train_device(&t->cfg, &dev); /* first: what a device refuses is named before the mesh's arithmetic */
+    if (st == SHARC_OK) st = sharc_mesh_dims_resolve(&t->cfg.fsdp.engine, &t->cfg.mesh, R, &t->dims);
     const int sp = t->dims.sp > 0 ? t->dims.sp : 1, tp = t->dims.tp > 0 ? t->dims.tp : 1;
     const int dp = R / (sp * tp); /* data streams (note [mesh-fsdp]) */
     t->sp_rank = rank / tp % sp;
     t->dp_rank = rank / (sp * tp);
     if (st == SHARC_OK) st = sharc_blas_init(threads);
-    sharc_device *dev = NULL;
-    if (st == SHARC_OK) st = train_device(tc, &dev);
     if (st == SHARC_OK) st = sharc_model_init(&t->model, &t->cfg.model, dev);
     if (st == SHARC_OK) st = sharc_model_freeze(t->model, t->cfg.freeze_module_prefix, t->cfg.trainable, NULL);
     if (st == SHARC_OK) {

@@ -3,7 +3,7 @@
 # train.device: the key is checked (cpu|cuda), and asking for cuda never
 # crashes: without a build with nvcc, a driver, a GPU or cuBLASLt the error
 # names what is missing; on a GPU machine it says training there is not
-# finished (note [cuda-gate] in src/train/trainer.c). Exit status 2 either way.
+# (tests/cli/cudasim_train.sh trains on the simulator). Exit status 2 either way.
 set -uo pipefail
 S="$SHARC_BIN/sharc"
 cd "$TMPDIR"

@@ -10,7 +10,7 @@
  * (kernels read device memory only). A name (see main) runs one model.
  * Prints PASS/FAIL lines and "N passed, N failed"; exit 77 without a GPU.
  * Run separately from gpu_kernels by tests/gpu/run.sh, so that a crash in the
- * engine on a device (note [cuda-gate]) is one failed check, not a lost suite. */
+ * engine on a device (note [cuda-train]) is one failed check, not a lost suite. */
 #include "sharc/blas.h"
 #include "sharc/device.h"
 #include "sharc/fsdp.h"

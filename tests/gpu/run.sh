@@ -8,7 +8,8 @@
 #      2e-2 and against a host emulation of its bf16 arithmetic)
 #   2. whole-model forward + backward, GPU against CPU (gpu_model; 1e-4)
 #   3. gpu_kernels under compute-sanitizer memcheck, when it is installed
-#   4. sharc train --train.device=cuda fails cleanly, exit 2 (note [cuda-gate])
+#   4. sharc train --train.device=cuda trains (note [cuda-train]): 3 steps of a tiny GPT-2 and Llama,
+#      losses within 1e-4 of the CPU's; 2 ranks on the one GPU (MPI, staged) within 1e-5 of 1 rank
 set -uo pipefail
 bin=${1:-build}
 [ -x "$bin/gpu_kernels" ] || { echo "tests/gpu/run.sh: $bin/gpu_kernels is missing: build with nvcc present (make)"; exit 1; }
@@ -55,9 +56,28 @@ fi
 
 if [ -x "$bin/sharc" ]; then
   printf 'In the beginning God created the heaven and the earth.\n%.0s' {1..200} > "$tmp/t.txt"
-  out=$("$bin/sharc" train --data.path="$tmp/t.txt" --train.out_dir="$tmp/run" --train.max_steps=1 \
-        --train.device=cuda 2>&1); rc=$?
-  [ $rc -eq 2 ] && grep -qF 'train.device: cuda: ' <<< "$out"; one "sharc train --train.device=cuda: one-line error, exit 2" $? "exit $rc: $out"
+  # small enough for the CUDA simulator too (tests/cli/cudasim.sh runs this script there)
+  M="--data.path=$tmp/t.txt --model.num_layers=2 --model.embed_dim=32 --model.num_heads=2 --train.seq_len=16
+     --train.batch_size=2 --train.max_steps=3 --train.threads=1 --optim.warmup_steps=2"
+  near() { # cuda-run cpu-run tol: every step's loss within tol relative
+    paste <(jq -r '."loss_metrics/global_avg_loss"' "$1/metrics.jsonl") <(jq -r '."loss_metrics/global_avg_loss"' "$2/metrics.jsonl") |
+      awk -v t="$3" '{ d = $1 - $2; if (d < 0) d = -d; r = $2 < 0 ? -$2 : $2; if (NF != 2 || d > t * r) bad = 1 }
+                     END { exit NR != 3 || bad }'
+  }
+  for fam in gpt2 llama; do
+    X=""; [ $fam = llama ] && X="--model.family=llama --model.num_kv_heads=1 --model.ff_hidden_dim=48"
+    "$bin/sharc" train $M $X --train.out_dir="$tmp/c$fam" > "$tmp/c$fam.log" 2>&1
+    out=$("$bin/sharc" train $M $X --train.out_dir="$tmp/g$fam" --train.device=cuda 2>&1); rc=$?
+    [ $rc -eq 0 ] && near "$tmp/g$fam" "$tmp/c$fam" 1e-4
+    one "sharc train --train.device=cuda ($fam): 3 steps, losses within 1e-4 of the CPU" $? "exit $rc: $(tail -3 <<< "$out")"
+  done
+  if command -v mpirun > /dev/null; then
+    "$bin/sharc" train $M --train.batch_size=4 --train.out_dir="$tmp/p1" --train.device=cuda > "$tmp/p1.log" 2>&1
+    out=$(SHARC_COMM=mpi timeout 300 mpirun --allow-run-as-root --oversubscribe -n 2 "$bin/sharc" train $M \
+          --train.batch_size=2 --train.out_dir="$tmp/p2" --train.device=cuda 2>&1); rc=$?
+    [ $rc -eq 0 ] && near "$tmp/p2" "$tmp/p1" 1e-5
+    one "2 ranks on one GPU (MPI, staged) = 1 rank within 1e-5" $? "exit $rc: $(tail -3 <<< "$out")"
+  fi
 fi
 
 echo "$pass passed, $fail failed"

@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# timeout: 120
+# train.device: cuda trains (note [cuda-train] in src/train/trainer.c), run
+# on the CUDA simulator (build/sim/sharc: the real kernel sources, device
+# memory in a guarded arena, so any host read of a shard or batch aborts):
+#  - a tiny GPT-2 and a tiny Llama, 6 steps with a checkpoint at step 3,
+#    give the CPU run's loss and gradient norm at every step within 1e-4
+#    relative (the kernels round sums in another order: not bit-exact);
+#  - the cuda run's step-3 checkpoint resumes on the CPU, and the CPU run's
+#    on cuda: steps 4-6 within 1e-4 of the uninterrupted CPU run;
+#  - the cuda run's final model.safetensors evaluates on the CPU (sharc
+#    eval) to the CPU run's validation loss within 1e-4;
+#  - evaluation during training (log.eval_every) on cuda matches the CPU's;
+#  - fsdp.param_dtype bf16 on cuda against the CPU's emulated bf16 (1e-3);
+#  - (2 ranks sharing the one GPU through MPI, note [comm-staging], against
+#    1 rank: tests/gpu/run.sh step 4, which tests/cli/cudasim.sh runs here);
+#  - what is not supported on cuda yet is one line naming the key, exit 2.
+set -uo pipefail
+SIM="$SHARC_BIN/sim/sharc" CPU="$SHARC_BIN/sharc"
+[ -x "$SIM" ] || { echo "SKIP: no $SIM (the simulator is built by make all with CUDASIM=1)"; exit 0; }
+export SHARC_CUBLASLT_LIB="$SHARC_BIN/sim/libcudasim_cublaslt.so"
+cd "$TMPDIR"
+die() { echo "FAIL: $*"; exit 1; }
+for i in $(seq 1 300); do echo "the quick brown fox jumps over the lazy dog $((i % 13))"; done > text.txt
+head -40 text.txt > val.txt
+M="--data.path=text.txt --model.num_layers=2 --model.embed_dim=32 --model.num_heads=2 --model.max_seq_len=16
+   --train.seq_len=16 --train.batch_size=2 --train.max_steps=6 --train.threads=1 --optim.warmup_steps=2
+   --ckpt.every=3 --ckpt.keep=2"
+LLAMA="--model.family=llama --model.num_kv_heads=1 --model.tie_embeddings=false --model.ff_hidden_dim=48"
+
+# near a b what [tol]: |a - b| <= tol |b| (default 1e-4) for every pair of the two lists
+near() {
+  paste <(echo "$1") <(echo "$2") | awk -v w="$3" -v t="${4:-1e-4}" '
+    { d = $1 - $2; if (d < 0) d = -d; r = $2 < 0 ? -$2 : $2;
+      if (NF != 2 || d > t * r) { print "FAIL: " w ": line " NR ": cuda " $1 ", cpu " $2; bad = 1 } }
+    END { if (NR == 0) { print "FAIL: " w ": nothing compared"; bad = 1 } exit bad }'
+}
+col() { jq -r "select(.step >= $2 and .\"$3\" != null) | .\"$3\"" "$1/metrics.jsonl"; }
+
+for fam in gpt2 llama; do
+  X=""; [ $fam = llama ] && X="$LLAMA"
+  "$CPU" train $M $X --train.out_dir=c$fam > c$fam.log 2>&1 || { cat c$fam.log; die "$fam: cpu run"; }
+  "$SIM" train $M $X --train.out_dir=g$fam --train.device=cuda > g$fam.log 2>&1 || { tail -20 g$fam.log; die "$fam: cuda run"; }
+  grep -q "device: cuda" g$fam.log || die "$fam: the cuda run's config does not say cuda"
+  for k in loss_metrics/global_avg_loss grad_norm; do
+    [ "$(col c$fam 1 $k | wc -l)" -eq 6 ] || die "$fam: the cpu run has not 6 steps of $k"
+    near "$(col g$fam 1 $k)" "$(col c$fam 1 $k)" "$fam cuda vs cpu $k" || exit 1
+  done
+  # a cuda checkpoint resumed on the CPU, a CPU checkpoint resumed on cuda
+  "$CPU" train $M $X --train.out_dir=r$fam --ckpt.resume=g$fam/checkpoints/step-00000003 > r$fam.log 2>&1 ||
+    { cat r$fam.log; die "$fam: cpu resume of the cuda checkpoint"; }
+  "$SIM" train $M $X --train.out_dir=s$fam --train.device=cuda --ckpt.resume=c$fam/checkpoints/step-00000003 \
+    > s$fam.log 2>&1 || { tail -20 s$fam.log; die "$fam: cuda resume of the cpu checkpoint"; }
+  for run in r$fam s$fam; do
+    [ "$(col $run 1 loss_metrics/global_avg_loss | wc -l)" -eq 3 ] || die "$run: not 3 steps after the resume"
+    near "$(col $run 4 loss_metrics/global_avg_loss)" "$(col c$fam 4 loss_metrics/global_avg_loss)" "$run resumed" || exit 1
+  done
+  # the cuda run's weights evaluate on the CPU as the CPU run's do
+  ec=$("$CPU" eval --checkpoint c$fam/model.safetensors --data.path val.txt --threads 1 2>&1) || die "$fam eval: $ec"
+  eg=$("$CPU" eval --checkpoint g$fam/model.safetensors --data.path val.txt --threads 1 2>&1) || die "$fam eval: $eg"
+  near "$(jq -r .val_loss <<< "$eg")" "$(jq -r .val_loss <<< "$ec")" "$fam eval of the final weights" || exit 1
+done
+echo "gpt2, llama: cuda = cpu within 1e-4 (6 steps, resume across devices both ways, final weights)"
+
+# validation during training on cuda (batches staged in by sharc_eval_dataset)
+V="--log.eval_every=2 --data.val_path=val.txt --log.eval_batches=2 --train.max_steps=2 --ckpt.every=0"
+"$CPU" train $M $V --train.out_dir=ve > ve.log 2>&1 || { cat ve.log; die "cpu eval run"; }
+"$SIM" train $M $V --train.out_dir=vg --train.device=cuda > vg.log 2>&1 || { tail -20 vg.log; die "cuda eval run"; }
+near "$(col vg 1 loss_metrics/val_loss)" "$(col ve 1 loss_metrics/val_loss)" "validation loss" || exit 1
+
+# bf16 compute (fsdp.param_dtype bf16): the CUDA bf16 products against the
+# CPU's emulated ones (the same operands rounded to bf16, fp32 sums in
+# another order) within 1e-3 at every step
+B16="$M --fsdp.param_dtype=bf16 --train.max_steps=3 --ckpt.every=0"
+SHARC_BF16=emulate "$CPU" train $B16 --train.out_dir=bc > bc.log 2>&1 || { cat bc.log; die "cpu bf16 run"; }
+"$SIM" train $B16 --train.out_dir=bg --train.device=cuda > bg.log 2>&1 || { tail -20 bg.log; die "cuda bf16 run"; }
+grep -q "matrix products in bf16" bg.log || die "the cuda bf16 run does not compute in bf16: $(grep bf16 bg.log)"
+for k in loss_metrics/global_avg_loss grad_norm; do near "$(col bg 1 $k)" "$(col bc 1 $k)" "bf16 $k" 1e-3 || exit 1; done
+echo "bf16: cuda = cpu (emulated bf16) within 1e-3"
+
+# refused on cuda: one line naming the key, exit status 2
+for bad in "--mesh.tp=2" "--model.num_experts=4 --model.num_experts_per_tok=2 --model.moe_intermediate_size=16 $LLAMA" "--optim.offload_dir=$TMPDIR"; do
+  out=$("$SIM" train $M $bad --train.out_dir=bad --train.device=cuda 2>&1); rc=$?
+  key=${bad%%=*}; key=${key#--}
+  [ $rc -eq 2 ] || die "$bad on cuda: exit $rc, want 2: $out"
+  grep -q "^error: $key: .*train.device cuda" <<< "$out" || die "$bad on cuda: the error does not name $key: $out"
+done
+echo "refusals: one line each"
+exit 0
