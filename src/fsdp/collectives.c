@@ -23,17 +23,18 @@
  * Element work runs through the device's kernel table on the engine's
  * stream; MPI reads host memory, which the CPU device's is.
  *
- * Note [comm-staging]. On a device whose memory is not host memory, with a
- * comm backend that reads host memory (MPI: several ranks sharing one GPU,
- * or SHARC_COMM=mpi), every collective below goes through e->hstage, one
+ * Note [comm-staging]. On a device whose memory is not host memory, when a
+ * group of the engine reads host memory only (sharc_comm_takes_device
+ * false, asked at init: MPI and self, SHARC_COMM=mpi, and a NCCL group whose
+ * ranks share one GPU, which NCCL refuses), every collective below goes through e->hstage, one
  * host buffer sized at init for the largest unit's send plus receive: the
  * send bytes are copied out and waited for, the collective runs on host
  * memory, the result is copied back in and waited for. Staged collectives
  * are blocking (a prefetch then gathers at once, in the same order), so
  * the values are those of the CPU's path: the same bytes reach MPI. The
  * buffer is ordinary host memory (cudaMemcpy from pageable memory is
- * staged by the driver; pinned memory is a speed item). NCCL takes device
- * memory and needs none. */
+ * staged by the driver; pinned memory is a speed item). A NCCL group with
+ * its communicator takes device memory and needs none. */
 #include "engine.h"
 #include "sharc/clock.h"
 
