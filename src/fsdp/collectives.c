@@ -235,7 +235,21 @@ sharc_status sharc_fsdp_gather_master(sharc_fsdp *e, int u, float *dst) {
                                     (size_t)t->numel_padded * sizeof(float), SHARC_COPY_DEVICE_TO_HOST, e->stream));
         return sharc_device_synchronize(e->stream);
     }
-    if (!e->hstage) return sharc_comm_all_gather(e->shard, t->param_shard, dst, (size_t)t->numel_shard, SHARC_DT_F32);
+    if (!e->hstage && sharc_device_is_host(e->dev))
+        return sharc_comm_all_gather(e->shard, t->param_shard, dst, (size_t)t->numel_shard, SHARC_DT_F32);
+    if (!e->hstage) {
+        /* a group that takes device memory (NCCL) is given host buffers on
+         * both sides (its host path): dst is host memory, and a collective
+         * may not mix the two */
+        size_t bytes = (size_t)t->numel_shard * sizeof(float);
+        float *h = sharc_alloc(bytes ? bytes : 1, SHARC_MEM_COMM);
+        if (!h) return sharc_error(SHARC_ERR_NOMEM, "gather for saving: %zu bytes of host memory", bytes);
+        sharc_status st = sharc_device_copy(e->dev, h, t->param_shard, bytes, SHARC_COPY_DEVICE_TO_HOST, e->stream);
+        if (st == SHARC_OK) st = sharc_device_synchronize(e->stream);
+        if (st == SHARC_OK) st = sharc_comm_all_gather(e->shard, h, dst, (size_t)t->numel_shard, SHARC_DT_F32);
+        sharc_free(h);
+        return st;
+    }
     /* note [comm-staging]: dst is host memory already */
     SHARC_TRY(sharc_device_copy(e->dev, e->hstage, t->param_shard, (size_t)t->numel_shard * sizeof(float),
                                 SHARC_COPY_DEVICE_TO_HOST, e->stream));
