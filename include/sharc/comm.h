@@ -81,6 +81,13 @@ void sharc_comm_free(sharc_comm *c);
 int sharc_comm_rank(const sharc_comm *c);
 int sharc_comm_size(const sharc_comm *c);
 const char *sharc_comm_backend(const sharc_comm *c);
+/* Whether c's collectives take the memory of a device that is not host
+ * memory (sharc_device_is_host false) directly: MPI and self never (note
+ * [comm-staging] stages for them); NCCL when the group has a NCCL
+ * communicator, made here if it has none yet, so not when ranks of the group
+ * share a GPU (they stay on MPI, note [nccl]). Collective over c: every rank
+ * of c calls it at the same point. */
+sharc_status sharc_comm_takes_device(sharc_comm *c, bool *out);
 /* Leave the whole job now (MPI_Abort where there is one), after a fatal error. */
 void sharc_comm_abort(sharc_comm *c, int code);
 

@@ -22,6 +22,7 @@
 #include <stddef.h>
 
 #include "sharc/alloc.h"
+#include "sharc/dtype.h"
 #include "sharc/status.h"
 
 #ifdef __cplusplus
@@ -66,6 +67,17 @@ void *sharc_device_alloc(sharc_device *d, size_t bytes, sharc_mem_cat cat);
 void sharc_device_free(sharc_device *d, void *p);
 /* Current and peak bytes per category of this device's memory. */
 void sharc_device_mem_get(const sharc_device *d, sharc_mem_stats *out);
+/* Peaks := current bytes (a host device: sharc_mem_reset_peak). */
+void sharc_device_mem_reset_peak(sharc_device *d);
+
+/* ---- what the device can do ---- */
+
+/* The device's dense peak in FLOP/s for matrix products whose operands are
+ * `dt` (F32: fp32 arithmetic, no TF32; BF16: bf16 operands, fp32
+ * accumulation), and in how[0, n) how it was found, e.g. "cuda sm_90: 132
+ * SMs x 1830 MHz x 4096 FLOP/clock". 0 when the backend does not know (the
+ * CPU's is measured by the caller: sharc/telemetry.h), how saying why. */
+double sharc_device_peak_flops(const sharc_device *d, sharc_dtype dt, char *how, size_t n);
 
 /* dst = src (`bytes`), in the direction `kind` says, on stream s. */
 sharc_status sharc_device_copy(sharc_device *d, void *dst, const void *src, size_t bytes, sharc_copy_kind kind,

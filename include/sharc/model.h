@@ -146,6 +146,9 @@ void sharc_model_set_param_dtype(sharc_model *m, sharc_dtype dt);
 /* The bytes sharc_model_plan(m, B, T, ac) allocates, without allocating
  * (the attention workspace at the current sharc_threads_get()). */
 int64_t sharc_model_activation_bytes(const sharc_model *m, int B, int T, bool activation_checkpointing);
+/* The part of it that a model on a device with its own memory adds: the
+ * micro-batch's token ids and targets copied in (note [device-batch]). */
+int64_t sharc_model_device_batch_bytes(int B, int T);
 
 /* Note [packing] (src/model/model.c): the position of every token of the
  * next micro-batches inside its sample, pos (B, sp*T) host memory (whole

@@ -44,6 +44,11 @@ int sharc_comm_rank(const sharc_comm *c) { return c->rank; }
 int sharc_comm_size(const sharc_comm *c) { return c->size; }
 const char *sharc_comm_backend(const sharc_comm *c) { return c->vt->name; }
 
+sharc_status sharc_comm_takes_device(sharc_comm *c, bool *out) {
+    *out = false;
+    return c->vt->takes_device ? c->vt->takes_device(c, out) : SHARC_OK;
+}
+
 void sharc_comm_free(sharc_comm *c) {
     if (!c) return;
     c->vt->free(c);

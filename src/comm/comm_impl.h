@@ -43,6 +43,8 @@ typedef struct sharc_comm_vtable {
     /* (optional) whether the backend orders collectives on streams itself;
      * false: the dispatcher synchronizes a caller's stream before posting */
     bool streams;
+    /* (optional) sharc_comm_takes_device; NULL: false (host memory only) */
+    sharc_status (*takes_device)(sharc_comm *c, bool *out);
     const sharc_comm_shm_i *shm; /* (optional) NULL: no shared memory */
     void (*abort)(sharc_comm *c, int code);
     void (*free)(sharc_comm *c);

@@ -526,6 +526,17 @@ static sharc_status nc_wait_on(sharc_comm *c, void *h, sharc_stream *s) {
     return rc == CU_SUCCESS ? SHARC_OK : cu_fail(rc, "cuStreamWaitEvent");
 }
 
+/* sharc_comm_takes_device: the group's communicator is made now if it has
+ * none (collective, as at a first collective on GPU memory); a group whose
+ * ranks share a GPU stays on MPI, which reads host memory. */
+static sharc_status nc_takes_device(sharc_comm *c, bool *out) {
+    nccl_impl *n = c->impl;
+    *out = false;
+    SHARC_TRY(nccl_up(c));
+    *out = n->state == NCCL_ON;
+    return SHARC_OK;
+}
+
 /* A sub-group: MPI splits the host group; the new group makes its own NCCL
  * communicator from a fresh id at its first collective (note [nccl]). */
 static sharc_status nc_split(sharc_comm *c, int color, int key, sharc_comm **out) {
@@ -581,6 +592,7 @@ static const sharc_comm_vtable nccl_vtable = {
     .test = nc_test,
     .wait_on = nc_wait_on,
     .streams = true,
+    .takes_device = nc_takes_device,
     .abort = nc_abort,
     .free = nc_free,
 };

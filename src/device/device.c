@@ -148,6 +148,24 @@ void sharc_device_mem_get(const sharc_device *d, sharc_mem_stats *out) {
     pthread_mutex_unlock(&m->lock);
 }
 
+void sharc_device_mem_reset_peak(sharc_device *d) {
+    if (d->i->host_memory) {
+        sharc_mem_reset_peak();
+        return;
+    }
+    pthread_mutex_lock(&d->lock);
+    for (int c = 0; c < SHARC_MEM_NCAT; c++) d->mem.peak[c] = d->mem.current[c];
+    d->mem.peak_total = d->mem.current_total;
+    pthread_mutex_unlock(&d->lock);
+}
+
+double sharc_device_peak_flops(const sharc_device *d, sharc_dtype dt, char *how, size_t n) {
+    if (n > 0) how[0] = 0;
+    double f = d->i->peak_flops ? d->i->peak_flops((sharc_device *)d, dt, how, n) : 0.0;
+    if (f <= 0.0 && n > 0 && !how[0]) snprintf(how, n, "%s: no peak known", d->i->name);
+    return f > 0.0 ? f : 0.0;
+}
+
 static sharc_stream *stream_of(sharc_device *d, sharc_stream *s) {
     if (!s) return d->stream0;
     if (s->dev != d)

@@ -44,6 +44,9 @@ typedef struct sharc_device_i {
     sharc_status (*event_record)(sharc_event *ev, sharc_stream *s);
     sharc_status (*event_wait)(sharc_event *ev, sharc_stream *s);
     sharc_status (*event_synchronize)(sharc_event *ev);
+    /* (optional) dense peak FLOP/s for products of dt operands and how it
+     * was found (sharc_device_peak_flops); NULL: unknown (0) */
+    double (*peak_flops)(sharc_device *d, sharc_dtype dt, char *how, size_t n);
     const sharc_kernels *kernels; /* optional slots may be NULL: the dispatcher fills them */
 } sharc_device_i;
 

@@ -23,17 +23,18 @@
  * Element work runs through the device's kernel table on the engine's
  * stream; MPI reads host memory, which the CPU device's is.
  *
- * Note [comm-staging]. On a device whose memory is not host memory, with a
- * comm backend that reads host memory (MPI: several ranks sharing one GPU,
- * or SHARC_COMM=mpi), every collective below goes through e->hstage, one
+ * Note [comm-staging]. On a device whose memory is not host memory, when a
+ * group of the engine reads host memory only (sharc_comm_takes_device
+ * false, asked at init: MPI and self, SHARC_COMM=mpi, and a NCCL group whose
+ * ranks share one GPU, which NCCL refuses), every collective below goes through e->hstage, one
  * host buffer sized at init for the largest unit's send plus receive: the
  * send bytes are copied out and waited for, the collective runs on host
  * memory, the result is copied back in and waited for. Staged collectives
  * are blocking (a prefetch then gathers at once, in the same order), so
  * the values are those of the CPU's path: the same bytes reach MPI. The
  * buffer is ordinary host memory (cudaMemcpy from pageable memory is
- * staged by the driver; pinned memory is a speed item). NCCL takes device
- * memory and needs none. */
+ * staged by the driver; pinned memory is a speed item). A NCCL group with
+ * its communicator takes device memory and needs none. */
 #include "engine.h"
 #include "sharc/clock.h"
 
@@ -234,7 +235,21 @@ sharc_status sharc_fsdp_gather_master(sharc_fsdp *e, int u, float *dst) {
                                     (size_t)t->numel_padded * sizeof(float), SHARC_COPY_DEVICE_TO_HOST, e->stream));
         return sharc_device_synchronize(e->stream);
     }
-    if (!e->hstage) return sharc_comm_all_gather(e->shard, t->param_shard, dst, (size_t)t->numel_shard, SHARC_DT_F32);
+    if (!e->hstage && sharc_device_is_host(e->dev))
+        return sharc_comm_all_gather(e->shard, t->param_shard, dst, (size_t)t->numel_shard, SHARC_DT_F32);
+    if (!e->hstage) {
+        /* a group that takes device memory (NCCL) is given host buffers on
+         * both sides (its host path): dst is host memory, and a collective
+         * may not mix the two */
+        size_t bytes = (size_t)t->numel_shard * sizeof(float);
+        float *h = sharc_alloc(bytes ? bytes : 1, SHARC_MEM_COMM);
+        if (!h) return sharc_error(SHARC_ERR_NOMEM, "gather for saving: %zu bytes of host memory", bytes);
+        sharc_status st = sharc_device_copy(e->dev, h, t->param_shard, bytes, SHARC_COPY_DEVICE_TO_HOST, e->stream);
+        if (st == SHARC_OK) st = sharc_device_synchronize(e->stream);
+        if (st == SHARC_OK) st = sharc_comm_all_gather(e->shard, h, dst, (size_t)t->numel_shard, SHARC_DT_F32);
+        sharc_free(h);
+        return st;
+    }
     /* note [comm-staging]: dst is host memory already */
     SHARC_TRY(sharc_device_copy(e->dev, e->hstage, t->param_shard, (size_t)t->numel_shard * sizeof(float),
                                 SHARC_COPY_DEVICE_TO_HOST, e->stream));

@@ -217,12 +217,19 @@ sharc_status sharc_fsdp_init(sharc_fsdp **out, const sharc_unit_spec *units, int
         st = sharc_error(SHARC_ERR_NOMEM, "fsdp: out of memory");
         goto fail;
     }
-    /* note [comm-staging]: a device's buffers, a backend that reads host memory */
+    /* note [comm-staging]: a device's buffers, a group that reads host memory
+     * (asked of every group in the same order on every rank: collective) */
     sharc_comm *groups[3] = {e->shard, e->replicate, e->post_comm};
     bool stage = false;
-    for (int g = 0; g < 3; g++)
-        stage |= groups[g] && sharc_comm_size(groups[g]) > 1 && strcmp(sharc_comm_backend(groups[g]), "nccl") != 0;
-    if (stage && !sharc_device_is_host(e->dev)) {
+    for (int g = 0; g < 3 && !sharc_device_is_host(e->dev); g++) {
+        bool direct = true;
+        if (groups[g] && sharc_comm_size(groups[g]) > 1) {
+            st = sharc_comm_takes_device(groups[g], &direct);
+            if (st != SHARC_OK) goto fail;
+        }
+        stage |= !direct;
+    }
+    if (stage) {
         e->hstage = sharc_alloc((size_t)sharc_fsdp_coll_stage_bytes(e), SHARC_MEM_COMM);
         if (!e->hstage) {
             st = sharc_error(SHARC_ERR_NOMEM, "fsdp: cannot allocate the host staging buffer (%lld bytes)",

@@ -709,9 +709,13 @@ int64_t sharc_model_activation_bytes(const sharc_model *m, int B, int T, bool ac
     f += 2 * (int64_t)T * (m->hd / 2 > 0 ? m->hd / 2 : 1); /* rope tables */
     f += 2 * N * (m->hd / 2 > 0 ? m->hd / 2 : 1);          /* note [packing]: per-token rope rows */
     f += (int64_t)B * T * m->sp + N;                       /* att_lo, pos_local (int32) */
+    if (!sharc_device_is_host(m->dev)) f += sharc_model_device_batch_bytes(B, T) / (int64_t)sizeof(float);
     return f * (int64_t)sizeof(float) + h * (int64_t)sizeof(uint16_t) + (int64_t)sizeof(double) +
            sharc_moe_activation_bytes(m->moe, N, (int)sets); /* + the loss scalar, the experts' (note [moe]) */
 }
+
+/* note [device-batch]: batch_in and batch_tg, (B T) int32 each */
+int64_t sharc_model_device_batch_bytes(int B, int T) { return 2 * (int64_t)B * T * (int64_t)sizeof(int32_t); }
 
 sharc_status sharc_model_plan(sharc_model *m, int B, int T, bool activation_checkpointing) {
     if (B < 1 || T < 1) return sharc_error(SHARC_ERR_INVALID, "model: batch %d x %d tokens, expected >= 1", B, T);

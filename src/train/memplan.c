@@ -19,7 +19,9 @@
  *                                  [optim-offload] in src/optim/adamw.c)
  *   activations                    sharc_model_activation_bytes (model.c's plan:
  *                                  B x T, checkpointing on/off, the tiled MLP,
- *                                  attention workspace for the rank's threads)
+ *                                  attention workspace for the rank's threads
+ *                                  or the device's kernels; on train.device
+ *                                  cuda the batch's device copy)
  *   other                          the step's token batch and the engine's scalar
  *
  * So for a run on one node the planned bytes are the allocated ones
@@ -74,8 +76,13 @@ sharc_status sharc_memplan_make(sharc_memplan *p, const sharc_config *cfg, int w
     p->node_local = node_local;
     p->shared = node_local && S > 1 && fc->param_dtype == SHARC_DT_F32 &&
                 !(getenv("SHARC_COMM_SHM") && !strcmp(getenv("SHARC_COMM_SHM"), "0"));
+    /* the run's device sizes what its kernel table asks for (the attention
+     * workspace); `sharc plan` for train.device cuda on a machine without one
+     * plans with the CPU's table and adds the batch's device copy */
+    sharc_device *dev = NULL;
+    if (cfg->train.device != 0 && sharc_device_open("cuda", 0, &dev) != SHARC_OK) dev = NULL;
     sharc_model *m = NULL;
-    SHARC_TRY(sharc_model_init(&m, &cfg->model, NULL));
+    SHARC_TRY(sharc_model_init(&m, &cfg->model, dev));
     sharc_status st = sharc_mesh_check_model(&cfg->mesh, sharc_model_get_config(m), cfg->train.seq_len);
     /* note [tp]: rank 0's part (every tp rank's parts have the same sizes) */
     if (st == SHARC_OK && tp > 1) st = sharc_model_set_tensor_parallel(m, tp, 0);
@@ -107,6 +114,9 @@ sharc_status sharc_memplan_make(sharc_memplan *p, const sharc_config *cfg, int w
         if (cfg->fsdp.apply_tiled_mlp) sharc_model_set_tiled_mlp(m, cfg->fsdp.tiled_num_shards);
         p->bytes[SHARC_MEM_ACTIVATIONS] = sharc_model_activation_bytes(m, cfg->train.batch_size, cfg->train.seq_len,
                                                                        cfg->fsdp.activation_checkpointing);
+        if (cfg->train.device != 0 && !dev) /* note [device-batch] */
+            p->bytes[SHARC_MEM_ACTIVATIONS] +=
+                sharc_model_device_batch_bytes(cfg->train.batch_size, cfg->train.seq_len);
         sharc_threads_set(old);
         /* the MPI path's scratch (one per group, grown to its largest call):
          * a shard group across nodes reduce-scatters by all-to-all, one full

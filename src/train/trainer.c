@@ -77,6 +77,7 @@ struct sharc_trainer {
     double flops_per_token;
     sharc_dataset *val;      /* data.val_path when log.eval_every > 0 */
     double peak_flops_world; /* sum over ranks of each rank's peak (telemetry.h) */
+    char peak_how[160];      /* where this rank's peak came from, for the banner */
     bool bf16;               /* the model's matrix products run in bf16 (sharc_model_computes_bf16) */
 };
 
@@ -187,8 +188,10 @@ static void reset_comm_stats(sharc_trainer *t) {
  * or write of shard bytes (weights and checkpoint save and load, HF import
  * and export, fault hooks) is an explicit copy (note [shard-host-io] in
  * src/fsdp/param_io.c). Between ranks the engine's collectives stage
- * device buffers through host ones when the comm backend reads host memory
- * (note [comm-staging] in src/fsdp/collectives.c). Refused here with a
+ * device buffers through host ones for a group that reads host memory only
+ * (sharc_comm_takes_device; note [comm-staging] in src/fsdp/collectives.c).
+ * Telemetry reads the device's memory accounts and its peak (note
+ * [cuda-peak] in src/device/cuda/cuda.cu). Refused here with a
  * line naming the key, until they are done on a device: sequence and tensor
  * parallelism and experts (their kernels and exchanges read host memory),
  * the moments on disk (optim.offload_dir), and fsdp.param_dtype bf16/fp16
@@ -370,14 +373,27 @@ sharc_status sharc_trainer_init(sharc_trainer **out, const sharc_config *cfg, sh
     st = sharc_adamw_init(&t->opt, t->engine, &t->cfg.optim);
     if ((st = agree(t->world, st)) != SHARC_OK) goto fail;
     t->flops_per_token = sharc_model_flops_per_token(&t->cfg.model, tc->seq_len);
-    /* MFU's denominator: this rank's cores, measured or given, summed over
-     * ranks; with bf16 compute on oneDNN the bf16 dot-product peak (emulated
-     * bf16 runs on sgemm: the fp32 peak) */
+    /* MFU's denominator, summed over ranks: log.peak_tflops; on a device
+     * with its own memory the device's dense peak for the products' dtype
+     * (note [cuda-peak] in src/device/cuda/cuda.cu; ranks sharing one GPU
+     * each count all of it); else this rank's cores measured, with bf16
+     * compute on oneDNN the bf16 dot-product peak (emulated bf16 runs on
+     * sgemm: the fp32 peak) */
     t->bf16 = sharc_model_computes_bf16(t->model, t->engine);
     bool bf16_peak = t->bf16 && sharc_bf16_mode_get(NULL) == SHARC_BF16_ONEDNN;
-    t->peak_flops_world = t->cfg.log.peak_tflops > 0 ? 1e12 * (double)t->cfg.log.peak_tflops
-                          : bf16_peak                ? sharc_telemetry_measure_peak_flops_bf16(sharc_threads_get())
-                                                     : sharc_telemetry_measure_peak_flops(sharc_threads_get());
+    sharc_device *mdev = sharc_model_device(t->model);
+    if (t->cfg.log.peak_tflops > 0) {
+        t->peak_flops_world = 1e12 * (double)t->cfg.log.peak_tflops;
+        snprintf(t->peak_how, sizeof t->peak_how, "log.peak_tflops");
+    } else if (!sharc_device_is_host(mdev)) {
+        t->peak_flops_world =
+            sharc_device_peak_flops(mdev, t->bf16 ? SHARC_DT_BF16 : SHARC_DT_F32, t->peak_how, sizeof t->peak_how);
+    } else {
+        t->peak_flops_world = bf16_peak ? sharc_telemetry_measure_peak_flops_bf16(sharc_threads_get())
+                                        : sharc_telemetry_measure_peak_flops(sharc_threads_get());
+        snprintf(t->peak_how, sizeof t->peak_how, "%s",
+                 bf16_peak ? "measured bf16 dot-product loop" : "measured FMA loop");
+    }
     if ((st = sharc_comm_all_reduce(t->world, &t->peak_flops_world, &t->peak_flops_world, 1, SHARC_DT_F64,
                                     SHARC_REDUCE_OP_SUM)) != SHARC_OK)
         goto alone;
@@ -465,7 +481,7 @@ sharc_status sharc_trainer_step(sharc_trainer *t, sharc_step_stats *s) {
     sharc_adamw_offload_stats_get(t->opt, &io0);
     sharc_fsdp_stats_reset(t->engine);
     sharc_model_timing_reset(t->model);
-    sharc_mem_reset_peak();
+    sharc_device_mem_reset_peak(sharc_model_device(t->model)); /* the host's counters on the CPU */
     /* the whole step's batch first: the loss scale needs the global valid-target count.
      * Under sp each rank of a group reads its stream's sequences and keeps
      * tokens [sp_rank Tl, (sp_rank + 1) Tl) of each: targets are shifted
@@ -521,7 +537,10 @@ sharc_status sharc_trainer_step(sharc_trainer *t, sharc_step_stats *s) {
     s->comm_wait_s = fs.wait_s;
     s->gathered_peak = fs.gathered_peak;
     s->skipped = r.skipped;
-    sharc_mem_get(&s->mem);
+    /* per-category memory where the tensors live: a device with its own
+     * memory reports its accounts (host buffers, e.g. note [comm-staging]'s,
+     * are not in them) */
+    sharc_device_mem_get(sharc_model_device(t->model), &s->mem);
     sharc_model_timing mt;
     sharc_model_timing_get(t->model, &mt);
     s->forward_s = mt.forward_s;
@@ -621,7 +640,10 @@ static void print_banner(const sharc_trainer *t) {
                (long long)sharc_dataset_num_tokens(t->data), (long long)sharc_sampler_windows(t->sampler),
                c->train.seq_len + 1, c->train.batch_size * c->train.grad_accum * (R / (m->sp * m->tp)));
     const char *why;
-    sharc_bf16_mode bm = sharc_bf16_mode_get(&why);
+    (void)sharc_bf16_mode_get(&why);
+    const sharc_device *dev = sharc_model_device(t->model);
+    if (!sharc_device_is_host(dev)) /* note [cuda-train]: the device's bf16, not the CPU's */
+        why = "on the cuda device: cuBLASLt with fp32 accumulation";
     if (c->fsdp.engine.param_dtype == SHARC_DT_BF16) {
         if (t->bf16)
             sharc_info("sharc: fsdp.param_dtype bf16: matrix products in bf16 (%s), norms, softmax, loss and "
@@ -632,10 +654,9 @@ static void print_banner(const sharc_trainer *t) {
                        "and rounded in bf16",
                        why);
     }
-    sharc_info("sharc: peak %.1f GFLOP/s over all ranks for mfu(%%) (%s)", t->peak_flops_world * 1e-9,
-               c->log.peak_tflops > 0               ? "log.peak_tflops"
-               : t->bf16 && bm == SHARC_BF16_ONEDNN ? "measured bf16 dot-product loop"
-                                                    : "measured FMA loop");
+    if (t->peak_flops_world > 0)
+        sharc_info("sharc: peak %.1f GFLOP/s over all ranks for mfu(%%) (%s)", t->peak_flops_world * 1e-9, t->peak_how);
+    else sharc_warn("log.peak_tflops: 0 and no peak known for this device (%s); mfu(%%) is reported as 0", t->peak_how);
 }
 
 /* Note [flight] (src/core/flight.c): dumps go to out_dir/debug; a previous

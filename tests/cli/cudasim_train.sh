@@ -79,6 +79,26 @@ grep -q "matrix products in bf16" bg.log || die "the cuda bf16 run does not comp
 for k in loss_metrics/global_avg_loss grad_norm; do near "$(col bg 1 $k)" "$(col bc 1 $k)" "bf16 $k" 1e-3 || exit 1; done
 echo "bf16: cuda = cpu (emulated bf16) within 1e-3"
 
+# telemetry on cuda: MFU's peak is the GPU's (note [cuda-peak]: the
+# simulator answers as an H100 SXM, 132 SMs at 1980 MHz, sm_90), NVIDIA's
+# figures within 1%: 66.9 TFLOP/s fp32 (no TF32), 989.4 TFLOP/s bf16 dense;
+# per-category memory is the device's accounts: every planned category's
+# peak equals the plan (peak/plan 1.000 in the table at the end) and the
+# metrics show the shards, moments and activations (0 if read from the host)
+peak() { sed -n 's|^sharc: peak \([0-9.]*\) GFLOP/s over all ranks for mfu(%) (cuda sm_90: .*|\1|p' "$1"; }
+near "$(peak ggpt2.log)" 66900 "fp32 peak (GFLOP/s) against 66.9 TFLOP/s" 1e-2 || exit 1
+near "$(peak bg.log)" 989400 "bf16 peak (GFLOP/s) against 989.4 TFLOP/s" 1e-2 || exit 1
+for run in ggpt2 bg; do
+  sed -n '/^measured peaks/,$p' $run.log | awk -v r=$run '
+    $1 ~ /^(params|grads|optim|gathered|activations|comm)$/ && $2 > 0 { n++; if ($4 != "1.000") { print "FAIL: " r ": " $0; bad = 1 } }
+    END { if (n < 4) { print "FAIL: " r ": " n " planned categories in the table"; bad = 1 } exit bad }' || exit 1
+  for k in params grads optim activations; do
+    v=$(tail -1 $run/metrics.jsonl | jq -r ".\"memory/${k}_peak(GiB)\"")
+    awk -v v="$v" 'BEGIN { exit !(v > 0) }' || die "$run: memory/${k}_peak(GiB) is $v on cuda"
+  done
+done
+echo "telemetry: the GPU's peak, the device's memory = the plan"
+
 # refused on cuda: one line naming the key, exit status 2
 for bad in "--mesh.tp=2" "--model.num_experts=4 --model.num_experts_per_tok=2 --model.moe_intermediate_size=16 $LLAMA" "--optim.offload_dir=$TMPDIR"; do
   out=$("$SIM" train $M $bad --train.out_dir=bad --train.device=cuda 2>&1); rc=$?

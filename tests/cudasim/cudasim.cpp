@@ -584,6 +584,22 @@ cudaError_t cudaGetDevice(int *device) {
     return cudaSuccess;
 }
 
+/* The attributes sharc reads (note [cuda-peak] in src/device/cuda/cuda.cu),
+ * as an H100 SXM5 answers them: 132 SMs, 1980 MHz, compute capability 9.0. */
+cudaError_t cudaDeviceGetAttribute(int *value, cudaDeviceAttr attr, int device) {
+    int n = 0;
+    cudaGetDeviceCount(&n);
+    if (device < 0 || device >= n)
+        return fail(cudaErrorInvalidDevice, "cudaDeviceGetAttribute: device %d of %d", device, n);
+    switch (attr) {
+    case cudaDevAttrMultiProcessorCount: *value = 132; return cudaSuccess;
+    case cudaDevAttrClockRate: *value = 1980000; return cudaSuccess; /* kHz */
+    case cudaDevAttrComputeCapabilityMajor: *value = 9; return cudaSuccess;
+    case cudaDevAttrComputeCapabilityMinor: *value = 0; return cudaSuccess;
+    default: return fail(cudaErrorInvalidValue, "cudaDeviceGetAttribute: attribute %d is not simulated", (int)attr);
+    }
+}
+
 cudaError_t cudaGetLastError(void) {
     cudaError_t e = last_error;
     last_error = cudaSuccess;

@@ -169,6 +169,13 @@ int main(int argc, char **argv) {
     int who[64];
     for (int i = 0; i < W; i++) who[i] = i;
     compare(nw, mw, who, "world");
+    /* sharc_comm_takes_device: NCCL's groups with a communicator, never MPI's
+     * nor a group of ranks sharing a GPU (note [comm-staging]) */
+    bool direct = true;
+    OK(sharc_comm_takes_device(mw, &direct));
+    CHECK(!direct, "the MPI world takes device memory");
+    OK(sharc_comm_takes_device(nw, &direct));
+    CHECK(direct == expect_nccl, "the NCCL world takes device memory: %d, want %d", direct, expect_nccl);
     long colls, waits;
     fake_stats(&colls, &waits);
     if (expect_nccl)
@@ -183,6 +190,9 @@ int main(int argc, char **argv) {
         if (i % 2 == me % 2) who[S++] = i;
     CHECK(S == sharc_comm_size(ns) && sharc_comm_rank(ns) == sharc_comm_rank(ms), "split sizes");
     compare(ns, ms, who, "split");
+    /* a split group of one rank has a GPU to itself */
+    OK(sharc_comm_takes_device(ns, &direct));
+    CHECK(direct == (expect_nccl || S == 1), "a split group of %d takes device memory: %d", S, direct);
     sharc_comm *nn = NULL, *mn = NULL;
     OK(sharc_comm_split_node(nw, &nn));
     OK(sharc_comm_split_node(mw, &mn));

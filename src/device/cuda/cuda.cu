@@ -302,6 +302,45 @@ extern "C" void *sharc_cuda_scratch(sharc_stream *s, size_t bytes) {
     return cs->scratch;
 }
 
+/* Note [cuda-peak]: the dense peak MFU divides by (sharc_device_peak_flops),
+ * SMs x clock x FLOPs per clock per SM, from cudaDeviceGetAttribute (CUDA
+ * 13 dropped clockRate from cudaDeviceProp; the attribute is the highest
+ * boost clock, in kHz). Per SM and clock, from NVIDIA's architecture
+ * whitepapers: bf16 operands with fp32 accumulation on the tensor cores
+ * 2048 (sm_80), 1024 (sm_86, sm_89: the workstation and data-center parts;
+ * GeForce cards run fp32 accumulation at half that), 4096 (sm_90); fp32
+ * (CUBLAS_COMPUTE_32F, no TF32: the FFMA units) 128 (sm_80), 256 (sm_86,
+ * sm_89, sm_90). Hopper's tensor cores are rated at a lower boost clock than
+ * the one reported (H100 SXM5: 1830 of 1980 MHz, PCIe: 1620 of 1755), so on
+ * sm_90 the bf16 figure takes 1830/1980 of it: 989.4 TFLOP/s on an H100 SXM.
+ * Other architectures: unknown (0; log.peak_tflops gives it). */
+static double cuda_peak_flops(sharc_device *d, sharc_dtype dt, char *how, size_t n) {
+    int sms = 0, khz = 0, major = 0, minor = 0;
+    if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, d->index) != cudaSuccess ||
+        cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, d->index) != cudaSuccess ||
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, d->index) != cudaSuccess ||
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, d->index) != cudaSuccess) {
+        (void)cudaGetLastError();
+        snprintf(how, n, "cuda: cannot read GPU %d's SM count, clock and compute capability", d->index);
+        return 0.0;
+    }
+    const int cc = 10 * major + minor;
+    const bool b16 = dt == SHARC_DT_BF16;
+    double per_clock = 0.0, clock_scale = 1.0;
+    if (cc == 80) per_clock = b16 ? 2048 : 128;
+    else if (cc == 86 || cc == 89) per_clock = b16 ? 1024 : 256;
+    else if (cc == 90) per_clock = b16 ? 4096 : 256, clock_scale = b16 ? 1830.0 / 1980.0 : 1.0;
+    const double mhz = khz * 1e-3 * clock_scale;
+    if (per_clock == 0.0 || sms <= 0 || khz <= 0) {
+        snprintf(how, n, "cuda sm_%d: no %s peak known for this architecture (set log.peak_tflops)", cc,
+                 b16 ? "bf16" : "fp32");
+        return 0.0;
+    }
+    snprintf(how, n, "cuda sm_%d: %d SMs x %.0f MHz x %.0f %s FLOP/clock", cc, sms, mhz, per_clock,
+             b16 ? "bf16 tensor-core" : "fp32 FFMA");
+    return (double)sms * mhz * 1e6 * per_clock;
+}
+
 /* bf16 compute (note [cuda-bf16] in layers.cu): cuBLASLt multiplies bf16
  * operands on every GPU this backend targets; SHARC_BF16=off turns it off,
  * as on the CPU (the model then computes in fp32). */
@@ -386,6 +425,7 @@ static sharc_device_i make_iface(void) {
     i.event_record = cuda_event_record;
     i.event_wait = cuda_event_wait;
     i.event_synchronize = cuda_event_synchronize;
+    i.peak_flops = cuda_peak_flops;
     i.kernels = &cuda_kernels;
     return i;
 }
