@@ -59,14 +59,37 @@ static sharc_status staged(sharc_fsdp *e, stage_kind kind, sharc_comm *c, const 
     return sharc_device_synchronize(e->stream);
 }
 
+/* Note [blocking-on-stream]. A blocking collective on device memory (a
+ * group that takes it: NCCL) is queued on the engine's stream and waited
+ * for, not handed over without one: the backend would queue it on the
+ * legacy stream, which does not wait for the engine's non-blocking stream,
+ * so it could read a gradient or a cast shard before the kernels writing
+ * it ran (found by the fake NCCL on the simulator, tests/cli/cudasim_train.sh).
+ * On the CPU device (no queues) the blocking call is kept, so the MPI
+ * backend's algorithms and bits are today's. */
 static sharc_status all_gather(sharc_fsdp *e, sharc_comm *c, const void *send, void *recv, size_t n, sharc_dtype dt) {
-    return e->hstage ? staged(e, STAGE_ALL_GATHER, c, send, recv, n, dt) : sharc_comm_all_gather(c, send, recv, n, dt);
+    if (e->hstage) return staged(e, STAGE_ALL_GATHER, c, send, recv, n, dt);
+    if (sharc_device_is_host(e->dev)) return sharc_comm_all_gather(c, send, recv, n, dt);
+    sharc_comm_request *req = NULL;
+    SHARC_TRY(sharc_comm_iall_gather(c, send, recv, n, dt, e->stream, &req));
+    return req ? sharc_comm_wait(req) : SHARC_OK;
 }
 
 static sharc_status reduce_scatter(sharc_fsdp *e, sharc_comm *c, const void *send, void *recv, size_t n,
                                    sharc_dtype dt) {
-    return e->hstage ? staged(e, STAGE_REDUCE_SCATTER, c, send, recv, n, dt)
-                     : sharc_comm_reduce_scatter(c, send, recv, n, dt, SHARC_REDUCE_OP_SUM);
+    if (e->hstage) return staged(e, STAGE_REDUCE_SCATTER, c, send, recv, n, dt);
+    if (sharc_device_is_host(e->dev)) return sharc_comm_reduce_scatter(c, send, recv, n, dt, SHARC_REDUCE_OP_SUM);
+    sharc_comm_request *req = NULL;
+    SHARC_TRY(sharc_comm_ireduce_scatter(c, send, recv, n, dt, SHARC_REDUCE_OP_SUM, e->stream, &req));
+    return req ? sharc_comm_wait(req) : SHARC_OK;
+}
+
+/* An all-reduce has no stream to be queued on: on a device, the engine's
+ * stream is waited for first (note [blocking-on-stream]). */
+static sharc_status all_reduce(sharc_fsdp *e, sharc_comm *c, void *buf, size_t n, sharc_dtype dt) {
+    if (e->hstage) return staged(e, STAGE_ALL_REDUCE, c, buf, buf, n, dt);
+    if (!sharc_device_is_host(e->dev)) SHARC_TRY(sharc_device_synchronize(e->stream));
+    return sharc_comm_all_reduce(c, buf, buf, n, dt, SHARC_REDUCE_OP_SUM);
 }
 
 int64_t sharc_fsdp_coll_stage_bytes(const sharc_fsdp *e) {
@@ -209,17 +232,11 @@ sharc_status sharc_fsdp_coll_all_reduce_replicas(sharc_fsdp *e) {
         int64_t n = t->numel_shard;
         if (!t->trainable) continue; /* note [frozen-params] */
         if (dt == SHARC_DT_F32) {
-            SHARC_TRY(e->hstage ? staged(e, STAGE_ALL_REDUCE, e->replicate, t->grad_shard, t->grad_shard, (size_t)n,
-                                         SHARC_DT_F32)
-                                : sharc_comm_all_reduce(e->replicate, t->grad_shard, t->grad_shard, (size_t)n,
-                                                        SHARC_DT_F32, SHARC_REDUCE_OP_SUM));
+            SHARC_TRY(all_reduce(e, e->replicate, t->grad_shard, (size_t)n, SHARC_DT_F32));
         } else {
             /* 16-bit on the wire, summed in fp32 by the backend */
             e->k->cast(e->stream, e->stage16_shard, dt, t->grad_shard, SHARC_DT_F32, n);
-            SHARC_TRY(e->hstage
-                          ? staged(e, STAGE_ALL_REDUCE, e->replicate, e->stage16_shard, e->stage16_shard, (size_t)n, dt)
-                          : sharc_comm_all_reduce(e->replicate, e->stage16_shard, e->stage16_shard, (size_t)n, dt,
-                                                  SHARC_REDUCE_OP_SUM));
+            SHARC_TRY(all_reduce(e, e->replicate, e->stage16_shard, (size_t)n, dt));
             e->k->cast(e->stream, t->grad_shard, SHARC_DT_F32, e->stage16_shard, dt, n);
         }
     }

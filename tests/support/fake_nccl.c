@@ -24,8 +24,36 @@
  * - Errors: ncclInvalidArgument for a NULL comm or buffer, a bad type, op,
  *   peer or root; ncclInvalidUsage for ncclGroupEnd without a start.
  * The device: cuCtxGetDevice returns FAKE_CUDA_DEVICE, else the launcher's
- * local rank (each rank its own GPU); all memory is device memory.
- * FAKE_NCCL_FAIL=NAME makes that NCCL call fail (ncclInternalError). */
+ * local rank (each rank its own GPU, so its own PCI bus id).
+ * FAKE_NCCL_FAIL=NAME makes that NCCL call fail (ncclInternalError).
+ * FAKE_NCCL_STATS=1 prints one line per process at exit: its collectives
+ * by kind ("fake_nccl: rank R: N all-gathers, ...").
+ *
+ * Alone (mpi_nccl, build/sharc): all memory is device memory and streams are
+ * ignored. Under the CUDA simulator (note [cudasim]: the process exports
+ * cudasim_enqueue, as build/sim/sharc does) the fake is a GPU's NCCL:
+ * - cuPointerGetAttribute says device iff cudasim_device_range puts the
+ *   pointer in a live device allocation (else CUDA_ERROR_INVALID_VALUE, as
+ *   the driver answers for pageable host memory); a collective whose buffer
+ *   is not wholly inside one allocation is ncclInvalidArgument.
+ * - cuEvent*, cuStreamWaitEvent and cuStreamSynchronize are the simulated
+ *   runtime's cudaEvent*, cudaStreamWaitEvent and cudaStreamSynchronize
+ *   (the handles are interchangeable, as on a GPU).
+ * - a collective on stream s first synchronizes s (what was queued before
+ *   it, on s or behind an event s waits on, has run), then runs its MPI
+ *   exchange on the host between cudasim_device_begin/_end (the arena
+ *   readable), so it has finished when the call returns, as if the GPU ran
+ *   it at once. Not enqueued with cudasim_enqueue: a queued MPI exchange
+ *   runs when its rank next drains that stream, which may be inside a
+ *   host-side MPI call of its own (an event wait in the middle of the
+ *   engine's step) while the peer is already blocked in a different MPI
+ *   call: a deadlock a GPU would not have. Run at the call, every rank
+ *   exchanges in its program order, which is the same on every rank. The
+ *   cost: the simulator cannot show a collective overlapping compute, nor a
+ *   buffer read by the collective before its producer ran on another stream
+ *   that s never waited for (the synchronize covers only s). A NULL stream is
+ *   the legacy stream, which does not wait for non-blocking streams. */
+#include <dlfcn.h>
 #include <mpi.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -68,6 +96,79 @@ typedef struct fake_comm {
 typedef fake_comm *ncclComm_t;
 
 static long n_collectives, n_stream_waits;
+static long n_kind[5]; /* all-gathers, reduce-scatters, all-reduces, broadcasts, send/receive groups */
+
+/* ---------------------------------------------------------- the simulator */
+
+typedef struct {
+    int (*range)(const void *, size_t);
+    void (*begin)(const char *);
+    void (*end)(void);
+    int (*stream_sync)(void *);
+    int (*event_create)(void **, unsigned);
+    int (*event_destroy)(void *);
+    int (*event_record)(void *, void *);
+    int (*event_query)(void *);
+    int (*event_sync)(void *);
+    int (*stream_wait)(void *, void *, unsigned);
+} sim_api;
+
+/* The simulator's entry points when this process runs on it, else NULL. */
+static const sim_api *sim(void) {
+    static int probed;
+    static sim_api s;
+    static const sim_api *have;
+    if (probed) return have;
+    probed = 1;
+    if (!dlsym(RTLD_DEFAULT, "cudasim_enqueue")) return NULL;
+    const char *names[] = {"cudasim_device_range",  "cudasim_device_begin",     "cudasim_device_end",
+                           "cudaStreamSynchronize", "cudaEventCreateWithFlags", "cudaEventDestroy",
+                           "cudaEventRecord",       "cudaEventQuery",           "cudaEventSynchronize",
+                           "cudaStreamWaitEvent"};
+    void **slots[] = {(void **)&s.range,        (void **)&s.begin,        (void **)&s.end,
+                      (void **)&s.stream_sync,  (void **)&s.event_create, (void **)&s.event_destroy,
+                      (void **)&s.event_record, (void **)&s.event_query,  (void **)&s.event_sync,
+                      (void **)&s.stream_wait};
+    for (int i = 0; i < 10; i++)
+        if (!(*slots[i] = dlsym(RTLD_DEFAULT, names[i]))) {
+            fprintf(stderr, "fake_nccl: the simulator has no %s\n", names[i]);
+            abort();
+        }
+    have = &s;
+    return have;
+}
+
+/* Whether the bytes [p, p + n) are device memory (always, off the simulator). */
+static int on_device(const void *p, size_t n) {
+    const sim_api *s = sim();
+    return !s || !n || s->range(p, n);
+}
+
+/* Before a collective on stream st: its stream's earlier work has run, and
+ * the arena is readable until sim_leave. */
+static void sim_enter(void *st, const char *what) {
+    const sim_api *s = sim();
+    if (!s) return;
+    s->stream_sync(st);
+    s->begin(what);
+}
+
+static void sim_leave(void) {
+    const sim_api *s = sim();
+    if (s) s->end();
+}
+
+__attribute__((destructor)) static void print_stats(void) {
+    const char *e = getenv("FAKE_NCCL_STATS");
+    if (!e || strcmp(e, "1")) return;
+    const char *r = getenv("OMPI_COMM_WORLD_RANK");
+    fprintf(
+        stderr,
+        "fake_nccl: rank %s: %ld all-gathers, %ld reduce-scatters, %ld all-reduces, %ld broadcasts, %ld send/receive "
+        "groups on %s\n",
+        r ? r : "0", n_kind[0], n_kind[1], n_kind[2], n_kind[3], n_kind[4],
+        sim() ? "simulated device memory" : "host memory");
+}
 
 /* For the tests: how many NCCL collectives ran here, how many stream waits. */
 void fake_nccl_stats(long *collectives, long *stream_waits) {
@@ -291,63 +392,78 @@ static void reduce(void *dst, const char *src, int S, size_t n, int t, int op) {
 
 /* ------------------------------------------------------- collectives */
 
-static ncclResult_t check(ncclComm_t c, const void *a, const void *b, size_t n, int t, const char *name) {
+/* The arguments of a collective whose buffers a (na bytes) and b (nb bytes)
+ * are its send and receive buffers; counts it under kind. */
+static ncclResult_t check(ncclComm_t c, const void *a, size_t na, const void *b, size_t nb, size_t n, int t,
+                          const char *name, int kind) {
     if (!c) return ncclInvalidArgument;
     if (!type_size(t)) return fail(c, ncclInvalidArgument, "invalid data type");
     if (n && (!a || !b)) return fail(c, ncclInvalidArgument, "NULL buffer");
     if (n * type_size(t) > (size_t)INT32_MAX / (size_t)c->size) return fail(c, ncclInvalidArgument, "too large");
+    if (n && (!on_device(a, na) || !on_device(b, nb))) /* as NCCL checks with cudaPointerGetAttributes */
+        return fail(c, ncclInvalidArgument, "a buffer is not (wholly) device memory");
     if (failing(name)) return fail(c, ncclInternalError, "failing as FAKE_NCCL_FAIL asks");
     n_collectives++;
+    n_kind[kind]++;
     return ncclSuccess;
 }
 
 ncclResult_t ncclAllGather(const void *sendbuff, void *recvbuff, size_t sendcount, ncclDataType_t t, ncclComm_t c,
                            void *stream) {
-    ncclResult_t r = check(c, sendbuff, recvbuff, sendcount, t, "ncclAllGather");
+    size_t b = sendcount * type_size(t);
+    ncclResult_t r = check(c, sendbuff, b, recvbuff, c ? b * (size_t)c->size : 0, sendcount, t, "ncclAllGather", 0);
     if (r != ncclSuccess) return r;
-    int b = (int)(sendcount * type_size(t));
-    const void *s = sendbuff == (char *)recvbuff + (size_t)c->rank * (size_t)b ? MPI_IN_PLACE : sendbuff;
-    MPI_Allgather(s, b, MPI_BYTE, recvbuff, b, MPI_BYTE, c->comm);
+    const void *s = sendbuff == (char *)recvbuff + (size_t)c->rank * b ? MPI_IN_PLACE : sendbuff;
+    sim_enter(stream, "ncclAllGather");
+    MPI_Allgather(s, (int)b, MPI_BYTE, recvbuff, (int)b, MPI_BYTE, c->comm);
+    sim_leave();
     return ncclSuccess;
 }
 
 ncclResult_t ncclReduceScatter(const void *sendbuff, void *recvbuff, size_t recvcount, ncclDataType_t t, ncclRedOp_t op,
                                ncclComm_t c, void *stream) {
-    ncclResult_t r = check(c, sendbuff, recvbuff, recvcount, t, "ncclReduceScatter");
+    size_t b = recvcount * type_size(t);
+    ncclResult_t r = check(c, sendbuff, c ? b * (size_t)c->size : 0, recvbuff, b, recvcount, t, "ncclReduceScatter", 1);
     if (r != ncclSuccess) return r;
     if ((int)op < 0 || op >= ncclNumOps) return fail(c, ncclInvalidArgument, "invalid reduction operation");
-    size_t b = recvcount * type_size(t);
     char *tmp = malloc(b * (size_t)c->size + 1);
     if (!tmp) return ncclSystemError;
     /* the slices for this rank arrive before recvbuff is written: in place is safe */
+    sim_enter(stream, "ncclReduceScatter");
     MPI_Alltoall(sendbuff, (int)b, MPI_BYTE, tmp, (int)b, MPI_BYTE, c->comm);
     reduce(recvbuff, tmp, c->size, recvcount, t, op);
+    sim_leave();
     free(tmp);
     return ncclSuccess;
 }
 
 ncclResult_t ncclAllReduce(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t t, ncclRedOp_t op,
                            ncclComm_t c, void *stream) {
-    ncclResult_t r = check(c, sendbuff, recvbuff, count, t, "ncclAllReduce");
+    size_t b = count * type_size(t);
+    ncclResult_t r = check(c, sendbuff, b, recvbuff, b, count, t, "ncclAllReduce", 2);
     if (r != ncclSuccess) return r;
     if ((int)op < 0 || op >= ncclNumOps) return fail(c, ncclInvalidArgument, "invalid reduction operation");
-    size_t b = count * type_size(t);
     char *tmp = malloc(b * (size_t)c->size + 1);
     if (!tmp) return ncclSystemError;
+    sim_enter(stream, "ncclAllReduce");
     MPI_Allgather(sendbuff, (int)b, MPI_BYTE, tmp, (int)b, MPI_BYTE, c->comm);
     reduce(recvbuff, tmp, c->size, count, t, op);
+    sim_leave();
     free(tmp);
     return ncclSuccess;
 }
 
 ncclResult_t ncclBroadcast(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t t, int root, ncclComm_t c,
                            void *stream) {
-    ncclResult_t r = check(c, c && c->rank == root ? sendbuff : recvbuff, recvbuff, count, t, "ncclBroadcast");
+    size_t b = count * type_size(t);
+    const void *in = c && c->rank == root ? sendbuff : recvbuff;
+    ncclResult_t r = check(c, in, b, recvbuff, b, count, t, "ncclBroadcast", 3);
     if (r != ncclSuccess) return r;
     if (root < 0 || root >= c->size) return fail(c, ncclInvalidArgument, "invalid root");
-    size_t b = count * type_size(t);
+    sim_enter(stream, "ncclBroadcast");
     if (c->rank == root && sendbuff != recvbuff) memmove(recvbuff, sendbuff, b);
     MPI_Bcast(recvbuff, (int)b, MPI_BYTE, root, c->comm);
+    sim_leave();
     return ncclSuccess;
 }
 
@@ -359,6 +475,7 @@ typedef struct {
     size_t bytes;
     int peer;
     ncclComm_t comm;
+    void *stream;
 } p2p_op;
 
 static int group_depth;
@@ -368,22 +485,32 @@ static int nqueued, capqueued;
 static ncclResult_t post(p2p_op *ops, int n) {
     MPI_Request *rq = calloc((size_t)n + 1, sizeof *rq);
     if (!rq) return ncclSystemError;
-    for (int i = 0; i < n; i++) /* receives first, so that sends to self match */
+    const sim_api *s = sim();
+    for (int i = 0; s && i < n; i++) s->stream_sync(ops[i].stream);
+    sim_enter(NULL, "ncclSend/ncclRecv"); /* the legacy stream: synchronized above if any op is on it */
+    for (int i = 0; i < n; i++)           /* receives first, so that sends to self match */
         if (!ops[i].send) MPI_Irecv(ops[i].buf, (int)ops[i].bytes, MPI_BYTE, ops[i].peer, 7, ops[i].comm->comm, &rq[i]);
     for (int i = 0; i < n; i++)
         if (ops[i].send) MPI_Isend(ops[i].buf, (int)ops[i].bytes, MPI_BYTE, ops[i].peer, 7, ops[i].comm->comm, &rq[i]);
     MPI_Waitall(n, rq, MPI_STATUSES_IGNORE);
+    sim_leave();
     free(rq);
     return ncclSuccess;
 }
 
-static ncclResult_t p2p(int send, const void *buf, size_t count, ncclDataType_t t, int peer, ncclComm_t c) {
-    ncclResult_t r = check(c, buf, buf, count, t, send ? "ncclSend" : "ncclRecv");
+static ncclResult_t p2p(int send, const void *buf, size_t count, ncclDataType_t t, int peer, ncclComm_t c,
+                        void *stream) {
+    size_t b = count * type_size(t);
+    ncclResult_t r = check(c, buf, b, buf, b, count, t, send ? "ncclSend" : "ncclRecv", 4);
     if (r != ncclSuccess) return r;
     n_collectives--; /* one exchange, not one collective per message */
+    n_kind[4]--;
     if (peer < 0 || peer >= c->size) return fail(c, ncclInvalidArgument, "invalid peer");
-    p2p_op op = {.send = send, .buf = (void *)buf, .bytes = count * type_size(t), .peer = peer, .comm = c};
-    if (!group_depth) return post(&op, 1);
+    p2p_op op = {.send = send, .buf = (void *)buf, .bytes = b, .peer = peer, .comm = c, .stream = stream};
+    if (!group_depth) {
+        n_kind[4]++;
+        return post(&op, 1);
+    }
     if (nqueued == capqueued) {
         int cap = capqueued ? 2 * capqueued : 16;
         p2p_op *q = realloc(queued, (size_t)cap * sizeof *q);
@@ -395,11 +522,11 @@ static ncclResult_t p2p(int send, const void *buf, size_t count, ncclDataType_t 
 }
 
 ncclResult_t ncclSend(const void *buf, size_t count, ncclDataType_t t, int peer, ncclComm_t c, void *stream) {
-    return p2p(1, buf, count, t, peer, c);
+    return p2p(1, buf, count, t, peer, c, stream);
 }
 
 ncclResult_t ncclRecv(void *buf, size_t count, ncclDataType_t t, int peer, ncclComm_t c, void *stream) {
-    return p2p(0, buf, count, t, peer, c);
+    return p2p(0, buf, count, t, peer, c, stream);
 }
 
 ncclResult_t ncclGroupStart(void) {
@@ -410,7 +537,7 @@ ncclResult_t ncclGroupStart(void) {
 ncclResult_t ncclGroupEnd(void) {
     if (group_depth == 0) return ncclInvalidUsage;
     if (--group_depth > 0) return ncclSuccess;
-    if (nqueued) n_collectives++;
+    if (nqueued) n_collectives++, n_kind[4]++;
     ncclResult_t r = nqueued ? post(queued, nqueued) : ncclSuccess;
     nqueued = 0;
     return r;
@@ -437,28 +564,34 @@ int cuDeviceGetPCIBusId(char *bus, int len, int dev) {
 
 int cuPointerGetAttribute(void *data, int attribute, unsigned long long ptr) {
     if (attribute != 2) return 1; /* CUDA_ERROR_INVALID_VALUE */
-    *(int *)data = 2;             /* CU_MEMORYTYPE_DEVICE: every buffer is the GPU's here */
+    const sim_api *s = sim();
+    if (s && !s->range((const void *)(uintptr_t)ptr, 1)) return 1; /* host memory the driver does not know */
+    *(int *)data = 2; /* CU_MEMORYTYPE_DEVICE (off the simulator every buffer is the GPU's) */
     return 0;
 }
 
+/* The runtime's cudaError_t and the driver's CUresult agree on the codes the
+ * backend reads (0 success, 600 not ready). */
 int cuEventCreate(void **ev, unsigned flags) {
+    if (sim()) return sim()->event_create(ev, flags); /* CU_EVENT_DISABLE_TIMING = cudaEventDisableTiming */
     *ev = malloc(1);
     return *ev ? 0 : 2; /* CUDA_ERROR_OUT_OF_MEMORY */
 }
 
 int cuEventDestroy_v2(void *ev) {
+    if (sim()) return sim()->event_destroy(ev);
     free(ev);
     return 0;
 }
 
-int cuEventRecord(void *ev, void *stream) { return 0; }
-int cuEventQuery(void *ev) { return 0; }
-int cuEventSynchronize(void *ev) { return 0; }
-int cuStreamSynchronize(void *stream) { return 0; }
+int cuEventRecord(void *ev, void *stream) { return sim() ? sim()->event_record(ev, stream) : 0; }
+int cuEventQuery(void *ev) { return sim() ? sim()->event_query(ev) : 0; }
+int cuEventSynchronize(void *ev) { return sim() ? sim()->event_sync(ev) : 0; }
+int cuStreamSynchronize(void *stream) { return sim() ? sim()->stream_sync(stream) : 0; }
 
 int cuStreamWaitEvent(void *stream, void *ev, unsigned flags) {
     n_stream_waits++;
-    return 0;
+    return sim() ? sim()->stream_wait(stream, ev, flags) : 0;
 }
 
 int cuGetErrorString(int e, const char **s) {
