@@ -99,6 +99,12 @@ TEST(device_copy_memset_streams_events) {
     sharc_device_free(d, y);
 }
 
+/* a forward slot that must never be called (the one-of-a-pair case below) */
+static void attention_forward_unused(sharc_stream *s, float *out, float *lse, const float *qkv, const int32_t *lo,
+                                     int B, int T, int NH, int NKV, int hd, float *ws) {
+    abort();
+}
+
 /* Note [kernel-table]: a backend without the optional slots gets fallbacks
  * that compute the same values; one without a required slot is refused. */
 TEST(kernel_table_fallbacks_and_required_slots) {
@@ -115,6 +121,16 @@ TEST(kernel_table_fallbacks_and_required_slots) {
     for (int64_t i = 0; i < n; i++) ASSERT_TRUE(y[i] == a[i] + b[i]);
     k.accumulate(ks(), y, a, n);
     for (int64_t i = 0; i < n; i++) ASSERT_TRUE(y[i] == ref[i] + a[i]);
+    /* the bf16 attention pair: the CPU has none (its fp32 slots stand in);
+     * a backend giving only one of the two gets neither */
+    ASSERT_TRUE(kt()->attention_forward_bf16 == kt()->attention_forward &&
+                kt()->attention_backward_bf16 == kt()->attention_backward);
+    sharc_kernels half = *kt();
+    half.attention_forward_bf16 = attention_forward_unused;
+    half.attention_backward_bf16 = NULL;
+    ASSERT_OK(sharc_device_kernels_complete("test", &half));
+    ASSERT_TRUE(half.attention_forward_bf16 == half.attention_forward &&
+                half.attention_backward_bf16 == half.attention_backward);
     sharc_kernels bad = *kt();
     bad.sumsq = NULL;
     ASSERT_TRUE(sharc_device_kernels_complete("test", &bad) == SHARC_ERR_UNSUPPORTED);

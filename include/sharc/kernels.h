@@ -226,6 +226,16 @@ typedef struct sharc_kernels {
                                int64_t N, int IC, int OC);
     void (*matmul_backward_b16)(sharc_stream *s, float *dx, float *dw, float *db, const float *dy, const uint16_t *x,
                                 const uint16_t *w, int64_t N, int IC, int OC);
+    /* attention_forward and attention_backward (same arguments, mask and
+     * workspace) with q, k, v, dO, P and dS rounded to bf16 as products'
+     * operands, the softmax statistics, lse and sums fp32, inputs and
+     * outputs fp32 (cuda: tensor cores, note [cuda-attention-tc]). The model
+     * uses them when it computes in bf16. (optional: the fp32 slot) */
+    void (*attention_forward_bf16)(sharc_stream *s, float *out, float *lse, const float *qkv, const int32_t *lo, int B,
+                                   int T, int NH, int NKV, int hd, float *ws);
+    void (*attention_backward_bf16)(sharc_stream *s, float *dqkv, const float *dout, const float *qkv, const float *out,
+                                    const float *lse, const int32_t *lo, int B, int T, int NH, int NKV, int hd,
+                                    float *ws);
 } sharc_kernels;
 
 #ifdef __cplusplus

@@ -325,7 +325,9 @@ static void accumulate_by_sum_ranks(sharc_stream *s, float *dst, const float *sr
     X(matmul_backward_bf16, 0) \
     X(lmhead_xent_bf16, 0) \
     X(matmul_forward_b16, 0) \
-    X(matmul_backward_b16, 0)
+    X(matmul_backward_b16, 0) \
+    X(attention_forward_bf16, 0) \
+    X(attention_backward_bf16, 0)
 // clang-format on
 
 #define COUNT_SLOT(name, required) +1
@@ -349,5 +351,7 @@ sharc_status sharc_device_kernels_complete(const char *backend, sharc_kernels *k
     if (!k->matmul_forward_bf16) k->matmul_forward_bf16 = k->matmul_forward;
     if (!k->matmul_backward_bf16) k->matmul_backward_bf16 = k->matmul_backward;
     if (!k->lmhead_xent_bf16) k->lmhead_xent_bf16 = k->lmhead_xent;
+    if (!k->attention_forward_bf16 || !k->attention_backward_bf16) /* both or neither */
+        k->attention_forward_bf16 = k->attention_forward, k->attention_backward_bf16 = k->attention_backward;
     return SHARC_OK;
 }

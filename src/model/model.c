@@ -34,8 +34,10 @@
  *
  * Note [bf16-compute]. With fsdp.param_dtype bf16 on a device whose table
  * can compute in bf16 (bf16_compute), the model runs on a copy of the table
- * whose matmul and LM-head slots are the *_bf16 variants (use_kernels, at
- * each entry point); every other kernel and the loss stay fp32, and the
+ * whose matmul, LM-head and attention slots are the *_bf16 variants
+ * (use_kernels, at each entry point; attention's are the fp32 ones on a
+ * device without its own, the CPU's); every other kernel and the loss stay
+ * fp32, and the
  * saved product inputs are bf16 when planned so (note [bf16-acts]).
  * Otherwise the device's own table.
  *
@@ -337,6 +339,8 @@ sharc_status sharc_model_init(sharc_model **out, const sharc_model_config *cfg, 
     m->k16.matmul_forward = m->kdev->matmul_forward_bf16;
     m->k16.matmul_backward = m->kdev->matmul_backward_bf16;
     m->k16.lmhead_xent = m->kdev->lmhead_xent_bf16;
+    m->k16.attention_forward = m->kdev->attention_forward_bf16;
+    m->k16.attention_backward = m->kdev->attention_backward_bf16;
     m->tp = 1;
     set_dims(m, 1);
     sharc_status st = build_units(m);

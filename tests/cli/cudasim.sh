@@ -13,7 +13,7 @@ fail() { echo "$*"; exit 1; }
 cd "$TMPDIR"
 
 out=$("$B/cudasim_selftest" values 2>&1) || fail "cudasim_selftest values: $out"
-[ "$(grep -c '^PASS' <<< "$out")" -ge 13 ] || fail "cudasim_selftest values: $out"
+[ "$(grep -c '^PASS' <<< "$out")" -ge 19 ] || fail "cudasim_selftest values: $out"
 
 # each planted bug: stopped (abort), with the simulator's message
 while IFS='|' read -r case want; do
@@ -28,6 +28,8 @@ split_barrier|threads wait at two different __syncthreads
 shuffle_with_exited_lane|which has exited
 double_free|freed twice
 use_after_free|no live allocation
+wmma_divergent|wmma::load_matrix_sync with other arguments
+wmma_misaligned|not 256-bit aligned
 CASES
 
 out=$(bash "$SHARC_ROOT/tests/gpu/run.sh" "$B" 2>&1); rc=$?

@@ -193,6 +193,8 @@ struct sim_thread {
     int state;
     unsigned warp_mask; /* at AT_WARP: the lanes it waits for */
     void *site;         /* at AT_BLOCK: where its __syncthreads is */
+    const char *coll;   /* at AT_WARP: the warp collective it waits in (NULL: a shuffle) */
+    uint64_t coll_key;  /* ... and the arguments every lane must agree on */
 };
 static std::vector<sim_thread *> threads;
 static jmp_buf sched_jb;
@@ -203,6 +205,8 @@ static int cur_index;
 static body_fn cur_body;
 static void *cur_arg;
 static std::vector<uint64_t> warp_slots; /* 32 per warp */
+static std::vector<float> warp_bufs;     /* WARP_BUF per warp: a warp collective's exchange area */
+static const size_t WARP_BUF = 3 * 256;
 static int nthreads;
 
 static void coro_main(void) {
@@ -257,6 +261,7 @@ uint64_t warp_exchange(unsigned mask, uint64_t mine, int src) {
     warp_slots[(size_t)w * 32 + l] = mine;
     cur->state = AT_WARP;
     cur->warp_mask = mask;
+    cur->coll = NULL;
     yield_to_scheduler(); /* every lane of the mask has written */
     if (!(mask & (1u << src)))
         die("%s: lane %d reads lane %d, which its mask 0x%08x leaves out", cur_kernel, l, src, mask);
@@ -266,7 +271,25 @@ uint64_t warp_exchange(unsigned mask, uint64_t mine, int src) {
     return v;
 }
 
-/* release the waiters of every warp whose named lanes all wait at a shuffle;
+void warp_collective(const char *op, uint64_t key) {
+    if (!cur) die("%s outside a kernel", op);
+    cur->state = AT_WARP;
+    cur->warp_mask = 0xffffffffu;
+    cur->coll = op;
+    cur->coll_key = key;
+    yield_to_scheduler(); /* released once all 32 lanes wait here with the same key */
+    cur->coll = NULL;
+}
+
+void kernel_fail(const char *what) {
+    die("%s: block %u,%u,%u thread %u,%u,%u: %s", cur_kernel ? cur_kernel : "(no kernel)", cur_block.x, cur_block.y,
+        cur_block.z, cur_thread.x, cur_thread.y, cur_thread.z, what);
+}
+
+float *warp_buf(void) { return &warp_bufs[(size_t)(cur_index / 32) * WARP_BUF]; }
+
+/* release the waiters of every warp whose named lanes all wait at a shuffle
+ * or at one warp collective (every lane, the same operation and arguments);
  * returns whether any thread may run */
 static bool release_warps(void) {
     bool any = false;
@@ -274,8 +297,19 @@ static bool release_warps(void) {
         int lo = w * 32, hi = lo + 32 < nthreads ? lo + 32 : nthreads;
         unsigned mask = 0;
         bool waiting = false, ok = true;
+        const sim_thread *coll = NULL; /* a lane waiting in a warp collective, lane coll_lane */
+        int coll_lane = 0;
+        for (int i = lo; i < hi && !coll; i++)
+            if (threads[i]->state == AT_WARP && threads[i]->coll) coll = threads[i], coll_lane = i - lo;
         for (int i = lo; i < hi; i++)
             if (threads[i]->state == AT_WARP) {
+                const sim_thread *t = threads[i];
+                if (coll && (!t->coll || strcmp(t->coll, coll->coll) || t->coll_key != coll->coll_key))
+                    die("%s: lanes of warp %d wait in different warp operations (lane %d in %s, lane %d in %s%s): "
+                        "a warp collective (wmma, __syncwarp) needs every lane at the same call, with the same "
+                        "arguments",
+                        cur_kernel, w, coll_lane, coll->coll, i - lo, t->coll ? t->coll : "a shuffle",
+                        t->coll && !strcmp(t->coll, coll->coll) ? " with other arguments" : "");
                 if (waiting && threads[i]->warp_mask != mask)
                     die("%s: lanes of warp %d shuffle with different masks (0x%08x, 0x%08x)", cur_kernel, w, mask,
                         threads[i]->warp_mask);
@@ -435,6 +469,7 @@ static void launch_now(const char *kernel, const launch_cfg &cfg, body_fn body, 
     int nt = (int)(cfg.block.x * cfg.block.y * cfg.block.z);
     grow_pool(nt);
     warp_slots.assign((size_t)(nt + 31) / 32 * 32, 0);
+    warp_bufs.assign((size_t)(nt + 31) / 32 * WARP_BUF, 0.0f);
     nthreads = nt;
     cur_body = body;
     cur_arg = arg;

@@ -20,6 +20,8 @@
  * headers so that they keep it. */
 #define __shared__ static
 
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdint.h>
@@ -54,6 +56,15 @@ void run(const char *kernel, const launch_cfg &cfg, body_fn body, void *arg, bod
 uint64_t warp_exchange(unsigned mask, uint64_t mine, int src_lane);
 void sync_block(void);
 int lane(void);
+/* A warp collective (wmma, __syncwarp): returns once all 32 lanes of this
+ * thread's warp wait in the same op with the same key (the arguments they
+ * must agree on); lanes at different ops, with different keys, or a lane
+ * that exited, abort. warp_buf: this warp's exchange area (3 * 256 floats),
+ * written before a collective and read after it. */
+void warp_collective(const char *op, uint64_t key);
+float *warp_buf(void);
+/* abort naming the running kernel, block and thread */
+[[noreturn]] void kernel_fail(const char *what);
 
 /* Pointer arguments: collected by type (a pointer argument, or not). */
 template <class T> inline void collect_ptr(const void **out, int *n, const T &v) {
@@ -161,5 +172,130 @@ static inline float __uint_as_float(unsigned u) {
 }
 static inline int __float_as_int(float f) { return (int)__float_as_uint(f); }
 static inline float __int_as_float(int i) { return __uint_as_float((unsigned)i); }
+
+/* Every lane of the warp (mask: the full warp only, the one sharc uses). */
+static inline void __syncwarp(unsigned mask = 0xffffffffu) {
+    if (mask != 0xffffffffu) cudasim::kernel_fail("__syncwarp with a partial mask is not simulated");
+    cudasim::warp_collective("__syncwarp", 0);
+}
+
+/* Note [cudasim-wmma]: the warp matrix functions (nvcuda::wmma, mma.h; CUDA
+ * C++ Programming Guide, "Warp Matrix Functions"), shape 16x16x16, bf16 or
+ * half multiplicands and fp32 accumulators. A fragment holds 8 of the 256
+ * elements in each lane; which ones is unspecified on a GPU, so here each
+ * kind of fragment (matrix_a, matrix_b, accumulator) has its own scrambled
+ * map (element e = 8 lane + i is matrix position (e * mul + add) mod 256),
+ * neither row-major by lane nor shared between kinds: code that assumes a
+ * layout computes wrong values. Every op is a warp collective: all 32
+ * lanes at the same call with the same pointer, ldm, layout (fill: value),
+ * else an abort. Loads and stores check the guide's rules: the pointer
+ * 256-bit aligned, ldm a multiple of 16 bytes. mma_sync sums the exact
+ * products in fp32, k in order, onto c. */
+namespace nvcuda {
+namespace wmma {
+struct matrix_a {};
+struct matrix_b {};
+struct accumulator {};
+struct row_major {};
+struct col_major {};
+enum layout_t { mem_row_major, mem_col_major };
+
+template <class Use, int M, int N, int K, class T, class Layout = void> struct fragment {
+    static_assert(M == 16 && N == 16 && K == 16, "cudasim: wmma simulates the 16x16x16 shape only");
+    static_assert(std::is_same<Use, accumulator>::value
+                      ? std::is_same<T, float>::value
+                      : std::is_same<T, __nv_bfloat16>::value || std::is_same<T, __half>::value,
+                  "cudasim: wmma simulates bf16/half multiplicands and float accumulators");
+    enum { num_elements = 8 };
+    T x[8];
+};
+
+namespace detail {
+template <class U> constexpr int kind() {
+    return std::is_same<U, matrix_a>::value ? 0 : std::is_same<U, matrix_b>::value ? 1 : 2;
+}
+/* matrix position (row * 16 + col) of element i of this lane's fragment */
+static inline int pos(int kind, int lane, int i) {
+    static const int mul[3] = {37, 101, 59}, add[3] = {11, 77, 200};
+    return ((lane * 8 + i) * mul[kind] + add[kind]) & 255;
+}
+static inline float widen(float v) { return v; }
+static inline float widen(__nv_bfloat16 v) { return __bfloat162float(v); }
+static inline float widen(__half v) { return __half2float(v); }
+static inline uint64_t key(const void *p, unsigned ldm, int layout) {
+    return (uint64_t)(uintptr_t)p * 1000003u ^ ((uint64_t)ldm << 2 | (uint64_t)layout);
+}
+template <class T> static inline void check(const char *op, const void *p, unsigned ldm) {
+    if ((uintptr_t)p % 32) cudasim::kernel_fail("wmma: the matrix pointer is not 256-bit aligned");
+    if (ldm < 16 || ldm * sizeof(T) % 16) cudasim::kernel_fail("wmma: ldm is not a multiple of 16 bytes (or under 16)");
+}
+/* element (r, c) of a matrix at p */
+static inline size_t at(int r, int c, unsigned ldm, bool row) {
+    return row ? (size_t)r * ldm + c : r + (size_t)c * ldm;
+}
+} // namespace detail
+
+template <class U, class T, class L, class V>
+static inline void fill_fragment(fragment<U, 16, 16, 16, T, L> &f, const V &v) {
+    T t = (T)v;
+    cudasim::warp_collective("wmma::fill_fragment", (uint64_t)__float_as_uint(detail::widen(t)));
+    for (int i = 0; i < 8; i++) f.x[i] = t;
+}
+
+template <class U, class T, class L>
+static inline void load_matrix_sync(fragment<U, 16, 16, 16, T, L> &f, const T *p, unsigned ldm) {
+    static_assert(!std::is_same<U, accumulator>::value, "wmma: an accumulator load takes a layout_t");
+    detail::check<T>("load_matrix_sync", p, ldm);
+    bool row = std::is_same<L, row_major>::value;
+    cudasim::warp_collective("wmma::load_matrix_sync", detail::key(p, ldm, row));
+    int l = cudasim::lane();
+    for (int i = 0; i < 8; i++) {
+        int q = detail::pos(detail::kind<U>(), l, i);
+        f.x[i] = p[detail::at(q / 16, q % 16, ldm, row)];
+    }
+}
+static inline void load_matrix_sync(fragment<accumulator, 16, 16, 16, float> &f, const float *p, unsigned ldm,
+                                    layout_t layout) {
+    detail::check<float>("load_matrix_sync", p, ldm);
+    cudasim::warp_collective("wmma::load_matrix_sync", detail::key(p, ldm, layout));
+    int l = cudasim::lane();
+    for (int i = 0; i < 8; i++) {
+        int q = detail::pos(2, l, i);
+        f.x[i] = p[detail::at(q / 16, q % 16, ldm, layout == mem_row_major)];
+    }
+}
+static inline void store_matrix_sync(float *p, const fragment<accumulator, 16, 16, 16, float> &f, unsigned ldm,
+                                     layout_t layout) {
+    detail::check<float>("store_matrix_sync", p, ldm);
+    cudasim::warp_collective("wmma::store_matrix_sync", detail::key(p, ldm, layout));
+    int l = cudasim::lane();
+    for (int i = 0; i < 8; i++) {
+        int q = detail::pos(2, l, i);
+        p[detail::at(q / 16, q % 16, ldm, layout == mem_row_major)] = f.x[i];
+    }
+}
+/* d = a b + c: each lane publishes its elements, then computes its own of d */
+template <class T, class LA, class LB>
+static inline void mma_sync(fragment<accumulator, 16, 16, 16, float> &d, const fragment<matrix_a, 16, 16, 16, T, LA> &a,
+                            const fragment<matrix_b, 16, 16, 16, T, LB> &b,
+                            const fragment<accumulator, 16, 16, 16, float> &c, bool satf = false) {
+    float *buf = cudasim::warp_buf();
+    int l = cudasim::lane();
+    for (int i = 0; i < 8; i++) {
+        buf[detail::pos(0, l, i)] = detail::widen(a.x[i]);
+        buf[256 + detail::pos(1, l, i)] = detail::widen(b.x[i]);
+        buf[512 + detail::pos(2, l, i)] = c.x[i];
+    }
+    cudasim::warp_collective("wmma::mma_sync", 0);
+    for (int i = 0; i < 8; i++) {
+        int q = detail::pos(2, l, i), r = q / 16, col = q % 16;
+        float acc = buf[512 + q];
+        for (int k = 0; k < 16; k++) acc += buf[r * 16 + k] * buf[256 + k * 16 + col];
+        d.x[i] = acc;
+    }
+    cudasim::warp_collective("wmma::mma_sync (read)", 0); /* every lane has read: buf may be written again */
+}
+} // namespace wmma
+} // namespace nvcuda
 
 #endif

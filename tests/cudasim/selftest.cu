@@ -6,10 +6,16 @@
  * its __syncthreads (and is wrong without them, so the simulator does not
  * hide a missing barrier), a 3-d launch's indices, stream order (a copy on
  * one stream sees another stream's kernel only after an event), and the
- * copy checks.
+ * copy checks; the warp matrix functions (note [cudasim-wmma] in cudasim.h):
+ * a 16x16x16 bf16 product in both layouts of each operand, with ldm over 16,
+ * against the product worked out on the host, an elementwise scale of an
+ * accumulator, and kernels that assume an element-to-lane map (row-major by
+ * lane, or one shared by matrix_a and the accumulator) getting it wrong.
  * Every other case is a bug the simulator must stop with its message:
  * cudasim.sh runs each and checks that it aborts saying so. */
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
+#include <mma.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -76,6 +82,137 @@ __global__ static void k_split_sync(int *out) {
 __global__ static void k_shfl_exited(int *out) {
     if (threadIdx.x == 7) return;
     out[threadIdx.x] = __shfl_xor_sync(0xffffffffu, (int)threadIdx.x, 1);
+}
+
+using namespace nvcuda;
+
+/* wmma: a (16 x 16) and b (16 x 16) bf16, each stored twice (row-major,
+ * then column-major) at ldm 24; c float at ldm 20, row-major. out: 4
+ * products of 16 x 16 at ldm 16: (a row, b row) stored row-major, (a col,
+ * b col) stored column-major, (a row, b col) with c loaded column-major
+ * from its transpose ct, and (a col, b row) with the accumulator doubled
+ * elementwise. */
+__global__ static void k_wmma(float *out, const __nv_bfloat16 *a, const __nv_bfloat16 *b, const float *c,
+                              const float *ct) {
+    wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> ar;
+    wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::col_major> ac;
+    wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::row_major> br;
+    wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::col_major> bc;
+    wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
+    wmma::load_matrix_sync(ar, a, 24);
+    wmma::load_matrix_sync(ac, a + 16 * 24, 24);
+    wmma::load_matrix_sync(br, b, 24);
+    wmma::load_matrix_sync(bc, b + 16 * 24, 24);
+    wmma::load_matrix_sync(acc, c, 20, wmma::mem_row_major);
+    wmma::mma_sync(acc, ar, br, acc);
+    wmma::store_matrix_sync(out, acc, 16, wmma::mem_row_major);
+    wmma::load_matrix_sync(acc, c, 20, wmma::mem_row_major);
+    wmma::mma_sync(acc, ac, bc, acc);
+    wmma::store_matrix_sync(out + 256, acc, 16, wmma::mem_col_major);
+    wmma::load_matrix_sync(acc, ct, 20, wmma::mem_col_major);
+    wmma::mma_sync(acc, ar, bc, acc);
+    wmma::store_matrix_sync(out + 512, acc, 16, wmma::mem_row_major);
+    wmma::fill_fragment(acc, 0.0f);
+    wmma::mma_sync(acc, ac, br, acc);
+    for (int i = 0; i < acc.num_elements; i++) acc.x[i] *= 2.0f;
+    wmma::store_matrix_sync(out + 768, acc, 16, wmma::mem_row_major);
+}
+
+/* wrong on purpose: out[lane * 8 + i] = element i of the lane's accumulator
+ * fragment of c (a row-major-by-lane map assumed), and c's elements moved
+ * through a matrix_a fragment's slots into an accumulator (a shared map
+ * assumed), stored at out + 256 */
+__global__ static void k_wmma_assume_map(float *out, const float *c, const __nv_bfloat16 *cb) {
+    wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
+    wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> fa;
+    wmma::load_matrix_sync(acc, c, 16, wmma::mem_row_major);
+    for (int i = 0; i < acc.num_elements; i++) out[threadIdx.x * 8 + i] = acc.x[i];
+    wmma::load_matrix_sync(fa, cb, 16);
+    for (int i = 0; i < acc.num_elements; i++) acc.x[i] = __bfloat162float(fa.x[i]);
+    wmma::store_matrix_sync(out + 256, acc, 16, wmma::mem_row_major);
+}
+
+/* planted bugs: half the warp loads another matrix; a misaligned pointer */
+__global__ static void k_wmma_divergent(float *p) {
+    wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
+    wmma::load_matrix_sync(acc, p + (threadIdx.x < 16 ? 0 : 16), 16, wmma::mem_row_major);
+    wmma::store_matrix_sync(p, acc, 16, wmma::mem_row_major);
+}
+__global__ static void k_wmma_misaligned(float *p) {
+    wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
+    wmma::load_matrix_sync(acc, p + 4, 16, wmma::mem_row_major);
+    wmma::store_matrix_sync(p, acc, 16, wmma::mem_row_major);
+}
+
+static void wmma_values(void) {
+    /* small integers: every product and sum exact in bf16 and fp32 */
+    float A[16][16], Bm[16][16], C[16][16], R[16][16];
+    __nv_bfloat16 ha[2 * 16 * 24], hb[2 * 16 * 24];
+    float hc[16 * 20], hct[16 * 20], cb32[256];
+    __nv_bfloat16 cb[256];
+    for (int r = 0; r < 16; r++)
+        for (int k = 0; k < 16; k++) {
+            A[r][k] = (float)((r * 3 + k) % 7 - 3);
+            Bm[r][k] = (float)((r * 5 + k * 2) % 9 - 4);
+            C[r][k] = (float)(r - 2 * k);
+        }
+    for (int i = 0; i < 2 * 16 * 24; i++) ha[i] = hb[i] = __float2bfloat16(99.0f); /* padding */
+    for (int r = 0; r < 16; r++)
+        for (int k = 0; k < 16; k++) {
+            ha[r * 24 + k] = __float2bfloat16(A[r][k]);
+            ha[16 * 24 + k * 24 + r] = __float2bfloat16(A[r][k]);
+            hb[r * 24 + k] = __float2bfloat16(Bm[r][k]);
+            hb[16 * 24 + k * 24 + r] = __float2bfloat16(Bm[r][k]);
+            hc[r * 20 + k] = C[r][k];
+            hct[k * 20 + r] = C[r][k];
+        }
+    for (int r = 0; r < 16; r++)
+        for (int c = 0; c < 16; c++) {
+            float s = 0;
+            for (int k = 0; k < 16; k++) s += A[r][k] * Bm[k][c];
+            R[r][c] = s;
+            cb32[r * 16 + c] = (float)(r * 16 + c);
+            cb[r * 16 + c] = __float2bfloat16((float)(r * 16 + c));
+        }
+    __nv_bfloat16 *da, *db, *dcb;
+    float *dc, *dct, *dout, *dc32, h[1024];
+    cudaMalloc((void **)&da, sizeof ha);
+    cudaMalloc((void **)&db, sizeof hb);
+    cudaMalloc((void **)&dcb, sizeof cb);
+    cudaMalloc((void **)&dc, sizeof hc);
+    cudaMalloc((void **)&dct, sizeof hct);
+    cudaMalloc((void **)&dc32, sizeof cb32);
+    cudaMalloc((void **)&dout, sizeof h);
+    cudaMemcpy(da, ha, sizeof ha, cudaMemcpyHostToDevice);
+    cudaMemcpy(db, hb, sizeof hb, cudaMemcpyHostToDevice);
+    cudaMemcpy(dcb, cb, sizeof cb, cudaMemcpyHostToDevice);
+    cudaMemcpy(dc, hc, sizeof hc, cudaMemcpyHostToDevice);
+    cudaMemcpy(dct, hct, sizeof hct, cudaMemcpyHostToDevice);
+    cudaMemcpy(dc32, cb32, sizeof cb32, cudaMemcpyHostToDevice);
+    k_wmma<<<1, 32>>>(dout, da, db, dc, dct);
+    cudaMemcpy(h, dout, sizeof h, cudaMemcpyDeviceToHost);
+    bool rr = true, cc = true, rc = true, dbl = true;
+    for (int r = 0; r < 16; r++)
+        for (int c = 0; c < 16; c++) {
+            rr &= h[r * 16 + c] == R[r][c] + C[r][c];
+            cc &= h[256 + c * 16 + r] == R[r][c] + C[r][c];
+            rc &= h[512 + r * 16 + c] == R[r][c] + C[r][c];
+            dbl &= h[768 + r * 16 + c] == 2 * R[r][c];
+        }
+    expect("wmma bf16 16x16x16: row-major a and b, ldm 24, c at ldm 20, stored row-major", rr);
+    expect("wmma: column-major a and b, stored column-major", cc);
+    expect("wmma: row-major a, column-major b, c loaded column-major", rc);
+    expect("wmma: fill_fragment, then every accumulator element doubled", dbl);
+    k_wmma_assume_map<<<1, 32>>>(dout, dc32, dcb);
+    cudaMemcpy(h, dout, 512 * sizeof(float), cudaMemcpyDeviceToHost);
+    int same_lane = 0, same_kind = 0;
+    for (int i = 0; i < 256; i++) {
+        same_lane += h[i] == cb32[i];
+        same_kind += h[256 + i] == cb32[i];
+    }
+    expect("wmma: a kernel assuming a row-major-by-lane fragment map reads the wrong elements", same_lane < 32);
+    expect("wmma: a kernel assuming matrix_a and accumulator share a map gets the wrong matrix", same_kind < 32);
+    cudaFree(da), cudaFree(db), cudaFree(dcb), cudaFree(dc), cudaFree(dct), cudaFree(dc32), cudaFree(dout);
 }
 
 static int *dev_ints(int n) {
@@ -172,6 +309,7 @@ int main(int argc, char **argv) {
     const char *c = argc > 1 ? argv[1] : "values";
     if (!strcmp(c, "values")) {
         values();
+        wmma_values();
         printf("%d failed\n", failed);
         return failed ? 1 : 0;
     }
@@ -184,6 +322,8 @@ int main(int argc, char **argv) {
     if (!strcmp(c, "out_of_bounds")) k_write<<<1, 128>>>((float *)d, 64);
     if (!strcmp(c, "split_barrier")) k_split_sync<<<1, 32>>>(d);
     if (!strcmp(c, "shuffle_with_exited_lane")) k_shfl_exited<<<1, 32>>>(d);
+    if (!strcmp(c, "wmma_divergent")) k_wmma_divergent<<<1, 32>>>((float *)dev_ints(512));
+    if (!strcmp(c, "wmma_misaligned")) k_wmma_misaligned<<<1, 32>>>((float *)dev_ints(512));
     if (!strcmp(c, "double_free")) {
         cudaFree(d);
         cudaFree(d);

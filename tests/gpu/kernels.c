@@ -3,7 +3,9 @@
  * odd sizes, with its outputs poisoned (NaN) first so that an element it does
  * not write fails; the result must match the CPU kernel within 1e-5 relative
  * (norm of the difference over norm of the reference) in fp32, 1e-2 for bf16
- * products; 16-bit casts must match bit for bit. Then memory, copies, memset,
+ * products, 2e-2 for the bf16 (tensor-core) attention, which must also match
+ * a host emulation of its bf16 arithmetic closely; 16-bit casts must match
+ * bit for bit. Then memory, copies, memset,
  * streams and events. Prints one PASS/FAIL line per check and
  * "N passed, N failed"; exit 0 when all pass, 1 otherwise, 77 when this
  * machine has no usable GPU (the reason is printed). tests/gpu/run.sh runs it. */
@@ -582,6 +584,198 @@ static double rel_of(const float *got, const float *ref, int64_t n) {
     return sqrt(dd) / (rr > 0 ? sqrt(rr) : 1.0);
 }
 
+/* x rounded to the nearest bf16, ties to even (finite x), widened back */
+static float bf_round(float x) {
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+    memcpy(&x, &u, 4);
+    return x;
+}
+
+/* The bf16 attention's arithmetic on the host (note [cuda-attention-tc]):
+ * q, k, v (qkv16, already rounded) and dO (dout16) as bf16; scores, the
+ * softmax and every sum in double from those; forward as the kernel runs it,
+ * an online softmax over key tiles of 64 aligned at multiples of 64, each
+ * tile's P rounded to bf16 (relative to the running max) before P V, the
+ * row sum of the unrounded P; backward P from lse, D from the fp32 dO and O,
+ * P and dS rounded to bf16 as the operands of dV, dK and dQ. */
+static void attn16_ref_forward(float *out, float *lse, const float *qkv16, const int32_t *lo, int B, int T, int NH,
+                               int NKV, int hd) {
+    int64_t S = (int64_t)(NH + 2 * NKV) * hd;
+    double scale = 1.0 / sqrt((double)hd), *acc = malloc((size_t)hd * sizeof(double));
+    float *p = malloc(64 * sizeof(float));
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++)
+            for (int i = 0; i < T; i++) {
+                int kvh = h / (NH / NKV), l0 = lo ? lo[b * T + i] : 0;
+                const float *q = qkv16 + ((int64_t)b * T + i) * S + (int64_t)h * hd;
+                double m = -INFINITY, l = 0;
+                for (int d = 0; d < hd; d++) acc[d] = 0;
+                for (int k0 = 0; k0 <= i; k0 += 64) {
+                    float sco[64], mx = -INFINITY;
+                    for (int c = 0; c < 64; c++) {
+                        int j = k0 + c;
+                        sco[c] = -INFINITY;
+                        if (j > i || j < l0) continue;
+                        const float *k = qkv16 + ((int64_t)b * T + j) * S + (int64_t)(NH + kvh) * hd;
+                        double dot = 0;
+                        for (int d = 0; d < hd; d++) dot += (double)q[d] * k[d];
+                        sco[c] = (float)((float)dot * (float)scale);
+                        mx = fmaxf(mx, sco[c]);
+                    }
+                    double mn = fmax(m, mx), corr = 1, sum = 0;
+                    if (mn == -INFINITY) continue; /* nothing visible yet: p = 0, corr = 1 */
+                    corr = exp(m - mn);
+                    for (int c = 0; c < 64; c++) {
+                        float e = sco[c] == -INFINITY ? 0.0f : (float)exp((double)sco[c] - mn);
+                        sum += e;
+                        p[c] = bf_round(e);
+                    }
+                    for (int d = 0; d < hd; d++) acc[d] *= corr;
+                    for (int c = 0; c < 64 && k0 + c <= i; c++) {
+                        if (p[c] == 0) continue;
+                        const float *v = qkv16 + ((int64_t)b * T + k0 + c) * S + (int64_t)(NH + NKV + kvh) * hd;
+                        for (int d = 0; d < hd; d++) acc[d] += (double)p[c] * v[d];
+                    }
+                    l = l * corr + sum;
+                    m = mn;
+                }
+                float *o = out + ((int64_t)b * T + i) * NH * hd + (int64_t)h * hd;
+                for (int d = 0; d < hd; d++) o[d] = (float)(acc[d] / l);
+                lse[((int64_t)b * NH + h) * T + i] = (float)(m + log(l));
+            }
+    free(acc), free(p);
+}
+
+static void attn16_ref_backward(float *dqkv, const float *dout, const float *dout16, const float *qkv16,
+                                const float *out, const float *lse, const int32_t *lo, int B, int T, int NH, int NKV,
+                                int hd) {
+    int64_t S = (int64_t)(NH + 2 * NKV) * hd, n = (int64_t)B * T * S;
+    double scale = 1.0 / sqrt((double)hd), *acc = calloc((size_t)n, sizeof(double));
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++)
+            for (int i = 0; i < T; i++) {
+                int kvh = h / (NH / NKV), l0 = lo ? lo[b * T + i] : 0;
+                int64_t qr = ((int64_t)b * T + i) * S, orow = ((int64_t)b * T + i) * NH * hd + (int64_t)h * hd;
+                const float *q = qkv16 + qr + (int64_t)h * hd, *dO = dout16 + orow;
+                double D = 0;
+                for (int d = 0; d < hd; d++) D += (double)dO[d] * out[orow + d];
+                float L = lse[((int64_t)b * NH + h) * T + i];
+                for (int j = l0; j <= i; j++) {
+                    int64_t kr = ((int64_t)b * T + j) * S;
+                    const float *k = qkv16 + kr + (int64_t)(NH + kvh) * hd;
+                    const float *v = qkv16 + kr + (int64_t)(NH + NKV + kvh) * hd;
+                    double s = 0, dp = 0;
+                    for (int d = 0; d < hd; d++) s += (double)q[d] * k[d], dp += (double)dO[d] * v[d];
+                    float p = (float)exp((double)((float)s * (float)scale) - L);
+                    float p16 = bf_round(p), ds16 = bf_round((float)(p * ((float)dp - (float)D)));
+                    for (int d = 0; d < hd; d++) {
+                        acc[qr + (int64_t)h * hd + d] += (double)ds16 * k[d];
+                        acc[kr + (int64_t)(NH + kvh) * hd + d] += (double)ds16 * q[d];
+                        acc[kr + (int64_t)(NH + NKV + kvh) * hd + d] += (double)p16 * dO[d];
+                    }
+                }
+            }
+    for (int64_t e = 0; e < n; e++) {
+        int64_t c = e % S;
+        dqkv[e] = (float)(c < (int64_t)(NH + NKV) * hd ? acc[e] * scale : acc[e]);
+    }
+    free(acc);
+}
+
+/* A bf16 attention result: within 2e-2 of the CPU's fp32 attention, within
+ * tol of the host's emulation of its bf16 arithmetic, and at least 10 times
+ * closer to that than to fp32 (so unrounded operands fail) */
+static void check_attn16(const char *name, const float *got, const float *ref16, const float *ref32, int64_t n,
+                         double tol) {
+    char nm[220], msg[160];
+    snprintf(nm, sizeof nm, "%s against the CPU fp32 attention", name);
+    compare(nm, got, ref32, n, 2e-2);
+    snprintf(nm, sizeof nm, "%s against the host's bf16 emulation", name);
+    compare(nm, got, ref16, n, tol);
+    double r16 = rel_of(got, ref16, n), r32 = rel_of(got, ref32, n);
+    snprintf(nm, sizeof nm, "%s: bf16 operands (10x closer to the bf16 emulation than to fp32)", name);
+    snprintf(msg, sizeof msg, "rel to bf16 %.3g, to fp32 %.3g", r16, r32);
+    result(nm, r16 * 10 <= r32, msg);
+}
+
+/* attention_forward_bf16 / attention_backward_bf16 (note [cuda-attention-tc])
+ * against the CPU's fp32 attention and the host's bf16 emulation; window W
+ * > 0: lo = max(first token of the query's document, i - W + 1), documents
+ * starting at every 37th token; W < 0: documents only; 0: no lo. The
+ * backward takes the CPU forward's out and lse on every side. */
+static void test_attn16(int B, int T, int NH, int NKV, int hd, int W) {
+    char name[160];
+    int64_t S = (int64_t)(NH + 2 * NKV) * hd, nq = (int64_t)B * T * S, no = (int64_t)B * T * NH * hd,
+            nl = (int64_t)B * NH * T;
+    float *qkv = h_rand(nq, 1), *dout = h_rand(no, 1);
+    int32_t *lo = malloc((size_t)B * T * 4), *glo = NULL;
+    for (int b = 0; b < B; b++)
+        for (int i = 0; i < T; i++) {
+            int doc = (i + 11 * b) / 37 * 37 - 11 * b, l = doc > 0 ? doc : 0;
+            if (W > 0 && i - W + 1 > l) l = i - W + 1;
+            lo[b * T + i] = l;
+        }
+    const int32_t *hlo = W ? lo : NULL;
+    if (W) glo = d_up(lo, (size_t)B * T * 4);
+    float *qkv16 = malloc(nq * 4), *dout16 = malloc(no * 4);
+    for (int64_t e = 0; e < nq; e++) qkv16[e] = bf_round(qkv[e]);
+    for (int64_t e = 0; e < no; e++) dout16[e] = bf_round(dout[e]);
+    float *gqkv = d_up(qkv, nq * 4), *gdout = d_up(dout, no * 4);
+    int64_t wc = kc->attention_workspace(T), wg = kg->attention_workspace(T);
+    float *ws = malloc((size_t)(wc > 0 ? wc : 1) * 4);
+    float *gws = sharc_device_alloc(gpu, (size_t)(wg > 0 ? wg : 1) * 4, SHARC_MEM_OTHER);
+    float *out = malloc(no * 4), *lse = malloc(nl * 4), *out16 = malloc(no * 4), *lse16 = malloc(nl * 4);
+    float *gout = d_poison(no), *glse = d_poison(nl);
+    kc->attention_forward(sc, out, lse, qkv, hlo, B, T, NH, NKV, hd, ws);
+    attn16_ref_forward(out16, lse16, qkv16, hlo, B, T, NH, NKV, hd);
+    kg->attention_forward_bf16(sg, gout, glse, gqkv, glo, B, T, NH, NKV, hd, gws);
+    char tag[100];
+    snprintf(tag, sizeof tag, "B%d T%d NH%d NKV%d hd%d%s", B, T, NH, NKV, hd,
+             W > 0   ? " window"
+             : W < 0 ? " documents"
+                     : "");
+    bool tc = hd % 16 == 0; /* else the fp32 kernel: its own tolerance */
+    float *ho = down(gout, no), *hl = down(glse, nl);
+    snprintf(name, sizeof name, "attention_forward_bf16 out %s", tag);
+    if (tc) check_attn16(name, ho, out16, out, no, 5e-4);
+    else compare(name, ho, out, no, F32);
+    snprintf(name, sizeof name, "attention_forward_bf16 lse %s", tag);
+    if (tc) check_attn16(name, hl, lse16, lse, nl, 1e-5);
+    else compare(name, hl, lse, nl, F32);
+    free(ho), free(hl);
+
+    float *dqkv = malloc(nq * 4), *dqkv16 = malloc(nq * 4), *gdqkv = d_poison(nq);
+    float *gout_c = d_up(out, no * 4), *glse_c = d_up(lse, nl * 4);
+    kc->attention_backward(sc, dqkv, dout, qkv, out, lse, hlo, B, T, NH, NKV, hd, ws);
+    attn16_ref_backward(dqkv16, dout, dout16, qkv16, out, lse, hlo, B, T, NH, NKV, hd);
+    kg->attention_backward_bf16(sg, gdqkv, gdout, gqkv, gout_c, glse_c, glo, B, T, NH, NKV, hd, gws);
+    float *hd_ = down(gdqkv, nq);
+    snprintf(name, sizeof name, "attention_backward_bf16 dqkv %s", tag);
+    if (tc) check_attn16(name, hd_, dqkv16, dqkv, nq, 5e-4);
+    else compare(name, hd_, dqkv, nq, F32);
+    /* deterministic: a second run gives the same bits (no atomics, fixed orders) */
+    kg->attention_backward_bf16(sg, gdqkv, gdout, gqkv, gout_c, glse_c, glo, B, T, NH, NKV, hd, gws);
+    float *again = down(gdqkv, nq);
+    snprintf(name, sizeof name, "attention_backward_bf16 %s: a second run repeats bit for bit", tag);
+    result(name, memcmp(again, hd_, (size_t)nq * 4) == 0, "");
+    free(again);
+    free(hd_);
+    sharc_device_free(gpu, gqkv);
+    sharc_device_free(gpu, gdout);
+    sharc_device_free(gpu, gout);
+    sharc_device_free(gpu, glse);
+    sharc_device_free(gpu, gout_c);
+    sharc_device_free(gpu, glse_c);
+    sharc_device_free(gpu, gdqkv);
+    sharc_device_free(gpu, gws);
+    if (glo) sharc_device_free(gpu, glo);
+    free(qkv), free(dout), free(lo), free(qkv16), free(dout16), free(ws), free(out), free(lse), free(out16);
+    free(lse16), free(dqkv), free(dqkv16);
+}
+
+
 /* A bf16 result: within 1e-2 of the CPU's bf16 path, and at least 10 times
  * closer to it than to the CPU's fp32 result (the operands were rounded:
  * the products are exact in fp32, so only the summation order differs from
@@ -885,6 +1079,12 @@ int main(int argc, char **argv) {
     RUN("kvcache", test_kvcache(9, 0, 8, 1, 40, true));
     RUN("bf16", test_bf16());
     RUN("moe", test_moe());
+    RUN("attn16", test_attn16(2, 100, 4, 2, 32, 0));
+    RUN("attn16", test_attn16(1, 150, 4, 2, 32, 20));
+    RUN("attn16", test_attn16(1, 77, 6, 1, 64, -1));
+    RUN("attn16", test_attn16(2, 70, 2, 2, 128, 9));
+    RUN("attn16", test_attn16(1, 45, 3, 1, 48, 0));
+    RUN("attn16", test_attn16(2, 29, 4, 2, 24, 5));
     printf("%d passed, %d failed\n", passed, failed);
     return failed ? 1 : 0;
 }

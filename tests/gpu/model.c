@@ -3,7 +3,8 @@
  * GPT-2, Llama, Qwen3 (qk_norm) and Qwen3-MoE in fp32 (TF32 off) within 1e-4,
  * and Llama, Qwen3 and Qwen3-MoE computing in bf16 (fsdp.param_dtype bf16,
  * the CPU under SHARC_BF16=emulate where it lacks bf16 instructions) within
- * 2e-2: the initial parameters (the same counter-based draws), the loss of
+ * 2e-2 (on cuda Llama's attention (head dim 16) then runs the tensor-core
+ * kernels, note [cuda-attention-tc]; Qwen3's head dim 10 the fp32 ones): the initial parameters (the same counter-based draws), the loss of
  * forward_backward and of forward_loss, and every parameter's gradient
  * (relative). The GPU model gets its token ids and targets as device arrays
  * (kernels read device memory only). A name (see main) runs one model.

@@ -4,7 +4,8 @@
 # holds sharc and gpu_kernels (make builds it when nvcc is found). On a machine
 # without a usable GPU it prints "no GPU: <what is missing>" and exits 0.
 # Prints one PASS/FAIL line per check, then "N passed, N failed"; exit 1 if any failed.
-#   1. every CUDA kernel against the CPU kernel (gpu_kernels; fp32 1e-5, bf16 1e-2)
+#   1. every CUDA kernel against the CPU kernel (gpu_kernels; fp32 1e-5, bf16 1e-2, bf16 attention
+#      2e-2 and against a host emulation of its bf16 arithmetic)
 #   2. whole-model forward + backward, GPU against CPU (gpu_model; 1e-4)
 #   3. gpu_kernels under compute-sanitizer memcheck, when it is installed
 #   4. sharc train --train.device=cuda trains (note [cuda-train]): 3 steps of a tiny GPT-2 and Llama,
@@ -23,7 +24,7 @@ tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 
 # one process per group of kernels: an abort (note [cuda-errors]) loses one group, not the suite
 first=1
-for group in memory elem matmul norms qknorm activations embedding rope attention kvcache xent bf16 moe; do
+for group in memory elem matmul norms qknorm activations embedding rope attention kvcache xent bf16 moe attn16; do
   "$bin/gpu_kernels" "$group" > "$tmp/k.log" 2>&1; rc=$?
   if [ $first = 1 ] && [ $rc -eq 77 ]; then
     grep -m1 '^no GPU' "$tmp/k.log" || echo "no GPU"

@@ -395,6 +395,8 @@ static sharc_kernels make_kernels(void) {
     k.matmul_forward_bf16 = sharc_cuda_matmul_forward_bf16;
     k.matmul_backward_bf16 = sharc_cuda_matmul_backward_bf16;
     k.lmhead_xent_bf16 = sharc_cuda_lmhead_xent_bf16;
+    k.attention_forward_bf16 = sharc_cuda_attention_forward_bf16;
+    k.attention_backward_bf16 = sharc_cuda_attention_backward_bf16;
     k.matmul_forward_b16 = sharc_cuda_matmul_forward_b16;
     k.matmul_backward_b16 = sharc_cuda_matmul_backward_b16;
     return k;

@@ -128,6 +128,13 @@ void sharc_cuda_attention_backward(sharc_stream *s, float *dqkv, const float *do
 void sharc_cuda_attention_cached(sharc_stream *s, float *out, const float *q, int64_t ldq, const float *kc,
                                  const float *vc, const int32_t *lo, int n, int t0, int NH, int NKV, int hd, float *ws);
 
+/* attention_tc.cu (note [cuda-attention-tc]) */
+void sharc_cuda_attention_forward_bf16(sharc_stream *s, float *out, float *lse, const float *qkv, const int32_t *lo,
+                                       int B, int T, int NH, int NKV, int hd, float *ws);
+void sharc_cuda_attention_backward_bf16(sharc_stream *s, float *dqkv, const float *dout, const float *qkv,
+                                        const float *out, const float *lse, const int32_t *lo, int B, int T, int NH,
+                                        int NKV, int hd, float *ws);
+
 /* xent.cu */
 void sharc_cuda_xent_forward_backward(sharc_stream *s, double *loss_sum, float *logits, float *losses,
                                       const int32_t *targets, int64_t N, int V, float scale, bool want_grad);
