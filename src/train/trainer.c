@@ -191,12 +191,20 @@ static void reset_comm_stats(sharc_trainer *t) {
  * device buffers through host ones for a group that reads host memory only
  * (sharc_comm_takes_device; note [comm-staging] in src/fsdp/collectives.c).
  * Telemetry reads the device's memory accounts and its peak (note
- * [cuda-peak] in src/device/cuda/cuda.cu). Refused here with a
+ * [cuda-peak] in src/device/cuda/cuda.cu). Also run on cuda, each checked
+ * against the CPU on the simulator: Qwen3-MoE (model.num_experts, with
+ * fsdp.moe_experts and the router's auxiliary loss; moe.c copies the routing
+ * indices to the host for the dispatch plan and the plan back, waited for:
+ * note [moe]), packed SFT rows (data.packing: each query's first visible key
+ * and the positions are copied in by sharc_model_set_positions, note
+ * [packing]), the tiled MLP (fsdp.apply_tiled_mlp), frozen parameters, and
+ * every sharding strategy with ranks staged through host memory
+ * (tests/cli/cudasim_options.sh, cudasim_train.sh). Refused here with a
  * line naming the key, until they are done on a device: sequence and tensor
- * parallelism and experts (their kernels and exchanges read host memory),
- * the moments on disk (optim.offload_dir), and fsdp.param_dtype bf16/fp16
- * on a device whose table has no bf16 matrix products (bf16_compute false;
- * CUDA's has them). */
+ * parallelism (their kernels and exchanges read host memory), the moments
+ * on disk (optim.offload_dir), and fsdp.param_dtype bf16/fp16 on a device
+ * whose table has no bf16 matrix products (bf16_compute false; CUDA's has
+ * them). */
 static sharc_status train_device(const sharc_config *c, sharc_device **out) {
     *out = NULL;
     const sharc_train_config *tc = &c->train;
@@ -212,8 +220,6 @@ static sharc_status train_device(const sharc_config *c, sharc_device **out) {
         char val[64] = "";
         if (c->mesh.sp > 1) key = "mesh.sp", snprintf(val, sizeof val, "%d", c->mesh.sp);
         else if (c->mesh.tp > 1) key = "mesh.tp", snprintf(val, sizeof val, "%d", c->mesh.tp);
-        else if (c->model.num_experts > 0)
-            key = "model.num_experts", snprintf(val, sizeof val, "%d", c->model.num_experts);
         else if (c->optim.offload_dir[0])
             key = "optim.offload_dir", snprintf(val, sizeof val, "%.60s", c->optim.offload_dir);
         else if (c->fsdp.engine.param_dtype != SHARC_DT_F32 && !sharc_device_kernels(d)->bf16_compute())
