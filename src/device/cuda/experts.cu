@@ -6,8 +6,9 @@
  *
  * Note [cuda-moe]: every result is computed in a fixed order, with no
  * atomics. The router kernels give one thread a whole row of E experts and
- * run the CPU's loops (the same operations in the same order; E and K are
- * small). The scatter-add has one owner per output element: thread (c, p)
+ * run the CPU's code for it (src/device/moe_route.h: the same operations in
+ * the same order; E and K are small). The scatter-add has one owner per
+ * output element: thread (c, p)
  * owns column c of the output rows r with r % MOE_PARTS == p and walks the
  * n source rows in order, adding those that land on its rows, so each
  * element receives its additions in source order, as on the CPU, even
@@ -16,6 +17,7 @@
  * thread, the price of determinism without a sort. The row dot products
  * take a warp per row. */
 #include "cuda.h"
+#include "../moe_route.h"
 
 #include <limits.h>
 
@@ -27,53 +29,14 @@
 
 __global__ static void k_route_fwd(float *probs, int32_t *idx, float *wts, const float *logits, int64_t N, int E, int K,
                                    bool norm_topk) {
-    GRID_STRIDE(t, N) {
-        const float *l = logits + t * E;
-        float *p = probs + t * E;
-        float mx = l[0];
-        for (int e = 1; e < E; e++) mx = l[e] > mx ? l[e] : mx;
-        float sum = 0.0f;
-        for (int e = 0; e < E; e++) sum += p[e] = expf(l[e] - mx);
-        for (int e = 0; e < E; e++) p[e] /= sum;
-        int32_t *ix = idx + t * K;
-        float *w = wts + t * K, wsum = 0.0f;
-        for (int j = 0; j < K; j++) { /* the j-th largest; ties keep the lower expert */
-            int best = -1;
-            for (int e = 0; e < E; e++) {
-                bool taken = false;
-                for (int i = 0; i < j && !taken; i++) taken = ix[i] == e;
-                if (!taken && (best < 0 || p[e] > p[best])) best = e;
-            }
-            ix[j] = best;
-            w[j] = p[best];
-            wsum += w[j];
-        }
-        if (norm_topk)
-            for (int j = 0; j < K; j++) w[j] /= wsum;
-    }
+    GRID_STRIDE(t, N) sharc_moe_route_token(probs + t * E, idx + t * K, wts + t * K, logits + t * E, E, K, norm_topk);
 }
 
 __global__ static void k_route_bwd(float *dlogits, const float *dwts, const float *probs, const int32_t *idx,
                                    const float *wts, const float *daux, int64_t N, int E, int K, bool norm_topk) {
-    GRID_STRIDE(t, N) {
-        const float *p = probs + t * E, *dw = dwts + t * K, *w = wts + t * K;
-        const int32_t *ix = idx + t * K;
-        float *dl = dlogits + t * E; /* d probs first, then the softmax backward in place */
-        for (int e = 0; e < E; e++) dl[e] = daux ? daux[e] : 0.0f;
-        if (norm_topk) { /* w_j = p_j / S: d p_j = (d w_j - sum_m d w_m w_m) / S */
-            float S = 0.0f, dot = 0.0f;
-            for (int j = 0; j < K; j++) {
-                S += p[ix[j]];
-                dot += dw[j] * w[j];
-            }
-            for (int j = 0; j < K; j++) dl[ix[j]] += (dw[j] - dot) / S;
-        } else {
-            for (int j = 0; j < K; j++) dl[ix[j]] += dw[j];
-        }
-        float pd = 0.0f;
-        for (int e = 0; e < E; e++) pd += p[e] * dl[e];
-        for (int e = 0; e < E; e++) dl[e] = p[e] * (dl[e] - pd);
-    }
+    GRID_STRIDE(t, N)
+    sharc_moe_route_token_backward(dlogits + t * E, dwts + t * K, probs + t * E, idx + t * K, wts + t * K, daux, E, K,
+                                   norm_topk);
 }
 
 __global__ static void k_gather(float *y, const float *x, const int32_t *rows, const float *scale, int64_t n, int C) {
