@@ -46,8 +46,8 @@ SHARC_HD static inline void sharc_moe_route_token(float *p, int32_t *ix, float *
 /* dl (E) = d logits from dw (K), the weights' gradient, plus daux (E,
  * nullable), the auxiliary loss's gradient of the probabilities */
 SHARC_HD static inline void sharc_moe_route_token_backward(float *dl, const float *dw, const float *p,
-                                                           const int32_t *ix, const float *w, const float *daux,
-                                                           int E, int K, bool norm_topk) {
+                                                           const int32_t *ix, const float *w, const float *daux, int E,
+                                                           int K, bool norm_topk) {
     for (int e = 0; e < E; e++) dl[e] = daux ? daux[e] : 0.0f; /* d probs first, then the softmax backward */
     if (norm_topk) { /* w_j = p_j / S: d p_j = (d w_j - sum_m d w_m w_m) / S */
         float S = 0.0f, dot = 0.0f;

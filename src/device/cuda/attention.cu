@@ -45,6 +45,37 @@ __device__ static inline float dot_head(const float a[KMAX], const float *p, int
     return s;
 }
 
+/* One warp's query row against keys jlo .. jhi (rows of stride ld at k, v,
+ * this head's columns): writes the normalised output's hd elements to o and
+ * returns the row's log-sum-exp. Online softmax, fp32 throughout. */
+__device__ static inline float attend_row(float *o, const float q[KMAX], const float *k, const float *v, int64_t ld,
+                                          int jlo, int jhi, int lane, int hd, float scale) {
+    float acc[KMAX];
+#pragma unroll
+    for (int c = 0; c < KMAX; c++) acc[c] = 0.0f;
+    float mx = -INFINITY, l = 0.0f;
+    for (int j = jlo; j <= jhi; j++) {
+        const float *kr = k + j * ld, *vr = v + j * ld;
+        float sc = warp_sum(dot_head(q, kr, lane, hd)) * scale;
+        float nm = fmaxf(mx, sc);
+        float corr = expf(mx - nm), p = expf(sc - nm);
+        l = l * corr + p;
+#pragma unroll
+        for (int c = 0; c < KMAX; c++) {
+            int d = lane + 32 * c;
+            acc[c] = acc[c] * corr + (d < hd ? p * vr[d] : 0.0f);
+        }
+        mx = nm;
+    }
+    float inv = 1.0f / l;
+#pragma unroll
+    for (int c = 0; c < KMAX; c++) {
+        int d = lane + 32 * c;
+        if (d < hd) o[d] = acc[c] * inv;
+    }
+    return mx + logf(l);
+}
+
 /* one warp per (b, h, i) */
 __global__ static void k_attn_fwd(float *out, float *lse, const float *qkv, const int32_t *lo, int B, int T, int NH,
                                   int NKV, int hd, float scale) {
@@ -57,33 +88,11 @@ __global__ static void k_attn_fwd(float *out, float *lse, const float *qkv, cons
     int kvh = h / (NH / NKV);
     int64_t S = (int64_t)(NH + 2 * NKV) * hd;
     const float *base = qkv + (int64_t)b * T * S;
-    float q[KMAX], acc[KMAX];
+    float q[KMAX];
     load_head(q, base + i * S + (int64_t)h * hd, lane, hd);
-#pragma unroll
-    for (int k = 0; k < KMAX; k++) acc[k] = 0.0f;
-    float mx = -INFINITY, l = 0.0f;
-    for (int j = lo ? lo[(int64_t)b * T + i] : 0; j <= i; j++) {
-        const float *kr = base + j * S + (int64_t)(NH + kvh) * hd;
-        const float *vr = base + j * S + (int64_t)(NH + NKV + kvh) * hd;
-        float sc = warp_sum(dot_head(q, kr, lane, hd)) * scale;
-        float nm = fmaxf(mx, sc);
-        float corr = expf(mx - nm), p = expf(sc - nm);
-        l = l * corr + p;
-#pragma unroll
-        for (int k = 0; k < KMAX; k++) {
-            int d = lane + 32 * k;
-            acc[k] = acc[k] * corr + (d < hd ? p * vr[d] : 0.0f);
-        }
-        mx = nm;
-    }
-    float *o = out + ((int64_t)b * T + i) * NH * hd + (int64_t)h * hd;
-    float inv = 1.0f / l;
-#pragma unroll
-    for (int k = 0; k < KMAX; k++) {
-        int d = lane + 32 * k;
-        if (d < hd) o[d] = acc[k] * inv;
-    }
-    if (lane == 0) lse[((int64_t)b * NH + h) * T + i] = mx + logf(l);
+    float L = attend_row(out + ((int64_t)b * T + i) * NH * hd + (int64_t)h * hd, q, base + (int64_t)(NH + kvh) * hd,
+                         base + (int64_t)(NH + NKV + kvh) * hd, S, lo ? lo[(int64_t)b * T + i] : 0, i, lane, hd, scale);
+    if (lane == 0) lse[((int64_t)b * NH + h) * T + i] = L;
 }
 
 /* dQ: one warp per (b, h, i) */
@@ -191,31 +200,10 @@ __global__ static void k_attn_cached(float *out, const float *q, int64_t ldq, co
     int i = (int)(row / NH), h = (int)(row % NH);
     int kvh = h / (NH / NKV);
     int64_t KV = (int64_t)NKV * hd;
-    float qr[KMAX], acc[KMAX];
+    float qr[KMAX];
     load_head(qr, q + i * ldq + (int64_t)h * hd, lane, hd);
-#pragma unroll
-    for (int k = 0; k < KMAX; k++) acc[k] = 0.0f;
-    float mx = -INFINITY, l = 0.0f;
-    for (int j = lo ? lo[i] : 0; j <= t0 + i; j++) {
-        const float *kr = kc + j * KV + (int64_t)kvh * hd, *vr = vc + j * KV + (int64_t)kvh * hd;
-        float sc = warp_sum(dot_head(qr, kr, lane, hd)) * scale;
-        float nm = fmaxf(mx, sc);
-        float corr = expf(mx - nm), p = expf(sc - nm);
-        l = l * corr + p;
-#pragma unroll
-        for (int k = 0; k < KMAX; k++) {
-            int d = lane + 32 * k;
-            acc[k] = acc[k] * corr + (d < hd ? p * vr[d] : 0.0f);
-        }
-        mx = nm;
-    }
-    float *o = out + (int64_t)i * NH * hd + (int64_t)h * hd;
-    float inv = 1.0f / l;
-#pragma unroll
-    for (int k = 0; k < KMAX; k++) {
-        int d = lane + 32 * k;
-        if (d < hd) o[d] = acc[k] * inv;
-    }
+    attend_row(out + (int64_t)i * NH * hd + (int64_t)h * hd, qr, kc + (int64_t)kvh * hd, vc + (int64_t)kvh * hd, KV,
+               lo ? lo[i] : 0, t0 + i, lane, hd, scale);
 }
 
 static void check_shape(int NH, int NKV, int hd, const char *what) {
