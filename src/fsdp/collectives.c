@@ -59,20 +59,57 @@ static sharc_status staged(sharc_fsdp *e, stage_kind kind, sharc_comm *c, const 
     return sharc_device_synchronize(e->stream);
 }
 
-/* Note [blocking-on-stream]. A blocking collective on device memory (a
- * group that takes it: NCCL) is queued on the engine's stream and waited
- * for, not handed over without one: the backend would queue it on the
- * legacy stream, which does not wait for the engine's non-blocking stream,
- * so it could read a gradient or a cast shard before the kernels writing
- * it ran (found by the fake NCCL on the simulator, tests/cli/cudasim_train.sh).
- * On the CPU device (no queues) the blocking call is kept, so the MPI
- * backend's algorithms and bits are today's. */
+/* Note [blocking-on-stream]. A collective on device memory (a group that
+ * takes it: NCCL) is never handed over without a stream: the backend would
+ * queue it on the legacy stream, which does not wait for the engine's
+ * non-blocking stream, so it could read a gradient or a cast shard before
+ * the kernels writing it ran (found by the fake NCCL on the simulator,
+ * tests/cli/cudasim_train.sh). On the CPU device (no queues) the blocking
+ * call is kept, so the MPI backend's algorithms and bits are today's.
+ *
+ * Note [comm-stream]. Such a collective runs on the engine's comm stream
+ * (e->cstream, made at init on a device whose groups take device memory;
+ * never on the CPU or staged paths) and no host waits for it:
+ *   1. e->computed is recorded on the compute stream and the comm stream
+ *      waits for it (comm_after_compute): everything queued before on the
+ *      compute stream (the shard cast, backward's gradients, the previous
+ *      user of a slot) has run before the collective reads or writes;
+ *   2. the collective is queued on the comm stream; its request is an event
+ *      recorded there after it;
+ *   3. the compute stream waits for that event (sharc_comm_wait_on) before
+ *      it uses the result: a blocking gather or reduce-scatter at once, a
+ *      prefetch (fp32 gather into its slot) in sharc_fsdp_unit_wait, which
+ *      release also passes through before the slot goes back to the pool.
+ * So the two streams run one total order, the order the host queued them
+ * in, and the slot and grad_full reuse rules of the unit state machine are
+ * unchanged: a slot is reused only by work queued after the compute stream
+ * waited for the collective that used it, and every later collective is
+ * queued after the compute work before it. What overlaps is a prefetch's
+ * gather with the compute queued between its start and its wait (forward
+ * and backward prefetch); a blocking reduce-scatter is waited for by the
+ * compute stream at once (its accumulate into the shard follows), so it
+ * does not overlap the next unit's backward yet: that needs grad_full and
+ * stage_shard to stay unreused until its event passes. */
+static sharc_status comm_after_compute(sharc_fsdp *e) {
+    SHARC_TRY(sharc_device_event_record(e->computed, e->stream));
+    return sharc_device_event_wait(e->computed, e->cstream);
+}
+
 static sharc_status all_gather(sharc_fsdp *e, sharc_comm *c, const void *send, void *recv, size_t n, sharc_dtype dt) {
     if (e->hstage) return staged(e, STAGE_ALL_GATHER, c, send, recv, n, dt);
     if (sharc_device_is_host(e->dev)) return sharc_comm_all_gather(c, send, recv, n, dt);
     sharc_comm_request *req = NULL;
-    SHARC_TRY(sharc_comm_iall_gather(c, send, recv, n, dt, e->stream, &req));
-    return req ? sharc_comm_wait(req) : SHARC_OK;
+    SHARC_TRY(comm_after_compute(e));
+    SHARC_TRY(sharc_comm_iall_gather(c, send, recv, n, dt, e->cstream, &req));
+    return req ? sharc_comm_wait_on(req, e->stream) : SHARC_OK;
+}
+
+/* A prefetch: the request is left for sharc_fsdp_unit_wait. */
+static sharc_status iall_gather(sharc_fsdp *e, sharc_comm *c, const void *send, void *recv, size_t n, sharc_dtype dt,
+                                sharc_comm_request **req) {
+    if (!e->cstream) return sharc_comm_iall_gather(c, send, recv, n, dt, e->stream, req);
+    SHARC_TRY(comm_after_compute(e));
+    return sharc_comm_iall_gather(c, send, recv, n, dt, e->cstream, req);
 }
 
 static sharc_status reduce_scatter(sharc_fsdp *e, sharc_comm *c, const void *send, void *recv, size_t n,
@@ -80,8 +117,9 @@ static sharc_status reduce_scatter(sharc_fsdp *e, sharc_comm *c, const void *sen
     if (e->hstage) return staged(e, STAGE_REDUCE_SCATTER, c, send, recv, n, dt);
     if (sharc_device_is_host(e->dev)) return sharc_comm_reduce_scatter(c, send, recv, n, dt, SHARC_REDUCE_OP_SUM);
     sharc_comm_request *req = NULL;
-    SHARC_TRY(sharc_comm_ireduce_scatter(c, send, recv, n, dt, SHARC_REDUCE_OP_SUM, e->stream, &req));
-    return req ? sharc_comm_wait(req) : SHARC_OK;
+    SHARC_TRY(comm_after_compute(e));
+    SHARC_TRY(sharc_comm_ireduce_scatter(c, send, recv, n, dt, SHARC_REDUCE_OP_SUM, e->cstream, &req));
+    return req ? sharc_comm_wait_on(req, e->stream) : SHARC_OK;
 }
 
 /* An all-reduce has no stream to be queued on: on a device, the engine's
@@ -107,9 +145,9 @@ static void gather_direct(sharc_fsdp *e, sharc_fsdp_unit *t, bool blocking) { t-
 static void gather_f32(sharc_fsdp *e, sharc_fsdp_unit *t, bool blocking) {
     e->stats.gathers++;
     size_t n = (size_t)t->numel_shard;
-    sharc_status st = blocking || e->hstage ? all_gather(e, e->shard, t->param_shard, t->param_full, n, SHARC_DT_F32)
-                                            : sharc_comm_iall_gather(e->shard, t->param_shard, t->param_full, n,
-                                                                     SHARC_DT_F32, e->stream, &t->pending);
+    sharc_status st = blocking || e->hstage
+                          ? all_gather(e, e->shard, t->param_shard, t->param_full, n, SHARC_DT_F32)
+                          : iall_gather(e, e->shard, t->param_shard, t->param_full, n, SHARC_DT_F32, &t->pending);
     if (st != SHARC_OK) SHARC_FSDP_COMM_FATAL();
 }
 
@@ -194,9 +232,8 @@ static void gather_post_forward(sharc_fsdp *e, sharc_fsdp_unit *t, bool blocking
     sharc_dtype dt = e->cfg.param_dtype;
     sharc_status st;
     if (dt == SHARC_DT_F32) {
-        st = blocking || e->hstage
-                 ? all_gather(e, e->post_comm, t->post_shard, t->param_full, n, dt)
-                 : sharc_comm_iall_gather(e->post_comm, t->post_shard, t->param_full, n, dt, e->stream, &t->pending);
+        st = blocking || e->hstage ? all_gather(e, e->post_comm, t->post_shard, t->param_full, n, dt)
+                                   : iall_gather(e, e->post_comm, t->post_shard, t->param_full, n, dt, &t->pending);
     } else if (t->g16) {
         st = all_gather(e, e->post_comm, t->post_shard, full16(t), n, dt);
     } else {

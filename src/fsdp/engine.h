@@ -93,8 +93,10 @@ typedef struct {
 
 struct sharc_fsdp {
     sharc_fsdp_config cfg;
-    sharc_device *dev;    /* where shards, slots and staging live */
-    sharc_stream *stream; /* the device's default stream: the model's kernels and ours */
+    sharc_device *dev;     /* where shards, slots and staging live */
+    sharc_stream *stream;  /* the device's default stream: the model's kernels and ours */
+    sharc_stream *cstream; /* note [comm-stream] (collectives.c): a device group's collectives, or NULL */
+    sharc_event *computed; /* recorded on stream before each collective queued on cstream */
     const sharc_kernels *k;
     int nunits;
     sharc_fsdp_unit *units;

@@ -236,6 +236,11 @@ sharc_status sharc_fsdp_init(sharc_fsdp **out, const sharc_unit_spec *units, int
                              (long long)sharc_fsdp_coll_stage_bytes(e));
             goto fail;
         }
+    } else if (!sharc_device_is_host(e->dev)) {
+        /* note [comm-stream] (collectives.c) */
+        st = sharc_device_stream_new(e->dev, &e->cstream);
+        if (st == SHARC_OK) st = sharc_device_event_new(e->dev, &e->computed);
+        if (st != SHARC_OK) goto fail;
     }
     sharc_fsdp_coll_choose(e);
     *out = e;
@@ -248,6 +253,7 @@ fail:
 void sharc_fsdp_free(sharc_fsdp *e) {
     if (!e) return;
     sharc_progress_clear(e);
+    if (e->cstream) sharc_device_synchronize(e->cstream); /* note [comm-stream]: before its buffers go */
     for (int u = 0; u < e->nunits && e->units; u++) {
         sharc_fsdp_unit *t = &e->units[u];
         if (t->pending) sharc_comm_wait(t->pending);
@@ -265,6 +271,8 @@ void sharc_fsdp_free(sharc_fsdp *e) {
     sharc_device_free(e->dev, e->stage_shard);
     sharc_device_free(e->dev, e->scalar);
     sharc_free(e->hstage);
+    if (e->computed) sharc_device_event_free(e->computed);
+    if (e->cstream) sharc_device_stream_free(e->cstream);
     sharc_fsdp_plan_free(&e->plan);
     free(e->units);
     free(e->order);

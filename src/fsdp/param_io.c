@@ -48,8 +48,11 @@ void sharc_fsdp_shard_write_end(sharc_fsdp *e) {
     SHARC_CHECK(e->writing > 0);
     if (--e->writing > 0) return;
     /* the device's writes are done before anyone reads them; with shared
-     * parameters the next gather synchronises the group */
-    if (sharc_device_synchronize(e->stream) != SHARC_OK) SHARC_FSDP_COMM_FATAL();
+     * parameters the next gather synchronises the group. Note [comm-stream]
+     * (collectives.c): there every reader is ordered after them without the
+     * host (a gather behind the compute stream's event, a copy out waited for
+     * itself) */
+    if (!e->cstream && sharc_device_synchronize(e->stream) != SHARC_OK) SHARC_FSDP_COMM_FATAL();
     e->params_dirty = true;
 }
 

@@ -114,10 +114,14 @@ if command -v mpirun > /dev/null && [ -f "$FAKE" ]; then
   N="$M --train.max_steps=3 --ckpt.every=0"
   "$SIM" train $N --train.batch_size=4 --train.out_dir=n1 --train.device=cuda > n1.log 2>&1 ||
     { tail -20 n1.log; die "nccl reference: 1-rank cuda run"; }
-  SHARC_COMM=nccl SHARC_NCCL_LIB="$FAKE" SHARC_CUDA_DRIVER_LIB="$FAKE" FAKE_NCCL_STATS=1 timeout 120 \
-    mpirun --allow-run-as-root --oversubscribe -n 2 -x SHARC_COMM -x SHARC_NCCL_LIB -x SHARC_CUDA_DRIVER_LIB \
-    -x FAKE_NCCL_STATS -x SHARC_CUBLASLT_LIB "$SIM" train $N --train.batch_size=2 --train.out_dir=n2 \
-    --train.device=cuda > n2.log 2>&1 || { tail -20 n2.log; die "2 ranks over nccl on cuda"; }
+  for s in 1 3; do # n2s1: 1 step, for the host waits per step below
+    out=n2; [ $s = 1 ] && out=n2s1
+    SHARC_COMM=nccl SHARC_NCCL_LIB="$FAKE" SHARC_CUDA_DRIVER_LIB="$FAKE" FAKE_NCCL_STATS=1 CUDASIM_SYNC_STATS=1 \
+      timeout 120 mpirun --allow-run-as-root --oversubscribe -n 2 -x SHARC_COMM -x SHARC_NCCL_LIB \
+      -x SHARC_CUDA_DRIVER_LIB -x FAKE_NCCL_STATS -x CUDASIM_SYNC_STATS -x SHARC_CUBLASLT_LIB "$SIM" train $N \
+      --train.max_steps=$s --train.batch_size=2 --train.out_dir=$out --train.device=cuda > $out.log 2>&1 ||
+      { tail -20 $out.log; die "2 ranks over nccl on cuda ($s steps)"; }
+  done
   ! grep -q 'collectives go through MPI' n2.log || die "nccl fell back to MPI: $(grep MPI n2.log)"
   for k in loss_metrics/global_avg_loss grad_norm; do
     [ "$(col n1 1 $k | wc -l)" -eq 3 ] || die "nccl reference: not 3 steps of $k"
@@ -135,10 +139,23 @@ if command -v mpirun > /dev/null && [ -f "$FAKE" ]; then
     grep -q 'on simulated device memory' <<< "$line" || die "the fake did not see the simulator: $line"
     [ "${ag:-0}" -ge 12 ] && [ "${rs:-0}" -eq 12 ] || die "rank $r: NCCL did not carry the gathers: $line"
   done
+  # note [comm-stream]: no host waits for the collectives. Host
+  # synchronizations per step and rank (the simulator's count, 3 steps less
+  # 1 step, over 2): 6 = the loss read per micro-batch (a copy into pageable
+  # memory + a synchronize) and the gradient norm's two reads (2 x 2); 15
+  # when every blocking all-gather and reduce-scatter and the end of the
+  # optimizer's shard writes were waited for on the host
+  syncs() { sed -n 's/^cudasim: host syncs \([0-9]*\)$/\1/p' "$1" | sort -n | tr '\n' ' '; }
+  read -r a0 a1 <<< "$(syncs n2s1.log)"
+  read -r b0 b1 <<< "$(syncs n2.log)"
+  [ -n "${a1:-}" ] && [ -n "${b1:-}" ] || die "no cudasim host sync counts: $(syncs n2s1.log) / $(syncs n2.log)"
+  per=$(((b0 - a0) / 2)) per1=$(((b1 - a1) / 2))
+  [ "$per" -le 6 ] && [ "$per1" -le 6 ] || die "host synchronizations per step: $per and $per1, expected at most 6"
   ep=$("$CPU" eval --checkpoint n2/model.safetensors --data.path val.txt --threads 1 2>&1) || die "nccl eval: $ep"
   e1=$("$CPU" eval --checkpoint n1/model.safetensors --data.path val.txt --threads 1 2>&1) || die "nccl eval: $e1"
   near "$(jq -r .val_loss <<< "$ep")" "$(jq -r .val_loss <<< "$e1")" "eval of the 2-rank nccl model" 1e-5 || exit 1
-  echo "nccl: 2 ranks = 1 rank within 1e-5 (losses, grad norms, final weights); $(tr '\n' ' ' <<< "$stats")"
+  echo "nccl: 2 ranks = 1 rank within 1e-5 (losses, grad norms, final weights), $per/$per1 host syncs a step;" \
+    "$(tr '\n' ' ' <<< "$stats")"
 else
   echo "SKIP (nccl): no mpirun or no $FAKE"
 fi

@@ -68,6 +68,18 @@ struct alloc_rec {
 };
 static std::map<uintptr_t, alloc_rec> allocs; /* by user pointer */
 static size_t live_bytes, peak_bytes;
+static unsigned long host_syncs; /* cudasim_host_syncs */
+/* One host synchronization (CUDASIM_SYNC_TRACE=1: with the caller's backtrace). */
+static void count_sync(void) {
+    host_syncs++;
+    static int trace = -1;
+    if (trace < 0) trace = getenv("CUDASIM_SYNC_TRACE") && getenv("CUDASIM_SYNC_TRACE")[0] == '1';
+    if (!trace) return;
+    fprintf(stderr, "cudasim: host sync %lu\n", host_syncs);
+    void *bt[16];
+    int n = backtrace(bt, 16);
+    backtrace_symbols_fd(bt, n, 2);
+}
 static int device_depth; /* > 0 while device code runs (the arena is readable) */
 static const char *cur_kernel;
 static cudaError_t last_error = cudaSuccess;
@@ -165,6 +177,8 @@ static void init_once(void) {
     static char altstack[1 << 16];
     stack_t ss = {altstack, 0, sizeof altstack};
     sigaltstack(&ss, NULL);
+    const char *es = getenv("CUDASIM_SYNC_STATS");
+    if (es && es[0] == '1') atexit([]() { fprintf(stderr, "cudasim: host syncs %lu\n", host_syncs); });
 }
 
 static cudaError_t fail(cudaError_t e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -548,6 +562,18 @@ extern "C" void cudasim_device_end(void) {
     pthread_mutex_unlock(&lock);
 }
 extern "C" size_t cudasim_peak_bytes(void) { return peak_bytes; }
+/* Host synchronizations: the calls where the host waits for the simulated
+ * GPU (cudaDeviceSynchronize, cudaStreamSynchronize, cudaEventSynchronize,
+ * cudaMemcpy/cudaMemset and an async copy into pageable host memory).
+ * cudaEventQuery (a poll, no wait on a GPU) and the fake NCCL's own drain
+ * before it exchanges (cudasim_stream_drain: on a GPU NCCL queues its work)
+ * are not counted. CUDASIM_SYNC_STATS=1 prints the count at exit. */
+extern "C" unsigned long cudasim_host_syncs(void) { return host_syncs; }
+extern "C" void cudasim_stream_drain(cudaStream_t s) {
+    pthread_mutex_lock(&lock);
+    drain(stream_of(s));
+    pthread_mutex_unlock(&lock);
+}
 /* Queue fn(arg) on stream s as device work named `what` (fn owns arg). */
 extern "C" void cudasim_enqueue(cudaStream_t s, const char *what, void (*fn)(void *), void *arg) {
     pthread_mutex_lock(&lock);
@@ -752,7 +778,10 @@ static cudaError_t copy_on(sim_stream *st, void *dst, const void *src, size_t n,
         } else {
             enqueue(st, [dst, src, n]() { copy_now(dst, src, n); });
         }
-        if (sync || (d == 0 && !pinned(dst, n))) drain(st);
+        if (sync || (d == 0 && !pinned(dst, n))) {
+            count_sync();
+            drain(st);
+        }
     }
     pthread_mutex_unlock(&lock);
     return e;
@@ -783,7 +812,10 @@ static cudaError_t set2d(sim_stream *st, void *p, size_t pitch, int value, size_
             device_leave();
             cur_kernel = NULL;
         });
-        if (sync) drain(st);
+        if (sync) {
+            count_sync();
+            drain(st);
+        }
     }
     pthread_mutex_unlock(&lock);
     return e;
@@ -798,6 +830,7 @@ cudaError_t cudaMemset2DAsync(void *p, size_t pitch, int value, size_t width, si
 
 cudaError_t cudaDeviceSynchronize(void) {
     pthread_mutex_lock(&lock);
+    count_sync();
     drain_all();
     pthread_mutex_unlock(&lock);
     return cudaSuccess;
@@ -826,6 +859,7 @@ cudaError_t cudaStreamDestroy(cudaStream_t s) {
 }
 cudaError_t cudaStreamSynchronize(cudaStream_t s) {
     pthread_mutex_lock(&lock);
+    count_sync();
     drain(stream_of(s));
     pthread_mutex_unlock(&lock);
     return cudaSuccess;
@@ -874,13 +908,18 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned int flag
 }
 cudaError_t cudaEventSynchronize(cudaEvent_t e) {
     pthread_mutex_lock(&lock);
+    count_sync();
     drain_event(event_of(e));
     pthread_mutex_unlock(&lock);
     return cudaSuccess;
 }
 cudaError_t cudaEventQuery(cudaEvent_t e) {
-    /* the simulated GPU makes progress when asked: the record is reached */
-    return cudaEventSynchronize(e);
+    /* the simulated GPU makes progress when asked: the record is reached
+     * (a poll: not a host synchronization) */
+    pthread_mutex_lock(&lock);
+    drain_event(event_of(e));
+    pthread_mutex_unlock(&lock);
+    return cudaSuccess;
 }
 
 } /* extern "C" */

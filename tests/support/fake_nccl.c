@@ -39,8 +39,9 @@
  * - cuEvent*, cuStreamWaitEvent and cuStreamSynchronize are the simulated
  *   runtime's cudaEvent*, cudaStreamWaitEvent and cudaStreamSynchronize
  *   (the handles are interchangeable, as on a GPU).
- * - a collective on stream s first synchronizes s (what was queued before
- *   it, on s or behind an event s waits on, has run), then runs its MPI
+ * - a collective on stream s first drains s (cudasim_stream_drain: what was
+ *   queued before it, on s or behind an event s waits on, has run; not
+ *   counted as a host synchronization of the caller's), then runs its MPI
  *   exchange on the host between cudasim_device_begin/_end (the arena
  *   readable), so it has finished when the call returns, as if the GPU ran
  *   it at once. Not enqueued with cudasim_enqueue: a queued MPI exchange
@@ -104,6 +105,7 @@ typedef struct {
     int (*range)(const void *, size_t);
     void (*begin)(const char *);
     void (*end)(void);
+    void (*drain)(void *);
     int (*stream_sync)(void *);
     int (*event_create)(void **, unsigned);
     int (*event_destroy)(void *);
@@ -121,15 +123,15 @@ static const sim_api *sim(void) {
     if (probed) return have;
     probed = 1;
     if (!dlsym(RTLD_DEFAULT, "cudasim_enqueue")) return NULL;
-    const char *names[] = {"cudasim_device_range",  "cudasim_device_begin",     "cudasim_device_end",
-                           "cudaStreamSynchronize", "cudaEventCreateWithFlags", "cudaEventDestroy",
-                           "cudaEventRecord",       "cudaEventQuery",           "cudaEventSynchronize",
-                           "cudaStreamWaitEvent"};
-    void **slots[] = {(void **)&s.range,        (void **)&s.begin,        (void **)&s.end,
-                      (void **)&s.stream_sync,  (void **)&s.event_create, (void **)&s.event_destroy,
-                      (void **)&s.event_record, (void **)&s.event_query,  (void **)&s.event_sync,
-                      (void **)&s.stream_wait};
-    for (int i = 0; i < 10; i++)
+    const char *names[] = {"cudasim_device_range", "cudasim_device_begin",  "cudasim_device_end",
+                           "cudasim_stream_drain", "cudaStreamSynchronize", "cudaEventCreateWithFlags",
+                           "cudaEventDestroy",     "cudaEventRecord",       "cudaEventQuery",
+                           "cudaEventSynchronize", "cudaStreamWaitEvent"};
+    void **slots[] = {(void **)&s.range,         (void **)&s.begin,        (void **)&s.end,
+                      (void **)&s.drain,         (void **)&s.stream_sync,  (void **)&s.event_create,
+                      (void **)&s.event_destroy, (void **)&s.event_record, (void **)&s.event_query,
+                      (void **)&s.event_sync,    (void **)&s.stream_wait};
+    for (int i = 0; i < 11; i++)
         if (!(*slots[i] = dlsym(RTLD_DEFAULT, names[i]))) {
             fprintf(stderr, "fake_nccl: the simulator has no %s\n", names[i]);
             abort();
@@ -149,7 +151,7 @@ static int on_device(const void *p, size_t n) {
 static void sim_enter(void *st, const char *what) {
     const sim_api *s = sim();
     if (!s) return;
-    s->stream_sync(st);
+    s->drain(st); /* NCCL's work queued on st (not a host wait of the caller's) */
     s->begin(what);
 }
 
@@ -486,7 +488,7 @@ static ncclResult_t post(p2p_op *ops, int n) {
     MPI_Request *rq = calloc((size_t)n + 1, sizeof *rq);
     if (!rq) return ncclSystemError;
     const sim_api *s = sim();
-    for (int i = 0; s && i < n; i++) s->stream_sync(ops[i].stream);
+    for (int i = 0; s && i < n; i++) s->drain(ops[i].stream);
     sim_enter(NULL, "ncclSend/ncclRecv"); /* the legacy stream: synchronized above if any op is on it */
     for (int i = 0; i < n; i++)           /* receives first, so that sends to self match */
         if (!ops[i].send) MPI_Irecv(ops[i].buf, (int)ops[i].bytes, MPI_BYTE, ops[i].peer, 7, ops[i].comm->comm, &rq[i]);
