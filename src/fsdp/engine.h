@@ -130,7 +130,7 @@ struct sharc_fsdp {
     uint16_t *stage16_shard; /* (max numel_shard) 16-bit send/recv */
     uint16_t *stage16_full;  /* (max numel_padded) 16-bit full unit */
     float *stage_shard;      /* (max numel_shard) fp32 reduce-scatter result */
-    double *scalar;          /* (1) device scalar: the local sum of squares */
+    double *scalar;          /* (2) device scalars: the local sums of squares (not split, split over tp) */
     char *hstage;            /* note [comm-staging]: host bytes for a collective's send and receive; NULL: none */
     sharc_fsdp_stats stats;
 };

@@ -212,7 +212,7 @@ sharc_status sharc_fsdp_init(sharc_fsdp **out, const sharc_unit_spec *units, int
             goto fail;
         }
     }
-    e->scalar = sharc_device_alloc(e->dev, sizeof(double), SHARC_MEM_OTHER);
+    e->scalar = sharc_device_alloc(e->dev, 2 * sizeof(double), SHARC_MEM_OTHER);
     if (!e->scalar) {
         st = sharc_error(SHARC_ERR_NOMEM, "fsdp: out of memory");
         goto fail;
@@ -424,32 +424,40 @@ sharc_status sharc_fsdp_finish_grads(sharc_fsdp *e) {
 
 /* ------------------------------------------------------------------ norm */
 
-/* The squared gradients of this rank's segments whose parameters are split
- * over tp (split) or not. */
-static double sumsq_where(const sharc_fsdp *e, bool split) {
-    double total = 0.0;
-    if (sharc_device_memset0(e->dev, e->scalar, sizeof(double), e->stream) != SHARC_OK) SHARC_FSDP_COMM_FATAL();
+/* The squared gradients of this rank's segments whose parameters are not
+ * split over tp (sq[0]) and split (sq[1]): each summed into its own device
+ * scalar in the order of units and segments, both read back at once (one
+ * host wait a step, note [comm-stream] in collectives.c). */
+static void sumsq_local(const sharc_fsdp *e, double sq[2]) {
+    if (sharc_device_memset0(e->dev, e->scalar, 2 * sizeof(double), e->stream) != SHARC_OK) SHARC_FSDP_COMM_FATAL();
     for (int u = 0; u < e->nunits; u++) {
         const sharc_fsdp_unit *t = &e->units[u];
         for (int s = 0; s < t->nseg; s++) {
             const sharc_param_spec *p = &t->spec.params[t->segs[s].param];
-            if (!p->frozen && (p->tp_dim >= 0) == split)
-                e->k->sumsq(e->stream, e->scalar, t->grad_shard + t->segs[s].shard_off, t->segs[s].len);
+            if (!p->frozen)
+                e->k->sumsq(e->stream, e->scalar + (p->tp_dim >= 0), t->grad_shard + t->segs[s].shard_off,
+                            t->segs[s].len);
         }
     }
-    if (sharc_device_copy(e->dev, &total, e->scalar, sizeof total, SHARC_COPY_DEVICE_TO_HOST, e->stream) != SHARC_OK ||
+    if (sharc_device_copy(e->dev, sq, e->scalar, 2 * sizeof(double), SHARC_COPY_DEVICE_TO_HOST, e->stream) !=
+            SHARC_OK ||
         sharc_device_synchronize(e->stream) != SHARC_OK)
         SHARC_FSDP_COMM_FATAL();
-    return total;
 }
 
-double sharc_fsdp_grad_sumsq_local(const sharc_fsdp *e) { return sumsq_where(e, false) + sumsq_where(e, true); }
+double sharc_fsdp_grad_sumsq_local(const sharc_fsdp *e) {
+    double sq[2];
+    sumsq_local(e, sq);
+    return sq[0] + sq[1];
+}
 
 sharc_status sharc_fsdp_grad_norm(sharc_fsdp *e, double *norm, double *extra) {
     /* every replica holds the same shards (/ R); a parameter replicated over
      * tp is held alike by its tp ranks (/ tp), a split one in parts (note
      * [tp-params] in sharc/units.h) */
-    double sq = e->tp > 1 ? sumsq_where(e, true) + sumsq_where(e, false) / e->tp : sharc_fsdp_grad_sumsq_local(e);
+    double l[2];
+    sumsq_local(e, l);
+    double sq = e->tp > 1 ? l[1] + l[0] / e->tp : l[0] + l[1];
     double v[2] = {sq / e->R, extra ? *extra : 0.0};
     if (e->world) SHARC_TRY(sharc_comm_all_reduce(e->world, v, v, 2, SHARC_DT_F64, SHARC_REDUCE_OP_SUM));
     *norm = sqrt(v[0]);

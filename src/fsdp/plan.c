@@ -211,7 +211,7 @@ sharc_status sharc_fsdp_plan_make(sharc_fsdp_plan *p, const sharc_unit_spec *uni
     p->bytes[SHARC_MEM_GRADS] = grad_shards * (int64_t)sizeof(float);
     p->bytes[SHARC_MEM_GATHERED] = gathered * (int64_t)sizeof(float) + p->post_bytes;
     p->bytes[SHARC_MEM_COMM] = 2 * (p->stage16_shard + p->stage16_full) + (int64_t)sizeof(float) * p->stage_shard;
-    p->bytes[SHARC_MEM_OTHER] = (int64_t)sizeof(double); /* the device scalar of the gradient norm */
+    p->bytes[SHARC_MEM_OTHER] = 2 * (int64_t)sizeof(double); /* the device scalars of the gradient norm */
     return SHARC_OK;
 }
 
