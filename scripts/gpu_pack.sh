@@ -154,8 +154,10 @@ WRAP
 chmod +x "$p/bin/mpirun" "$p/mpirun"
 cat > "$p/run-gpu-tests.sh" <<'RUN'
 #!/usr/bin/env bash
-# the GPU suite with the packed binaries: prints "N passed, N failed"
+# the GPU suite with the packed binaries: prints "N passed, N failed"; the
+# packed Open MPI first on PATH (its mpirun runs the 2-rank check)
 here=$(cd "$(dirname "$0")" && pwd)
+source "$here/openmpi/env.sh"
 exec "$here/tests/gpu/run.sh" "$here/bin"
 RUN
 cat > "$p/bench-gpu.sh" <<'RUN'

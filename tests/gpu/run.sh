@@ -77,6 +77,8 @@ if [ -x "$bin/sharc" ]; then
           --train.batch_size=2 --train.out_dir="$tmp/p2" --train.device=cuda 2>&1); rc=$?
     [ $rc -eq 0 ] && near "$tmp/p2" "$tmp/p1" 1e-5
     one "2 ranks on one GPU (MPI, staged) = 1 rank within 1e-5" $? "exit $rc: $(tail -3 <<< "$out")"
+  else
+    echo "SKIP 2 ranks on one GPU: no mpirun on PATH"
   fi
 fi
 
