@@ -16,11 +16,7 @@
 # weights: frozen tensors bit-identical to the CPU run's (both still the
 # initial ones), the rest within 1e-4 (relative norm of the difference).
 set -uo pipefail
-SIM="$SHARC_BIN/sim/sharc" CPU="$SHARC_BIN/sharc"
-[ -x "$SIM" ] || { echo "SKIP: no $SIM (the simulator is built by make all with CUDASIM=1)"; exit 0; }
-export SHARC_CUBLASLT_LIB="$SHARC_BIN/sim/libcudasim_cublaslt.so"
-cd "$TMPDIR"
-die() { echo "FAIL: $*"; exit 1; }
+source "$SHARC_ROOT/tests/cli/cudasim_lib.inc"
 python3 - <<'PY'
 import json, random
 r = random.Random(11)

@@ -24,11 +24,7 @@
 #    evaluating on the CPU to the 1-rank model's loss within 1e-5;
 #  - what is not supported on cuda yet is one line naming the key, exit 2.
 set -uo pipefail
-SIM="$SHARC_BIN/sim/sharc" CPU="$SHARC_BIN/sharc"
-[ -x "$SIM" ] || { echo "SKIP: no $SIM (the simulator is built by make all with CUDASIM=1)"; exit 0; }
-export SHARC_CUBLASLT_LIB="$SHARC_BIN/sim/libcudasim_cublaslt.so"
-cd "$TMPDIR"
-die() { echo "FAIL: $*"; exit 1; }
+source "$SHARC_ROOT/tests/cli/cudasim_lib.inc"
 for i in $(seq 1 300); do echo "the quick brown fox jumps over the lazy dog $((i % 13))"; done > text.txt
 head -40 text.txt > val.txt
 M="--data.path=text.txt --model.num_layers=2 --model.embed_dim=32 --model.num_heads=2 --model.max_seq_len=16
