@@ -13,7 +13,7 @@
 set -uo pipefail
 source "$SHARC_ROOT/tests/cli/mpi_lib.inc"
 source "$SHARC_ROOT/scripts/hosts.sh"
-hosts_check || { echo "SKIP: $HOSTS_WHY"; exit 0; }
+hosts_check || { echo "SKIP: $HOSTS_WHY"; exit 77; }
 cd "$TMPDIR"
 make_text text.txt
 hosts_up 2

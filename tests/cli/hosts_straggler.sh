@@ -10,7 +10,7 @@
 set -euo pipefail
 source "$SHARC_ROOT/tests/cli/mpi_lib.inc"
 source "$SHARC_ROOT/scripts/hosts.sh"
-hosts_check || { echo "SKIP: $HOSTS_WHY"; exit 0; }
+hosts_check || { echo "SKIP: $HOSTS_WHY"; exit 77; }
 cd "$TMPDIR"
 make_text text.txt
 hosts_up 2
@@ -19,7 +19,7 @@ args=(--data.path=text.txt --model.num_layers=2 --model.embed_dim=192 --model.nu
 for slow in node1 node0; do
   fast=node1; [ $slow = node1 ] && fast=node0
   hosts_throttle $fast off
-  hosts_throttle $slow 10 || { echo "SKIP: $HOSTS_WHY"; exit 0; }
+  hosts_throttle $slow 10 || { echo "SKIP: $HOSTS_WHY"; exit 77; }
   HOSTS_TIMEOUT=120 hosts_mpirun 1 -n 2 "$SHARC_BIN/sharc" train "${args[@]}" --train.out_dir=run_$slow > out_$slow.txt 2> err_$slow.txt ||
     { echo "training failed"; cat err_$slow.txt | tail -20; exit 1; }
   jq -c '[.step, .["time_metrics/slowest_host"], .["time_metrics/slowest_ratio"], .["time_metrics/slowest_busy(s)"], .["time_metrics/end_to_end(s)"]]' run_$slow/metrics.jsonl
