@@ -190,6 +190,8 @@ typedef struct {
     double wait_s;            /* inside gathers and reductions the model waited for */
     int64_t gathers, reduces; /* unit-level operations */
     int64_t gathered_peak;    /* most gathered units alive at once */
+    int64_t comm_waits;       /* the compute stream's waits for the comm stream (a device with one, note
+                                 [comm-stream]): gathers waited for, plus one at the end of the gradients */
 } sharc_fsdp_stats;
 void sharc_fsdp_stats_get(const sharc_fsdp *e, sharc_fsdp_stats *out);
 void sharc_fsdp_stats_reset(sharc_fsdp *e);

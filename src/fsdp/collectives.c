@@ -90,43 +90,76 @@ static sharc_status staged(sharc_fsdp *e, stage_kind kind, sharc_comm *c, const 
  * compute stream at once (its accumulate into the shard follows), so it
  * does not overlap the next unit's backward yet: that needs grad_full and
  * stage_shard to stay unreused until its event passes. */
-static sharc_status comm_after_compute(sharc_fsdp *e) {
-    SHARC_TRY(sharc_device_event_record(e->computed, e->stream));
-    return sharc_device_event_wait(e->computed, e->cstream);
+static void comm_after_compute(sharc_fsdp *e) {
+    if (sharc_device_event_record(e->computed, e->stream) != SHARC_OK ||
+        sharc_device_event_wait(e->computed, e->cstream) != SHARC_OK)
+        SHARC_FSDP_COMM_FATAL();
 }
 
+int64_t sharc_fsdp_coll_mark(sharc_fsdp *e, sharc_event *ev) {
+    if (sharc_device_event_record(ev, e->cstream) != SHARC_OK) SHARC_FSDP_COMM_FATAL();
+    return ++e->cseq;
+}
+
+void sharc_fsdp_coll_wait(sharc_fsdp *e, sharc_event *ev, int64_t seq) {
+    if (seq <= e->cwaited) return; /* the comm stream runs in order */
+    if (sharc_device_event_wait(ev, e->stream) != SHARC_OK) SHARC_FSDP_COMM_FATAL();
+    e->cwaited = seq;
+    e->stats.comm_waits++;
+}
+
+/* The collectives queued on the comm stream (note [comm-stream]): the
+ * request is retired there at once (the stream waits for its own event,
+ * which orders nothing new), so what follows on the comm stream and the
+ * caller's later record are what order the result. */
+static void q_all_gather(sharc_fsdp *e, sharc_comm *c, const void *send, void *recv, size_t n, sharc_dtype dt) {
+    sharc_comm_request *req = NULL;
+    if (sharc_comm_iall_gather(c, send, recv, n, dt, e->cstream, &req) != SHARC_OK ||
+        sharc_comm_wait_on(req, e->cstream) != SHARC_OK)
+        SHARC_FSDP_COMM_FATAL();
+}
+
+static void q_reduce_scatter(sharc_fsdp *e, sharc_comm *c, const void *send, void *recv, size_t n, sharc_dtype dt) {
+    sharc_comm_request *req = NULL;
+    if (sharc_comm_ireduce_scatter(c, send, recv, n, dt, SHARC_REDUCE_OP_SUM, e->cstream, &req) != SHARC_OK ||
+        sharc_comm_wait_on(req, e->cstream) != SHARC_OK)
+        SHARC_FSDP_COMM_FATAL();
+}
+
+static void q_all_reduce(sharc_fsdp *e, sharc_comm *c, void *buf, size_t n, sharc_dtype dt) {
+    sharc_comm_request *req = NULL;
+    if (sharc_comm_iall_reduce(c, buf, buf, n, dt, SHARC_REDUCE_OP_SUM, e->cstream, &req) != SHARC_OK ||
+        sharc_comm_wait_on(req, e->cstream) != SHARC_OK)
+        SHARC_FSDP_COMM_FATAL();
+}
+
+/* A unit's gather is queued on the comm stream: its ready event after it;
+ * blocking: the compute stream waits for it now, else sharc_fsdp_unit_wait. */
+static void gathered_on_comm(sharc_fsdp *e, sharc_fsdp_unit *t, bool blocking) {
+    t->ready_seq = sharc_fsdp_coll_mark(e, t->ready);
+    if (blocking) sharc_fsdp_coll_wait(e, t->ready, t->ready_seq);
+}
+
+/* The CPU's and note [comm-staging]'s collectives (no comm stream). */
 static sharc_status all_gather(sharc_fsdp *e, sharc_comm *c, const void *send, void *recv, size_t n, sharc_dtype dt) {
     if (e->hstage) return staged(e, STAGE_ALL_GATHER, c, send, recv, n, dt);
-    if (sharc_device_is_host(e->dev)) return sharc_comm_all_gather(c, send, recv, n, dt);
-    sharc_comm_request *req = NULL;
-    SHARC_TRY(comm_after_compute(e));
-    SHARC_TRY(sharc_comm_iall_gather(c, send, recv, n, dt, e->cstream, &req));
-    return req ? sharc_comm_wait_on(req, e->stream) : SHARC_OK;
+    return sharc_comm_all_gather(c, send, recv, n, dt);
 }
 
 /* A prefetch: the request is left for sharc_fsdp_unit_wait. */
 static sharc_status iall_gather(sharc_fsdp *e, sharc_comm *c, const void *send, void *recv, size_t n, sharc_dtype dt,
                                 sharc_comm_request **req) {
-    if (!e->cstream) return sharc_comm_iall_gather(c, send, recv, n, dt, e->stream, req);
-    SHARC_TRY(comm_after_compute(e));
-    return sharc_comm_iall_gather(c, send, recv, n, dt, e->cstream, req);
+    return sharc_comm_iall_gather(c, send, recv, n, dt, e->stream, req);
 }
 
 static sharc_status reduce_scatter(sharc_fsdp *e, sharc_comm *c, const void *send, void *recv, size_t n,
                                    sharc_dtype dt) {
     if (e->hstage) return staged(e, STAGE_REDUCE_SCATTER, c, send, recv, n, dt);
-    if (sharc_device_is_host(e->dev)) return sharc_comm_reduce_scatter(c, send, recv, n, dt, SHARC_REDUCE_OP_SUM);
-    sharc_comm_request *req = NULL;
-    SHARC_TRY(comm_after_compute(e));
-    SHARC_TRY(sharc_comm_ireduce_scatter(c, send, recv, n, dt, SHARC_REDUCE_OP_SUM, e->cstream, &req));
-    return req ? sharc_comm_wait_on(req, e->stream) : SHARC_OK;
+    return sharc_comm_reduce_scatter(c, send, recv, n, dt, SHARC_REDUCE_OP_SUM);
 }
 
-/* An all-reduce has no stream to be queued on: on a device, the engine's
- * stream is waited for first (note [blocking-on-stream]). */
 static sharc_status all_reduce(sharc_fsdp *e, sharc_comm *c, void *buf, size_t n, sharc_dtype dt) {
     if (e->hstage) return staged(e, STAGE_ALL_REDUCE, c, buf, buf, n, dt);
-    if (!sharc_device_is_host(e->dev)) SHARC_TRY(sharc_device_synchronize(e->stream));
     return sharc_comm_all_reduce(c, buf, buf, n, dt, SHARC_REDUCE_OP_SUM);
 }
 
@@ -145,6 +178,12 @@ static void gather_direct(sharc_fsdp *e, sharc_fsdp_unit *t, bool blocking) { t-
 static void gather_f32(sharc_fsdp *e, sharc_fsdp_unit *t, bool blocking) {
     e->stats.gathers++;
     size_t n = (size_t)t->numel_shard;
+    if (e->cstream) {
+        comm_after_compute(e);
+        q_all_gather(e, e->shard, t->param_shard, t->param_full, n, SHARC_DT_F32);
+        gathered_on_comm(e, t, blocking);
+        return;
+    }
     sharc_status st = blocking || e->hstage
                           ? all_gather(e, e->shard, t->param_shard, t->param_full, n, SHARC_DT_F32)
                           : iall_gather(e, e->shard, t->param_shard, t->param_full, n, SHARC_DT_F32, &t->pending);
@@ -168,13 +207,23 @@ static uint16_t *full16(const sharc_fsdp_unit *t) { return (uint16_t *)(void *)t
 
 /* 16-bit: the shard is rounded, gathered as 16-bit, widened at once (the
  * staging buffers serve every unit, so even a prefetch completes here);
- * note [gathered16]: or gathered into the slot and left 16-bit. */
+ * note [gathered16]: or gathered into the slot and left 16-bit. Note
+ * [comm-stream]: all three on the comm stream, which alone uses the staging
+ * buffers there, so a prefetch overlaps too. */
 static void gather_16(sharc_fsdp *e, sharc_fsdp_unit *t, bool blocking) {
     e->stats.gathers++;
     sharc_dtype dt = e->cfg.param_dtype;
     if (e->S == 1) {
         if (t->g16) e->k->cast(e->stream, full16(t), dt, t->param_shard, SHARC_DT_F32, t->numel_shard);
         else e->k->round(e->stream, t->param_full, t->param_shard, dt, t->numel_shard);
+        return;
+    }
+    if (e->cstream) {
+        comm_after_compute(e);
+        e->k->cast(e->cstream, e->stage16_shard, dt, t->param_shard, SHARC_DT_F32, t->numel_shard);
+        q_all_gather(e, e->shard, e->stage16_shard, t->g16 ? full16(t) : e->stage16_full, (size_t)t->numel_shard, dt);
+        if (!t->g16) e->k->cast(e->cstream, t->param_full, SHARC_DT_F32, e->stage16_full, dt, t->numel_padded);
+        gathered_on_comm(e, t, blocking);
         return;
     }
     e->k->cast(e->stream, e->stage16_shard, dt, t->param_shard, SHARC_DT_F32, t->numel_shard);
@@ -188,7 +237,16 @@ static const sharc_fsdp_gather_i gather_direct_i = {.name = "direct", .slot = fa
 static const sharc_fsdp_gather_i gather_f32_i = {.name = "fp32 all-gather", .slot = true, .start = gather_f32};
 static const sharc_fsdp_gather_i gather_16_i = {.name = "16-bit all-gather", .slot = true, .start = gather_16};
 
+/* Note [comm-stream]: the whole reduction on the comm stream, nobody waits
+ * (the slot's event, recorded by sharc_fsdp_unit_reduce, and the end of the
+ * step's gradients do). */
 static void reduce_f32(sharc_fsdp *e, sharc_fsdp_unit *t) {
+    if (e->cstream) {
+        comm_after_compute(e);
+        q_reduce_scatter(e, e->shard, t->grad_full, e->stage_shard, (size_t)t->numel_shard, SHARC_DT_F32);
+        e->k->accumulate(e->cstream, t->grad_shard, e->stage_shard, t->numel_shard);
+        return;
+    }
     if (reduce_scatter(e, e->shard, t->grad_full, e->stage_shard, (size_t)t->numel_shard, SHARC_DT_F32) != SHARC_OK)
         SHARC_FSDP_COMM_FATAL();
     e->k->accumulate(e->stream, t->grad_shard, e->stage_shard, t->numel_shard);
@@ -196,6 +254,14 @@ static void reduce_f32(sharc_fsdp *e, sharc_fsdp_unit *t) {
 
 static void reduce_16(sharc_fsdp *e, sharc_fsdp_unit *t) {
     sharc_dtype dt = e->cfg.reduce_dtype;
+    if (e->cstream) {
+        comm_after_compute(e);
+        e->k->cast(e->cstream, e->stage16_full, dt, t->grad_full, SHARC_DT_F32, t->numel_padded);
+        q_reduce_scatter(e, e->shard, e->stage16_full, e->stage16_shard, (size_t)t->numel_shard, dt);
+        e->k->cast(e->cstream, e->stage_shard, SHARC_DT_F32, e->stage16_shard, dt, t->numel_shard);
+        e->k->accumulate(e->cstream, t->grad_shard, e->stage_shard, t->numel_shard);
+        return;
+    }
     e->k->cast(e->stream, e->stage16_full, dt, t->grad_full, SHARC_DT_F32, t->numel_padded);
     if (reduce_scatter(e, e->shard, e->stage16_full, e->stage16_shard, (size_t)t->numel_shard, dt) != SHARC_OK)
         SHARC_FSDP_COMM_FATAL();
@@ -231,6 +297,15 @@ static void gather_post_forward(sharc_fsdp *e, sharc_fsdp_unit *t, bool blocking
     size_t n = (size_t)t->numel_post;
     sharc_dtype dt = e->cfg.param_dtype;
     sharc_status st;
+    if (e->cstream) { /* note [comm-stream] */
+        comm_after_compute(e);
+        void *dst = dt == SHARC_DT_F32 ? (void *)t->param_full : t->g16 ? (void *)full16(t) : (void *)e->stage16_full;
+        q_all_gather(e, e->post_comm, t->post_shard, dst, n, dt);
+        if (dt != SHARC_DT_F32 && !t->g16)
+            e->k->cast(e->cstream, t->param_full, SHARC_DT_F32, e->stage16_full, dt, t->numel_padded);
+        gathered_on_comm(e, t, blocking);
+        return;
+    }
     if (dt == SHARC_DT_F32) {
         st = blocking || e->hstage ? all_gather(e, e->post_comm, t->post_shard, t->param_full, n, dt)
                                    : iall_gather(e, e->post_comm, t->post_shard, t->param_full, n, dt, &t->pending);
@@ -264,10 +339,17 @@ void sharc_fsdp_coll_choose(sharc_fsdp *e) {
 sharc_status sharc_fsdp_coll_all_reduce_replicas(sharc_fsdp *e) {
     double t0 = sharc_clock_now();
     sharc_dtype dt = e->cfg.reduce_dtype;
+    if (e->cstream) comm_after_compute(e); /* S = 1: the model wrote the grad shards */
     for (int u = 0; u < e->nunits; u++) {
         sharc_fsdp_unit *t = &e->units[u];
         int64_t n = t->numel_shard;
         if (!t->trainable) continue; /* note [frozen-params] */
+        if (e->cstream) {            /* note [comm-stream]: finish_grads waits once, after all of them */
+            if (dt != SHARC_DT_F32) e->k->cast(e->cstream, e->stage16_shard, dt, t->grad_shard, SHARC_DT_F32, n);
+            q_all_reduce(e, e->replicate, dt == SHARC_DT_F32 ? (void *)t->grad_shard : e->stage16_shard, (size_t)n, dt);
+            if (dt != SHARC_DT_F32) e->k->cast(e->cstream, t->grad_shard, SHARC_DT_F32, e->stage16_shard, dt, n);
+            continue;
+        }
         if (dt == SHARC_DT_F32) {
             SHARC_TRY(all_reduce(e, e->replicate, t->grad_shard, (size_t)n, SHARC_DT_F32));
         } else {

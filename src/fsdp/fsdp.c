@@ -101,6 +101,7 @@ static sharc_status make_plan(sharc_fsdp *e, const sharc_unit_spec *units, const
                              .params_in_place = e->pglobal || (e->S == 1 && e->cfg.param_dtype == SHARC_DT_F32),
                              .grads_in_place = e->S == 1,
                              .grads_shared = e->gshm != NULL,
+                             .overlap_reduce = e->overlap,
                              .schedule = schedule};
     return sharc_fsdp_plan_make(&e->plan, units, e->nunits, &e->cfg, &in);
 }
@@ -121,6 +122,15 @@ static sharc_status init_post_forward(sharc_fsdp *e) {
         e->units[u].numel_post = up->numel_post;
         e->units[u].post_shard = up->numel_post ? (char *)e->post_arena + up->post_off : NULL;
     }
+    return SHARC_OK;
+}
+
+/* Note [comm-staging]: on a device, *stage |= group g (more than one rank)
+ * reads host memory only. Collective over g. */
+static sharc_status takes_device(const sharc_fsdp *e, sharc_comm *g, bool *stage) {
+    bool direct = true;
+    if (!sharc_device_is_host(e->dev) && g && sharc_comm_size(g) > 1) SHARC_TRY(sharc_comm_takes_device(g, &direct));
+    *stage |= !direct;
     return SHARC_OK;
 }
 
@@ -159,6 +169,15 @@ sharc_status sharc_fsdp_init(sharc_fsdp **out, const sharc_unit_spec *units, int
         goto fail;
     }
     if ((st = init_schedule(e, schedule, nunits)) != SHARC_OK) goto fail;
+    /* note [comm-staging]: a device's buffers, a group that reads host memory
+     * (asked of every group in the same order on every rank: collective; the
+     * post-forward group, made from the plan, below); else note [comm-stream]
+     * (collectives.c), whose overlapped reductions the plan gives a slot */
+    bool stage = false;
+    if ((st = takes_device(e, e->shard, &stage)) != SHARC_OK ||
+        (st = takes_device(e, e->replicate, &stage)) != SHARC_OK)
+        goto fail;
+    e->overlap = !sharc_device_is_host(e->dev) && !stage;
     if ((st = make_plan(e, units, schedule)) != SHARC_OK) goto fail;
     /* collective first (every rank of the group reaches it), local allocations after */
     if (sharc_fsdp_shm_eligible(e)) {
@@ -217,18 +236,7 @@ sharc_status sharc_fsdp_init(sharc_fsdp **out, const sharc_unit_spec *units, int
         st = sharc_error(SHARC_ERR_NOMEM, "fsdp: out of memory");
         goto fail;
     }
-    /* note [comm-staging]: a device's buffers, a group that reads host memory
-     * (asked of every group in the same order on every rank: collective) */
-    sharc_comm *groups[3] = {e->shard, e->replicate, e->post_comm};
-    bool stage = false;
-    for (int g = 0; g < 3 && !sharc_device_is_host(e->dev); g++) {
-        bool direct = true;
-        if (groups[g] && sharc_comm_size(groups[g]) > 1) {
-            st = sharc_comm_takes_device(groups[g], &direct);
-            if (st != SHARC_OK) goto fail;
-        }
-        stage |= !direct;
-    }
+    if ((st = takes_device(e, e->post_comm, &stage)) != SHARC_OK) goto fail;
     if (stage) {
         e->hstage = sharc_alloc((size_t)sharc_fsdp_coll_stage_bytes(e), SHARC_MEM_COMM);
         if (!e->hstage) {
@@ -240,6 +248,9 @@ sharc_status sharc_fsdp_init(sharc_fsdp **out, const sharc_unit_spec *units, int
         /* note [comm-stream] (collectives.c) */
         st = sharc_device_stream_new(e->dev, &e->cstream);
         if (st == SHARC_OK) st = sharc_device_event_new(e->dev, &e->computed);
+        if (st == SHARC_OK) st = sharc_device_event_new(e->dev, &e->reduced);
+        for (int u = 0; u < nunits && st == SHARC_OK; u++) st = sharc_device_event_new(e->dev, &e->units[u].ready);
+        if (st == SHARC_OK) st = sharc_fsdp_pool_events(e->dev, &e->grads);
         if (st != SHARC_OK) goto fail;
     }
     sharc_fsdp_coll_choose(e);
@@ -257,6 +268,7 @@ void sharc_fsdp_free(sharc_fsdp *e) {
     for (int u = 0; u < e->nunits && e->units; u++) {
         sharc_fsdp_unit *t = &e->units[u];
         if (t->pending) sharc_comm_wait(t->pending);
+        if (t->ready) sharc_device_event_free(t->ready);
         if (!e->pglobal) sharc_device_free(e->dev, t->param_shard);
         sharc_device_free(e->dev, t->grad_shard);
         free(t->segs);
@@ -272,6 +284,7 @@ void sharc_fsdp_free(sharc_fsdp *e) {
     sharc_device_free(e->dev, e->scalar);
     sharc_free(e->hstage);
     if (e->computed) sharc_device_event_free(e->computed);
+    if (e->reduced) sharc_device_event_free(e->reduced);
     if (e->cstream) sharc_device_stream_free(e->cstream);
     sharc_fsdp_plan_free(&e->plan);
     free(e->units);
@@ -418,6 +431,9 @@ sharc_status sharc_fsdp_finish_grads(sharc_fsdp *e) {
         if (t->grad == SHARC_GRAD_HELD) sharc_fsdp_unit_reduce(e, t);
     }
     if (e->R > 1) SHARC_TRY(sharc_fsdp_coll_all_reduce_replicas(e));
+    /* note [comm-stream]: the one wait for the step's reductions, before
+     * anything on the compute stream reads or writes a grad shard */
+    if (e->cstream) sharc_fsdp_coll_wait(e, e->reduced, sharc_fsdp_coll_mark(e, e->reduced));
     e->reduce_now = true;
     return SHARC_OK;
 }

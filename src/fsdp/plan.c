@@ -192,7 +192,7 @@ sharc_status sharc_fsdp_plan_make(sharc_fsdp_plan *p, const sharc_unit_spec *uni
                 p->grad_slot_numel[k++] = p->units[u].numel_padded;
             }
         if (!cfg->no_sync && max_plain_grad > 0)
-            for (int i = 0; i < in->max_live; i++) {
+            for (int i = 0; i < in->max_live + (in->overlap_reduce ? 1 : 0); i++) {
                 p->grad_slot_owner[k] = -1;
                 p->grad_slot_numel[k++] = max_plain_grad;
             }
