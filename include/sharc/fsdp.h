@@ -211,7 +211,9 @@ int64_t sharc_fsdp_planned_bytes(const sharc_fsdp *e, sharc_mem_cat cat);
  * the plan's own arrays), for one rank of a shard group of S ranks; `shared`
  * when the group would hold its parameters in one shared-memory window
  * (note [shared-params]: S > 1, fp32 parameters, the group on one node,
- * shared memory allowed). schedule NULL: as for init. */
+ * shared memory allowed); `device` when the engine's memory is a device's
+ * (not host memory: one more gradient slot, note [comm-stream] in
+ * src/fsdp/collectives.c). schedule NULL: as for init. */
 typedef struct {
     int64_t bytes[SHARC_MEM_NCAT]; /* what sharc_fsdp_init allocates on the rank */
     int64_t trainable_shard;       /* padded shard elements of the units that train (the moments' size) */
@@ -219,7 +221,8 @@ typedef struct {
     int64_t max_trainable_shard;   /* elements of the largest shard of a unit that trains */
 } sharc_fsdp_plan_summary;
 sharc_status sharc_fsdp_plan_bytes(const sharc_unit_spec *units, int nunits, const sharc_unit_schedule *schedule,
-                                   const sharc_fsdp_config *cfg, int S, bool shared, sharc_fsdp_plan_summary *out);
+                                   const sharc_fsdp_config *cfg, int S, bool shared, bool device,
+                                   sharc_fsdp_plan_summary *out);
 
 /* Copy a whole parameter (numel floats, by global name) into / out of the
  * part this rank holds. read_local fills only the elements this rank holds. */

@@ -10,7 +10,8 @@
  *           shared window      note [shared-params] (shm.c): read in place
  *           fp32 all-gather    into a slot, non-blocking for prefetch
  *           16-bit all-gather  round the shard to param_dtype, gather, widen
- *                              (one process: round into a slot); a unit the
+ *                              (one process: round into a slot; on a comm
+ *                              stream all three queued there); a unit the
  *                              model reads in 16-bit is gathered straight into
  *                              its half-size slot, never widened (note [gathered16])
  *           post-forward       backward's gather of a unit resharded over N
@@ -69,27 +70,43 @@ static sharc_status staged(sharc_fsdp *e, stage_kind kind, sharc_comm *c, const 
  *
  * Note [comm-stream]. Such a collective runs on the engine's comm stream
  * (e->cstream, made at init on a device whose groups take device memory;
- * never on the CPU or staged paths) and no host waits for it:
- *   1. e->computed is recorded on the compute stream and the comm stream
- *      waits for it (comm_after_compute): everything queued before on the
- *      compute stream (the shard cast, backward's gradients, the previous
- *      user of a slot) has run before the collective reads or writes;
- *   2. the collective is queued on the comm stream; its request is an event
- *      recorded there after it;
- *   3. the compute stream waits for that event (sharc_comm_wait_on) before
- *      it uses the result: a blocking gather or reduce-scatter at once, a
- *      prefetch (fp32 gather into its slot) in sharc_fsdp_unit_wait, which
- *      release also passes through before the slot goes back to the pool.
- * So the two streams run one total order, the order the host queued them
- * in, and the slot and grad_full reuse rules of the unit state machine are
- * unchanged: a slot is reused only by work queued after the compute stream
- * waited for the collective that used it, and every later collective is
- * queued after the compute work before it. What overlaps is a prefetch's
- * gather with the compute queued between its start and its wait (forward
- * and backward prefetch); a blocking reduce-scatter is waited for by the
- * compute stream at once (its accumulate into the shard follows), so it
- * does not overlap the next unit's backward yet: that needs grad_full and
- * stage_shard to stay unreused until its event passes. */
+ * never on the CPU or staged paths, which keep their blocking calls) and
+ * the host never waits for it inside forward or backward. One total order
+ * per stream, the order the host queues work in; the rules:
+ *   1. Before the comm stream reads anything the compute stream wrote, it
+ *      waits for e->computed recorded there (comm_after_compute): shards
+ *      the optimizer wrote, backward's grad_full, a grad shard the model
+ *      accumulated into (one process), a post-forward slice.
+ *   2. A unit's gather (fp32, or 16-bit: the cast into stage16_shard, the
+ *      all-gather, the widening cast into its slot, all queued there) is
+ *      followed by t->ready; the compute stream waits for it before using
+ *      the unit (at once when blocking, else sharc_fsdp_unit_wait, which
+ *      release passes through before the slot goes back: so a slot is
+ *      reused only by work queued after the gather that filled it).
+ *   3. A unit's reduction (the 16-bit cast of grad_full, the reduce-scatter,
+ *      the widening cast, the accumulate into grad_shard) and the replicas'
+ *      all-reduce are queued there and nobody waits at once: the
+ *      reduction of unit u runs while the compute stream does the backward
+ *      of the units after it. Its grad_full slot goes back to the pool with
+ *      an event recorded after the reduction (pool seq/ev); the compute
+ *      stream waits for it when the slot is handed out again (grad_open,
+ *      before the memset), and the pool hands out, of equal slots, the one
+ *      the comm stream used longest ago; the plan gives one gradient slot
+ *      more than max_live (overlap_reduce), so that is the reduction of
+ *      two units back, already ordered by the gather waited for since.
+ *   4. sharc_fsdp_finish_grads records e->reduced after the step's last
+ *      reduction and all-reduce and the compute stream waits for it: the
+ *      only wait for reductions, before anything on the compute stream
+ *      reads or writes a grad shard (norm, clipping, optimizer, zero_grad,
+ *      checkpoints all come after it).
+ *   5. The staging buffers (stage16_*, stage_shard) are used only by work
+ *      on the comm stream there, so its own order protects them.
+ * The collectives' requests are retired on the comm stream itself (q_*).
+ * Positions: every record on the comm stream gets the next number (cseq);
+ * a wait of the compute stream for position p covers everything before p
+ * (one queue), so sharc_fsdp_coll_wait skips a wait already covered
+ * (cwaited) and counts the others in stats.comm_waits: per step, the
+ * gathers waited for plus the one of rule 4 (tests/cli/cudasim_overlap.sh). */
 static void comm_after_compute(sharc_fsdp *e) {
     if (sharc_device_event_record(e->computed, e->stream) != SHARC_OK ||
         sharc_device_event_wait(e->computed, e->cstream) != SHARC_OK)
@@ -206,7 +223,8 @@ static void gather_f32(sharc_fsdp *e, sharc_fsdp_unit *t, bool blocking) {
 static uint16_t *full16(const sharc_fsdp_unit *t) { return (uint16_t *)(void *)t->param_full; }
 
 /* 16-bit: the shard is rounded, gathered as 16-bit, widened at once (the
- * staging buffers serve every unit, so even a prefetch completes here);
+ * staging buffers serve every unit, so off a comm stream even a prefetch
+ * completes here);
  * note [gathered16]: or gathered into the slot and left 16-bit. Note
  * [comm-stream]: all three on the comm stream, which alone uses the staging
  * buffers there, so a prefetch overlaps too. */
@@ -289,7 +307,8 @@ void sharc_fsdp_coll_keep_post_forward(sharc_fsdp *e, sharc_fsdp_unit *t) {
 }
 
 /* The group of N holds the whole unit, rank j of it slice j: an all-gather
- * inside it rebuilds the padded unit (fp32: non-blocking for prefetch;
+ * inside it rebuilds the padded unit (on a comm stream all of it queued
+ * there, note [comm-stream]; else fp32: non-blocking for prefetch;
  * 16-bit: through the staging buffer, widened at once as gather_16 does, or
  * straight into a 16-bit slot: note [gathered16]). */
 static void gather_post_forward(sharc_fsdp *e, sharc_fsdp_unit *t, bool blocking) {

@@ -104,7 +104,6 @@ struct sharc_fsdp {
     sharc_event *reduced;  /* recorded on cstream at the end of a step's gradients */
     int64_t cseq;          /* records made on cstream so far (their positions: 1, 2, ...) */
     int64_t cwaited;       /* the compute stream has waited for cstream up to this position */
-    bool overlap;          /* a comm stream will be made (decided before the plan) */
     const sharc_kernels *k;
     int nunits;
     sharc_fsdp_unit *units;

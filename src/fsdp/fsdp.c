@@ -101,7 +101,7 @@ static sharc_status make_plan(sharc_fsdp *e, const sharc_unit_spec *units, const
                              .params_in_place = e->pglobal || (e->S == 1 && e->cfg.param_dtype == SHARC_DT_F32),
                              .grads_in_place = e->S == 1,
                              .grads_shared = e->gshm != NULL,
-                             .overlap_reduce = e->overlap,
+                             .overlap_reduce = !sharc_device_is_host(e->dev),
                              .schedule = schedule};
     return sharc_fsdp_plan_make(&e->plan, units, e->nunits, &e->cfg, &in);
 }
@@ -169,15 +169,6 @@ sharc_status sharc_fsdp_init(sharc_fsdp **out, const sharc_unit_spec *units, int
         goto fail;
     }
     if ((st = init_schedule(e, schedule, nunits)) != SHARC_OK) goto fail;
-    /* note [comm-staging]: a device's buffers, a group that reads host memory
-     * (asked of every group in the same order on every rank: collective; the
-     * post-forward group, made from the plan, below); else note [comm-stream]
-     * (collectives.c), whose overlapped reductions the plan gives a slot */
-    bool stage = false;
-    if ((st = takes_device(e, e->shard, &stage)) != SHARC_OK ||
-        (st = takes_device(e, e->replicate, &stage)) != SHARC_OK)
-        goto fail;
-    e->overlap = !sharc_device_is_host(e->dev) && !stage;
     if ((st = make_plan(e, units, schedule)) != SHARC_OK) goto fail;
     /* collective first (every rank of the group reaches it), local allocations after */
     if (sharc_fsdp_shm_eligible(e)) {
@@ -236,7 +227,12 @@ sharc_status sharc_fsdp_init(sharc_fsdp **out, const sharc_unit_spec *units, int
         st = sharc_error(SHARC_ERR_NOMEM, "fsdp: out of memory");
         goto fail;
     }
-    if ((st = takes_device(e, e->post_comm, &stage)) != SHARC_OK) goto fail;
+    /* note [comm-staging]: a device's buffers, a group that reads host memory
+     * (asked of every group in the same order on every rank: collective) */
+    sharc_comm *groups[3] = {e->shard, e->replicate, e->post_comm};
+    bool stage = false;
+    for (int g = 0; g < 3; g++)
+        if ((st = takes_device(e, groups[g], &stage)) != SHARC_OK) goto fail;
     if (stage) {
         e->hstage = sharc_alloc((size_t)sharc_fsdp_coll_stage_bytes(e), SHARC_MEM_COMM);
         if (!e->hstage) {

@@ -216,7 +216,8 @@ sharc_status sharc_fsdp_plan_make(sharc_fsdp_plan *p, const sharc_unit_spec *uni
 }
 
 sharc_status sharc_fsdp_plan_bytes(const sharc_unit_spec *units, int nunits, const sharc_unit_schedule *schedule,
-                                   const sharc_fsdp_config *cfg, int S, bool shared, sharc_fsdp_plan_summary *out) {
+                                   const sharc_fsdp_config *cfg, int S, bool shared, bool device,
+                                   sharc_fsdp_plan_summary *out) {
     if (S < 1) return sharc_error(SHARC_ERR_INVALID, "fsdp: a shard group of %d ranks", S);
     shared = shared && S > 1 && cfg->param_dtype == SHARC_DT_F32;
     /* as sharc_fsdp_init makes it (fsdp.c make_plan, after the shared windows) */
@@ -226,6 +227,7 @@ sharc_status sharc_fsdp_plan_bytes(const sharc_unit_spec *units, int nunits, con
                              .params_in_place = shared || (S == 1 && cfg->param_dtype == SHARC_DT_F32),
                              .grads_in_place = S == 1,
                              .grads_shared = shared && cfg->reduce_dtype == SHARC_DT_F32,
+                             .overlap_reduce = device,
                              .schedule = schedule};
     sharc_fsdp_plan p;
     SHARC_TRY(sharc_fsdp_plan_make(&p, units, nunits, cfg, &in));

@@ -29,8 +29,9 @@ typedef struct {
     bool params_in_place; /* gather needs no slot: S = 1 in fp32, or the shared window (note [shared-params]) */
     bool grads_in_place;  /* S = 1: gradients accumulate into the shard, no slot */
     bool grads_shared;    /* the gradient slots are carved from the shared window, not allocated */
-    bool overlap_reduce;  /* note [comm-stream] (collectives.c): one more gradient slot, so a unit's
-                             reduction runs on the comm stream while the next unit's backward fills another */
+    bool overlap_reduce;  /* a device (not host memory): one more gradient slot, so a unit's reduction runs
+                             on the comm stream while the next unit's backward fills another (note
+                             [comm-stream], collectives.c; unused where note [comm-staging] blocks) */
     const sharc_unit_schedule *schedule; /* which units backward gathers (NULL: every unit, in order) */
 } sharc_fsdp_plan_in;
 
