@@ -3,6 +3,7 @@
  * the per-category memory accounts, streams, events, and the fallbacks for
  * a backend's optional slots (note [kernel-table] in sharc/kernels.h). */
 #include "device_impl.h"
+#include "sharc/clock.h"
 #include "sharc/log.h"
 
 #include <stdio.h>
@@ -166,6 +167,13 @@ double sharc_device_peak_flops(const sharc_device *d, sharc_dtype dt, char *how,
     return f > 0.0 ? f : 0.0;
 }
 
+double sharc_device_peak_bandwidth(const sharc_device *d, char *how, size_t n) {
+    if (n > 0) how[0] = 0;
+    double b = d->i->peak_bandwidth ? d->i->peak_bandwidth((sharc_device *)d, how, n) : 0.0;
+    if (b <= 0.0 && n > 0 && !how[0]) snprintf(how, n, "%s: no memory bandwidth known", d->i->name);
+    return b > 0.0 ? b : 0.0;
+}
+
 static sharc_stream *stream_of(sharc_device *d, sharc_stream *s) {
     if (!s) return d->stream0;
     if (s->dev != d)
@@ -225,11 +233,12 @@ void sharc_device_stream_free(sharc_stream *s) {
 
 sharc_status sharc_device_synchronize(sharc_stream *s) { return s->dev->i->synchronize(s); }
 
-sharc_status sharc_device_event_new(sharc_device *d, sharc_event **out) {
+static sharc_status event_new(sharc_device *d, bool timed, sharc_event **out) {
     *out = NULL;
     sharc_event *ev = calloc(1, sizeof *ev);
     if (!ev) return sharc_error(SHARC_ERR_NOMEM, "device %s: out of memory", d->i->name);
     ev->dev = d;
+    ev->timed = timed;
     if (d->i->event_new) {
         sharc_status st = d->i->event_new(ev);
         if (st != SHARC_OK) {
@@ -241,6 +250,9 @@ sharc_status sharc_device_event_new(sharc_device *d, sharc_event **out) {
     return SHARC_OK;
 }
 
+sharc_status sharc_device_event_new(sharc_device *d, sharc_event **out) { return event_new(d, false, out); }
+sharc_status sharc_device_event_new_timed(sharc_device *d, sharc_event **out) { return event_new(d, true, out); }
+
 void sharc_device_event_free(sharc_event *ev) {
     if (!ev) return;
     if (ev->dev->i->event_free) ev->dev->i->event_free(ev);
@@ -249,7 +261,12 @@ void sharc_device_event_free(sharc_event *ev) {
 
 sharc_status sharc_device_event_record(sharc_event *ev, sharc_stream *s) {
     s = stream_of(ev->dev, s);
-    if (!ev->dev->i->event_record) return sharc_device_synchronize(s); /* fallback: the point is reached now */
+    ev->recorded = true;
+    if (!ev->dev->i->event_record) { /* fallback: the point is reached now */
+        sharc_status st = sharc_device_synchronize(s);
+        ev->recorded_s = sharc_clock_now();
+        return st;
+    }
     return ev->dev->i->event_record(ev, s);
 }
 
@@ -262,6 +279,27 @@ sharc_status sharc_device_event_wait(sharc_event *ev, sharc_stream *s) {
 sharc_status sharc_device_event_synchronize(sharc_event *ev) {
     if (!ev->dev->i->event_synchronize) return SHARC_OK;
     return ev->dev->i->event_synchronize(ev);
+}
+
+sharc_status sharc_device_event_elapsed(sharc_event *start, sharc_event *end, double *seconds) {
+    *seconds = 0.0;
+    const char *name = start->dev->i->name;
+    if (start->dev != end->dev)
+        return sharc_error(SHARC_ERR_INVALID, "device %s: event elapsed between events of two devices", name);
+    if (!start->timed || !end->timed)
+        return sharc_error(SHARC_ERR_INVALID,
+                           "device %s: event elapsed of an event made without timing "
+                           "(use sharc_device_event_new_timed)",
+                           name);
+    if (!start->recorded || !end->recorded)
+        return sharc_error(SHARC_ERR_INVALID, "device %s: event elapsed of an event never recorded", name);
+    if (!start->dev->i->event_record) {
+        *seconds = end->recorded_s - start->recorded_s;
+        return SHARC_OK;
+    }
+    if (!start->dev->i->event_elapsed)
+        return sharc_error(SHARC_ERR_UNSUPPORTED, "device %s: events cannot be timed", name);
+    return start->dev->i->event_elapsed(start, end, seconds);
 }
 
 /* ------------------------------------------------ kernel-table fallbacks */

@@ -44,6 +44,11 @@ typedef struct sharc_device_i {
     sharc_status (*event_record)(sharc_event *ev, sharc_stream *s);
     sharc_status (*event_wait)(sharc_event *ev, sharc_stream *s);
     sharc_status (*event_synchronize)(sharc_event *ev);
+    /* (optional, with event_record) device seconds between two reached
+     * records of timed events (ev->timed, set before event_new) */
+    sharc_status (*event_elapsed)(sharc_event *start, sharc_event *end, double *seconds);
+    /* (optional) memory bandwidth in bytes/s (sharc_device_peak_bandwidth); NULL: unknown (0) */
+    double (*peak_bandwidth)(sharc_device *d, char *how, size_t n);
     /* (optional) dense peak FLOP/s for products of dt operands and how it
      * was found (sharc_device_peak_flops); NULL: unknown (0) */
     double (*peak_flops)(sharc_device *d, sharc_dtype dt, char *how, size_t n);
@@ -77,6 +82,9 @@ struct sharc_stream {
 struct sharc_event {
     sharc_device *dev;
     void *impl;
+    bool timed;        /* sharc_device_event_new_timed */
+    bool recorded;     /* recorded at least once */
+    double recorded_s; /* a device without event_record: the host clock at the record */
 };
 
 /* The backends of this build (registry.c), NULL-terminated. */

@@ -269,7 +269,8 @@ static sharc_status cuda_synchronize(sharc_stream *s) {
 
 static sharc_status cuda_event_new(sharc_event *ev) {
     cudaEvent_t e;
-    sharc_status st = cuda_status(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "event create");
+    sharc_status st = cuda_status(cudaEventCreateWithFlags(&e, ev->timed ? cudaEventDefault : cudaEventDisableTiming),
+                                  "event create");
     if (st == SHARC_OK) ev->impl = (void *)e;
     return st;
 }
@@ -286,6 +287,14 @@ static sharc_status cuda_event_wait(sharc_event *ev, sharc_stream *s) {
 
 static sharc_status cuda_event_synchronize(sharc_event *ev) {
     return cuda_status(cudaEventSynchronize((cudaEvent_t)ev->impl), "event synchronize");
+}
+
+static sharc_status cuda_event_elapsed(sharc_event *start, sharc_event *end, double *seconds) {
+    float ms = 0.0f;
+    sharc_status st =
+        cuda_status(cudaEventElapsedTime(&ms, (cudaEvent_t)start->impl, (cudaEvent_t)end->impl), "event elapsed time");
+    *seconds = 1e-3 * (double)ms;
+    return st;
 }
 
 extern "C" void *sharc_cuda_scratch(sharc_stream *s, size_t bytes) {
@@ -339,6 +348,23 @@ static double cuda_peak_flops(sharc_device *d, sharc_dtype dt, char *how, size_t
     snprintf(how, n, "cuda sm_%d: %d SMs x %.0f MHz x %.0f %s FLOP/clock", cc, sms, mhz, per_clock,
              b16 ? "bf16 tensor-core" : "fp32 FFMA");
     return (double)sms * mhz * 1e6 * per_clock;
+}
+
+/* The memory ceiling of the profile (sharc/prof.h): the DRAM's theoretical
+ * peak, bus width x memory clock x 2 (double data rate), from
+ * cudaDeviceGetAttribute; an H100 SXM5 answers 5120 bits x 2619 MHz: 3.35
+ * TB/s. A measured copy reaches ~90% of it. */
+static double cuda_peak_bandwidth(sharc_device *d, char *how, size_t n) {
+    int khz = 0, bits = 0;
+    if (cudaDeviceGetAttribute(&khz, cudaDevAttrMemoryClockRate, d->index) != cudaSuccess ||
+        cudaDeviceGetAttribute(&bits, cudaDevAttrGlobalMemoryBusWidth, d->index) != cudaSuccess || khz <= 0 ||
+        bits <= 0) {
+        (void)cudaGetLastError();
+        snprintf(how, n, "cuda: cannot read GPU %d's memory clock and bus width", d->index);
+        return 0.0;
+    }
+    snprintf(how, n, "cuda: %d-bit bus x %.0f MHz x 2 (DDR)", bits, khz * 1e-3);
+    return (double)bits / 8.0 * (double)khz * 1e3 * 2.0;
 }
 
 /* bf16 compute (note [cuda-bf16] in layers.cu): cuBLASLt multiplies bf16
@@ -425,7 +451,9 @@ static sharc_device_i make_iface(void) {
     i.event_record = cuda_event_record;
     i.event_wait = cuda_event_wait;
     i.event_synchronize = cuda_event_synchronize;
+    i.event_elapsed = cuda_event_elapsed;
     i.peak_flops = cuda_peak_flops;
+    i.peak_bandwidth = cuda_peak_bandwidth;
     i.kernels = &cuda_kernels;
     return i;
 }
