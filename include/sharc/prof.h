@@ -36,7 +36,8 @@ void sharc_prof_set_device(sharc_device *d, sharc_stream *s);
  * bytes/s of one rank, and where each came from (copied; 0: unknown). */
 void sharc_prof_set_ceilings(double flops_per_s, const char *flops_how, double bytes_per_s, const char *bytes_how);
 /* Bracket one training step. Once steps are bracketed, regions outside a
- * step (evaluation) are not counted. step_end waits for the stream (the step
+ * step (evaluation) are not counted, and what was counted before the first
+ * one is dropped. step_end waits for the stream (the step
  * has already read its loss back, so nothing new is waited for) and adds the
  * device times of the step's regions. */
 void sharc_prof_step_begin(void);

@@ -176,11 +176,18 @@ static sharc_status drain(void) {
     return st;
 }
 
+static void reset(void) {
+    for (int i = 0; i < nregions; i++) incl[i] = self[i] = flops[i] = bytes[i] = 0.0, counts[i] = 0;
+    step_total = 0.0;
+    nsteps = 0;
+}
+
 void sharc_prof_step_begin(void) {
     if (!enabled) return;
+    if (dev) drain();
+    if (!stepped) reset(); /* what ran before the first bracketed step is not a step's */
     stepped = in_step = true;
     if (dev) {
-        drain();
         step_ev = dev_failed ? -1 : event_pair();
         record(step_ev);
     }
@@ -262,8 +269,6 @@ void sharc_prof_report(FILE *f, int steps) {
                 step > 0 ? 100.0 * (step - sum) / step : 0.0);
         fprintf(f, "%-26s %10.3f %6.1f%%\n", "(step)", step * 1e3 / steps, 100.0);
     }
-    for (int i = 0; i < nregions; i++) incl[i] = self[i] = flops[i] = bytes[i] = 0.0, counts[i] = 0;
-    step_total = 0.0;
-    nsteps = 0;
+    reset();
     stepped = false;
 }
