@@ -55,6 +55,16 @@ cublasStatus_t bad(cublasStatus_t st, const char *fmt, ...) {
     return st;
 }
 
+/* calls counted for CUDASIM_SYNC_STATS=1 (printed at exit): a product's
+ * plan is built once per shape (note [gemm-plans] in src/device/cuda/cuda.cu) */
+long n_heuristic, n_matmul;
+
+__attribute__((destructor)) void print_stats(void) {
+    const char *e = getenv("CUDASIM_SYNC_STATS");
+    if (e && e[0] == '1')
+        fprintf(stderr, "cudasim cuBLASLt: %ld matmuls, %ld heuristic queries\n", n_matmul, n_heuristic);
+}
+
 size_t dt_size(cudaDataType_t t) { return t == CUDA_R_32F ? 4 : t == CUDA_R_16BF ? 2 : 0; }
 
 float load(const void *p, cudaDataType_t t, size_t i) {
@@ -224,6 +234,7 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t h, cublasLtMatmul
                                               cublasLtMatrixLayout_t dd, cublasLtMatmulPreference_t pp, int want,
                                               cublasLtMatmulHeuristicResult_t *res, int *found) {
     *found = 0;
+    n_heuristic++;
     if (want < 1) return CUBLAS_STATUS_INVALID_VALUE;
     cublasStatus_t st = check((desc *)d, (layout *)a, (layout *)b, (layout *)c, (layout *)dd);
     if (st != CUBLAS_STATUS_SUCCESS) return st;
@@ -267,6 +278,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t dp, const
             return bad(CUBLAS_STATUS_INVALID_VALUE, "matrix %c (%lld bytes) is not inside one device allocation",
                        "ABCD"[i], (long long)extent(ls[i]));
     }
+    n_matmul++;
     job *jb = new job{*d, *a, *b, *c, *dl, A, B, C, D, alpha, beta};
     cudasim_enqueue(stream, "cublasLtMatmul", run_job, jb);
     return CUBLAS_STATUS_SUCCESS;
