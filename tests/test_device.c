@@ -301,6 +301,36 @@ TEST(kernel_cast_round_fill_init) {
     free(h);
 }
 
+/* sharc_device_host_alloc on the CPU: ordinary accounted host memory */
+TEST(device_host_alloc_is_accounted_zeroed_aligned) {
+    sharc_device *d = sharc_device_cpu();
+    int64_t c0 = cur(SHARC_MEM_COMM);
+    unsigned char *h = sharc_device_host_alloc(d, 777, SHARC_MEM_COMM);
+    ASSERT_TRUE(h != NULL);
+    ASSERT_EQ(cur(SHARC_MEM_COMM) - c0, 777);
+    ASSERT_EQ((uintptr_t)h % 64, 0);
+    for (int i = 0; i < 777; i++) ASSERT_EQ(h[i], 0);
+    sharc_device_host_free(d, h);
+    ASSERT_EQ(cur(SHARC_MEM_COMM), c0);
+    sharc_device_host_free(d, NULL);
+    ASSERT_TRUE(sharc_device_host_alloc(d, 8, (sharc_mem_cat)99) == NULL);
+    ASSERT_TRUE(strstr(sharc_last_error(), "category 99"));
+}
+
+/* loss_add (note [loss-on-device]): the step's host arithmetic, bit for bit */
+TEST(kernel_loss_add_is_the_step_arithmetic) {
+    double loss = 2.0 / 3.0, sums[2] = {0.0, 0.0}, ref_w = 0.0, ref = 0.0;
+    const double add[3] = {0.0, 1e-3, 0.125}, weight[3] = {1.0, 1.0 / 7.0, 0.3};
+    for (int r = 0; r < 3; r++) {
+        loss *= 1.37;
+        kt()->loss_add(ks(), sums, &loss, add[r], weight[r]);
+        double l = loss + add[r];
+        ref_w += l * weight[r];
+        ref += l;
+    }
+    ASSERT_TRUE(sums[0] == ref_w && sums[1] == ref);
+}
+
 TEST(kernel_sumsq_and_adamw) {
     sharc_threads_set(1);
     const int64_t n = 20 * 4096 + 5;

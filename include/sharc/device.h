@@ -65,6 +65,16 @@ const struct sharc_kernels *sharc_device_kernels(const sharc_device *d);
 void *sharc_device_alloc(sharc_device *d, size_t bytes, sharc_mem_cat cat);
 /* Free a block from sharc_device_alloc of the same device (NULL: nothing). */
 void sharc_device_free(sharc_device *d, void *p);
+/* `bytes` of host memory that the device copies to and from directly
+ * (cudaHostAlloc on cuda: page-locked, so a copy into it is asynchronous
+ * like any other, where one into pageable memory makes the host wait;
+ * ordinary memory from sharc_alloc on the CPU), zero-filled and 64-byte
+ * aligned, counted under `cat` in the host counters of sharc/alloc.h. NULL
+ * on failure, with an error naming the device, the size and the category.
+ * The host may read it only after synchronizing with the copies into it. */
+void *sharc_device_host_alloc(sharc_device *d, size_t bytes, sharc_mem_cat cat);
+/* Free a block from sharc_device_host_alloc of the same device (NULL: nothing). */
+void sharc_device_host_free(sharc_device *d, void *p);
 /* Current and peak bytes per category of this device's memory. */
 void sharc_device_mem_get(const sharc_device *d, sharc_mem_stats *out);
 /* Peaks := current bytes (a host device: sharc_mem_reset_peak). */

@@ -124,18 +124,69 @@ void *sharc_device_alloc(sharc_device *d, size_t bytes, sharc_mem_cat cat) {
     return p;
 }
 
-void sharc_device_free(sharc_device *d, void *p) {
-    if (!p) return;
+/* Take block p (device memory, or host memory when `host`) out of the
+ * accounts; a pointer the device did not hand out that way is fatal. */
+static void unaccount(sharc_device *d, void *p, bool host) {
     pthread_mutex_lock(&d->lock);
     /* newest first: buffers are mostly freed in reverse order of allocation */
     size_t k = d->nblocks;
     while (k > 0 && d->blocks[k - 1].p != p) k--;
-    if (k == 0) sharc_fatal(__FILE__, __LINE__, "device %s: free of %p, which it did not allocate", d->i->name, p);
+    if (k == 0 || d->blocks[k - 1].host != host)
+        sharc_fatal(__FILE__, __LINE__, "device %s: %s of %p, which it did not allocate", d->i->name,
+                    host ? "host_free" : "free", p);
     sharc_device_block b = d->blocks[k - 1];
     d->blocks[k - 1] = d->blocks[--d->nblocks];
-    account(d, b.cat, -(int64_t)b.bytes);
+    if (host) sharc_mem_account((sharc_mem_cat)b.cat, -(int64_t)b.bytes);
+    else account(d, b.cat, -(int64_t)b.bytes);
     pthread_mutex_unlock(&d->lock);
+}
+
+void sharc_device_free(sharc_device *d, void *p) {
+    if (!p) return;
+    unaccount(d, p, false);
     d->i->free(d, p);
+}
+
+void *sharc_device_host_alloc(sharc_device *d, size_t bytes, sharc_mem_cat cat) {
+    if (cat < 0 || cat >= SHARC_MEM_NCAT) {
+        sharc_error(SHARC_ERR_INVALID, "device %s: host allocation of %zu bytes in unknown category %d", d->i->name,
+                    bytes, (int)cat);
+        return NULL;
+    }
+    if (!d->i->host_alloc) return sharc_alloc(bytes, cat);
+    pthread_mutex_lock(&d->lock);
+    if (d->nblocks == d->cap) {
+        size_t cap = d->cap ? 2 * d->cap : 64;
+        sharc_device_block *b = realloc(d->blocks, cap * sizeof *b);
+        if (!b) {
+            pthread_mutex_unlock(&d->lock);
+            sharc_error(SHARC_ERR_NOMEM, "device %s: out of memory", d->i->name);
+            return NULL;
+        }
+        d->blocks = b;
+        d->cap = cap;
+    }
+    void *p = d->i->host_alloc(d, bytes);
+    if (!p) {
+        pthread_mutex_unlock(&d->lock);
+        sharc_error(SHARC_ERR_NOMEM, "device %s: cannot allocate %zu bytes of pinned host memory for %s", d->i->name,
+                    bytes, sharc_mem_cat_name(cat));
+        return NULL;
+    }
+    d->blocks[d->nblocks++] = (sharc_device_block){.p = p, .bytes = bytes, .cat = (int)cat, .host = true};
+    sharc_mem_account(cat, (int64_t)bytes);
+    pthread_mutex_unlock(&d->lock);
+    return p;
+}
+
+void sharc_device_host_free(sharc_device *d, void *p) {
+    if (!p) return;
+    if (!d->i->host_alloc) {
+        sharc_free(p);
+        return;
+    }
+    unaccount(d, p, true);
+    d->i->host_free(d, p);
 }
 
 void sharc_device_mem_get(const sharc_device *d, sharc_mem_stats *out) {
@@ -355,6 +406,7 @@ static void accumulate_by_sum_ranks(sharc_stream *s, float *dst, const float *sr
     X(accumulate, 0) \
     X(sum_ranks, 1) \
     X(sumsq, 1) \
+    X(loss_add, 1) \
     X(adamw, 1) \
     X(fill, 1) \
     X(init_normal, 1) \

@@ -27,6 +27,11 @@ typedef struct sharc_device_i {
     /* zero-filled, 64-byte aligned; NULL on failure (the dispatcher reports it) */
     void *(*alloc)(sharc_device *d, size_t bytes);
     void (*free)(sharc_device *d, void *p);
+    /* (optional) zero-filled host memory the device copies to and from
+     * directly (page-locked); NULL on failure. NULL slots: sharc_alloc and
+     * sharc_free (ordinary host memory) */
+    void *(*host_alloc)(sharc_device *d, size_t bytes);
+    void (*host_free)(sharc_device *d, void *p);
     sharc_status (*memset0)(sharc_device *d, void *p, size_t bytes, sharc_stream *s);
     sharc_status (*copy)(sharc_device *d, void *dst, const void *src, size_t bytes, sharc_copy_kind kind,
                          sharc_stream *s);
@@ -59,7 +64,8 @@ typedef struct sharc_device_i {
 typedef struct {
     void *p;
     size_t bytes;
-    int cat; /* sharc_mem_cat; -1: a free entry */
+    int cat;   /* sharc_mem_cat; -1: a free entry */
+    bool host; /* from sharc_device_host_alloc: counted in the host counters */
 } sharc_device_block;
 
 struct sharc_device {

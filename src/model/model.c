@@ -156,6 +156,7 @@ struct sharc_model {
     float *pk_cos, *pk_sin;       /* (B*T, hd/2) device: per-token RoPE rows when packed */
     int32_t *kv_lo;               /* (T) device: the cached path's window bounds */
     double *loss;                 /* (1) device scalar: the loss sum of the last head */
+    double *sums, *hsums;         /* (4) note [loss-on-device]: a step's sums, device and pinned host */
     int32_t *batch_in, *batch_tg; /* (B*T) device: a micro-batch staged in (sharc_model_stage_batch); NULL on host */
     float *kcache, *vcache;       /* (L, T, NKV*hd) note [kv-cache]; NULL until sharc_model_kv_enable */
     int kv_len;                   /* positions the caches hold */
@@ -373,6 +374,9 @@ static void free_plan(sharc_model *m) {
                      m->dfca, m->att_ws,   m->head_ws,  m->rope_cos, m->rope_sin, m->tfc,   m->tfca, m->head_red};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) sharc_device_free(m->dev, bufs[i]);
     sharc_device_free(m->dev, m->loss);
+    sharc_device_free(m->dev, m->sums);
+    sharc_device_host_free(m->dev, m->hsums);
+    m->sums = m->hsums = NULL;
     sharc_device_free(m->dev, m->batch_in);
     sharc_device_free(m->dev, m->batch_tg);
     m->batch_in = m->batch_tg = NULL;
@@ -812,6 +816,10 @@ sharc_status sharc_model_plan(sharc_model *m, int B, int T, bool activation_chec
     m->att_lo = (int32_t *)act(m, (int64_t)B * T * m->sp, &ok);
     m->pos_local = (int32_t *)act(m, N, &ok);
     m->loss = sharc_device_alloc(m->dev, sizeof(double), SHARC_MEM_ACTIVATIONS);
+    /* note [loss-on-device]: not activations (not in the plan), like the engine's norm scalars */
+    m->sums = sharc_device_alloc(m->dev, SHARC_MODEL_SUMS * sizeof(double), SHARC_MEM_OTHER);
+    m->hsums = sharc_device_host_alloc(m->dev, SHARC_MODEL_SUMS * sizeof(double), SHARC_MEM_OTHER);
+    ok = ok && m->sums && m->hsums;
     if (!sharc_device_is_host(m->dev)) { /* note [device-batch] */
         m->batch_in = (int32_t *)act(m, N, &ok);
         m->batch_tg = (int32_t *)act(m, N, &ok);
@@ -1432,8 +1440,10 @@ static void release_head(sharc_model *m, sharc_fsdp *e) {
     sharc_fsdp_release(e, 0);
 }
 
-double sharc_model_forward_backward(sharc_model *m, sharc_fsdp *e, const int32_t *inputs, const int32_t *targets,
-                                    float loss_scale) {
+/* Forward and backward of one micro-batch; its loss sum is left in m->loss
+ * (the MoE term not added), not read. */
+static void forward_backward(sharc_model *m, sharc_fsdp *e, const int32_t *inputs, const int32_t *targets,
+                             float loss_scale) {
     const int B = m->B, T = m->T, L = m->L, H = L + 1;
     const int64_t N = (int64_t)B * T;
     double t0 = sharc_clock_now();
@@ -1503,13 +1513,46 @@ double sharc_model_forward_backward(sharc_model *m, sharc_fsdp *e, const int32_t
                    m->k->embedding_backward(m->s, gwte, gwpe, m->dres, inputs, B, T, m->C, m->sp_rank * T));
     }
     sharc_fsdp_backward_done(e, 0);
-    double loss = read_loss(m) + sharc_moe_loss_term(m->moe);
     int idle = 0; /* note [moe-units]: the cost of unused experts */
     sharc_model_moe_stats(m, NULL, &idle);
     m->timing.moe_idle_pairs += idle;
     m->timing.moe_idle_params += (int64_t)idle * 3 * m->cfg.moe_intermediate_size * m->C;
     m->timing.backward_s += sharc_clock_now() - t1;
-    return loss;
+}
+
+double sharc_model_forward_backward(sharc_model *m, sharc_fsdp *e, const int32_t *inputs, const int32_t *targets,
+                                    float loss_scale) {
+    forward_backward(m, e, inputs, targets, loss_scale);
+    return read_loss(m) + sharc_moe_loss_term(m->moe);
+}
+
+/* Note [loss-on-device]. A training step's loss sums stay on the device
+ * until the step's end: each micro-batch's loss sum l (the head's device
+ * scalar plus the MoE term, a host value) is added by a kernel on the
+ * model's stream into m->sums (sums[0] += l * weight, sums[1] += l: the
+ * step's fp64 arithmetic in its order, so the CPU gives the bits it gave
+ * when it read each l), and sums[2..3] take the gradient norm's squared
+ * sums (sharc_fsdp_grad_sumsq_queue on the engine's stream: the device's
+ * default stream, the model's too). One copy of the four into pinned host
+ * memory and one wait read them all, whatever the micro-batch count. */
+sharc_status sharc_model_sums_zero(sharc_model *m) {
+    return sharc_device_memset0(m->dev, m->sums, SHARC_MODEL_SUMS * sizeof(double), m->s);
+}
+
+void sharc_model_forward_backward_add(sharc_model *m, sharc_fsdp *e, const int32_t *inputs, const int32_t *targets,
+                                      float loss_scale, double weight) {
+    forward_backward(m, e, inputs, targets, loss_scale);
+    m->kdev->loss_add(m->s, m->sums, m->loss, sharc_moe_loss_term(m->moe), weight);
+}
+
+double *sharc_model_sums(sharc_model *m) { return m->sums; }
+
+sharc_status sharc_model_sums_read(sharc_model *m, double out[SHARC_MODEL_SUMS]) {
+    SHARC_TRY(sharc_device_copy(m->dev, m->hsums, m->sums, SHARC_MODEL_SUMS * sizeof(double), SHARC_COPY_DEVICE_TO_HOST,
+                                m->s));
+    SHARC_TRY(sharc_device_synchronize(m->s));
+    memcpy(out, m->hsums, SHARC_MODEL_SUMS * sizeof(double));
+    return SHARC_OK;
 }
 
 double sharc_model_forward_loss(sharc_model *m, sharc_fsdp *e, const int32_t *inputs, const int32_t *targets) {

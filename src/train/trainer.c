@@ -184,8 +184,9 @@ static void reset_comm_stats(sharc_trainer *t) {
  * shards, gradients, moments, gathered units and activations live there,
  * and every element loop is a kernel of its table. Batches are checked and
  * copied in per micro-batch (note [device-batch] in src/model/model.c);
- * the loss sum and the gradient norm come back as one double each
- * (sharc_model_forward_backward's, sharc_fsdp_grad_norm's); every host read
+ * the loss sums and the gradient norm's squared sums stay on the device
+ * until the step's one read (note [loss-on-device] in src/model/model.c);
+ * every host read
  * or write of shard bytes (weights and checkpoint save and load, HF import
  * and export, fault hooks) is an explicit copy (note [shard-host-io] in
  * src/fsdp/param_io.c). Between ranks the engine's collectives stage

@@ -311,6 +311,18 @@ static void *cuda_alloc(sharc_device *d, size_t bytes) {
 
 static void cuda_free(sharc_device *d, void *p) { cudaFree(p); }
 
+static void *cuda_host_alloc(sharc_device *d, size_t bytes) {
+    void *p = NULL;
+    if (cudaHostAlloc(&p, bytes ? bytes : 64, cudaHostAllocDefault) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return NULL;
+    }
+    memset(p, 0, bytes); /* page-aligned (cudaHostAlloc), so 64-byte aligned too */
+    return p;
+}
+
+static void cuda_host_free(sharc_device *d, void *p) { cudaFreeHost(p); }
+
 static sharc_status cuda_status(cudaError_t e, const char *what) {
     if (e == cudaSuccess) return SHARC_OK;
     return sharc_error(SHARC_ERR_INTERNAL, "cuda: %s: %s", what, cudaGetErrorString(e));
@@ -498,6 +510,7 @@ static sharc_kernels make_kernels(void) {
     k.accumulate = sharc_cuda_accumulate;
     k.sum_ranks = sharc_cuda_sum_ranks;
     k.sumsq = sharc_cuda_sumsq;
+    k.loss_add = sharc_cuda_loss_add;
     k.adamw = sharc_cuda_adamw;
     k.fill = sharc_cuda_fill;
     k.init_normal = sharc_cuda_init_normal;
@@ -529,6 +542,8 @@ static sharc_device_i make_iface(void) {
     i.open = cuda_open;
     i.alloc = cuda_alloc;
     i.free = cuda_free;
+    i.host_alloc = cuda_host_alloc;
+    i.host_free = cuda_host_free;
     i.memset0 = cuda_memset0;
     i.copy = cuda_copy;
     i.stream_new = cuda_stream_new;
