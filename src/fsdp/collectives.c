@@ -33,9 +33,10 @@
  * memory, the result is copied back in and waited for. Staged collectives
  * are blocking (a prefetch then gathers at once, in the same order), so
  * the values are those of the CPU's path: the same bytes reach MPI. The
- * buffer is ordinary host memory (cudaMemcpy from pageable memory is
- * staged by the driver; pinned memory is a speed item). A NCCL group with
- * its communicator takes device memory and needs none. */
+ * buffer is pinned (sharc_device_host_alloc), so the copies out and in are
+ * asynchronous: each is followed by an explicit synchronize before MPI or
+ * the device reads the bytes. A NCCL group with its communicator takes
+ * device memory and needs none. */
 #include "engine.h"
 #include "sharc/clock.h"
 

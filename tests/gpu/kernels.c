@@ -207,6 +207,27 @@ static void test_elem(void) {
         kg->sumsq(sg, dacc, db, n);
         check_double("sumsq", dacc, acc, F32);
     }
+    /* loss_add (note [loss-on-device]): bit-identical to the CPU's, whose
+     * products would round differently if fused; twice, into sums that
+     * already hold values, with a weight that is not a power of 2 */
+    {
+        double sums[2] = {0.25, -1.5}, loss = 3.0 / 7.0, hl = 0;
+        double *dsums = d_up(sums, sizeof sums), *dloss = d_up(&loss, sizeof loss);
+        for (int r = 0; r < 2; r++) {
+            kc->loss_add(sc, sums, &loss, 1.0 / 3.0, 0.1 + r);
+            kg->loss_add(sg, dsums, dloss, 1.0 / 3.0, 0.1 + r);
+        }
+        double got[2];
+        if (sharc_device_copy(gpu, got, dsums, sizeof got, SHARC_COPY_DEVICE_TO_HOST, sg) != SHARC_OK ||
+            sharc_device_synchronize(sg) != SHARC_OK)
+            die("copy out");
+        hl = (loss + 1.0 / 3.0) * 0.1 + (loss + 1.0 / 3.0) * 1.1; /* sanity: the sums moved */
+        char msg[200];
+        snprintf(msg, sizeof msg, "%.17g %.17g vs CPU %.17g %.17g", got[0], got[1], sums[0], sums[1]);
+        result("loss_add (bits)", got[0] == sums[0] && got[1] == sums[1] && fabs(sums[0] - 0.25 - hl) < 1e-12, msg);
+        sharc_device_free(gpu, dsums);
+        sharc_device_free(gpu, dloss);
+    }
     /* adamw */
     {
         float *p = h_rand(n, 1), *g = h_rand(n, 0.1f), *m = h_rand(n, 0.01f), *v = h_rand(n, 0.001f);
@@ -246,13 +267,16 @@ static void test_elem(void) {
 static void test_matmul(void) {
     int64_t N = 37;
     int IC = 67, OC = 45;
-    float *x = h_rand(N * IC, 1), *w = h_rand((int64_t)OC * IC, 0.2f), *b = h_rand(OC, 1);
-    float *dx_ = d_up(x, N * IC * 4), *dw_ = d_up(w, OC * IC * 4), *db_ = d_up(b, OC * 4);
-    for (int bias = 0; bias < 2; bias++) {
+    float *x = h_rand(N * IC, 1), *w = h_rand((int64_t)OC * IC, 0.2f), *b = h_rand(OC + 1, 1);
+    float *dx_ = d_up(x, N * IC * 4), *dw_ = d_up(w, OC * IC * 4), *db_ = d_up(b, (OC + 1) * 4);
+    /* bias 1: an aligned bias, added in cuBLASLt's epilogue; 2: a bias 4
+     * bytes past an aligned address, added by a kernel (note [gemm-bias]) */
+    const char *name[] = {"matmul_forward", "matmul_forward bias", "matmul_forward bias (unaligned)"};
+    for (int bias = 0; bias < 3; bias++) {
         float *y = malloc(N * OC * 4), *dy = d_poison(N * OC);
-        kc->matmul_forward(sc, y, x, w, bias ? b : NULL, N, IC, OC);
-        kg->matmul_forward(sg, dy, dx_, dw_, bias ? db_ : NULL, N, IC, OC);
-        check(bias ? "matmul_forward bias" : "matmul_forward", dy, y, N * OC, F32);
+        kc->matmul_forward(sc, y, x, w, bias ? b + bias - 1 : NULL, N, IC, OC);
+        kg->matmul_forward(sg, dy, dx_, dw_, bias ? db_ + bias - 1 : NULL, N, IC, OC);
+        check(name[bias], dy, y, N * OC, F32);
     }
     float *g = h_rand(N * OC, 1), *dg = d_up(g, N * OC * 4);
     float *gx = malloc(N * IC * 4), *gw = h_rand((int64_t)OC * IC, 1), *gb = h_rand(OC, 1);

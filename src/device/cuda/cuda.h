@@ -59,6 +59,11 @@ void *sharc_cuda_scratch(sharc_stream *s, size_t bytes);
 sharc_status sharc_cuda_blas_load(void);
 void sharc_cuda_gemm(sharc_stream *s, bool ta, bool tb, int m, int n, int k, float alpha, const void *A, int lda,
                      const void *B, int ldb, float beta, float *C, int ldc, sharc_dtype ab);
+/* The same, plus bias[i] on row i of C (bias may be NULL) in the product's
+ * epilogue where cuBLASLt can (note [gemm-bias]); false: the bias was not
+ * added, and the caller adds it. */
+bool sharc_cuda_gemm_bias(sharc_stream *s, bool ta, bool tb, int m, int n, int k, float alpha, const void *A, int lda,
+                          const void *B, int ldb, float beta, float *C, int ldc, sharc_dtype ab, const float *bias);
 
 /* elem.cu */
 void sharc_cuda_add(sharc_stream *s, float *y, const float *a, const float *b, int64_t n);
@@ -68,6 +73,7 @@ void sharc_cuda_accumulate(sharc_stream *s, float *dst, const float *src, int64_
 void sharc_cuda_sum_ranks(sharc_stream *s, void *dst, const void *const *src, int S, int64_t n, sharc_dtype dt,
                           bool add);
 void sharc_cuda_sumsq(sharc_stream *s, double *acc, const float *x, int64_t n);
+void sharc_cuda_loss_add(sharc_stream *s, double *sums, const double *loss, double add, double weight);
 void sharc_cuda_adamw(sharc_stream *s, float *p, const float *g, float *m, float *v, int64_t n,
                       const sharc_adamw_scalars *k);
 void sharc_cuda_fill(sharc_stream *s, float *dst, float value, int64_t n);
