@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# timeout: 120
+# timeout: 240
 # Note [comm-stream] (src/fsdp/collectives.c) on the CUDA simulator with 2
 # ranks over NCCL (build/libfake_nccl.so, as in cudasim_train.sh): 16-bit
 # gathers and every reduction are queued on the comm stream and the compute

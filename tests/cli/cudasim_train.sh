@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# timeout: 120
+# timeout: 300
 # train.device: cuda trains (note [cuda-train] in src/train/trainer.c), run
 # on the CUDA simulator (build/sim/sharc: the real kernel sources, device
 # memory in a guarded arena, so any host read of a shard or batch aborts):
