@@ -43,22 +43,14 @@
 typedef enum { STAGE_ALL_GATHER, STAGE_REDUCE_SCATTER, STAGE_ALL_REDUCE } stage_kind;
 
 /* The collective `kind` over `c` on device buffers send (count elements;
- * size x count for a reduce-scatter) and recv, through host memory. */
+ * size x count for a reduce-scatter) and recv, through host memory
+ * (sharc_comm_staged). */
 static sharc_status staged(sharc_fsdp *e, stage_kind kind, sharc_comm *c, const void *send, void *recv, size_t count,
                            sharc_dtype dt) {
-    const size_t es = sharc_dtype_size(dt), S = (size_t)sharc_comm_size(c);
-    const size_t nsend = kind == STAGE_REDUCE_SCATTER ? S * count : count;
-    const size_t nrecv = kind == STAGE_ALL_GATHER ? S * count : count;
-    char *hs = e->hstage, *hr = e->hstage + nsend * es;
-    SHARC_TRY(sharc_device_copy(e->dev, hs, send, nsend * es, SHARC_COPY_DEVICE_TO_HOST, e->stream));
-    SHARC_TRY(sharc_device_synchronize(e->stream));
-    sharc_status st = kind == STAGE_ALL_GATHER ? sharc_comm_all_gather(c, hs, hr, count, dt)
-                      : kind == STAGE_REDUCE_SCATTER
-                          ? sharc_comm_reduce_scatter(c, hs, hr, count, dt, SHARC_REDUCE_OP_SUM)
-                          : sharc_comm_all_reduce(c, hs, hr, count, dt, SHARC_REDUCE_OP_SUM);
-    SHARC_TRY(st);
-    SHARC_TRY(sharc_device_copy(e->dev, recv, hr, nrecv * es, SHARC_COPY_HOST_TO_DEVICE, e->stream));
-    return sharc_device_synchronize(e->stream);
+    const sharc_coll_kind k = kind == STAGE_ALL_GATHER       ? SHARC_COLL_ALL_GATHER
+                              : kind == STAGE_REDUCE_SCATTER ? SHARC_COLL_REDUCE_SCATTER
+                                                             : SHARC_COLL_ALL_REDUCE;
+    return sharc_comm_staged(c, k, e->dev, e->stream, e->hstage, send, recv, count, dt, SHARC_REDUCE_OP_SUM);
 }
 
 /* Note [blocking-on-stream]. A collective on device memory (a group that

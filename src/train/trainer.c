@@ -221,7 +221,6 @@ static sharc_status train_device(const sharc_config *c, sharc_device **out) {
         const char *key = NULL;
         char val[64] = "";
         if (c->mesh.sp > 1) key = "mesh.sp", snprintf(val, sizeof val, "%d", c->mesh.sp);
-        else if (c->mesh.tp > 1) key = "mesh.tp", snprintf(val, sizeof val, "%d", c->mesh.tp);
         else if (c->optim.offload_dir[0])
             key = "optim.offload_dir", snprintf(val, sizeof val, "%.60s", c->optim.offload_dir);
         else if (c->fsdp.engine.param_dtype != SHARC_DT_F32 && !sharc_device_kernels(d)->bf16_compute())
@@ -355,7 +354,7 @@ sharc_status sharc_trainer_init(sharc_trainer **out, const sharc_config *cfg, sh
     if ((st = sharc_mesh_init_dims(&t->mesh, t->world, &t->dims, t->cfg.fsdp.engine.strategy)) != SHARC_OK) goto alone;
     t->mesh_ok = true;
     sharc_model_set_sp_group(t->model, t->mesh.sp_group);
-    sharc_model_set_tp_group(t->model, t->mesh.tp_group);
+    if ((st = sharc_model_set_tp_group(t->model, t->mesh.tp_group)) != SHARC_OK) goto alone;
     st = sharc_fsdp_init(&t->engine, sharc_model_units(t->model), sharc_model_num_units(t->model),
                          sharc_model_schedule(t->model), &t->cfg.fsdp.engine, &t->mesh, sharc_model_device(t->model));
     if ((st = agree(t->world, st)) != SHARC_OK) goto fail;
