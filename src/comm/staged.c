@@ -16,7 +16,7 @@ sharc_status sharc_comm_staged(sharc_comm *c, sharc_coll_kind kind, sharc_device
     char *hs = host, *hr = hs + nsend * es;
     SHARC_TRY(sharc_device_copy(d, hs, send, nsend * es, SHARC_COPY_DEVICE_TO_HOST, s));
     SHARC_TRY(sharc_device_synchronize(s));
-    sharc_status st = kind == SHARC_COLL_ALL_GATHER      ? sharc_comm_all_gather(c, hs, hr, count, dt)
+    sharc_status st = kind == SHARC_COLL_ALL_GATHER       ? sharc_comm_all_gather(c, hs, hr, count, dt)
                       : kind == SHARC_COLL_REDUCE_SCATTER ? sharc_comm_reduce_scatter(c, hs, hr, count, dt, op)
                                                           : sharc_comm_all_reduce(c, hs, hr, count, dt, op);
     SHARC_TRY(st);

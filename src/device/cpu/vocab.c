@@ -27,8 +27,8 @@ void sharc_cpu_vocab_embedding_forward(sharc_stream *s, float *x, const int32_t 
     }
 }
 
-void sharc_cpu_vocab_embedding_backward(sharc_stream *s, float *dwte, const float *dx, const int32_t *tokens,
-                                        int64_t N, int C, int v0, int Vl) {
+void sharc_cpu_vocab_embedding_backward(sharc_stream *s, float *dwte, const float *dx, const int32_t *tokens, int64_t N,
+                                        int C, int v0, int Vl) {
     (void)s;
     /* rows in order, as the one-rank kernel adds them: the same sums bit for bit */
     for (int64_t r = 0; r < N; r++) {
@@ -40,8 +40,8 @@ void sharc_cpu_vocab_embedding_backward(sharc_stream *s, float *dwte, const floa
     }
 }
 
-void sharc_cpu_vocab_xent_stats(sharc_stream *s, float *red, const float *lg, const int32_t *targets, int64_t m,
-                                int v0, int Vl, bool sums) {
+void sharc_cpu_vocab_xent_stats(sharc_stream *s, float *red, const float *lg, const int32_t *targets, int64_t m, int v0,
+                                int Vl, bool sums) {
     (void)s;
 #pragma omp parallel for schedule(static) if (m * Vl > 65536)
     for (int64_t r = 0; r < m; r++) {
