@@ -30,7 +30,8 @@
  * ranks share one GPU, which NCCL refuses), every collective below goes through e->hstage, one
  * host buffer sized at init for the largest unit's send plus receive: the
  * send bytes are copied out and waited for, the collective runs on host
- * memory, the result is copied back in and waited for. Staged collectives
+ * memory, the result is copied back in and waited for (sharc_comm_staged,
+ * src/comm/staged.c, which tensor parallelism uses too). Staged collectives
  * are blocking (a prefetch then gathers at once, in the same order), so
  * the values are those of the CPU's path: the same bytes reach MPI. The
  * buffer is pinned (sharc_device_host_alloc), so the copies out and in are

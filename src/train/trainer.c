@@ -201,9 +201,12 @@ static void reset_comm_stats(sharc_trainer *t) {
  * and the positions are copied in by sharc_model_set_positions, note
  * [packing]), the tiled MLP (fsdp.apply_tiled_mlp), frozen parameters, and
  * every sharding strategy with ranks staged through host memory
- * (tests/cli/cudasim_options.sh, cudasim_train.sh). Refused here with a
- * line naming the key, until they are done on a device: sequence and tensor
- * parallelism (their kernels and exchanges read host memory), the moments
+ * (tests/cli/cudasim_options.sh, cudasim_train.sh), and tensor parallelism
+ * (mesh.tp: the vocab_* kernels, its all-reduces on the model's stream or
+ * staged, note [tp-device] in src/model/tp.h; tests/cli/cudasim_tp.sh).
+ * Refused here with a line naming the key, until they are done on a
+ * device: sequence parallelism (its kernels and exchanges read host
+ * memory), the moments
  * on disk (optim.offload_dir), and fsdp.param_dtype bf16/fp16 on a device
  * whose table has no bf16 matrix products (bf16_compute false; CUDA's has
  * them). */

@@ -8,9 +8,10 @@
 #    vocab_* kernels of note [tp-vocab]) with the ranks sharing the one GPU
 #    through MPI: every tp all-reduce staged through host memory (note
 #    [comm-staging]);
-#  - Llama (untied, 2 key/value heads) over NCCL, each rank its own
-#    simulated GPU (build/libfake_nccl.so, as in cudasim_train.sh): the 12 tp
-#    all-reduces of a step (embedding 1, 2 blocks x 4, head 3) carried by
+#  - Llama (untied, 2 key/value heads, Qwen3's q/k norms: note
+#    [tp-qknorm]'s device copies) over NCCL, each rank its own simulated GPU
+#    (build/libfake_nccl.so, as in cudasim_train.sh): the 14 tp all-reduces
+#    of a step (embedding 1, 2 blocks x (4 + 1 q/k norm), head 3) carried by
 #    NCCL on device memory, counted by the fake.
 set -uo pipefail
 source "$SHARC_ROOT/tests/cli/cudasim_lib.inc"
@@ -19,7 +20,8 @@ for i in $(seq 1 200); do echo "the quick brown fox jumps over the lazy dog $((i
 M="--data.path=text.txt --model.num_layers=2 --model.embed_dim=32 --model.num_heads=2 --model.max_seq_len=16
    --train.seq_len=16 --train.batch_size=2 --train.max_steps=2 --train.threads=1 --optim.warmup_steps=2
    --ckpt.every=0 --mesh.tp=2"
-LLAMA="--model.family=llama --model.num_kv_heads=2 --model.tie_embeddings=false --model.ff_hidden_dim=48"
+LLAMA="--model.family=llama --model.num_kv_heads=2 --model.tie_embeddings=false --model.ff_hidden_dim=48
+       --model.qk_norm=true"
 MPI="timeout 120 mpirun --allow-run-as-root --oversubscribe -n 2"
 near() {
   paste <(echo "$1") <(echo "$2") | awk -v w="$3" '
@@ -52,7 +54,7 @@ same gl cl "llama tp=2 cuda (NCCL) vs cpu"
 for r in 0 1; do
   line=$(grep "^fake_nccl: rank $r:" gl.log | head -1) || die "no fake_nccl line for rank $r"
   ar=$(sed -n 's/.* \([0-9]*\) all-reduces.*/\1/p' <<< "$line")
-  [ "${ar:-0}" -eq 24 ] || die "rank $r: expected the 24 tp all-reduces of 2 steps on NCCL: $line"
+  [ "${ar:-0}" -eq 28 ] || die "rank $r: expected the 28 tp all-reduces of 2 steps on NCCL: $line"
 done
-echo "llama tp=2: cuda over NCCL (24 device all-reduces a rank) = cpu within 1e-4"
+echo "llama tp=2: cuda over NCCL (28 device all-reduces a rank) = cpu within 1e-4"
 exit 0
