@@ -89,8 +89,9 @@ const char *sharc_comm_backend(const sharc_comm *c);
  * of c calls it at the same point. */
 sharc_status sharc_comm_takes_device(sharc_comm *c, bool *out);
 /* Note [comm-staging] (src/fsdp/collectives.c): the collective `kind`
- * (all-gather, reduce-scatter or all-reduce with `op`) of device d's buffers
- * send (count elements; size x count for a reduce-scatter) and recv, for a
+ * (all-gather, reduce-scatter or all-reduce with `op`, all-to-all) of device
+ * d's buffers send (count elements; size x count for a reduce-scatter or an
+ * all-to-all) and recv, for a
  * group that reads host memory only: send is copied into `host` and waited
  * for on s, the collective runs there, the result is copied from `host`
  * into recv and waited for. host: host memory (pinned:

@@ -225,6 +225,11 @@ typedef struct sharc_kernels {
     /* One AdamW update of n elements (sharc_adamw_scalars). */
     void (*adamw)(sharc_stream *s, float *p, const float *g, float *m, float *v, int64_t n,
                   const sharc_adamw_scalars *k);
+    /* A strided block copy: dst[r ldd + c] = src[r lds + c] (add: +=) for
+     * r < rows, c < cols; dst and src do not overlap (Ulysses' layout
+     * changes, note [ulysses] in src/model/ulysses.h). */
+    void (*copy_block)(sharc_stream *s, float *dst, int64_t ldd, const float *src, int64_t lds, int64_t rows,
+                       int64_t cols, bool add);
     /* dst[i] = value. */
     void (*fill)(sharc_stream *s, float *dst, float value, int64_t n);
     /* dst[i] = std * N(0,1) drawn at (seed, stream, first + i) (sharc/rng.h): the

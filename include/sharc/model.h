@@ -117,7 +117,9 @@ sharc_device *sharc_model_device(const sharc_model *m);
  * the caller sums them over the group. sp = 1 (the default): whole
  * sequences. sharc_model_logits_last needs sp = 1. */
 sharc_status sharc_model_set_sequence_parallel(sharc_model *m, int sp, int rank);
-void sharc_model_set_sp_group(sharc_model *m, sharc_comm *group);
+/* Collective over group (note [tp-device] in src/model/tp.h: whether it
+ * takes the device's memory). */
+sharc_status sharc_model_set_sp_group(sharc_model *m, sharc_comm *group);
 
 /* Tensor parallelism (note [tp] in src/model/tp.h), set after
  * sharc_model_init and before sharc_model_freeze and sharc_model_plan: the

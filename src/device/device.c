@@ -412,6 +412,7 @@ static void accumulate_by_sum_ranks(sharc_stream *s, float *dst, const float *sr
     X(sumsq, 1) \
     X(loss_add, 1) \
     X(adamw, 1) \
+    X(copy_block, 1) \
     X(fill, 1) \
     X(init_normal, 1) \
     X(bf16_compute, 0) \

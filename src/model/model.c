@@ -170,6 +170,7 @@ struct sharc_model {
     int tp, tp_rank;
     sharc_comm *tp_group;      /* borrowed */
     sharc_tp_link tpl;         /* note [tp-device] in tp.h: how tp_group reaches the device's buffers */
+    sharc_tp_link spl;         /* the same for sp_group (ulysses.c's exchanges) */
     sharc_model_timing timing; /* accumulated forward / backward seconds */
     sharc_moe *moe;            /* note [moe] in moe.c; NULL without MoE layers */
     sharc_fsdp *eng;           /* note [moe-units]: the engine of the pass running (expert units' gathers) */
@@ -414,6 +415,7 @@ void sharc_model_free(sharc_model *m) {
     if (!m) return;
     free_plan(m);
     sharc_tp_link_free(&m->tpl);
+    sharc_tp_link_free(&m->spl);
     sharc_moe_free(m->moe);
     free(m->units);
     free(m->roles);
@@ -483,9 +485,11 @@ sharc_status sharc_model_set_tp_group(sharc_model *m, sharc_comm *group) {
     return sharc_tp_link_init(&m->tpl, m->tp_group, m->dev);
 }
 
-void sharc_model_set_sp_group(sharc_model *m, sharc_comm *group) {
+sharc_status sharc_model_set_sp_group(sharc_model *m, sharc_comm *group) {
     SHARC_CHECK(m->sp == 1 || (group && sharc_comm_size(group) == m->sp && sharc_comm_rank(group) == m->sp_rank));
     m->sp_group = m->uly.group = group;
+    m->uly.link = &m->spl;
+    return sharc_tp_link_init(&m->spl, m->sp > 1 ? group : NULL, m->dev);
 }
 
 const sharc_model_config *sharc_model_get_config(const sharc_model *m) { return &m->cfg; }
@@ -737,6 +741,7 @@ sharc_status sharc_model_plan(sharc_model *m, int B, int T, bool activation_chec
     if (m->sp > 1) {
         SHARC_TRY(sharc_ulysses_init(&m->uly, m->dev, m->sp, m->sp_rank, B, T, m->NH, m->NKV, m->hd));
         m->uly.group = m->sp_group;
+        m->uly.link = &m->spl;
     }
     m->ac = activation_checkpointing;
     m->plan_threads = sharc_threads_get();

@@ -24,6 +24,27 @@ void sharc_tp_link_free(sharc_tp_link *l) {
     memset(l, 0, sizeof *l);
 }
 
+/* note [comm-staging]: through a pinned host buffer (send and receive), grown on demand */
+static sharc_status stage_through(sharc_tp_link *l, sharc_stream *s, sharc_coll_kind kind, const float *send,
+                                  float *recv, int64_t n, sharc_reduce_op op) {
+    const int64_t S = sharc_comm_size(l->group);
+    const int64_t need = kind == SHARC_COLL_ALL_TO_ALL ? 2 * S * n : 2 * n;
+    if (l->stage_n < need) {
+        sharc_device_host_free(l->dev, l->stage);
+        l->stage = sharc_device_host_alloc(l->dev, (size_t)need * sizeof(float), SHARC_MEM_COMM);
+        l->stage_n = l->stage ? need : 0;
+        if (!l->stage)
+            return sharc_error(SHARC_ERR_NOMEM, "tp: cannot allocate %lld bytes of host staging memory",
+                               (long long)need * (long long)sizeof(float));
+    }
+    return sharc_comm_staged(l->group, kind, l->dev, s, l->stage, send, recv, (size_t)n, SHARC_DT_F32, op);
+}
+
+sharc_status sharc_tp_link_staged(sharc_tp_link *l, sharc_stream *s, sharc_coll_kind kind, const float *send,
+                                  float *recv, int64_t n) {
+    return stage_through(l, s, kind, send, recv, n, SHARC_REDUCE_OP_SUM);
+}
+
 void sharc_tp_all_reduce_op(sharc_tp_link *l, sharc_stream *s, float *buf, int64_t n, sharc_reduce_op op) {
     if (!l || !l->group) return;
     sharc_status st;
@@ -33,19 +54,8 @@ void sharc_tp_all_reduce_op(sharc_tp_link *l, sharc_stream *s, float *buf, int64
         sharc_comm_request *req = NULL;
         st = sharc_comm_iall_reduce(l->group, buf, buf, (size_t)n, SHARC_DT_F32, op, s, &req);
         if (st == SHARC_OK) st = sharc_comm_wait_on(req, s);
-    } else { /* note [comm-staging]: through a pinned host buffer (send and receive), grown on demand */
-        st = SHARC_OK;
-        if (l->stage_n < 2 * n) {
-            sharc_device_host_free(l->dev, l->stage);
-            l->stage = sharc_device_host_alloc(l->dev, (size_t)(2 * n) * sizeof(float), SHARC_MEM_COMM);
-            l->stage_n = l->stage ? 2 * n : 0;
-            if (!l->stage)
-                st = sharc_error(SHARC_ERR_NOMEM, "tp: cannot allocate %lld bytes of host staging memory",
-                                 (long long)(2 * n) * (long long)sizeof(float));
-        }
-        if (st == SHARC_OK)
-            st = sharc_comm_staged(l->group, SHARC_COLL_ALL_REDUCE, l->dev, s, l->stage, buf, buf, (size_t)n,
-                                   SHARC_DT_F32, op);
+    } else { /* note [comm-staging] */
+        st = stage_through(l, s, SHARC_COLL_ALL_REDUCE, buf, buf, n, op);
     }
     if (st != SHARC_OK)
         sharc_fatal(__FILE__, __LINE__, "tp: all-reduce of %lld floats over the tensor-parallel group: %s",

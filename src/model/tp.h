@@ -81,6 +81,11 @@ typedef struct {
 /* l (zeroed or initialised before) for group (NULL: none) on dev. Collective over group. */
 sharc_status sharc_tp_link_init(sharc_tp_link *l, sharc_comm *group, sharc_device *dev);
 void sharc_tp_link_free(sharc_tp_link *l);
+/* `kind` (all-reduce sums, all-to-all: n floats per rank) of l's group on
+ * device buffers through l's host buffer (sharc_comm_staged); blocking. Used
+ * by sequence parallelism's exchanges (ulysses.c) as well. */
+sharc_status sharc_tp_link_staged(sharc_tp_link *l, sharc_stream *s, sharc_coll_kind kind, const float *send,
+                                  float *recv, int64_t n);
 
 /* The fused head of note [tp-vocab] with the kernels of k (their bf16 or
  * fp32 matmuls): w (Vl, C) this rank's rows, x (N, C), targets (N, < 0

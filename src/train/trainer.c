@@ -223,8 +223,7 @@ static sharc_status train_device(const sharc_config *c, sharc_device **out) {
     if (!sharc_device_is_host(d)) {
         const char *key = NULL;
         char val[64] = "";
-        if (c->mesh.sp > 1) key = "mesh.sp", snprintf(val, sizeof val, "%d", c->mesh.sp);
-        else if (c->optim.offload_dir[0])
+        if (c->optim.offload_dir[0])
             key = "optim.offload_dir", snprintf(val, sizeof val, "%.60s", c->optim.offload_dir);
         else if (c->fsdp.engine.param_dtype != SHARC_DT_F32 && !sharc_device_kernels(d)->bf16_compute())
             key = "fsdp.param_dtype", snprintf(val, sizeof val, "%s", sharc_dtype_st_name(c->fsdp.engine.param_dtype));
@@ -356,7 +355,7 @@ sharc_status sharc_trainer_init(sharc_trainer **out, const sharc_config *cfg, sh
         goto alone;
     if ((st = sharc_mesh_init_dims(&t->mesh, t->world, &t->dims, t->cfg.fsdp.engine.strategy)) != SHARC_OK) goto alone;
     t->mesh_ok = true;
-    sharc_model_set_sp_group(t->model, t->mesh.sp_group);
+    if ((st = sharc_model_set_sp_group(t->model, t->mesh.sp_group)) != SHARC_OK) goto alone;
     if ((st = sharc_model_set_tp_group(t->model, t->mesh.tp_group)) != SHARC_OK) goto alone;
     st = sharc_fsdp_init(&t->engine, sharc_model_units(t->model), sharc_model_num_units(t->model),
                          sharc_model_schedule(t->model), &t->cfg.fsdp.engine, &t->mesh, sharc_model_device(t->model));

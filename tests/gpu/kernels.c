@@ -520,6 +520,21 @@ static void test_xent(void) {
     free(t2), free(x), free(w), free(ws);
 }
 
+/* Ulysses' strided block copies (note [ulysses]): a column block out of
+ * wider rows, written and added */
+static void test_copy_block(void) {
+    const int64_t rows = 37, lds = 53, ldd = 29, cols = 23;
+    float *src = h_rand(rows * lds, 1), *gsrc = d_up(src, rows * lds * 4);
+    for (int add = 0; add < 2; add++) {
+        float *dst = h_rand(rows * ldd, 1), *gdst = d_up(dst, rows * ldd * 4);
+        kc->copy_block(sc, dst + 3, ldd, src + 5, lds, rows, cols, add);
+        kg->copy_block(sg, gdst + 3, ldd, gsrc + 5, lds, rows, cols, add);
+        check(add ? "copy_block (+=)" : "copy_block", gdst, dst, rows * ldd, 0); /* untouched columns too */
+    }
+    sharc_device_free(gpu, gsrc);
+    free(src);
+}
+
 /* note [tp-vocab]: rank 1 of 3 (rows [v0, v0 + Vl) of V = 3 Vl) of the
  * vocabulary-parallel embedding and head statistics, against the CPU's */
 static void test_vocab(void) {
@@ -1162,6 +1177,7 @@ int main(int argc, char **argv) {
     RUN("attention", test_attention(2, 29, 8, 1, 128));
     RUN("xent", test_xent());
     RUN("vocab", test_vocab());
+    RUN("copy_block", test_copy_block());
     RUN("qknorm", test_qknorm());
     RUN("kvcache", test_kvcache(5, 11, 6, 2, 24, false));
     RUN("kvcache", test_kvcache(5, 11, 6, 2, 24, true));

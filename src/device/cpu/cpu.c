@@ -74,6 +74,7 @@ static const sharc_kernels cpu_kernels = {
     .sumsq = sharc_cpu_sumsq,
     .loss_add = sharc_cpu_loss_add,
     .adamw = sharc_cpu_adamw,
+    .copy_block = sharc_cpu_copy_block,
     .fill = sharc_cpu_fill,
     .init_normal = sharc_cpu_init_normal,
     .bf16_compute = sharc_cpu_bf16_compute,

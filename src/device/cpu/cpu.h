@@ -100,6 +100,8 @@ void sharc_cpu_moe_scatter_add(sharc_stream *s, float *y, const float *x, const 
 void sharc_cpu_moe_row_dot(sharc_stream *s, float *out, const float *a, const int32_t *rows, const float *b, int64_t n,
                            int C);
 
+void sharc_cpu_copy_block(sharc_stream *s, float *dst, int64_t ldd, const float *src, int64_t lds, int64_t rows,
+                          int64_t cols, bool add);
 /* vocab.c */
 void sharc_cpu_vocab_embedding_forward(sharc_stream *s, float *x, const int32_t *tokens, const int32_t *pos,
                                        const float *wte, const float *wpe, int64_t N, int T, int C, int v0, int Vl);

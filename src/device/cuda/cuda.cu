@@ -512,6 +512,7 @@ static sharc_kernels make_kernels(void) {
     k.sumsq = sharc_cuda_sumsq;
     k.loss_add = sharc_cuda_loss_add;
     k.adamw = sharc_cuda_adamw;
+    k.copy_block = sharc_cuda_copy_block;
     k.fill = sharc_cuda_fill;
     k.init_normal = sharc_cuda_init_normal;
     k.moe_route_forward = sharc_cuda_moe_route_forward;
