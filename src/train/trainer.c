@@ -203,10 +203,10 @@ static void reset_comm_stats(sharc_trainer *t) {
  * every sharding strategy with ranks staged through host memory
  * (tests/cli/cudasim_options.sh, cudasim_train.sh), and tensor parallelism
  * (mesh.tp: the vocab_* kernels, its all-reduces on the model's stream or
- * staged, note [tp-device] in src/model/tp.h; tests/cli/cudasim_tp.sh).
- * Refused here with a line naming the key, until they are done on a
- * device: sequence parallelism (its kernels and exchanges read host
- * memory), the moments
+ * staged, note [tp-device] in src/model/tp.h) and sequence parallelism
+ * (mesh.sp: Ulysses' copy_block layout changes, its all-to-all on device
+ * memory or staged; tests/cli/cudasim_tp.sh). Refused here with a line
+ * naming the key, until they are done on a device: the moments
  * on disk (optim.offload_dir), and fsdp.param_dtype bf16/fp16 on a device
  * whose table has no bf16 matrix products (bf16_compute false; CUDA's has
  * them). */
