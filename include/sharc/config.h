@@ -75,7 +75,7 @@ typedef struct {
     bool activation_checkpointing;
     bool apply_tiled_mlp; /* note [tiled-mlp] in src/model/model.c */
     int tiled_num_shards; /* its chunks per block (may differ between ranks) */
-    bool cpu_offload;     /* accepted, not implemented: a warning at start (sharc_config_warnings) */
+    bool cpu_offload;     /* train.device cuda: engine.cpu_offload (set by validate); cpu: a warning at start */
     bool use_orig_params; /* accepted from FSDP1 configs; no meaning here */
     int wrap_policy;      /* 0 transformer_block (the only one implemented), 1 size, 2 none */
 } sharc_fsdp_options;
