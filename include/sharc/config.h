@@ -143,8 +143,8 @@ char *sharc_config_to_yaml(const sharc_config *c);
 /* Print every key with its type and help line (and the aliases and presets). */
 void sharc_config_print_keys(FILE *f);
 
-/* Every accepted option that is not implemented or has no effect (cpu_offload,
- * offload_policy, a wrap policy other than one unit per block, launcher keys,
+/* Every accepted option that is not implemented or has no effect (cpu_offload
+ * on the CPU device, a wrap policy other than one unit per block, launcher keys,
  * ...), one line each naming the key, through `emit`; returns the count. The
  * trainer prints them once on rank 0 at start. */
 int sharc_config_warnings(const sharc_config *c, void (*emit)(const char *line, void *ctx), void *ctx);
