@@ -147,11 +147,25 @@ if command -v mpirun > /dev/null && [ -f "$FAKE" ]; then
   [ -n "${a1:-}" ] && [ -n "${b1:-}" ] || die "no cudasim host sync counts: $(syncs n2s1.log) / $(syncs n2.log)"
   per=$(((b0 - a0) / 2)) per1=$(((b1 - a1) / 2))
   [ "$per" -le 4 ] && [ "$per1" -le 4 ] || die "host synchronizations per step: $per and $per1, expected at most 4"
+  # note [gemm-plans]: a product's cuBLASLt plan is built once per shape, so
+  # the heuristic is asked only in the first step (3 steps ask as often as
+  # 1), while the products run every step
+  lt() { sed -n "s/^cudasim cuBLASLt: \([0-9]*\) matmuls, \([0-9]*\) heuristic queries, \([0-9]*\) bias epilogues$/\\$1/p" "$2" | sort -n | tr '\n' ' '; }
+  read -r q1 _ <<< "$(lt 2 n2s1.log)"
+  read -r q3 _ <<< "$(lt 2 n2.log)"
+  read -r m1 _ <<< "$(lt 1 n2s1.log)"
+  read -r m3 _ <<< "$(lt 1 n2.log)"
+  read -r be _ <<< "$(lt 3 n2s1.log)"
+  [ -n "${q1:-}" ] && [ -n "${q3:-}" ] || die "no cudasim cuBLASLt counts in n2s1.log / n2.log"
+  [ "$q3" -eq "$q1" ] && [ "$m3" -gt "$m1" ] ||
+    die "cuBLASLt heuristic queries: $q1 in 1 step, $q3 in 3 (matmuls $m1, $m3): plans are not reused"
+  # note [gemm-bias]: GPT-2's aligned biases are added in the products' epilogue
+  [ "${be:-0}" -gt 0 ] || die "no cuBLASLt bias epilogue in a GPT-2 step (${be:-none})"
   ep=$("$CPU" eval --checkpoint n2/model.safetensors --data.path val.txt --threads 1 2>&1) || die "nccl eval: $ep"
   e1=$("$CPU" eval --checkpoint n1/model.safetensors --data.path val.txt --threads 1 2>&1) || die "nccl eval: $e1"
   near "$(jq -r .val_loss <<< "$ep")" "$(jq -r .val_loss <<< "$e1")" "eval of the 2-rank nccl model" 1e-5 || exit 1
   echo "nccl: 2 ranks = 1 rank within 1e-5 (losses, grad norms, final weights), $per/$per1 host syncs a step;" \
-    "$(tr '\n' ' ' <<< "$stats")"
+    "$q3 cuBLASLt heuristic queries in 3 steps as in 1 ($m1 -> $m3 products, $be with the bias epilogue in 1 step); $(tr '\n' ' ' <<< "$stats")"
 else
   echo "SKIP (nccl): no mpirun or no $FAKE"
 fi

@@ -3,11 +3,13 @@
  * SHARC_CUBLASLT_LIB, as the real libcublasLt.so.13 is on a GPU machine.
  * It does what cuBLASLt's documentation says of the calls sharc makes, and
  * refuses what sharc does not use (an attribute it does not know, another
- * compute type, an epilogue) so that new use is simulated on purpose:
+ * compute type, an epilogue other than BIAS) so that new use is simulated
+ * on purpose:
  * D = alpha op(A) op(B) + beta C, column-major, op(A) m x k and op(B) k x n
  * from each layout's stored rows, columns and leading dimension; fp32 or
  * bf16 A and B, fp32 C and D, fp32 accumulation in k order; C is not read
- * when beta is 0. Checks the real library makes or leaves to a crash: the
+ * when beta is 0; the BIAS epilogue adds bias[i] to row i of D (after
+ * alpha op(A) op(B) + beta C, before the store). Checks the real library makes or leaves to a crash: the
  * layouts' shapes agree, every matrix lies inside one device allocation, the
  * pointers are as aligned as the preference promised the heuristic, the
  * workspace is at least what the chosen algorithm needs. */
@@ -28,6 +30,8 @@ struct desc {
     cublasComputeType_t compute;
     cudaDataType_t scale;
     int32_t ta, tb;
+    uint32_t epilogue; /* CUBLASLT_EPILOGUE_DEFAULT or _BIAS */
+    const float *bias; /* with _BIAS: m fp32 values (D's type), one per row of D */
 };
 struct layout {
     cudaDataType_t type;
@@ -53,6 +57,17 @@ cublasStatus_t bad(cublasStatus_t st, const char *fmt, ...) {
     fprintf(stderr, "\n");
     va_end(ap);
     return st;
+}
+
+/* calls counted for CUDASIM_SYNC_STATS=1 (printed at exit): a product's
+ * plan is built once per shape (note [gemm-plans] in src/device/cuda/cuda.cu) */
+long n_heuristic, n_matmul, n_bias;
+
+__attribute__((destructor)) void print_stats(void) {
+    const char *e = getenv("CUDASIM_SYNC_STATS");
+    if (e && e[0] == '1')
+        fprintf(stderr, "cudasim cuBLASLt: %ld matmuls, %ld heuristic queries, %ld bias epilogues\n", n_matmul,
+                n_heuristic, n_bias);
 }
 
 size_t dt_size(cudaDataType_t t) { return t == CUDA_R_32F ? 4 : t == CUDA_R_16BF ? 2 : 0; }
@@ -128,6 +143,7 @@ void run_job(void *arg) {
             }
             float v = j->alpha * acc;
             if (j->beta != 0.0f) v += j->beta * cin[i + col * (size_t)j->c.ld];
+            if (j->d.epilogue == CUBLASLT_EPILOGUE_BIAS) v += j->d.bias[i];
             out[i + col * (size_t)j->dl.ld] = v;
         }
     delete j;
@@ -166,6 +182,18 @@ cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t dp, cublasLtM
         memcpy(&op, buf, 4);
         if (op != CUBLAS_OP_N && op != CUBLAS_OP_T) return bad(CUBLAS_STATUS_INVALID_VALUE, "transpose op %d", (int)op);
         (attr == CUBLASLT_MATMUL_DESC_TRANSA ? d->ta : d->tb) = op;
+        return CUBLAS_STATUS_SUCCESS;
+    }
+    if (attr == CUBLASLT_MATMUL_DESC_EPILOGUE && size == sizeof(uint32_t)) {
+        uint32_t e;
+        memcpy(&e, buf, 4);
+        if (e != CUBLASLT_EPILOGUE_DEFAULT && e != CUBLASLT_EPILOGUE_BIAS)
+            return bad(CUBLAS_STATUS_NOT_SUPPORTED, "epilogue %u is not simulated (DEFAULT and BIAS are)", e);
+        d->epilogue = e;
+        return CUBLAS_STATUS_SUCCESS;
+    }
+    if (attr == CUBLASLT_MATMUL_DESC_BIAS_POINTER && size == sizeof(void *)) {
+        memcpy(&d->bias, buf, sizeof(void *));
         return CUBLAS_STATUS_SUCCESS;
     }
     return bad(CUBLAS_STATUS_NOT_SUPPORTED, "matmul descriptor attribute %d (size %lld) is not simulated", (int)attr,
@@ -224,6 +252,7 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t h, cublasLtMatmul
                                               cublasLtMatrixLayout_t dd, cublasLtMatmulPreference_t pp, int want,
                                               cublasLtMatmulHeuristicResult_t *res, int *found) {
     *found = 0;
+    n_heuristic++;
     if (want < 1) return CUBLAS_STATUS_INVALID_VALUE;
     cublasStatus_t st = check((desc *)d, (layout *)a, (layout *)b, (layout *)c, (layout *)dd);
     if (st != CUBLAS_STATUS_SUCCESS) return st;
@@ -267,6 +296,16 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t dp, const
             return bad(CUBLAS_STATUS_INVALID_VALUE, "matrix %c (%lld bytes) is not inside one device allocation",
                        "ABCD"[i], (long long)extent(ls[i]));
     }
+    if (d->epilogue == CUBLASLT_EPILOGUE_BIAS) {
+        uint64_t m, k;
+        op_shape(a, d->ta, &m, &k);
+        if (!d->bias) return bad(CUBLAS_STATUS_INVALID_VALUE, "the BIAS epilogue without a bias pointer");
+        if (!cudasim_device_range(d->bias, m * sizeof(float)))
+            return bad(CUBLAS_STATUS_INVALID_VALUE, "the bias (%llu floats) is not inside one device allocation",
+                       (unsigned long long)m);
+    }
+    n_matmul++;
+    n_bias += d->epilogue == CUBLASLT_EPILOGUE_BIAS;
     job *jb = new job{*d, *a, *b, *c, *dl, A, B, C, D, alpha, beta};
     cudasim_enqueue(stream, "cublasLtMatmul", run_job, jb);
     return CUBLAS_STATUS_SUCCESS;

@@ -246,13 +246,16 @@ static void test_elem(void) {
 static void test_matmul(void) {
     int64_t N = 37;
     int IC = 67, OC = 45;
-    float *x = h_rand(N * IC, 1), *w = h_rand((int64_t)OC * IC, 0.2f), *b = h_rand(OC, 1);
-    float *dx_ = d_up(x, N * IC * 4), *dw_ = d_up(w, OC * IC * 4), *db_ = d_up(b, OC * 4);
-    for (int bias = 0; bias < 2; bias++) {
+    float *x = h_rand(N * IC, 1), *w = h_rand((int64_t)OC * IC, 0.2f), *b = h_rand(OC + 1, 1);
+    float *dx_ = d_up(x, N * IC * 4), *dw_ = d_up(w, OC * IC * 4), *db_ = d_up(b, (OC + 1) * 4);
+    /* bias 1: an aligned bias, added in cuBLASLt's epilogue; 2: a bias 4
+     * bytes past an aligned address, added by a kernel (note [gemm-bias]) */
+    const char *name[] = {"matmul_forward", "matmul_forward bias", "matmul_forward bias (unaligned)"};
+    for (int bias = 0; bias < 3; bias++) {
         float *y = malloc(N * OC * 4), *dy = d_poison(N * OC);
-        kc->matmul_forward(sc, y, x, w, bias ? b : NULL, N, IC, OC);
-        kg->matmul_forward(sg, dy, dx_, dw_, bias ? db_ : NULL, N, IC, OC);
-        check(bias ? "matmul_forward bias" : "matmul_forward", dy, y, N * OC, F32);
+        kc->matmul_forward(sc, y, x, w, bias ? b + bias - 1 : NULL, N, IC, OC);
+        kg->matmul_forward(sg, dy, dx_, dw_, bias ? db_ + bias - 1 : NULL, N, IC, OC);
+        check(name[bias], dy, y, N * OC, F32);
     }
     float *g = h_rand(N * OC, 1), *dg = d_up(g, N * OC * 4);
     float *gx = malloc(N * IC * 4), *gw = h_rand((int64_t)OC * IC, 1), *gb = h_rand(OC, 1);

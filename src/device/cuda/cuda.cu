@@ -112,9 +112,116 @@ static uint32_t ptr_align(const void *p) {
     return al;
 }
 
-extern "C" void sharc_cuda_gemm(sharc_stream *s, bool ta, bool tb, int m, int n, int k, float alpha, const void *A,
-                                int lda, const void *B, int ldb, float beta, float *C, int ldc, sharc_dtype ab) {
-    if (m <= 0 || n <= 0) return;
+/* Note [gemm-plans]. A product's cuBLASLt descriptors and the algorithm the
+ * heuristic chose depend only on its shape, dtype and the alignment of its
+ * pointers, and a training step repeats the same few dozen shapes every
+ * step: building them and asking the heuristic on every call (tens of
+ * microseconds of host time per product) is done once per shape instead.
+ * The plan of a key is kept in a small table (round-robin replacement when
+ * full: a replaced plan's objects are destroyed; the lock is held through
+ * the cublasLtMatmul call that uses one, so no other thread replaces it
+ * meanwhile). A product runs with its key's plan only: the pointers of a
+ * later call are at least as aligned as the key says, since the alignment is
+ * part of the key. */
+typedef struct {
+    int ta, tb, m, n, k, lda, ldb, ldc;
+    sharc_dtype ab;
+    uint32_t al[3]; /* A, B, C (= D): the largest power of two up to 256 dividing each address */
+    int bias;       /* asks for the BIAS epilogue (note [gemm-bias]) */
+} gemm_key;
+
+typedef struct {
+    bool used;
+    bool fused; /* the BIAS epilogue is in desc: the bias pointer is set per call */
+    gemm_key key;
+    cublasLtMatmulDesc_t desc;
+    cublasLtMatrixLayout_t la, lb, lc;
+    cublasLtMatmulAlgo_t algo;
+} gemm_plan;
+
+#define GEMM_PLANS 128
+static gemm_plan plans[GEMM_PLANS];
+static int plans_next;
+static pthread_mutex_t plan_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static bool gemm_plan_try(gemm_plan *p, const gemm_key *q, bool fused) {
+    cudaDataType_t dt = q->ab == SHARC_DT_BF16 ? CUDA_R_16BF : CUDA_R_32F;
+    const int m = q->m, n = q->n, k = q->k;
+    /* CUBLAS_COMPUTE_32F: no TF32 (the parity mode); bf16 inputs accumulate in fp32 */
+    LT_CHECK(lt.desc_create(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    cublasOperation_t opa = q->ta ? CUBLAS_OP_T : CUBLAS_OP_N, opb = q->tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+    LT_CHECK(lt.desc_set(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa));
+    LT_CHECK(lt.desc_set(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb));
+    if (fused) {
+        cublasLtEpilogue_t ep = CUBLASLT_EPILOGUE_BIAS;
+        LT_CHECK(lt.desc_set(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep, sizeof ep));
+    }
+    /* stored shapes: op(A) is m x k, op(B) is k x n */
+    LT_CHECK(lt.layout_create(&p->la, dt, q->ta ? k : m, q->ta ? m : k, q->lda));
+    LT_CHECK(lt.layout_create(&p->lb, dt, q->tb ? n : k, q->tb ? k : n, q->ldb));
+    LT_CHECK(lt.layout_create(&p->lc, CUDA_R_32F, m, n, q->ldc));
+    cublasLtMatmulPreference_t pref;
+    LT_CHECK(lt.pref_create(&pref));
+    size_t wsb = GEMM_WS_BYTES;
+    LT_CHECK(lt.pref_set(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsb, sizeof wsb));
+    /* the heuristic assumes 256-byte aligned matrices unless told: rows of a
+     * chunk (lmhead) or a view into a unit's flat buffer may be less aligned */
+    LT_CHECK(lt.pref_set(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &q->al[0], sizeof q->al[0]));
+    LT_CHECK(lt.pref_set(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &q->al[1], sizeof q->al[1]));
+    LT_CHECK(lt.pref_set(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &q->al[2], sizeof q->al[2]));
+    LT_CHECK(lt.pref_set(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &q->al[2], sizeof q->al[2]));
+    cublasLtMatmulHeuristicResult_t heur;
+    int found = 0;
+    cublasStatus_t hs = lt.heuristic(lt.handle, p->desc, p->la, p->lb, p->lc, p->lc, pref, 1, &heur, &found);
+    lt.pref_destroy(pref);
+    if (hs != CUBLAS_STATUS_SUCCESS || found < 1) {
+        lt.layout_destroy(p->la);
+        lt.layout_destroy(p->lb);
+        lt.layout_destroy(p->lc);
+        lt.desc_destroy(p->desc);
+        if (fused) return false; /* the caller adds the bias itself */
+        sharc_fatal(__FILE__, __LINE__, "cuda gemm: cuBLASLt has no algorithm for m=%d n=%d k=%d %s (status %d)", m, n,
+                    k, sharc_dtype_st_name(q->ab), (int)hs);
+    }
+    p->algo = heur.algo;
+    p->key = *q;
+    p->fused = fused;
+    p->used = true;
+    return true;
+}
+
+static void gemm_plan_build(gemm_plan *p, const gemm_key *q) {
+    if (!(q->bias && gemm_plan_try(p, q, true))) gemm_plan_try(p, q, false);
+}
+
+/* The plan of key q (plan_lock held). */
+static const gemm_plan *gemm_plan_for(const gemm_key *q) {
+    for (int i = 0; i < GEMM_PLANS; i++)
+        if (plans[i].used && memcmp(&plans[i].key, q, sizeof *q) == 0) return &plans[i];
+    gemm_plan *p = &plans[plans_next];
+    plans_next = (plans_next + 1) % GEMM_PLANS;
+    if (p->used) {
+        lt.layout_destroy(p->la);
+        lt.layout_destroy(p->lb);
+        lt.layout_destroy(p->lc);
+        lt.desc_destroy(p->desc);
+        p->used = false;
+    }
+    gemm_plan_build(p, q);
+    return p;
+}
+
+/* Note [gemm-bias]. y = op(A) op(B) (+ bias[i] on row i of the column-major
+ * result, GPT-2's linear biases) in one cuBLASLt call with the BIAS
+ * epilogue, saving a pass over the output. Used when the bias pointer is
+ * 16-byte aligned and the heuristic has an algorithm with the epilogue;
+ * otherwise the plain product, and false is returned: the caller adds the
+ * bias itself (k_bias in layers.cu). The values are those of a separate
+ * add: the fp32 result plus the bias, rounded once. */
+extern "C" bool sharc_cuda_gemm_bias(sharc_stream *s, bool ta, bool tb, int m, int n, int k, float alpha, const void *A,
+                                     int lda, const void *B, int ldb, float beta, float *C, int ldc, sharc_dtype ab,
+                                     const float *bias) {
+    if (m <= 0 || n <= 0) return true;
     if (k <= 0) { /* C = beta C: cuBLASLt rejects k = 0 */
         if (beta == 0.0f) {
             SHARC_CUDA_CHECK(cudaMemset2DAsync(C, (size_t)ldc * sizeof(float), 0, (size_t)m * sizeof(float), (size_t)n,
@@ -122,47 +229,29 @@ extern "C" void sharc_cuda_gemm(sharc_stream *s, bool ta, bool tb, int m, int n,
         } else if (beta != 1.0f) {
             sharc_fatal(__FILE__, __LINE__, "cuda gemm: k = 0 with beta %g", (double)beta);
         }
-        return;
+        return bias == NULL;
     }
-    cudaDataType_t dt = ab == SHARC_DT_BF16 ? CUDA_R_16BF : CUDA_R_32F;
     if (ab != SHARC_DT_F32 && ab != SHARC_DT_BF16)
         sharc_fatal(__FILE__, __LINE__, "cuda gemm: inputs of dtype %s", sharc_dtype_st_name(ab));
     void *ws = gemm_ws(s);
-    cublasLtMatmulDesc_t desc;
-    /* CUBLAS_COMPUTE_32F: no TF32 (the parity mode); bf16 inputs accumulate in fp32 */
-    LT_CHECK(lt.desc_create(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-    cublasOperation_t opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
-    LT_CHECK(lt.desc_set(desc, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa));
-    LT_CHECK(lt.desc_set(desc, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb));
-    cublasLtMatrixLayout_t la, lb, lc;
-    /* stored shapes: op(A) is m x k, op(B) is k x n */
-    LT_CHECK(lt.layout_create(&la, dt, ta ? k : m, ta ? m : k, lda));
-    LT_CHECK(lt.layout_create(&lb, dt, tb ? n : k, tb ? k : n, ldb));
-    LT_CHECK(lt.layout_create(&lc, CUDA_R_32F, m, n, ldc));
-    cublasLtMatmulPreference_t pref;
-    LT_CHECK(lt.pref_create(&pref));
-    size_t wsb = GEMM_WS_BYTES;
-    LT_CHECK(lt.pref_set(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsb, sizeof wsb));
-    /* the heuristic assumes 256-byte aligned matrices unless told: rows of a
-     * chunk (lmhead) or a view into a unit's flat buffer may be less aligned */
-    uint32_t al_a = ptr_align(A), al_b = ptr_align(B), al_c = ptr_align(C);
-    LT_CHECK(lt.pref_set(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a, sizeof al_a));
-    LT_CHECK(lt.pref_set(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof al_b));
-    LT_CHECK(lt.pref_set(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_c, sizeof al_c));
-    LT_CHECK(lt.pref_set(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_c, sizeof al_c));
-    cublasLtMatmulHeuristicResult_t heur;
-    int found = 0;
-    LT_CHECK(lt.heuristic(lt.handle, desc, la, lb, lc, lc, pref, 1, &heur, &found));
-    if (found < 1)
-        sharc_fatal(__FILE__, __LINE__, "cuda gemm: cuBLASLt has no algorithm for m=%d n=%d k=%d %s", m, n, k,
-                    sharc_dtype_st_name(ab));
-    LT_CHECK(lt.matmul(lt.handle, desc, &alpha, A, la, B, lb, &beta, C, lc, C, lc, &heur.algo, ws, GEMM_WS_BYTES,
-                       sharc_cuda_cs(s)));
-    lt.pref_destroy(pref);
-    lt.layout_destroy(la);
-    lt.layout_destroy(lb);
-    lt.layout_destroy(lc);
-    lt.desc_destroy(desc);
+    gemm_key key;
+    memset(&key, 0, sizeof key); /* the padding too: keys are compared as bytes */
+    key.ta = ta, key.tb = tb, key.m = m, key.n = n, key.k = k, key.lda = lda, key.ldb = ldb, key.ldc = ldc;
+    key.ab = ab, key.al[0] = ptr_align(A), key.al[1] = ptr_align(B), key.al[2] = ptr_align(C);
+    key.bias = bias && ptr_align(bias) >= 16;
+    pthread_mutex_lock(&plan_lock);
+    const gemm_plan *p = gemm_plan_for(&key);
+    if (p->fused) LT_CHECK(lt.desc_set(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
+    LT_CHECK(lt.matmul(lt.handle, p->desc, &alpha, A, p->la, B, p->lb, &beta, C, p->lc, C, p->lc, &p->algo, ws,
+                       GEMM_WS_BYTES, sharc_cuda_cs(s)));
+    bool added = p->fused || !bias;
+    pthread_mutex_unlock(&plan_lock);
+    return added;
+}
+
+extern "C" void sharc_cuda_gemm(sharc_stream *s, bool ta, bool tb, int m, int n, int k, float alpha, const void *A,
+                                int lda, const void *B, int ldb, float beta, float *C, int ldc, sharc_dtype ab) {
+    sharc_cuda_gemm_bias(s, ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc, ab, NULL);
 }
 
 /* --------------------------------------------------------------- backend */

@@ -59,6 +59,11 @@ void *sharc_cuda_scratch(sharc_stream *s, size_t bytes);
 sharc_status sharc_cuda_blas_load(void);
 void sharc_cuda_gemm(sharc_stream *s, bool ta, bool tb, int m, int n, int k, float alpha, const void *A, int lda,
                      const void *B, int ldb, float beta, float *C, int ldc, sharc_dtype ab);
+/* The same, plus bias[i] on row i of C (bias may be NULL) in the product's
+ * epilogue where cuBLASLt can (note [gemm-bias]); false: the bias was not
+ * added, and the caller adds it. */
+bool sharc_cuda_gemm_bias(sharc_stream *s, bool ta, bool tb, int m, int n, int k, float alpha, const void *A, int lda,
+                          const void *B, int ldb, float beta, float *C, int ldc, sharc_dtype ab, const float *bias);
 
 /* elem.cu */
 void sharc_cuda_add(sharc_stream *s, float *y, const float *a, const float *b, int64_t n);

@@ -32,8 +32,7 @@ __global__ static void k_bias(float *y, const float *b, int64_t N, int OC) { GRI
 extern "C" void sharc_cuda_matmul_forward(sharc_stream *s, float *y, const float *x, const float *w, const float *b,
                                           int64_t N, int IC, int OC) {
     int n = rows_int(N, "matmul_forward");
-    sharc_cuda_gemm(s, true, false, OC, n, IC, 1.0f, w, IC, x, IC, 0.0f, y, OC, SHARC_DT_F32);
-    if (b) {
+    if (!sharc_cuda_gemm_bias(s, true, false, OC, n, IC, 1.0f, w, IC, x, IC, 0.0f, y, OC, SHARC_DT_F32, b)) {
         k_bias<<<sharc_cuda_blocks(N * OC, THREADS), THREADS, 0, sharc_cuda_cs(s)>>>(y, b, N, OC);
         SHARC_CUDA_LAUNCHED();
     }
@@ -67,8 +66,7 @@ static uint16_t *round16(sharc_stream *s, uint16_t *dst, const float *src, int64
 extern "C" void sharc_cuda_matmul_forward_b16(sharc_stream *s, float *y, const uint16_t *x, const uint16_t *w,
                                               const float *b, int64_t N, int IC, int OC) {
     int n = rows_int(N, "matmul_forward_b16");
-    sharc_cuda_gemm(s, true, false, OC, n, IC, 1.0f, w, IC, x, IC, 0.0f, y, OC, SHARC_DT_BF16);
-    if (b) {
+    if (!sharc_cuda_gemm_bias(s, true, false, OC, n, IC, 1.0f, w, IC, x, IC, 0.0f, y, OC, SHARC_DT_BF16, b)) {
         k_bias<<<sharc_cuda_blocks(N * OC, THREADS), THREADS, 0, sharc_cuda_cs(s)>>>(y, b, N, OC);
         SHARC_CUDA_LAUNCHED();
     }
