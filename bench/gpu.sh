@@ -22,6 +22,13 @@
 # (torch.cuda.max_memory_allocated; sharc: the largest memory/max_active(GiB)
 # of its metrics), and "x fsdp2": tokens/s over the FSDP2 row of the same
 # config in this run.
+# Then, per model, one short profiled sharc run of its first config
+# (SHARC_PROFILE=1, PROF_STEPS steps, default 3, after one left out): time per
+# step of each region of the step (by device events on cuda, note [prof] in
+# docs/ARCHITECTURE.md), exclusive and inclusive, % of the step, and each
+# region's GFLOP, GB, TFLOP/s and GB/s against the ceilings (PEAK_TFLOPS; the
+# GPU's DRAM bandwidth from its attributes). Printed before the table and
+# written to $OUT/profile_<model>.txt.
 # Before anything runs, `sharc config` checks every sharc command line, so a
 # wrong key is found here, not after GPU time is spent.
 #
@@ -43,12 +50,12 @@ peak=${PEAK_TFLOPS:-989.4}
 deadline=${DEADLINE:-540}
 systems=${SYSTEMS:-sharc eager compile fsdp2}
 quick=${QUICK:-0} tiny=${TINY:-0}
-steps_gpt2=${STEPS_GPT2:-20} steps_llama=${STEPS_LLAMA:-10} warmup=${WARMUP:-3}
+steps_gpt2=${STEPS_GPT2:-20} steps_llama=${STEPS_LLAMA:-10} warmup=${WARMUP:-3} prof_steps=${PROF_STEPS:-3}
 gpt2_batches="16 32 64" llama_ac="both"
 device=cuda tinyflag=()
 if [ "$quick" = 1 ]; then gpt2_batches="16" llama_ac="on" steps_gpt2=5 steps_llama=4 warmup=2; fi
 if [ "$tiny" = 1 ]; then
-  gpt2_batches="2 3" llama_ac="both" steps_gpt2=2 steps_llama=2 warmup=1 device=cpu tinyflag=(--tiny)
+  gpt2_batches="2 3" llama_ac="both" steps_gpt2=2 steps_llama=2 warmup=1 device=cpu tinyflag=(--tiny) prof_steps=2
 fi
 [ -x "$bin/sharc" ] || { echo "bench/gpu.sh: $bin/sharc not found (build, or run sharc-gpu/bench-gpu.sh from the tarball)"; exit 1; }
 bin=$(cd "$bin" && pwd)
@@ -132,6 +139,19 @@ print(json.dumps({"system": "sharc", "model": model, "batch": int(b), "ac": ac =
                   "steps": len(t)}))
 EOF
       done < <(configs "$model")
+      # one short profiled run of the model's first config: time per region by
+      # device events, work and rates against the ceilings (note [prof])
+      read -r b ac < <(configs "$model" | head -n1)
+      if ! late; then
+        echo "== sharc $model B=$b ac=$ac, profiled" >&2
+        # shellcheck disable=SC2046
+        (cd "$tmp" && SHARC_PROFILE=1 timeout 300 "$bin/sharc" train $(sharc_args "$model" "$b" "$ac" $((1 + prof_steps))) \
+          --train.out_dir="$tmp/prof-$model" > /dev/null 2> "$tmp/prof-$model.err")
+        { echo "profile: sharc $model B=$b ac=$ac, $prof_steps step(s) after 1 left out"
+          sed -n '/^# sharc profile/,$p' "$tmp/prof-$model.err"; } > "$tmp/profile-$model.txt"
+        grep -q '^# sharc profile' "$tmp/profile-$model.txt" ||
+          echo "no profile: $(grep -v '^\s*$' "$tmp/prof-$model.err" | tail -n1)" >> "$tmp/profile-$model.txt"
+      fi
       continue
     fi
     # one torch process per system and model, every config of the model in it
@@ -156,9 +176,9 @@ EOF
   done
 done
 
-"$py" - "$results" "${OUT:-}" "$((SECONDS - t_start))" "$peak" << 'EOF'
-import json, os, sys
-path, out, secs, peak = sys.argv[1:]
+"$py" - "$results" "${OUT:-}" "$((SECONDS - t_start))" "$peak" "$tmp" << 'EOF'
+import glob, json, os, sys
+path, out, secs, peak, tmp = sys.argv[1:]
 rows = [json.loads(l) for l in open(path) if l.strip()]
 order = {"sharc": 0, "eager": 1, "compile": 2, "fsdp2": 3}
 rows.sort(key=lambda r: (r["model"] != "gpt2", r["batch"], r["ac"], order.get(r["system"], 9)))
@@ -175,10 +195,15 @@ for r in rows:
     else:
         lines.append("%-6s %4d %-3s %-8s %11s %6s %8s %7s  %s" % (r["model"], r["batch"], ac, r["system"], "-", "-", "-", "-", r["error"][:160]))
 lines.append(f"MFU against {peak} TFLOP/s (bf16 dense peak); {secs} s in all")
-text = "\n".join(lines)
+profiles = {}
+for f in sorted(glob.glob(os.path.join(tmp, "profile-*.txt"))):
+    profiles[os.path.basename(f)[8:-4]] = open(f).read().rstrip("\n")
+text = "\n\n".join(list(profiles.values()) + ["\n".join(lines)])
 print(text)
 if out:
     os.makedirs(out, exist_ok=True)
     json.dump(rows, open(os.path.join(out, "gpu_bench.json"), "w"), indent=1)
     open(os.path.join(out, "gpu_bench.txt"), "w").write(text + "\n")
+    for m, p in profiles.items():
+        open(os.path.join(out, f"profile_{m}.txt"), "w").write(p + "\n")
 EOF

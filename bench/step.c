@@ -252,10 +252,12 @@ int main(int argc, char **argv) {
         const sharc_train_batch batch = {.grad_accum = 1, .micro_tokens = N, .inputs = in, .targets = tg};
         sharc_train_step_result r;
         double t0 = sharc_clock_now();
+        sharc_prof_step_begin();
         if (sharc_train_step_run(&ctx, &batch, s, &r) != SHARC_OK) {
             fprintf(stderr, "step: %s\n", sharc_last_error());
             return 1;
         }
+        sharc_prof_step_end();
         double t1 = sharc_clock_now(), loss = r.loss;
         if (s == 0) {
             first_loss = loss;

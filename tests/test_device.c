@@ -9,8 +9,10 @@
 #include "grad_check.h"
 #include "kernel_table.h"
 #include "sharc/blas.h"
+#include "sharc/prof.h"
 
 #include <string.h>
+#include <time.h>
 
 static int64_t cur(sharc_mem_cat c) {
     sharc_mem_stats m;
@@ -97,6 +99,91 @@ TEST(device_copy_memset_streams_events) {
     sharc_device_stream_free(s);
     sharc_device_free(d, x);
     sharc_device_free(d, y);
+}
+
+static void sleep_ms(int ms) {
+    struct timespec ts = {0, ms * 1000000L};
+    while (nanosleep(&ts, &ts) != 0) {}
+}
+
+TEST(device_timed_events) {
+    sharc_device *d = sharc_device_cpu();
+    sharc_stream *s = sharc_device_stream(d);
+    sharc_event *a, *b, *plain;
+    ASSERT_OK(sharc_device_event_new_timed(d, &a));
+    ASSERT_OK(sharc_device_event_new_timed(d, &b));
+    ASSERT_OK(sharc_device_event_new(d, &plain));
+    double dt = -1.0;
+    ASSERT_TRUE(sharc_device_event_elapsed(a, b, &dt) == SHARC_ERR_INVALID);
+    ASSERT_TRUE(strstr(sharc_last_error(), "never recorded"));
+    ASSERT_OK(sharc_device_event_record(a, s));
+    ASSERT_OK(sharc_device_event_record(plain, s));
+    sleep_ms(20);
+    ASSERT_OK(sharc_device_event_record(b, s));
+    ASSERT_OK(sharc_device_event_synchronize(b));
+    ASSERT_OK(sharc_device_event_elapsed(a, b, &dt));
+    ASSERT_TRUE(dt >= 0.019 && dt < 5.0); /* the host clock on the CPU: at least the sleep */
+    ASSERT_TRUE(sharc_device_event_elapsed(plain, b, &dt) == SHARC_ERR_INVALID);
+    ASSERT_TRUE(strstr(sharc_last_error(), "without timing"));
+    sharc_device_event_free(a);
+    sharc_device_event_free(b);
+    sharc_device_event_free(plain);
+}
+
+/* one row of the profile report: self and inclusive ms, GFLOP; false if absent */
+static bool prof_row(const char *text, const char *name, double *self, double *incl, double *gflop) {
+    char key[64];
+    snprintf(key, sizeof key, "\n%s ", name);
+    const char *p = strstr(text, key);
+    char unit[8];
+    double calls;
+    return p && sscanf(p + strlen(key), "%lf %7s %lf %lf %lf", self, unit, incl, &calls, gflop) == 5;
+}
+
+/* note [prof]: nested regions on the host clock and, with the CPU device
+ * registered, through its timed events (host stamps); known sleeps are the
+ * reference: A (10 ms of its own) holds B (20 ms) */
+TEST(prof_nesting_self_inclusive_work) {
+    for (int mode = 0; mode < 2; mode++) {
+        sharc_device *d = sharc_device_cpu();
+        sharc_prof_enable(true);
+        sharc_prof_set_device(mode ? d : NULL, mode ? sharc_device_stream(d) : NULL);
+        sharc_prof_set_ceilings(1e12, "test", 1e9, "test");
+        int ida = sharc_prof_id("test.A"), idb = sharc_prof_id("test.B");
+        sharc_prof_begin(ida); /* before the first step: dropped */
+        sharc_prof_end(ida, 0, 0);
+        sharc_prof_step_begin();
+        sharc_prof_begin(ida);
+        sleep_ms(10);
+        sharc_prof_begin(idb);
+        sharc_prof_count(2e9, 3e9);
+        sleep_ms(20);
+        sharc_prof_end(idb, 1e9, 0);
+        sharc_prof_end(ida, 4e9, 0);
+        ASSERT_OK(sharc_prof_step_end());
+        sharc_prof_begin(idb); /* outside the steps once they are bracketed: not counted */
+        sleep_ms(5);
+        sharc_prof_end(idb, 1e9, 0);
+        char buf[8192] = {0};
+        FILE *f = fmemopen(buf, sizeof buf - 1, "w");
+        ASSERT_TRUE(f != NULL);
+        sharc_prof_report(f, 99);
+        fclose(f);
+        sharc_prof_enable(false);
+        sharc_prof_set_device(NULL, NULL);
+        ASSERT_TRUE(strstr(buf, "# sharc profile: 1 step(s)"));
+        ASSERT_TRUE(strstr(buf, mode ? "device events" : "host clock"));
+        double sa, ia, ga, sb, ib, gb, so, io, go;
+        ASSERT_TRUE(prof_row(buf, "test.A", &sa, &ia, &ga));
+        ASSERT_TRUE(prof_row(buf, "test.B", &sb, &ib, &gb));
+        ASSERT_TRUE(sa >= 9.9 && sb >= 19.9 && ib == sb);
+        ASSERT_NEAR(ia, sa + sb, 0, 0.0021); /* inclusive = own + nested, to the printed digits */
+        ASSERT_NEAR(ga, 4.0, 1e-6, 0);       /* its own work only */
+        ASSERT_NEAR(gb, 3.0, 1e-6, 0);       /* count + end, the region after the steps not counted */
+        const char *o = strstr(buf, "(outside regions)");
+        ASSERT_TRUE(o && sscanf(o + strlen("(outside regions)"), "%lf", &so) == 1 && so >= -0.0011);
+        (void)io, (void)go;
+    }
 }
 
 /* a forward slot that must never be called (the one-of-a-pair case below) */
@@ -212,6 +299,36 @@ TEST(kernel_cast_round_fill_init) {
     free(x);
     free(y);
     free(h);
+}
+
+/* sharc_device_host_alloc on the CPU: ordinary accounted host memory */
+TEST(device_host_alloc_is_accounted_zeroed_aligned) {
+    sharc_device *d = sharc_device_cpu();
+    int64_t c0 = cur(SHARC_MEM_COMM);
+    unsigned char *h = sharc_device_host_alloc(d, 777, SHARC_MEM_COMM);
+    ASSERT_TRUE(h != NULL);
+    ASSERT_EQ(cur(SHARC_MEM_COMM) - c0, 777);
+    ASSERT_EQ((uintptr_t)h % 64, 0);
+    for (int i = 0; i < 777; i++) ASSERT_EQ(h[i], 0);
+    sharc_device_host_free(d, h);
+    ASSERT_EQ(cur(SHARC_MEM_COMM), c0);
+    sharc_device_host_free(d, NULL);
+    ASSERT_TRUE(sharc_device_host_alloc(d, 8, (sharc_mem_cat)99) == NULL);
+    ASSERT_TRUE(strstr(sharc_last_error(), "category 99"));
+}
+
+/* loss_add (note [loss-on-device]): the step's host arithmetic, bit for bit */
+TEST(kernel_loss_add_is_the_step_arithmetic) {
+    double loss = 2.0 / 3.0, sums[2] = {0.0, 0.0}, ref_w = 0.0, ref = 0.0;
+    const double add[3] = {0.0, 1e-3, 0.125}, weight[3] = {1.0, 1.0 / 7.0, 0.3};
+    for (int r = 0; r < 3; r++) {
+        loss *= 1.37;
+        kt()->loss_add(ks(), sums, &loss, add[r], weight[r]);
+        double l = loss + add[r];
+        ref_w += l * weight[r];
+        ref += l;
+    }
+    ASSERT_TRUE(sums[0] == ref_w && sums[1] == ref);
 }
 
 TEST(kernel_sumsq_and_adamw) {

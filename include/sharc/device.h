@@ -65,6 +65,16 @@ const struct sharc_kernels *sharc_device_kernels(const sharc_device *d);
 void *sharc_device_alloc(sharc_device *d, size_t bytes, sharc_mem_cat cat);
 /* Free a block from sharc_device_alloc of the same device (NULL: nothing). */
 void sharc_device_free(sharc_device *d, void *p);
+/* `bytes` of host memory that the device copies to and from directly
+ * (cudaHostAlloc on cuda: page-locked, so a copy into it is asynchronous
+ * like any other, where one into pageable memory makes the host wait;
+ * ordinary memory from sharc_alloc on the CPU), zero-filled and 64-byte
+ * aligned, counted under `cat` in the host counters of sharc/alloc.h. NULL
+ * on failure, with an error naming the device, the size and the category.
+ * The host may read it only after synchronizing with the copies into it. */
+void *sharc_device_host_alloc(sharc_device *d, size_t bytes, sharc_mem_cat cat);
+/* Free a block from sharc_device_host_alloc of the same device (NULL: nothing). */
+void sharc_device_host_free(sharc_device *d, void *p);
 /* Current and peak bytes per category of this device's memory. */
 void sharc_device_mem_get(const sharc_device *d, sharc_mem_stats *out);
 /* Peaks := current bytes (a host device: sharc_mem_reset_peak). */
@@ -78,6 +88,11 @@ void sharc_device_mem_reset_peak(sharc_device *d);
  * SMs x 1830 MHz x 4096 FLOP/clock". 0 when the backend does not know (the
  * CPU's is measured by the caller: sharc/telemetry.h), how saying why. */
 double sharc_device_peak_flops(const sharc_device *d, sharc_dtype dt, char *how, size_t n);
+/* The device memory's peak bandwidth in bytes/s (reads + writes), and in
+ * how[0, n) where it comes from, e.g. "cuda: 5120-bit bus x 2619 MHz x 2
+ * (DDR)". 0 when the backend does not know (the CPU's: the caller measures
+ * it, sharc/prof.h), how saying why. */
+double sharc_device_peak_bandwidth(const sharc_device *d, char *how, size_t n);
 
 /* dst = src (`bytes`), in the direction `kind` says, on stream s. */
 sharc_status sharc_device_copy(sharc_device *d, void *dst, const void *src, size_t bytes, sharc_copy_kind kind,
@@ -109,6 +124,14 @@ sharc_status sharc_device_event_record(sharc_event *ev, sharc_stream *s);
 sharc_status sharc_device_event_wait(sharc_event *ev, sharc_stream *s);
 /* The host waits until the recorded point is reached. */
 sharc_status sharc_device_event_synchronize(sharc_event *ev);
+/* An event that can also be timed (sharc_device_event_elapsed); plain events
+ * skip the timestamp (cudaEventDisableTiming), which keeps waits cheap. */
+sharc_status sharc_device_event_new_timed(sharc_device *d, sharc_event **out);
+/* *seconds = the device time from the point `start` marks to the one `end`
+ * marks (both timed events of one device, both recorded and reached, e.g.
+ * after sharc_device_event_synchronize(end)). A device without its own
+ * events (the CPU) stamps the host's monotonic clock when a record runs. */
+sharc_status sharc_device_event_elapsed(sharc_event *start, sharc_event *end, double *seconds);
 
 #ifdef __cplusplus
 }

@@ -195,6 +195,13 @@ double sharc_fsdp_grad_sumsq_local(const sharc_fsdp *e);
  * the same shard); `extra` (may be NULL) is summed over the world in the same
  * call (the trainer passes its loss sum). Collective. */
 sharc_status sharc_fsdp_grad_norm(sharc_fsdp *e, double *norm, double *extra);
+/* sharc_fsdp_grad_norm in two halves, for a caller that reads the sums
+ * back with its own (note [loss-on-device] in src/train/step.c): queue sets
+ * sq[0..1] (device memory) to this rank's squared sums on the device's
+ * default stream, not read; reduce takes them read back and does the rest
+ * (collective). */
+sharc_status sharc_fsdp_grad_sumsq_queue(const sharc_fsdp *e, double *sq);
+sharc_status sharc_fsdp_grad_norm_reduce(sharc_fsdp *e, const double sq[2], double *norm, double *extra);
 
 /* Engine telemetry: time the compute thread waited on communication. */
 typedef struct {

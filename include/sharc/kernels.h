@@ -192,6 +192,11 @@ typedef struct sharc_kernels {
     void (*sum_ranks)(sharc_stream *s, void *dst, const void *const *src, int S, int64_t n, sharc_dtype dt, bool add);
     /* *acc += sum of x[i]^2: fp32 sums over blocks of 4096, added in double. */
     void (*sumsq)(sharc_stream *s, double *acc, const float *x, int64_t n);
+    /* Note [loss-on-device] (src/train/step.c): l = *loss + add, then
+     * sums[0] += l * weight and sums[1] += l, in double, each product and
+     * sum rounded once (no fused multiply-add), so every backend gives the
+     * host's bits. One double of device memory in, two out. */
+    void (*loss_add)(sharc_stream *s, double *sums, const double *loss, double add, double weight);
     /* One AdamW update of n elements (sharc_adamw_scalars). */
     void (*adamw)(sharc_stream *s, float *p, const float *g, float *m, float *v, int64_t n,
                   const sharc_adamw_scalars *k);

@@ -172,6 +172,20 @@ sharc_status sharc_model_stage_batch(sharc_model *m, const int32_t *inputs, cons
  * Returns the sum of the unmasked tokens' losses. */
 double sharc_model_forward_backward(sharc_model *m, sharc_fsdp *e, const int32_t *inputs, const int32_t *targets,
                                     float loss_scale);
+/* Note [loss-on-device] (src/model/model.c): a training step's sums kept
+ * in device memory, SHARC_MODEL_SUMS doubles: [0] the loss sums weighted,
+ * [1] the loss sums, [2..3] the caller's (the gradient norm's squared sums,
+ * sharc_fsdp_grad_sumsq_queue). sums_zero sets all to 0; forward_backward_add
+ * is sharc_model_forward_backward whose loss sum l is not read but added on
+ * the device: [0] += l * weight, [1] += l; sums_read is the step's one host
+ * wait: the four copied into pinned host memory. Work on the device's
+ * default stream. */
+#define SHARC_MODEL_SUMS 4
+sharc_status sharc_model_sums_zero(sharc_model *m);
+void sharc_model_forward_backward_add(sharc_model *m, sharc_fsdp *e, const int32_t *inputs, const int32_t *targets,
+                                      float loss_scale, double weight);
+double *sharc_model_sums(sharc_model *m);
+sharc_status sharc_model_sums_read(sharc_model *m, double out[SHARC_MODEL_SUMS]);
 /* Forward only, for evaluation: the loss sum over unmasked targets. */
 double sharc_model_forward_loss(sharc_model *m, sharc_fsdp *e, const int32_t *inputs, const int32_t *targets);
 /* Forward only, logits (V floats of host memory) of the last position of

@@ -66,6 +66,10 @@ double sharc_telemetry_measure_peak_flops(int threads);
  * peak MFU divides by when the model computes in bf16 on oneDNN; 0 on a
  * CPU without AVX512_BF16. */
 double sharc_telemetry_measure_peak_flops_bf16(int threads);
+/* The memory bandwidth (bytes read + written per second) `threads` threads
+ * reach copying a 64 MiB buffer each half of it: the profile's memory ceiling
+ * on the CPU (sharc/prof.h), about 50 ms. 0 if the buffers cannot be had. */
+double sharc_telemetry_measure_bandwidth(int threads);
 
 /* One JSON line of the metrics file: torchtitan's names where they exist. */
 void sharc_telemetry_write_json(FILE *f, const sharc_step_stats *s, const sharc_step_global *g);

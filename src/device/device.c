@@ -3,6 +3,7 @@
  * the per-category memory accounts, streams, events, and the fallbacks for
  * a backend's optional slots (note [kernel-table] in sharc/kernels.h). */
 #include "device_impl.h"
+#include "sharc/clock.h"
 #include "sharc/log.h"
 
 #include <stdio.h>
@@ -123,18 +124,69 @@ void *sharc_device_alloc(sharc_device *d, size_t bytes, sharc_mem_cat cat) {
     return p;
 }
 
-void sharc_device_free(sharc_device *d, void *p) {
-    if (!p) return;
+/* Take block p (device memory, or host memory when `host`) out of the
+ * accounts; a pointer the device did not hand out that way is fatal. */
+static void unaccount(sharc_device *d, void *p, bool host) {
     pthread_mutex_lock(&d->lock);
     /* newest first: buffers are mostly freed in reverse order of allocation */
     size_t k = d->nblocks;
     while (k > 0 && d->blocks[k - 1].p != p) k--;
-    if (k == 0) sharc_fatal(__FILE__, __LINE__, "device %s: free of %p, which it did not allocate", d->i->name, p);
+    if (k == 0 || d->blocks[k - 1].host != host)
+        sharc_fatal(__FILE__, __LINE__, "device %s: %s of %p, which it did not allocate", d->i->name,
+                    host ? "host_free" : "free", p);
     sharc_device_block b = d->blocks[k - 1];
     d->blocks[k - 1] = d->blocks[--d->nblocks];
-    account(d, b.cat, -(int64_t)b.bytes);
+    if (host) sharc_mem_account((sharc_mem_cat)b.cat, -(int64_t)b.bytes);
+    else account(d, b.cat, -(int64_t)b.bytes);
     pthread_mutex_unlock(&d->lock);
+}
+
+void sharc_device_free(sharc_device *d, void *p) {
+    if (!p) return;
+    unaccount(d, p, false);
     d->i->free(d, p);
+}
+
+void *sharc_device_host_alloc(sharc_device *d, size_t bytes, sharc_mem_cat cat) {
+    if (cat < 0 || cat >= SHARC_MEM_NCAT) {
+        sharc_error(SHARC_ERR_INVALID, "device %s: host allocation of %zu bytes in unknown category %d", d->i->name,
+                    bytes, (int)cat);
+        return NULL;
+    }
+    if (!d->i->host_alloc) return sharc_alloc(bytes, cat);
+    pthread_mutex_lock(&d->lock);
+    if (d->nblocks == d->cap) {
+        size_t cap = d->cap ? 2 * d->cap : 64;
+        sharc_device_block *b = realloc(d->blocks, cap * sizeof *b);
+        if (!b) {
+            pthread_mutex_unlock(&d->lock);
+            sharc_error(SHARC_ERR_NOMEM, "device %s: out of memory", d->i->name);
+            return NULL;
+        }
+        d->blocks = b;
+        d->cap = cap;
+    }
+    void *p = d->i->host_alloc(d, bytes);
+    if (!p) {
+        pthread_mutex_unlock(&d->lock);
+        sharc_error(SHARC_ERR_NOMEM, "device %s: cannot allocate %zu bytes of pinned host memory for %s", d->i->name,
+                    bytes, sharc_mem_cat_name(cat));
+        return NULL;
+    }
+    d->blocks[d->nblocks++] = (sharc_device_block){.p = p, .bytes = bytes, .cat = (int)cat, .host = true};
+    sharc_mem_account(cat, (int64_t)bytes);
+    pthread_mutex_unlock(&d->lock);
+    return p;
+}
+
+void sharc_device_host_free(sharc_device *d, void *p) {
+    if (!p) return;
+    if (!d->i->host_alloc) {
+        sharc_free(p);
+        return;
+    }
+    unaccount(d, p, true);
+    d->i->host_free(d, p);
 }
 
 void sharc_device_mem_get(const sharc_device *d, sharc_mem_stats *out) {
@@ -164,6 +216,13 @@ double sharc_device_peak_flops(const sharc_device *d, sharc_dtype dt, char *how,
     double f = d->i->peak_flops ? d->i->peak_flops((sharc_device *)d, dt, how, n) : 0.0;
     if (f <= 0.0 && n > 0 && !how[0]) snprintf(how, n, "%s: no peak known", d->i->name);
     return f > 0.0 ? f : 0.0;
+}
+
+double sharc_device_peak_bandwidth(const sharc_device *d, char *how, size_t n) {
+    if (n > 0) how[0] = 0;
+    double b = d->i->peak_bandwidth ? d->i->peak_bandwidth((sharc_device *)d, how, n) : 0.0;
+    if (b <= 0.0 && n > 0 && !how[0]) snprintf(how, n, "%s: no memory bandwidth known", d->i->name);
+    return b > 0.0 ? b : 0.0;
 }
 
 static sharc_stream *stream_of(sharc_device *d, sharc_stream *s) {
@@ -225,11 +284,12 @@ void sharc_device_stream_free(sharc_stream *s) {
 
 sharc_status sharc_device_synchronize(sharc_stream *s) { return s->dev->i->synchronize(s); }
 
-sharc_status sharc_device_event_new(sharc_device *d, sharc_event **out) {
+static sharc_status event_new(sharc_device *d, bool timed, sharc_event **out) {
     *out = NULL;
     sharc_event *ev = calloc(1, sizeof *ev);
     if (!ev) return sharc_error(SHARC_ERR_NOMEM, "device %s: out of memory", d->i->name);
     ev->dev = d;
+    ev->timed = timed;
     if (d->i->event_new) {
         sharc_status st = d->i->event_new(ev);
         if (st != SHARC_OK) {
@@ -241,6 +301,9 @@ sharc_status sharc_device_event_new(sharc_device *d, sharc_event **out) {
     return SHARC_OK;
 }
 
+sharc_status sharc_device_event_new(sharc_device *d, sharc_event **out) { return event_new(d, false, out); }
+sharc_status sharc_device_event_new_timed(sharc_device *d, sharc_event **out) { return event_new(d, true, out); }
+
 void sharc_device_event_free(sharc_event *ev) {
     if (!ev) return;
     if (ev->dev->i->event_free) ev->dev->i->event_free(ev);
@@ -249,7 +312,12 @@ void sharc_device_event_free(sharc_event *ev) {
 
 sharc_status sharc_device_event_record(sharc_event *ev, sharc_stream *s) {
     s = stream_of(ev->dev, s);
-    if (!ev->dev->i->event_record) return sharc_device_synchronize(s); /* fallback: the point is reached now */
+    ev->recorded = true;
+    if (!ev->dev->i->event_record) { /* fallback: the point is reached now */
+        sharc_status st = sharc_device_synchronize(s);
+        ev->recorded_s = sharc_clock_now();
+        return st;
+    }
     return ev->dev->i->event_record(ev, s);
 }
 
@@ -262,6 +330,27 @@ sharc_status sharc_device_event_wait(sharc_event *ev, sharc_stream *s) {
 sharc_status sharc_device_event_synchronize(sharc_event *ev) {
     if (!ev->dev->i->event_synchronize) return SHARC_OK;
     return ev->dev->i->event_synchronize(ev);
+}
+
+sharc_status sharc_device_event_elapsed(sharc_event *start, sharc_event *end, double *seconds) {
+    *seconds = 0.0;
+    const char *name = start->dev->i->name;
+    if (start->dev != end->dev)
+        return sharc_error(SHARC_ERR_INVALID, "device %s: event elapsed between events of two devices", name);
+    if (!start->timed || !end->timed)
+        return sharc_error(SHARC_ERR_INVALID,
+                           "device %s: event elapsed of an event made without timing "
+                           "(use sharc_device_event_new_timed)",
+                           name);
+    if (!start->recorded || !end->recorded)
+        return sharc_error(SHARC_ERR_INVALID, "device %s: event elapsed of an event never recorded", name);
+    if (!start->dev->i->event_record) {
+        *seconds = end->recorded_s - start->recorded_s;
+        return SHARC_OK;
+    }
+    if (!start->dev->i->event_elapsed)
+        return sharc_error(SHARC_ERR_UNSUPPORTED, "device %s: events cannot be timed", name);
+    return start->dev->i->event_elapsed(start, end, seconds);
 }
 
 /* ------------------------------------------------ kernel-table fallbacks */
@@ -317,6 +406,7 @@ static void accumulate_by_sum_ranks(sharc_stream *s, float *dst, const float *sr
     X(accumulate, 0) \
     X(sum_ranks, 1) \
     X(sumsq, 1) \
+    X(loss_add, 1) \
     X(adamw, 1) \
     X(fill, 1) \
     X(init_normal, 1) \

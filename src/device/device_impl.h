@@ -27,6 +27,11 @@ typedef struct sharc_device_i {
     /* zero-filled, 64-byte aligned; NULL on failure (the dispatcher reports it) */
     void *(*alloc)(sharc_device *d, size_t bytes);
     void (*free)(sharc_device *d, void *p);
+    /* (optional) zero-filled host memory the device copies to and from
+     * directly (page-locked); NULL on failure. NULL slots: sharc_alloc and
+     * sharc_free (ordinary host memory) */
+    void *(*host_alloc)(sharc_device *d, size_t bytes);
+    void (*host_free)(sharc_device *d, void *p);
     sharc_status (*memset0)(sharc_device *d, void *p, size_t bytes, sharc_stream *s);
     sharc_status (*copy)(sharc_device *d, void *dst, const void *src, size_t bytes, sharc_copy_kind kind,
                          sharc_stream *s);
@@ -44,6 +49,11 @@ typedef struct sharc_device_i {
     sharc_status (*event_record)(sharc_event *ev, sharc_stream *s);
     sharc_status (*event_wait)(sharc_event *ev, sharc_stream *s);
     sharc_status (*event_synchronize)(sharc_event *ev);
+    /* (optional, with event_record) device seconds between two reached
+     * records of timed events (ev->timed, set before event_new) */
+    sharc_status (*event_elapsed)(sharc_event *start, sharc_event *end, double *seconds);
+    /* (optional) memory bandwidth in bytes/s (sharc_device_peak_bandwidth); NULL: unknown (0) */
+    double (*peak_bandwidth)(sharc_device *d, char *how, size_t n);
     /* (optional) dense peak FLOP/s for products of dt operands and how it
      * was found (sharc_device_peak_flops); NULL: unknown (0) */
     double (*peak_flops)(sharc_device *d, sharc_dtype dt, char *how, size_t n);
@@ -54,7 +64,8 @@ typedef struct sharc_device_i {
 typedef struct {
     void *p;
     size_t bytes;
-    int cat; /* sharc_mem_cat; -1: a free entry */
+    int cat;   /* sharc_mem_cat; -1: a free entry */
+    bool host; /* from sharc_device_host_alloc: counted in the host counters */
 } sharc_device_block;
 
 struct sharc_device {
@@ -77,6 +88,9 @@ struct sharc_stream {
 struct sharc_event {
     sharc_device *dev;
     void *impl;
+    bool timed;        /* sharc_device_event_new_timed */
+    bool recorded;     /* recorded at least once */
+    double recorded_s; /* a device without event_record: the host clock at the record */
 };
 
 /* The backends of this build (registry.c), NULL-terminated. */

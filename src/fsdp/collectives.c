@@ -32,9 +32,10 @@
  * memory, the result is copied back in and waited for. Staged collectives
  * are blocking (a prefetch then gathers at once, in the same order), so
  * the values are those of the CPU's path: the same bytes reach MPI. The
- * buffer is ordinary host memory (cudaMemcpy from pageable memory is
- * staged by the driver; pinned memory is a speed item). A NCCL group with
- * its communicator takes device memory and needs none. */
+ * buffer is pinned (sharc_device_host_alloc), so the copies out and in are
+ * asynchronous: each is followed by an explicit synchronize before MPI or
+ * the device reads the bytes. A NCCL group with its communicator takes
+ * device memory and needs none. */
 #include "engine.h"
 #include "sharc/clock.h"
 
@@ -162,9 +163,10 @@ int64_t sharc_fsdp_coll_stage_bytes(const sharc_fsdp *e) {
  * So every unit needs a slot for its gathered parameters and its gradient
  * (the plan's in-place cases are off), and a gather under offload is
  * blocking (the staging buffer serves every unit; a prefetch then gathers at
- * once). The host shards are ordinary host memory: the device API has no
- * pinned allocation yet, so the copies are staged by the driver (a speed
- * item, not a correctness one). The host waits once per unit's reduction.
+ * once). The host shards are ordinary host memory (sharc_device_alloc of the
+ * CPU device), so the copies are staged by the driver; placing them in
+ * sharc_device_host_alloc's page-locked memory is a speed item, not a
+ * correctness one. The host waits once per unit's reduction.
  * A shard write bracket (param_io.c) first waits for the compute stream, so
  * no queued host -> device copy reads a shard the optimizer is writing. */
 static const float *shard_to_compute(sharc_fsdp *e, sharc_fsdp_unit *t, float *dst) {

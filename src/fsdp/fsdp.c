@@ -246,7 +246,7 @@ sharc_status sharc_fsdp_init(sharc_fsdp **out, const sharc_unit_spec *units, int
         stage |= !direct;
     }
     if (stage) {
-        e->hstage = sharc_alloc((size_t)sharc_fsdp_coll_stage_bytes(e), SHARC_MEM_COMM);
+        e->hstage = sharc_device_host_alloc(e->dev, (size_t)sharc_fsdp_coll_stage_bytes(e), SHARC_MEM_COMM);
         if (!e->hstage) {
             st = sharc_error(SHARC_ERR_NOMEM, "fsdp: cannot allocate the host staging buffer (%lld bytes)",
                              (long long)sharc_fsdp_coll_stage_bytes(e));
@@ -287,7 +287,7 @@ void sharc_fsdp_free(sharc_fsdp *e) {
     sharc_device_free(e->dev, e->stage_shard);
     sharc_device_free(e->sdev, e->scalar);
     sharc_device_free(e->sdev, e->hreduced);
-    sharc_free(e->hstage);
+    sharc_device_host_free(e->dev, e->hstage);
     if (e->computed) sharc_device_event_free(e->computed);
     if (e->cstream) sharc_device_stream_free(e->cstream);
     sharc_fsdp_plan_free(&e->plan);
@@ -442,21 +442,34 @@ sharc_status sharc_fsdp_finish_grads(sharc_fsdp *e) {
 /* ------------------------------------------------------------------ norm */
 
 /* The squared gradients of this rank's segments whose parameters are not
- * split over tp (sq[0]) and split (sq[1]): each summed into its own device
- * scalar in the order of units and segments, both read back at once (one
- * host wait a step, note [comm-stream] in collectives.c). */
-static void sumsq_local(const sharc_fsdp *e, double sq[2]) {
-    if (sharc_device_memset0(e->sdev, e->scalar, 2 * sizeof(double), e->sstream) != SHARC_OK) SHARC_FSDP_COMM_FATAL();
+ * split over tp (acc[0]) and split (acc[1]): each summed into its own
+ * scalar of the shard device (note [shard-device] in collectives.c) in the
+ * order of units and segments, on its stream. */
+static sharc_status sumsq_on_shard_device(const sharc_fsdp *e, double *acc) {
+    SHARC_TRY(sharc_device_memset0(e->sdev, acc, 2 * sizeof(double), e->sstream));
     for (int u = 0; u < e->nunits; u++) {
         const sharc_fsdp_unit *t = &e->units[u];
         for (int s = 0; s < t->nseg; s++) {
             const sharc_param_spec *p = &t->spec.params[t->segs[s].param];
             if (!p->frozen)
-                e->sk->sumsq(e->sstream, e->scalar + (p->tp_dim >= 0), t->grad_shard + t->segs[s].shard_off,
-                             t->segs[s].len);
+                e->sk->sumsq(e->sstream, acc + (p->tp_dim >= 0), t->grad_shard + t->segs[s].shard_off, t->segs[s].len);
         }
     }
-    if (sharc_device_copy(e->sdev, sq, e->scalar, 2 * sizeof(double), SHARC_COPY_DEVICE_TO_HOST, e->sstream) !=
+    return SHARC_OK;
+}
+
+/* Offloaded, the sums are made on the host (the grad shards' device) and
+ * copied into sq on the engine's stream. */
+sharc_status sharc_fsdp_grad_sumsq_queue(const sharc_fsdp *e, double *sq) {
+    if (!sharc_fsdp_offloaded(e)) return sumsq_on_shard_device(e, sq);
+    SHARC_TRY(sumsq_on_shard_device(e, e->scalar));
+    return sharc_device_copy(e->dev, sq, e->scalar, 2 * sizeof(double), SHARC_COPY_HOST_TO_DEVICE, e->stream);
+}
+
+/* Both sums read back at once (one host wait). */
+static void sumsq_local(const sharc_fsdp *e, double sq[2]) {
+    if (sumsq_on_shard_device(e, e->scalar) != SHARC_OK ||
+        sharc_device_copy(e->sdev, sq, e->scalar, 2 * sizeof(double), SHARC_COPY_DEVICE_TO_HOST, e->sstream) !=
             SHARC_OK ||
         sharc_device_synchronize(e->sstream) != SHARC_OK)
         SHARC_FSDP_COMM_FATAL();
@@ -468,18 +481,22 @@ double sharc_fsdp_grad_sumsq_local(const sharc_fsdp *e) {
     return sq[0] + sq[1];
 }
 
-sharc_status sharc_fsdp_grad_norm(sharc_fsdp *e, double *norm, double *extra) {
+sharc_status sharc_fsdp_grad_norm_reduce(sharc_fsdp *e, const double l[2], double *norm, double *extra) {
     /* every replica holds the same shards (/ R); a parameter replicated over
      * tp is held alike by its tp ranks (/ tp), a split one in parts (note
      * [tp-params] in sharc/units.h) */
-    double l[2];
-    sumsq_local(e, l);
     double sq = e->tp > 1 ? l[1] + l[0] / e->tp : l[0] + l[1];
     double v[2] = {sq / e->R, extra ? *extra : 0.0};
     if (e->world) SHARC_TRY(sharc_comm_all_reduce(e->world, v, v, 2, SHARC_DT_F64, SHARC_REDUCE_OP_SUM));
     *norm = sqrt(v[0]);
     if (extra) *extra = v[1];
     return SHARC_OK;
+}
+
+sharc_status sharc_fsdp_grad_norm(sharc_fsdp *e, double *norm, double *extra) {
+    double l[2];
+    sumsq_local(e, l);
+    return sharc_fsdp_grad_norm_reduce(e, l, norm, extra);
 }
 
 /* ------------------------------------------------------------ accessors */

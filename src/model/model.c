@@ -156,6 +156,7 @@ struct sharc_model {
     float *pk_cos, *pk_sin;       /* (B*T, hd/2) device: per-token RoPE rows when packed */
     int32_t *kv_lo;               /* (T) device: the cached path's window bounds */
     double *loss;                 /* (1) device scalar: the loss sum of the last head */
+    double *sums, *hsums;         /* (4) note [loss-on-device]: a step's sums, device and pinned host */
     int32_t *batch_in, *batch_tg; /* (B*T) device: a micro-batch staged in (sharc_model_stage_batch); NULL on host */
     float *kcache, *vcache;       /* (L, T, NKV*hd) note [kv-cache]; NULL until sharc_model_kv_enable */
     int kv_len;                   /* positions the caches hold */
@@ -373,6 +374,9 @@ static void free_plan(sharc_model *m) {
                      m->dfca, m->att_ws,   m->head_ws,  m->rope_cos, m->rope_sin, m->tfc,   m->tfca, m->head_red};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) sharc_device_free(m->dev, bufs[i]);
     sharc_device_free(m->dev, m->loss);
+    sharc_device_free(m->dev, m->sums);
+    sharc_device_host_free(m->dev, m->hsums);
+    m->sums = m->hsums = NULL;
     sharc_device_free(m->dev, m->batch_in);
     sharc_device_free(m->dev, m->batch_tg);
     m->batch_in = m->batch_tg = NULL;
@@ -812,6 +816,10 @@ sharc_status sharc_model_plan(sharc_model *m, int B, int T, bool activation_chec
     m->att_lo = (int32_t *)act(m, (int64_t)B * T * m->sp, &ok);
     m->pos_local = (int32_t *)act(m, N, &ok);
     m->loss = sharc_device_alloc(m->dev, sizeof(double), SHARC_MEM_ACTIVATIONS);
+    /* note [loss-on-device]: not activations (not in the plan), like the engine's norm scalars */
+    m->sums = sharc_device_alloc(m->dev, SHARC_MODEL_SUMS * sizeof(double), SHARC_MEM_OTHER);
+    m->hsums = sharc_device_host_alloc(m->dev, SHARC_MODEL_SUMS * sizeof(double), SHARC_MEM_OTHER);
+    ok = ok && m->sums && m->hsums;
     if (!sharc_device_is_host(m->dev)) { /* note [device-batch] */
         m->batch_in = (int32_t *)act(m, N, &ok);
         m->batch_tg = (int32_t *)act(m, N, &ok);
@@ -932,8 +940,19 @@ static float *grad_at(const sharc_model *m, int u, sharc_param_role r, float *g)
     return sharc_params_at(&m->units[u], &m->roles[u], r, g, true);
 }
 
+/* Note [prof-work]: the work the helpers below credit to the region they run
+ * in when profiling (sharc_prof_count, note [prof] in docs/ARCHITECTURE.md):
+ * a product's 2 M N K FLOPs per output (dx, dw), the bytes of its operands
+ * at their storage width read once and its results written once (dw
+ * accumulates: read and written); elementwise kernels their bytes only. */
+#define PROF_COUNT(flops, bytes)                                                                                       \
+    do {                                                                                                               \
+        if (sharc_prof_enabled()) sharc_prof_count((double)(flops), (double)(bytes));                                  \
+    } while (0)
+
 static void norm_fwd(const sharc_model *m, float *y, float *mean, float *rstd, const float *x, const float *w,
                      const float *b, int64_t N) {
+    PROF_COUNT(0, 4.0 * 2 * N * m->C);
     if (m->cfg.family == SHARC_FAMILY_GPT2)
         m->k->layernorm_forward(m->s, y, mean, rstd, x, w, b, N, m->C, m->cfg.norm_eps);
     else m->k->rmsnorm_forward(m->s, y, rstd, x, w, N, m->C, m->cfg.norm_eps);
@@ -941,6 +960,7 @@ static void norm_fwd(const sharc_model *m, float *y, float *mean, float *rstd, c
 
 static void norm_bwd(const sharc_model *m, float *dx, float *dw, float *db, const float *dy, const float *dres,
                      const float *x, const float *w, const float *mean, const float *rstd, int64_t N) {
+    PROF_COUNT(0, 4.0 * (dres ? 4 : 3) * N * m->C);
     if (m->cfg.family == SHARC_FAMILY_GPT2)
         m->k->layernorm_backward(m->s, dx, dw, db, dy, dres, x, w, mean, rstd, N, m->C);
     else m->k->rmsnorm_backward(m->s, dx, dw, dy, dres, x, w, rstd, N, m->C);
@@ -949,7 +969,9 @@ static void norm_bwd(const sharc_model *m, float *dx, float *dw, float *db, cons
 /* Note [bf16-acts]: dst = src rounded to bf16 when the model keeps bf16
  * activations (dst is NULL otherwise). */
 static void keep16(const sharc_model *m, uint16_t *dst, const float *src, int64_t n) {
-    if (dst) m->k->cast(m->s, dst, SHARC_DT_BF16, src, SHARC_DT_F32, n);
+    if (!dst) return;
+    PROF_COUNT(0, 6.0 * n);
+    m->k->cast(m->s, dst, SHARC_DT_BF16, src, SHARC_DT_F32, n);
 }
 
 static const uint16_t *rows16(const uint16_t *p, int64_t off) { return p ? p + off : NULL; }
@@ -958,12 +980,18 @@ static const uint16_t *rows16(const uint16_t *p, int64_t off) { return p ? p + o
  * [bf16-acts]), else from x and w through the model's table. */
 static void mm_fwd(const sharc_model *m, float *y, const float *x, const uint16_t *xh, const float *w,
                    const uint16_t *wh, const float *b, int64_t n, int ic, int oc) {
+    const double e = xh ? 2.0 : 4.0; /* operand bytes */
+    PROF_COUNT(2.0 * n * ic * oc, e * ((double)n * ic + (double)ic * oc) + 4.0 * n * oc);
     if (xh) m->kdev->matmul_forward_b16(m->s, y, xh, wh, b, n, ic, oc);
     else m->k->matmul_forward(m->s, y, x, w, b, n, ic, oc);
 }
 
 static void mm_bwd(const sharc_model *m, float *dx, float *dw, float *db, const float *dy, const float *x,
                    const uint16_t *xh, const float *w, const uint16_t *wh, int64_t n, int ic, int oc) {
+    const double e = xh ? 2.0 : 4.0;
+    PROF_COUNT(2.0 * n * ic * oc * ((dx != NULL) + (dw != NULL)),
+               4.0 * n * oc + e * ((double)n * ic + (double)ic * oc) + (dx ? 4.0 * n * ic : 0) +
+                   (dw ? 8.0 * ic * oc : 0));
     if (xh) m->kdev->matmul_backward_b16(m->s, dx, dw, db, dy, xh, wh, n, ic, oc);
     else m->k->matmul_backward(m->s, dx, dw, db, dy, x, w, n, ic, oc);
 }
@@ -1006,8 +1034,9 @@ static block_ptrs gathered_block(sharc_model *m, sharc_fsdp *e, int l) {
 static void mlp_chunk_forward(sharc_model *m, const block_ptrs *w, const float *ln2, const uint16_t *ln2h, int64_t n) {
     const sharc_kernels *k = m->k;
     SHARC_PROF("fwd.matmul.fc", mm_fwd(m, m->tfc, ln2, ln2h, w->wfc, m->w16fc, w->bfc, n, m->C, m->F));
-    if (m->cfg.family == SHARC_FAMILY_LLAMA) SHARC_PROF("fwd.act", k->swiglu_forward(m->s, m->tfca, m->tfc, n, m->Fa));
-    else SHARC_PROF("fwd.act", k->gelu_forward(m->s, m->tfca, m->tfc, n * m->Fa));
+    if (m->cfg.family == SHARC_FAMILY_LLAMA)
+        SHARC_PROF_WORK("fwd.act", 0, 12.0 * n * m->Fa, k->swiglu_forward(m->s, m->tfca, m->tfc, n, m->Fa));
+    else SHARC_PROF_WORK("fwd.act", 0, 8.0 * n * m->Fa, k->gelu_forward(m->s, m->tfca, m->tfc, n * m->Fa));
     if (ln2h) SHARC_PROF("fwd.act", keep16(m, m->tfcah, m->tfca, n * m->Fa));
 }
 
@@ -1062,6 +1091,18 @@ static void moe_experts_backward(sharc_model *m, int set, int l, const float *dy
     }
 }
 
+/* note [prof-work] for attention over nh heads of B sequences of T: the
+ * causal half of the T x T scores, as FlashAttention counts it (QK^T and PV
+ * forward, 2.5 times that backward); sliding windows and document masks do
+ * less than this. Bytes: q, k, v and the output (and their gradients). */
+static double att_flops(const sharc_model *m, int B, int T, int nh, bool bwd) {
+    return (bwd ? 2.5 : 1.0) * 2.0 * 2.0 * B * nh * (double)T * T * m->hd / 2.0;
+}
+static double att_bytes(const sharc_model *m, int B, int T, int nh, bool bwd) {
+    double io = 4.0 * B * (double)T * ((double)m->QKV + (double)m->AD) / m->NH * nh; /* this rank's heads */
+    return bwd ? 2.0 * io : io;
+}
+
 static void block_forward(sharc_model *m, const block_ptrs *w, block_acts *a, const float *x, float *y, int B, int T) {
     const sharc_kernels *k = m->k;
     sharc_stream *s = m->s;
@@ -1085,22 +1126,23 @@ static void block_forward(sharc_model *m, const block_ptrs *w, block_acts *a, co
     if (m->sp > 1) { /* note [ulysses]: whole sequences, NHl heads */
         sharc_ulysses *u = &m->uly;
         SHARC_PROF("fwd.ulysses", sharc_ulysses_qkv_to_heads(u, a->qkv, qkv));
-        SHARC_PROF("fwd.attention",
-                   k->attention_forward(s, a->att_h, a->lse, a->qkv, lo, B, u->Tf, u->NHl, u->NKVl, m->hd, m->att_ws));
+        SHARC_PROF_WORK(
+            "fwd.attention", att_flops(m, B, u->Tf, u->NHl, false), att_bytes(m, B, u->Tf, u->NHl, false),
+            k->attention_forward(s, a->att_h, a->lse, a->qkv, lo, B, u->Tf, u->NHl, u->NKVl, m->hd, m->att_ws));
         SHARC_PROF("fwd.ulysses", sharc_ulysses_att_to_tokens(u, a->att, a->att_h));
     } else {
-        SHARC_PROF("fwd.attention",
-                   k->attention_forward(s, a->att, a->lse, a->qkv, lo, B, T, m->NH, m->NKV, m->hd, m->att_ws));
+        SHARC_PROF_WORK("fwd.attention", att_flops(m, B, T, m->NH, false), att_bytes(m, B, T, m->NH, false),
+                        k->attention_forward(s, a->att, a->lse, a->qkv, lo, B, T, m->NH, m->NKV, m->hd, m->att_ws));
         SHARC_PROF("fwd.attention", keep16(m, a->atth, a->att, N * m->AD));
     }
     SHARC_PROF("fwd.matmul.attproj", mm_fwd(m, m->tmp, a->att, a->atth, w->wo, m->w16o, w->bo, N, m->AD, m->C));
     SHARC_PROF("fwd.tp", sharc_tp_all_reduce(m->tp_group, m->tmp, N * m->C)); /* note [tp]: g */
-    SHARC_PROF("fwd.residual", k->add(s, a->xmid, x, m->tmp, N * m->C));
+    SHARC_PROF_WORK("fwd.residual", 0, 12.0 * N * m->C, k->add(s, a->xmid, x, m->tmp, N * m->C));
     SHARC_PROF("fwd.norm", norm_fwd(m, a->ln2, a->ln2_mean, a->ln2_rstd, a->xmid, w->ln2w, w->ln2b, N));
     SHARC_PROF("fwd.norm", keep16(m, a->ln2h, a->ln2, N * m->C));
     if (w->is_moe) { /* note [moe]: a recompute (y NULL) refills the set too */
         SHARC_PROF("fwd.moe", moe_mlp_forward(m, w, (int)(a - m->sets), m->tmp, a->ln2, N, y == NULL));
-        if (y) SHARC_PROF("fwd.residual", k->add(s, y, a->xmid, m->tmp, N * m->C));
+        if (y) SHARC_PROF_WORK("fwd.residual", 0, 12.0 * N * m->C, k->add(s, y, a->xmid, m->tmp, N * m->C));
         return;
     }
     /* note [tiled-mlp]: chunk by chunk into tmp; a recompute stops at ln2. A
@@ -1115,17 +1157,17 @@ static void block_forward(sharc_model *m, const block_ptrs *w, block_acts *a, co
                                                    w->bproj, n, m->Fa, m->C));
         }
         SHARC_PROF("fwd.tp", sharc_tp_all_reduce(m->tp_group, m->tmp, N * m->C));
-        SHARC_PROF("fwd.residual", k->add(s, y, a->xmid, m->tmp, N * m->C));
+        SHARC_PROF_WORK("fwd.residual", 0, 12.0 * N * m->C, k->add(s, y, a->xmid, m->tmp, N * m->C));
         return;
     }
     SHARC_PROF("fwd.matmul.fc", mm_fwd(m, a->fc, a->ln2, a->ln2h, w->wfc, m->w16fc, w->bfc, N, m->C, m->F));
-    if (llama) SHARC_PROF("fwd.act", k->swiglu_forward(s, a->fca, a->fc, N, m->Fa));
-    else SHARC_PROF("fwd.act", k->gelu_forward(s, a->fca, a->fc, N * m->Fa));
+    if (llama) SHARC_PROF_WORK("fwd.act", 0, 12.0 * N * m->Fa, k->swiglu_forward(s, a->fca, a->fc, N, m->Fa));
+    else SHARC_PROF_WORK("fwd.act", 0, 8.0 * N * m->Fa, k->gelu_forward(s, a->fca, a->fc, N * m->Fa));
     SHARC_PROF("fwd.act", keep16(m, a->fcah, a->fca, N * m->Fa));
     if (!y) return; /* recomputing for backward: the block output is not needed */
     SHARC_PROF("fwd.matmul.fcproj", mm_fwd(m, m->tmp, a->fca, a->fcah, w->wproj, m->w16proj, w->bproj, N, m->Fa, m->C));
     SHARC_PROF("fwd.tp", sharc_tp_all_reduce(m->tp_group, m->tmp, N * m->C));
-    SHARC_PROF("fwd.residual", k->add(s, y, a->xmid, m->tmp, N * m->C));
+    SHARC_PROF_WORK("fwd.residual", 0, 12.0 * N * m->C, k->add(s, y, a->xmid, m->tmp, N * m->C));
 }
 
 /* dres: in, d loss / d y; out, d loss / d x (the block input). */
@@ -1185,8 +1227,9 @@ static void block_backward(sharc_model *m, const block_ptrs *w, const block_ptrs
         }
         SHARC_PROF("bwd.matmul.fcproj", mm_bwd(m, m->dfca, g->wproj, g->bproj, dres + r0 * m->C, fca, fcah, w->wproj,
                                                m->w16proj, n, m->Fa, m->C));
-        if (llama) SHARC_PROF("bwd.act", k->swiglu_backward(s, m->dfc, m->dfca, fc, n, m->Fa));
-        else SHARC_PROF("bwd.act", k->gelu_backward(s, m->dfc, m->dfca, fc, n * m->Fa));
+        if (llama)
+            SHARC_PROF_WORK("bwd.act", 0, 20.0 * n * m->Fa, k->swiglu_backward(s, m->dfc, m->dfca, fc, n, m->Fa));
+        else SHARC_PROF_WORK("bwd.act", 0, 12.0 * n * m->Fa, k->gelu_backward(s, m->dfc, m->dfca, fc, n * m->Fa));
         SHARC_PROF("bwd.matmul.fc", mm_bwd(m, m->dtmp + r0 * m->C, g->wfc, g->bfc, m->dfc, a->ln2 + r0 * m->C, ln2h,
                                            w->wfc, m->w16fc, n, m->C, m->F));
     }
@@ -1198,8 +1241,9 @@ static void block_backward(sharc_model *m, const block_ptrs *w, const block_ptrs
     if (m->sp > 1) { /* note [ulysses], mirrored */
         sharc_ulysses *u = &m->uly;
         SHARC_PROF("bwd.ulysses", sharc_ulysses_datt_to_heads(u, u->datt_h, m->dtmp));
-        SHARC_PROF("bwd.attention", k->attention_backward(s, u->dqkv_h, u->datt_h, a->qkv, a->att_h, a->lse, lo, B,
-                                                          u->Tf, u->NHl, u->NKVl, m->hd, m->att_ws));
+        SHARC_PROF_WORK("bwd.attention", att_flops(m, B, u->Tf, u->NHl, true), att_bytes(m, B, u->Tf, u->NHl, true),
+                        k->attention_backward(s, u->dqkv_h, u->datt_h, a->qkv, a->att_h, a->lse, lo, B, u->Tf, u->NHl,
+                                              u->NKVl, m->hd, m->att_ws));
         SHARC_PROF("bwd.ulysses", sharc_ulysses_dqkv_to_tokens(u, m->dqkv, u->dqkv_h));
     } else {
         const float *att = a->att;
@@ -1207,8 +1251,9 @@ static void block_backward(sharc_model *m, const block_ptrs *w, const block_ptrs
             SHARC_PROF("bwd.attention", k->cast(s, m->att32, SHARC_DT_F32, a->atth, SHARC_DT_BF16, N * m->AD));
             att = m->att32;
         }
-        SHARC_PROF("bwd.attention", k->attention_backward(s, m->dqkv, m->dtmp, a->qkv, att, a->lse, lo, B, T, m->NH,
-                                                          m->NKV, m->hd, m->att_ws));
+        SHARC_PROF_WORK(
+            "bwd.attention", att_flops(m, B, T, m->NH, true), att_bytes(m, B, T, m->NH, true),
+            k->attention_backward(s, m->dqkv, m->dtmp, a->qkv, att, a->lse, lo, B, T, m->NH, m->NKV, m->hd, m->att_ws));
     }
     if (llama && m->packed)
         SHARC_PROF("bwd.rope", k->rope_backward(s, m->dqkv, m->pk_cos, m->pk_sin, 1, B * T, m->NH, m->NKV, m->hd));
@@ -1327,8 +1372,12 @@ static const float *head_weight(sharc_model *m, sharc_fsdp *e, const float *hp) 
 static void head_xent(sharc_model *m, float *dx, float *dw, const float *w, const int32_t *targets, float scale,
                       int64_t N) {
     if (m->Vl == m->V) {
-        SHARC_PROF("head.lm_xent", m->k->lmhead_xent(m->s, m->loss, dx, dw, m->lnf, w, targets, scale, N, m->C, m->V,
-                                                     m->head_ws, m->head_chunk));
+        /* note [prof-work]: the logits, then dx and dw from them */
+        SHARC_PROF_WORK("head.lm_xent", 2.0 * N * m->C * m->V * (1 + (dx != NULL) + (dw != NULL)),
+                        4.0 * ((double)N * m->C + (double)m->V * m->C) + (dx ? 4.0 * N * m->C : 0) +
+                            (dw ? 8.0 * m->V * m->C : 0),
+                        m->k->lmhead_xent(m->s, m->loss, dx, dw, m->lnf, w, targets, scale, N, m->C, m->V, m->head_ws,
+                                          m->head_chunk));
         return;
     }
     uint16_t *wh = m->head16, *xh = wh ? wh + (int64_t)m->Vl * m->C : NULL;
@@ -1391,8 +1440,10 @@ static void release_head(sharc_model *m, sharc_fsdp *e) {
     sharc_fsdp_release(e, 0);
 }
 
-double sharc_model_forward_backward(sharc_model *m, sharc_fsdp *e, const int32_t *inputs, const int32_t *targets,
-                                    float loss_scale) {
+/* Forward and backward of one micro-batch; its loss sum is left in m->loss
+ * (the MoE term not added), not read. */
+static void forward_backward(sharc_model *m, sharc_fsdp *e, const int32_t *inputs, const int32_t *targets,
+                             float loss_scale) {
     const int B = m->B, T = m->T, L = m->L, H = L + 1;
     const int64_t N = (int64_t)B * T;
     double t0 = sharc_clock_now();
@@ -1462,13 +1513,46 @@ double sharc_model_forward_backward(sharc_model *m, sharc_fsdp *e, const int32_t
                    m->k->embedding_backward(m->s, gwte, gwpe, m->dres, inputs, B, T, m->C, m->sp_rank * T));
     }
     sharc_fsdp_backward_done(e, 0);
-    double loss = read_loss(m) + sharc_moe_loss_term(m->moe);
     int idle = 0; /* note [moe-units]: the cost of unused experts */
     sharc_model_moe_stats(m, NULL, &idle);
     m->timing.moe_idle_pairs += idle;
     m->timing.moe_idle_params += (int64_t)idle * 3 * m->cfg.moe_intermediate_size * m->C;
     m->timing.backward_s += sharc_clock_now() - t1;
-    return loss;
+}
+
+double sharc_model_forward_backward(sharc_model *m, sharc_fsdp *e, const int32_t *inputs, const int32_t *targets,
+                                    float loss_scale) {
+    forward_backward(m, e, inputs, targets, loss_scale);
+    return read_loss(m) + sharc_moe_loss_term(m->moe);
+}
+
+/* Note [loss-on-device]. A training step's loss sums stay on the device
+ * until the step's end: each micro-batch's loss sum l (the head's device
+ * scalar plus the MoE term, a host value) is added by a kernel on the
+ * model's stream into m->sums (sums[0] += l * weight, sums[1] += l: the
+ * step's fp64 arithmetic in its order, so the CPU gives the bits it gave
+ * when it read each l), and sums[2..3] take the gradient norm's squared
+ * sums (sharc_fsdp_grad_sumsq_queue on the engine's stream: the device's
+ * default stream, the model's too). One copy of the four into pinned host
+ * memory and one wait read them all, whatever the micro-batch count. */
+sharc_status sharc_model_sums_zero(sharc_model *m) {
+    return sharc_device_memset0(m->dev, m->sums, SHARC_MODEL_SUMS * sizeof(double), m->s);
+}
+
+void sharc_model_forward_backward_add(sharc_model *m, sharc_fsdp *e, const int32_t *inputs, const int32_t *targets,
+                                      float loss_scale, double weight) {
+    forward_backward(m, e, inputs, targets, loss_scale);
+    m->kdev->loss_add(m->s, m->sums, m->loss, sharc_moe_loss_term(m->moe), weight);
+}
+
+double *sharc_model_sums(sharc_model *m) { return m->sums; }
+
+sharc_status sharc_model_sums_read(sharc_model *m, double out[SHARC_MODEL_SUMS]) {
+    SHARC_TRY(sharc_device_copy(m->dev, m->hsums, m->sums, SHARC_MODEL_SUMS * sizeof(double), SHARC_COPY_DEVICE_TO_HOST,
+                                m->s));
+    SHARC_TRY(sharc_device_synchronize(m->s));
+    memcpy(out, m->hsums, SHARC_MODEL_SUMS * sizeof(double));
+    return SHARC_OK;
 }
 
 double sharc_model_forward_loss(sharc_model *m, sharc_fsdp *e, const int32_t *inputs, const int32_t *targets) {

@@ -107,8 +107,13 @@ double sharc_tp_lmhead_xent(const sharc_kernels *k, sharc_stream *s, sharc_comm 
     for (int64_t r0 = 0; r0 < N; r0 += chunk) {
         int64_t m = N - r0 < chunk ? N - r0 : chunk;
         const int32_t *tg = targets + r0;
-        if (xh) SHARC_PROF("head.logits", k->matmul_forward_b16(s, ws, xh + r0 * C, wh, NULL, m, C, Vl));
-        else SHARC_PROF("head.logits", k->matmul_forward(s, ws, x + r0 * C, w, NULL, m, C, Vl));
+        const double mf = 2.0 * m * C * Vl; /* note [prof-work] in model.c */
+        if (xh)
+            SHARC_PROF_WORK("head.logits", mf, 2.0 * ((double)m * C + (double)Vl * C) + 4.0 * m * Vl,
+                            k->matmul_forward_b16(s, ws, xh + r0 * C, wh, NULL, m, C, Vl));
+        else
+            SHARC_PROF_WORK("head.logits", mf, 4.0 * ((double)m * C + (double)Vl * C + (double)m * Vl),
+                            k->matmul_forward(s, ws, x + r0 * C, w, NULL, m, C, Vl));
         SHARC_PROF("head.xent", vp_row_max(red, ws, m, Vl));
         SHARC_PROF("head.tp", vp_all_reduce(group, red, m, SHARC_REDUCE_OP_MAX));
         SHARC_PROF("head.xent", vp_row_sums(red, ws, tg, m, v0, Vl));
@@ -120,9 +125,14 @@ double sharc_tp_lmhead_xent(const sharc_kernels *k, sharc_stream *s, sharc_comm 
             }
         if (dx) {
             SHARC_PROF("head.xent", vp_row_grads(ws, red, tg, m, v0, Vl, scale));
+            const double db = 4.0 * m * Vl + (xh ? 2.0 : 4.0) * ((double)m * C + (double)Vl * C) + 4.0 * m * C +
+                              (dw ? 8.0 * Vl * C : 0);
             if (xh)
-                SHARC_PROF("head.dx", k->matmul_backward_b16(s, dx + r0 * C, dw, NULL, ws, xh + r0 * C, wh, m, C, Vl));
-            else SHARC_PROF("head.dx", k->matmul_backward(s, dx + r0 * C, dw, NULL, ws, x + r0 * C, w, m, C, Vl));
+                SHARC_PROF_WORK("head.dx", mf * (1 + (dw != NULL)), db,
+                                k->matmul_backward_b16(s, dx + r0 * C, dw, NULL, ws, xh + r0 * C, wh, m, C, Vl));
+            else
+                SHARC_PROF_WORK("head.dx", mf * (1 + (dw != NULL)), db,
+                                k->matmul_backward(s, dx + r0 * C, dw, NULL, ws, x + r0 * C, w, m, C, Vl));
         }
     }
     /* note [tp-vocab]: each rank's dx is its columns' part of dlogits @ W */

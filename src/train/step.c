@@ -11,6 +11,10 @@
  * all-reduced count is divided by tp (note [tp]); the sp ranks of a group
  * hold disjoint slices of the same sequences, so their counts add up.
  *
+ * The loss sums stay on the device across micro-batches and come back
+ * with the gradient norm's squared sums in one read at the step's end
+ * (note [loss-on-device] in src/model/model.c): one host wait a step.
+ *
  * The step has one fault site (sharc/fault.h): "grads" once the gradients
  * are finished (non-finite gradients on one rank, for note [bad-steps] in
  * trainer.c). */
@@ -18,6 +22,7 @@
 #include "sharc/device.h"
 #include "sharc/clock.h"
 #include "sharc/fault.h"
+#include "sharc/model.h"
 #include "sharc/optim.h"
 #include "sharc/prof.h"
 #include "sharc/train.h"
@@ -54,7 +59,8 @@ sharc_status sharc_train_step_run(const sharc_train_step_ctx *x, const sharc_tra
     float scale = valid > 0 ? 1.0f / (float)valid : 0.0f;
     double t0 = sharc_clock_now();
     SHARC_PROF("step.zero_grad", sharc_fsdp_zero_grad(x->engine));
-    double loss_sum = 0.0, local_loss_sum = 0.0, t1 = sharc_clock_now();
+    SHARC_TRY(sharc_model_sums_zero(x->model)); /* note [loss-on-device] */
+    double t1 = sharc_clock_now();
     for (int m = 0; m < A; m++) {
         sharc_fsdp_begin_microbatch(x->engine, m == A - 1);
         if (per_micro) {
@@ -69,9 +75,8 @@ sharc_status sharc_train_step_run(const sharc_train_step_ctx *x, const sharc_tra
         /* note [device-batch]: the micro-batch in the model's device memory */
         const int32_t *in, *tg;
         SHARC_TRY(sharc_model_stage_batch(x->model, b->inputs + m * mb, b->targets + m * mb, mb, &in, &tg));
-        double l = sharc_model_forward_backward(x->model, x->engine, in, tg, scale);
-        local_loss_sum += l;
-        loss_sum += per_micro ? l * (double)scale : l;
+        /* on the device: loss_sum += per_micro ? l * scale : l (l * 1.0 is l), local_loss_sum += l */
+        sharc_model_forward_backward_add(x->model, x->engine, in, tg, scale, per_micro ? (double)scale : 1.0);
     }
     if (b->positions) SHARC_TRY(sharc_model_set_positions(x->model, NULL)); /* evaluation: unpacked rows */
     SHARC_TRY(sharc_fsdp_finish_grads(x->engine));
@@ -79,7 +84,14 @@ sharc_status sharc_train_step_run(const sharc_train_step_ctx *x, const sharc_tra
     double t2 = sharc_clock_now(), norm;
     sharc_activity_phase("gradient norm", -1, NULL);
     sharc_status st = SHARC_OK;
-    SHARC_PROF("step.grad_norm", st = sharc_fsdp_grad_norm(x->engine, &norm, &loss_sum));
+    /* note [loss-on-device]: the step's one host wait reads the loss sums and the norm's squared sums */
+    double sums[SHARC_MODEL_SUMS];
+    SHARC_PROF("step.grad_norm", st = sharc_fsdp_grad_sumsq_queue(x->engine, sharc_model_sums(x->model) + 2));
+    SHARC_TRY(st);
+    SHARC_PROF("step.grad_norm", st = sharc_model_sums_read(x->model, sums));
+    SHARC_TRY(st);
+    double loss_sum = sums[0], local_loss_sum = sums[1];
+    SHARC_PROF("step.grad_norm", st = sharc_fsdp_grad_norm_reduce(x->engine, sums + 2, &norm, &loss_sum));
     SHARC_TRY(st);
     loss_sum /= tp; /* every tp rank of a group returned the group's loss */
     double t3 = sharc_clock_now();

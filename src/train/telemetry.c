@@ -306,6 +306,38 @@ double sharc_telemetry_measure_peak_flops(int threads) {
     return sum;
 }
 
+/* Note [peak-bandwidth]: a copy, each thread its own slice of a 64 MiB
+ * source and destination (far past the caches), best of 4 after a first
+ * touch; counted as bytes read + written, as the profile counts kernels'
+ * bytes (a write-allocate's extra read is not counted on either side). */
+double sharc_telemetry_measure_bandwidth(int threads) {
+    if (threads < 1) threads = 1;
+    const size_t n = (size_t)64 << 20;
+    char *src = malloc(n), *dst = malloc(n);
+    if (!src || !dst) {
+        free(src);
+        free(dst);
+        return 0.0;
+    }
+    memset(src, 1, n);
+    memset(dst, 0, n);
+    double best = 0.0;
+    for (int rep = 0; rep < 5; rep++) {
+        double t0 = sharc_clock_now();
+#pragma omp parallel for num_threads(threads) schedule(static, 1)
+        for (int i = 0; i < threads; i++) {
+            size_t lo = n / (size_t)threads * (size_t)i,
+                   hi = i == threads - 1 ? n : n / (size_t)threads * (size_t)(i + 1);
+            memcpy(dst + lo, src + lo, hi - lo);
+        }
+        double dt = sharc_clock_now() - t0;
+        if (rep > 0 && dt > 0 && 2.0 * (double)n / dt > best) best = 2.0 * (double)n / dt;
+    }
+    free(src);
+    free(dst);
+    return best;
+}
+
 /* ---------------------------------------------------------------- JSON */
 
 static const double GIB = (double)(1ll << 30);

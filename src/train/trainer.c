@@ -77,6 +77,7 @@ struct sharc_trainer {
     double flops_per_token;
     sharc_dataset *val;      /* data.val_path when log.eval_every > 0 */
     double peak_flops_world; /* sum over ranks of each rank's peak (telemetry.h) */
+    double peak_flops_rank;  /* this rank's: the profile's matmul ceiling (sharc/prof.h) */
     char peak_how[160];      /* where this rank's peak came from, for the banner */
     bool bf16;               /* the model's matrix products run in bf16 (sharc_model_computes_bf16) */
 };
@@ -185,8 +186,9 @@ static void reset_comm_stats(sharc_trainer *t) {
  * memory and AdamW runs on the CPU: note [shard-device] in
  * src/fsdp/collectives.c), and every element loop is a kernel of its table. Batches are checked and
  * copied in per micro-batch (note [device-batch] in src/model/model.c);
- * the loss sum and the gradient norm come back as one double each
- * (sharc_model_forward_backward's, sharc_fsdp_grad_norm's); every host read
+ * the loss sums and the gradient norm's squared sums stay on the device
+ * until the step's one read (note [loss-on-device] in src/model/model.c);
+ * every host read
  * or write of shard bytes (weights and checkpoint save and load, HF import
  * and export, fault hooks) is an explicit copy (note [shard-host-io] in
  * src/fsdp/param_io.c). Between ranks the engine's collectives stage
@@ -402,6 +404,7 @@ sharc_status sharc_trainer_init(sharc_trainer **out, const sharc_config *cfg, sh
         snprintf(t->peak_how, sizeof t->peak_how, "%s",
                  bf16_peak ? "measured bf16 dot-product loop" : "measured FMA loop");
     }
+    t->peak_flops_rank = t->peak_flops_world;
     if ((st = sharc_comm_all_reduce(t->world, &t->peak_flops_world, &t->peak_flops_world, 1, SHARC_DT_F64,
                                     SHARC_REDUCE_OP_SUM)) != SHARC_OK)
         goto alone;
@@ -742,7 +745,22 @@ sharc_status sharc_train_run(const sharc_config *cfg, sharc_comm *world) {
         sharc_memplan_print(stdout, &plan, c, NULL);
         fflush(stdout);
     }
-    if (getenv("SHARC_PROFILE")) sharc_prof_enable(true);
+    const bool profile = getenv("SHARC_PROFILE") != NULL;
+    const int64_t first = t->step;
+    if (profile) { /* note [prof] in docs/ARCHITECTURE.md */
+        sharc_device *pd = sharc_model_device(t->model);
+        char how[160];
+        double bw;
+        if (sharc_device_is_host(pd)) {
+            sharc_prof_set_device(NULL, NULL);
+            bw = sharc_telemetry_measure_bandwidth(sharc_threads_get());
+            snprintf(how, sizeof how, "measured %d-thread copy", sharc_threads_get());
+        } else {
+            sharc_prof_set_device(pd, sharc_device_stream(pd));
+            bw = sharc_device_peak_bandwidth(pd, how, sizeof how);
+        }
+        sharc_prof_set_ceilings(t->peak_flops_rank, t->peak_how, bw, how);
+    }
     reset_comm_stats(t); /* the start-up agreement is not step 1's traffic */
     /* a progress bar only on a terminal; under mpirun Open MPI gives rank 0 a
      * pseudo-terminal even when mpirun's output goes to a file, so not there */
@@ -753,7 +771,11 @@ sharc_status sharc_train_run(const sharc_config *cfg, sharc_comm *world) {
     for (int64_t i = t->step; i < c->train.max_steps && st == SHARC_OK; i++) {
         sharc_step_stats s;
         sharc_step_global g;
+        /* the first step (allocations, library warm-up) is left out of the profile unless it is the only one */
+        sharc_prof_enable(profile && (i > first || c->train.max_steps - first == 1));
+        sharc_prof_step_begin();
         st = sharc_trainer_step(t, &s);
+        sharc_prof_step_end();
         /* every rank: one all-gather of each rank's stats (sharc/telemetry.h) */
         if (st == SHARC_OK) st = sharc_telemetry_reduce(t->world, &s, t->flops_per_token, t->peak_flops_world, &g);
         if (st != SHARC_OK) {
@@ -825,7 +847,8 @@ sharc_status sharc_train_run(const sharc_config *cfg, sharc_comm *world) {
     sharc_status cst = sharc_jsonl_close(metrics);
     sharc_status dst = sharc_jsonl_close(debug);
     if (st == SHARC_OK) st = agree(t->world, cst != SHARC_OK ? cst : dst);
-    if (sharc_prof_enabled() && lead) sharc_prof_report(stderr, (int)(c->train.max_steps > 0 ? c->train.max_steps : 1));
+    if (profile && lead) sharc_prof_report(stderr, (int)(c->train.max_steps > 0 ? c->train.max_steps : 1));
+    sharc_prof_set_device(NULL, NULL);                     /* its events, before the device goes */
     if (st == SHARC_OK) st = sharc_ckpt_save(ck, t->step); /* the last step; waits for an async one */
     if (st == SHARC_OK) st = sharc_ckpt_wait(ck);
     sharc_ckpt_free(ck);

@@ -11,6 +11,8 @@
 #     weights, fresh tokens for each config), a finite last loss;
 #   - torch.compile and FSDP2 run, or say "unavailable" where this torch
 #     (1.13) lacks them;
+#   - the profiled sharc run per model prints its table (SHARC_PROFILE=1,
+#     note [prof]) and leaves it in $OUT/profile_<model>.txt;
 # and the JSON under $OUT holds every row. Without a python that imports
 # torch, the PyTorch rows are not checked (the sharc rows still are).
 set -uo pipefail
@@ -59,4 +61,10 @@ fi
 out=$(OUT="$TMPDIR/c" TINY=1 SYSTEMS=sharc PYTHON="${py:-python3}" timeout 60 "$b/gpu.sh" "$SHARC_BIN" 2>&1) || fail "gpu.sh: $out"
 sed -i 's/"system": "sharc"/"system": "sharc-cpu"/' c/gpu_bench.json
 check c/gpu_bench.json sharc-cpu || fail "$out"
+# the profiled run per model (note [prof]): its table in the output and in $OUT
+for m in gpt2 llama; do
+  grep -q '^# sharc profile: 2 step(s)' c/profile_$m.txt && grep -q '^fwd.matmul.fc ' c/profile_$m.txt ||
+    fail "no profile of $m: $(cat c/profile_$m.txt)"
+  grep -q "^profile: sharc $m B=2" <<< "$out" || fail "gpu.sh did not print the $m profile: $out"
+done
 echo "ok"

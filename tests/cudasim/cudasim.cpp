@@ -31,6 +31,7 @@
 
 #include <cuda_runtime_api.h>
 #include <errno.h>
+#include <time.h>
 #include <stdarg.h>
 #include <execinfo.h>
 #include <deque>
@@ -414,6 +415,8 @@ struct sim_event {
     int magic;
     sim_stream *stream; /* where its last record is queued */
     uint64_t gen, done; /* records asked, records reached */
+    bool timing;        /* created without cudaEventDisableTiming */
+    double reached_s;   /* host monotonic time when its last record was reached */
 };
 static sim_stream legacy_stream = {0x57, {}, false};
 static std::vector<sim_stream *> streams = {&legacy_stream};
@@ -436,7 +439,12 @@ sim_stream *stream_of(cudaStream_t s) {
 
 static void exec(op &o) {
     if (o.fn) o.fn();
-    if (o.rec) o.rec->done = o.rec_gen > o.rec->done ? o.rec_gen : o.rec->done;
+    if (o.rec) {
+        o.rec->done = o.rec_gen > o.rec->done ? o.rec_gen : o.rec->done;
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        o.rec->reached_s = (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+    }
 }
 
 static void drain_event(sim_event *e);
@@ -611,7 +619,8 @@ cudaError_t cudaGetDevice(int *device) {
 }
 
 /* The attributes sharc reads (note [cuda-peak] in src/device/cuda/cuda.cu),
- * as an H100 SXM5 answers them: 132 SMs, 1980 MHz, compute capability 9.0. */
+ * as an H100 SXM5 answers them: 132 SMs, 1980 MHz, compute capability 9.0,
+ * HBM3 at 2619 MHz on a 5120-bit bus. */
 cudaError_t cudaDeviceGetAttribute(int *value, cudaDeviceAttr attr, int device) {
     int n = 0;
     cudaGetDeviceCount(&n);
@@ -622,6 +631,8 @@ cudaError_t cudaDeviceGetAttribute(int *value, cudaDeviceAttr attr, int device) 
     case cudaDevAttrClockRate: *value = 1980000; return cudaSuccess; /* kHz */
     case cudaDevAttrComputeCapabilityMajor: *value = 9; return cudaSuccess;
     case cudaDevAttrComputeCapabilityMinor: *value = 0; return cudaSuccess;
+    case cudaDevAttrMemoryClockRate: *value = 2619000; return cudaSuccess;   /* kHz: HBM3 */
+    case cudaDevAttrGlobalMemoryBusWidth: *value = 5120; return cudaSuccess; /* bits */
     default: return fail(cudaErrorInvalidValue, "cudaDeviceGetAttribute: attribute %d is not simulated", (int)attr);
     }
 }
@@ -865,7 +876,7 @@ cudaError_t cudaStreamSynchronize(cudaStream_t s) {
     return cudaSuccess;
 }
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned int flags) {
-    sim_event *p = new sim_event{0xe7, NULL, 0, 0};
+    sim_event *p = new sim_event{0xe7, NULL, 0, 0, !(flags & cudaEventDisableTiming), 0.0};
     *e = (cudaEvent_t)p;
     return cudaSuccess;
 }
@@ -912,6 +923,25 @@ cudaError_t cudaEventSynchronize(cudaEvent_t e) {
     drain_event(event_of(e));
     pthread_mutex_unlock(&lock);
     return cudaSuccess;
+}
+/* The simulated time of an event is the host's monotonic clock when the
+ * simulator executed its record, i.e. when its stream was drained to that
+ * point (work runs when the host waits, not when it is queued): elapsed
+ * times are real orderings of simulated work but meaningless as speeds.
+ * As on a GPU: both records must have been reached (else cudaErrorNotReady)
+ * and both events created with timing (else cudaErrorInvalidResourceHandle). */
+cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t end) {
+    pthread_mutex_lock(&lock);
+    sim_event *a = event_of(start), *b = event_of(end);
+    cudaError_t r = cudaSuccess;
+    if (!a->timing || !b->timing)
+        r = fail(cudaErrorInvalidResourceHandle, "cudaEventElapsedTime: an event created with cudaEventDisableTiming");
+    else if (a->gen == 0 || b->gen == 0)
+        r = fail(cudaErrorInvalidResourceHandle, "cudaEventElapsedTime: an event never recorded");
+    else if (a->done < a->gen || b->done < b->gen) r = cudaErrorNotReady;
+    else *ms = (float)((b->reached_s - a->reached_s) * 1e3);
+    pthread_mutex_unlock(&lock);
+    return r;
 }
 cudaError_t cudaEventQuery(cudaEvent_t e) {
     /* the simulated GPU makes progress when asked: the record is reached

@@ -171,6 +171,9 @@ static inline float __uint_as_float(unsigned u) {
     return f;
 }
 static inline int __float_as_int(float f) { return (int)__float_as_uint(f); }
+/* double arithmetic rounded once per operation (the host's: no FMA here) */
+static inline double __dadd_rn(double a, double b) { return a + b; }
+static inline double __dmul_rn(double a, double b) { return a * b; }
 static inline float __int_as_float(int i) { return __uint_as_float((unsigned)i); }
 
 /* Every lane of the warp (mask: the full warp only, the one sharc uses). */

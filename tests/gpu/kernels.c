@@ -207,6 +207,27 @@ static void test_elem(void) {
         kg->sumsq(sg, dacc, db, n);
         check_double("sumsq", dacc, acc, F32);
     }
+    /* loss_add (note [loss-on-device]): bit-identical to the CPU's, whose
+     * products would round differently if fused; twice, into sums that
+     * already hold values, with a weight that is not a power of 2 */
+    {
+        double sums[2] = {0.25, -1.5}, loss = 3.0 / 7.0, hl = 0;
+        double *dsums = d_up(sums, sizeof sums), *dloss = d_up(&loss, sizeof loss);
+        for (int r = 0; r < 2; r++) {
+            kc->loss_add(sc, sums, &loss, 1.0 / 3.0, 0.1 + r);
+            kg->loss_add(sg, dsums, dloss, 1.0 / 3.0, 0.1 + r);
+        }
+        double got[2];
+        if (sharc_device_copy(gpu, got, dsums, sizeof got, SHARC_COPY_DEVICE_TO_HOST, sg) != SHARC_OK ||
+            sharc_device_synchronize(sg) != SHARC_OK)
+            die("copy out");
+        hl = (loss + 1.0 / 3.0) * 0.1 + (loss + 1.0 / 3.0) * 1.1; /* sanity: the sums moved */
+        char msg[200];
+        snprintf(msg, sizeof msg, "%.17g %.17g vs CPU %.17g %.17g", got[0], got[1], sums[0], sums[1]);
+        result("loss_add (bits)", got[0] == sums[0] && got[1] == sums[1] && fabs(sums[0] - 0.25 - hl) < 1e-12, msg);
+        sharc_device_free(gpu, dsums);
+        sharc_device_free(gpu, dloss);
+    }
     /* adamw */
     {
         float *p = h_rand(n, 1), *g = h_rand(n, 0.1f), *m = h_rand(n, 0.01f), *v = h_rand(n, 0.001f);

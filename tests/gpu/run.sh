@@ -9,9 +9,10 @@
 #   2. whole-model forward + backward, GPU against CPU (gpu_model; 1e-4)
 #   3. gpu_kernels under compute-sanitizer memcheck, when it is installed
 #   4. sharc train --train.device=cuda trains (note [cuda-train]): 3 steps of a tiny GPT-2 and Llama,
-#      losses within 1e-4 of the CPU's; 2 ranks on the one GPU (MPI, staged) within 1e-5 of 1 rank;
-#      fsdp.cpu_offload (note [shard-device]) within 1e-5 of the GPU run without it, and with 2 ranks
-#      (MPI, staged) within 1e-5 of 1 rank without it
+#      losses within 1e-4 of the CPU's, with SHARC_PROFILE=1's report timed by CUDA events (note [prof]);
+#      2 ranks on the one GPU (MPI, staged) within 1e-5 of 1 rank; fsdp.cpu_offload (note
+#      [shard-device]) within 1e-5 of the GPU run without it, and with 2 ranks (MPI, staged) within
+#      1e-5 of 1 rank without it
 set -uo pipefail
 bin=${1:-build}
 [ -x "$bin/gpu_kernels" ] || { echo "tests/gpu/run.sh: $bin/gpu_kernels is missing: build with nvcc present (make)"; exit 1; }
@@ -69,9 +70,16 @@ if [ -x "$bin/sharc" ]; then
   for fam in gpt2 llama; do
     X=""; [ $fam = llama ] && X="--model.family=llama --model.num_kv_heads=1 --model.ff_hidden_dim=48"
     "$bin/sharc" train $M $X --train.out_dir="$tmp/c$fam" > "$tmp/c$fam.log" 2>&1
-    out=$("$bin/sharc" train $M $X --train.out_dir="$tmp/g$fam" --train.device=cuda 2>&1); rc=$?
+    out=$(SHARC_PROFILE=1 "$bin/sharc" train $M $X --train.out_dir="$tmp/g$fam" --train.device=cuda 2>&1); rc=$?
     [ $rc -eq 0 ] && near "$tmp/g$fam" "$tmp/c$fam" 1e-4
     one "sharc train --train.device=cuda ($fam): 3 steps, losses within 1e-4 of the CPU" $? "exit $rc: $(tail -3 <<< "$out")"
+    awk '/^# sharc profile: 2 step\(s\), times from device events/ { h = 1 }
+         h && /^(fwd|bwd)\.matmul\.fc / && $2 >= 0 && $4 >= 0 { m++ }
+         h && /^\(outside/ && $3 >= -0.01 { o = 1 }  h && /^\(step\)/ && $2 > 0 { s = 1 }
+         / -[0-9.]+ / && h && !/^\(/ { bad = 1 }
+         END { exit !(h && m == 2 && o && s && !bad) }' <<< "$out"
+    one "SHARC_PROFILE=1 on cuda ($fam): a step profile timed by device events, times >= 0 within the step" $? \
+      "$(grep -A4 '^# sharc profile' <<< "$out")"
   done
   out=$("$bin/sharc" train $M --fsdp.cpu_offload=true --train.out_dir="$tmp/o1" --train.device=cuda 2>&1); rc=$?
   [ $rc -eq 0 ] && near "$tmp/o1" "$tmp/ggpt2" 1e-5

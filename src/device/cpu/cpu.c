@@ -68,6 +68,7 @@ static const sharc_kernels cpu_kernels = {
     .accumulate = sharc_cpu_accumulate,
     .sum_ranks = sharc_cpu_sum_ranks,
     .sumsq = sharc_cpu_sumsq,
+    .loss_add = sharc_cpu_loss_add,
     .adamw = sharc_cpu_adamw,
     .fill = sharc_cpu_fill,
     .init_normal = sharc_cpu_init_normal,

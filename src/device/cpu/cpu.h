@@ -80,6 +80,7 @@ void sharc_cpu_accumulate(sharc_stream *s, float *dst, const float *src, int64_t
 void sharc_cpu_sum_ranks(sharc_stream *s, void *dst, const void *const *src, int S, int64_t n, sharc_dtype dt,
                          bool add);
 void sharc_cpu_sumsq(sharc_stream *s, double *acc, const float *x, int64_t n);
+void sharc_cpu_loss_add(sharc_stream *s, double *sums, const double *loss, double add, double weight);
 void sharc_cpu_adamw(sharc_stream *s, float *p, const float *g, float *m, float *v, int64_t n,
                      const sharc_adamw_scalars *k);
 void sharc_cpu_fill(sharc_stream *s, float *dst, float value, int64_t n);

@@ -1,4 +1,4 @@
-/* elem.c: sharc_cpu_{cast,round,accumulate,sum_ranks,sumsq,adamw,fill,init_normal},
+/* elem.c: sharc_cpu_{cast,round,accumulate,sum_ranks,sumsq,loss_add,adamw,fill,init_normal},
  * the element work of the engine, the optimizer and the MPI backend on the
  * CPU. Large arrays are split into chunks over the OpenMP threads; each
  * element's value never depends on the split, only sumsq's double sum
@@ -98,6 +98,13 @@ void sharc_cpu_sumsq(sharc_stream *s, double *out, const float *x, int64_t n) {
         acc += sumsq_block(x + lo, len);
     }
     *out += acc;
+}
+
+void sharc_cpu_loss_add(sharc_stream *s, double *sums, const double *loss, double add, double weight) {
+    double l = *loss + add;
+    double w = l * weight; /* its own statement: rounded before the sum (ISO C: no contraction across statements) */
+    sums[0] += w;
+    sums[1] += l;
 }
 
 SHARC_VEC static void adamw_range(float *p, const float *g, float *m, float *v, int64_t n, float decay_mul, float b1,

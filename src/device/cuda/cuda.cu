@@ -311,6 +311,18 @@ static void *cuda_alloc(sharc_device *d, size_t bytes) {
 
 static void cuda_free(sharc_device *d, void *p) { cudaFree(p); }
 
+static void *cuda_host_alloc(sharc_device *d, size_t bytes) {
+    void *p = NULL;
+    if (cudaHostAlloc(&p, bytes ? bytes : 64, cudaHostAllocDefault) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return NULL;
+    }
+    memset(p, 0, bytes); /* page-aligned (cudaHostAlloc), so 64-byte aligned too */
+    return p;
+}
+
+static void cuda_host_free(sharc_device *d, void *p) { cudaFreeHost(p); }
+
 static sharc_status cuda_status(cudaError_t e, const char *what) {
     if (e == cudaSuccess) return SHARC_OK;
     return sharc_error(SHARC_ERR_INTERNAL, "cuda: %s: %s", what, cudaGetErrorString(e));
@@ -358,7 +370,8 @@ static sharc_status cuda_synchronize(sharc_stream *s) {
 
 static sharc_status cuda_event_new(sharc_event *ev) {
     cudaEvent_t e;
-    sharc_status st = cuda_status(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "event create");
+    sharc_status st = cuda_status(cudaEventCreateWithFlags(&e, ev->timed ? cudaEventDefault : cudaEventDisableTiming),
+                                  "event create");
     if (st == SHARC_OK) ev->impl = (void *)e;
     return st;
 }
@@ -375,6 +388,14 @@ static sharc_status cuda_event_wait(sharc_event *ev, sharc_stream *s) {
 
 static sharc_status cuda_event_synchronize(sharc_event *ev) {
     return cuda_status(cudaEventSynchronize((cudaEvent_t)ev->impl), "event synchronize");
+}
+
+static sharc_status cuda_event_elapsed(sharc_event *start, sharc_event *end, double *seconds) {
+    float ms = 0.0f;
+    sharc_status st =
+        cuda_status(cudaEventElapsedTime(&ms, (cudaEvent_t)start->impl, (cudaEvent_t)end->impl), "event elapsed time");
+    *seconds = 1e-3 * (double)ms;
+    return st;
 }
 
 extern "C" void *sharc_cuda_scratch(sharc_stream *s, size_t bytes) {
@@ -430,6 +451,23 @@ static double cuda_peak_flops(sharc_device *d, sharc_dtype dt, char *how, size_t
     return (double)sms * mhz * 1e6 * per_clock;
 }
 
+/* The memory ceiling of the profile (sharc/prof.h): the DRAM's theoretical
+ * peak, bus width x memory clock x 2 (double data rate), from
+ * cudaDeviceGetAttribute; an H100 SXM5 answers 5120 bits x 2619 MHz: 3.35
+ * TB/s. A measured copy reaches ~90% of it. */
+static double cuda_peak_bandwidth(sharc_device *d, char *how, size_t n) {
+    int khz = 0, bits = 0;
+    if (cudaDeviceGetAttribute(&khz, cudaDevAttrMemoryClockRate, d->index) != cudaSuccess ||
+        cudaDeviceGetAttribute(&bits, cudaDevAttrGlobalMemoryBusWidth, d->index) != cudaSuccess || khz <= 0 ||
+        bits <= 0) {
+        (void)cudaGetLastError();
+        snprintf(how, n, "cuda: cannot read GPU %d's memory clock and bus width", d->index);
+        return 0.0;
+    }
+    snprintf(how, n, "cuda: %d-bit bus x %.0f MHz x 2 (DDR)", bits, khz * 1e-3);
+    return (double)bits / 8.0 * (double)khz * 1e3 * 2.0;
+}
+
 /* bf16 compute (note [cuda-bf16] in layers.cu): cuBLASLt multiplies bf16
  * operands on every GPU this backend targets; SHARC_BF16=off turns it off,
  * as on the CPU (the model then computes in fp32). */
@@ -472,6 +510,7 @@ static sharc_kernels make_kernels(void) {
     k.accumulate = sharc_cuda_accumulate;
     k.sum_ranks = sharc_cuda_sum_ranks;
     k.sumsq = sharc_cuda_sumsq;
+    k.loss_add = sharc_cuda_loss_add;
     k.adamw = sharc_cuda_adamw;
     k.fill = sharc_cuda_fill;
     k.init_normal = sharc_cuda_init_normal;
@@ -503,6 +542,8 @@ static sharc_device_i make_iface(void) {
     i.open = cuda_open;
     i.alloc = cuda_alloc;
     i.free = cuda_free;
+    i.host_alloc = cuda_host_alloc;
+    i.host_free = cuda_host_free;
     i.memset0 = cuda_memset0;
     i.copy = cuda_copy;
     i.stream_new = cuda_stream_new;
@@ -514,7 +555,9 @@ static sharc_device_i make_iface(void) {
     i.event_record = cuda_event_record;
     i.event_wait = cuda_event_wait;
     i.event_synchronize = cuda_event_synchronize;
+    i.event_elapsed = cuda_event_elapsed;
     i.peak_flops = cuda_peak_flops;
+    i.peak_bandwidth = cuda_peak_bandwidth;
     i.kernels = &cuda_kernels;
     return i;
 }

@@ -1,4 +1,4 @@
-/* elem.cu: sharc_cuda_{add,cast,round,accumulate,sum_ranks,sumsq,adamw,fill,
+/* elem.cu: sharc_cuda_{add,cast,round,accumulate,sum_ranks,sumsq,loss_add,adamw,fill,
  * init_normal,colsum_add}, the element work of the engine, the optimizer and
  * the collectives on a CUDA device. Each element is computed with the CPU
  * kernel's operations in the same order (src/device/cpu/elem.c, dtype.c);
@@ -187,6 +187,18 @@ extern "C" void sharc_cuda_sumsq(sharc_stream *s, double *acc, const float *x, i
     k_sumsq_blocks<<<(unsigned)nb, THREADS, 0, sharc_cuda_cs(s)>>>(part, x, n);
     SHARC_CUDA_LAUNCHED();
     sharc_cuda_sum_doubles(s, acc, part, nb, true);
+}
+
+/* note [loss-on-device]: one thread; __dadd_rn / __dmul_rn are never fused */
+__global__ static void k_loss_add(double *sums, const double *loss, double add, double weight) {
+    double l = __dadd_rn(*loss, add);
+    sums[0] = __dadd_rn(sums[0], __dmul_rn(l, weight));
+    sums[1] = __dadd_rn(sums[1], l);
+}
+
+extern "C" void sharc_cuda_loss_add(sharc_stream *s, double *sums, const double *loss, double add, double weight) {
+    k_loss_add<<<1, 1, 0, sharc_cuda_cs(s)>>>(sums, loss, add, weight);
+    SHARC_CUDA_LAUNCHED();
 }
 
 __global__ static void k_adamw(float *p, const float *g, float *m, float *v, int64_t n, sharc_adamw_scalars k) {
