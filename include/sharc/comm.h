@@ -113,9 +113,10 @@ sharc_status sharc_comm_iall_gather(sharc_comm *c, const void *send, void *recv,
                                     sharc_stream *after, sharc_comm_request **req);
 sharc_status sharc_comm_ireduce_scatter(sharc_comm *c, const void *send, void *recv, size_t count, sharc_dtype dt,
                                         sharc_reduce_op op, sharc_stream *after, sharc_comm_request **req);
-/* Host buffers, no stream (small agreements: sharc_comm_world_settle). */
+/* send == recv allowed; `after` NULL for host buffers with no stream (small
+ * agreements: sharc_comm_world_settle). */
 sharc_status sharc_comm_iall_reduce(sharc_comm *c, const void *send, void *recv, size_t count, sharc_dtype dt,
-                                    sharc_reduce_op op, sharc_comm_request **req);
+                                    sharc_reduce_op op, sharc_stream *after, sharc_comm_request **req);
 /* The host waits until the request is complete. */
 sharc_status sharc_comm_wait(sharc_comm_request *req);
 /* Work queued on `s` after this call sees the request's result. A backend

@@ -208,6 +208,8 @@ typedef struct {
     double wait_s;            /* inside gathers and reductions the model waited for */
     int64_t gathers, reduces; /* unit-level operations */
     int64_t gathered_peak;    /* most gathered units alive at once */
+    int64_t comm_waits;       /* the compute stream's waits for the comm stream (a device with one, note
+                                 [comm-stream]): gathers waited for, plus one at the end of the gradients */
 } sharc_fsdp_stats;
 void sharc_fsdp_stats_get(const sharc_fsdp *e, sharc_fsdp_stats *out);
 void sharc_fsdp_stats_reset(sharc_fsdp *e);
@@ -228,7 +230,9 @@ int64_t sharc_fsdp_planned_bytes(const sharc_fsdp *e, sharc_mem_cat cat);
  * host memory, the caller clears it for the CPU device), for one rank of a shard group of S ranks; `shared`
  * when the group would hold its parameters in one shared-memory window
  * (note [shared-params]: S > 1, fp32 parameters, the group on one node,
- * shared memory allowed). schedule NULL: as for init. */
+ * shared memory allowed); `device` when the engine's memory is a device's
+ * (not host memory: one more gradient slot, note [comm-stream] in
+ * src/fsdp/collectives.c). schedule NULL: as for init. */
 typedef struct {
     int64_t bytes[SHARC_MEM_NCAT];      /* what sharc_fsdp_init allocates on the rank (its compute device) */
     int64_t host_bytes[SHARC_MEM_NCAT]; /* cfg->cpu_offload: what it allocates on the shard device, host memory */
@@ -237,7 +241,8 @@ typedef struct {
     int64_t max_trainable_shard;        /* elements of the largest shard of a unit that trains */
 } sharc_fsdp_plan_summary;
 sharc_status sharc_fsdp_plan_bytes(const sharc_unit_spec *units, int nunits, const sharc_unit_schedule *schedule,
-                                   const sharc_fsdp_config *cfg, int S, bool shared, sharc_fsdp_plan_summary *out);
+                                   const sharc_fsdp_config *cfg, int S, bool shared, bool device,
+                                   sharc_fsdp_plan_summary *out);
 
 /* Copy a whole parameter (numel floats, by global name) into / out of the
  * part this rank holds. read_local fills only the elements this rank holds. */

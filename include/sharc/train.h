@@ -38,6 +38,7 @@ typedef struct {
     sharc_comm_stats comm; /* this rank's collectives during the step, all groups */
     sharc_mem_stats mem;   /* this rank's memory: current and peak of the step */
     int64_t gathered_peak;
+    int64_t unit_gathers, comm_stream_waits; /* the engine's (sharc_fsdp_stats: gathers, comm_waits) */
     int64_t moe_idle_experts; /* note [moe-units]: (layer, expert) pairs with no token, over the micro-batches */
     int64_t moe_idle_bytes;   /* the parameter bytes gathered for them (fsdp.param_dtype) */
     /* note [optim-offload]: the optimizer's file traffic this step, the time it

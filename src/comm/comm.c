@@ -162,31 +162,30 @@ sharc_status sharc_comm_reduce_scatter(sharc_comm *c, const void *send, void *re
 }
 
 static sharc_status do_all_reduce(sharc_comm *c, const void *send, void *recv, size_t count, sharc_dtype dt,
-                                  sharc_reduce_op op, sharc_comm_request **req) {
+                                  sharc_reduce_op op, sharc_stream *after, sharc_comm_request **req) {
     SHARC_TRY(check_buffers("all-reduce", send, recv, count, dt));
     size_t es = sharc_dtype_size(dt);
     if (send != recv && overlap(send, count * es, recv, count * es))
         return sharc_error(SHARC_ERR_INVALID, "comm: all-reduce buffers partly overlap");
+    SHARC_TRY(after_stream(c, after));
     double t0 = sharc_clock_now();
     uint64_t fl = flight_begin(c, sharc_coll_kind_name(SHARC_COLL_ALL_REDUCE), (int64_t)(count * es), req != NULL);
     sharc_activity_coll_begin(sharc_coll_kind_name(SHARC_COLL_ALL_REDUCE), c->size);
     void *h = NULL;
-    sharc_status st = c->vt->all_reduce(c, send, recv, count, dt, op, req ? &h : NULL);
+    sharc_status st = c->vt->all_reduce(c, send, recv, count, dt, op, after, req ? &h : NULL);
     sharc_activity_coll_end();
     return finish(c, SHARC_COLL_ALL_REDUCE, (int64_t)(count * es), t0, st, h, req, fl);
 }
 
 sharc_status sharc_comm_all_reduce(sharc_comm *c, const void *send, void *recv, size_t count, sharc_dtype dt,
                                    sharc_reduce_op op) {
-    return do_all_reduce(c, send, recv, count, dt, op, NULL);
+    return do_all_reduce(c, send, recv, count, dt, op, NULL, NULL);
 }
 
-/* Host buffers only (no stream to order after): small agreements, such as
- * the settling of a failed job (sharc_comm_world_settle). */
 sharc_status sharc_comm_iall_reduce(sharc_comm *c, const void *send, void *recv, size_t count, sharc_dtype dt,
-                                    sharc_reduce_op op, sharc_comm_request **req) {
+                                    sharc_reduce_op op, sharc_stream *after, sharc_comm_request **req) {
     *req = NULL;
-    return do_all_reduce(c, send, recv, count, dt, op, req);
+    return do_all_reduce(c, send, recv, count, dt, op, after, req);
 }
 
 sharc_status sharc_comm_all_to_all(sharc_comm *c, const void *send, void *recv, size_t count, sharc_dtype dt) {
@@ -395,7 +394,7 @@ bool sharc_comm_world_settle(double seconds) {
     static int32_t one = 1, sum; /* static: a request left pending must not point into a dead frame */
     sharc_comm_request *r = NULL;
     bool done = false;
-    sharc_status st = sharc_comm_iall_reduce(verdict, &one, &sum, 1, SHARC_DT_I32, SHARC_REDUCE_OP_SUM, &r);
+    sharc_status st = sharc_comm_iall_reduce(verdict, &one, &sum, 1, SHARC_DT_I32, SHARC_REDUCE_OP_SUM, NULL, &r);
     for (double t0 = sharc_clock_now(); st == SHARC_OK; usleep(10000)) {
         st = sharc_comm_test(r, &done);
         if (done || sharc_clock_now() - t0 > seconds) break;

@@ -210,7 +210,7 @@ static sharc_status all_reduce16(sharc_comm *c, const void *send, void *recv, si
 }
 
 static sharc_status mpi_all_reduce(sharc_comm *c, const void *send, void *recv, size_t count, sharc_dtype dt,
-                                   sharc_reduce_op op, void **req) {
+                                   sharc_reduce_op op, sharc_stream *stream, void **req) {
     if (req) *req = NULL; /* the shared-memory and 16-bit paths complete before they return */
     sharc_status shm = sharc_comm_mpi_shm_all_reduce(c, send, recv, count, dt, op);
     if (shm != SHARC_ERR_UNSUPPORTED) return shm;

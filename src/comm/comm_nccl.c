@@ -439,18 +439,20 @@ static sharc_status nc_reduce_scatter(sharc_comm *c, const void *send, void *rec
 }
 
 static sharc_status nc_all_reduce(sharc_comm *c, const void *send, void *recv, size_t count, sharc_dtype dt,
-                                  sharc_reduce_op op, void **req) {
+                                  sharc_reduce_op op, sharc_stream *s, void **req) {
     nccl_impl *n = c->impl;
     bool gpu;
     SHARC_TRY(route(c, "all-reduce", send, recv, count, &gpu));
     if (!gpu) {
+        SHARC_TRY(host_after(s));
         void *h = NULL;
-        sharc_status st = n->host->vt->all_reduce(n->host, send, recv, count, dt, op, req ? &h : NULL);
+        sharc_status st = n->host->vt->all_reduce(n->host, send, recv, count, dt, op, NULL, req ? &h : NULL);
         return host_req(n, st, h, req);
     }
     SHARC_TRY(check_reduce(dt, "all-reduce"));
-    NCCL_TRY(api.all_reduce(send, recv, count, reduce_type(dt), op_of(op), n->nc, NULL), n->nc, "ncclAllReduce");
-    return nccl_done(n, NULL, req);
+    cu_stream_t st = s ? sharc_device_stream_native(s) : NULL;
+    NCCL_TRY(api.all_reduce(send, recv, count, reduce_type(dt), op_of(op), n->nc, st), n->nc, "ncclAllReduce");
+    return nccl_done(n, st, req);
 }
 
 /* recv slice q = rank q's slice r: one send and one receive per peer in a

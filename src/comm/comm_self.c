@@ -26,7 +26,7 @@ static sharc_status self_reduce_scatter(sharc_comm *c, const void *send, void *r
 }
 
 static sharc_status self_all_reduce(sharc_comm *c, const void *send, void *recv, size_t count, sharc_dtype dt,
-                                    sharc_reduce_op op, void **req) {
+                                    sharc_reduce_op op, sharc_stream *s, void **req) {
     if (req) *req = NULL;
     return self_copy(send, recv, count, dt);
 }

@@ -10,7 +10,8 @@
  *           shared window      note [shared-params] (shm.c): read in place
  *           fp32 all-gather    into a slot, non-blocking for prefetch
  *           16-bit all-gather  round the shard to param_dtype, gather, widen
- *                              (one process: round into a slot); a unit the
+ *                              (one process: round into a slot; on a comm
+ *                              stream all three queued there); a unit the
  *                              model reads in 16-bit is gathered straight into
  *                              its half-size slot, never widened (note [gathered16])
  *           post-forward       backward's gather of a unit resharded over N
@@ -70,64 +71,113 @@ static sharc_status staged(sharc_fsdp *e, stage_kind kind, sharc_comm *c, const 
  *
  * Note [comm-stream]. Such a collective runs on the engine's comm stream
  * (e->cstream, made at init on a device whose groups take device memory;
- * never on the CPU or staged paths) and no host waits for it:
- *   1. e->computed is recorded on the compute stream and the comm stream
- *      waits for it (comm_after_compute): everything queued before on the
- *      compute stream (the shard cast, backward's gradients, the previous
- *      user of a slot) has run before the collective reads or writes;
- *   2. the collective is queued on the comm stream; its request is an event
- *      recorded there after it;
- *   3. the compute stream waits for that event (sharc_comm_wait_on) before
- *      it uses the result: a blocking gather or reduce-scatter at once, a
- *      prefetch (fp32 gather into its slot) in sharc_fsdp_unit_wait, which
- *      release also passes through before the slot goes back to the pool.
- * So the two streams run one total order, the order the host queued them
- * in, and the slot and grad_full reuse rules of the unit state machine are
- * unchanged: a slot is reused only by work queued after the compute stream
- * waited for the collective that used it, and every later collective is
- * queued after the compute work before it. What overlaps is a prefetch's
- * gather with the compute queued between its start and its wait (forward
- * and backward prefetch); a blocking reduce-scatter is waited for by the
- * compute stream at once (its accumulate into the shard follows), so it
- * does not overlap the next unit's backward yet: that needs grad_full and
- * stage_shard to stay unreused until its event passes. */
-static sharc_status comm_after_compute(sharc_fsdp *e) {
-    SHARC_TRY(sharc_device_event_record(e->computed, e->stream));
-    return sharc_device_event_wait(e->computed, e->cstream);
+ * never on the CPU or staged paths, which keep their blocking calls) and
+ * the host never waits for it inside forward or backward. One total order
+ * per stream, the order the host queues work in; the rules:
+ *   1. Before the comm stream reads anything the compute stream wrote, it
+ *      waits for e->computed recorded there (comm_after_compute): shards
+ *      the optimizer wrote, backward's grad_full, a grad shard the model
+ *      accumulated into (one process), a post-forward slice.
+ *   2. A unit's gather (fp32, or 16-bit: the cast into stage16_shard, the
+ *      all-gather, the widening cast into its slot, all queued there) is
+ *      followed by t->ready; the compute stream waits for it before using
+ *      the unit (at once when blocking, else sharc_fsdp_unit_wait, which
+ *      release passes through before the slot goes back: so a slot is
+ *      reused only by work queued after the gather that filled it).
+ *   3. A unit's reduction (the 16-bit cast of grad_full, the reduce-scatter,
+ *      the widening cast, the accumulate into grad_shard) and the replicas'
+ *      all-reduce are queued there and nobody waits at once: the
+ *      reduction of unit u runs while the compute stream does the backward
+ *      of the units after it. Its grad_full slot goes back to the pool with
+ *      an event recorded after the reduction (pool seq/ev); the compute
+ *      stream waits for it when the slot is handed out again (grad_open,
+ *      before the memset), and the pool hands out, of equal slots, the one
+ *      the comm stream used longest ago; the plan gives one gradient slot
+ *      more than max_live (overlap_reduce), so that is the reduction of
+ *      two units back, already ordered by the gather waited for since.
+ *   4. sharc_fsdp_finish_grads records e->reduced after the step's last
+ *      reduction and all-reduce and the compute stream waits for it: the
+ *      only wait for reductions, before anything on the compute stream
+ *      reads or writes a grad shard (norm, clipping, optimizer, zero_grad,
+ *      checkpoints all come after it).
+ *   5. The staging buffers (stage16_*, stage_shard) are used only by work
+ *      on the comm stream there, so its own order protects them.
+ * The collectives' requests are retired on the comm stream itself (q_*).
+ * Positions: every record on the comm stream gets the next number (cseq);
+ * a wait of the compute stream for position p covers everything before p
+ * (one queue), so sharc_fsdp_coll_wait skips a wait already covered
+ * (cwaited) and counts the others in stats.comm_waits: per step, the
+ * gathers waited for plus the one of rule 4 (tests/cli/cudasim_overlap.sh). */
+static void comm_after_compute(sharc_fsdp *e) {
+    if (sharc_device_event_record(e->computed, e->stream) != SHARC_OK ||
+        sharc_device_event_wait(e->computed, e->cstream) != SHARC_OK)
+        SHARC_FSDP_COMM_FATAL();
 }
 
+int64_t sharc_fsdp_coll_mark(sharc_fsdp *e, sharc_event *ev) {
+    if (sharc_device_event_record(ev, e->cstream) != SHARC_OK) SHARC_FSDP_COMM_FATAL();
+    return ++e->cseq;
+}
+
+void sharc_fsdp_coll_wait(sharc_fsdp *e, sharc_event *ev, int64_t seq) {
+    if (seq <= e->cwaited) return; /* the comm stream runs in order */
+    if (sharc_device_event_wait(ev, e->stream) != SHARC_OK) SHARC_FSDP_COMM_FATAL();
+    e->cwaited = seq;
+    e->stats.comm_waits++;
+}
+
+/* The collectives queued on the comm stream (note [comm-stream]): the
+ * request is retired there at once (the stream waits for its own event,
+ * which orders nothing new), so what follows on the comm stream and the
+ * caller's later record are what order the result. */
+static void q_all_gather(sharc_fsdp *e, sharc_comm *c, const void *send, void *recv, size_t n, sharc_dtype dt) {
+    sharc_comm_request *req = NULL;
+    if (sharc_comm_iall_gather(c, send, recv, n, dt, e->cstream, &req) != SHARC_OK ||
+        sharc_comm_wait_on(req, e->cstream) != SHARC_OK)
+        SHARC_FSDP_COMM_FATAL();
+}
+
+static void q_reduce_scatter(sharc_fsdp *e, sharc_comm *c, const void *send, void *recv, size_t n, sharc_dtype dt) {
+    sharc_comm_request *req = NULL;
+    if (sharc_comm_ireduce_scatter(c, send, recv, n, dt, SHARC_REDUCE_OP_SUM, e->cstream, &req) != SHARC_OK ||
+        sharc_comm_wait_on(req, e->cstream) != SHARC_OK)
+        SHARC_FSDP_COMM_FATAL();
+}
+
+static void q_all_reduce(sharc_fsdp *e, sharc_comm *c, void *buf, size_t n, sharc_dtype dt) {
+    sharc_comm_request *req = NULL;
+    if (sharc_comm_iall_reduce(c, buf, buf, n, dt, SHARC_REDUCE_OP_SUM, e->cstream, &req) != SHARC_OK ||
+        sharc_comm_wait_on(req, e->cstream) != SHARC_OK)
+        SHARC_FSDP_COMM_FATAL();
+}
+
+/* A unit's gather is queued on the comm stream: its ready event after it;
+ * blocking: the compute stream waits for it now, else sharc_fsdp_unit_wait. */
+static void gathered_on_comm(sharc_fsdp *e, sharc_fsdp_unit *t, bool blocking) {
+    t->ready_seq = sharc_fsdp_coll_mark(e, t->ready);
+    if (blocking) sharc_fsdp_coll_wait(e, t->ready, t->ready_seq);
+}
+
+/* The CPU's and note [comm-staging]'s collectives (no comm stream). */
 static sharc_status all_gather(sharc_fsdp *e, sharc_comm *c, const void *send, void *recv, size_t n, sharc_dtype dt) {
     if (e->hstage) return staged(e, STAGE_ALL_GATHER, c, send, recv, n, dt);
-    if (sharc_device_is_host(e->dev)) return sharc_comm_all_gather(c, send, recv, n, dt);
-    sharc_comm_request *req = NULL;
-    SHARC_TRY(comm_after_compute(e));
-    SHARC_TRY(sharc_comm_iall_gather(c, send, recv, n, dt, e->cstream, &req));
-    return req ? sharc_comm_wait_on(req, e->stream) : SHARC_OK;
+    return sharc_comm_all_gather(c, send, recv, n, dt);
 }
 
 /* A prefetch: the request is left for sharc_fsdp_unit_wait. */
 static sharc_status iall_gather(sharc_fsdp *e, sharc_comm *c, const void *send, void *recv, size_t n, sharc_dtype dt,
                                 sharc_comm_request **req) {
-    if (!e->cstream) return sharc_comm_iall_gather(c, send, recv, n, dt, e->stream, req);
-    SHARC_TRY(comm_after_compute(e));
-    return sharc_comm_iall_gather(c, send, recv, n, dt, e->cstream, req);
+    return sharc_comm_iall_gather(c, send, recv, n, dt, e->stream, req);
 }
 
 static sharc_status reduce_scatter(sharc_fsdp *e, sharc_comm *c, const void *send, void *recv, size_t n,
                                    sharc_dtype dt) {
     if (e->hstage) return staged(e, STAGE_REDUCE_SCATTER, c, send, recv, n, dt);
-    if (sharc_device_is_host(e->dev)) return sharc_comm_reduce_scatter(c, send, recv, n, dt, SHARC_REDUCE_OP_SUM);
-    sharc_comm_request *req = NULL;
-    SHARC_TRY(comm_after_compute(e));
-    SHARC_TRY(sharc_comm_ireduce_scatter(c, send, recv, n, dt, SHARC_REDUCE_OP_SUM, e->cstream, &req));
-    return req ? sharc_comm_wait_on(req, e->stream) : SHARC_OK;
+    return sharc_comm_reduce_scatter(c, send, recv, n, dt, SHARC_REDUCE_OP_SUM);
 }
 
-/* An all-reduce has no stream to be queued on: on a device, the engine's
- * stream is waited for first (note [blocking-on-stream]). */
 static sharc_status all_reduce(sharc_fsdp *e, sharc_comm *c, void *buf, size_t n, sharc_dtype dt) {
     if (e->hstage) return staged(e, STAGE_ALL_REDUCE, c, buf, buf, n, dt);
-    if (!sharc_device_is_host(e->dev)) SHARC_TRY(sharc_device_synchronize(e->stream));
     return sharc_comm_all_reduce(c, buf, buf, n, dt, SHARC_REDUCE_OP_SUM);
 }
 
@@ -167,24 +217,31 @@ int64_t sharc_fsdp_coll_stage_bytes(const sharc_fsdp *e) {
  * CPU device), so the copies are staged by the driver; placing them in
  * sharc_device_host_alloc's page-locked memory is a speed item, not a
  * correctness one. The host waits once per unit's reduction.
- * A shard write bracket (param_io.c) first waits for the compute stream, so
- * no queued host -> device copy reads a shard the optimizer is writing. */
-static const float *shard_to_compute(sharc_fsdp *e, sharc_fsdp_unit *t, float *dst) {
+ * Each copy runs on the stream of the collective next to it: with a comm
+ * stream (note [comm-stream]) the copy to the compute device, the gather and
+ * the reduce-scatter and its copy back are all queued there, so e->stage_shard
+ * is used by that one stream in order (a copy queued on the compute stream
+ * instead raced the comm stream's reductions into the same buffer); the host
+ * then waits for the comm stream before the CPU adds a reduced shard in.
+ * A shard write bracket (param_io.c) first waits for both streams, so no
+ * queued host -> device copy reads a shard the optimizer is writing. */
+static const float *shard_to_compute(sharc_fsdp *e, sharc_fsdp_unit *t, float *dst, sharc_stream *s) {
     if (!sharc_fsdp_offloaded(e)) return t->param_shard;
     if (sharc_device_copy(e->dev, dst, t->param_shard, (size_t)t->numel_shard * sizeof(float),
-                          SHARC_COPY_HOST_TO_DEVICE, e->stream) != SHARC_OK)
+                          SHARC_COPY_HOST_TO_DEVICE, s) != SHARC_OK)
         SHARC_FSDP_COMM_FATAL();
     return dst;
 }
 
-static void reduced_to_shard(sharc_fsdp *e, sharc_fsdp_unit *t, const float *reduced) {
+/* On stream s, where the reduction that wrote `reduced` was queued. */
+static void reduced_to_shard(sharc_fsdp *e, sharc_fsdp_unit *t, const float *reduced, sharc_stream *s) {
     if (!sharc_fsdp_offloaded(e)) {
-        e->k->accumulate(e->stream, t->grad_shard, reduced, t->numel_shard);
+        e->k->accumulate(s, t->grad_shard, reduced, t->numel_shard);
         return;
     }
     if (sharc_device_copy(e->dev, e->hreduced, reduced, (size_t)t->numel_shard * sizeof(float),
-                          SHARC_COPY_DEVICE_TO_HOST, e->stream) != SHARC_OK ||
-        sharc_device_synchronize(e->stream) != SHARC_OK)
+                          SHARC_COPY_DEVICE_TO_HOST, s) != SHARC_OK ||
+        sharc_device_synchronize(s) != SHARC_OK)
         SHARC_FSDP_COMM_FATAL();
     e->sk->accumulate(e->sstream, t->grad_shard, e->hreduced, t->numel_shard);
 }
@@ -194,13 +251,20 @@ static void gather_direct(sharc_fsdp *e, sharc_fsdp_unit *t, bool blocking) { t-
 /* Note [shard-device], one process in fp32: the shard is the whole unit, copied into its slot. */
 static void gather_copy(sharc_fsdp *e, sharc_fsdp_unit *t, bool blocking) {
     e->stats.gathers++;
-    shard_to_compute(e, t, t->param_full);
+    shard_to_compute(e, t, t->param_full, e->stream);
 }
 
 static void gather_f32(sharc_fsdp *e, sharc_fsdp_unit *t, bool blocking) {
     e->stats.gathers++;
     size_t n = (size_t)t->numel_shard;
-    const float *src = shard_to_compute(e, t, e->stage_shard);
+    if (e->cstream) {
+        comm_after_compute(e);
+        const float *src = shard_to_compute(e, t, e->stage_shard, e->cstream);
+        q_all_gather(e, e->shard, src, t->param_full, n, SHARC_DT_F32);
+        gathered_on_comm(e, t, blocking);
+        return;
+    }
+    const float *src = shard_to_compute(e, t, e->stage_shard, e->stream);
     sharc_status st = blocking || e->hstage || sharc_fsdp_offloaded(e)
                           ? all_gather(e, e->shard, src, t->param_full, n, SHARC_DT_F32)
                           : iall_gather(e, e->shard, src, t->param_full, n, SHARC_DT_F32, &t->pending);
@@ -223,17 +287,30 @@ static void gather_f32(sharc_fsdp *e, sharc_fsdp_unit *t, bool blocking) {
 static uint16_t *full16(const sharc_fsdp_unit *t) { return (uint16_t *)(void *)t->param_full; }
 
 /* 16-bit: the shard is rounded, gathered as 16-bit, widened at once (the
- * staging buffers serve every unit, so even a prefetch completes here);
- * note [gathered16]: or gathered into the slot and left 16-bit. */
+ * staging buffers serve every unit, so off a comm stream even a prefetch
+ * completes here);
+ * note [gathered16]: or gathered into the slot and left 16-bit. Note
+ * [comm-stream]: all three on the comm stream, which alone uses the staging
+ * buffers there, so a prefetch overlaps too. */
 static void gather_16(sharc_fsdp *e, sharc_fsdp_unit *t, bool blocking) {
     e->stats.gathers++;
     sharc_dtype dt = e->cfg.param_dtype;
-    const float *src = shard_to_compute(e, t, e->stage_shard);
     if (e->S == 1) {
+        const float *src = shard_to_compute(e, t, e->stage_shard, e->stream);
         if (t->g16) e->k->cast(e->stream, full16(t), dt, src, SHARC_DT_F32, t->numel_shard);
         else e->k->round(e->stream, t->param_full, src, dt, t->numel_shard);
         return;
     }
+    if (e->cstream) {
+        comm_after_compute(e);
+        const float *src = shard_to_compute(e, t, e->stage_shard, e->cstream);
+        e->k->cast(e->cstream, e->stage16_shard, dt, src, SHARC_DT_F32, t->numel_shard);
+        q_all_gather(e, e->shard, e->stage16_shard, t->g16 ? full16(t) : e->stage16_full, (size_t)t->numel_shard, dt);
+        if (!t->g16) e->k->cast(e->cstream, t->param_full, SHARC_DT_F32, e->stage16_full, dt, t->numel_padded);
+        gathered_on_comm(e, t, blocking);
+        return;
+    }
+    const float *src = shard_to_compute(e, t, e->stage_shard, e->stream);
     e->k->cast(e->stream, e->stage16_shard, dt, src, SHARC_DT_F32, t->numel_shard);
     if (all_gather(e, e->shard, e->stage16_shard, t->g16 ? full16(t) : e->stage16_full, (size_t)t->numel_shard, dt) !=
         SHARC_OK)
@@ -246,23 +323,40 @@ static const sharc_fsdp_gather_i gather_f32_i = {.name = "fp32 all-gather", .slo
 static const sharc_fsdp_gather_i gather_16_i = {.name = "16-bit all-gather", .slot = true, .start = gather_16};
 static const sharc_fsdp_gather_i gather_copy_i = {.name = "copy to device", .slot = true, .start = gather_copy};
 
+/* Note [comm-stream]: the whole reduction on the comm stream, nobody waits
+ * (the slot's event, recorded by sharc_fsdp_unit_reduce, and the end of the
+ * step's gradients do). */
 static void reduce_f32(sharc_fsdp *e, sharc_fsdp_unit *t) {
+    if (e->cstream) {
+        comm_after_compute(e);
+        q_reduce_scatter(e, e->shard, t->grad_full, e->stage_shard, (size_t)t->numel_shard, SHARC_DT_F32);
+        reduced_to_shard(e, t, e->stage_shard, e->cstream);
+        return;
+    }
     if (reduce_scatter(e, e->shard, t->grad_full, e->stage_shard, (size_t)t->numel_shard, SHARC_DT_F32) != SHARC_OK)
         SHARC_FSDP_COMM_FATAL();
-    reduced_to_shard(e, t, e->stage_shard);
+    reduced_to_shard(e, t, e->stage_shard, e->stream);
 }
 
 static void reduce_16(sharc_fsdp *e, sharc_fsdp_unit *t) {
     sharc_dtype dt = e->cfg.reduce_dtype;
+    if (e->cstream) {
+        comm_after_compute(e);
+        e->k->cast(e->cstream, e->stage16_full, dt, t->grad_full, SHARC_DT_F32, t->numel_padded);
+        q_reduce_scatter(e, e->shard, e->stage16_full, e->stage16_shard, (size_t)t->numel_shard, dt);
+        e->k->cast(e->cstream, e->stage_shard, SHARC_DT_F32, e->stage16_shard, dt, t->numel_shard);
+        reduced_to_shard(e, t, e->stage_shard, e->cstream);
+        return;
+    }
     e->k->cast(e->stream, e->stage16_full, dt, t->grad_full, SHARC_DT_F32, t->numel_padded);
     if (reduce_scatter(e, e->shard, e->stage16_full, e->stage16_shard, (size_t)t->numel_shard, dt) != SHARC_OK)
         SHARC_FSDP_COMM_FATAL();
     e->k->cast(e->stream, e->stage_shard, SHARC_DT_F32, e->stage16_shard, dt, t->numel_shard);
-    reduced_to_shard(e, t, e->stage_shard);
+    reduced_to_shard(e, t, e->stage_shard, e->stream);
 }
 
 /* Note [shard-device], one process: the model accumulated into the slot, which is the whole unit. */
-static void reduce_copy(sharc_fsdp *e, sharc_fsdp_unit *t) { reduced_to_shard(e, t, t->grad_full); }
+static void reduce_copy(sharc_fsdp *e, sharc_fsdp_unit *t) { reduced_to_shard(e, t, t->grad_full, e->stream); }
 
 /* Note [post-forward] (plan.c): slice shard_rank % N of the gathered unit,
  * in param_dtype (the slot holds values already rounded to it, so the cast
@@ -284,7 +378,8 @@ void sharc_fsdp_coll_keep_post_forward(sharc_fsdp *e, sharc_fsdp_unit *t) {
 }
 
 /* The group of N holds the whole unit, rank j of it slice j: an all-gather
- * inside it rebuilds the padded unit (fp32: non-blocking for prefetch;
+ * inside it rebuilds the padded unit (on a comm stream all of it queued
+ * there, note [comm-stream]; else fp32: non-blocking for prefetch;
  * 16-bit: through the staging buffer, widened at once as gather_16 does, or
  * straight into a 16-bit slot: note [gathered16]). */
 static void gather_post_forward(sharc_fsdp *e, sharc_fsdp_unit *t, bool blocking) {
@@ -292,6 +387,15 @@ static void gather_post_forward(sharc_fsdp *e, sharc_fsdp_unit *t, bool blocking
     size_t n = (size_t)t->numel_post;
     sharc_dtype dt = e->cfg.param_dtype;
     sharc_status st;
+    if (e->cstream) { /* note [comm-stream] */
+        comm_after_compute(e);
+        void *dst = dt == SHARC_DT_F32 ? (void *)t->param_full : t->g16 ? (void *)full16(t) : (void *)e->stage16_full;
+        q_all_gather(e, e->post_comm, t->post_shard, dst, n, dt);
+        if (dt != SHARC_DT_F32 && !t->g16)
+            e->k->cast(e->cstream, t->param_full, SHARC_DT_F32, e->stage16_full, dt, t->numel_padded);
+        gathered_on_comm(e, t, blocking);
+        return;
+    }
     if (dt == SHARC_DT_F32) {
         st = blocking || e->hstage ? all_gather(e, e->post_comm, t->post_shard, t->param_full, n, dt)
                                    : iall_gather(e, e->post_comm, t->post_shard, t->param_full, n, dt, &t->pending);
@@ -327,10 +431,17 @@ void sharc_fsdp_coll_choose(sharc_fsdp *e) {
 sharc_status sharc_fsdp_coll_all_reduce_replicas(sharc_fsdp *e) {
     double t0 = sharc_clock_now();
     sharc_dtype dt = e->cfg.reduce_dtype;
+    if (e->cstream) comm_after_compute(e); /* S = 1: the model wrote the grad shards */
     for (int u = 0; u < e->nunits; u++) {
         sharc_fsdp_unit *t = &e->units[u];
         int64_t n = t->numel_shard;
         if (!t->trainable) continue; /* note [frozen-params] */
+        if (e->cstream) {            /* note [comm-stream]: finish_grads waits once, after all of them */
+            if (dt != SHARC_DT_F32) e->k->cast(e->cstream, e->stage16_shard, dt, t->grad_shard, SHARC_DT_F32, n);
+            q_all_reduce(e, e->replicate, dt == SHARC_DT_F32 ? (void *)t->grad_shard : e->stage16_shard, (size_t)n, dt);
+            if (dt != SHARC_DT_F32) e->k->cast(e->cstream, t->grad_shard, SHARC_DT_F32, e->stage16_shard, dt, n);
+            continue;
+        }
         if (dt == SHARC_DT_F32) {
             SHARC_TRY(all_reduce(e, e->replicate, t->grad_shard, (size_t)n, SHARC_DT_F32));
         } else {

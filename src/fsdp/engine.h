@@ -59,6 +59,8 @@ typedef struct {
     int64_t slot_numel;          /* floats its gathered slot needs (the plan's) */
     float *grad_full;            /* (numel_padded) while OPEN/HELD: a slot, or the grad shard */
     sharc_comm_request *pending; /* the gather in flight while GATHERING */
+    sharc_event *ready;          /* note [comm-stream]: recorded on the comm stream after its gather */
+    int64_t ready_seq;           /* that record's position on the comm stream, 0: none */
     void *post_shard;            /* (numel_post) in param_dtype: slice shard_rank % N kept after forward, or NULL */
     int64_t numel_post;          /* numel_padded / N (note [post-forward]), 0: the unit keeps none */
 } sharc_fsdp_unit;
@@ -69,8 +71,10 @@ typedef struct {
     int64_t *numel; /* (n) capacity of each slot */
     int *reserved;  /* (n) the only unit that may use the slot, or -1 */
     float **buf;
-    int *owner;      /* unit holding the slot, -1 if free */
-    int alive, peak; /* slots lent now, most lent at once since the last reset */
+    int *owner;       /* unit holding the slot, -1 if free */
+    int alive, peak;  /* slots lent now, most lent at once since the last reset */
+    sharc_event **ev; /* (n) note [comm-stream]: recorded on the comm stream after the slot's last use, or NULL */
+    int64_t *seq;     /* (n) that record's position on the comm stream, 0: none */
 } sharc_fsdp_pool;
 
 /* How a unit's parameters become whole (collectives.c; shm.c): chosen once at init. */
@@ -101,6 +105,9 @@ struct sharc_fsdp {
     float *hreduced;         /* note [shard-device]: (max numel_shard) a reduced shard on sdev, or NULL */
     sharc_stream *cstream;   /* note [comm-stream] (collectives.c): a device group's collectives, or NULL */
     sharc_event *computed;   /* recorded on stream before each collective queued on cstream */
+    sharc_event *reduced;    /* recorded on cstream at the end of a step's gradients */
+    int64_t cseq;            /* records made on cstream so far (their positions: 1, 2, ...) */
+    int64_t cwaited;         /* the compute stream has waited for cstream up to this position */
     const sharc_kernels *k;
     int nunits;
     sharc_fsdp_unit *units;
@@ -151,6 +158,10 @@ void sharc_fsdp_pool_free(sharc_device *dev, sharc_fsdp_pool *p);
  * holds `numel` floats; NULL if none (must: a schedule bug, fatal). */
 float *sharc_fsdp_pool_get(sharc_fsdp_pool *p, int unit, int64_t numel, bool must);
 void sharc_fsdp_pool_put(sharc_fsdp_pool *p, const float *buf);
+/* The index of the pool's slot buf. */
+int sharc_fsdp_pool_slot(const sharc_fsdp_pool *p, const float *buf);
+/* Note [comm-stream]: one event per slot (created here). */
+sharc_status sharc_fsdp_pool_events(sharc_device *dev, sharc_fsdp_pool *p);
 
 /* Unit u, checked: every file of the engine reaches units through it. */
 static inline sharc_fsdp_unit *sharc_fsdp_unit_at(const sharc_fsdp *e, int u) {
@@ -190,6 +201,11 @@ void sharc_fsdp_coll_choose(sharc_fsdp *e);
  * inside the group of N. */
 void sharc_fsdp_coll_keep_post_forward(sharc_fsdp *e, sharc_fsdp_unit *t);
 extern const sharc_fsdp_gather_i sharc_fsdp_gather_post_forward;
+/* Note [comm-stream]: record ev on the comm stream after all queued there
+ * (returns its position), and make the compute stream wait for a position
+ * (nothing when it already waited for a later one; counted in stats). */
+int64_t sharc_fsdp_coll_mark(sharc_fsdp *e, sharc_event *ev);
+void sharc_fsdp_coll_wait(sharc_fsdp *e, sharc_event *ev, int64_t seq);
 /* The replicate group's all-reduce of every grad shard (HYBRID_SHARD, NO_SHARD). */
 sharc_status sharc_fsdp_coll_all_reduce_replicas(sharc_fsdp *e);
 

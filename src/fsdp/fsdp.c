@@ -103,6 +103,7 @@ static sharc_status make_plan(sharc_fsdp *e, const sharc_unit_spec *units, const
         .grads_in_place = e->S == 1 && !sharc_fsdp_offloaded(e),
         .offload = sharc_fsdp_offloaded(e),
         .grads_shared = e->gshm != NULL,
+        .overlap_reduce = !sharc_device_is_host(e->dev) && !sharc_fsdp_offloaded(e),
         .schedule = schedule};
     return sharc_fsdp_plan_make(&e->plan, units, e->nunits, &e->cfg, &in);
 }
@@ -123,6 +124,15 @@ static sharc_status init_post_forward(sharc_fsdp *e) {
         e->units[u].numel_post = up->numel_post;
         e->units[u].post_shard = up->numel_post ? (char *)e->post_arena + up->post_off : NULL;
     }
+    return SHARC_OK;
+}
+
+/* Note [comm-staging]: on a device, *stage |= group g (more than one rank)
+ * reads host memory only. Collective over g. */
+static sharc_status takes_device(const sharc_fsdp *e, sharc_comm *g, bool *stage) {
+    bool direct = true;
+    if (!sharc_device_is_host(e->dev) && g && sharc_comm_size(g) > 1) SHARC_TRY(sharc_comm_takes_device(g, &direct));
+    *stage |= !direct;
     return SHARC_OK;
 }
 
@@ -237,14 +247,8 @@ sharc_status sharc_fsdp_init(sharc_fsdp **out, const sharc_unit_spec *units, int
      * (asked of every group in the same order on every rank: collective) */
     sharc_comm *groups[3] = {e->shard, e->replicate, e->post_comm};
     bool stage = false;
-    for (int g = 0; g < 3 && !sharc_device_is_host(e->dev); g++) {
-        bool direct = true;
-        if (groups[g] && sharc_comm_size(groups[g]) > 1) {
-            st = sharc_comm_takes_device(groups[g], &direct);
-            if (st != SHARC_OK) goto fail;
-        }
-        stage |= !direct;
-    }
+    for (int g = 0; g < 3; g++)
+        if ((st = takes_device(e, groups[g], &stage)) != SHARC_OK) goto fail;
     if (stage) {
         e->hstage = sharc_device_host_alloc(e->dev, (size_t)sharc_fsdp_coll_stage_bytes(e), SHARC_MEM_COMM);
         if (!e->hstage) {
@@ -256,6 +260,9 @@ sharc_status sharc_fsdp_init(sharc_fsdp **out, const sharc_unit_spec *units, int
         /* note [comm-stream] (collectives.c) */
         st = sharc_device_stream_new(e->dev, &e->cstream);
         if (st == SHARC_OK) st = sharc_device_event_new(e->dev, &e->computed);
+        if (st == SHARC_OK) st = sharc_device_event_new(e->dev, &e->reduced);
+        for (int u = 0; u < nunits && st == SHARC_OK; u++) st = sharc_device_event_new(e->dev, &e->units[u].ready);
+        if (st == SHARC_OK) st = sharc_fsdp_pool_events(e->dev, &e->grads);
         if (st != SHARC_OK) goto fail;
     }
     sharc_fsdp_coll_choose(e);
@@ -273,6 +280,7 @@ void sharc_fsdp_free(sharc_fsdp *e) {
     for (int u = 0; u < e->nunits && e->units; u++) {
         sharc_fsdp_unit *t = &e->units[u];
         if (t->pending) sharc_comm_wait(t->pending);
+        if (t->ready) sharc_device_event_free(t->ready);
         if (!e->pglobal) sharc_device_free(e->sdev, t->param_shard);
         sharc_device_free(e->sdev, t->grad_shard);
         free(t->segs);
@@ -289,6 +297,7 @@ void sharc_fsdp_free(sharc_fsdp *e) {
     sharc_device_free(e->sdev, e->hreduced);
     sharc_device_host_free(e->dev, e->hstage);
     if (e->computed) sharc_device_event_free(e->computed);
+    if (e->reduced) sharc_device_event_free(e->reduced);
     if (e->cstream) sharc_device_stream_free(e->cstream);
     sharc_fsdp_plan_free(&e->plan);
     free(e->units);
@@ -435,6 +444,9 @@ sharc_status sharc_fsdp_finish_grads(sharc_fsdp *e) {
         if (t->grad == SHARC_GRAD_HELD) sharc_fsdp_unit_reduce(e, t);
     }
     if (e->R > 1) SHARC_TRY(sharc_fsdp_coll_all_reduce_replicas(e));
+    /* note [comm-stream]: the one wait for the step's reductions, before
+     * anything on the compute stream reads or writes a grad shard */
+    if (e->cstream) sharc_fsdp_coll_wait(e, e->reduced, sharc_fsdp_coll_mark(e, e->reduced));
     e->reduce_now = true;
     return SHARC_OK;
 }

@@ -9,7 +9,9 @@
 void sharc_fsdp_shard_write_begin(sharc_fsdp *e) {
     if (e->writing++ > 0) return; /* nested: the outermost bracket checks and marks */
     /* note [shard-device] (collectives.c): no queued copy to the compute device still reads a host shard */
-    if (sharc_fsdp_offloaded(e) && sharc_device_synchronize(e->stream) != SHARC_OK) SHARC_FSDP_COMM_FATAL();
+    if (sharc_fsdp_offloaded(e) && (sharc_device_synchronize(e->stream) != SHARC_OK ||
+                                    (e->cstream && sharc_device_synchronize(e->cstream) != SHARC_OK)))
+        SHARC_FSDP_COMM_FATAL();
     for (int u = 0; u < e->nunits; u++) {
         sharc_fsdp_unit *t = &e->units[u];
         sharc_fsdp_unit_expect(t, "shard_write_begin", 1u << SHARC_PARAMS_SHARDED | 1u << SHARC_PARAMS_POST_FORWARD,

@@ -192,7 +192,7 @@ sharc_status sharc_fsdp_plan_make(sharc_fsdp_plan *p, const sharc_unit_spec *uni
                 p->grad_slot_numel[k++] = p->units[u].numel_padded;
             }
         if (!cfg->no_sync && max_plain_grad > 0)
-            for (int i = 0; i < in->max_live; i++) {
+            for (int i = 0; i < in->max_live + (in->overlap_reduce ? 1 : 0); i++) {
                 p->grad_slot_owner[k] = -1;
                 p->grad_slot_numel[k++] = max_plain_grad;
             }
@@ -220,7 +220,8 @@ sharc_status sharc_fsdp_plan_make(sharc_fsdp_plan *p, const sharc_unit_spec *uni
 }
 
 sharc_status sharc_fsdp_plan_bytes(const sharc_unit_spec *units, int nunits, const sharc_unit_schedule *schedule,
-                                   const sharc_fsdp_config *cfg, int S, bool shared, sharc_fsdp_plan_summary *out) {
+                                   const sharc_fsdp_config *cfg, int S, bool shared, bool device,
+                                   sharc_fsdp_plan_summary *out) {
     if (S < 1) return sharc_error(SHARC_ERR_INVALID, "fsdp: a shard group of %d ranks", S);
     shared = shared && S > 1 && cfg->param_dtype == SHARC_DT_F32;
     /* as sharc_fsdp_init makes it (fsdp.c make_plan, after the shared windows) */
@@ -232,6 +233,7 @@ sharc_status sharc_fsdp_plan_bytes(const sharc_unit_spec *units, int nunits, con
                              .grads_in_place = S == 1 && !cfg->cpu_offload,
                              .offload = cfg->cpu_offload,
                              .grads_shared = shared && cfg->reduce_dtype == SHARC_DT_F32,
+                             .overlap_reduce = device && !cfg->cpu_offload,
                              .schedule = schedule};
     sharc_fsdp_plan p;
     SHARC_TRY(sharc_fsdp_plan_make(&p, units, nunits, cfg, &in));

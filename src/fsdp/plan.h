@@ -30,6 +30,9 @@ typedef struct {
     bool grads_in_place;  /* S = 1: gradients accumulate into the shard, no slot */
     bool grads_shared;    /* the gradient slots are carved from the shared window, not allocated */
     bool offload;         /* note [shard-device]: the shards live in host memory (fsdp.cpu_offload on a device) */
+    bool overlap_reduce;  /* a device (not host memory): one more gradient slot, so a unit's reduction runs
+                             on the comm stream while the next unit's backward fills another (note
+                             [comm-stream], collectives.c; unused where note [comm-staging] blocks) */
     const sharc_unit_schedule *schedule; /* which units backward gathers (NULL: every unit, in order) */
 } sharc_fsdp_plan_in;
 

@@ -32,7 +32,19 @@ sharc_status sharc_fsdp_pool_init(sharc_device *dev, sharc_fsdp_pool *p, int n, 
     return SHARC_OK;
 }
 
+sharc_status sharc_fsdp_pool_events(sharc_device *dev, sharc_fsdp_pool *p) {
+    p->ev = calloc((size_t)(p->n > 0 ? p->n : 1), sizeof(sharc_event *));
+    p->seq = calloc((size_t)(p->n > 0 ? p->n : 1), sizeof(int64_t));
+    if (!p->ev || !p->seq) return sharc_error(SHARC_ERR_NOMEM, "fsdp: out of memory");
+    for (int i = 0; i < p->n; i++) SHARC_TRY(sharc_device_event_new(dev, &p->ev[i]));
+    return SHARC_OK;
+}
+
 void sharc_fsdp_pool_free(sharc_device *dev, sharc_fsdp_pool *p) {
+    for (int i = 0; i < p->n && p->ev; i++)
+        if (p->ev[i]) sharc_device_event_free(p->ev[i]);
+    free(p->ev);
+    free(p->seq);
     for (int i = 0; i < p->n && p->buf && !p->borrowed; i++) sharc_device_free(dev, p->buf[i]);
     free(p->buf);
     free(p->owner);
@@ -48,8 +60,9 @@ float *sharc_fsdp_pool_get(sharc_fsdp_pool *p, int unit, int64_t numel, bool mus
     if (best < 0)
         for (int i = 0; i < p->n; i++)
             if (p->owner[i] < 0 && p->reserved[i] < 0 && p->numel[i] >= numel &&
-                (best < 0 || p->numel[i] < p->numel[best]))
-                best = i;
+                (best < 0 || p->numel[i] < p->numel[best] ||
+                 (p->seq && p->numel[i] == p->numel[best] && p->seq[i] < p->seq[best])))
+                best = i; /* note [comm-stream]: of equal slots, the one the comm stream used longest ago */
     if (best >= 0) {
         p->owner[best] = unit;
         p->alive++;
@@ -64,6 +77,13 @@ float *sharc_fsdp_pool_get(sharc_fsdp_pool *p, int unit, int64_t numel, bool mus
                     (long long)numel, unit);
     }
     return NULL;
+}
+
+int sharc_fsdp_pool_slot(const sharc_fsdp_pool *p, const float *buf) {
+    for (int i = 0; i < p->n; i++)
+        if (p->buf[i] == buf) return i;
+    SHARC_CHECK(!"pool_slot: not a pool buffer");
+    return -1;
 }
 
 void sharc_fsdp_pool_put(sharc_fsdp_pool *p, const float *buf) {

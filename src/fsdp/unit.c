@@ -70,8 +70,10 @@ bool sharc_fsdp_unit_unshard(sharc_fsdp *e, sharc_fsdp_unit *t, bool ahead) {
         t->param_full = sharc_fsdp_pool_get(&e->gathered, t->index, t->slot_numel, !ahead);
         if (!t->param_full) return false; /* limit_all_gathers reached: gather on demand instead */
     }
+    t->ready_seq = 0;
     g->start(e, t, !ahead);
-    t->params = t->pending ? SHARC_PARAMS_GATHERING : SHARC_PARAMS_GATHERED;
+    bool queued = t->ready_seq > e->cwaited; /* note [comm-stream]: on the comm stream, not waited for yet */
+    t->params = t->pending || queued ? SHARC_PARAMS_GATHERING : SHARC_PARAMS_GATHERED;
     if (t->pending && e->npending++ == 0) sharc_progress_set(poll_pending, e);
     return true;
 }
@@ -84,6 +86,7 @@ void sharc_fsdp_unit_wait(sharc_fsdp *e, sharc_fsdp_unit *t) {
         pending_done(e, t);
         e->stats.wait_s += sharc_clock_now() - t0;
     }
+    if (t->ready_seq) sharc_fsdp_coll_wait(e, t->ready, t->ready_seq); /* note [comm-stream] */
     t->params = SHARC_PARAMS_GATHERED;
 }
 
@@ -114,6 +117,10 @@ float *sharc_fsdp_unit_grad_open(sharc_fsdp *e, sharc_fsdp_unit *t) {
             t->grad_full = t->grad_shard;
         } else {
             t->grad_full = sharc_fsdp_pool_get(&e->grads, t->index, t->numel_padded, true);
+            if (e->grads.ev) { /* note [comm-stream]: the slot's last reduction has read it */
+                int i = sharc_fsdp_pool_slot(&e->grads, t->grad_full);
+                sharc_fsdp_coll_wait(e, e->grads.ev[i], e->grads.seq[i]);
+            }
             if (sharc_device_memset0(e->dev, t->grad_full, (size_t)t->numel_padded * sizeof(float), e->stream) !=
                 SHARC_OK)
                 SHARC_FSDP_COMM_FATAL();
@@ -131,6 +138,10 @@ void sharc_fsdp_unit_reduce(sharc_fsdp *e, sharc_fsdp_unit *t) {
         e->reduce->reduce(e, t);
         e->stats.reduces++;
         e->stats.wait_s += sharc_clock_now() - t0;
+        if (e->grads.ev) { /* note [comm-stream]: reused only after the reduction queued on the comm stream */
+            int i = sharc_fsdp_pool_slot(&e->grads, t->grad_full);
+            e->grads.seq[i] = sharc_fsdp_coll_mark(e, e->grads.ev[i]);
+        }
         sharc_fsdp_pool_put(&e->grads, t->grad_full);
     }
     t->grad_full = NULL;

@@ -97,7 +97,7 @@ sharc_status sharc_memplan_make(sharc_memplan *p, const sharc_config *cfg, int w
     sharc_fsdp_plan_summary e;
     if (st == SHARC_OK)
         st = sharc_fsdp_plan_bytes(sharc_model_units(m), sharc_model_num_units(m), sharc_model_schedule(m), fc, S,
-                                   p->shared, &e);
+                                   p->shared, cfg->train.device != 0, &e);
     if (st == SHARC_OK) {
         const sharc_unit_spec *u = sharc_model_units(m);
         for (int i = 0; i < sharc_model_num_units(m); i++)

@@ -400,8 +400,10 @@ void sharc_telemetry_write_json(FILE *f, const sharc_step_stats *s, const sharc_
         fprintf(f, ", \"memory/%s(GiB)\": %.6f, \"memory/%s_peak(GiB)\": %.6f", sharc_mem_cat_name(c),
                 (double)g->mem_current[c] / GIB, sharc_mem_cat_name(c), (double)g->mem_peak[c] / GIB);
     fprintf(f,
-            ", \"memory/max_active(GiB)\": %.6f, \"memory/max_active_rank\": %d, \"fsdp/gathered_units_peak\": %lld}\n",
-            (double)g->mem_peak_total / GIB, g->mem_peak_rank, (long long)s->gathered_peak);
+            ", \"memory/max_active(GiB)\": %.6f, \"memory/max_active_rank\": %d, \"fsdp/gathered_units_peak\": %lld, "
+            "\"fsdp/gathers\": %lld, \"fsdp/comm_stream_waits\": %lld}\n",
+            (double)g->mem_peak_total / GIB, g->mem_peak_rank, (long long)s->gathered_peak, (long long)s->unit_gathers,
+            (long long)s->comm_stream_waits);
 }
 
 void sharc_telemetry_write_rank_json(FILE *f, const sharc_step_stats *s, int rank) {

@@ -547,6 +547,8 @@ sharc_status sharc_trainer_step(sharc_trainer *t, sharc_step_stats *s) {
     sharc_fsdp_stats_get(t->engine, &fs);
     s->comm_wait_s = fs.wait_s;
     s->gathered_peak = fs.gathered_peak;
+    s->unit_gathers = fs.gathers;
+    s->comm_stream_waits = fs.comm_waits;
     s->skipped = r.skipped;
     /* per-category memory where the tensors live: a device with its own
      * memory reports its accounts (host buffers, e.g. note [comm-staging]'s,

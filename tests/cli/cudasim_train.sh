@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# timeout: 120
+# timeout: 300
 # train.device: cuda trains (note [cuda-train] in src/train/trainer.c), run
 # on the CUDA simulator (build/sim/sharc: the real kernel sources, device
 # memory in a guarded arena, so any host read of a shard or batch aborts):
@@ -21,7 +21,10 @@
 #    norms within 1e-5, every parameter all-gather and reduce-scatter carried
 #    by NCCL on device memory (the fake's counts), and the final model,
 #    gathered to rank 0 through sharc_fsdp_gather_master's host path,
-#    evaluating on the CPU to the 1-rank model's loss within 1e-5;
+#    evaluating on the CPU to the 1-rank model's loss within 1e-5, and the
+#    compute stream waiting for the comm stream once per gather plus once a
+#    step, never for a reduce-scatter (note [comm-stream]; more in
+#    tests/cli/cudasim_overlap.sh);
 #  - 3 micro-batches a step (train.grad_accum): losses and norms = the
 #    CPU's within 1e-4, one host wait a step whatever the micro-batch count
 #    (note [loss-on-device] in src/model/model.c);
@@ -167,6 +170,13 @@ if command -v mpirun > /dev/null && [ -f "$FAKE" ]; then
     die "cuBLASLt heuristic queries: $q1 in 1 step, $q3 in 3 (matmuls $m1, $m3): plans are not reused"
   # note [gemm-bias]: GPT-2's aligned biases are added in the products' epilogue
   [ "${be:-0}" -gt 0 ] || die "no cuBLASLt bias epilogue in a GPT-2 step (${be:-none})"
+  # note [comm-stream]: a unit's reduction is queued on the comm stream and
+  # nobody waits for it; the compute stream waits for the comm stream once
+  # per gather (blocking here: no forward prefetch) plus once at the end of
+  # the step's gradients; a wait per reduce-scatter would make it 6 + 4 + 1
+  jq -r '"\(.step) \(."fsdp/gathers") \(."fsdp/comm_stream_waits")"' n2/metrics.jsonl | awk '
+    { n++; if ($2 < 4 || $3 != $2 + 1) { print "FAIL: step " $1 ": " $2 " gathers, " $3 " comm-stream waits, want gathers + 1"; bad = 1 } }
+    END { if (n != 3) { print "FAIL: " n " steps of fsdp/comm_stream_waits"; bad = 1 } exit bad }' || exit 1
   ep=$("$CPU" eval --checkpoint n2/model.safetensors --data.path val.txt --threads 1 2>&1) || die "nccl eval: $ep"
   e1=$("$CPU" eval --checkpoint n1/model.safetensors --data.path val.txt --threads 1 2>&1) || die "nccl eval: $e1"
   near "$(jq -r .val_loss <<< "$ep")" "$(jq -r .val_loss <<< "$e1")" "eval of the 2-rank nccl model" 1e-5 || exit 1

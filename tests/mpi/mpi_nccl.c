@@ -115,7 +115,7 @@ static void compare(sharc_comm *nc, sharc_comm *mc, const int *who, const char *
             OK(sharc_comm_reduce_scatter(mc, in, y, n, dt, SHARC_REDUCE_OP_SUM));
             check_sum("ireduce-scatter", x, y, dt, n, (size_t)r * n, who, S);
             bool done = false;
-            OK(sharc_comm_iall_reduce(nc, in, x, full, dt, SHARC_REDUCE_OP_SUM, &q));
+            OK(sharc_comm_iall_reduce(nc, in, x, full, dt, SHARC_REDUCE_OP_SUM, cpu, &q));
             while (!done) OK(sharc_comm_test(q, &done));
             OK(sharc_comm_all_reduce(mc, in, y, full, dt, SHARC_REDUCE_OP_SUM));
             check_sum("iall-reduce", x, y, dt, full, 0, who, S);

@@ -495,7 +495,7 @@ static void parity_ref_load(parity_ref *r, char *buf, size_t len) {
 static void barrier_sleeping(void) {
     int one = 1, sum;
     sharc_comm_request *req;
-    ASSERT_OK(sharc_comm_iall_reduce(world, &one, &sum, 1, SHARC_DT_I32, SHARC_REDUCE_OP_SUM, &req));
+    ASSERT_OK(sharc_comm_iall_reduce(world, &one, &sum, 1, SHARC_DT_I32, SHARC_REDUCE_OP_SUM, NULL, &req));
     for (bool done = false;;) {
         ASSERT_OK(sharc_comm_test(req, &done));
         if (done) break;
