@@ -10,7 +10,9 @@
 #   3. gpu_kernels under compute-sanitizer memcheck, when it is installed
 #   4. sharc train --train.device=cuda trains (note [cuda-train]): 3 steps of a tiny GPT-2 and Llama,
 #      losses within 1e-4 of the CPU's, with SHARC_PROFILE=1's report timed by CUDA events (note [prof]);
-#      2 ranks on the one GPU (MPI, staged) within 1e-5 of 1 rank
+#      2 ranks on the one GPU (MPI, staged) within 1e-5 of 1 rank; fsdp.cpu_offload (note
+#      [shard-device]) within 1e-5 of the GPU run without it, and with 2 ranks (MPI, staged) within
+#      1e-5 of 1 rank without it
 set -uo pipefail
 bin=${1:-build}
 [ -x "$bin/gpu_kernels" ] || { echo "tests/gpu/run.sh: $bin/gpu_kernels is missing: build with nvcc present (make)"; exit 1; }
@@ -79,12 +81,19 @@ if [ -x "$bin/sharc" ]; then
     one "SHARC_PROFILE=1 on cuda ($fam): a step profile timed by device events, times >= 0 within the step" $? \
       "$(grep -A4 '^# sharc profile' <<< "$out")"
   done
+  out=$("$bin/sharc" train $M --fsdp.cpu_offload=true --train.out_dir="$tmp/o1" --train.device=cuda 2>&1); rc=$?
+  [ $rc -eq 0 ] && near "$tmp/o1" "$tmp/ggpt2" 1e-5
+  one "fsdp.cpu_offload on cuda (gpt2): losses within 1e-5 of cuda without it" $? "exit $rc: $(tail -3 <<< "$out")"
   if command -v mpirun > /dev/null; then
     "$bin/sharc" train $M --train.batch_size=4 --train.out_dir="$tmp/p1" --train.device=cuda > "$tmp/p1.log" 2>&1
     out=$(SHARC_COMM=mpi timeout 300 mpirun --allow-run-as-root --oversubscribe -n 2 "$bin/sharc" train $M \
           --train.batch_size=2 --train.out_dir="$tmp/p2" --train.device=cuda 2>&1); rc=$?
     [ $rc -eq 0 ] && near "$tmp/p2" "$tmp/p1" 1e-5
     one "2 ranks on one GPU (MPI, staged) = 1 rank within 1e-5" $? "exit $rc: $(tail -3 <<< "$out")"
+    out=$(SHARC_COMM=mpi timeout 300 mpirun --allow-run-as-root --oversubscribe -n 2 "$bin/sharc" train $M \
+          --fsdp.cpu_offload=true --train.batch_size=2 --train.out_dir="$tmp/o2" --train.device=cuda 2>&1); rc=$?
+    [ $rc -eq 0 ] && near "$tmp/o2" "$tmp/p1" 1e-5
+    one "2 ranks on one GPU with fsdp.cpu_offload (MPI, staged) = 1 rank without within 1e-5" $? "exit $rc: $(tail -3 <<< "$out")"
   else
     echo "SKIP 2 ranks on one GPU: no mpirun on PATH"
   fi
