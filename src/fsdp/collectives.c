@@ -206,10 +206,10 @@ int64_t sharc_fsdp_coll_stage_bytes(const sharc_fsdp *e) {
  * So every unit needs a slot for its gathered parameters and its gradient
  * (the plan's in-place cases are off), and a gather under offload is
  * blocking (the staging buffer serves every unit; a prefetch then gathers at
- * once). The host shards are ordinary host memory (sharc_device_alloc of the
- * CPU device), so the copies are staged by the driver; placing them in
- * sharc_device_host_alloc's page-locked memory is a speed item, not a
- * correctness one. The host waits once per unit's reduction.
+ * once). The host shards and the landing buffer are page-locked host memory
+ * of the compute device (sharc_device_host_alloc, fsdp.c shard_alloc), so
+ * the copies run without the driver's staging and a copy back does not make
+ * the host wait by itself. The host waits once per unit's reduction.
  * Each copy runs on the stream of the collective next to it: with a comm
  * stream (note [comm-stream]) the copy to the compute device, the gather and
  * the reduce-scatter and its copy back are all queued there, so e->stage_shard
