@@ -93,6 +93,20 @@ static void account(sharc_device *d, int cat, int64_t bytes) {
     if (m->current_total > m->peak_total) m->peak_total = m->current_total;
 }
 
+/* Room for one more entry in the block list (d->lock held). */
+static bool blocks_room(sharc_device *d) {
+    if (d->nblocks < d->cap) return true;
+    size_t cap = d->cap ? 2 * d->cap : 64;
+    sharc_device_block *b = realloc(d->blocks, cap * sizeof *b);
+    if (!b) {
+        sharc_error(SHARC_ERR_NOMEM, "device %s: out of memory", d->i->name);
+        return false;
+    }
+    d->blocks = b;
+    d->cap = cap;
+    return true;
+}
+
 void *sharc_device_alloc(sharc_device *d, size_t bytes, sharc_mem_cat cat) {
     if (cat < 0 || cat >= SHARC_MEM_NCAT) {
         sharc_error(SHARC_ERR_INVALID, "device %s: allocation of %zu bytes in unknown category %d", d->i->name, bytes,
@@ -100,16 +114,9 @@ void *sharc_device_alloc(sharc_device *d, size_t bytes, sharc_mem_cat cat) {
         return NULL;
     }
     pthread_mutex_lock(&d->lock);
-    if (d->nblocks == d->cap) {
-        size_t cap = d->cap ? 2 * d->cap : 64;
-        sharc_device_block *b = realloc(d->blocks, cap * sizeof *b);
-        if (!b) {
-            pthread_mutex_unlock(&d->lock);
-            sharc_error(SHARC_ERR_NOMEM, "device %s: out of memory", d->i->name);
-            return NULL;
-        }
-        d->blocks = b;
-        d->cap = cap;
+    if (!blocks_room(d)) {
+        pthread_mutex_unlock(&d->lock);
+        return NULL;
     }
     void *p = d->i->alloc(d, bytes);
     if (!p) {
@@ -155,16 +162,9 @@ void *sharc_device_host_alloc(sharc_device *d, size_t bytes, sharc_mem_cat cat) 
     }
     if (!d->i->host_alloc) return sharc_alloc(bytes, cat);
     pthread_mutex_lock(&d->lock);
-    if (d->nblocks == d->cap) {
-        size_t cap = d->cap ? 2 * d->cap : 64;
-        sharc_device_block *b = realloc(d->blocks, cap * sizeof *b);
-        if (!b) {
-            pthread_mutex_unlock(&d->lock);
-            sharc_error(SHARC_ERR_NOMEM, "device %s: out of memory", d->i->name);
-            return NULL;
-        }
-        d->blocks = b;
-        d->cap = cap;
+    if (!blocks_room(d)) {
+        pthread_mutex_unlock(&d->lock);
+        return NULL;
     }
     void *p = d->i->host_alloc(d, bytes);
     if (!p) {

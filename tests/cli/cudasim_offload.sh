@@ -35,14 +35,6 @@ M="--data.path=text.txt --model.num_layers=2 --model.embed_dim=32 --model.num_he
    --ckpt.every=2 --ckpt.keep=2 --log.eval_every=2 --data.val_path=val.txt --log.eval_batches=1"
 OFF="--fsdp.cpu_offload=true"
 
-# near a b what [tol]: |a - b| <= tol |b| (default 1e-5) for every pair of the two lists
-near() {
-  paste <(echo "$1") <(echo "$2") | awk -v w="$3" -v t="${4:-1e-5}" '
-    { d = $1 - $2; if (d < 0) d = -d; r = $2 < 0 ? -$2 : $2;
-      if (NF != 2 || d > t * r) { print "FAIL: " w ": line " NR ": " $1 " vs " $2; bad = 1 } }
-    END { if (NR == 0) { print "FAIL: " w ": nothing compared"; bad = 1 } exit bad }'
-}
-col() { jq -r "select(.step >= $2 and .\"$3\" != null) | .\"$3\"" "$1/metrics.jsonl"; }
 
 "$CPU" train $M --train.out_dir=c > c.log 2>&1 || { cat c.log; die "cpu run"; }
 "$SIM" train $M --train.out_dir=g --train.device=cuda > g.log 2>&1 || { tail -20 g.log; die "cuda run"; }
