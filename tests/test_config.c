@@ -194,7 +194,8 @@ TEST(config_seed_lightning_fsdp_block) {
     ASSERT_EQ(c.train.batch_size, 16); /* stage2's value not applied */
     warnings_t w = {"", 0};
     ASSERT_EQ(sharc_config_warnings(&c, collect, &w), 3);
-    ASSERT_TRUE(strstr(w.text, "fsdp.cpu_offload (or offload_policy) = true is accepted but not implemented") != NULL);
+    ASSERT_TRUE(strstr(w.text, "fsdp.cpu_offload (or offload_policy) = true has no effect on train.device cpu") !=
+                NULL);
     ASSERT_TRUE(strstr(w.text, "distributed.num_nodes = '1': no effect") != NULL);
     ASSERT_TRUE(strstr(w.text, "distributed.devices = '8': no effect") != NULL);
     sharc_config_default(&c);
@@ -256,7 +257,7 @@ TEST(config_seed_roll_fsdp2_strategy_config) {
     w.n = 0;
     w.text[0] = 0;
     ASSERT_EQ(sharc_config_warnings(&c, collect, &w), 3);
-    ASSERT_TRUE(strstr(w.text, "offload_policy) = true is accepted but not implemented") != NULL);
+    ASSERT_TRUE(strstr(w.text, "offload_policy) = true has no effect on train.device cpu") != NULL);
     ASSERT_TRUE(strstr(w.text, "fsdp.wrap_policy = size is accepted but not implemented") != NULL);
 }
 

@@ -75,7 +75,7 @@ typedef struct {
     bool activation_checkpointing;
     bool apply_tiled_mlp; /* note [tiled-mlp] in src/model/model.c */
     int tiled_num_shards; /* its chunks per block (may differ between ranks) */
-    bool cpu_offload;     /* accepted, not implemented: a warning at start (sharc_config_warnings) */
+    bool cpu_offload;     /* train.device cuda: engine.cpu_offload (set by validate); cpu: a warning at start */
     bool use_orig_params; /* accepted from FSDP1 configs; no meaning here */
     int wrap_policy;      /* 0 transformer_block (the only one implemented), 1 size, 2 none */
 } sharc_fsdp_options;
@@ -143,8 +143,8 @@ char *sharc_config_to_yaml(const sharc_config *c);
 /* Print every key with its type and help line (and the aliases and presets). */
 void sharc_config_print_keys(FILE *f);
 
-/* Every accepted option that is not implemented or has no effect (cpu_offload,
- * offload_policy, a wrap policy other than one unit per block, launcher keys,
+/* Every accepted option that is not implemented or has no effect (cpu_offload
+ * on the CPU device, a wrap policy other than one unit per block, launcher keys,
  * ...), one line each naming the key, through `emit`; returns the count. The
  * trainer prints them once on rank 0 at start. */
 int sharc_config_warnings(const sharc_config *c, void (*emit)(const char *line, void *ctx), void *ctx);

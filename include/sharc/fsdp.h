@@ -70,6 +70,11 @@ typedef struct {
     int backward_prefetch_depth; /* units gathered ahead in backward (>= 1; num_to_backward_prefetch) */
     int limit_all_gathers;       /* at most this many gathered non-root units alive (0: no limit) */
     bool no_sync;                /* keep unsharded gradients across micro-batches, reduce once per step */
+    /* FSDP2's CPUOffloadPolicy (fsdp.cpu_offload): on a device whose memory
+     * is not host memory, the shards, gradient shards and the optimizer live
+     * on the CPU device (note [shard-device] in src/fsdp/collectives.c); on
+     * the CPU device nothing changes */
+    bool cpu_offload;
 } sharc_fsdp_config;
 
 void sharc_fsdp_config_default(sharc_fsdp_config *c);
@@ -163,8 +168,14 @@ typedef struct {
 } sharc_segment;
 
 int sharc_fsdp_num_units(const sharc_fsdp *e);
-/* The device the shards live on (the model that runs with the engine uses the same). */
+/* The compute device: gathered parameters and full gradients live there (the
+ * model that runs with the engine uses the same). */
 sharc_device *sharc_fsdp_device(const sharc_fsdp *e);
+/* The device the shards (fp32 masters, gradient shards) live on, and with
+ * them the optimizer's moments and step: the compute device, or the CPU
+ * device under fsdp.cpu_offload (note [shard-device] in src/fsdp/collectives.c).
+ * Shard pointers (sharc_fsdp_shard_*) are memory of this device. */
+sharc_device *sharc_fsdp_shard_device(const sharc_fsdp *e);
 /* The dtype parameters are gathered in (fsdp.param_dtype). */
 sharc_dtype sharc_fsdp_param_dtype(const sharc_fsdp *e);
 const sharc_unit_spec *sharc_fsdp_unit_spec(const sharc_fsdp *e, int unit);
@@ -215,17 +226,19 @@ int64_t sharc_fsdp_gathered_capacity_bytes(const sharc_fsdp *e);
  * allocated at init. */
 int64_t sharc_fsdp_planned_bytes(const sharc_fsdp *e, sharc_mem_cat cat);
 /* The same plan without an engine (a pure function, nothing allocated but
- * the plan's own arrays), for one rank of a shard group of S ranks; `shared`
+ * the plan's own arrays; cfg->cpu_offload set means the run's device is not
+ * host memory, the caller clears it for the CPU device), for one rank of a shard group of S ranks; `shared`
  * when the group would hold its parameters in one shared-memory window
  * (note [shared-params]: S > 1, fp32 parameters, the group on one node,
  * shared memory allowed); `device` when the engine's memory is a device's
  * (not host memory: one more gradient slot, note [comm-stream] in
  * src/fsdp/collectives.c). schedule NULL: as for init. */
 typedef struct {
-    int64_t bytes[SHARC_MEM_NCAT]; /* what sharc_fsdp_init allocates on the rank */
-    int64_t trainable_shard;       /* padded shard elements of the units that train (the moments' size) */
-    int64_t max_padded;            /* elements of the largest gathered unit */
-    int64_t max_trainable_shard;   /* elements of the largest shard of a unit that trains */
+    int64_t bytes[SHARC_MEM_NCAT];      /* what sharc_fsdp_init allocates on the rank (its compute device) */
+    int64_t host_bytes[SHARC_MEM_NCAT]; /* cfg->cpu_offload: what it allocates on the shard device, host memory */
+    int64_t trainable_shard;            /* padded shard elements of the units that train (the moments' size) */
+    int64_t max_padded;                 /* elements of the largest gathered unit */
+    int64_t max_trainable_shard;        /* elements of the largest shard of a unit that trains */
 } sharc_fsdp_plan_summary;
 sharc_status sharc_fsdp_plan_bytes(const sharc_unit_spec *units, int nunits, const sharc_unit_schedule *schedule,
                                    const sharc_fsdp_config *cfg, int S, bool shared, bool device,

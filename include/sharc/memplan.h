@@ -23,11 +23,13 @@ extern "C" {
 typedef struct {
     int world, dp_shard, dp_replicate, tp, threads; /* dp_shard: FSDP's shard group (x sp), per tp rank */
     bool node_local;                                /* every shard group on one node */
-    bool shared;                   /* parameters in one shared-memory window per group (note [shared-params]) */
-    int64_t nparams, ntrainable;   /* parameter elements, and those not frozen */
-    int64_t bytes[SHARC_MEM_NCAT]; /* per rank */
-    int64_t offload_file;          /* optim.offload_dir: the moments' file per rank, on disk (0: none) */
-    int64_t total;
+    bool shared;                        /* parameters in one shared-memory window per group (note [shared-params]) */
+    int64_t nparams, ntrainable;        /* parameter elements, and those not frozen */
+    int64_t bytes[SHARC_MEM_NCAT];      /* per rank */
+    int64_t offload_file;               /* optim.offload_dir: the moments' file per rank, on disk (0: none) */
+    int64_t total;                      /* of bytes: the run's device (host memory on train.device cpu) */
+    int64_t host_bytes[SHARC_MEM_NCAT]; /* fsdp.cpu_offload on a device: per rank in host memory, not in bytes */
+    int64_t host_total;
 } sharc_memplan;
 
 /* The plan of `cfg` (validated) over `world` ranks placed `ranks_per_node`

@@ -195,7 +195,7 @@ sharc_status sharc_ckpt_shard_read(sharc_ckpt_manifest *m, sharc_fsdp *e, sharc_
     sharc_ckpt_reader rd = {.m = m, .file = -1, .chunk = -1, .buf = malloc((size_t)m->chunk_bytes)};
     if (!rd.buf) return sharc_error(SHARC_ERR_NOMEM, "ckpt: out of memory");
     sharc_status st = SHARC_OK;
-    sharc_device *dev = sharc_fsdp_device(e); /* the shards' and in-memory moments' */
+    sharc_device *dev = sharc_fsdp_shard_device(e); /* the shards' and in-memory moments' */
     for (int u = 0; u < sharc_fsdp_num_units(e) && st == SHARC_OK; u++) {
         const sharc_unit_spec *s = sharc_fsdp_unit_spec(e, u);
         sharc_activity_phase("loading a checkpoint", u, s->name); /* progress for the watchdog */

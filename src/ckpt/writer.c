@@ -30,7 +30,7 @@ static sharc_status job_prepare(sharc_ckpt_writer *w, const sharc_ckpt_plan *p, 
     float *dst = NULL;
     /* note [shard-host-io]: a device's shards and moments reach the file
      * through a staged host copy, made here with device-to-host copies */
-    sharc_device *dev = sharc_fsdp_device(e);
+    sharc_device *dev = sharc_fsdp_shard_device(e);
     const bool host = sharc_device_is_host(dev);
     if (!host) stage = true;
     if (stage && j->bytes > 0) {

@@ -233,8 +233,9 @@ static const key_def keys[] = {
      "write checkpoints in the background from a copy in memory"},
     {"ckpt.resume", K_STR, OFF(ckpt.resume), 0, 0, NULL, "none", AGREE,
      "none, auto (newest valid checkpoint) or a checkpoint path"},
-    {"fsdp.cpu_offload", K_BOOL, OFF(fsdp.cpu_offload), 0, 0, NULL, "false", LOCAL,
-     "accepted, not implemented (warns): state already lives in host memory"},
+    {"fsdp.cpu_offload", K_BOOL, OFF(fsdp.cpu_offload), 0, 0, NULL, "false", AGREE,
+     "train.device cuda: fp32 master shards, gradient shards, AdamW moments and step in host memory "
+     "(FSDP2 CPUOffloadPolicy); train.device cpu: no effect (warns)"},
     {"fsdp.use_orig_params", K_BOOL, OFF(fsdp.use_orig_params), 0, 0, NULL, "false", LOCAL,
      "accepted for FSDP1 configs; no effect (parameters keep their names and shapes)"},
     {"fsdp.wrap_policy", K_ENUM, OFF(fsdp.wrap_policy), 0, 0, wrap_policies, "transformer_block", LOCAL,
@@ -522,6 +523,7 @@ typedef struct {
 static const alias_def aliases[] = {
     /* FSDP2 / ROLL strategy_config */
     {"fsdp.offload_policy", A_KEY, "fsdp.cpu_offload", NULL, NULL},
+    {"adam_offload", A_KEY, "fsdp.cpu_offload", NULL, NULL}, /* OpenRLHF's --adam_offload */
     /* the moments on disk (note [optim-offload]): the issue's offload.dir,
      * DeepSpeed's zero_optimization.offload_optimizer */
     {"offload.dir", A_KEY, "optim.offload_dir", NULL, NULL},
@@ -1020,6 +1022,15 @@ sharc_status sharc_config_validate(sharc_config *c) {
     if (c->optim.beta1 >= 1.0f || c->optim.beta2 >= 1.0f)
         return sharc_error(SHARC_ERR_INVALID, "optim.betas: [%g, %g], each must be in [0, 1)", (double)c->optim.beta1,
                            (double)c->optim.beta2);
+    /* note [shard-device] in src/fsdp/collectives.c: only a device whose memory is not the host's offloads */
+    c->fsdp.engine.cpu_offload = c->fsdp.cpu_offload && c->train.device != 0;
+    if (c->fsdp.engine.cpu_offload &&
+        (c->fsdp.engine.strategy == SHARC_SHARDING_NO_SHARD || c->fsdp.engine.strategy == SHARC_SHARDING_HYBRID_SHARD))
+        return sharc_error(SHARC_ERR_INVALID,
+                           "fsdp.cpu_offload: true with fsdp.sharding_strategy %s on train.device cuda is not "
+                           "supported yet (the replicate all-reduce of host gradient shards); use FULL_SHARD or "
+                           "SHARD_GRAD_OP, or turn fsdp.cpu_offload off",
+                           sharc_sharding_name(c->fsdp.engine.strategy));
     return SHARC_OK;
 }
 
@@ -1138,9 +1149,9 @@ void sharc_config_print_keys(FILE *f) {
 int sharc_config_warnings(const sharc_config *c, void (*emit)(const char *line, void *ctx), void *ctx) {
     int n = 0;
     char line[512];
-    if (c->fsdp.cpu_offload && !c->optim.offload_dir[0]) {
-        emit("fsdp.cpu_offload (or offload_policy) = true is accepted but not implemented: sharc runs on CPUs and "
-             "keeps parameters, gradients and optimizer state in host memory; set optim.offload_dir to spill the "
+    if (c->fsdp.cpu_offload && !c->optim.offload_dir[0] && c->train.device == 0) {
+        emit("fsdp.cpu_offload (or offload_policy) = true has no effect on train.device cpu: parameters, "
+             "gradients and optimizer state already live in host memory; set optim.offload_dir to spill the "
              "AdamW moments to disk",
              ctx);
         n++;

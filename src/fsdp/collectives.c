@@ -191,20 +191,83 @@ int64_t sharc_fsdp_coll_stage_bytes(const sharc_fsdp *e) {
     return mx;
 }
 
+/* Note [shard-device]. The engine has two devices: the compute device
+ * (e->dev: gathered slots, grad_full slots, staging, the model's
+ * activations) and the shard device (e->sdev: the fp32 master shards, the
+ * gradient shards, and so the optimizer's moments and its step, the
+ * gradient norm's sums, zero_grad, checkpoint and weight IO; the device
+ * sharc_fsdp_shard_device returns). They are the same device unless
+ * fsdp.cpu_offload is set on a device whose memory is not host memory: then
+ * the shard device is the CPU device (FSDP2's CPUOffloadPolicy, DeepSpeed's
+ * offload_optimizer + offload_param), and the bytes cross between the two in
+ * two places only, the two functions below:
+ *   shard to compute device   a gather first copies the unit's shard
+ *                             host -> device into e->stage_shard (sized for
+ *                             the largest shard), or straight into its slot
+ *                             at one process; the gather then reads that;
+ *   reduced shard to shard    a reduction's result (e->stage_shard after
+ *   device                    the reduce-scatter, or the slot at one process)
+ *                             is copied device -> host into e->hreduced, the
+ *                             host waits, and the CPU's kernel adds it into
+ *                             the gradient shard.
+ * So every unit needs a slot for its gathered parameters and its gradient
+ * (the plan's in-place cases are off), and a gather under offload is
+ * blocking (the staging buffer serves every unit; a prefetch then gathers at
+ * once). The host shards are ordinary host memory (sharc_device_alloc of the
+ * CPU device), so the copies are staged by the driver; placing them in
+ * sharc_device_host_alloc's page-locked memory is a speed item, not a
+ * correctness one. The host waits once per unit's reduction.
+ * Each copy runs on the stream of the collective next to it: with a comm
+ * stream (note [comm-stream]) the copy to the compute device, the gather and
+ * the reduce-scatter and its copy back are all queued there, so e->stage_shard
+ * is used by that one stream in order (a copy queued on the compute stream
+ * instead raced the comm stream's reductions into the same buffer); the host
+ * then waits for the comm stream before the CPU adds a reduced shard in.
+ * A shard write bracket (param_io.c) first waits for both streams, so no
+ * queued host -> device copy reads a shard the optimizer is writing. */
+static const float *shard_to_compute(sharc_fsdp *e, sharc_fsdp_unit *t, float *dst, sharc_stream *s) {
+    if (!sharc_fsdp_offloaded(e)) return t->param_shard;
+    if (sharc_device_copy(e->dev, dst, t->param_shard, (size_t)t->numel_shard * sizeof(float),
+                          SHARC_COPY_HOST_TO_DEVICE, s) != SHARC_OK)
+        SHARC_FSDP_COMM_FATAL();
+    return dst;
+}
+
+/* On stream s, where the reduction that wrote `reduced` was queued. */
+static void reduced_to_shard(sharc_fsdp *e, sharc_fsdp_unit *t, const float *reduced, sharc_stream *s) {
+    if (!sharc_fsdp_offloaded(e)) {
+        e->k->accumulate(s, t->grad_shard, reduced, t->numel_shard);
+        return;
+    }
+    if (sharc_device_copy(e->dev, e->hreduced, reduced, (size_t)t->numel_shard * sizeof(float),
+                          SHARC_COPY_DEVICE_TO_HOST, s) != SHARC_OK ||
+        sharc_device_synchronize(s) != SHARC_OK)
+        SHARC_FSDP_COMM_FATAL();
+    e->sk->accumulate(e->sstream, t->grad_shard, e->hreduced, t->numel_shard);
+}
+
 static void gather_direct(sharc_fsdp *e, sharc_fsdp_unit *t, bool blocking) { t->param_full = t->param_shard; }
+
+/* Note [shard-device], one process in fp32: the shard is the whole unit, copied into its slot. */
+static void gather_copy(sharc_fsdp *e, sharc_fsdp_unit *t, bool blocking) {
+    e->stats.gathers++;
+    shard_to_compute(e, t, t->param_full, e->stream);
+}
 
 static void gather_f32(sharc_fsdp *e, sharc_fsdp_unit *t, bool blocking) {
     e->stats.gathers++;
     size_t n = (size_t)t->numel_shard;
     if (e->cstream) {
         comm_after_compute(e);
-        q_all_gather(e, e->shard, t->param_shard, t->param_full, n, SHARC_DT_F32);
+        const float *src = shard_to_compute(e, t, e->stage_shard, e->cstream);
+        q_all_gather(e, e->shard, src, t->param_full, n, SHARC_DT_F32);
         gathered_on_comm(e, t, blocking);
         return;
     }
-    sharc_status st = blocking || e->hstage
-                          ? all_gather(e, e->shard, t->param_shard, t->param_full, n, SHARC_DT_F32)
-                          : iall_gather(e, e->shard, t->param_shard, t->param_full, n, SHARC_DT_F32, &t->pending);
+    const float *src = shard_to_compute(e, t, e->stage_shard, e->stream);
+    sharc_status st = blocking || e->hstage || sharc_fsdp_offloaded(e)
+                          ? all_gather(e, e->shard, src, t->param_full, n, SHARC_DT_F32)
+                          : iall_gather(e, e->shard, src, t->param_full, n, SHARC_DT_F32, &t->pending);
     if (st != SHARC_OK) SHARC_FSDP_COMM_FATAL();
 }
 
@@ -233,19 +296,22 @@ static void gather_16(sharc_fsdp *e, sharc_fsdp_unit *t, bool blocking) {
     e->stats.gathers++;
     sharc_dtype dt = e->cfg.param_dtype;
     if (e->S == 1) {
-        if (t->g16) e->k->cast(e->stream, full16(t), dt, t->param_shard, SHARC_DT_F32, t->numel_shard);
-        else e->k->round(e->stream, t->param_full, t->param_shard, dt, t->numel_shard);
+        const float *src = shard_to_compute(e, t, e->stage_shard, e->stream);
+        if (t->g16) e->k->cast(e->stream, full16(t), dt, src, SHARC_DT_F32, t->numel_shard);
+        else e->k->round(e->stream, t->param_full, src, dt, t->numel_shard);
         return;
     }
     if (e->cstream) {
         comm_after_compute(e);
-        e->k->cast(e->cstream, e->stage16_shard, dt, t->param_shard, SHARC_DT_F32, t->numel_shard);
+        const float *src = shard_to_compute(e, t, e->stage_shard, e->cstream);
+        e->k->cast(e->cstream, e->stage16_shard, dt, src, SHARC_DT_F32, t->numel_shard);
         q_all_gather(e, e->shard, e->stage16_shard, t->g16 ? full16(t) : e->stage16_full, (size_t)t->numel_shard, dt);
         if (!t->g16) e->k->cast(e->cstream, t->param_full, SHARC_DT_F32, e->stage16_full, dt, t->numel_padded);
         gathered_on_comm(e, t, blocking);
         return;
     }
-    e->k->cast(e->stream, e->stage16_shard, dt, t->param_shard, SHARC_DT_F32, t->numel_shard);
+    const float *src = shard_to_compute(e, t, e->stage_shard, e->stream);
+    e->k->cast(e->stream, e->stage16_shard, dt, src, SHARC_DT_F32, t->numel_shard);
     if (all_gather(e, e->shard, e->stage16_shard, t->g16 ? full16(t) : e->stage16_full, (size_t)t->numel_shard, dt) !=
         SHARC_OK)
         SHARC_FSDP_COMM_FATAL();
@@ -255,6 +321,7 @@ static void gather_16(sharc_fsdp *e, sharc_fsdp_unit *t, bool blocking) {
 static const sharc_fsdp_gather_i gather_direct_i = {.name = "direct", .slot = false, .start = gather_direct};
 static const sharc_fsdp_gather_i gather_f32_i = {.name = "fp32 all-gather", .slot = true, .start = gather_f32};
 static const sharc_fsdp_gather_i gather_16_i = {.name = "16-bit all-gather", .slot = true, .start = gather_16};
+static const sharc_fsdp_gather_i gather_copy_i = {.name = "copy to device", .slot = true, .start = gather_copy};
 
 /* Note [comm-stream]: the whole reduction on the comm stream, nobody waits
  * (the slot's event, recorded by sharc_fsdp_unit_reduce, and the end of the
@@ -263,12 +330,12 @@ static void reduce_f32(sharc_fsdp *e, sharc_fsdp_unit *t) {
     if (e->cstream) {
         comm_after_compute(e);
         q_reduce_scatter(e, e->shard, t->grad_full, e->stage_shard, (size_t)t->numel_shard, SHARC_DT_F32);
-        e->k->accumulate(e->cstream, t->grad_shard, e->stage_shard, t->numel_shard);
+        reduced_to_shard(e, t, e->stage_shard, e->cstream);
         return;
     }
     if (reduce_scatter(e, e->shard, t->grad_full, e->stage_shard, (size_t)t->numel_shard, SHARC_DT_F32) != SHARC_OK)
         SHARC_FSDP_COMM_FATAL();
-    e->k->accumulate(e->stream, t->grad_shard, e->stage_shard, t->numel_shard);
+    reduced_to_shard(e, t, e->stage_shard, e->stream);
 }
 
 static void reduce_16(sharc_fsdp *e, sharc_fsdp_unit *t) {
@@ -278,15 +345,18 @@ static void reduce_16(sharc_fsdp *e, sharc_fsdp_unit *t) {
         e->k->cast(e->cstream, e->stage16_full, dt, t->grad_full, SHARC_DT_F32, t->numel_padded);
         q_reduce_scatter(e, e->shard, e->stage16_full, e->stage16_shard, (size_t)t->numel_shard, dt);
         e->k->cast(e->cstream, e->stage_shard, SHARC_DT_F32, e->stage16_shard, dt, t->numel_shard);
-        e->k->accumulate(e->cstream, t->grad_shard, e->stage_shard, t->numel_shard);
+        reduced_to_shard(e, t, e->stage_shard, e->cstream);
         return;
     }
     e->k->cast(e->stream, e->stage16_full, dt, t->grad_full, SHARC_DT_F32, t->numel_padded);
     if (reduce_scatter(e, e->shard, e->stage16_full, e->stage16_shard, (size_t)t->numel_shard, dt) != SHARC_OK)
         SHARC_FSDP_COMM_FATAL();
     e->k->cast(e->stream, e->stage_shard, SHARC_DT_F32, e->stage16_shard, dt, t->numel_shard);
-    e->k->accumulate(e->stream, t->grad_shard, e->stage_shard, t->numel_shard);
+    reduced_to_shard(e, t, e->stage_shard, e->stream);
 }
+
+/* Note [shard-device], one process: the model accumulated into the slot, which is the whole unit. */
+static void reduce_copy(sharc_fsdp *e, sharc_fsdp_unit *t) { reduced_to_shard(e, t, t->grad_full, e->stream); }
 
 /* Note [post-forward] (plan.c): slice shard_rank % N of the gathered unit,
  * in param_dtype (the slot holds values already rounded to it, so the cast
@@ -344,13 +414,15 @@ const sharc_fsdp_gather_i sharc_fsdp_gather_post_forward = {
 static const sharc_fsdp_reduce_i reduce_direct_i = {.name = "direct", .slot = false, .reduce = NULL};
 static const sharc_fsdp_reduce_i reduce_f32_i = {.name = "fp32 reduce-scatter", .slot = true, .reduce = reduce_f32};
 static const sharc_fsdp_reduce_i reduce_16_i = {.name = "16-bit reduce-scatter", .slot = true, .reduce = reduce_16};
+static const sharc_fsdp_reduce_i reduce_copy_i = {.name = "copy to shard device", .slot = true, .reduce = reduce_copy};
 
 void sharc_fsdp_coll_choose(sharc_fsdp *e) {
     if (e->pglobal) e->gather = &sharc_fsdp_gather_shared;
-    else if (e->S == 1 && e->cfg.param_dtype == SHARC_DT_F32) e->gather = &gather_direct_i;
+    else if (e->S == 1 && e->cfg.param_dtype == SHARC_DT_F32)
+        e->gather = sharc_fsdp_offloaded(e) ? &gather_copy_i : &gather_direct_i;
     else if (e->cfg.param_dtype == SHARC_DT_F32) e->gather = &gather_f32_i;
     else e->gather = &gather_16_i;
-    if (e->S == 1) e->reduce = &reduce_direct_i;
+    if (e->S == 1) e->reduce = sharc_fsdp_offloaded(e) ? &reduce_copy_i : &reduce_direct_i;
     else if (e->gshm) e->reduce = &sharc_fsdp_reduce_shared;
     else if (e->cfg.reduce_dtype == SHARC_DT_F32) e->reduce = &reduce_f32_i;
     else e->reduce = &reduce_16_i;
@@ -387,11 +459,12 @@ sharc_status sharc_fsdp_gather_master(sharc_fsdp *e, int u, float *dst) {
     sharc_fsdp_unit *t = sharc_fsdp_unit_at(e, u);
     if (e->S == 1 || e->pglobal) {
         sharc_fsdp_shm_sync_params(e);
-        SHARC_TRY(sharc_device_copy(e->dev, dst, e->pglobal ? e->pglobal + t->global_off : t->param_shard,
-                                    (size_t)t->numel_padded * sizeof(float), SHARC_COPY_DEVICE_TO_HOST, e->stream));
-        return sharc_device_synchronize(e->stream);
+        SHARC_TRY(sharc_device_copy(e->sdev, dst, e->pglobal ? e->pglobal + t->global_off : t->param_shard,
+                                    (size_t)t->numel_padded * sizeof(float), SHARC_COPY_DEVICE_TO_HOST, e->sstream));
+        return sharc_device_synchronize(e->sstream);
     }
-    if (!e->hstage && sharc_device_is_host(e->dev))
+    /* host shards (the CPU device, note [shard-device]): MPI's path, and NCCL's host path */
+    if (sharc_device_is_host(e->sdev))
         return sharc_comm_all_gather(e->shard, t->param_shard, dst, (size_t)t->numel_shard, SHARC_DT_F32);
     if (!e->hstage) {
         /* a group that takes device memory (NCCL) is given host buffers on

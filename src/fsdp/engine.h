@@ -46,8 +46,8 @@ typedef struct {
     int64_t numel_padded; /* numel_shard x shard group size */
     int64_t shard_lo;     /* first element of this rank's shard in the flat buffer */
     int64_t global_off;   /* first element of the unit in the shared parameter window */
-    float *param_shard;   /* (numel_shard) fp32 master parameters, SHARC_MEM_PARAMS */
-    float *grad_shard;    /* (numel_shard) gradients, SHARC_MEM_GRADS; NULL when the unit is frozen */
+    float *param_shard;   /* (numel_shard) fp32 master parameters, SHARC_MEM_PARAMS, on the shard device */
+    float *grad_shard;    /* (numel_shard) gradients, SHARC_MEM_GRADS, on the shard device; NULL when frozen */
     bool trainable;       /* a parameter is not frozen (note [frozen-params]): else no gradient path at all */
     sharc_segment *segs;  /* (sharc_unit_max_segments) owned */
     int nseg;
@@ -97,13 +97,17 @@ typedef struct {
 
 struct sharc_fsdp {
     sharc_fsdp_config cfg;
-    sharc_device *dev;     /* where shards, slots and staging live */
-    sharc_stream *stream;  /* the device's default stream: the model's kernels and ours */
-    sharc_stream *cstream; /* note [comm-stream] (collectives.c): a device group's collectives, or NULL */
-    sharc_event *computed; /* recorded on stream before each collective queued on cstream */
-    sharc_event *reduced;  /* recorded on cstream at the end of a step's gradients */
-    int64_t cseq;          /* records made on cstream so far (their positions: 1, 2, ...) */
-    int64_t cwaited;       /* the compute stream has waited for cstream up to this position */
+    sharc_device *dev;       /* the compute device: slots, staging, the model's activations */
+    sharc_stream *stream;    /* the device's default stream: the model's kernels and ours */
+    sharc_device *sdev;      /* note [shard-device] (collectives.c): shards, grad shards, the optimizer */
+    sharc_stream *sstream;   /* sdev's default stream (stream itself when sdev is dev) */
+    const sharc_kernels *sk; /* sdev's kernel table */
+    float *hreduced;         /* note [shard-device]: (max numel_shard) a reduced shard on sdev, or NULL */
+    sharc_stream *cstream;   /* note [comm-stream] (collectives.c): a device group's collectives, or NULL */
+    sharc_event *computed;   /* recorded on stream before each collective queued on cstream */
+    sharc_event *reduced;    /* recorded on cstream at the end of a step's gradients */
+    int64_t cseq;            /* records made on cstream so far (their positions: 1, 2, ...) */
+    int64_t cwaited;         /* the compute stream has waited for cstream up to this position */
     const sharc_kernels *k;
     int nunits;
     sharc_fsdp_unit *units;
@@ -187,6 +191,8 @@ void sharc_fsdp_unit_hold(sharc_fsdp_unit *t);
 void sharc_fsdp_unit_reshard_post_forward(sharc_fsdp *e, sharc_fsdp_unit *t);
 
 /* collectives.c */
+/* Note [shard-device]: the engine's shards live on another device than its compute (fsdp.cpu_offload). */
+static inline bool sharc_fsdp_offloaded(const sharc_fsdp *e) { return e->sdev != e->dev; }
 /* Host bytes note [comm-staging] needs: the largest unit's padded plus shard numel, fp32. */
 int64_t sharc_fsdp_coll_stage_bytes(const sharc_fsdp *e);
 void sharc_fsdp_coll_choose(sharc_fsdp *e);

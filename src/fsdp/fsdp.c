@@ -95,14 +95,16 @@ static void init_backward_from(sharc_fsdp *e) {
 
 static sharc_status make_plan(sharc_fsdp *e, const sharc_unit_spec *units, const sharc_unit_schedule *schedule) {
     sharc_fsdp_plan_free(&e->plan);
-    sharc_fsdp_plan_in in = {.S = e->S,
-                             .shard_rank = e->shard_rank,
-                             .max_live = e->max_live,
-                             .params_in_place = e->pglobal || (e->S == 1 && e->cfg.param_dtype == SHARC_DT_F32),
-                             .grads_in_place = e->S == 1,
-                             .grads_shared = e->gshm != NULL,
-                             .overlap_reduce = !sharc_device_is_host(e->dev),
-                             .schedule = schedule};
+    sharc_fsdp_plan_in in = {
+        .S = e->S,
+        .shard_rank = e->shard_rank,
+        .max_live = e->max_live,
+        .params_in_place = e->pglobal || (e->S == 1 && e->cfg.param_dtype == SHARC_DT_F32 && !sharc_fsdp_offloaded(e)),
+        .grads_in_place = e->S == 1 && !sharc_fsdp_offloaded(e),
+        .offload = sharc_fsdp_offloaded(e),
+        .grads_shared = e->gshm != NULL,
+        .overlap_reduce = !sharc_device_is_host(e->dev) && !sharc_fsdp_offloaded(e),
+        .schedule = schedule};
     return sharc_fsdp_plan_make(&e->plan, units, e->nunits, &e->cfg, &in);
 }
 
@@ -150,6 +152,11 @@ sharc_status sharc_fsdp_init(sharc_fsdp **out, const sharc_unit_spec *units, int
     e->dev = dev ? dev : sharc_device_cpu();
     e->stream = sharc_device_stream(e->dev);
     e->k = sharc_device_kernels(e->dev);
+    /* note [shard-device] (collectives.c): on the CPU device offload changes nothing */
+    e->cfg.cpu_offload = cfg->cpu_offload && !sharc_device_is_host(e->dev);
+    e->sdev = e->cfg.cpu_offload ? sharc_device_cpu() : e->dev;
+    e->sstream = sharc_device_stream(e->sdev);
+    e->sk = sharc_device_kernels(e->sdev);
     e->nunits = nunits;
     e->S = mesh ? mesh->dp_shard : 1;
     e->R = mesh ? mesh->dp_replicate : 1;
@@ -164,6 +171,13 @@ sharc_status sharc_fsdp_init(sharc_fsdp **out, const sharc_unit_spec *units, int
     e->reduce_now = true;
     e->units = calloc((size_t)nunits, sizeof(sharc_fsdp_unit));
     sharc_status st = SHARC_OK;
+    if (e->cfg.cpu_offload && e->R > 1) {
+        st = sharc_error(SHARC_ERR_UNSUPPORTED,
+                         "fsdp.cpu_offload with %s over %d replicas: the replicate all-reduce of host gradient "
+                         "shards is not implemented (use FULL_SHARD or SHARD_GRAD_OP, or turn cpu_offload off)",
+                         sharc_sharding_name(cfg->strategy), e->R);
+        goto fail;
+    }
     if (!e->units) {
         st = sharc_error(SHARC_ERR_NOMEM, "fsdp: out of memory");
         goto fail;
@@ -188,10 +202,10 @@ sharc_status sharc_fsdp_init(sharc_fsdp **out, const sharc_unit_spec *units, int
         t->slot_numel = up->slot_numel;
         t->param_shard = e->pglobal
                              ? e->pglobal + t->global_off + t->shard_lo
-                             : sharc_device_alloc(e->dev, (size_t)t->numel_shard * sizeof(float), SHARC_MEM_PARAMS);
+                             : sharc_device_alloc(e->sdev, (size_t)t->numel_shard * sizeof(float), SHARC_MEM_PARAMS);
         t->trainable = sharc_unit_trainable(&t->spec);
         t->grad_shard =
-            t->trainable ? sharc_device_alloc(e->dev, (size_t)t->numel_shard * sizeof(float), SHARC_MEM_GRADS) : NULL;
+            t->trainable ? sharc_device_alloc(e->sdev, (size_t)t->numel_shard * sizeof(float), SHARC_MEM_GRADS) : NULL;
         if (!t->param_shard || (t->trainable && !t->grad_shard)) {
             st = sharc_error(SHARC_ERR_NOMEM, "fsdp: cannot allocate unit '%s' (%lld floats)", t->spec.name,
                              (long long)t->numel_shard);
@@ -222,8 +236,10 @@ sharc_status sharc_fsdp_init(sharc_fsdp **out, const sharc_unit_spec *units, int
             goto fail;
         }
     }
-    e->scalar = sharc_device_alloc(e->dev, 2 * sizeof(double), SHARC_MEM_OTHER);
-    if (!e->scalar) {
+    e->scalar = sharc_device_alloc(e->sdev, 2 * sizeof(double), SHARC_MEM_OTHER);
+    if (pl->hreduced > 0)
+        e->hreduced = sharc_device_alloc(e->sdev, (size_t)pl->hreduced * sizeof(float), SHARC_MEM_COMM);
+    if (!e->scalar || (pl->hreduced > 0 && !e->hreduced)) {
         st = sharc_error(SHARC_ERR_NOMEM, "fsdp: out of memory");
         goto fail;
     }
@@ -265,8 +281,8 @@ void sharc_fsdp_free(sharc_fsdp *e) {
         sharc_fsdp_unit *t = &e->units[u];
         if (t->pending) sharc_comm_wait(t->pending);
         if (t->ready) sharc_device_event_free(t->ready);
-        if (!e->pglobal) sharc_device_free(e->dev, t->param_shard);
-        sharc_device_free(e->dev, t->grad_shard);
+        if (!e->pglobal) sharc_device_free(e->sdev, t->param_shard);
+        sharc_device_free(e->sdev, t->grad_shard);
         free(t->segs);
     }
     sharc_fsdp_pool_free(e->dev, &e->gathered);
@@ -277,7 +293,8 @@ void sharc_fsdp_free(sharc_fsdp *e) {
     sharc_device_free(e->dev, e->stage16_shard);
     sharc_device_free(e->dev, e->stage16_full);
     sharc_device_free(e->dev, e->stage_shard);
-    sharc_device_free(e->dev, e->scalar);
+    sharc_device_free(e->sdev, e->scalar);
+    sharc_device_free(e->sdev, e->hreduced);
     sharc_device_host_free(e->dev, e->hstage);
     if (e->computed) sharc_device_event_free(e->computed);
     if (e->reduced) sharc_device_event_free(e->reduced);
@@ -405,8 +422,8 @@ void sharc_fsdp_zero_grad(sharc_fsdp *e) {
     for (int u = 0; u < e->nunits; u++) {
         sharc_fsdp_unit *t = &e->units[u];
         sharc_fsdp_unit_expect(t, "zero_grad", P(SHARDED) | P(GATHERING) | P(GATHERED) | P(POST_FORWARD), G(NONE));
-        if (t->trainable &&
-            sharc_device_memset0(e->dev, t->grad_shard, (size_t)t->numel_shard * sizeof(float), e->stream) != SHARC_OK)
+        if (t->trainable && sharc_device_memset0(e->sdev, t->grad_shard, (size_t)t->numel_shard * sizeof(float),
+                                                 e->sstream) != SHARC_OK)
             SHARC_FSDP_COMM_FATAL();
     }
 }
@@ -437,27 +454,36 @@ sharc_status sharc_fsdp_finish_grads(sharc_fsdp *e) {
 /* ------------------------------------------------------------------ norm */
 
 /* The squared gradients of this rank's segments whose parameters are not
- * split over tp (sq[0]) and split (sq[1]): each summed into its own device
- * scalar in the order of units and segments, on the engine's stream. */
-sharc_status sharc_fsdp_grad_sumsq_queue(const sharc_fsdp *e, double *sq) {
-    SHARC_TRY(sharc_device_memset0(e->dev, sq, 2 * sizeof(double), e->stream));
+ * split over tp (acc[0]) and split (acc[1]): each summed into its own
+ * scalar of the shard device (note [shard-device] in collectives.c) in the
+ * order of units and segments, on its stream. */
+static sharc_status sumsq_on_shard_device(const sharc_fsdp *e, double *acc) {
+    SHARC_TRY(sharc_device_memset0(e->sdev, acc, 2 * sizeof(double), e->sstream));
     for (int u = 0; u < e->nunits; u++) {
         const sharc_fsdp_unit *t = &e->units[u];
         for (int s = 0; s < t->nseg; s++) {
             const sharc_param_spec *p = &t->spec.params[t->segs[s].param];
             if (!p->frozen)
-                e->k->sumsq(e->stream, sq + (p->tp_dim >= 0), t->grad_shard + t->segs[s].shard_off, t->segs[s].len);
+                e->sk->sumsq(e->sstream, acc + (p->tp_dim >= 0), t->grad_shard + t->segs[s].shard_off, t->segs[s].len);
         }
     }
     return SHARC_OK;
 }
 
+/* Offloaded, the sums are made on the host (the grad shards' device) and
+ * copied into sq on the engine's stream. */
+sharc_status sharc_fsdp_grad_sumsq_queue(const sharc_fsdp *e, double *sq) {
+    if (!sharc_fsdp_offloaded(e)) return sumsq_on_shard_device(e, sq);
+    SHARC_TRY(sumsq_on_shard_device(e, e->scalar));
+    return sharc_device_copy(e->dev, sq, e->scalar, 2 * sizeof(double), SHARC_COPY_HOST_TO_DEVICE, e->stream);
+}
+
 /* Both sums read back at once (one host wait). */
 static void sumsq_local(const sharc_fsdp *e, double sq[2]) {
-    if (sharc_fsdp_grad_sumsq_queue(e, e->scalar) != SHARC_OK ||
-        sharc_device_copy(e->dev, sq, e->scalar, 2 * sizeof(double), SHARC_COPY_DEVICE_TO_HOST, e->stream) !=
+    if (sumsq_on_shard_device(e, e->scalar) != SHARC_OK ||
+        sharc_device_copy(e->sdev, sq, e->scalar, 2 * sizeof(double), SHARC_COPY_DEVICE_TO_HOST, e->sstream) !=
             SHARC_OK ||
-        sharc_device_synchronize(e->stream) != SHARC_OK)
+        sharc_device_synchronize(e->sstream) != SHARC_OK)
         SHARC_FSDP_COMM_FATAL();
 }
 
@@ -490,6 +516,7 @@ sharc_status sharc_fsdp_grad_norm(sharc_fsdp *e, double *norm, double *extra) {
 int sharc_fsdp_num_units(const sharc_fsdp *e) { return e->nunits; }
 sharc_comm *sharc_fsdp_tp_group(const sharc_fsdp *e) { return e->tp_group; }
 sharc_device *sharc_fsdp_device(const sharc_fsdp *e) { return e->dev; }
+sharc_device *sharc_fsdp_shard_device(const sharc_fsdp *e) { return e->sdev; }
 sharc_dtype sharc_fsdp_param_dtype(const sharc_fsdp *e) { return e->cfg.param_dtype; }
 
 const uint16_t *sharc_fsdp_gather16(const sharc_fsdp *e, int u) {

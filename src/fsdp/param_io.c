@@ -8,6 +8,10 @@
 
 void sharc_fsdp_shard_write_begin(sharc_fsdp *e) {
     if (e->writing++ > 0) return; /* nested: the outermost bracket checks and marks */
+    /* note [shard-device] (collectives.c): no queued copy to the compute device still reads a host shard */
+    if (sharc_fsdp_offloaded(e) && (sharc_device_synchronize(e->stream) != SHARC_OK ||
+                                    (e->cstream && sharc_device_synchronize(e->cstream) != SHARC_OK)))
+        SHARC_FSDP_COMM_FATAL();
     for (int u = 0; u < e->nunits; u++) {
         sharc_fsdp_unit *t = &e->units[u];
         sharc_fsdp_unit_expect(t, "shard_write_begin", 1u << SHARC_PARAMS_SHARDED | 1u << SHARC_PARAMS_POST_FORWARD,
@@ -31,17 +35,17 @@ float *sharc_fsdp_shard_write(sharc_fsdp *e, int u) {
 sharc_status sharc_fsdp_shard_copy_in(sharc_fsdp *e, int u, int64_t shard_off, const float *src, int64_t n) {
     sharc_fsdp_unit *t = sharc_fsdp_unit_at(e, u);
     SHARC_CHECK(shard_off >= 0 && n >= 0 && shard_off + n <= t->numel_shard);
-    SHARC_TRY(sharc_device_copy(e->dev, sharc_fsdp_shard_write(e, u) + shard_off, src, (size_t)n * sizeof(float),
-                                SHARC_COPY_HOST_TO_DEVICE, e->stream));
-    return sharc_device_synchronize(e->stream);
+    SHARC_TRY(sharc_device_copy(e->sdev, sharc_fsdp_shard_write(e, u) + shard_off, src, (size_t)n * sizeof(float),
+                                SHARC_COPY_HOST_TO_DEVICE, e->sstream));
+    return sharc_device_synchronize(e->sstream);
 }
 
 sharc_status sharc_fsdp_shard_copy_out(const sharc_fsdp *e, int u, int64_t shard_off, float *dst, int64_t n) {
     const sharc_fsdp_unit *t = sharc_fsdp_unit_at(e, u);
     SHARC_CHECK(shard_off >= 0 && n >= 0 && shard_off + n <= t->numel_shard);
-    SHARC_TRY(sharc_device_copy(e->dev, dst, t->param_shard + shard_off, (size_t)n * sizeof(float),
-                                SHARC_COPY_DEVICE_TO_HOST, e->stream));
-    return sharc_device_synchronize(e->stream);
+    SHARC_TRY(sharc_device_copy(e->sdev, dst, t->param_shard + shard_off, (size_t)n * sizeof(float),
+                                SHARC_COPY_DEVICE_TO_HOST, e->sstream));
+    return sharc_device_synchronize(e->sstream);
 }
 
 void sharc_fsdp_shard_write_end(sharc_fsdp *e) {
@@ -52,7 +56,7 @@ void sharc_fsdp_shard_write_end(sharc_fsdp *e) {
      * (collectives.c): there every reader is ordered after them without the
      * host (a gather behind the compute stream's event, a copy out waited for
      * itself) */
-    if (!e->cstream && sharc_device_synchronize(e->stream) != SHARC_OK) SHARC_FSDP_COMM_FATAL();
+    if (!e->cstream && sharc_device_synchronize(e->sstream) != SHARC_OK) SHARC_FSDP_COMM_FATAL();
     e->params_dirty = true;
 }
 
@@ -68,9 +72,9 @@ void sharc_fsdp_init_params(sharc_fsdp *e, uint64_t seed) {
             const sharc_param_spec *p = &t->spec.params[g->param];
             float *dst = shard + g->shard_off;
             if (p->init == SHARC_INIT_NORMAL)
-                e->k->init_normal(e->stream, dst, g->len, p->std, seed, sharc_rng_stream(p->name),
-                                  (uint64_t)g->param_off);
-            else e->k->fill(e->stream, dst, p->init == SHARC_INIT_ONES ? 1.0f : 0.0f, g->len);
+                e->sk->init_normal(e->sstream, dst, g->len, p->std, seed, sharc_rng_stream(p->name),
+                                   (uint64_t)g->param_off);
+            else e->sk->fill(e->sstream, dst, p->init == SHARC_INIT_ONES ? 1.0f : 0.0f, g->len);
         }
     }
     sharc_fsdp_shard_write_end(e);
@@ -105,9 +109,9 @@ sharc_status sharc_fsdp_param_write_local(sharc_fsdp *e, const char *name, const
     const sharc_fsdp_unit *t = st == SHARC_OK ? &e->units[u] : NULL;
     for (int s = 0; t && st == SHARC_OK && s < t->nseg; s++)
         if (t->segs[s].param == p)
-            st = sharc_device_copy(e->dev, sharc_fsdp_shard_write(e, u) + t->segs[s].shard_off,
+            st = sharc_device_copy(e->sdev, sharc_fsdp_shard_write(e, u) + t->segs[s].shard_off,
                                    src + t->segs[s].param_off, (size_t)t->segs[s].len * sizeof(float),
-                                   SHARC_COPY_HOST_TO_DEVICE, e->stream);
+                                   SHARC_COPY_HOST_TO_DEVICE, e->sstream);
     sharc_fsdp_shard_write_end(e);
     return st;
 }
@@ -118,7 +122,7 @@ sharc_status sharc_fsdp_param_read_local(const sharc_fsdp *e, const char *name, 
     const sharc_fsdp_unit *t = &e->units[u];
     for (int s = 0; s < t->nseg; s++)
         if (t->segs[s].param == p)
-            SHARC_TRY(sharc_device_copy(e->dev, dst + t->segs[s].param_off, t->param_shard + t->segs[s].shard_off,
-                                        (size_t)t->segs[s].len * sizeof(float), SHARC_COPY_DEVICE_TO_HOST, e->stream));
-    return sharc_device_synchronize(e->stream);
+            SHARC_TRY(sharc_device_copy(e->sdev, dst + t->segs[s].param_off, t->param_shard + t->segs[s].shard_off,
+                                        (size_t)t->segs[s].len * sizeof(float), SHARC_COPY_DEVICE_TO_HOST, e->sstream));
+    return sharc_device_synchronize(e->sstream);
 }

@@ -207,11 +207,15 @@ sharc_status sharc_fsdp_plan_make(sharc_fsdp_plan *p, const sharc_unit_spec *uni
     }
     int64_t gathered = p->grad_slots_numel;
     for (int i = 0; i < p->n_param_slots; i++) gathered += p->param_slot_numel[i];
-    p->bytes[SHARC_MEM_PARAMS] = shards * (int64_t)sizeof(float);
-    p->bytes[SHARC_MEM_GRADS] = grad_shards * (int64_t)sizeof(float);
+    /* note [shard-device]: the shards, the norm's scalars and a reduced shard's landing place on the host */
+    int64_t *sb = in->offload ? p->host_bytes : p->bytes;
+    if (in->offload && grad_shards > 0) p->hreduced = max_shard;
+    sb[SHARC_MEM_PARAMS] = shards * (int64_t)sizeof(float);
+    sb[SHARC_MEM_GRADS] = grad_shards * (int64_t)sizeof(float);
     p->bytes[SHARC_MEM_GATHERED] = gathered * (int64_t)sizeof(float) + p->post_bytes;
     p->bytes[SHARC_MEM_COMM] = 2 * (p->stage16_shard + p->stage16_full) + (int64_t)sizeof(float) * p->stage_shard;
-    p->bytes[SHARC_MEM_OTHER] = 2 * (int64_t)sizeof(double); /* the device scalars of the gradient norm */
+    sb[SHARC_MEM_COMM] += (int64_t)sizeof(float) * p->hreduced;
+    sb[SHARC_MEM_OTHER] += 2 * (int64_t)sizeof(double); /* the scalars of the gradient norm */
     return SHARC_OK;
 }
 
@@ -224,15 +228,17 @@ sharc_status sharc_fsdp_plan_bytes(const sharc_unit_spec *units, int nunits, con
     sharc_fsdp_plan_in in = {.S = S,
                              .shard_rank = 0,
                              .max_live = schedule ? schedule->max_live : 1,
-                             .params_in_place = shared || (S == 1 && cfg->param_dtype == SHARC_DT_F32),
-                             .grads_in_place = S == 1,
+                             .params_in_place =
+                                 shared || (S == 1 && cfg->param_dtype == SHARC_DT_F32 && !cfg->cpu_offload),
+                             .grads_in_place = S == 1 && !cfg->cpu_offload,
+                             .offload = cfg->cpu_offload,
                              .grads_shared = shared && cfg->reduce_dtype == SHARC_DT_F32,
-                             .overlap_reduce = device,
+                             .overlap_reduce = device && !cfg->cpu_offload,
                              .schedule = schedule};
     sharc_fsdp_plan p;
     SHARC_TRY(sharc_fsdp_plan_make(&p, units, nunits, cfg, &in));
     memset(out, 0, sizeof *out);
-    for (int c = 0; c < SHARC_MEM_NCAT; c++) out->bytes[c] = p.bytes[c];
+    for (int c = 0; c < SHARC_MEM_NCAT; c++) out->bytes[c] = p.bytes[c], out->host_bytes[c] = p.host_bytes[c];
     for (int u = 0; u < nunits; u++) {
         if (sharc_unit_trainable(&units[u])) {
             out->trainable_shard += p.units[u].numel_shard;

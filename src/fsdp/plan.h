@@ -29,6 +29,7 @@ typedef struct {
     bool params_in_place; /* gather needs no slot: S = 1 in fp32, or the shared window (note [shared-params]) */
     bool grads_in_place;  /* S = 1: gradients accumulate into the shard, no slot */
     bool grads_shared;    /* the gradient slots are carved from the shared window, not allocated */
+    bool offload;         /* note [shard-device]: the shards live in host memory (fsdp.cpu_offload on a device) */
     bool overlap_reduce;  /* a device (not host memory): one more gradient slot, so a unit's reduction runs
                              on the comm stream while the next unit's backward fills another (note
                              [comm-stream], collectives.c; unused where note [comm-staging] blocks) */
@@ -47,7 +48,10 @@ typedef struct {
     int *param_slot_owner, *grad_slot_owner;
     int64_t grad_slots_numel; /* sum of grad_slot_numel: the shared gradient window's part per rank */
     int64_t stage16_shard, stage16_full, stage_shard; /* staging elements (0: none) */
-    int64_t bytes[SHARC_MEM_NCAT]; /* this rank's allocations per category (shared windows included) */
+    int64_t hreduced;                                 /* note [shard-device]: host floats for a reduced shard */
+    int64_t bytes[SHARC_MEM_NCAT];      /* this rank's allocations per category (shared windows included) on the
+                                      compute device: with offload, without the shards' */
+    int64_t host_bytes[SHARC_MEM_NCAT]; /* with offload: what lives on the shard device (host memory), else 0 */
 } sharc_fsdp_plan;
 
 /* Fill *p (free with sharc_fsdp_plan_free); fails for lack of memory or a

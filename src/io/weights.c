@@ -135,7 +135,7 @@ static sharc_status load_shards(sharc_fsdp *e, const char *path) {
         }
     }
     /* everything checked: now read this rank's segments */
-    const bool host = sharc_device_is_host(sharc_fsdp_device(e));
+    const bool host = sharc_device_is_host(sharc_fsdp_shard_device(e));
     for (int u = 0; u < sharc_fsdp_num_units(e) && st == SHARC_OK; u++) {
         const sharc_unit_spec *s = sharc_fsdp_unit_spec(e, u);
         sharc_activity_phase("loading weights", u, s->name); /* progress for the watchdog */

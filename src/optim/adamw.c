@@ -336,7 +336,7 @@ sharc_status sharc_adamw_init(sharc_adamw **out, sharc_fsdp *e, const sharc_opti
     sharc_adamw *a = calloc(1, sizeof *a);
     if (!a) return sharc_error(SHARC_ERR_NOMEM, "adamw: out of memory");
     a->cfg = *c;
-    a->dev = sharc_fsdp_device(e);
+    a->dev = sharc_fsdp_shard_device(e);
     a->nunits = sharc_fsdp_num_units(e);
     a->fd = -1;
     a->cache_u = -1;

@@ -24,6 +24,11 @@
  *                                  cuda the batch's device copy)
  *   other                          the step's token batch and the engine's scalar
  *
+ * With fsdp.cpu_offload on a device (note [shard-device] in
+ * src/fsdp/collectives.c) the table is the device's: the shards, the
+ * moments, the norm's scalars and the reduced-shard landing buffer are in
+ * host_bytes, printed on a line of their own.
+ *
  * So for a run on one node the planned bytes are the allocated ones
  * (tests/cli/mpi_memplan.sh: equal for both families, every strategy, AC
  * on and off, frozen units, 1-4 ranks, tensor parallelism). Under mesh.tp
@@ -102,6 +107,12 @@ sharc_status sharc_memplan_make(sharc_memplan *p, const sharc_config *cfg, int w
             }
         for (int c = 0; c < SHARC_MEM_NCAT; c++) p->bytes[c] = e.bytes[c];
         p->bytes[SHARC_MEM_OPTIM] = 2 * (int64_t)sizeof(float) * e.trainable_shard;
+        if (fc->cpu_offload) { /* note [shard-device]: shards, moments and the step in host memory */
+            for (int c = 0; c < SHARC_MEM_NCAT; c++) p->host_bytes[c] = e.host_bytes[c];
+            p->host_bytes[SHARC_MEM_OPTIM] = p->bytes[SHARC_MEM_OPTIM];
+            p->bytes[SHARC_MEM_OPTIM] = 0;
+            for (int c = 0; c < SHARC_MEM_NCAT; c++) p->host_total += p->host_bytes[c];
+        }
         if (cfg->optim.offload_dir[0]) {
             p->offload_file = p->bytes[SHARC_MEM_OPTIM];
             /* the chunk buffers (note [optim-offload]): a chunk no larger than the largest unit's shard */
@@ -165,6 +176,12 @@ void sharc_memplan_print(FILE *f, const sharc_memplan *p, const sharc_config *cf
                 cfg->optim.offload_dir, gib(p->offload_file), sharc_offload_buffers(&cfg->optim),
                 sharc_offload_buffers(&cfg->optim) > 1 ? "s" : "",
                 (long long)(p->bytes[SHARC_MEM_OPTIM] / (8 * sharc_offload_buffers(&cfg->optim))));
+    if (p->host_total > 0)
+        fprintf(f,
+                "  fsdp.cpu_offload: params %.4f, grads %.4f, optim %.4f GiB per rank (%.4f in all) in host memory, "
+                "not in the table (the device's)\n",
+                gib(p->host_bytes[SHARC_MEM_PARAMS]), gib(p->host_bytes[SHARC_MEM_GRADS]),
+                gib(p->host_bytes[SHARC_MEM_OPTIM]), gib(p->host_total));
     if (measured) fprintf(f, "  %-12s %12s %12s %8s\n", "category", "plan GiB", "peak GiB", "peak/plan");
     else fprintf(f, "  %-12s %12s\n", "category", "plan GiB");
     int64_t mt = 0;

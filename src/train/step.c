@@ -34,7 +34,7 @@
  * the all-reduced norm is (note [bad-steps]). */
 static sharc_status poison_grads(sharc_fsdp *e) {
     static const float nan = NAN;
-    sharc_device *d = sharc_fsdp_device(e);
+    sharc_device *d = sharc_fsdp_shard_device(e);
     for (int u = 0; u < sharc_fsdp_num_units(e); u++)
         if (sharc_fsdp_shard_numel(e, u) > 0 && sharc_fsdp_shard_grads(e, u)) { /* frozen units have none */
             SHARC_TRY(

@@ -181,8 +181,10 @@ static void reset_comm_stats(sharc_trainer *t) {
  *
  * Note [cuda-train]: what trains on a device whose memory is not host
  * memory (CUDA). The model, the engine and AdamW get the device: parameter
- * shards, gradients, moments, gathered units and activations live there,
- * and every element loop is a kernel of its table. Batches are checked and
+ * shards, gradients, moments, gathered units and activations live there
+ * (with fsdp.cpu_offload the shards, gradients and moments live in host
+ * memory and AdamW runs on the CPU: note [shard-device] in
+ * src/fsdp/collectives.c), and every element loop is a kernel of its table. Batches are checked and
  * copied in per micro-batch (note [device-batch] in src/model/model.c);
  * the loss sums and the gradient norm's squared sums stay on the device
  * until the step's one read (note [loss-on-device] in src/model/model.c);

@@ -13,9 +13,11 @@
 #      1e-4 of PyTorch's; step-0 gradients, norms, lr and final weights within
 #      tests/test_torch_parity.c's tolerances
 #   4. sharc train --train.device=cuda trains (note [cuda-train]): 3 steps of a tiny GPT-2 and Llama,
-#      losses within 1e-4 of the CPU's, with SHARC_PROFILE=1's report timed by CUDA events (note [prof])
+#      losses within 1e-4 of the CPU's, with SHARC_PROFILE=1's report timed by CUDA events (note [prof]);
+#      fsdp.cpu_offload (note [shard-device]) within 1e-5 of the GPU run without it
 #   5. 2 and 3 ranks on the one GPU (MPI, staged) = 1 rank within 1e-5 (losses and gradient norms),
 #      every strategy: FULL_SHARD (prefetch as default, all on, all off), SHARD_GRAD_OP, NO_SHARD;
+#      fsdp.cpu_offload at 2 ranks (MPI, staged) within 1e-5 of 1 rank without it;
 #      HYBRID_SHARD 2x2 at 4 ranks; NCCL (SHARC_COMM=nccl) at 1 rank = the default run; a
 #      checkpoint saved on the GPU at 2 ranks, resumed on the CPU at 3 ranks, continues within 1e-4
 #      of an uninterrupted CPU run
@@ -107,6 +109,9 @@ if [ -x "$bin/sharc" ]; then
     one "SHARC_PROFILE=1 on cuda ($fam): a step profile timed by device events, times >= 0 within the step" $? \
       "$(grep -A4 '^# sharc profile' <<< "$out")"
   done
+  out=$("$bin/sharc" train $M --fsdp.cpu_offload=true --train.out_dir="$tmp/o1" --train.device=cuda 2>&1); rc=$?
+  [ $rc -eq 0 ] && near "$tmp/o1" "$tmp/ggpt2" 1e-5
+  one "fsdp.cpu_offload on cuda (gpt2): losses within 1e-5 of cuda without it" $? "exit $rc: $(tail -3 <<< "$out")"
   # the loss and gradient norm of STEPS steps from FIRST on (default 1) of a run against a reference's
   same() { # run ref tol steps [first]
     local f=${5:-1}
@@ -130,6 +135,10 @@ if [ -x "$bin/sharc" ]; then
           --train.batch_size=2 --train.out_dir="$tmp/p2" --train.device=cuda 2>&1); rc=$?
     [ $rc -eq 0 ] && near "$tmp/p2" "$tmp/p1" 1e-5
     one "2 ranks on one GPU (MPI, staged) = 1 rank within 1e-5" $? "exit $rc: $(tail -3 <<< "$out")"
+    out=$(SHARC_COMM=mpi timeout 300 mpirun --allow-run-as-root --oversubscribe -n 2 "$bin/sharc" train $M \
+          --fsdp.cpu_offload=true --train.batch_size=2 --train.out_dir="$tmp/o2" --train.device=cuda 2>&1); rc=$?
+    [ $rc -eq 0 ] && near "$tmp/o2" "$tmp/p1" 1e-5
+    one "2 ranks on one GPU with fsdp.cpu_offload (MPI, staged) = 1 rank without within 1e-5" $? "exit $rc: $(tail -3 <<< "$out")"
     # every strategy at 2 and 3 ranks (global batch 4 and 6), HYBRID_SHARD 2x2 at 4 ranks (global 4)
     STRATS="2:FULL_SHARD:--fsdp.forward_prefetch=true:--fsdp.backward_prefetch=BACKWARD_POST
       2:FULL_SHARD:--fsdp.backward_prefetch=NONE:--fsdp.reshard_after_forward=false 2:SHARD_GRAD_OP 2:NO_SHARD
