@@ -11,9 +11,11 @@
 # cuBLASLt (540 MB) is not packed: sharc loads libcublasLt.so.13 from
 # LD_LIBRARY_PATH or /usr/local/cuda/lib64 (SHARC_CUBLASLT_LIB names another);
 # PACK_CUBLASLT=1 packs it too. The CUDA runtime is linked in statically.
-# NCCL (libnccl.so.2 from CUDA_HOME/lib64, ~200 MB, loaded by SHARC_COMM=nccl:
-# the GPU suite's NCCL checks) is packed into lib/ unless PACK_NCCL=0; the
-# PyTorch fixtures (tests/fixtures/*_train.safetensors) travel for run.sh.
+# NCCL (libnccl.so.2, ~200 MB, barely compressible) is not packed either:
+# tests/gpu/run.sh finds the target's (SHARC_NCCL_LIB, the loader's path,
+# /usr/local/cuda/lib64, or PyTorch's nvidia-nccl wheel); PACK_NCCL=1 packs
+# CUDA_HOME/lib64's into lib/. The PyTorch fixtures
+# (tests/fixtures/*_train.safetensors) travel for run.sh.
 # Open MPI's whole tree travels too (note [gpu-pack-mpi] below): orterun,
 # orted and ompi_info, every MCA component with its libraries, the help
 # files and parameter files, and PMIx's components and help files.
@@ -68,9 +70,9 @@ extra=("$blas")
 # oneDNN only on request (PACK_ONEDNN=1): large, and the CPU reference of the GPU tests needs only OpenBLAS
 if [ "${PACK_ONEDNN:-0}" = 1 ]; then cp -L "/usr/lib/$ma/libdnnl.so.2" "$p/lib/" && extra+=("/usr/lib/$ma/libdnnl.so.2"); fi
 copy_deps "${extra[@]}"
-if [ "${PACK_NCCL:-1}" = 1 ]; then
+if [ "${PACK_NCCL:-0}" = 1 ]; then
   nccl=${CUDA_HOME:-/usr/local/cuda}/lib64/libnccl.so.2
-  [ -e "$nccl" ] || { echo "gpu_pack: $nccl missing (NCCL for SHARC_COMM=nccl; PACK_NCCL=0 packs without it)"; exit 1; }
+  [ -e "$nccl" ] || { echo "gpu_pack: $nccl missing (PACK_NCCL=1: NCCL for SHARC_COMM=nccl)"; exit 1; }
   cp -L "$nccl" "$p/lib/"
 fi
 if [ "${PACK_CUBLASLT:-0}" = 1 ]; then cp -L "${CUDA_HOME:-/usr/local/cuda}/lib64/libcublasLt.so.13" "$p/lib/"; fi

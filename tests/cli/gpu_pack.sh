@@ -11,9 +11,8 @@
 # and the system's mpirun (OpenBLAS for every product, as the tarball has no
 # oneDNN), and its log must show 2 ranks. A 1-process run of the packed sharc
 # (MPI singleton) must train too. The tarball holds the GPU suite
-# (run-gpu-tests.sh, tests/gpu/run.sh and the PyTorch fixtures it reads);
-# packed with PACK_NCCL=0 here (NCCL's ~200 MB would only slow the test;
-# nothing here runs it). Skipped without a CUDA build (nvcc) or
+# (run-gpu-tests.sh, tests/gpu/run.sh and the PyTorch fixtures it reads).
+# Skipped without a CUDA build (nvcc) or
 # without mount namespaces (unshare -m).
 set -uo pipefail
 cd "$TMPDIR" || exit 1
@@ -23,7 +22,7 @@ bin=$(cd "$SHARC_BIN" && pwd)
 unshare -m true 2> /dev/null || { echo "unshare -m is not allowed here: the system's Open MPI cannot be hidden"; exit 77; }
 ma=$(gcc -print-multiarch 2> /dev/null || echo x86_64-linux-gnu)
 
-out=$(SKIP_BUILD=1 PACK_NCCL=0 PACK_STAGE="$TMPDIR/stage" "$SHARC_ROOT/scripts/gpu_pack.sh" "$bin" "$TMPDIR/p.tar.gz" 2>&1) || fail "gpu_pack.sh: $out"
+out=$(SKIP_BUILD=1 PACK_STAGE="$TMPDIR/stage" "$SHARC_ROOT/scripts/gpu_pack.sh" "$bin" "$TMPDIR/p.tar.gz" 2>&1) || fail "gpu_pack.sh: $out"
 echo "$out"
 rm -rf "$TMPDIR/stage"
 mkdir un || exit 1

@@ -129,6 +129,17 @@ if [ -x "$bin/sharc" ]; then
     SHARC_COMM=${COMM:-mpi} timeout 300 mpirun --allow-run-as-root --oversubscribe -n "$n" -x SHARC_COMM \
       ${MPIX:-} "$bin/sharc" train "$@" --train.out_dir="$tmp/$out" > "$tmp/$out.log" 2>&1
   }
+  # NCCL on a GPU: SHARC_NCCL_LIB, else the loader's, else CUDA's or PyTorch's wheel (not packed: scripts/gpu_pack.sh)
+  if [ $sim = 0 ] && [ -z "${SHARC_NCCL_LIB:-}" ]; then
+    found=""
+    for d in ${LD_LIBRARY_PATH//:/ } /usr/local/cuda/lib64 \
+      "$(python3 -c 'import nvidia.nccl as n; print(list(n.__path__)[0] + "/lib")' 2> /dev/null)"; do
+      [ -n "$d" ] && [ -e "$d/libnccl.so.2" ] && found="$d/libnccl.so.2" && break
+    done
+    [ -z "$found" ] && ldconfig -p 2> /dev/null | grep -q 'libnccl\.so\.2 ' && found=libnccl.so.2
+    [ -n "$found" ] && export SHARC_NCCL_LIB="$found"
+    echo "(NCCL: ${found:-none found})"
+  fi
   if command -v mpirun > /dev/null; then
     "$bin/sharc" train $M --train.batch_size=4 --train.out_dir="$tmp/p1" --train.device=cuda > "$tmp/p1.log" 2>&1
     out=$(SHARC_COMM=mpi timeout 300 mpirun --allow-run-as-root --oversubscribe -n 2 "$bin/sharc" train $M \
@@ -162,7 +173,7 @@ if [ -x "$bin/sharc" ]; then
       one "$n ranks on one GPU, $strat${extra:+ ${extra//:/ }} = 1 rank within 1e-5 (losses, grad norms)" $ok \
         "exit $rc, $why: $(tail -2 "$tmp/s$k.log" | tr '\n' ' ')"
     done
-    # NCCL at 1 rank (libnccl.so.2 from the pack, or the simulator's fake) = the default run
+    # NCCL at 1 rank (the simulator: its fake, build/libfake_nccl.so) = the default run
     NC=()
     [ $sim = 1 ] && NC=(SHARC_NCCL_LIB="$bin/../libfake_nccl.so" SHARC_CUDA_DRIVER_LIB="$bin/../libfake_nccl.so")
     env SHARC_COMM=nccl "${NC[@]}" timeout 300 "$bin/sharc" train $M --train.batch_size=4 --train.device=cuda \
@@ -223,14 +234,14 @@ if [ -x "$bin/sharc" ]; then
   ngpu=0
   command -v nvidia-smi > /dev/null && ngpu=$(nvidia-smi -L 2> /dev/null | grep -c '^GPU ')
   if command -v mpirun > /dev/null && { [ $sim = 1 ] || [ "$ngpu" -ge 2 ]; }; then
-    MPIX="-x SHARC_CUBLASLT_LIB"
     if [ $sim = 1 ]; then
       export SHARC_NCCL_LIB="$bin/../libfake_nccl.so" SHARC_CUDA_DRIVER_LIB="$bin/../libfake_nccl.so"
-      MPIX="$MPIX -x SHARC_NCCL_LIB -x SHARC_CUDA_DRIVER_LIB"
       where="2 simulated GPUs (build/libfake_nccl.so)"
     else
       where="2 of the $ngpu GPUs"
     fi
+    MPIX=""
+    for v in SHARC_CUBLASLT_LIB SHARC_NCCL_LIB SHARC_CUDA_DRIVER_LIB; do [ -n "${!v:-}" ] && MPIX="$MPIX -x $v"; done
     # a GPU per rank: CUDA_VISIBLE_DEVICES from Open MPI's local rank (the trainer opens GPU 0)
     printf '#!/usr/bin/env bash\nexport CUDA_VISIBLE_DEVICES=${OMPI_COMM_WORLD_LOCAL_RANK:-0}\nexec "$@"\n' \
       > "$tmp/gpu_of_rank.sh"
