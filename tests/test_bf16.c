@@ -320,6 +320,8 @@ TEST(bf16_tp_head_once_matches_per_chunk) {
     const int64_t chunk = 10;
     sharc_comm *self;
     ASSERT_OK(sharc_comm_self(&self));
+    sharc_tp_link link = {0};
+    ASSERT_OK(sharc_tp_link_init(&link, self, sharc_device_cpu()));
     float *x = randn(N * C, 31, 1.0f), *w = randn((int64_t)Vl * C, 32, 0.3f);
     sharc_round_f32(w, w, SHARC_DT_BF16, (int64_t)Vl * C); /* gathered bf16 weights */
     int32_t tg[37];
@@ -340,14 +342,14 @@ TEST(bf16_tp_head_once_matches_per_chunk) {
             dx[p] = malloc(sizeof(float) * (size_t)(N * C));
             dw[p] = randn((int64_t)Vl * C, 33, 0.01f); /* dw accumulates */
         }
-        l[0] = sharc_tp_lmhead_xent(&k32, ks(), self, dx[0], dw[0], x, w, NULL, NULL, tg, 0.05f, N, C, v0, Vl, ws, red,
-                                    chunk);
-        l[1] = sharc_tp_lmhead_xent(&k16, ks(), self, dx[1], dw[1], x, w, NULL, NULL, tg, 0.05f, N, C, v0, Vl, ws, red,
-                                    chunk);
+        sharc_tp_lmhead_xent(&k32, ks(), &link, &l[0], dx[0], dw[0], x, w, NULL, NULL, tg, 0.05f, N, C, v0, Vl, ws, red,
+                             chunk);
+        sharc_tp_lmhead_xent(&k16, ks(), &link, &l[1], dx[1], dw[1], x, w, NULL, NULL, tg, 0.05f, N, C, v0, Vl, ws, red,
+                             chunk);
         k16.cast(ks(), xh, SHARC_DT_BF16, x, SHARC_DT_F32, N * C);
         k16.cast(ks(), wh, SHARC_DT_BF16, w, SHARC_DT_F32, (int64_t)Vl * C);
-        l[2] =
-            sharc_tp_lmhead_xent(&k16, ks(), self, dx[2], dw[2], x, w, xh, wh, tg, 0.05f, N, C, v0, Vl, ws, red, chunk);
+        sharc_tp_lmhead_xent(&k16, ks(), &link, &l[2], dx[2], dw[2], x, w, xh, wh, tg, 0.05f, N, C, v0, Vl, ws, red,
+                             chunk);
         double edx = rel_err(dx[2], dx[0], N * C), edw = rel_err(dw[2], dw[0], (int64_t)Vl * C);
         fprintf(stderr, "  mode %d: loss %a per chunk %a fp32 %.6f; vs fp32 dx %.2e dw %.2e\n", (int)ms[mi], l[2], l[1],
                 l[0], edx, edw);
@@ -361,6 +363,7 @@ TEST(bf16_tp_head_once_matches_per_chunk) {
     }
     sharc_bf16_mode_set(SHARC_BF16_EMULATED);
     free(x), free(w), free(ws), free(red), free(xh), free(wh);
+    sharc_tp_link_free(&link);
     sharc_comm_free(self);
 }
 

@@ -88,6 +88,16 @@ const char *sharc_comm_backend(const sharc_comm *c);
  * share a GPU (they stay on MPI, note [nccl]). Collective over c: every rank
  * of c calls it at the same point. */
 sharc_status sharc_comm_takes_device(sharc_comm *c, bool *out);
+/* Note [comm-staging] (src/fsdp/collectives.c): the collective `kind`
+ * (all-gather, reduce-scatter or all-reduce with `op`, all-to-all) of device
+ * d's buffers send (count elements; size x count for a reduce-scatter or an
+ * all-to-all) and recv, for a
+ * group that reads host memory only: send is copied into `host` and waited
+ * for on s, the collective runs there, the result is copied from `host`
+ * into recv and waited for. host: host memory (pinned:
+ * sharc_device_host_alloc) of the send plus the receive bytes. Blocking. */
+sharc_status sharc_comm_staged(sharc_comm *c, sharc_coll_kind kind, sharc_device *d, sharc_stream *s, void *host,
+                               const void *send, void *recv, size_t count, sharc_dtype dt, sharc_reduce_op op);
 /* Leave the whole job now (MPI_Abort where there is one), after a fatal error. */
 void sharc_comm_abort(sharc_comm *c, int code);
 

@@ -175,6 +175,31 @@ typedef struct sharc_kernels {
     void (*moe_row_dot)(sharc_stream *s, float *out, const float *a, const int32_t *rows, const float *b, int64_t n,
                         int C);
 
+    /* ---- the vocabulary-parallel embedding and LM head of tensor
+     * parallelism (note [tp-vocab] in src/model/tp.h): this rank holds rows
+     * [v0, v0 + Vl) of the vocabulary ----
+     * x (N, C) = wte (Vl, C) row tokens[r] - v0 (+ wpe row pos[r], or r % T
+     * when pos is NULL) for tokens in [v0, v0 + Vl), 0 for the others. */
+    void (*vocab_embedding_forward)(sharc_stream *s, float *x, const int32_t *tokens, const int32_t *pos,
+                                    const float *wte, const float *wpe, int64_t N, int T, int C, int v0, int Vl);
+    /* dwte (Vl, C) += the rows of dx (N, C) whose tokens lie in [v0, v0 + Vl), in row order. */
+    void (*vocab_embedding_backward)(sharc_stream *s, float *dwte, const float *dx, const int32_t *tokens, int64_t N,
+                                     int C, int v0, int Vl);
+    /* Rows of this rank's logits lg (m, Vl) and their statistics red (3 m):
+     * sums false: red[r] = the row's maximum; sums true (red[0, m) the
+     * maximum over the tp ranks by then): red[m + r] = the sum of exp(lg -
+     * red[r]) and red[2 m + r] = the target's logit when the target lies in
+     * [v0, v0 + Vl), else 0. */
+    void (*vocab_xent_stats)(sharc_stream *s, float *red, const float *lg, const int32_t *targets, int64_t m, int v0,
+                             int Vl, bool sums);
+    /* red summed over the tp ranks: *loss_sum = (add: +=) the sum, in row
+     * order in double, over the unmasked rows (target >= 0) of the float
+     * (red[r] + logf(red[m + r])) - red[2 m + r]; lg (nullable) then holds
+     * dlogits = (softmax - onehot) * scale on this rank's columns, 0 for
+     * masked rows. */
+    void (*vocab_xent_finish)(sharc_stream *s, double *loss_sum, bool add, float *lg, const float *red,
+                              const int32_t *targets, int64_t m, int v0, int Vl, float scale);
+
     /* ---- element work of the engine, the optimizer and the collectives ---- */
     /* dst = src converted, n elements: F32 -> F32/BF16/F16 (round to nearest
      * even) or BF16/F16 -> F32 (exact). */
@@ -200,6 +225,11 @@ typedef struct sharc_kernels {
     /* One AdamW update of n elements (sharc_adamw_scalars). */
     void (*adamw)(sharc_stream *s, float *p, const float *g, float *m, float *v, int64_t n,
                   const sharc_adamw_scalars *k);
+    /* A strided block copy: dst[r ldd + c] = src[r lds + c] (add: +=) for
+     * r < rows, c < cols; dst and src do not overlap (Ulysses' layout
+     * changes, note [ulysses] in src/model/ulysses.h). */
+    void (*copy_block)(sharc_stream *s, float *dst, int64_t ldd, const float *src, int64_t lds, int64_t rows,
+                       int64_t cols, bool add);
     /* dst[i] = value. */
     void (*fill)(sharc_stream *s, float *dst, float value, int64_t n);
     /* dst[i] = std * N(0,1) drawn at (seed, stream, first + i) (sharc/rng.h): the

@@ -117,7 +117,9 @@ sharc_device *sharc_model_device(const sharc_model *m);
  * the caller sums them over the group. sp = 1 (the default): whole
  * sequences. sharc_model_logits_last needs sp = 1. */
 sharc_status sharc_model_set_sequence_parallel(sharc_model *m, int sp, int rank);
-void sharc_model_set_sp_group(sharc_model *m, sharc_comm *group);
+/* Collective over group (note [tp-device] in src/model/tp.h: whether it
+ * takes the device's memory). */
+sharc_status sharc_model_set_sp_group(sharc_model *m, sharc_comm *group);
 
 /* Tensor parallelism (note [tp] in src/model/tp.h), set after
  * sharc_model_init and before sharc_model_freeze and sharc_model_plan: the
@@ -126,9 +128,11 @@ void sharc_model_set_sp_group(sharc_model *m, sharc_comm *group);
  * forward and backward all-reduce over the group given to
  * sharc_model_set_tp_group (tp ranks, this one at `rank`) before the first
  * forward. Every tp rank of a group runs the same tokens and returns the
- * same loss. Not with sp > 1, qk_norm or a device that is not the host. */
+ * same loss. Not with sp > 1. */
 sharc_status sharc_model_set_tensor_parallel(sharc_model *m, int tp, int rank);
-void sharc_model_set_tp_group(sharc_model *m, sharc_comm *group);
+/* Collective over group (note [tp-device] in src/model/tp.h: whether it
+ * takes the device's memory). */
+sharc_status sharc_model_set_tp_group(sharc_model *m, sharc_comm *group);
 
 /* Plan activation memory for micro-batches of B sequences of T tokens.
  * With activation_checkpointing only each block's input is kept and the

@@ -401,6 +401,10 @@ static void accumulate_by_sum_ranks(sharc_stream *s, float *dst, const float *sr
     X(moe_gather, 0) \
     X(moe_scatter_add, 0) \
     X(moe_row_dot, 0) \
+    X(vocab_embedding_forward, 1) \
+    X(vocab_embedding_backward, 1) \
+    X(vocab_xent_stats, 1) \
+    X(vocab_xent_finish, 1) \
     X(cast, 1) \
     X(round, 1) \
     X(accumulate, 0) \
@@ -408,6 +412,7 @@ static void accumulate_by_sum_ranks(sharc_stream *s, float *dst, const float *sr
     X(sumsq, 1) \
     X(loss_add, 1) \
     X(adamw, 1) \
+    X(copy_block, 1) \
     X(fill, 1) \
     X(init_normal, 1) \
     X(bf16_compute, 0) \

@@ -30,7 +30,8 @@
  * ranks share one GPU, which NCCL refuses), every collective below goes through e->hstage, one
  * host buffer sized at init for the largest unit's send plus receive: the
  * send bytes are copied out and waited for, the collective runs on host
- * memory, the result is copied back in and waited for. Staged collectives
+ * memory, the result is copied back in and waited for (sharc_comm_staged,
+ * src/comm/staged.c, which tensor parallelism uses too). Staged collectives
  * are blocking (a prefetch then gathers at once, in the same order), so
  * the values are those of the CPU's path: the same bytes reach MPI. The
  * buffer is pinned (sharc_device_host_alloc), so the copies out and in are
@@ -43,22 +44,14 @@
 typedef enum { STAGE_ALL_GATHER, STAGE_REDUCE_SCATTER, STAGE_ALL_REDUCE } stage_kind;
 
 /* The collective `kind` over `c` on device buffers send (count elements;
- * size x count for a reduce-scatter) and recv, through host memory. */
+ * size x count for a reduce-scatter) and recv, through host memory
+ * (sharc_comm_staged). */
 static sharc_status staged(sharc_fsdp *e, stage_kind kind, sharc_comm *c, const void *send, void *recv, size_t count,
                            sharc_dtype dt) {
-    const size_t es = sharc_dtype_size(dt), S = (size_t)sharc_comm_size(c);
-    const size_t nsend = kind == STAGE_REDUCE_SCATTER ? S * count : count;
-    const size_t nrecv = kind == STAGE_ALL_GATHER ? S * count : count;
-    char *hs = e->hstage, *hr = e->hstage + nsend * es;
-    SHARC_TRY(sharc_device_copy(e->dev, hs, send, nsend * es, SHARC_COPY_DEVICE_TO_HOST, e->stream));
-    SHARC_TRY(sharc_device_synchronize(e->stream));
-    sharc_status st = kind == STAGE_ALL_GATHER ? sharc_comm_all_gather(c, hs, hr, count, dt)
-                      : kind == STAGE_REDUCE_SCATTER
-                          ? sharc_comm_reduce_scatter(c, hs, hr, count, dt, SHARC_REDUCE_OP_SUM)
-                          : sharc_comm_all_reduce(c, hs, hr, count, dt, SHARC_REDUCE_OP_SUM);
-    SHARC_TRY(st);
-    SHARC_TRY(sharc_device_copy(e->dev, recv, hr, nrecv * es, SHARC_COPY_HOST_TO_DEVICE, e->stream));
-    return sharc_device_synchronize(e->stream);
+    const sharc_coll_kind k = kind == STAGE_ALL_GATHER       ? SHARC_COLL_ALL_GATHER
+                              : kind == STAGE_REDUCE_SCATTER ? SHARC_COLL_REDUCE_SCATTER
+                                                             : SHARC_COLL_ALL_REDUCE;
+    return sharc_comm_staged(c, k, e->dev, e->stream, e->hstage, send, recv, count, dt, SHARC_REDUCE_OP_SUM);
 }
 
 /* Note [blocking-on-stream]. A collective on device memory (a group that
@@ -213,10 +206,10 @@ int64_t sharc_fsdp_coll_stage_bytes(const sharc_fsdp *e) {
  * So every unit needs a slot for its gathered parameters and its gradient
  * (the plan's in-place cases are off), and a gather under offload is
  * blocking (the staging buffer serves every unit; a prefetch then gathers at
- * once). The host shards are ordinary host memory (sharc_device_alloc of the
- * CPU device), so the copies are staged by the driver; placing them in
- * sharc_device_host_alloc's page-locked memory is a speed item, not a
- * correctness one. The host waits once per unit's reduction.
+ * once). The host shards and the landing buffer are page-locked host memory
+ * of the compute device (sharc_device_host_alloc, fsdp.c shard_alloc), so
+ * the copies run without the driver's staging and a copy back does not make
+ * the host wait by itself. The host waits once per unit's reduction.
  * Each copy runs on the stream of the collective next to it: with a comm
  * stream (note [comm-stream]) the copy to the compute device, the gather and
  * the reduce-scatter and its copy back are all queued there, so e->stage_shard

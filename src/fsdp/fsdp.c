@@ -129,6 +129,22 @@ static sharc_status init_post_forward(sharc_fsdp *e) {
 
 /* Note [comm-staging]: on a device, *stage |= group g (more than one rank)
  * reads host memory only. Collective over g. */
+/* Note [shard-device] (collectives.c): the shard device's blocks the
+ * compute device copies to and from each step (the master and gradient
+ * shards, the reduced-shard landing buffer) are, under offload, page-locked
+ * host memory of the compute device (sharc_device_host_alloc: the copies
+ * then run without the driver's staging, as FSDP2's pinned CPU shards);
+ * counted in the same host counters as the shard device's own blocks. */
+static void *shard_alloc(sharc_fsdp *e, size_t bytes, sharc_mem_cat cat) {
+    return sharc_fsdp_offloaded(e) ? sharc_device_host_alloc(e->dev, bytes, cat)
+                                   : sharc_device_alloc(e->sdev, bytes, cat);
+}
+
+static void shard_free(sharc_fsdp *e, void *p) {
+    if (sharc_fsdp_offloaded(e)) sharc_device_host_free(e->dev, p);
+    else sharc_device_free(e->sdev, p);
+}
+
 static sharc_status takes_device(const sharc_fsdp *e, sharc_comm *g, bool *stage) {
     bool direct = true;
     if (!sharc_device_is_host(e->dev) && g && sharc_comm_size(g) > 1) SHARC_TRY(sharc_comm_takes_device(g, &direct));
@@ -200,12 +216,10 @@ sharc_status sharc_fsdp_init(sharc_fsdp **out, const sharc_unit_spec *units, int
         t->global_off = up->global_off;
         t->g16 = up->g16;
         t->slot_numel = up->slot_numel;
-        t->param_shard = e->pglobal
-                             ? e->pglobal + t->global_off + t->shard_lo
-                             : sharc_device_alloc(e->sdev, (size_t)t->numel_shard * sizeof(float), SHARC_MEM_PARAMS);
+        t->param_shard = e->pglobal ? e->pglobal + t->global_off + t->shard_lo
+                                    : shard_alloc(e, (size_t)t->numel_shard * sizeof(float), SHARC_MEM_PARAMS);
         t->trainable = sharc_unit_trainable(&t->spec);
-        t->grad_shard =
-            t->trainable ? sharc_device_alloc(e->sdev, (size_t)t->numel_shard * sizeof(float), SHARC_MEM_GRADS) : NULL;
+        t->grad_shard = t->trainable ? shard_alloc(e, (size_t)t->numel_shard * sizeof(float), SHARC_MEM_GRADS) : NULL;
         if (!t->param_shard || (t->trainable && !t->grad_shard)) {
             st = sharc_error(SHARC_ERR_NOMEM, "fsdp: cannot allocate unit '%s' (%lld floats)", t->spec.name,
                              (long long)t->numel_shard);
@@ -237,8 +251,7 @@ sharc_status sharc_fsdp_init(sharc_fsdp **out, const sharc_unit_spec *units, int
         }
     }
     e->scalar = sharc_device_alloc(e->sdev, 2 * sizeof(double), SHARC_MEM_OTHER);
-    if (pl->hreduced > 0)
-        e->hreduced = sharc_device_alloc(e->sdev, (size_t)pl->hreduced * sizeof(float), SHARC_MEM_COMM);
+    if (pl->hreduced > 0) e->hreduced = shard_alloc(e, (size_t)pl->hreduced * sizeof(float), SHARC_MEM_COMM);
     if (!e->scalar || (pl->hreduced > 0 && !e->hreduced)) {
         st = sharc_error(SHARC_ERR_NOMEM, "fsdp: out of memory");
         goto fail;
@@ -281,8 +294,8 @@ void sharc_fsdp_free(sharc_fsdp *e) {
         sharc_fsdp_unit *t = &e->units[u];
         if (t->pending) sharc_comm_wait(t->pending);
         if (t->ready) sharc_device_event_free(t->ready);
-        if (!e->pglobal) sharc_device_free(e->sdev, t->param_shard);
-        sharc_device_free(e->sdev, t->grad_shard);
+        if (!e->pglobal) shard_free(e, t->param_shard);
+        shard_free(e, t->grad_shard);
         free(t->segs);
     }
     sharc_fsdp_pool_free(e->dev, &e->gathered);
@@ -294,7 +307,7 @@ void sharc_fsdp_free(sharc_fsdp *e) {
     sharc_device_free(e->dev, e->stage16_full);
     sharc_device_free(e->dev, e->stage_shard);
     sharc_device_free(e->sdev, e->scalar);
-    sharc_device_free(e->sdev, e->hreduced);
+    shard_free(e, e->hreduced);
     sharc_device_host_free(e->dev, e->hstage);
     if (e->computed) sharc_device_event_free(e->computed);
     if (e->reduced) sharc_device_event_free(e->reduced);

@@ -169,6 +169,8 @@ struct sharc_model {
      * `tp`; NH, NKV, QKV, AD, F and Fa above are then this rank's */
     int tp, tp_rank;
     sharc_comm *tp_group;      /* borrowed */
+    sharc_tp_link tpl;         /* note [tp-device] in tp.h: how tp_group reaches the device's buffers */
+    sharc_tp_link spl;         /* the same for sp_group (ulysses.c's exchanges) */
     sharc_model_timing timing; /* accumulated forward / backward seconds */
     sharc_moe *moe;            /* note [moe] in moe.c; NULL without MoE layers */
     sharc_fsdp *eng;           /* note [moe-units]: the engine of the pass running (expert units' gathers) */
@@ -412,6 +414,8 @@ static void free_plan(sharc_model *m) {
 void sharc_model_free(sharc_model *m) {
     if (!m) return;
     free_plan(m);
+    sharc_tp_link_free(&m->tpl);
+    sharc_tp_link_free(&m->spl);
     sharc_moe_free(m->moe);
     free(m->units);
     free(m->roles);
@@ -443,9 +447,9 @@ sharc_status sharc_model_set_tensor_parallel(sharc_model *m, int tp, int rank) {
                            "mesh.tp: %d does not divide model.num_heads %d, model.num_kv_heads %d and "
                            "model.ff_hidden_dim %d",
                            tp, c->num_heads, c->num_kv_heads, c->ff_hidden_dim);
-    if (tp > 1 && (m->sp > 1 || !sharc_device_is_host(m->dev)))
-        return sharc_error(SHARC_ERR_INVALID, "mesh.tp: %d with %s: not implemented yet; set mesh.tp to 1", tp,
-                           m->sp > 1 ? "mesh.sp > 1" : "a device that is not the host");
+    if (tp > 1 && m->sp > 1)
+        return sharc_error(SHARC_ERR_INVALID, "mesh.tp: %d with mesh.sp > 1: not implemented yet; set mesh.tp to 1",
+                           tp);
     bool frozen = false;
     for (int u = 0; u < m->nunits; u++)
         for (int i = 0; i < m->units[u].nparams; i++) frozen |= m->units[u].params[i].frozen;
@@ -475,14 +479,17 @@ sharc_status sharc_model_set_tensor_parallel(sharc_model *m, int tp, int rank) {
     return st;
 }
 
-void sharc_model_set_tp_group(sharc_model *m, sharc_comm *group) {
+sharc_status sharc_model_set_tp_group(sharc_model *m, sharc_comm *group) {
     SHARC_CHECK(m->tp == 1 || (group && sharc_comm_size(group) == m->tp && sharc_comm_rank(group) == m->tp_rank));
     m->tp_group = m->tp > 1 ? group : NULL;
+    return sharc_tp_link_init(&m->tpl, m->tp_group, m->dev);
 }
 
-void sharc_model_set_sp_group(sharc_model *m, sharc_comm *group) {
+sharc_status sharc_model_set_sp_group(sharc_model *m, sharc_comm *group) {
     SHARC_CHECK(m->sp == 1 || (group && sharc_comm_size(group) == m->sp && sharc_comm_rank(group) == m->sp_rank));
     m->sp_group = m->uly.group = group;
+    m->uly.link = &m->spl;
+    return sharc_tp_link_init(&m->spl, m->sp > 1 ? group : NULL, m->dev);
 }
 
 const sharc_model_config *sharc_model_get_config(const sharc_model *m) { return &m->cfg; }
@@ -734,6 +741,7 @@ sharc_status sharc_model_plan(sharc_model *m, int B, int T, bool activation_chec
     if (m->sp > 1) {
         SHARC_TRY(sharc_ulysses_init(&m->uly, m->dev, m->sp, m->sp_rank, B, T, m->NH, m->NKV, m->hd));
         m->uly.group = m->sp_group;
+        m->uly.link = &m->spl;
     }
     m->ac = activation_checkpointing;
     m->plan_threads = sharc_threads_get();
@@ -1136,7 +1144,7 @@ static void block_forward(sharc_model *m, const block_ptrs *w, block_acts *a, co
         SHARC_PROF("fwd.attention", keep16(m, a->atth, a->att, N * m->AD));
     }
     SHARC_PROF("fwd.matmul.attproj", mm_fwd(m, m->tmp, a->att, a->atth, w->wo, m->w16o, w->bo, N, m->AD, m->C));
-    SHARC_PROF("fwd.tp", sharc_tp_all_reduce(m->tp_group, m->tmp, N * m->C)); /* note [tp]: g */
+    SHARC_PROF("fwd.tp", sharc_tp_all_reduce(&m->tpl, m->s, m->tmp, N * m->C)); /* note [tp]: g */
     SHARC_PROF_WORK("fwd.residual", 0, 12.0 * N * m->C, k->add(s, a->xmid, x, m->tmp, N * m->C));
     SHARC_PROF("fwd.norm", norm_fwd(m, a->ln2, a->ln2_mean, a->ln2_rstd, a->xmid, w->ln2w, w->ln2b, N));
     SHARC_PROF("fwd.norm", keep16(m, a->ln2h, a->ln2, N * m->C));
@@ -1156,7 +1164,7 @@ static void block_forward(sharc_model *m, const block_ptrs *w, block_acts *a, co
             SHARC_PROF("fwd.matmul.fcproj", mm_fwd(m, m->tmp + r0 * m->C, m->tfca, m->tfcah, w->wproj, m->w16proj,
                                                    w->bproj, n, m->Fa, m->C));
         }
-        SHARC_PROF("fwd.tp", sharc_tp_all_reduce(m->tp_group, m->tmp, N * m->C));
+        SHARC_PROF("fwd.tp", sharc_tp_all_reduce(&m->tpl, m->s, m->tmp, N * m->C));
         SHARC_PROF_WORK("fwd.residual", 0, 12.0 * N * m->C, k->add(s, y, a->xmid, m->tmp, N * m->C));
         return;
     }
@@ -1166,7 +1174,7 @@ static void block_forward(sharc_model *m, const block_ptrs *w, block_acts *a, co
     SHARC_PROF("fwd.act", keep16(m, a->fcah, a->fca, N * m->Fa));
     if (!y) return; /* recomputing for backward: the block output is not needed */
     SHARC_PROF("fwd.matmul.fcproj", mm_fwd(m, m->tmp, a->fca, a->fcah, w->wproj, m->w16proj, w->bproj, N, m->Fa, m->C));
-    SHARC_PROF("fwd.tp", sharc_tp_all_reduce(m->tp_group, m->tmp, N * m->C));
+    SHARC_PROF("fwd.tp", sharc_tp_all_reduce(&m->tpl, m->s, m->tmp, N * m->C));
     SHARC_PROF_WORK("fwd.residual", 0, 12.0 * N * m->C, k->add(s, y, a->xmid, m->tmp, N * m->C));
 }
 
@@ -1177,27 +1185,31 @@ static void block_forward(sharc_model *m, const block_ptrs *w, block_acts *a, co
  * replicated and this micro-batch's part is summed over the tp group (the
  * accumulated gradient of earlier micro-batches is already summed). Called
  * before the head norms' backward (`done` false: keep the gradients so far
- * in dtmp, free between attention's backward and the qkv product's) and
- * after it (`done` true: all-reduce the increment, 2 hd floats, and add it
- * back), so the sum is equal on the tp ranks and the weights stay equal. */
+ * in dtmp, free between attention's backward and the qkv product's, and
+ * zero them, device copies and kernels) and after it (`done` true:
+ * all-reduce the increment, 2 hd floats, and add the kept sums back), so
+ * the sum is equal on the tp ranks and the weights stay equal. */
+static sharc_status d2d(sharc_model *m, float *dst, const float *src, size_t bytes) {
+    return sharc_device_copy(m->dev, dst, src, bytes, SHARC_COPY_DEVICE_TO_DEVICE, m->s);
+}
+
 static void tp_qk_norm_grads(sharc_model *m, const block_ptrs *g, bool done) {
     const int64_t hd = m->hd;
     float *old = m->dtmp, *inc = m->dtmp + 2 * hd; /* (2, hd) each: q then k */
+    const size_t hb = (size_t)hd * sizeof(float);
     SHARC_CHECK((int64_t)m->B * m->T * m->C >= 4 * hd);
-    if (!done) {
-        memcpy(old, g->qnw, (size_t)hd * sizeof(float));
-        memcpy(old + hd, g->knw, (size_t)hd * sizeof(float));
+    if (!done) { /* keep the sums so far; the norms' backward then accumulates from 0 */
+        SHARC_CHECK(d2d(m, old, g->qnw, hb) == SHARC_OK);
+        SHARC_CHECK(d2d(m, old + hd, g->knw, hb) == SHARC_OK);
+        m->k->fill(m->s, g->qnw, 0.0f, hd);
+        m->k->fill(m->s, g->knw, 0.0f, hd);
         return;
     }
-    for (int64_t i = 0; i < hd; i++) {
-        inc[i] = g->qnw[i] - old[i];
-        inc[hd + i] = g->knw[i] - old[hd + i];
-    }
-    sharc_tp_all_reduce(m->tp_group, inc, 2 * hd);
-    for (int64_t i = 0; i < hd; i++) {
-        g->qnw[i] = old[i] + inc[i];
-        g->knw[i] = old[hd + i] + inc[hd + i];
-    }
+    SHARC_CHECK(d2d(m, inc, g->qnw, hb) == SHARC_OK);
+    SHARC_CHECK(d2d(m, inc + hd, g->knw, hb) == SHARC_OK);
+    sharc_tp_all_reduce(&m->tpl, m->s, inc, 2 * hd);
+    m->k->add(m->s, g->qnw, old, inc, hd);
+    m->k->add(m->s, g->knw, old + hd, inc + hd, hd);
 }
 
 static void block_backward(sharc_model *m, const block_ptrs *w, const block_ptrs *g, const block_acts *a,
@@ -1233,7 +1245,7 @@ static void block_backward(sharc_model *m, const block_ptrs *w, const block_ptrs
         SHARC_PROF("bwd.matmul.fc", mm_bwd(m, m->dtmp + r0 * m->C, g->wfc, g->bfc, m->dfc, a->ln2 + r0 * m->C, ln2h,
                                            w->wfc, m->w16fc, n, m->C, m->F));
     }
-    SHARC_PROF("bwd.tp", sharc_tp_all_reduce(m->tp_group, m->dtmp, N * m->C)); /* note [tp]: f */
+    SHARC_PROF("bwd.tp", sharc_tp_all_reduce(&m->tpl, m->s, m->dtmp, N * m->C)); /* note [tp]: f */
     SHARC_PROF("bwd.norm",
                norm_bwd(m, m->dxmid, g->ln2w, g->ln2b, m->dtmp, dres, a->xmid, w->ln2w, a->ln2_mean, a->ln2_rstd, N));
     SHARC_PROF("bwd.matmul.attproj",
@@ -1271,7 +1283,7 @@ static void block_backward(sharc_model *m, const block_ptrs *w, const block_ptrs
     }
     SHARC_PROF("bwd.matmul.qkv",
                mm_bwd(m, m->dtmp, g->wqkv, g->bqkv, m->dqkv, a->ln1, a->ln1h, w->wqkv, m->w16qkv, N, m->C, m->QKV));
-    SHARC_PROF("bwd.tp", sharc_tp_all_reduce(m->tp_group, m->dtmp, N * m->C));
+    SHARC_PROF("bwd.tp", sharc_tp_all_reduce(&m->tpl, m->s, m->dtmp, N * m->C));
     SHARC_PROF("bwd.norm",
                norm_bwd(m, dres, g->ln1w, g->ln1b, m->dtmp, m->dxmid, x, w->ln1w, a->ln1_mean, a->ln1_rstd, N));
 }
@@ -1385,8 +1397,8 @@ static void head_xent(sharc_model *m, float *dx, float *dw, const float *w, cons
         SHARC_PROF("head.bf16_operands", m->k->cast(m->s, wh, SHARC_DT_BF16, w, SHARC_DT_F32, (int64_t)m->Vl * m->C));
         SHARC_PROF("head.bf16_operands", m->k->cast(m->s, xh, SHARC_DT_BF16, m->lnf, SHARC_DT_F32, N * m->C));
     }
-    *m->loss = sharc_tp_lmhead_xent(m->k, m->s, m->tp_group, dx, dw, m->lnf, w, xh, wh, targets, scale, N, m->C, m->v0,
-                                    m->Vl, m->head_ws, m->head_red, m->head_chunk); /* host memory under tp */
+    sharc_tp_lmhead_xent(m->k, m->s, &m->tpl, m->loss, dx, dw, m->lnf, w, xh, wh, targets, scale, N, m->C, m->v0, m->Vl,
+                         m->head_ws, m->head_red, m->head_chunk);
 }
 
 /* note [bf16-compute] */
@@ -1413,9 +1425,10 @@ static void forward_body(sharc_model *m, sharc_fsdp *e, const int32_t *inputs, i
     const float *ep = sharc_fsdp_gather(e, 0);
     const float *wpe = weight_at(m, 0, SHARC_ROLE_WPE, ep); /* GPT-2's learned positions */
     if (m->Vl < m->V) { /* note [tp-vocab]: this rank's rows, zero elsewhere, summed over tp */
-        SHARC_PROF("fwd.embedding", sharc_tp_embedding_forward(xl(m, 0), inputs, m->packed ? m->pos_local : NULL, ep,
-                                                               wpe, N, T, m->C, m->v0, m->Vl));
-        SHARC_PROF("fwd.tp", sharc_tp_all_reduce(m->tp_group, xl(m, 0), N * m->C));
+        SHARC_PROF("fwd.embedding",
+                   m->k->vocab_embedding_forward(m->s, xl(m, 0), inputs, m->packed ? m->pos_local : NULL, ep, wpe, N, T,
+                                                 m->C, m->v0, m->Vl));
+        SHARC_PROF("fwd.tp", sharc_tp_all_reduce(&m->tpl, m->s, xl(m, 0), N * m->C));
     } else if (wpe && m->packed) { /* note [packing]: wpe rows by position, added */
         SHARC_PROF("fwd.embedding", m->k->embedding_forward(m->s, xl(m, 0), inputs, ep, NULL, B, T, m->C, 0));
         SHARC_PROF("fwd.embedding", m->k->embedding_forward(m->s, m->tmp, m->pos_local, wpe, NULL, B, T, m->C, 0));
@@ -1498,7 +1511,8 @@ static void forward_backward(sharc_model *m, sharc_fsdp *e, const int32_t *input
     float *gwpe = grad_at(m, 0, SHARC_ROLE_WPE, eg);
     if (m->Vl < m->V) { /* note [tp-vocab]: this rank's rows; the position table whole */
         if (gwte)
-            SHARC_PROF("bwd.embedding", sharc_tp_embedding_backward(gwte, m->dres, inputs, N, m->C, m->v0, m->Vl));
+            SHARC_PROF("bwd.embedding",
+                       m->k->vocab_embedding_backward(m->s, gwte, m->dres, inputs, N, m->C, m->v0, m->Vl));
         if (gwpe && m->packed)
             SHARC_PROF("bwd.embedding",
                        m->k->embedding_backward(m->s, gwpe, NULL, m->dres, m->pos_local, B, T, m->C, 0));

@@ -28,8 +28,8 @@
  * tp rank of a group, so the loss and token counts are the group's (the
  * trainer counts them once). How the parts map onto the full tensors is
  * note [tp-params] in sharc/units.h; which parameter splits how is its
- * row's `tp` in the family's table (note [param-table] in params.c). The all-reduce runs on host memory:
- * tp needs a host device (sharc_device_is_host) for now. */
+ * row's `tp` in the family's table (note [param-table] in params.c). The all-reduces run on the model's
+ * device (note [tp-device]). */
 #ifndef SHARC_MODEL_TP_H
 #define SHARC_MODEL_TP_H
 
@@ -58,15 +58,37 @@
  * dlogits W_local, and after the last chunk one all-reduce of the N C floats
  * of dx over tp gives every rank the full input gradient. Per micro-batch
  * that is 2 N C floats more than the replicated head (forward embedding,
- * backward dx) and 3 N floats of row statistics. Host memory only, as the
- * rest of tp. When tp does not divide V the embedding and head stay
+ * backward dx) and 3 N floats of row statistics. The element work is the
+ * kernel table's vocab_* slots (sharc/kernels.h), so it runs on any device. When tp does not divide V the embedding and head stay
  * replicated (the model logs it once); GPT-2's 50257 is odd. */
-/* x (N, C) = wte (Vl, C) row tokens[r] - v0 (+ wpe row pos[r], or r % T
- * when pos is NULL) for tokens in [v0, v0 + Vl), 0 for the others. */
-void sharc_tp_embedding_forward(float *x, const int32_t *tokens, const int32_t *pos, const float *wte, const float *wpe,
-                                int64_t N, int T, int C, int v0, int Vl);
-/* dwte (Vl, C) += the rows of dx (N, C) whose tokens lie in [v0, v0 + Vl). */
-void sharc_tp_embedding_backward(float *dwte, const float *dx, const int32_t *tokens, int64_t N, int C, int v0, int Vl);
+/* Note [tp-device]. How the tp group reaches the model's buffers, decided
+ * once by sharc_tp_link_init (collective over the group, as
+ * sharc_comm_takes_device): on the CPU the blocking all-reduce on host
+ * memory; on a device whose group takes its memory (NCCL, one GPU per rank)
+ * a non-blocking all-reduce queued after the model's stream and waited on
+ * by that stream (note [blocking-on-stream] in src/fsdp/collectives.c: no
+ * host wait); otherwise (MPI, ranks sharing a GPU) through a pinned host
+ * buffer, grown to the largest all-reduce on first use, with
+ * sharc_comm_staged (note [comm-staging]): the same bytes reach MPI as on
+ * the CPU, at two host waits per all-reduce. Sequence parallelism's group
+ * (ulysses.c) goes through a link of its own the same way: its all-to-all
+ * is blocking, so on device memory the stream is synchronized first. */
+typedef struct {
+    sharc_comm *group; /* NULL: no tensor parallelism */
+    sharc_device *dev; /* the model's */
+    bool direct;       /* the group takes dev's memory (always on the host) */
+    float *stage;      /* staged: host memory of stage_n floats (send then receive); NULL until used */
+    int64_t stage_n;
+} sharc_tp_link;
+/* l (zeroed or initialised before) for group (NULL: none) on dev. Collective over group. */
+sharc_status sharc_tp_link_init(sharc_tp_link *l, sharc_comm *group, sharc_device *dev);
+void sharc_tp_link_free(sharc_tp_link *l);
+/* `kind` (all-reduce sums, all-to-all: n floats per rank) of l's group on
+ * device buffers through l's host buffer (sharc_comm_staged); blocking. Used
+ * by sequence parallelism's exchanges (ulysses.c) as well. */
+sharc_status sharc_tp_link_staged(sharc_tp_link *l, sharc_stream *s, sharc_coll_kind kind, const float *send,
+                                  float *recv, int64_t n);
+
 /* The fused head of note [tp-vocab] with the kernels of k (their bf16 or
  * fp32 matmuls): w (Vl, C) this rank's rows, x (N, C), targets (N, < 0
  * masked); dx (N, C, NULL: loss only) the full input gradient, dw (Vl, C,
@@ -74,14 +96,17 @@ void sharc_tp_embedding_backward(float *dwte, const float *dx, const int32_t *to
  * chunk floats. xh, wh: x and w already rounded to bf16 (note
  * [bf16-head] in src/model/model.c), the products then through k's *_b16
  * slots, once-rounded operands instead of w rounded twice per chunk; NULL:
- * k's matmuls on x and w. Returns the loss sum of the unmasked rows (equal
- * on the tp ranks). */
-double sharc_tp_lmhead_xent(const sharc_kernels *k, sharc_stream *s, sharc_comm *group, float *dx, float *dw,
-                            const float *x, const float *w, const uint16_t *xh, const uint16_t *wh,
-                            const int32_t *targets, float scale, int64_t N, int C, int v0, int Vl, float *ws,
-                            float *red, int64_t chunk);
-/* In-place sum of buf (n floats) over the group; nothing when group is NULL.
- * A failed collective is fatal (the ranks cannot continue with half a sum). */
-void sharc_tp_all_reduce(sharc_comm *group, float *buf, int64_t n);
+ * k's matmuls on x and w. *loss_sum (one double of the device's memory) =
+ * the loss sum of the unmasked rows (equal on the tp ranks). */
+void sharc_tp_lmhead_xent(const sharc_kernels *k, sharc_stream *s, sharc_tp_link *l, double *loss_sum, float *dx,
+                          float *dw, const float *x, const float *w, const uint16_t *xh, const uint16_t *wh,
+                          const int32_t *targets, float scale, int64_t N, int C, int v0, int Vl, float *ws, float *red,
+                          int64_t chunk);
+/* In-place sum (or `op`) of buf (n floats of l's device memory, written by
+ * work on s) over l's group, seen by the work queued on s next; nothing
+ * when l has no group. A failed collective is fatal (the ranks cannot
+ * continue with half a sum). */
+void sharc_tp_all_reduce(sharc_tp_link *l, sharc_stream *s, float *buf, int64_t n);
+void sharc_tp_all_reduce_op(sharc_tp_link *l, sharc_stream *s, float *buf, int64_t n, sharc_reduce_op op);
 
 #endif

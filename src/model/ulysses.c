@@ -34,51 +34,58 @@ static col_map att_cols(const sharc_ulysses *u, int j) {
     return c;
 }
 
+static const sharc_kernels *kern(const sharc_ulysses *u) { return sharc_device_kernels(u->dev); }
+static sharc_stream *strm(const sharc_ulysses *u) { return sharc_device_stream(u->dev); }
+
 /* dst (rows, width of map) = the map's columns of src (rows, W). */
-static void cols_gather(float *dst, const float *src, int64_t rows, int64_t W, const col_map *c) {
-    for (int64_t r = 0; r < rows; r++) {
-        const float *s = src + r * W;
-        for (int k = 0; k < c->n; k++) {
-            memcpy(dst, s + c->off[k], (size_t)c->len[k] * sizeof(float));
-            dst += c->len[k];
-        }
+static void cols_gather(const sharc_ulysses *u, float *dst, const float *src, int64_t rows, int64_t W,
+                        const col_map *c) {
+    int64_t w = 0, at = 0;
+    for (int k = 0; k < c->n; k++) w += c->len[k];
+    for (int k = 0; k < c->n; k++) {
+        kern(u)->copy_block(strm(u), dst + at, w, src + c->off[k], W, rows, c->len[k], false);
+        at += c->len[k];
     }
 }
 
 /* The map's columns of dst (rows, W) (+)= src (rows, width of map). */
-static void cols_scatter(float *dst, const float *src, int64_t rows, int64_t W, const col_map *c, bool add) {
-    for (int64_t r = 0; r < rows; r++) {
-        float *d = dst + r * W;
-        for (int k = 0; k < c->n; k++) {
-            if (add)
-                for (int64_t i = 0; i < c->len[k]; i++) d[c->off[k] + i] += src[i];
-            else memcpy(d + c->off[k], src, (size_t)c->len[k] * sizeof(float));
-            src += c->len[k];
-        }
+static void cols_scatter(const sharc_ulysses *u, float *dst, const float *src, int64_t rows, int64_t W,
+                         const col_map *c, bool add) {
+    int64_t w = 0, at = 0;
+    for (int k = 0; k < c->n; k++) w += c->len[k];
+    for (int k = 0; k < c->n; k++) {
+        kern(u)->copy_block(strm(u), dst + c->off[k], W, src + at, w, rows, c->len[k], add);
+        at += c->len[k];
     }
 }
 
-/* Between (sp, B, Tl, W) slices (slice i: tokens of rank i) and (B, Tf, W). */
+/* Between (sp, B, Tl, W) slices (slice i: tokens of rank i) and (B, Tf, W):
+ * for each i, B blocks of Tl W floats. */
 static void seq_concat(const sharc_ulysses *u, float *full, const float *slices, int64_t W) {
-    size_t row = (size_t)u->Tl * (size_t)W;
+    const int64_t row = (int64_t)u->Tl * W;
     for (int i = 0; i < u->sp; i++)
-        for (int b = 0; b < u->B; b++)
-            memcpy(full + ((int64_t)b * u->Tf + (int64_t)i * u->Tl) * W, slices + ((int64_t)i * u->B + b) * u->Tl * W,
-                   row * sizeof(float));
+        kern(u)->copy_block(strm(u), full + (int64_t)i * row, (int64_t)u->Tf * W, slices + (int64_t)i * u->B * row, row,
+                            u->B, row, false);
 }
 
 static void seq_split(const sharc_ulysses *u, float *slices, const float *full, int64_t W) {
-    size_t row = (size_t)u->Tl * (size_t)W;
+    const int64_t row = (int64_t)u->Tl * W;
     for (int i = 0; i < u->sp; i++)
-        for (int b = 0; b < u->B; b++)
-            memcpy(slices + ((int64_t)i * u->B + b) * u->Tl * W, full + ((int64_t)b * u->Tf + (int64_t)i * u->Tl) * W,
-                   row * sizeof(float));
+        kern(u)->copy_block(strm(u), slices + (int64_t)i * u->B * row, row, full + (int64_t)i * row, (int64_t)u->Tf * W,
+                            u->B, row, false);
 }
 
+/* note [tp-device] (src/model/tp.h), for sp's group: the all-to-all on
+ * device memory after the stream's work (a blocking call: the stream is
+ * synchronized first), or staged through host memory */
 static void exchange(sharc_ulysses *u, int64_t count) {
     if (!u->group) sharc_fatal(__FILE__, __LINE__, "ulysses: no sequence-parallel group set");
-    if (sharc_device_synchronize(sharc_device_stream(u->dev)) != SHARC_OK ||
-        sharc_comm_all_to_all(u->group, u->send, u->recv, (size_t)count, SHARC_DT_F32) != SHARC_OK)
+    sharc_stream *s = strm(u);
+    sharc_status st = sharc_device_synchronize(s);
+    if (st == SHARC_OK && (!u->link || u->link->direct))
+        st = sharc_comm_all_to_all(u->group, u->send, u->recv, (size_t)count, SHARC_DT_F32);
+    else if (st == SHARC_OK) st = sharc_tp_link_staged(u->link, s, SHARC_COLL_ALL_TO_ALL, u->send, u->recv, count);
+    if (st != SHARC_OK)
         sharc_fatal(__FILE__, __LINE__, "ulysses: all-to-all over %d ranks failed: %s", u->sp, sharc_last_error());
 }
 
@@ -91,9 +98,6 @@ static float *buf(sharc_ulysses *u, int64_t n, bool *ok) {
 sharc_status sharc_ulysses_init(sharc_ulysses *u, sharc_device *dev, int sp, int rank, int B, int Tl, int NH, int NKV,
                                 int hd) {
     memset(u, 0, sizeof *u);
-    if (!sharc_device_is_host(dev))
-        return sharc_error(SHARC_ERR_INVALID, "mesh.sp: %d: sequence parallelism needs a host device for now, not %s",
-                           sp, sharc_device_name(dev));
     if (sp < 2 || NH % sp != 0 || (NKV % sp != 0 && sp % NKV != 0) || rank < 0 || rank >= sp)
         return sharc_error(SHARC_ERR_INVALID, "mesh.sp: %d does not fit %d heads and %d key/value heads", sp, NH, NKV);
     u->sp = sp;
@@ -140,7 +144,7 @@ void sharc_ulysses_qkv_to_heads(sharc_ulysses *u, float *qkv_h, const float *qkv
     int64_t rows = (int64_t)u->B * u->Tl, slice = rows * u->QKVl;
     for (int j = 0; j < u->sp; j++) {
         col_map c = qkv_cols(u, j);
-        cols_gather(u->send + j * slice, qkv_seq, rows, u->QKV, &c);
+        cols_gather(u, u->send + j * slice, qkv_seq, rows, u->QKV, &c);
     }
     exchange(u, slice);
     seq_concat(u, qkv_h, u->recv, u->QKVl);
@@ -152,7 +156,7 @@ void sharc_ulysses_att_to_tokens(sharc_ulysses *u, float *att, const float *att_
     exchange(u, slice);
     for (int j = 0; j < u->sp; j++) {
         col_map c = att_cols(u, j);
-        cols_scatter(att, u->recv + j * slice, rows, (int64_t)u->NH * u->hd, &c, false);
+        cols_scatter(u, att, u->recv + j * slice, rows, (int64_t)u->NH * u->hd, &c, false);
     }
 }
 
@@ -160,7 +164,7 @@ void sharc_ulysses_datt_to_heads(sharc_ulysses *u, float *datt_h, const float *d
     int64_t rows = (int64_t)u->B * u->Tl, W = (int64_t)u->NHl * u->hd, slice = rows * W;
     for (int j = 0; j < u->sp; j++) {
         col_map c = att_cols(u, j);
-        cols_gather(u->send + j * slice, datt, rows, (int64_t)u->NH * u->hd, &c);
+        cols_gather(u, u->send + j * slice, datt, rows, (int64_t)u->NH * u->hd, &c);
     }
     exchange(u, slice);
     seq_concat(u, datt_h, u->recv, W);
@@ -171,9 +175,9 @@ void sharc_ulysses_dqkv_to_tokens(sharc_ulysses *u, float *dqkv, const float *dq
     seq_split(u, u->send, dqkv_h, u->QKVl);
     exchange(u, slice);
     bool replicated = u->NKV < u->sp;
-    if (replicated) memset(dqkv, 0, (size_t)(rows * u->QKV) * sizeof(float));
+    if (replicated) kern(u)->fill(strm(u), dqkv, 0.0f, rows * u->QKV);
     for (int j = 0; j < u->sp; j++) {
         col_map c = qkv_cols(u, j);
-        cols_scatter(dqkv, u->recv + j * slice, rows, u->QKV, &c, replicated);
+        cols_scatter(u, dqkv, u->recv + j * slice, rows, u->QKV, &c, replicated);
     }
 }

@@ -22,12 +22,15 @@
  * times, DeepSpeed's kv_replication_factor) and backward SUMS the replicas'
  * gradients, in rank order. Head order inside a rank follows the global
  * order, so query head h still uses key/value head h / (NH / NKV). Packing
- * is plain copies in host memory: the sp path needs a host device
- * (sharc_device_is_host) for now; a GPU backend needs them as kernels. */
+ * is strided block copies, the kernel table's copy_block on the model's
+ * stream (a kernel on a GPU); the all-to-all gets device memory when the
+ * group takes it and is staged through host memory otherwise (note
+ * [tp-device] in tp.h, whose link sp's group uses too). */
 #ifndef SHARC_MODEL_ULYSSES_H
 #define SHARC_MODEL_ULYSSES_H
 
 #include "sharc/comm.h"
+#include "tp.h"
 #include "sharc/device.h"
 #include "sharc/status.h"
 
@@ -39,6 +42,7 @@ typedef struct {
     int NH, NKV, hd;          /* the model's heads */
     int NHl, NKVl, QKV, QKVl; /* heads per rank; row widths (floats) of qkv before and after #1 */
     sharc_comm *group;        /* borrowed; set before the first exchange */
+    sharc_tp_link *link;      /* borrowed: how group reaches dev's memory (note [tp-device]); NULL: directly */
     sharc_device *dev;        /* borrowed */
     float *send, *recv;       /* (sp, B, Tl, max(QKVl, NHl hd)) exchange buffers */
     float *qkv_seq;           /* (B, Tl, QKV) forward: this rank's tokens, before #1 */

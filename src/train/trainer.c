@@ -203,9 +203,12 @@ static void reset_comm_stats(sharc_trainer *t) {
  * and the positions are copied in by sharc_model_set_positions, note
  * [packing]), the tiled MLP (fsdp.apply_tiled_mlp), frozen parameters, and
  * every sharding strategy with ranks staged through host memory
- * (tests/cli/cudasim_options.sh, cudasim_train.sh). Refused here with a
- * line naming the key, until they are done on a device: sequence and tensor
- * parallelism (their kernels and exchanges read host memory), the moments
+ * (tests/cli/cudasim_options.sh, cudasim_train.sh), and tensor parallelism
+ * (mesh.tp: the vocab_* kernels, its all-reduces on the model's stream or
+ * staged, note [tp-device] in src/model/tp.h) and sequence parallelism
+ * (mesh.sp: Ulysses' copy_block layout changes, its all-to-all on device
+ * memory or staged; tests/cli/cudasim_tp.sh). Refused here with a line
+ * naming the key, until they are done on a device: the moments
  * on disk (optim.offload_dir), and fsdp.param_dtype bf16/fp16 on a device
  * whose table has no bf16 matrix products (bf16_compute false; CUDA's has
  * them). */
@@ -222,9 +225,7 @@ static sharc_status train_device(const sharc_config *c, sharc_device **out) {
     if (!sharc_device_is_host(d)) {
         const char *key = NULL;
         char val[64] = "";
-        if (c->mesh.sp > 1) key = "mesh.sp", snprintf(val, sizeof val, "%d", c->mesh.sp);
-        else if (c->mesh.tp > 1) key = "mesh.tp", snprintf(val, sizeof val, "%d", c->mesh.tp);
-        else if (c->optim.offload_dir[0])
+        if (c->optim.offload_dir[0])
             key = "optim.offload_dir", snprintf(val, sizeof val, "%.60s", c->optim.offload_dir);
         else if (c->fsdp.engine.param_dtype != SHARC_DT_F32 && !sharc_device_kernels(d)->bf16_compute())
             key = "fsdp.param_dtype", snprintf(val, sizeof val, "%s", sharc_dtype_st_name(c->fsdp.engine.param_dtype));
@@ -356,8 +357,8 @@ sharc_status sharc_trainer_init(sharc_trainer **out, const sharc_config *cfg, sh
         goto alone;
     if ((st = sharc_mesh_init_dims(&t->mesh, t->world, &t->dims, t->cfg.fsdp.engine.strategy)) != SHARC_OK) goto alone;
     t->mesh_ok = true;
-    sharc_model_set_sp_group(t->model, t->mesh.sp_group);
-    sharc_model_set_tp_group(t->model, t->mesh.tp_group);
+    if ((st = sharc_model_set_sp_group(t->model, t->mesh.sp_group)) != SHARC_OK) goto alone;
+    if ((st = sharc_model_set_tp_group(t->model, t->mesh.tp_group)) != SHARC_OK) goto alone;
     st = sharc_fsdp_init(&t->engine, sharc_model_units(t->model), sharc_model_num_units(t->model),
                          sharc_model_schedule(t->model), &t->cfg.fsdp.engine, &t->mesh, sharc_model_device(t->model));
     if ((st = agree(t->world, st)) != SHARC_OK) goto fail;

@@ -56,6 +56,21 @@ for k in loss_metrics/global_avg_loss grad_norm loss_metrics/val_loss; do
 done
 echo "offload = cuda = cpu within 1e-5 (3 steps: losses, grad norms, validation)"
 
+# host waits per step under offload, 1 rank (3 steps less 1, over 2): one
+# per unit's reduced gradient (4 units), the step's one read, and the shard
+# write bracket's wait for both streams = 7. The host shards and the landing
+# buffer are page-locked (sharc_device_host_alloc), so the copies
+# themselves add none; into pageable memory each device -> host copy made
+# the host wait once more (11 a step)
+for s in 1 3; do
+  CUDASIM_SYNC_STATS=1 "$SIM" train $M $OFF --train.max_steps=$s --ckpt.every=0 --log.eval_every=0 \
+    --train.out_dir=s$s --train.device=cuda > s$s.log 2>&1 || { tail -20 s$s.log; die "offload run, $s steps"; }
+done
+h1=$(sed -n 's/^cudasim: host syncs \([0-9]*\)$/\1/p' s1.log) h3=$(sed -n 's/^cudasim: host syncs \([0-9]*\)$/\1/p' s3.log)
+[ -n "$h1" ] && [ -n "$h3" ] || die "no cudasim host sync counts ('$h1', '$h3')"
+[ $(((h3 - h1) / 2)) -le 7 ] || die "offload: $(((h3 - h1) / 2)) host waits a step, expected at most 7 (pinned shards)"
+echo "offload: $(((h3 - h1) / 2)) host waits a step (4 units)"
+
 # checkpoints across: offload <- plain, plain <- offload
 "$SIM" train $M $OFF --train.out_dir=ro --train.device=cuda --ckpt.resume=g/checkpoints/step-00000002 > ro.log 2>&1 ||
   { tail -20 ro.log; die "offload resuming the plain checkpoint"; }

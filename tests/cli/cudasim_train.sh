@@ -208,7 +208,7 @@ a=$(hs ag1.log) b=$(hs ag3.log)
 echo "grad_accum 3: cuda = cpu within 1e-4, $(((b - a) / 2)) host sync a step"
 
 # refused on cuda: one line naming the key, exit status 2
-for bad in "--mesh.tp=2" "--optim.offload_dir=$TMPDIR"; do
+for bad in "--optim.offload_dir=$TMPDIR"; do
   out=$("$SIM" train $M $bad --train.out_dir=bad --train.device=cuda 2>&1); rc=$?
   key=${bad%%=*}; key=${key#--}
   [ $rc -eq 2 ] || die "$bad on cuda: exit $rc, want 2: $out"

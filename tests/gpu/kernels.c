@@ -520,6 +520,86 @@ static void test_xent(void) {
     free(t2), free(x), free(w), free(ws);
 }
 
+/* Ulysses' strided block copies (note [ulysses]): a column block out of
+ * wider rows, written and added */
+static void test_copy_block(void) {
+    const int64_t rows = 37, lds = 53, ldd = 29, cols = 23;
+    float *src = h_rand(rows * lds, 1), *gsrc = d_up(src, rows * lds * 4);
+    for (int add = 0; add < 2; add++) {
+        float *dst = h_rand(rows * ldd, 1), *gdst = d_up(dst, rows * ldd * 4);
+        kc->copy_block(sc, dst + 3, ldd, src + 5, lds, rows, cols, add);
+        kg->copy_block(sg, gdst + 3, ldd, gsrc + 5, lds, rows, cols, add);
+        check(add ? "copy_block (+=)" : "copy_block", gdst, dst, rows * ldd, 0); /* untouched columns too */
+    }
+    sharc_device_free(gpu, gsrc);
+    free(src);
+}
+
+/* note [tp-vocab]: rank 1 of 3 (rows [v0, v0 + Vl) of V = 3 Vl) of the
+ * vocabulary-parallel embedding and head statistics, against the CPU's */
+static void test_vocab(void) {
+    const int T = 7, C = 19, Vl = 301, v0 = Vl;
+    const int64_t N = 3 * T, m = N;
+    int32_t *tok = malloc(N * 4), *pos = malloc(N * 4), *tg = malloc(N * 4);
+    for (int64_t i = 0; i < N; i++) {
+        tok[i] = (int32_t)(sharc_rng_u64(13, 5, (uint64_t)i) % (uint64_t)(3 * Vl)); /* some in range, some not */
+        if (i % 4 == 0) tok[i] = v0 + (int32_t)(i % 3);                             /* repeats in range */
+        pos[i] = (int32_t)((i * 5) % T);
+        tg[i] = i % 6 == 5 ? -1 : i % 3 == 0 ? v0 + (int32_t)(i % Vl) : tok[i];
+    }
+    int32_t *dtok = d_up(tok, N * 4), *dpos = d_up(pos, N * 4), *dtg = d_up(tg, N * 4);
+    float *wte = h_rand((int64_t)Vl * C, 1), *wpe = h_rand((int64_t)T * C, 1);
+    float *gwte = d_up(wte, Vl * C * 4), *gwpe = d_up(wpe, T * C * 4);
+    for (int v = 0; v < 3; v++) { /* no positions, r % T, given positions */
+        float *x = malloc(N * C * 4), *gx = d_poison(N * C);
+        kc->vocab_embedding_forward(sc, x, tok, v == 2 ? pos : NULL, wte, v ? wpe : NULL, N, T, C, v0, Vl);
+        kg->vocab_embedding_forward(sg, gx, dtok, v == 2 ? dpos : NULL, gwte, v ? gwpe : NULL, N, T, C, v0, Vl);
+        check(v == 0   ? "vocab_embedding_forward"
+              : v == 1 ? "vocab_embedding_forward wpe"
+                       : "vocab_embedding_forward pos",
+              gx, x, N * C, 0);
+    }
+    float *dx = h_rand(N * C, 1), *gdx = d_up(dx, N * C * 4);
+    float *dw = h_rand((int64_t)Vl * C, 1), *gdw = d_up(dw, Vl * C * 4);
+    kc->vocab_embedding_backward(sc, dw, dx, tok, N, C, v0, Vl);
+    kg->vocab_embedding_backward(sg, gdw, gdx, dtok, N, C, v0, Vl);
+    check("vocab_embedding_backward (+=, rows in order)", gdw, dw, (int64_t)Vl * C, 0); /* the CPU's order: exact */
+    /* the head's statistics on one rank's logits, then the loss and dlogits */
+    float *lg = h_rand(m * Vl, 3), *glg = d_up(lg, m * Vl * 4);
+    float *red = malloc(3 * m * 4), *gred = d_poison(3 * m);
+    kc->vocab_xent_stats(sc, red, lg, tg, m, v0, Vl, false);
+    kg->vocab_xent_stats(sg, gred, glg, dtg, m, v0, Vl, false);
+    float *hred = down(gred, m);
+    compare("vocab_xent_stats max", hred, red, m, 0);
+    free(hred);
+    for (int64_t r = 0; r < m; r++) red[r] += 0.25f; /* as if another rank's maximum were larger */
+    sharc_device_copy(gpu, gred, red, m * 4, SHARC_COPY_HOST_TO_DEVICE, sg);
+    kc->vocab_xent_stats(sc, red, lg, tg, m, v0, Vl, true);
+    kg->vocab_xent_stats(sg, gred, glg, dtg, m, v0, Vl, true);
+    hred = down(gred, 3 * m);
+    compare("vocab_xent_stats sums and target logits", hred, red, 3 * m, F32);
+    free(hred);
+    for (int grad = 0; grad < 2; grad++)
+        for (int add = 0; add < 2; add++) {
+            double sum = add ? 1.5 : 0, *gsum = d_up(&sum, 8);
+            float *l2 = h_copy(lg, m * Vl), *gl2 = d_up(lg, m * Vl * 4);
+            sharc_device_copy(gpu, gred, red, 3 * m * 4, SHARC_COPY_HOST_TO_DEVICE, sg);
+            kc->vocab_xent_finish(sc, &sum, add, grad ? l2 : NULL, red, tg, m, v0, Vl, 0.03f);
+            kg->vocab_xent_finish(sg, gsum, add, grad ? gl2 : NULL, gred, dtg, m, v0, Vl, 0.03f);
+            check_double(add ? "vocab_xent_finish loss_sum (+=)" : "vocab_xent_finish loss_sum", gsum, sum, F32);
+            check(grad ? "vocab_xent_finish dlogits" : "vocab_xent_finish logits untouched", gl2, l2, m * Vl, F32);
+        }
+    sharc_device_free(gpu, dtok);
+    sharc_device_free(gpu, dpos);
+    sharc_device_free(gpu, dtg);
+    sharc_device_free(gpu, gwte);
+    sharc_device_free(gpu, gwpe);
+    sharc_device_free(gpu, gdx);
+    sharc_device_free(gpu, glg);
+    sharc_device_free(gpu, gred);
+    free(tok), free(pos), free(tg), free(wte), free(wpe), free(dx), free(lg), free(red);
+}
+
 /* the H heads of hd elements inside each of N rows of stride ld, packed (N, H*hd) */
 static float *heads_of(const float *p, int64_t N, int H, int hd, int64_t ld) {
     float *h = malloc((size_t)(N * H * hd) * sizeof(float));
@@ -1096,6 +1176,8 @@ int main(int argc, char **argv) {
     RUN("attention", test_attention(1, 64, 4, 4, 64));
     RUN("attention", test_attention(2, 29, 8, 1, 128));
     RUN("xent", test_xent());
+    RUN("vocab", test_vocab());
+    RUN("copy_block", test_copy_block());
     RUN("qknorm", test_qknorm());
     RUN("kvcache", test_kvcache(5, 11, 6, 2, 24, false));
     RUN("kvcache", test_kvcache(5, 11, 6, 2, 24, true));

@@ -100,4 +100,16 @@ void sharc_cpu_moe_scatter_add(sharc_stream *s, float *y, const float *x, const 
 void sharc_cpu_moe_row_dot(sharc_stream *s, float *out, const float *a, const int32_t *rows, const float *b, int64_t n,
                            int C);
 
+void sharc_cpu_copy_block(sharc_stream *s, float *dst, int64_t ldd, const float *src, int64_t lds, int64_t rows,
+                          int64_t cols, bool add);
+/* vocab.c */
+void sharc_cpu_vocab_embedding_forward(sharc_stream *s, float *x, const int32_t *tokens, const int32_t *pos,
+                                       const float *wte, const float *wpe, int64_t N, int T, int C, int v0, int Vl);
+void sharc_cpu_vocab_embedding_backward(sharc_stream *s, float *dwte, const float *dx, const int32_t *tokens, int64_t N,
+                                        int C, int v0, int Vl);
+void sharc_cpu_vocab_xent_stats(sharc_stream *s, float *red, const float *lg, const int32_t *targets, int64_t m, int v0,
+                                int Vl, bool sums);
+void sharc_cpu_vocab_xent_finish(sharc_stream *s, double *loss_sum, bool add, float *lg, const float *red,
+                                 const int32_t *targets, int64_t m, int v0, int Vl, float scale);
+
 #endif

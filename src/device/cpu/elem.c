@@ -1,4 +1,4 @@
-/* elem.c: sharc_cpu_{cast,round,accumulate,sum_ranks,sumsq,loss_add,adamw,fill,init_normal},
+/* elem.c: sharc_cpu_{cast,round,accumulate,sum_ranks,sumsq,loss_add,adamw,copy_block,fill,init_normal},
  * the element work of the engine, the optimizer and the MPI backend on the
  * CPU. Large arrays are split into chunks over the OpenMP threads; each
  * element's value never depends on the split, only sumsq's double sum
@@ -8,6 +8,7 @@
 #include "../../core/parallel.h"
 
 #include <math.h>
+#include <string.h>
 
 /* Below this many elements the loops run on the calling thread. */
 #define ELEM_PAR 65536
@@ -128,6 +129,18 @@ void sharc_cpu_adamw(sharc_stream *s, float *p, const float *g, float *m, float 
         int64_t lo = sharc_chunk_lo(c, nc, n), hi = sharc_chunk_lo(c + 1, nc, n);
         adamw_range(p + lo, g + lo, m + lo, v + lo, hi - lo, k->decay_mul, k->beta1, k->beta2, k->step_size,
                     k->sqrt_bc2, k->eps, k->grad_scale);
+    }
+}
+
+void sharc_cpu_copy_block(sharc_stream *s, float *dst, int64_t ldd, const float *src, int64_t lds, int64_t rows,
+                          int64_t cols, bool add) {
+    (void)s;
+    for (int64_t r = 0; r < rows; r++) {
+        float *d = dst + r * ldd;
+        const float *x = src + r * lds;
+        if (add)
+            for (int64_t c = 0; c < cols; c++) d[c] += x[c];
+        else memcpy(d, x, (size_t)cols * sizeof(float));
     }
 }
 

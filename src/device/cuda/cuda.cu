@@ -512,6 +512,7 @@ static sharc_kernels make_kernels(void) {
     k.sumsq = sharc_cuda_sumsq;
     k.loss_add = sharc_cuda_loss_add;
     k.adamw = sharc_cuda_adamw;
+    k.copy_block = sharc_cuda_copy_block;
     k.fill = sharc_cuda_fill;
     k.init_normal = sharc_cuda_init_normal;
     k.moe_route_forward = sharc_cuda_moe_route_forward;
@@ -519,6 +520,10 @@ static sharc_kernels make_kernels(void) {
     k.moe_gather = sharc_cuda_moe_gather;
     k.moe_scatter_add = sharc_cuda_moe_scatter_add;
     k.moe_row_dot = sharc_cuda_moe_row_dot;
+    k.vocab_embedding_forward = sharc_cuda_vocab_embedding_forward;
+    k.vocab_embedding_backward = sharc_cuda_vocab_embedding_backward;
+    k.vocab_xent_stats = sharc_cuda_vocab_xent_stats;
+    k.vocab_xent_finish = sharc_cuda_vocab_xent_finish;
     k.bf16_compute = cuda_bf16_compute;
     k.matmul_forward_bf16 = sharc_cuda_matmul_forward_bf16;
     k.matmul_backward_bf16 = sharc_cuda_matmul_backward_bf16;

@@ -1,4 +1,4 @@
-/* elem.cu: sharc_cuda_{add,cast,round,accumulate,sum_ranks,sumsq,loss_add,adamw,fill,
+/* elem.cu: sharc_cuda_{add,cast,round,accumulate,sum_ranks,sumsq,loss_add,adamw,copy_block,fill,
  * init_normal,colsum_add}, the element work of the engine, the optimizer and
  * the collectives on a CUDA device. Each element is computed with the CPU
  * kernel's operations in the same order (src/device/cpu/elem.c, dtype.c);
@@ -217,6 +217,23 @@ extern "C" void sharc_cuda_adamw(sharc_stream *s, float *p, const float *g, floa
                                  const sharc_adamw_scalars *k) {
     if (n <= 0) return;
     k_adamw<<<sharc_cuda_blocks(n, THREADS), THREADS, 0, sharc_cuda_cs(s)>>>(p, g, m, v, n, *k);
+    SHARC_CUDA_LAUNCHED();
+}
+
+__global__ static void k_copy_block(float *dst, int64_t ldd, const float *src, int64_t lds, int64_t cols, int64_t n,
+                                    bool add) {
+    GRID_STRIDE(i, n) {
+        int64_t r = i / cols, c = i % cols;
+        if (add) dst[r * ldd + c] += src[r * lds + c];
+        else dst[r * ldd + c] = src[r * lds + c];
+    }
+}
+
+extern "C" void sharc_cuda_copy_block(sharc_stream *s, float *dst, int64_t ldd, const float *src, int64_t lds,
+                                      int64_t rows, int64_t cols, bool add) {
+    if (rows <= 0 || cols <= 0) return;
+    k_copy_block<<<sharc_cuda_blocks(rows * cols, THREADS), THREADS, 0, sharc_cuda_cs(s)>>>(dst, ldd, src, lds, cols,
+                                                                                            rows * cols, add);
     SHARC_CUDA_LAUNCHED();
 }
 

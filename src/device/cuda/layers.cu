@@ -418,6 +418,48 @@ extern "C" void sharc_cuda_embedding_backward(sharc_stream *s, float *dwte, floa
     SHARC_CUDA_LAUNCHED();
 }
 
+/* Note [tp-vocab] (src/model/tp.h): this tp rank's rows [v0, v0 + Vl) of
+ * the vocabulary. Forward: one thread per element; backward as
+ * k_embed_back_wte, the rows walked in order by each column's thread. */
+__global__ static void k_vocab_embed(float *x, const int32_t *tokens, const int32_t *pos, const float *wte,
+                                     const float *wpe, int64_t N, int T, int C, int v0, int Vl) {
+    GRID_STRIDE(j, N * C) {
+        int64_t r = j / C, c = j % C, t = (int64_t)tokens[r] - v0;
+        if (t < 0 || t >= Vl) {
+            x[j] = 0.0f;
+            continue;
+        }
+        float v = wte[t * C + c];
+        if (wpe) v += wpe[(int64_t)(pos ? pos[r] : r % T) * C + c];
+        x[j] = v;
+    }
+}
+__global__ static void k_vocab_embed_back(float *dwte, const float *dx, const int32_t *tokens, int64_t N, int C, int v0,
+                                          int Vl) {
+    int c = blockIdx.x * blockDim.x + threadIdx.x, part = blockIdx.y;
+    if (c >= C) return;
+    for (int64_t r = 0; r < N; r++) {
+        int64_t t = (int64_t)tokens[r] - v0;
+        if (t >= 0 && t < Vl && t % EMB_PARTS == part) dwte[t * C + c] += dx[r * C + c];
+    }
+}
+
+extern "C" void sharc_cuda_vocab_embedding_forward(sharc_stream *s, float *x, const int32_t *tokens, const int32_t *pos,
+                                                   const float *wte, const float *wpe, int64_t N, int T, int C, int v0,
+                                                   int Vl) {
+    if (N <= 0) return;
+    k_vocab_embed<<<sharc_cuda_blocks(N * C, THREADS), THREADS, 0, sharc_cuda_cs(s)>>>(x, tokens, pos, wte, wpe, N, T,
+                                                                                       C, v0, Vl);
+    SHARC_CUDA_LAUNCHED();
+}
+
+extern "C" void sharc_cuda_vocab_embedding_backward(sharc_stream *s, float *dwte, const float *dx,
+                                                    const int32_t *tokens, int64_t N, int C, int v0, int Vl) {
+    if (N <= 0) return;
+    k_vocab_embed_back<<<dim3((C + 127) / 128, EMB_PARTS), 128, 0, sharc_cuda_cs(s)>>>(dwte, dx, tokens, N, C, v0, Vl);
+    SHARC_CUDA_LAUNCHED();
+}
+
 /* ------------------------------------------------------------------ RoPE */
 
 __global__ static void k_rope_table(float *cos_t, float *sin_t, int T, int hd, float theta, int t0) {

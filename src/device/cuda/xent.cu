@@ -1,4 +1,4 @@
-/* xent.cu: sharc_cuda_xent_forward_backward and sharc_cuda_lmhead_xent, the
+/* xent.cu: sharc_cuda_xent_forward_backward, sharc_cuda_lmhead_xent and sharc_cuda_vocab_xent_*, the
  * softmax cross-entropy with its loss mask and the LM head fused with it,
  * chunked over rows (note [fused-head] in src/device/cpu/xent.c: only `chunk`
  * rows of logits exist at once), in fp32 and in bf16 (lmhead_xent_bf16). One block per row; the rows' losses go to
@@ -133,4 +133,78 @@ extern "C" void sharc_cuda_lmhead_xent_bf16(sharc_stream *s, double *loss_sum, f
                                             const float *w, const int32_t *targets, float scale, int64_t N, int C,
                                             int V, float *ws, int64_t chunk) {
     lmhead_xent(s, loss_sum, dx, dw, x, w, targets, scale, N, C, V, ws, chunk, true);
+}
+
+/* ---------------------------------------- note [tp-vocab]'s statistics */
+
+/* one block per row of this rank's logits (m, Vl) */
+__global__ static void k_vocab_stats(float *red, const float *lg, const int32_t *targets, int64_t m, int v0, int Vl,
+                                     bool sums) {
+    int64_t r = blockIdx.x;
+    const float *row = lg + r * Vl;
+    if (!sums) {
+        float mx = -INFINITY;
+        for (int j = threadIdx.x; j < Vl; j += THREADS) mx = fmaxf(mx, row[j]);
+        mx = block_reduce(mx, true);
+        if (threadIdx.x == 0) red[r] = mx;
+        return;
+    }
+    const float mx = red[r];
+    float sum = 0.0f;
+    for (int j = threadIdx.x; j < Vl; j += THREADS) sum += expf(row[j] - mx);
+    sum = block_reduce(sum, false);
+    if (threadIdx.x == 0) {
+        int64_t t = (int64_t)targets[r] - v0;
+        red[m + r] = sum;
+        red[2 * m + r] = targets[r] >= 0 && t >= 0 && t < Vl ? row[t] : 0.0f;
+    }
+}
+
+/* the loss in row order by one thread (m is one chunk's rows), in double as on the CPU */
+__global__ static void k_vocab_loss(double *loss_sum, bool add, const float *red, const int32_t *targets, int64_t m) {
+    double total = add ? *loss_sum : 0.0;
+    for (int64_t r = 0; r < m; r++)
+        if (targets[r] >= 0) {
+            float lse = red[r] + logf(red[m + r]);
+            total += (double)(lse - red[2 * m + r]);
+        }
+    *loss_sum = total;
+}
+
+__global__ static void k_vocab_grads(float *lg, const float *red, const int32_t *targets, int64_t m, int v0, int Vl,
+                                     float scale) {
+    int64_t r = blockIdx.x;
+    float *row = lg + r * Vl;
+    if (targets[r] < 0) {
+        for (int j = threadIdx.x; j < Vl; j += THREADS) row[j] = 0.0f;
+        return;
+    }
+    const float lse = red[r] + logf(red[m + r]);
+    const int64_t t = (int64_t)targets[r] - v0;
+    for (int j = threadIdx.x; j < Vl; j += THREADS) {
+        float g = expf(row[j] - lse) * scale;
+        row[j] = j == t ? g - scale : g;
+    }
+}
+
+extern "C" void sharc_cuda_vocab_xent_stats(sharc_stream *s, float *red, const float *lg, const int32_t *targets,
+                                            int64_t m, int v0, int Vl, bool sums) {
+    if (m <= 0) return;
+    if (m > INT_MAX)
+        sharc_fatal(__FILE__, __LINE__, "vocab_xent_stats: %lld rows, at most %d on cuda", (long long)m, INT_MAX);
+    k_vocab_stats<<<(unsigned)m, THREADS, 0, sharc_cuda_cs(s)>>>(red, lg, targets, m, v0, Vl, sums);
+    SHARC_CUDA_LAUNCHED();
+}
+
+extern "C" void sharc_cuda_vocab_xent_finish(sharc_stream *s, double *loss_sum, bool add, float *lg, const float *red,
+                                             const int32_t *targets, int64_t m, int v0, int Vl, float scale) {
+    if (m > INT_MAX)
+        sharc_fatal(__FILE__, __LINE__, "vocab_xent_finish: %lld rows, at most %d on cuda", (long long)m, INT_MAX);
+    cudaStream_t cs = sharc_cuda_cs(s);
+    k_vocab_loss<<<1, 1, 0, cs>>>(loss_sum, add, red, targets, m);
+    SHARC_CUDA_LAUNCHED();
+    if (lg && m > 0) {
+        k_vocab_grads<<<(unsigned)m, THREADS, 0, cs>>>(lg, red, targets, m, v0, Vl, scale);
+        SHARC_CUDA_LAUNCHED();
+    }
 }

@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# timeout: 240
+# Tensor and sequence parallelism on train.device cuda (note [tp-device] in
+# src/model/tp.h), 2 ranks mesh.tp=2 or mesh.sp=2 on the CUDA simulator
+# against the CPU's run of the same mesh, losses and gradient norms within
+# 1e-4 relative at each of 2 steps (the kernels sum in another order: not
+# bit-exact):
+#  - GPT-2 (tied embedding and head split by vocabulary rows, V = 256: the
+#    vocab_* kernels of note [tp-vocab]) with the ranks sharing the one GPU
+#    through MPI: every tp all-reduce staged through host memory (note
+#    [comm-staging]);
+#  - Llama (untied, 2 key/value heads, Qwen3's q/k norms: note
+#    [tp-qknorm]'s device copies) over NCCL, each rank its own simulated GPU
+#    (build/libfake_nccl.so, as in cudasim_train.sh): the 14 tp all-reduces
+#    of a step (embedding 1, 2 blocks x (4 + 1 q/k norm), head 3) carried by
+#    NCCL on device memory, counted by the fake;
+#  - Ulysses (mesh.sp=2, note [ulysses]: the copy_block layout changes and
+#    the all-to-all): GPT-2 over MPI (staged), Llama with 1 key/value head
+#    (replicated on both sp ranks, its gradients summed) over NCCL.
+set -uo pipefail
+source "$SHARC_ROOT/tests/cli/cudasim_lib.inc"
+command -v mpirun > /dev/null || { echo "no mpirun: skipped"; exit 77; }
+for i in $(seq 1 200); do echo "the quick brown fox jumps over the lazy dog $((i % 13))"; done > text.txt
+M="--data.path=text.txt --model.num_layers=2 --model.embed_dim=32 --model.num_heads=2 --model.max_seq_len=16
+   --train.seq_len=16 --train.batch_size=2 --train.max_steps=2 --train.threads=1 --optim.warmup_steps=2
+   --ckpt.every=0"
+LLAMA="--model.family=llama --model.num_kv_heads=2 --model.tie_embeddings=false --model.ff_hidden_dim=48
+       --model.qk_norm=true"
+MPI="timeout 120 mpirun --allow-run-as-root --oversubscribe -n 2"
+near() {
+  paste <(echo "$1") <(echo "$2") | awk -v w="$3" '
+    { d = $1 - $2; if (d < 0) d = -d; r = $2 < 0 ? -$2 : $2;
+      if (NF != 2 || d > 1e-4 * r) { print "FAIL: " w ": line " NR ": cuda " $1 ", cpu " $2; bad = 1 } }
+    END { if (NR != 2) { print "FAIL: " w ": " NR " steps compared, expected 2"; bad = 1 } exit bad }'
+}
+col() { jq -r "select(.\"$2\" != null) | .\"$2\"" "$1/metrics.jsonl"; }
+same() {
+  for k in loss_metrics/global_avg_loss grad_norm; do near "$(col "$1" $k)" "$(col "$2" $k)" "$3: $k" || exit 1; done
+}
+
+# GPT-2, MPI: staged through host memory
+$MPI "$CPU" train $M --mesh.tp=2 --train.out_dir=cg > cg.log 2>&1 || { tail -20 cg.log; die "gpt2: cpu tp run"; }
+SHARC_COMM=mpi $MPI -x SHARC_COMM -x SHARC_CUBLASLT_LIB "$SIM" train $M --mesh.tp=2 --train.out_dir=gg --train.device=cuda \
+  > gg.log 2>&1 || { tail -20 gg.log; die "gpt2: cuda tp run over MPI"; }
+same gg cg "gpt2 tp=2 cuda (MPI, staged) vs cpu"
+echo "gpt2 tp=2: cuda over MPI (staged) = cpu within 1e-4"
+
+# Llama, NCCL on device memory
+FAKE="$SHARC_BIN/libfake_nccl.so"
+[ -f "$FAKE" ] || die "no $FAKE"
+$MPI "$CPU" train $M --mesh.tp=2 $LLAMA --train.out_dir=cl > cl.log 2>&1 || { tail -20 cl.log; die "llama: cpu tp run"; }
+SHARC_COMM=nccl SHARC_NCCL_LIB="$FAKE" SHARC_CUDA_DRIVER_LIB="$FAKE" FAKE_NCCL_STATS=1 \
+  $MPI -x SHARC_COMM -x SHARC_NCCL_LIB -x SHARC_CUDA_DRIVER_LIB -x FAKE_NCCL_STATS -x SHARC_CUBLASLT_LIB \
+  "$SIM" train $M --mesh.tp=2 $LLAMA --train.out_dir=gl --train.device=cuda > gl.log 2>&1 ||
+  { tail -20 gl.log; die "llama: cuda tp run over nccl"; }
+! grep -q 'collectives go through MPI' gl.log || die "nccl fell back to MPI: $(grep MPI gl.log)"
+same gl cl "llama tp=2 cuda (NCCL) vs cpu"
+for r in 0 1; do
+  line=$(grep "^fake_nccl: rank $r:" gl.log | head -1) || die "no fake_nccl line for rank $r"
+  ar=$(sed -n 's/.* \([0-9]*\) all-reduces.*/\1/p' <<< "$line")
+  [ "${ar:-0}" -eq 28 ] || die "rank $r: expected the 28 tp all-reduces of 2 steps on NCCL: $line"
+done
+echo "llama tp=2: cuda over NCCL (28 device all-reduces a rank) = cpu within 1e-4"
+
+# sequence parallelism: GPT-2 staged over MPI, Llama (kv heads replicated) over NCCL
+$MPI "$CPU" train $M --mesh.sp=2 --train.out_dir=cs > cs.log 2>&1 || { tail -20 cs.log; die "gpt2: cpu sp run"; }
+SHARC_COMM=mpi $MPI -x SHARC_COMM -x SHARC_CUBLASLT_LIB "$SIM" train $M --mesh.sp=2 --train.out_dir=gs \
+  --train.device=cuda > gs.log 2>&1 || { tail -20 gs.log; die "gpt2: cuda sp run over MPI"; }
+same gs cs "gpt2 sp=2 cuda (MPI, staged) vs cpu"
+L1="--model.family=llama --model.num_kv_heads=1 --model.tie_embeddings=false --model.ff_hidden_dim=48"
+$MPI "$CPU" train $M --mesh.sp=2 $L1 --train.out_dir=csl > csl.log 2>&1 || { tail -20 csl.log; die "llama: cpu sp run"; }
+SHARC_COMM=nccl SHARC_NCCL_LIB="$FAKE" SHARC_CUDA_DRIVER_LIB="$FAKE" \
+  $MPI -x SHARC_COMM -x SHARC_NCCL_LIB -x SHARC_CUDA_DRIVER_LIB -x SHARC_CUBLASLT_LIB \
+  "$SIM" train $M --mesh.sp=2 $L1 --train.out_dir=gsl --train.device=cuda > gsl.log 2>&1 ||
+  { tail -20 gsl.log; die "llama: cuda sp run over nccl"; }
+same gsl csl "llama sp=2 (1 kv head) cuda (NCCL) vs cpu"
+echo "sp=2: cuda = cpu within 1e-4 (gpt2 over MPI staged, llama with a replicated kv head over NCCL)"
+exit 0
