@@ -28,7 +28,7 @@
 #      waits for the comm stream once per gather plus once a step (note [comm-stream])
 #   8. compute-sanitizer (on PATH or in /usr/local/cuda/bin): memcheck over gpu_kernels and over a
 #      2-step sharc train on cuda; racecheck and synccheck over the kernel groups with shared
-#      memory or barriers (elem, norms, qknorm, attention, xent, attn16)
+#      memory or barriers (elem, norms, qknorm, attention, xent, attn16, vocab)
 # Under the CUDA simulator (BIN_DIR's sharc is built on tests/cudasim: tests/cli/cudasim.sh runs
 # `run.sh build/sim`) the slow checks run smaller, each saying so: 3 runs 2 steps of each fixture
 # (no final weights), 5 2 steps of 3 strategies and shapes (NO_SHARD with all prefetch on at 2
@@ -51,7 +51,7 @@ nm -D --defined-only "$bin/sharc" 2> /dev/null | grep ' _ZN7cudasim' > /dev/null
 
 # one process per group of kernels: an abort (note [cuda-errors]) loses one group, not the suite
 first=1
-for group in memory elem matmul norms qknorm activations embedding rope attention kvcache xent bf16 moe attn16; do
+for group in memory elem matmul norms qknorm activations embedding rope attention kvcache xent bf16 moe attn16 vocab copy_block; do
   "$bin/gpu_kernels" "$group" > "$tmp/k.log" 2>&1; rc=$?
   if [ $first = 1 ] && [ $rc -eq 77 ]; then
     grep -m1 '^no GPU' "$tmp/k.log" || echo "no GPU"
@@ -280,7 +280,7 @@ else
     sanitize "a 2-step sharc train on cuda" memcheck "$bin/sharc" train $M --train.max_steps=2 --train.device=cuda \
       --train.out_dir="$tmp/cs"
   fi
-  for group in elem norms qknorm attention xent attn16; do
+  for group in elem norms qknorm attention xent attn16 vocab; do
     sanitize "gpu_kernels $group" racecheck "$bin/gpu_kernels" $group
     sanitize "gpu_kernels $group" synccheck "$bin/gpu_kernels" $group
   done
