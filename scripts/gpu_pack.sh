@@ -11,6 +11,11 @@
 # cuBLASLt (540 MB) is not packed: sharc loads libcublasLt.so.13 from
 # LD_LIBRARY_PATH or /usr/local/cuda/lib64 (SHARC_CUBLASLT_LIB names another);
 # PACK_CUBLASLT=1 packs it too. The CUDA runtime is linked in statically.
+# NCCL (libnccl.so.2, ~200 MB, barely compressible) is not packed either:
+# tests/gpu/run.sh finds the target's (SHARC_NCCL_LIB, the loader's path,
+# /usr/local/cuda/lib64, or PyTorch's nvidia-nccl wheel); PACK_NCCL=1 packs
+# CUDA_HOME/lib64's into lib/. The PyTorch fixtures
+# (tests/fixtures/*_train.safetensors) travel for run.sh.
 # Open MPI's whole tree travels too (note [gpu-pack-mpi] below): orterun,
 # orted and ompi_info, every MCA component with its libraries, the help
 # files and parameter files, and PMIx's components and help files.
@@ -31,11 +36,13 @@ cd "$root"
 
 stage=${PACK_STAGE:-$build/gpu-pack}
 rm -rf "$stage"
-mkdir -p "$stage/sharc-gpu/bin" "$stage/sharc-gpu/libexec" "$stage/sharc-gpu/lib" "$stage/sharc-gpu/tests/gpu" "$stage/sharc-gpu/bench"
+mkdir -p "$stage/sharc-gpu/bin" "$stage/sharc-gpu/libexec" "$stage/sharc-gpu/lib" "$stage/sharc-gpu/tests/gpu" \
+  "$stage/sharc-gpu/tests/fixtures" "$stage/sharc-gpu/bench"
 p=$stage/sharc-gpu
 bins=(sharc gpu_kernels gpu_model sharc_tests)
 for b in "${bins[@]}"; do cp "$build/$b" "$p/libexec/"; done
 cp tests/gpu/run.sh "$p/tests/gpu/"
+cp tests/fixtures/gpt2_train.safetensors tests/fixtures/llama_train.safetensors "$p/tests/fixtures/"
 cp bench/gpu.sh bench/torch_gpu.py "$p/bench/"
 
 # glibc and the loader: the target's own. The base system's C++ runtime,
@@ -63,6 +70,11 @@ extra=("$blas")
 # oneDNN only on request (PACK_ONEDNN=1): large, and the CPU reference of the GPU tests needs only OpenBLAS
 if [ "${PACK_ONEDNN:-0}" = 1 ]; then cp -L "/usr/lib/$ma/libdnnl.so.2" "$p/lib/" && extra+=("/usr/lib/$ma/libdnnl.so.2"); fi
 copy_deps "${extra[@]}"
+if [ "${PACK_NCCL:-0}" = 1 ]; then
+  nccl=${CUDA_HOME:-/usr/local/cuda}/lib64/libnccl.so.2
+  [ -e "$nccl" ] || { echo "gpu_pack: $nccl missing (PACK_NCCL=1: NCCL for SHARC_COMM=nccl)"; exit 1; }
+  cp -L "$nccl" "$p/lib/"
+fi
 if [ "${PACK_CUBLASLT:-0}" = 1 ]; then cp -L "${CUDA_HOME:-/usr/local/cuda}/lib64/libcublasLt.so.13" "$p/lib/"; fi
 
 # Note [gpu-pack-mpi]: Open MPI's tree, relocated. Open MPI 4.1 finds its MCA

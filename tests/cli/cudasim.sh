@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# timeout: 240
+# timeout: 300
 # The CUDA simulator (note [cudasim], tests/cudasim): its own checks (values
 # worked out by hand; each planted bug stopped with its message), then the
 # GPU suite (tests/gpu/run.sh: every CUDA kernel against the CPU kernel, the

@@ -13,7 +13,7 @@
 #  - evaluation during training (log.eval_every) on cuda matches the CPU's;
 #  - fsdp.param_dtype bf16 on cuda against the CPU's emulated bf16 (1e-3);
 #  - (2 ranks sharing the one GPU through MPI, note [comm-staging], against
-#    1 rank: tests/gpu/run.sh step 4, which tests/cli/cudasim.sh runs here);
+#    1 rank: tests/gpu/run.sh step 5, which tests/cli/cudasim.sh runs here);
 #  - 2 ranks over NCCL, each its own simulated GPU (build/libfake_nccl.so as
 #    libnccl and the driver: on the simulator it synchronizes the stream of
 #    each collective and exchanges device memory inside the arena's window),

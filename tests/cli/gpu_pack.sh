@@ -10,7 +10,9 @@
 # weights must equal, byte for byte, those of the same run with this build
 # and the system's mpirun (OpenBLAS for every product, as the tarball has no
 # oneDNN), and its log must show 2 ranks. A 1-process run of the packed sharc
-# (MPI singleton) must train too. Skipped without a CUDA build (nvcc) or
+# (MPI singleton) must train too. The tarball holds the GPU suite
+# (run-gpu-tests.sh, tests/gpu/run.sh and the PyTorch fixtures it reads).
+# Skipped without a CUDA build (nvcc) or
 # without mount namespaces (unshare -m).
 set -uo pipefail
 cd "$TMPDIR" || exit 1
@@ -28,7 +30,8 @@ tar -C un -xzf p.tar.gz || fail "cannot unpack p.tar.gz"
 p=$TMPDIR/un/sharc-gpu
 for f in mpirun bin/mpirun bin/sharc openmpi/bin/orterun openmpi/bin/orted openmpi/env.sh \
   openmpi/lib/openmpi3/mca_pml_ob1.so openmpi/share/openmpi/help-mpi-runtime.txt \
-  openmpi/etc/openmpi-mca-params.conf openmpi/pmix/lib/pmix bench-gpu.sh bench/gpu.sh bench/torch_gpu.py; do
+  openmpi/etc/openmpi-mca-params.conf openmpi/pmix/lib/pmix bench-gpu.sh bench/gpu.sh bench/torch_gpu.py \
+  run-gpu-tests.sh tests/gpu/run.sh tests/fixtures/gpt2_train.safetensors tests/fixtures/llama_train.safetensors; do
   [ -e "$p/$f" ] || fail "sharc-gpu/$f is not in the tarball"
 done
 

@@ -1,18 +1,39 @@
 #!/usr/bin/env bash
 # tests/gpu/run.sh [BIN_DIR]: the GPU suite, run in one go on a machine with an
 # NVIDIA GPU (not part of the CI suite; CI has no GPU). BIN_DIR (default build)
-# holds sharc and gpu_kernels (make builds it when nvcc is found). On a machine
-# without a usable GPU it prints "no GPU: <what is missing>" and exits 0.
-# Prints one PASS/FAIL line per check, then "N passed, N failed"; exit 1 if any failed.
+# holds sharc, gpu_kernels and gpu_model (make builds them when nvcc is found).
+# On a machine without a usable GPU it prints "no GPU: <what is missing>" and exits 0.
+# Prints one PASS/FAIL line per check (a SKIP line for what this machine cannot
+# run), then "N passed, N failed"; exit 1 if any failed.
 #   1. every CUDA kernel against the CPU kernel (gpu_kernels; fp32 1e-5, bf16 1e-2, bf16 attention
 #      2e-2 and against a host emulation of its bf16 arithmetic)
 #   2. whole-model forward + backward, GPU against CPU (gpu_model; 1e-4)
-#   3. gpu_kernels under compute-sanitizer memcheck, when it is installed
+#   3. the 20-step PyTorch fixture trajectories (tests/fixtures/{gpt2,llama}_train.safetensors;
+#      SHARC_FIXTURES names another folder) on the GPU in fp32 (gpu_model torch): every loss within
+#      1e-4 of PyTorch's; step-0 gradients, norms, lr and final weights within
+#      tests/test_torch_parity.c's tolerances
 #   4. sharc train --train.device=cuda trains (note [cuda-train]): 3 steps of a tiny GPT-2 and Llama,
 #      losses within 1e-4 of the CPU's, with SHARC_PROFILE=1's report timed by CUDA events (note [prof]);
-#      2 ranks on the one GPU (MPI, staged) within 1e-5 of 1 rank; fsdp.cpu_offload (note
-#      [shard-device]) within 1e-5 of the GPU run without it, and with 2 ranks (MPI, staged) within
-#      1e-5 of 1 rank without it
+#      fsdp.cpu_offload (note [shard-device]) within 1e-5 of the GPU run without it
+#   5. 2 and 3 ranks on the one GPU (MPI, staged) = 1 rank within 1e-5 (losses and gradient norms),
+#      every strategy: FULL_SHARD (prefetch as default, all on, all off), SHARD_GRAD_OP, NO_SHARD;
+#      fsdp.cpu_offload at 2 ranks (MPI, staged) within 1e-5 of 1 rank without it;
+#      HYBRID_SHARD 2x2 at 4 ranks; NCCL (SHARC_COMM=nccl) at 1 rank = the default run; a
+#      checkpoint saved on the GPU at 2 ranks, resumed on the CPU at 3 ranks, continues within 1e-4
+#      of an uninterrupted CPU run
+#   6. a bf16 run of `make run`'s model (the default config, 400 steps, on generated text) ends
+#      within 2% of the fp32 run's loss after the same steps
+#   7. with 2 or more GPUs (nvidia-smi -L): 2 ranks over NCCL, a GPU each (CUDA_VISIBLE_DEVICES from
+#      Open MPI's local rank: the trainer opens GPU 0) = 1 rank within 1e-5, and the compute stream
+#      waits for the comm stream once per gather plus once a step (note [comm-stream])
+#   8. compute-sanitizer (on PATH or in /usr/local/cuda/bin): memcheck over gpu_kernels and over a
+#      2-step sharc train on cuda; racecheck and synccheck over the kernel groups with shared
+#      memory or barriers (elem, norms, qknorm, attention, xent, attn16, vocab)
+# Under the CUDA simulator (BIN_DIR's sharc is built on tests/cudasim: tests/cli/cudasim.sh runs
+# `run.sh build/sim`) the slow checks run smaller, each saying so: 3 runs 2 steps of each fixture
+# (no final weights), 5 2 steps of 3 strategies and shapes (NO_SHARD with all prefetch on at 2
+# ranks, FULL_SHARD at 3, HYBRID_SHARD 2x2), 6 a 2-layer stand-in for 6 steps (the same 2%
+# bound); 7 runs 2 steps with a simulated GPU per process over build/libfake_nccl.so; 8 is skipped.
 set -uo pipefail
 bin=${1:-build}
 [ -x "$bin/gpu_kernels" ] || { echo "tests/gpu/run.sh: $bin/gpu_kernels is missing: build with nvcc present (make)"; exit 1; }
@@ -24,10 +45,13 @@ one() { # name ok(0/1) [detail]
   if [ "$2" -eq 0 ]; then echo "PASS $1"; pass=$((pass + 1)); else echo "FAIL $1${3:+: $3}"; fail=$((fail + 1)); fi
 }
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+# the CUDA simulator (tests/cudasim) in place of a GPU: its binaries export its symbols
+sim=0
+nm -D --defined-only "$bin/sharc" 2> /dev/null | grep ' _ZN7cudasim' > /dev/null && sim=1 # (no -q: pipefail)
 
 # one process per group of kernels: an abort (note [cuda-errors]) loses one group, not the suite
 first=1
-for group in memory elem matmul norms qknorm activations embedding rope attention kvcache xent bf16 moe attn16; do
+for group in memory elem matmul norms qknorm activations embedding rope attention kvcache xent bf16 moe attn16 vocab copy_block; do
   "$bin/gpu_kernels" "$group" > "$tmp/k.log" 2>&1; rc=$?
   if [ $first = 1 ] && [ $rc -eq 77 ]; then
     grep -m1 '^no GPU' "$tmp/k.log" || echo "no GPU"
@@ -50,11 +74,15 @@ else
   one "gpu_model built" 1 "$bin/gpu_model missing"
 fi
 
-if command -v compute-sanitizer > /dev/null; then
-  compute-sanitizer --tool memcheck --error-exitcode 3 "$bin/gpu_kernels" > "$tmp/m.log" 2>&1; rc=$?
-  one "compute-sanitizer memcheck clean on gpu_kernels" $rc "$(grep -m3 -E 'ERROR|FAIL|Invalid' "$tmp/m.log" | tr '\n' ' ')"
-else
-  echo "SKIP compute-sanitizer not installed"
+# the PyTorch fixture trajectories on the GPU (gpu_model torch: see tests/gpu/model.c)
+fixtures=${SHARC_FIXTURES:-$(cd "$(dirname "$0")/.." && pwd)/fixtures}
+if [ -x "$bin/gpu_model" ]; then
+  fsteps=""
+  [ $sim = 1 ] && fsteps=2 && echo "(the CUDA simulator: 2 steps of each PyTorch fixture, not 20)"
+  "$bin/gpu_model" torch "$fixtures" $fsteps > "$tmp/torch.log" 2>&1; rc=$?
+  grep -v ' passed, .* failed$' "$tmp/torch.log"
+  count "$tmp/torch.log"
+  if [ $rc -ne 0 ] && ! grep -q '^FAIL ' "$tmp/torch.log"; then one "gpu_model torch exit status" 1 "exit $rc"; fi
 fi
 
 if [ -x "$bin/sharc" ]; then
@@ -84,6 +112,34 @@ if [ -x "$bin/sharc" ]; then
   out=$("$bin/sharc" train $M --fsdp.cpu_offload=true --train.out_dir="$tmp/o1" --train.device=cuda 2>&1); rc=$?
   [ $rc -eq 0 ] && near "$tmp/o1" "$tmp/ggpt2" 1e-5
   one "fsdp.cpu_offload on cuda (gpt2): losses within 1e-5 of cuda without it" $? "exit $rc: $(tail -3 <<< "$out")"
+  # the loss and gradient norm of STEPS steps from FIRST on (default 1) of a run against a reference's
+  same() { # run ref tol steps [first]
+    local f=${5:-1}
+    local q="select(.step >= $f and .step < $f + $4 and .grad_norm != null) | \"\(.\"loss_metrics/global_avg_loss\") \(.grad_norm)\""
+    paste <(jq -r "$q" "$1/metrics.jsonl" 2> /dev/null) <(jq -r "$q" "$2/metrics.jsonl" 2> /dev/null) |
+      awk -v t="$3" -v n="$4" '
+        { for (i = 1; i <= 2; i++) { d = $i - $(i + 2); if (d < 0) d = -d; r = $(i + 2) < 0 ? -$(i + 2) : $(i + 2)
+            if (NF != 4 || !(d <= t * r)) bad = 1; if (r > 0 && d / r > w) w = d / r } }
+        END { printf "worst rel %.2g over %d steps", w, NR; exit NR != n || bad }'
+  }
+  ns=3 SS="" # steps of the multi-rank checks (the simulator: 2)
+  [ $sim = 1 ] && ns=2 SS="--train.max_steps=2"
+  mpi() { # ranks out args...: sharc train over mpirun (SHARC_COMM mpi: ranks on one GPU, staged)
+    local n=$1 out=$2; shift 2
+    SHARC_COMM=${COMM:-mpi} timeout 300 mpirun --allow-run-as-root --oversubscribe -n "$n" -x SHARC_COMM \
+      ${MPIX:-} "$bin/sharc" train "$@" --train.out_dir="$tmp/$out" > "$tmp/$out.log" 2>&1
+  }
+  # NCCL on a GPU: SHARC_NCCL_LIB, else the loader's, else CUDA's or PyTorch's wheel (not packed: scripts/gpu_pack.sh)
+  if [ $sim = 0 ] && [ -z "${SHARC_NCCL_LIB:-}" ]; then
+    found=""
+    for d in ${LD_LIBRARY_PATH//:/ } /usr/local/cuda/lib64 \
+      "$(python3 -c 'import nvidia.nccl as n; print(list(n.__path__)[0] + "/lib")' 2> /dev/null)"; do
+      [ -n "$d" ] && [ -e "$d/libnccl.so.2" ] && found="$d/libnccl.so.2" && break
+    done
+    [ -z "$found" ] && ldconfig -p 2> /dev/null | grep -q 'libnccl\.so\.2 ' && found=libnccl.so.2
+    [ -n "$found" ] && export SHARC_NCCL_LIB="$found"
+    echo "(NCCL: ${found:-none found})"
+  fi
   if command -v mpirun > /dev/null; then
     "$bin/sharc" train $M --train.batch_size=4 --train.out_dir="$tmp/p1" --train.device=cuda > "$tmp/p1.log" 2>&1
     out=$(SHARC_COMM=mpi timeout 300 mpirun --allow-run-as-root --oversubscribe -n 2 "$bin/sharc" train $M \
@@ -94,9 +150,140 @@ if [ -x "$bin/sharc" ]; then
           --fsdp.cpu_offload=true --train.batch_size=2 --train.out_dir="$tmp/o2" --train.device=cuda 2>&1); rc=$?
     [ $rc -eq 0 ] && near "$tmp/o2" "$tmp/p1" 1e-5
     one "2 ranks on one GPU with fsdp.cpu_offload (MPI, staged) = 1 rank without within 1e-5" $? "exit $rc: $(tail -3 <<< "$out")"
+    # every strategy at 2 and 3 ranks (global batch 4 and 6), HYBRID_SHARD 2x2 at 4 ranks (global 4)
+    STRATS="2:FULL_SHARD:--fsdp.forward_prefetch=true:--fsdp.backward_prefetch=BACKWARD_POST
+      2:FULL_SHARD:--fsdp.backward_prefetch=NONE:--fsdp.reshard_after_forward=false 2:SHARD_GRAD_OP 2:NO_SHARD
+      3:FULL_SHARD 3:NO_SHARD 3:SHARD_GRAD_OP 3:FULL_SHARD:--fsdp.forward_prefetch=true 4:HYBRID_SHARD:--fsdp.fsdp_size=2"
+    if [ $sim = 1 ]; then
+      echo "(the CUDA simulator: 2 steps of 3 strategies and shapes, not 3 steps of 9)"
+      STRATS="2:NO_SHARD:--fsdp.forward_prefetch=true:--fsdp.backward_prefetch=BACKWARD_POST 3:FULL_SHARD
+        4:HYBRID_SHARD:--fsdp.fsdp_size=2"
+    fi
+    "$bin/sharc" train $M $SS --train.batch_size=6 --train.out_dir="$tmp/q6" --train.device=cuda > "$tmp/q6.log" 2>&1
+    k=0
+    for c in $STRATS; do
+      IFS=: read -r n strat extra <<< "$c"
+      b=$((4 / n)) ref=p1
+      [ "$n" = 3 ] && b=2 ref=q6
+      k=$((k + 1))
+      mpi "$n" s$k $M $SS --train.batch_size=$b --train.device=cuda --fsdp.sharding_strategy=$strat ${extra//:/ }
+      rc=$?
+      why=$(same "$tmp/s$k" "$tmp/$ref" 1e-5 $ns); ok=$?
+      [ $rc -eq 0 ] || ok=1
+      one "$n ranks on one GPU, $strat${extra:+ ${extra//:/ }} = 1 rank within 1e-5 (losses, grad norms)" $ok \
+        "exit $rc, $why: $(tail -2 "$tmp/s$k.log" | tr '\n' ' ')"
+    done
+    # NCCL at 1 rank (the simulator: its fake, build/libfake_nccl.so) = the default run
+    NC=()
+    [ $sim = 1 ] && NC=(SHARC_NCCL_LIB="$bin/../libfake_nccl.so" SHARC_CUDA_DRIVER_LIB="$bin/../libfake_nccl.so")
+    env SHARC_COMM=nccl "${NC[@]}" timeout 300 "$bin/sharc" train $M --train.batch_size=4 --train.device=cuda \
+      --train.out_dir="$tmp/nc1" > "$tmp/nc1.log" 2>&1; rc=$?
+    why=$(same "$tmp/nc1" "$tmp/p1" 1e-5 3); ok=$?
+    [ $rc -eq 0 ] && ! grep -q 'go through MPI' "$tmp/nc1.log" || ok=1
+    one "NCCL (SHARC_COMM=nccl) at 1 rank = the default run within 1e-5" $ok \
+      "exit $rc, $why: $(tail -2 "$tmp/nc1.log" | tr '\n' ' ')"
+    # a checkpoint saved on the GPU at 2 ranks, resumed on the CPU at 3 ranks (global batch 6),
+    # against an uninterrupted 1-rank CPU run: steps 3-4 within 1e-4 (GPU and CPU kernels sum in
+    # other orders, as in tests/cli/cudasim_train.sh's resumes across devices)
+    C="$M --train.max_steps=4 --ckpt.every=2 --ckpt.keep=2"
+    "$bin/sharc" train $C --train.batch_size=6 --train.out_dir="$tmp/cc1" > "$tmp/cc1.log" 2>&1
+    mpi 2 cg2 $C --train.batch_size=3 --train.device=cuda; rc=$?
+    mpi 3 cr3 $C --train.batch_size=2 --ckpt.resume="$tmp/cg2/checkpoints/step-00000002"; rc2=$?
+    why=$(same "$tmp/cr3" "$tmp/cc1" 1e-4 2 3); ok=$?
+    [ $rc -eq 0 ] && [ $rc2 -eq 0 ] || ok=1
+    one "a checkpoint saved on the GPU at 2 ranks, resumed on the CPU at 3 ranks = an uninterrupted CPU run within 1e-4" \
+      $ok "exit $rc/$rc2, $why: $(tail -2 "$tmp/cr3.log" | tr '\n' ' ')"
   else
-    echo "SKIP 2 ranks on one GPU: no mpirun on PATH"
+    echo "SKIP 2, 3 and 4 ranks on one GPU, NCCL at 1 rank, checkpoints across ranks and devices: no mpirun on PATH"
   fi
+
+  # a bf16 run of `make run`'s model against the fp32 run: the last step's loss within 2%
+  text() { # N lines of pseudo-random words from a skewed vocabulary (a loss that stays well above 0)
+    awk -v n="$1" 'BEGIN { srand(7)
+      nw = split("the of and to in a is that for it as was with be by on not he this are or his from at which " \
+                 "but have an they you were her she there their one all we can has more will said unto", w, " ")
+      for (i = 0; i < n; i++) { l = ""; k = 4 + int(rand() * 9)
+        for (j = 0; j < k; j++) l = l w[1 + int(rand() * rand() * nw)] " "
+        print l "." } }'
+  }
+  if [ $sim = 1 ]; then
+    echo "(the CUDA simulator: a 2-layer stand-in for make run's model, 6 steps)"
+    text 400 > "$tmp/w.txt"
+    R="--data.path=$tmp/w.txt --model.num_layers=2 --model.embed_dim=32 --model.num_heads=2 --train.seq_len=16
+       --train.batch_size=4 --train.max_steps=6 --train.threads=1 --optim.warmup_steps=2 --optim.lr=1e-2"
+    what="a 2-layer stand-in for make run's model, 6 steps"
+  else
+    text 40000 > "$tmp/w.txt"
+    R="--data.path=$tmp/w.txt"
+    what="make run's model (the default config)"
+  fi
+  for dt in fp32 bf16; do
+    timeout 600 "$bin/sharc" train $R --train.device=cuda --fsdp.param_dtype=$dt --train.out_dir="$tmp/r$dt" \
+      > "$tmp/r$dt.log" 2>&1; rc=$?
+    [ $rc -eq 0 ] || break
+  done
+  loss() { jq -r '."loss_metrics/global_avg_loss" // empty' "$1" 2> /dev/null; }
+  lf=$(loss "$tmp/rfp32/metrics.jsonl" | tail -1) lb=$(loss "$tmp/rbf16/metrics.jsonl" | tail -1)
+  l0=$(loss "$tmp/rfp32/metrics.jsonl" | head -1)
+  [ $rc -eq 0 ] && grep -q "matrix products in bf16" "$tmp/rbf16.log" &&
+    awk -v a="$lb" -v b="$lf" -v z="$l0" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(b > 0 && d <= 0.02 * b && b < 0.9 * z) }'
+  one "bf16 on cuda, $what: the last loss within 2% of the fp32 run's (which fell below 0.9 x its first)" $? \
+    "exit $rc: bf16 $lb, fp32 $lf (first step $l0): $(tail -2 "$tmp/rbf16.log" | tr '\n' ' ')"
+
+  # 2 GPUs over real NCCL (the simulator: a simulated GPU per process over build/libfake_nccl.so)
+  ngpu=0
+  command -v nvidia-smi > /dev/null && ngpu=$(nvidia-smi -L 2> /dev/null | grep -c '^GPU ')
+  if command -v mpirun > /dev/null && { [ $sim = 1 ] || [ "$ngpu" -ge 2 ]; }; then
+    if [ $sim = 1 ]; then
+      export SHARC_NCCL_LIB="$bin/../libfake_nccl.so" SHARC_CUDA_DRIVER_LIB="$bin/../libfake_nccl.so"
+      where="2 simulated GPUs (build/libfake_nccl.so)"
+    else
+      where="2 of the $ngpu GPUs"
+    fi
+    MPIX=""
+    for v in SHARC_CUBLASLT_LIB SHARC_NCCL_LIB SHARC_CUDA_DRIVER_LIB; do [ -n "${!v:-}" ] && MPIX="$MPIX -x $v"; done
+    # a GPU per rank: CUDA_VISIBLE_DEVICES from Open MPI's local rank (the trainer opens GPU 0)
+    printf '#!/usr/bin/env bash\nexport CUDA_VISIBLE_DEVICES=${OMPI_COMM_WORLD_LOCAL_RANK:-0}\nexec "$@"\n' \
+      > "$tmp/gpu_of_rank.sh"
+    chmod +x "$tmp/gpu_of_rank.sh"
+    SHARC_COMM=nccl timeout 300 mpirun --allow-run-as-root --oversubscribe -n 2 -x SHARC_COMM $MPIX \
+      "$tmp/gpu_of_rank.sh" "$bin/sharc" train $M $SS --train.batch_size=2 --train.device=cuda \
+      --train.out_dir="$tmp/ng2" > "$tmp/ng2.log" 2>&1; rc=$?
+    why=$(same "$tmp/ng2" "$tmp/p1" 1e-5 $ns); ok=$?
+    [ $rc -eq 0 ] && ! grep -q 'go through MPI' "$tmp/ng2.log" || ok=1
+    one "NCCL over $where: 2 ranks = 1 rank within 1e-5" $ok \
+      "exit $rc, $why: $(grep -m2 'MPI\|error' "$tmp/ng2.log" | tr '\n' ' ')"
+    jq -r '"\(."fsdp/gathers") \(."fsdp/comm_stream_waits")"' "$tmp/ng2/metrics.jsonl" 2> /dev/null |
+      awk -v ns=$ns '{ n++; if ($1 < 4 || $2 != $1 + 1) bad = 1 } END { exit n != ns || bad }'
+    one "NCCL over $where: comm-stream waits = gathers + 1 at every step" $? \
+      "$(jq -c '[."fsdp/gathers", ."fsdp/comm_stream_waits"]' "$tmp/ng2/metrics.jsonl" 2> /dev/null | tr '\n' ' ')"
+  else
+    echo "SKIP 2 ranks over NCCL on 2 GPUs: $ngpu GPU(s) here$(command -v mpirun > /dev/null || echo ', no mpirun')"
+  fi
+fi
+
+# compute-sanitizer: memcheck, racecheck (shared memory), synccheck (barriers)
+cs=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2> /dev/null)
+if [ $sim = 1 ]; then
+  echo "SKIP compute-sanitizer: the CUDA simulator (its own checks stand in: tests/cli/cudasim.sh)"
+elif [ -z "$cs" ]; then
+  echo "SKIP compute-sanitizer: not on PATH nor in /usr/local/cuda/bin"
+else
+  sanitize() { # name tool cmd...
+    local name=$1 tool=$2
+    shift 2
+    timeout 600 "$cs" --tool "$tool" --target-processes all --error-exitcode 3 "$@" > "$tmp/cs.log" 2>&1
+    one "compute-sanitizer $tool clean on $name" $? "$(grep -m3 -E 'ERROR|FAIL|Invalid|hazard' "$tmp/cs.log" | tr '\n' ' ')"
+  }
+  sanitize gpu_kernels memcheck "$bin/gpu_kernels"
+  if [ -x "$bin/sharc" ]; then
+    sanitize "a 2-step sharc train on cuda" memcheck "$bin/sharc" train $M --train.max_steps=2 --train.device=cuda \
+      --train.out_dir="$tmp/cs"
+  fi
+  for group in elem norms qknorm attention xent attn16 vocab; do
+    sanitize "gpu_kernels $group" racecheck "$bin/gpu_kernels" $group
+    sanitize "gpu_kernels $group" synccheck "$bin/gpu_kernels" $group
+  done
 fi
 
 echo "$pass passed, $fail failed"
