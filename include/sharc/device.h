@@ -47,6 +47,9 @@ typedef enum {
  * the whole process (opening one twice returns the same device). Errors name
  * the backend and list the ones this build has. */
 sharc_status sharc_device_open(const char *name, int index, sharc_device **out);
+/* How many devices the backend called `name` sees (0 when this build has no
+ * such backend or it cannot run here: sharc_device_open then says why). */
+int sharc_device_count(const char *name);
 /* The CPU device (never fails). */
 sharc_device *sharc_device_cpu(void);
 const char *sharc_device_name(const sharc_device *d);

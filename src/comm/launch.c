@@ -13,6 +13,7 @@
  * agree with MPI. */
 #include "sharc/launch.h"
 #include "comm_impl.h"
+#include "sharc/device.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -79,4 +80,18 @@ sharc_status sharc_launch_check_world(sharc_comm *world) {
                          rk, r, R);
     return sharc_comm_agree(world, st, SHARC_ERR_INVALID,
                             "launch: rank %d's WORLD_SIZE/RANK disagree with MPI (its message says how)");
+}
+
+int sharc_launch_local_rank(void) {
+    const char *vars[] = {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID", "LOCAL_RANK"};
+    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
+        long v;
+        if (env_int(vars[i], &v) == 1 && v >= 0 && v < (1L << 20)) return (int)v;
+    }
+    return 0;
+}
+
+int sharc_launch_device_index(const char *name) {
+    int n = sharc_device_count(name);
+    return n > 0 ? sharc_launch_local_rank() % n : 0;
 }

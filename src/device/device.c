@@ -67,6 +67,16 @@ sharc_status sharc_device_open(const char *name, int index, sharc_device **out) 
     return sharc_error(SHARC_ERR_UNSUPPORTED, "device: no backend named '%s' in this build (it has: %s)", name, names);
 }
 
+int sharc_device_count(const char *name) {
+    for (int b = 0; sharc_device_backends[b]; b++) {
+        const sharc_device_i *iface = sharc_device_backends[b];
+        if (strcmp(iface->name, name) != 0) continue;
+        if (iface->probe && iface->probe() != SHARC_OK) return 0;
+        return iface->count();
+    }
+    return 0;
+}
+
 sharc_device *sharc_device_cpu(void) {
     sharc_device *d;
     if (sharc_device_open("cpu", 0, &d) != SHARC_OK) sharc_fatal(__FILE__, __LINE__, "%s", sharc_last_error());

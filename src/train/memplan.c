@@ -48,6 +48,7 @@
 #include "sharc/memplan.h"
 #include "sharc/blas.h"
 #include "sharc/fsdp.h"
+#include "sharc/launch.h"
 #include "sharc/mesh.h"
 #include "sharc/model.h"
 
@@ -85,7 +86,8 @@ sharc_status sharc_memplan_make(sharc_memplan *p, const sharc_config *cfg, int w
      * workspace); `sharc plan` for train.device cuda on a machine without one
      * plans with the CPU's table and adds the batch's device copy */
     sharc_device *dev = NULL;
-    if (cfg->train.device != 0 && sharc_device_open("cuda", 0, &dev) != SHARC_OK) dev = NULL;
+    if (cfg->train.device != 0 && sharc_device_open("cuda", sharc_launch_device_index("cuda"), &dev) != SHARC_OK)
+        dev = NULL;
     sharc_model *m = NULL;
     SHARC_TRY(sharc_model_init(&m, &cfg->model, dev));
     sharc_status st = sharc_mesh_check_model(&cfg->mesh, sharc_model_get_config(m), cfg->train.seq_len);

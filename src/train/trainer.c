@@ -36,6 +36,7 @@
 #include "sharc/fileio.h"
 #include "sharc/hf.h"
 #include "sharc/kernels.h"
+#include "sharc/launch.h"
 #include "sharc/log.h"
 #include "sharc/memplan.h"
 #include "sharc/mesh.h"
@@ -217,11 +218,14 @@ static sharc_status train_device(const sharc_config *c, sharc_device **out) {
     const sharc_train_config *tc = &c->train;
     if (tc->device == 0) return SHARC_OK;
     sharc_device *d = NULL;
-    if (sharc_device_open("cuda", 0, &d) != SHARC_OK) {
+    /* note [gpu-of-rank] (sharc/launch.h); ranks sharing a GPU: note [nccl]'s fallback */
+    int ngpu = sharc_device_count("cuda"), local = sharc_launch_local_rank(), gpu = sharc_launch_device_index("cuda");
+    if (sharc_device_open("cuda", gpu, &d) != SHARC_OK) {
         char why[512]; /* sharc_error writes where sharc_last_error points */
         snprintf(why, sizeof why, "%s", sharc_last_error());
         return sharc_error(SHARC_ERR_INVALID, "train.device: %s", why);
     }
+    if (ngpu > 1) fprintf(stderr, "cuda: local rank %d uses GPU %d of %d\n", local, gpu, ngpu);
     if (!sharc_device_is_host(d)) {
         const char *key = NULL;
         char val[64] = "";

@@ -200,6 +200,13 @@ a=$(hs ag1.log) b=$(hs ag3.log)
 [ $((b - a)) -le 2 ] || die "grad_accum 3: $((b - a)) host synchronizations over 2 steps, expected at most 2 (1 a step)"
 echo "grad_accum 3: cuda = cpu within 1e-4, $(((b - a) / 2)) host sync a step"
 
+# note [gpu-of-rank] (sharc/launch.h): local rank 3 of a node with 2 GPUs
+# (CUDASIM_DEVICES) trains on GPU 1, as torch.cuda.set_device(LOCAL_RANK % 2)
+out=$(CUDASIM_DEVICES=2 LOCAL_RANK=3 "$SIM" train $M --train.max_steps=1 --ckpt.every=0 --train.out_dir=lr3 \
+  --train.device=cuda 2>&1) || die "local rank 3 on 2 GPUs: $(tail -3 <<< "$out")"
+grep -q '^cuda: local rank 3 uses GPU 1 of 2$' <<< "$out" || die "local rank 3 on 2 GPUs: $(grep -m2 cuda: <<< "$out")"
+echo "local rank 3 of a node with 2 GPUs: GPU 1"
+
 # refused on cuda: one line naming the key, exit status 2
 for bad in "--optim.offload_dir=$TMPDIR"; do
   out=$("$SIM" train $M $bad --train.out_dir=bad --train.device=cuda 2>&1); rc=$?
