@@ -31,9 +31,9 @@
 #      memory or barriers (elem, norms, qknorm, attention, xent, attn16, vocab)
 # Under the CUDA simulator (BIN_DIR's sharc is built on tests/cudasim: tests/cli/cudasim.sh runs
 # `run.sh build/sim`) the slow checks run smaller, each saying so: 3 runs 2 steps of each fixture
-# (no final weights), 5 2 steps of 3 strategies and shapes (NO_SHARD with all prefetch on at 2
-# ranks, FULL_SHARD at 3, HYBRID_SHARD 2x2), 6 a 2-layer stand-in for 6 steps (the same 2%
-# bound); 7 runs 2 steps with a simulated GPU per process over build/libfake_nccl.so; 8 is skipped.
+# (no final weights), 5 2 steps of 2 strategies and shapes (NO_SHARD with all prefetch on at 2
+# ranks, FULL_SHARD at 3), 6 a 2-layer stand-in for 6 steps (the same 2% bound); 7 is left to
+# tests/cli/cudasim_overlap.sh and cudasim_train.sh (2 ranks over the fake NCCL); 8 is skipped.
 set -uo pipefail
 bin=${1:-build}
 [ -x "$bin/gpu_kernels" ] || { echo "tests/gpu/run.sh: $bin/gpu_kernels is missing: build with nvcc present (make)"; exit 1; }
@@ -155,9 +155,8 @@ if [ -x "$bin/sharc" ]; then
       2:FULL_SHARD:--fsdp.backward_prefetch=NONE:--fsdp.reshard_after_forward=false 2:SHARD_GRAD_OP 2:NO_SHARD
       3:FULL_SHARD 3:NO_SHARD 3:SHARD_GRAD_OP 3:FULL_SHARD:--fsdp.forward_prefetch=true 4:HYBRID_SHARD:--fsdp.fsdp_size=2"
     if [ $sim = 1 ]; then
-      echo "(the CUDA simulator: 2 steps of 3 strategies and shapes, not 3 steps of 9)"
-      STRATS="2:NO_SHARD:--fsdp.forward_prefetch=true:--fsdp.backward_prefetch=BACKWARD_POST 3:FULL_SHARD
-        4:HYBRID_SHARD:--fsdp.fsdp_size=2"
+      echo "(the CUDA simulator: 2 steps of 2 strategies and shapes, not 3 steps of 9)"
+      STRATS="2:NO_SHARD:--fsdp.forward_prefetch=true:--fsdp.backward_prefetch=BACKWARD_POST 3:FULL_SHARD"
     fi
     "$bin/sharc" train $M $SS --train.batch_size=6 --train.out_dir="$tmp/q6" --train.device=cuda > "$tmp/q6.log" 2>&1
     k=0
@@ -230,16 +229,13 @@ if [ -x "$bin/sharc" ]; then
   one "bf16 on cuda, $what: the last loss within 2% of the fp32 run's (which fell below 0.9 x its first)" $? \
     "exit $rc: bf16 $lb, fp32 $lf (first step $l0): $(tail -2 "$tmp/rbf16.log" | tr '\n' ' ')"
 
-  # 2 GPUs over real NCCL (the simulator: a simulated GPU per process over build/libfake_nccl.so)
+  # 2 GPUs over real NCCL
   ngpu=0
   command -v nvidia-smi > /dev/null && ngpu=$(nvidia-smi -L 2> /dev/null | grep -c '^GPU ')
-  if command -v mpirun > /dev/null && { [ $sim = 1 ] || [ "$ngpu" -ge 2 ]; }; then
-    if [ $sim = 1 ]; then
-      export SHARC_NCCL_LIB="$bin/../libfake_nccl.so" SHARC_CUDA_DRIVER_LIB="$bin/../libfake_nccl.so"
-      where="2 simulated GPUs (build/libfake_nccl.so)"
-    else
-      where="2 of the $ngpu GPUs"
-    fi
+  if [ $sim = 1 ]; then # the same checks as cudasim_overlap.sh and cudasim_train.sh's nccl part
+    echo "(the CUDA simulator: 2 ranks over NCCL are checked by tests/cli/cudasim_overlap.sh and cudasim_train.sh)"
+  elif command -v mpirun > /dev/null && [ "$ngpu" -ge 2 ]; then
+    where="2 of the $ngpu GPUs"
     MPIX=""
     for v in SHARC_CUBLASLT_LIB SHARC_NCCL_LIB SHARC_CUDA_DRIVER_LIB; do [ -n "${!v:-}" ] && MPIX="$MPIX -x $v"; done
     # a GPU per rank: the trainer takes GPU (local rank % GPUs), note [gpu-of-rank]
