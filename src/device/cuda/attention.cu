@@ -76,18 +76,35 @@ __device__ static inline float attend_row(float *o, const float q[KMAX], const f
     return mx + logf(l);
 }
 
+/* The query row (b, h, i) of a warp in a grid of one warp per (b, h, i),
+ * its key/value head, the qkv row stride and batch b's base; false for a
+ * warp past the last row. */
+struct head_row {
+    int b, h, i, kvh;
+    int64_t S;
+    const float *base;
+};
+
+__device__ static inline bool head_row_at(head_row *r, const float *qkv, int B, int T, int NH, int NKV, int hd) {
+    int64_t row = (int64_t)blockIdx.x * WARPS + threadIdx.x / 32;
+    if (row >= (int64_t)B * NH * T) return false;
+    r->i = (int)(row % T);
+    r->h = (int)((row / T) % NH);
+    r->b = (int)(row / ((int64_t)T * NH));
+    r->kvh = r->h / (NH / NKV);
+    r->S = (int64_t)(NH + 2 * NKV) * hd;
+    r->base = qkv + (int64_t)r->b * T * r->S;
+    return true;
+}
+
 /* one warp per (b, h, i) */
 __global__ static void k_attn_fwd(float *out, float *lse, const float *qkv, const int32_t *lo, int B, int T, int NH,
                                   int NKV, int hd, float scale) {
-    int64_t row = (int64_t)blockIdx.x * WARPS + threadIdx.x / 32;
-    int lane = threadIdx.x % 32;
-    if (row >= (int64_t)B * NH * T) return;
-    int i = (int)(row % T);
-    int h = (int)((row / T) % NH);
-    int b = (int)(row / ((int64_t)T * NH));
-    int kvh = h / (NH / NKV);
-    int64_t S = (int64_t)(NH + 2 * NKV) * hd;
-    const float *base = qkv + (int64_t)b * T * S;
+    head_row r;
+    if (!head_row_at(&r, qkv, B, T, NH, NKV, hd)) return;
+    const int lane = threadIdx.x % 32, i = r.i, h = r.h, b = r.b, kvh = r.kvh;
+    const int64_t S = r.S;
+    const float *base = r.base;
     float q[KMAX];
     load_head(q, base + i * S + (int64_t)h * hd, lane, hd);
     float L = attend_row(out + ((int64_t)b * T + i) * NH * hd + (int64_t)h * hd, q, base + (int64_t)(NH + kvh) * hd,
@@ -98,15 +115,11 @@ __global__ static void k_attn_fwd(float *out, float *lse, const float *qkv, cons
 /* dQ: one warp per (b, h, i) */
 __global__ static void k_attn_dq(float *dqkv, const float *dout, const float *qkv, const float *out, const float *lse,
                                  const int32_t *lo, int B, int T, int NH, int NKV, int hd, float scale) {
-    int64_t row = (int64_t)blockIdx.x * WARPS + threadIdx.x / 32;
-    int lane = threadIdx.x % 32;
-    if (row >= (int64_t)B * NH * T) return;
-    int i = (int)(row % T);
-    int h = (int)((row / T) % NH);
-    int b = (int)(row / ((int64_t)T * NH));
-    int kvh = h / (NH / NKV);
-    int64_t S = (int64_t)(NH + 2 * NKV) * hd;
-    const float *base = qkv + (int64_t)b * T * S;
+    head_row r;
+    if (!head_row_at(&r, qkv, B, T, NH, NKV, hd)) return;
+    const int lane = threadIdx.x % 32, i = r.i, h = r.h, b = r.b, kvh = r.kvh;
+    const int64_t S = r.S;
+    const float *base = r.base;
     int64_t orow = ((int64_t)b * T + i) * NH * hd + (int64_t)h * hd;
     float q[KMAX], dO[KMAX], dq[KMAX];
     load_head(q, base + i * S + (int64_t)h * hd, lane, hd);
