@@ -4,7 +4,8 @@
  * conversions of sharc/dtype.h and the generator of sharc/rng.h, AdamW's
  * formula in double, and the kernels themselves called without the new
  * options (a NULL weight gradient, a position offset) on the equivalent
- * inputs. */
+ * inputs; the fused slots (adamw_multi, add_*norm_forward) against the
+ * unfused calls they replace, bit for bit. */
 #include "../src/device/device_impl.h"
 #include "grad_check.h"
 #include "kernel_table.h"
@@ -372,6 +373,131 @@ TEST(kernel_sumsq_and_adamw) {
     free(p0);
     free(m0);
     free(v0);
+}
+
+static float *dup(const float *x, int64_t n) {
+    float *y = malloc(sizeof(float) * (size_t)n);
+    memcpy(y, x, sizeof(float) * (size_t)n);
+    return y;
+}
+
+/* Note [adamw-multi]: one adamw_multi call over a table of segments of odd
+ * lengths in two tensors (one segment left out, as a frozen one is; decay
+ * on some), bit for bit the adamw calls per segment; the CPU's kernel, the
+ * dispatcher's fallback, at 1 and 2 threads (the table split across
+ * chunks that cut segments). */
+TEST(kernel_adamw_multi_is_adamw_per_segment) {
+    const int64_t n = 3 * 65536 + 77; /* two tensors of n: several chunks */
+    /* (tensor, offset, length, decay); tensor 0's last 5000 elements (a frozen segment) and tensor 1's first 7
+     * (padding) are in no entry */
+    const int64_t lay[][4] = {
+        {0, 0, 1, 1},     {0, 1, 130001, 0}, {0, 130002, 3, 1},          {0, 130005, 50000, 1},
+        {1, 7, 99999, 0}, {1, 100006, 5, 1}, {1, 100011, n - 100011, 1}, {0, 180005, n - 5000 - 180005, 0}};
+    const int nseg = (int)(sizeof lay / sizeof lay[0]);
+    float *p[2], *g[2], *m[2], *v[2];
+    for (int t = 0; t < 2; t++) {
+        p[t] = randn(n, 10 + t, 0.02f);
+        g[t] = randn(n, 20 + t, 0.1f);
+        m[t] = randn(n, 30 + t, 0.01f);
+        v[t] = randn(n, 40 + t, 0.001f);
+        for (int64_t i = 0; i < n; i++) v[t][i] = fabsf(v[t][i]);
+    }
+    const sharc_adamw_scalars k = {.decay_mul = 0.77f,
+                                   .beta1 = 0.9f,
+                                   .beta2 = 0.95f,
+                                   .step_size = 1e-3f,
+                                   .sqrt_bc2 = 0.3f,
+                                   .eps = 1e-8f,
+                                   .grad_scale = 0.6f};
+    const float decay_mul = 0.999f;
+    float *rp[2], *rm[2], *rv[2];
+    for (int t = 0; t < 2; t++) rp[t] = dup(p[t], n), rm[t] = dup(m[t], n), rv[t] = dup(v[t], n);
+    sharc_adamw_seg segs[8];
+    int64_t first = 0;
+    for (int i = 0; i < nseg; i++) {
+        const int t = (int)lay[i][0];
+        const int64_t o = lay[i][1], len = lay[i][2];
+        sharc_adamw_scalars e = k;
+        e.decay_mul = lay[i][3] ? decay_mul : 1.0f;
+        kt()->adamw(ks(), rp[t] + o, g[t] + o, rm[t] + o, rv[t] + o, len, &e);
+        segs[i] = (sharc_adamw_seg){.p = p[t] + o,
+                                    .g = g[t] + o,
+                                    .m = m[t] + o,
+                                    .v = v[t] + o,
+                                    .n = len,
+                                    .first = first,
+                                    .decay = (int32_t)lay[i][3]};
+        first += len;
+    }
+    sharc_kernels fb = *kt();
+    fb.adamw_multi = NULL;
+    ASSERT_OK(sharc_device_kernels_complete("test", &fb));
+    ASSERT_TRUE(fb.adamw_multi != NULL && fb.adamw_multi != kt()->adamw_multi);
+    const size_t bytes = sizeof(float) * (size_t)n;
+    for (int run = 0; run < 3; run++) { /* the CPU kernel at 1 and 2 threads, then the fallback */
+        float *q[2], *qm[2], *qv[2];
+        for (int t = 0; t < 2; t++) q[t] = dup(p[t], n), qm[t] = dup(m[t], n), qv[t] = dup(v[t], n);
+        sharc_adamw_seg tab[8];
+        memcpy(tab, segs, sizeof tab);
+        for (int i = 0; i < nseg; i++) {
+            const int t = (int)lay[i][0];
+            const int64_t o = lay[i][1];
+            tab[i].p = q[t] + o, tab[i].m = qm[t] + o, tab[i].v = qv[t] + o;
+        }
+        sharc_threads_set(run == 1 ? 2 : 1);
+        (run == 2 ? fb.adamw_multi : kt()->adamw_multi)(ks(), tab, tab, nseg, &k, decay_mul);
+        for (int t = 0; t < 2; t++) {
+            ASSERT_TRUE(memcmp(q[t], rp[t], bytes) == 0);
+            ASSERT_TRUE(memcmp(qm[t], rm[t], bytes) == 0);
+            ASSERT_TRUE(memcmp(qv[t], rv[t], bytes) == 0);
+            free(q[t]), free(qm[t]), free(qv[t]);
+        }
+    }
+    sharc_threads_set(1);
+    /* the skipped segment and the gap before tensor 1's first are untouched */
+    ASSERT_TRUE(memcmp(rp[0] + n - 5000, p[0] + n - 5000, sizeof(float) * 5000) == 0);
+    ASSERT_TRUE(rp[1][3] == p[1][3] && rm[1][3] == m[1][3]);
+    ASSERT_TRUE(rp[0][5] != p[0][5]); /* and the reference did update */
+    for (int t = 0; t < 2; t++) free(p[t]), free(g[t]), free(m[t]), free(v[t]), free(rp[t]), free(rm[t]), free(rv[t]);
+}
+
+/* Note [add-norm]: add_layernorm_forward (with and without a bias) and
+ * add_rmsnorm_forward, the CPU's and the fallback, bit for bit add then
+ * the norm, at odd sizes over several chunks of rows (2 threads), the sum
+ * written over x itself too (the alias the kernel allows). */
+TEST(kernel_add_norm_is_add_then_norm) {
+    const int64_t N = 37;
+    const int C = 83;
+    const int64_t nc = N * C;
+    float *x = randn(nc, 1, 1.5f), *r = randn(nc, 2, 1.0f), *w = randn(C, 3, 1.0f), *b = randn(C, 4, 1.0f);
+    sharc_kernels fb = *kt();
+    fb.add_layernorm_forward = NULL;
+    fb.add_rmsnorm_forward = NULL;
+    ASSERT_OK(sharc_device_kernels_complete("test", &fb));
+    const size_t bytes = sizeof(float) * (size_t)nc;
+    sharc_threads_set(2);
+    for (int fam = 0; fam < 3; fam++) { /* layernorm with bias, without, rmsnorm */
+        float *sum = zeros(nc), *y = zeros(nc), *mean = zeros(N), *rstd = zeros(N);
+        kt()->add(ks(), sum, x, r, nc);
+        if (fam < 2) kt()->layernorm_forward(ks(), y, mean, rstd, sum, w, fam ? NULL : b, N, C, 1e-5f);
+        else kt()->rmsnorm_forward(ks(), y, rstd, sum, w, N, C, 1e-6f);
+        for (int run = 0; run < 3; run++) { /* the CPU's, the fallback, the CPU's into x's own memory */
+            const sharc_kernels *kk = run == 1 ? &fb : kt();
+            float *xs = dup(x, nc), *s2 = run == 2 ? xs : zeros(nc), *y2 = randn(nc, 9, 1.0f), *m2 = randn(N, 8, 1.0f),
+                  *r2 = randn(N, 7, 1.0f);
+            if (fam < 2) kk->add_layernorm_forward(ks(), s2, y2, m2, r2, xs, r, w, fam ? NULL : b, N, C, 1e-5f);
+            else kk->add_rmsnorm_forward(ks(), s2, y2, r2, xs, r, w, N, C, 1e-6f);
+            ASSERT_TRUE(memcmp(s2, sum, bytes) == 0);
+            ASSERT_TRUE(memcmp(y2, y, bytes) == 0);
+            ASSERT_TRUE(memcmp(r2, rstd, sizeof(float) * (size_t)N) == 0);
+            if (fam < 2) ASSERT_TRUE(memcmp(m2, mean, sizeof(float) * (size_t)N) == 0);
+            if (s2 != xs) free(s2);
+            free(xs), free(y2), free(m2), free(r2);
+        }
+        free(sum), free(y), free(mean), free(rstd);
+    }
+    sharc_threads_set(1);
+    free(x), free(r), free(w), free(b);
 }
 
 /* A NULL weight gradient (a frozen parameter) computes nothing for it and

@@ -53,6 +53,18 @@ typedef struct {
     float decay_mul, beta1, beta2, step_size, sqrt_bc2, eps, grad_scale;
 } sharc_adamw_scalars;
 
+/* One entry of adamw_multi's table (note [adamw-multi] in docs/ARCHITECTURE.md):
+ * n elements of a parameter segment, its gradient and moments (device memory),
+ * `first` the sum of n over the entries before it (each entry's n > 0), and
+ * whether weight decay applies to it. The same layout in host and device memory. */
+typedef struct {
+    float *p;       /* (n) */
+    const float *g; /* (n) */
+    float *m, *v;   /* (n) each */
+    int64_t n, first;
+    int32_t decay, pad_;
+} sharc_adamw_seg;
+
 typedef struct sharc_kernels {
     /* ---- linear: y(N,OC) = x(N,IC) @ w(OC,IC)^T + b(OC); b may be NULL ---- */
     void (*matmul_forward)(sharc_stream *s, float *y, const float *x, const float *w, const float *b, int64_t N, int IC,
@@ -236,6 +248,23 @@ typedef struct sharc_kernels {
      * value of an element does not depend on which rank or chunk computes it. */
     void (*init_normal)(sharc_stream *s, float *dst, int64_t n, float std, uint64_t seed, uint64_t stream,
                         uint64_t first);
+
+    /* ---- fused forms of the calls above, each computing their values bit for
+     * bit (notes [adamw-multi] and [add-norm] in docs/ARCHITECTURE.md) ---- */
+    /* The adamw update of every entry of a table of nseg segments, in one
+     * launch: segs the table in device memory, host the same table in host
+     * memory (what a launch is sized from; the CPU may be given one pointer
+     * twice); entry i updated with k, its decay_mul replaced by decay_mul
+     * when segs[i].decay, else by 1. (optional: adamw per entry) */
+    void (*adamw_multi)(sharc_stream *s, const sharc_adamw_seg *segs, const sharc_adamw_seg *host, int nseg,
+                        const sharc_adamw_scalars *k, float decay_mul);
+    /* A residual add and the norm of its result: sum(N,C) = x + r (sum may
+     * alias x or r), then layernorm_forward / rmsnorm_forward of sum into y,
+     * mean, rstd. (optional: add, then the norm) */
+    void (*add_layernorm_forward)(sharc_stream *s, float *sum, float *y, float *mean, float *rstd, const float *x,
+                                  const float *r, const float *w, const float *b, int64_t N, int C, float eps);
+    void (*add_rmsnorm_forward)(sharc_stream *s, float *sum, float *y, float *rstd, const float *x, const float *r,
+                                const float *w, int64_t N, int C, float eps);
 
     /* ---- bf16 compute (docs/ARCHITECTURE.md "Mixed precision") ----
      * Whether the *_bf16 slots below really compute with bf16 operands on

@@ -377,6 +377,28 @@ static void accumulate_by_sum_ranks(sharc_stream *s, float *dst, const float *sr
     s->dev->kernels.sum_ranks(s, dst, one, 1, n, SHARC_DT_F32, true);
 }
 
+/* note [adamw-multi]: the table's entries one adamw call each, from its host copy */
+static void adamw_multi_by_adamw(sharc_stream *s, const sharc_adamw_seg *segs, const sharc_adamw_seg *host, int nseg,
+                                 const sharc_adamw_scalars *k, float decay_mul) {
+    sharc_adamw_scalars e = *k;
+    for (int i = 0; i < nseg; i++) {
+        e.decay_mul = host[i].decay ? decay_mul : 1.0f;
+        s->dev->kernels.adamw(s, host[i].p, host[i].g, host[i].m, host[i].v, host[i].n, &e);
+    }
+}
+
+/* note [add-norm]: the add, then the norm of its result */
+static void add_layernorm_by_add(sharc_stream *s, float *sum, float *y, float *mean, float *rstd, const float *x,
+                                 const float *r, const float *w, const float *b, int64_t N, int C, float eps) {
+    s->dev->kernels.add(s, sum, x, r, N * C);
+    s->dev->kernels.layernorm_forward(s, y, mean, rstd, sum, w, b, N, C, eps);
+}
+static void add_rmsnorm_by_add(sharc_stream *s, float *sum, float *y, float *rstd, const float *x, const float *r,
+                               const float *w, int64_t N, int C, float eps) {
+    s->dev->kernels.add(s, sum, x, r, N * C);
+    s->dev->kernels.rmsnorm_forward(s, y, rstd, sum, w, N, C, eps);
+}
+
 /* Every slot: whether a backend must provide it. Kept in the order of the
  * struct; the static assertion below catches a slot added to sharc_kernels
  * and not here. */
@@ -425,6 +447,9 @@ static void accumulate_by_sum_ranks(sharc_stream *s, float *dst, const float *sr
     X(copy_block, 1) \
     X(fill, 1) \
     X(init_normal, 1) \
+    X(adamw_multi, 0) \
+    X(add_layernorm_forward, 0) \
+    X(add_rmsnorm_forward, 0) \
     X(bf16_compute, 0) \
     X(matmul_forward_bf16, 0) \
     X(matmul_backward_bf16, 0) \
@@ -448,6 +473,9 @@ sharc_status sharc_device_kernels_complete(const char *backend, sharc_kernels *k
 #undef CHECK_SLOT
     if (!k->add) k->add = add_by_sum_ranks;
     if (!k->accumulate) k->accumulate = accumulate_by_sum_ranks;
+    if (!k->adamw_multi) k->adamw_multi = adamw_multi_by_adamw;
+    if (!k->add_layernorm_forward) k->add_layernorm_forward = add_layernorm_by_add;
+    if (!k->add_rmsnorm_forward) k->add_rmsnorm_forward = add_rmsnorm_by_add;
     /* without bf16 kernels a device computes in fp32 (and says so: bf16_compute false) */
     if (!k->matmul_forward_bf16 || !k->matmul_backward_bf16 || !k->lmhead_xent_bf16) k->bf16_compute = NULL;
     if (!k->bf16_compute || !k->matmul_forward_b16 || !k->matmul_backward_b16)

@@ -966,6 +966,16 @@ static void norm_fwd(const sharc_model *m, float *y, float *mean, float *rstd, c
     else m->k->rmsnorm_forward(m->s, y, rstd, x, w, N, m->C, m->cfg.norm_eps);
 }
 
+/* Note [add-norm]: sum = x + r and the norm of sum in one pass (one read
+ * of x and r, sum and y written; the bits of add then norm_fwd) */
+static void add_norm_fwd(const sharc_model *m, float *sum, float *y, float *mean, float *rstd, const float *x,
+                         const float *r, const float *w, const float *b, int64_t N) {
+    PROF_COUNT(0, 4.0 * 4 * N * m->C);
+    if (m->cfg.family == SHARC_FAMILY_GPT2)
+        m->k->add_layernorm_forward(m->s, sum, y, mean, rstd, x, r, w, b, N, m->C, m->cfg.norm_eps);
+    else m->k->add_rmsnorm_forward(m->s, sum, y, rstd, x, r, w, N, m->C, m->cfg.norm_eps);
+}
+
 static void norm_bwd(const sharc_model *m, float *dx, float *dw, float *db, const float *dy, const float *dres,
                      const float *x, const float *w, const float *mean, const float *rstd, int64_t N) {
     PROF_COUNT(0, 4.0 * (dres ? 4 : 3) * N * m->C);
@@ -1145,8 +1155,8 @@ static void block_forward(sharc_model *m, const block_ptrs *w, block_acts *a, co
     }
     SHARC_PROF("fwd.matmul.attproj", mm_fwd(m, m->tmp, a->att, a->atth, w->wo, m->w16o, w->bo, N, m->AD, m->C));
     SHARC_PROF("fwd.tp", sharc_tp_all_reduce(&m->tpl, m->s, m->tmp, N * m->C)); /* note [tp]: g */
-    SHARC_PROF_WORK("fwd.residual", 0, 12.0 * N * m->C, k->add(s, a->xmid, x, m->tmp, N * m->C));
-    SHARC_PROF("fwd.norm", norm_fwd(m, a->ln2, a->ln2_mean, a->ln2_rstd, a->xmid, w->ln2w, w->ln2b, N));
+    /* note [add-norm]: the residual and ln2 in one pass (tp's all-reduce of tmp is done by now) */
+    SHARC_PROF("fwd.norm", add_norm_fwd(m, a->xmid, a->ln2, a->ln2_mean, a->ln2_rstd, x, m->tmp, w->ln2w, w->ln2b, N));
     SHARC_PROF("fwd.norm", keep16(m, a->ln2h, a->ln2, N * m->C));
     if (w->is_moe) { /* note [moe]: a recompute (y NULL) refills the set too */
         SHARC_PROF("fwd.moe", moe_mlp_forward(m, w, (int)(a - m->sets), m->tmp, a->ln2, N, y == NULL));

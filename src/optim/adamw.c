@@ -128,6 +128,10 @@ struct sharc_adamw {
     bool cache_dirty;
     sharc_aio *io;
     sharc_adamw_offload_stats st;
+    /* note [adamw-multi]: the table of every trainable segment, host and device copies */
+    sharc_adamw_seg *segs_h, *segs_d; /* (nseg) */
+    int nseg;
+    float **tab_p, **tab_g; /* (nunits) the shard and gradient pointers the table was built from */
 };
 
 static sharc_status offload_open(sharc_adamw *a, sharc_fsdp *e) {
@@ -377,6 +381,10 @@ void sharc_adamw_free(sharc_adamw *a) {
     sharc_aio_free(a->io);        /* waits for what is in flight */
     if (a->fd >= 0) close(a->fd); /* unlinked at init: this frees its blocks */
     for (int b = 0; b < 3; b++) sharc_device_free(a->dev, a->buf[b]);
+    sharc_device_free(a->dev, a->segs_d);
+    free(a->segs_h);
+    free(a->tab_p);
+    free(a->tab_g);
     free(a->off);
     free(a->numel);
     free(a->chunk0);
@@ -403,6 +411,67 @@ static void update_range(sharc_adamw *a, sharc_fsdp *e, int u, int64_t lo, int64
         sc->decay_mul = spec->params[segs[s].param].decay ? decay_mul : 1.0f;
         k->adamw(stream, p + b, g + b, m + (b - lo), v + (b - lo), end - b, sc);
     }
+}
+
+/* Note [adamw-multi]. In memory on the engine's device (not
+ * optim.offload_dir, not fsdp.cpu_offload, whose shards live on another
+ * device than the compute), a step is one adamw_multi call over a table of
+ * every trainable segment of every unit (unit order, then segment order,
+ * padding and frozen parameters left out, as update_range does). The table
+ * is built at the first step, inside the shard write bracket that hands out
+ * the shard pointers, and uploaded to the device once; each step checks
+ * the units' shard and gradient pointers against those it was built from
+ * (a host comparison per unit) and rebuilds it if one moved. Shards,
+ * gradients and moments are allocated at init and never reallocated, and
+ * which parameters are frozen is fixed when the units are made, so that is
+ * a guard, not a path taken. */
+static sharc_status multi_table(sharc_adamw *a, sharc_fsdp *e) {
+    bool same = a->segs_h != NULL;
+    for (int u = 0; u < a->nunits && same; u++)
+        if (a->m[u]) same = a->tab_p[u] == sharc_fsdp_shard_write(e, u) && a->tab_g[u] == sharc_fsdp_shard_grads(e, u);
+    if (same) return SHARC_OK;
+    sharc_device_free(a->dev, a->segs_d);
+    free(a->segs_h);
+    a->segs_d = a->segs_h = NULL;
+    a->nseg = 0;
+    int cap = 0;
+    for (int u = 0; u < a->nunits; u++) {
+        const sharc_segment *segs;
+        if (a->m[u]) cap += sharc_fsdp_shard_segments(e, u, &segs);
+    }
+    if (!a->tab_p) a->tab_p = calloc((size_t)a->nunits, sizeof *a->tab_p);
+    if (!a->tab_g) a->tab_g = calloc((size_t)a->nunits, sizeof *a->tab_g);
+    a->segs_h = calloc(cap > 0 ? (size_t)cap : 1, sizeof *a->segs_h);
+    if (!a->tab_p || !a->tab_g || !a->segs_h) return sharc_error(SHARC_ERR_NOMEM, "adamw: out of memory");
+    int64_t first = 0;
+    for (int u = 0; u < a->nunits; u++) {
+        if (!a->m[u]) continue;
+        float *p = sharc_fsdp_shard_write(e, u), *g = sharc_fsdp_shard_grads(e, u);
+        a->tab_p[u] = p;
+        a->tab_g[u] = g;
+        const sharc_unit_spec *spec = sharc_fsdp_unit_spec(e, u);
+        const sharc_segment *segs;
+        int ns = sharc_fsdp_shard_segments(e, u, &segs);
+        for (int i = 0; i < ns; i++) {
+            const sharc_segment *sg = &segs[i];
+            if (spec->params[sg->param].frozen || sg->len <= 0) continue;
+            a->segs_h[a->nseg++] = (sharc_adamw_seg){.p = p + sg->shard_off,
+                                                     .g = g + sg->shard_off,
+                                                     .m = a->m[u] + sg->shard_off,
+                                                     .v = a->v[u] + sg->shard_off,
+                                                     .n = sg->len,
+                                                     .first = first,
+                                                     .decay = spec->params[sg->param].decay};
+            first += sg->len;
+        }
+    }
+    if (a->nseg == 0) return SHARC_OK;
+    size_t bytes = (size_t)a->nseg * sizeof *a->segs_h;
+    a->segs_d = sharc_device_alloc(a->dev, bytes, SHARC_MEM_OPTIM);
+    if (!a->segs_d) return sharc_error(SHARC_ERR_NOMEM, "adamw: cannot allocate the segment table (%zu bytes)", bytes);
+    sharc_stream *stream = sharc_device_stream(a->dev);
+    SHARC_TRY(sharc_device_copy(a->dev, a->segs_d, a->segs_h, bytes, SHARC_COPY_HOST_TO_DEVICE, stream));
+    return sharc_device_synchronize(stream); /* segs_h may be freed by a rebuild before the copy ran */
 }
 
 /* The offloaded pass: every chunk of every trainable unit read, updated and
@@ -465,7 +534,11 @@ sharc_status sharc_adamw_step(sharc_adamw *a, sharc_fsdp *e, float lr, float gra
     sharc_status st = SHARC_OK;
     sharc_fsdp_shard_write_begin(e);
     if (a->fd >= 0) st = step_offloaded(a, e, &sc, decay_mul);
-    else
+    else if (sharc_fsdp_shard_device(e) == sharc_fsdp_device(e)) { /* note [adamw-multi] */ st = multi_table(a, e);
+        if (st == SHARC_OK && a->nseg > 0)
+            sharc_device_kernels(a->dev)->adamw_multi(sharc_device_stream(a->dev), a->segs_d, a->segs_h, a->nseg, &sc,
+                                                      decay_mul);
+    } else
         for (int u = 0; u < a->nunits; u++)
             if (a->m[u]) update_range(a, e, u, 0, sharc_fsdp_shard_numel(e, u), a->m[u], a->v[u], &sc, decay_mul);
     sharc_fsdp_shard_write_end(e);

@@ -1,4 +1,5 @@
-/* elem.c: sharc_cpu_{cast,round,accumulate,sum_ranks,sumsq,loss_add,adamw,copy_block,fill,init_normal},
+/* elem.c: sharc_cpu_{cast,round,accumulate,sum_ranks,sumsq,loss_add,adamw,adamw_multi,copy_block,fill,
+ * init_normal},
  * the element work of the engine, the optimizer and the MPI backend on the
  * CPU. Large arrays are split into chunks over the OpenMP threads; each
  * element's value never depends on the split, only sumsq's double sum
@@ -129,6 +130,36 @@ void sharc_cpu_adamw(sharc_stream *s, float *p, const float *g, float *m, float 
         int64_t lo = sharc_chunk_lo(c, nc, n), hi = sharc_chunk_lo(c + 1, nc, n);
         adamw_range(p + lo, g + lo, m + lo, v + lo, hi - lo, k->decay_mul, k->beta1, k->beta2, k->step_size,
                     k->sqrt_bc2, k->eps, k->grad_scale);
+    }
+}
+
+/* Note [adamw-multi] on the CPU: the table's elements, all segments end to
+ * end, split into chunks over the threads in one parallel region; a chunk
+ * runs adamw_range on its part of each segment it meets (the element
+ * formula does not depend on where a range starts, so the bits are those
+ * of sharc_cpu_adamw per segment). */
+void sharc_cpu_adamw_multi(sharc_stream *s, const sharc_adamw_seg *segs, const sharc_adamw_seg *host, int nseg,
+                           const sharc_adamw_scalars *k, float decay_mul) {
+    if (nseg <= 0) return;
+    const int64_t total = host[nseg - 1].first + host[nseg - 1].n;
+    int64_t nc = (total + ELEM_PAR - 1) / ELEM_PAR;
+#pragma omp parallel for schedule(static) if (nc > 1)
+    for (int64_t c = 0; c < nc; c++) {
+        int64_t lo = sharc_chunk_lo(c, nc, total), hi = sharc_chunk_lo(c + 1, nc, total);
+        int a = 0, b = nseg - 1; /* the last entry with first <= lo */
+        while (a < b) {
+            int mid = (a + b + 1) / 2;
+            if (host[mid].first <= lo) a = mid;
+            else b = mid - 1;
+        }
+        for (int i = a; i < nseg && host[i].first < hi; i++) {
+            const sharc_adamw_seg *e = &host[i];
+            int64_t b0 = lo > e->first ? lo - e->first : 0;
+            int64_t b1 = hi < e->first + e->n ? hi - e->first : e->n;
+            if (b0 >= b1) continue;
+            adamw_range(e->p + b0, e->g + b0, e->m + b0, e->v + b0, b1 - b0, e->decay ? decay_mul : 1.0f, k->beta1,
+                        k->beta2, k->step_size, k->sqrt_bc2, k->eps, k->grad_scale);
+        }
     }
 }
 

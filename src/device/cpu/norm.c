@@ -1,4 +1,6 @@
-/* norm.c: sharc_cpu_layernorm_*, sharc_cpu_rmsnorm_* and sharc_cpu_head_rmsnorm_*, row-wise normalisation.
+/* norm.c: sharc_cpu_layernorm_*, sharc_cpu_rmsnorm_*, sharc_cpu_head_rmsnorm_* and
+ * sharc_cpu_add_{layer,rms}norm_forward, row-wise normalisation (the last two
+ * after a residual add, note [add-norm]).
  * Weight/bias gradients are reduced over rows through per-chunk partial sums
  * (one slice per chunk of rows), then added in a fixed order, so results do
  * not depend on thread timing. */
@@ -36,6 +38,25 @@ void sharc_cpu_layernorm_forward(sharc_stream *s, float *y, float *mean, float *
     int64_t nc = sharc_par_chunks(N, C, sharc_threads_get());
 #pragma omp parallel for schedule(static) if (nc > 1)
     for (int64_t c = 0; c < nc; c++) layernorm_rows(y, mean, rstd, x, w, b, c * N / nc, (c + 1) * N / nc, C, eps);
+}
+
+/* sum row r = x + res, row by row just before that row's norm (it is still
+ * in cache); the same float adds as sharc_cpu_add, so the same bits */
+SHARC_VEC static void add_row(float *sum, const float *x, const float *res, int64_t r, int C) {
+    float *sr = sum + r * C;
+    const float *xr = x + r * C, *rr = res + r * C;
+    for (int i = 0; i < C; i++) sr[i] = xr[i] + rr[i];
+}
+
+void sharc_cpu_add_layernorm_forward(sharc_stream *s, float *sum, float *y, float *mean, float *rstd, const float *x,
+                                     const float *r, const float *w, const float *b, int64_t N, int C, float eps) {
+    int64_t nc = sharc_par_chunks(N, C, sharc_threads_get());
+#pragma omp parallel for schedule(static) if (nc > 1)
+    for (int64_t c = 0; c < nc; c++)
+        for (int64_t row = c * N / nc; row < (c + 1) * N / nc; row++) {
+            add_row(sum, x, r, row, C);
+            layernorm_rows(y, mean, rstd, sum, w, b, row, row + 1, C, eps);
+        }
 }
 
 SHARC_VEC static void layernorm_back_rows(float *dx, float *dw, float *db, const float *dy, const float *dres,
@@ -113,6 +134,17 @@ void sharc_cpu_rmsnorm_forward(sharc_stream *s, float *y, float *rstd, const flo
     int64_t nc = sharc_par_chunks(N, C, sharc_threads_get());
 #pragma omp parallel for schedule(static) if (nc > 1)
     for (int64_t c = 0; c < nc; c++) rmsnorm_rows(y, rstd, x, w, c * N / nc, (c + 1) * N / nc, C, eps);
+}
+
+void sharc_cpu_add_rmsnorm_forward(sharc_stream *s, float *sum, float *y, float *rstd, const float *x, const float *r,
+                                   const float *w, int64_t N, int C, float eps) {
+    int64_t nc = sharc_par_chunks(N, C, sharc_threads_get());
+#pragma omp parallel for schedule(static) if (nc > 1)
+    for (int64_t c = 0; c < nc; c++)
+        for (int64_t row = c * N / nc; row < (c + 1) * N / nc; row++) {
+            add_row(sum, x, r, row, C);
+            rmsnorm_rows(y, rstd, sum, w, row, row + 1, C, eps);
+        }
 }
 
 SHARC_VEC static void rmsnorm_back_rows(float *dx, float *dw, const float *dy, const float *dres, const float *x,

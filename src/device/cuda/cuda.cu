@@ -515,6 +515,9 @@ static sharc_kernels make_kernels(void) {
     k.copy_block = sharc_cuda_copy_block;
     k.fill = sharc_cuda_fill;
     k.init_normal = sharc_cuda_init_normal;
+    k.adamw_multi = sharc_cuda_adamw_multi;
+    k.add_layernorm_forward = sharc_cuda_add_layernorm_forward;
+    k.add_rmsnorm_forward = sharc_cuda_add_rmsnorm_forward;
     k.moe_route_forward = sharc_cuda_moe_route_forward;
     k.moe_route_backward = sharc_cuda_moe_route_backward;
     k.moe_gather = sharc_cuda_moe_gather;

@@ -76,6 +76,12 @@ void sharc_cuda_sumsq(sharc_stream *s, double *acc, const float *x, int64_t n);
 void sharc_cuda_loss_add(sharc_stream *s, double *sums, const double *loss, double add, double weight);
 void sharc_cuda_adamw(sharc_stream *s, float *p, const float *g, float *m, float *v, int64_t n,
                       const sharc_adamw_scalars *k);
+void sharc_cuda_adamw_multi(sharc_stream *s, const sharc_adamw_seg *segs, const sharc_adamw_seg *host, int nseg,
+                            const sharc_adamw_scalars *k, float decay_mul);
+void sharc_cuda_add_layernorm_forward(sharc_stream *s, float *sum, float *y, float *mean, float *rstd, const float *x,
+                                      const float *r, const float *w, const float *b, int64_t N, int C, float eps);
+void sharc_cuda_add_rmsnorm_forward(sharc_stream *s, float *sum, float *y, float *rstd, const float *x, const float *r,
+                                    const float *w, int64_t N, int C, float eps);
 void sharc_cuda_fill(sharc_stream *s, float *dst, float value, int64_t n);
 void sharc_cuda_init_normal(sharc_stream *s, float *dst, int64_t n, float std, uint64_t seed, uint64_t stream,
                             uint64_t first);

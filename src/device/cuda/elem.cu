@@ -1,5 +1,5 @@
-/* elem.cu: sharc_cuda_{add,cast,round,accumulate,sum_ranks,sumsq,loss_add,adamw,copy_block,fill,
- * init_normal,colsum_add}, the element work of the engine, the optimizer and
+/* elem.cu: sharc_cuda_{add,cast,round,accumulate,sum_ranks,sumsq,loss_add,adamw,adamw_multi,copy_block,
+ * fill,init_normal,colsum_add}, the element work of the engine, the optimizer and
  * the collectives on a CUDA device. Each element is computed with the CPU
  * kernel's operations in the same order (src/device/cpu/elem.c, dtype.c);
  * sums over many elements (sumsq, colsum) use a fixed tree order, so results
@@ -201,15 +201,45 @@ extern "C" void sharc_cuda_loss_add(sharc_stream *s, double *sums, const double 
     SHARC_CUDA_LAUNCHED();
 }
 
+/* one element of AdamW: k_adamw and k_adamw_multi share it, so their bits agree */
+__device__ static inline void adamw_at(float *p, const float *g, float *m, float *v, int64_t i, float decay_mul,
+                                       const sharc_adamw_scalars &k) {
+    float gi = g[i] * k.grad_scale;
+    float pi = p[i] * decay_mul;
+    float mi = k.beta1 * m[i] + (1.0f - k.beta1) * gi;
+    float vi = k.beta2 * v[i] + (1.0f - k.beta2) * gi * gi;
+    m[i] = mi;
+    v[i] = vi;
+    p[i] = pi - k.step_size * mi / (sqrtf(vi) / k.sqrt_bc2 + k.eps);
+}
+
 __global__ static void k_adamw(float *p, const float *g, float *m, float *v, int64_t n, sharc_adamw_scalars k) {
-    GRID_STRIDE(i, n) {
-        float gi = g[i] * k.grad_scale;
-        float pi = p[i] * k.decay_mul;
-        float mi = k.beta1 * m[i] + (1.0f - k.beta1) * gi;
-        float vi = k.beta2 * v[i] + (1.0f - k.beta2) * gi * gi;
-        m[i] = mi;
-        v[i] = vi;
-        p[i] = pi - k.step_size * mi / (sqrtf(vi) / k.sqrt_bc2 + k.eps);
+    GRID_STRIDE(i, n) adamw_at(p, g, m, v, i, k.decay_mul, k);
+}
+
+/* Note [adamw-multi] on cuda: a grid-stride loop over the table's elements
+ * end to end (`total`); a thread finds the entry of its element by binary
+ * search over `first` the first time and whenever its next element lies
+ * past the entry it holds (a stride spans many small entries), then the
+ * element is that entry's. */
+__global__ static void k_adamw_multi(const sharc_adamw_seg *segs, int nseg, int64_t total, sharc_adamw_scalars k,
+                                     float decay_mul) {
+    int cur = -1;
+    int64_t lo = 0, hi = 0;
+    GRID_STRIDE(i, total) {
+        if (i >= hi) {
+            int a = cur + 1, b = nseg - 1; /* the last entry with first <= i */
+            while (a < b) {
+                int mid = (a + b + 1) / 2;
+                if (segs[mid].first <= i) a = mid;
+                else b = mid - 1;
+            }
+            cur = a;
+            lo = segs[a].first;
+            hi = lo + segs[a].n;
+        }
+        const sharc_adamw_seg &e = segs[cur];
+        adamw_at(e.p, e.g, e.m, e.v, i - lo, e.decay ? decay_mul : 1.0f, k);
     }
 }
 
@@ -217,6 +247,15 @@ extern "C" void sharc_cuda_adamw(sharc_stream *s, float *p, const float *g, floa
                                  const sharc_adamw_scalars *k) {
     if (n <= 0) return;
     k_adamw<<<sharc_cuda_blocks(n, THREADS), THREADS, 0, sharc_cuda_cs(s)>>>(p, g, m, v, n, *k);
+    SHARC_CUDA_LAUNCHED();
+}
+
+extern "C" void sharc_cuda_adamw_multi(sharc_stream *s, const sharc_adamw_seg *segs, const sharc_adamw_seg *host,
+                                       int nseg, const sharc_adamw_scalars *k, float decay_mul) {
+    if (nseg <= 0) return;
+    const int64_t total = host[nseg - 1].first + host[nseg - 1].n;
+    k_adamw_multi<<<sharc_cuda_blocks(total, THREADS), THREADS, 0, sharc_cuda_cs(s)>>>(segs, nseg, total, *k,
+                                                                                       decay_mul);
     SHARC_CUDA_LAUNCHED();
 }
 

@@ -115,11 +115,20 @@ extern "C" void sharc_cuda_matmul_backward_bf16(sharc_stream *s, float *dx, floa
 /* one warp per row, 8 rows per block */
 #define ROW_BLOCK 8
 
+/* Note [add-norm] on cuda: with res, the row normalised is x + res, written
+ * to xsum first by the lane that then reads it (each lane keeps its own
+ * elements i = lane (mod 32) in every loop, so no other lane's write is
+ * read); the sums run in the order of the plain norm, so the bits are
+ * those of add then the norm. */
 __global__ static void k_layernorm(float *y, float *mean, float *rstd, const float *x, const float *w, const float *b,
-                                   int64_t N, int C, float eps) {
+                                   int64_t N, int C, float eps, const float *res, float *xsum) {
     int64_t r = (int64_t)blockIdx.x * ROW_BLOCK + threadIdx.x / 32;
     int lane = threadIdx.x % 32;
     if (r >= N) return;
+    if (res) {
+        for (int i = lane; i < C; i += 32) xsum[r * C + i] = x[r * C + i] + res[r * C + i];
+        x = xsum;
+    }
     const float *xr = x + r * C;
     float sum = 0.0f;
     for (int i = lane; i < C; i += 32) sum += xr[i];
@@ -141,8 +150,17 @@ __global__ static void k_layernorm(float *y, float *mean, float *rstd, const flo
 extern "C" void sharc_cuda_layernorm_forward(sharc_stream *s, float *y, float *mean, float *rstd, const float *x,
                                              const float *w, const float *b, int64_t N, int C, float eps) {
     if (N <= 0) return;
-    k_layernorm<<<(unsigned)((N + ROW_BLOCK - 1) / ROW_BLOCK), 32 * ROW_BLOCK, 0, sharc_cuda_cs(s)>>>(y, mean, rstd, x,
-                                                                                                      w, b, N, C, eps);
+    k_layernorm<<<(unsigned)((N + ROW_BLOCK - 1) / ROW_BLOCK), 32 * ROW_BLOCK, 0, sharc_cuda_cs(s)>>>(
+        y, mean, rstd, x, w, b, N, C, eps, NULL, NULL);
+    SHARC_CUDA_LAUNCHED();
+}
+
+extern "C" void sharc_cuda_add_layernorm_forward(sharc_stream *s, float *sum, float *y, float *mean, float *rstd,
+                                                 const float *x, const float *r, const float *w, const float *b,
+                                                 int64_t N, int C, float eps) {
+    if (N <= 0) return;
+    k_layernorm<<<(unsigned)((N + ROW_BLOCK - 1) / ROW_BLOCK), 32 * ROW_BLOCK, 0, sharc_cuda_cs(s)>>>(
+        y, mean, rstd, x, w, b, N, C, eps, r, sum);
     SHARC_CUDA_LAUNCHED();
 }
 
@@ -227,13 +245,18 @@ extern "C" void sharc_cuda_layernorm_backward(sharc_stream *s, float *dx, float 
     SHARC_CUDA_LAUNCHED();
 }
 
-/* N rows of C (row_at); the per-head form has N = tokens x H */
+/* N rows of C (row_at); the per-head form has N = tokens x H. With res
+ * (H 1), x + res is normalised (note [add-norm], k_layernorm). */
 __global__ static void k_rmsnorm(float *y, float *rstd, const float *x, const float *w, int64_t N, int C, int H,
-                                 int64_t ld, float eps) {
+                                 int64_t ld, float eps, const float *res, float *xsum) {
     int64_t r = (int64_t)blockIdx.x * ROW_BLOCK + threadIdx.x / 32;
     int lane = threadIdx.x % 32;
     if (r >= N) return;
     int64_t o = row_at(r, H, C, ld);
+    if (res) {
+        for (int i = lane; i < C; i += 32) xsum[o + i] = x[o + i] + res[o + i];
+        x = xsum;
+    }
     const float *xr = x + o;
     float ss = 0.0f;
     for (int i = lane; i < C; i += 32) ss += xr[i] * xr[i];
@@ -245,8 +268,16 @@ __global__ static void k_rmsnorm(float *y, float *rstd, const float *x, const fl
 extern "C" void sharc_cuda_rmsnorm_forward(sharc_stream *s, float *y, float *rstd, const float *x, const float *w,
                                            int64_t N, int C, float eps) {
     if (N <= 0) return;
+    k_rmsnorm<<<(unsigned)((N + ROW_BLOCK - 1) / ROW_BLOCK), 32 * ROW_BLOCK, 0, sharc_cuda_cs(s)>>>(
+        y, rstd, x, w, N, C, 1, C, eps, NULL, NULL);
+    SHARC_CUDA_LAUNCHED();
+}
+
+extern "C" void sharc_cuda_add_rmsnorm_forward(sharc_stream *s, float *sum, float *y, float *rstd, const float *x,
+                                               const float *r, const float *w, int64_t N, int C, float eps) {
+    if (N <= 0) return;
     k_rmsnorm<<<(unsigned)((N + ROW_BLOCK - 1) / ROW_BLOCK), 32 * ROW_BLOCK, 0, sharc_cuda_cs(s)>>>(y, rstd, x, w, N, C,
-                                                                                                    1, C, eps);
+                                                                                                    1, C, eps, r, sum);
     SHARC_CUDA_LAUNCHED();
 }
 
@@ -283,8 +314,8 @@ extern "C" void sharc_cuda_head_rmsnorm_forward(sharc_stream *s, float *y, float
                                                 int64_t N, int H, int hd, int64_t ld, float eps) {
     int64_t R = N * H;
     if (R <= 0) return;
-    k_rmsnorm<<<(unsigned)((R + ROW_BLOCK - 1) / ROW_BLOCK), 32 * ROW_BLOCK, 0, sharc_cuda_cs(s)>>>(y, rstd, x, w, R,
-                                                                                                    hd, H, ld, eps);
+    k_rmsnorm<<<(unsigned)((R + ROW_BLOCK - 1) / ROW_BLOCK), 32 * ROW_BLOCK, 0, sharc_cuda_cs(s)>>>(
+        y, rstd, x, w, R, hd, H, ld, eps, NULL, NULL);
     SHARC_CUDA_LAUNCHED();
 }
 
