@@ -357,6 +357,141 @@ static void test_norms(void) {
     free(x), free(w), free(b), free(g), free(res), free(y), free(mean), free(rstd);
 }
 
+/* GPU arrays compared for identical bits */
+static void check_bits(const char *name, const void *d, const void *dref, int64_t n) {
+    float *h = down(d, n), *r = down(dref, n);
+    int64_t bad = -1;
+    for (int64_t i = 0; i < n && bad < 0; i++)
+        if (memcmp(&h[i], &r[i], sizeof(float)) != 0) bad = i;
+    char msg[160] = "";
+    if (bad >= 0) snprintf(msg, sizeof msg, "element %lld: %.9g, unfused %.9g", (long long)bad, h[bad], r[bad]);
+    result(name, bad < 0, msg);
+    free(h);
+    free(r);
+}
+
+/* The fused slots (notes [adamw-multi], [add-norm]): adamw_multi over a
+ * table of odd-length segments of two tensors, one region in no entry (a
+ * frozen parameter, padding), decay on some, bit for bit the cuda adamw
+ * per segment and within 1e-5 of the CPU's; add_layernorm_forward (bias,
+ * none) and add_rmsnorm_forward into poisoned outputs, bit for bit the
+ * cuda add then norm and within 1e-5 of the CPU's. */
+static void test_fused(void) {
+    const int64_t n = 2477; /* per tensor */
+    const int64_t lay[][4] = {{0, 0, 1, 1},   {0, 1, 1000, 0}, {0, 1001, 3, 1},        {0, 1004, 517, 1},
+                              {1, 7, 999, 0}, {1, 1006, 5, 1}, {1, 1011, n - 1011, 1}, {0, 1521, 700, 0}};
+    /* tensor 0's [2221, n) and tensor 1's [0, 7) are in no entry: the bits of adamw per segment say untouched */
+    const int nseg = (int)(sizeof lay / sizeof lay[0]);
+    sharc_adamw_scalars k = {.decay_mul = 0.5f,
+                             .beta1 = 0.9f,
+                             .beta2 = 0.95f,
+                             .step_size = 1e-3f,
+                             .sqrt_bc2 = 0.3f,
+                             .eps = 1e-8f,
+                             .grad_scale = 0.7f};
+    const float decay_mul = 0.999f;
+    float *h[4][2];    /* p, g, m, v of each tensor on the host (the CPU's run) */
+    float *d[4][2];    /* the same on the GPU, updated by adamw_multi */
+    float *dref[4][2]; /* and by adamw per segment */
+    for (int t = 0; t < 2; t++) {
+        for (int a = 0; a < 4; a++) {
+            h[a][t] = h_rand(n, a == 0 ? 1.0f : a == 1 ? 0.1f : a == 2 ? 0.01f : 0.001f);
+            if (a == 3)
+                for (int64_t i = 0; i < n; i++) h[a][t][i] = fabsf(h[a][t][i]);
+            d[a][t] = d_up(h[a][t], n * 4);
+            dref[a][t] = d_up(h[a][t], n * 4);
+        }
+    }
+    sharc_adamw_seg ht[8], hc[8]; /* the GPU's table (host copy), the CPU's */
+    int64_t first = 0;
+    for (int i = 0; i < nseg; i++) {
+        const int t = (int)lay[i][0];
+        const int64_t o = lay[i][1], len = lay[i][2];
+        ht[i] = (sharc_adamw_seg){.p = d[0][t] + o,
+                                  .g = d[1][t] + o,
+                                  .m = d[2][t] + o,
+                                  .v = d[3][t] + o,
+                                  .n = len,
+                                  .first = first,
+                                  .decay = (int32_t)lay[i][3]};
+        hc[i] = (sharc_adamw_seg){.p = h[0][t] + o,
+                                  .g = h[1][t] + o,
+                                  .m = h[2][t] + o,
+                                  .v = h[3][t] + o,
+                                  .n = len,
+                                  .first = first,
+                                  .decay = (int32_t)lay[i][3]};
+        first += len;
+        sharc_adamw_scalars e = k;
+        e.decay_mul = lay[i][3] ? decay_mul : 1.0f;
+        kg->adamw(sg, dref[0][t] + o, dref[1][t] + o, dref[2][t] + o, dref[3][t] + o, len, &e);
+    }
+    sharc_adamw_seg *dt = d_up(ht, sizeof ht);
+    kg->adamw_multi(sg, dt, ht, nseg, &k, decay_mul);
+    kc->adamw_multi(sc, hc, hc, nseg, &k, decay_mul);
+    const char *what[] = {"p", "g", "m", "v"};
+    for (int t = 0; t < 2; t++)
+        for (int a = 0; a < 4; a++) {
+            char name[64];
+            snprintf(name, sizeof name, "adamw_multi %s[%d] (bits of adamw per segment)", what[a], t);
+            check_bits(name, d[a][t], dref[a][t], n);
+            snprintf(name, sizeof name, "adamw_multi %s[%d]", what[a], t);
+            check(name, d[a][t], h[a][t], n, F32); /* frees both */
+            sharc_device_free(gpu, dref[a][t]);
+        }
+    sharc_device_free(gpu, dt);
+
+    const int64_t N = 29;
+    const int C = 75;
+    float *x = h_rand(N * C, 2), *r = h_rand(N * C, 1), *w = h_rand(C, 1), *b = h_rand(C, 1);
+    float *dx = d_up(x, N * C * 4), *dr = d_up(r, N * C * 4), *dw = d_up(w, C * 4), *db = d_up(b, C * 4);
+    for (int fam = 0; fam < 3; fam++) { /* layernorm with a bias, without, rmsnorm */
+        const char *nm = fam == 0   ? "add_layernorm_forward"
+                         : fam == 1 ? "add_layernorm_forward (no bias)"
+                                    : "add_rmsnorm_forward";
+        const float *bias = fam == 0 ? b : NULL, *dbias = fam == 0 ? db : NULL;
+        float *sum = malloc(N * C * 4), *y = malloc(N * C * 4), *mean = malloc(N * 4), *rstd = malloc(N * 4);
+        float *gs = d_poison(N * C), *gy = d_poison(N * C), *gm = d_poison(N), *gr = d_poison(N);
+        float *us = d_poison(N * C), *uy = d_poison(N * C), *um = d_poison(N), *ur = d_poison(N);
+        if (fam < 2) {
+            kc->add_layernorm_forward(sc, sum, y, mean, rstd, x, r, w, bias, N, C, 1e-5f);
+            kg->add_layernorm_forward(sg, gs, gy, gm, gr, dx, dr, dw, dbias, N, C, 1e-5f);
+            kg->add(sg, us, dx, dr, N * C);
+            kg->layernorm_forward(sg, uy, um, ur, us, dw, dbias, N, C, 1e-5f);
+        } else {
+            kc->add_rmsnorm_forward(sc, sum, y, rstd, x, r, w, N, C, 1e-6f);
+            kg->add_rmsnorm_forward(sg, gs, gy, gr, dx, dr, dw, N, C, 1e-6f);
+            kg->add(sg, us, dx, dr, N * C);
+            kg->rmsnorm_forward(sg, uy, ur, us, dw, N, C, 1e-6f);
+        }
+        char name[96];
+        snprintf(name, sizeof name, "%s sum (bits of add)", nm);
+        check_bits(name, gs, us, N * C);
+        snprintf(name, sizeof name, "%s y (bits of add, then the norm)", nm);
+        check_bits(name, gy, uy, N * C);
+        snprintf(name, sizeof name, "%s rstd (bits)", nm);
+        check_bits(name, gr, ur, N);
+        if (fam < 2) {
+            snprintf(name, sizeof name, "%s mean (bits)", nm);
+            check_bits(name, gm, um, N);
+            snprintf(name, sizeof name, "%s mean", nm);
+            check(name, gm, mean, N, F32);
+        } else {
+            sharc_device_free(gpu, gm);
+            free(mean);
+        }
+        snprintf(name, sizeof name, "%s sum", nm);
+        check(name, gs, sum, N * C, F32);
+        snprintf(name, sizeof name, "%s y", nm);
+        check(name, gy, y, N * C, F32);
+        snprintf(name, sizeof name, "%s rstd", nm);
+        check(name, gr, rstd, N, F32);
+        sharc_device_free(gpu, us), sharc_device_free(gpu, uy), sharc_device_free(gpu, um), sharc_device_free(gpu, ur);
+    }
+    sharc_device_free(gpu, dx), sharc_device_free(gpu, dr), sharc_device_free(gpu, dw), sharc_device_free(gpu, db);
+    free(x), free(r), free(w), free(b);
+}
+
 static void test_activations(void) {
     int64_t N = 31;
     int I = 53;
@@ -1169,6 +1304,7 @@ int main(int argc, char **argv) {
     RUN("elem", test_elem());
     RUN("matmul", test_matmul());
     RUN("norms", test_norms());
+    RUN("fused", test_fused());
     RUN("activations", test_activations());
     RUN("embedding", test_embedding());
     RUN("rope", test_rope());
