@@ -424,7 +424,9 @@ static void update_range(sharc_adamw *a, sharc_fsdp *e, int u, int64_t lo, int64
  * (a host comparison per unit) and rebuilds it if one moved. Shards,
  * gradients and moments are allocated at init and never reallocated, and
  * which parameters are frozen is fixed when the units are made, so that is
- * a guard, not a path taken. */
+ * a guard, not a path taken. The table (48 bytes an entry: a few KiB for
+ * GPT-2's ~150 segments) is counted under SHARC_MEM_OTHER, which the
+ * memory plan leaves unplanned, so the plan's optim bytes stay the moments. */
 static sharc_status multi_table(sharc_adamw *a, sharc_fsdp *e) {
     bool same = a->segs_h != NULL;
     for (int u = 0; u < a->nunits && same; u++)
@@ -467,7 +469,7 @@ static sharc_status multi_table(sharc_adamw *a, sharc_fsdp *e) {
     }
     if (a->nseg == 0) return SHARC_OK;
     size_t bytes = (size_t)a->nseg * sizeof *a->segs_h;
-    a->segs_d = sharc_device_alloc(a->dev, bytes, SHARC_MEM_OPTIM);
+    a->segs_d = sharc_device_alloc(a->dev, bytes, SHARC_MEM_OTHER); /* metadata, unplanned like the batch */
     if (!a->segs_d) return sharc_error(SHARC_ERR_NOMEM, "adamw: cannot allocate the segment table (%zu bytes)", bytes);
     sharc_stream *stream = sharc_device_stream(a->dev);
     SHARC_TRY(sharc_device_copy(a->dev, a->segs_d, a->segs_h, bytes, SHARC_COPY_HOST_TO_DEVICE, stream));

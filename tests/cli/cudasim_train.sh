@@ -28,6 +28,8 @@
 #  - 3 micro-batches a step (train.grad_accum): losses and norms = the
 #    CPU's within 1e-4, one host wait a step whatever the micro-batch count
 #    (note [loss-on-device] in src/model/model.c);
+#  - the optimizer step is one kernel launch (note [adamw-multi]: the
+#    simulator's launch counts, CUDASIM_LAUNCH_STATS);
 #  - what is not supported on cuda yet is one line naming the key, exit 2.
 set -uo pipefail
 source "$SHARC_ROOT/tests/cli/cudasim_lib.inc"
@@ -43,8 +45,12 @@ LLAMA="--model.family=llama --model.num_kv_heads=1 --model.tie_embeddings=false 
 for fam in gpt2 llama; do
   X=""; [ $fam = llama ] && X="$LLAMA"
   "$CPU" train $M $X --train.out_dir=c$fam > c$fam.log 2>&1 || { cat c$fam.log; die "$fam: cpu run"; }
-  "$SIM" train $M $X --train.out_dir=g$fam --train.device=cuda > g$fam.log 2>&1 || { tail -20 g$fam.log; die "$fam: cuda run"; }
+  CUDASIM_LAUNCH_STATS=1 "$SIM" train $M $X --train.out_dir=g$fam --train.device=cuda > g$fam.log 2>&1 ||
+    { tail -20 g$fam.log; die "$fam: cuda run"; }
   grep -q "device: cuda" g$fam.log || die "$fam: the cuda run's config does not say cuda"
+  # note [adamw-multi]: one optimizer launch a step, none per segment
+  [ "$(sed -n 's/^cudasim: launches k_adamw_multi //p' g$fam.log)" = 6 ] && ! grep -q '^cudasim: launches k_adamw ' g$fam.log ||
+    { grep '^cudasim: launches' g$fam.log; die "$fam: not one k_adamw_multi launch per step"; }
   for k in loss_metrics/global_avg_loss grad_norm; do
     [ "$(col c$fam 1 $k | wc -l)" -eq 6 ] || die "$fam: the cpu run has not 6 steps of $k"
     near "$(col g$fam 1 $k)" "$(col c$fam 1 $k)" "$fam cuda vs cpu $k" || exit 1

@@ -25,7 +25,8 @@
  * another stream waits on an event recorded after them; a stream never
  * runs ahead because a different stream was drained. So work that reads
  * what another stream writes without an event between them reads stale
- * data, as it may on a GPU. CUDASIM_SYNC=1 runs everything when queued. */
+ * data, as it may on a GPU. CUDASIM_SYNC=1 runs everything when queued.
+ * CUDASIM_LAUNCH_STATS=1 prints the launches queued, by kernel, at exit. */
 
 #include "cudasim.h"
 
@@ -38,6 +39,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <string>
 #include <setjmp.h>
 #include <pthread.h>
 #include <signal.h>
@@ -70,6 +72,15 @@ struct alloc_rec {
 static std::map<uintptr_t, alloc_rec> allocs; /* by user pointer */
 static size_t live_bytes, peak_bytes;
 static unsigned long host_syncs; /* cudasim_host_syncs */
+/* Launches queued (kernels and cuBLASLt matmuls), by name: CUDASIM_LAUNCH_STATS=1 prints them at exit. */
+static std::map<std::string, unsigned long> launches;
+static void count_launch(const char *what) { launches[what ? what : "?"]++; }
+static void print_launches(void) {
+    unsigned long total = 0;
+    for (const auto &l : launches) total += l.second;
+    fprintf(stderr, "cudasim: kernel launches %lu\n", total);
+    for (const auto &l : launches) fprintf(stderr, "cudasim: launches %s %lu\n", l.first.c_str(), l.second);
+}
 /* One host synchronization (CUDASIM_SYNC_TRACE=1: with the caller's backtrace). */
 static void count_sync(void) {
     host_syncs++;
@@ -180,6 +191,8 @@ static void init_once(void) {
     sigaltstack(&ss, NULL);
     const char *es = getenv("CUDASIM_SYNC_STATS");
     if (es && es[0] == '1') atexit([]() { fprintf(stderr, "cudasim: host syncs %lu\n", host_syncs); });
+    const char *el = getenv("CUDASIM_LAUNCH_STATS");
+    if (el && el[0] == '1') atexit(print_launches);
 }
 
 static cudaError_t fail(cudaError_t e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -536,6 +549,7 @@ void run(const char *kernel, const launch_cfg &cfg, body_fn body, void *arg, bod
                 in_arena(ptrs[i]) ? what : "a host address");
         }
     }
+    count_launch(kernel);
     launch_cfg c = cfg;
     enqueue(stream_of(cfg.stream), [kernel, c, body, arg, drop]() {
         launch_now(kernel, c, body, arg);
@@ -585,6 +599,7 @@ extern "C" void cudasim_stream_drain(cudaStream_t s) {
 /* Queue fn(arg) on stream s as device work named `what` (fn owns arg). */
 extern "C" void cudasim_enqueue(cudaStream_t s, const char *what, void (*fn)(void *), void *arg) {
     pthread_mutex_lock(&lock);
+    count_launch(what);
     enqueue(stream_of(s), [what, fn, arg]() {
         cur_kernel = what;
         device_enter();
