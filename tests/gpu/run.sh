@@ -273,7 +273,7 @@ else
     sanitize "a 2-step sharc train on cuda" memcheck "$bin/sharc" train $M --train.max_steps=2 --train.device=cuda \
       --train.out_dir="$tmp/cs"
   fi
-  for group in elem norms qknorm attention xent attn16 vocab; do
+  for group in elem norms fused qknorm attention xent attn16 vocab; do
     sanitize "gpu_kernels $group" racecheck "$bin/gpu_kernels" $group
     sanitize "gpu_kernels $group" synccheck "$bin/gpu_kernels" $group
   done
