@@ -536,7 +536,8 @@ sharc_status sharc_adamw_step(sharc_adamw *a, sharc_fsdp *e, float lr, float gra
     sharc_status st = SHARC_OK;
     sharc_fsdp_shard_write_begin(e);
     if (a->fd >= 0) st = step_offloaded(a, e, &sc, decay_mul);
-    else if (sharc_fsdp_shard_device(e) == sharc_fsdp_device(e)) { /* note [adamw-multi] */ st = multi_table(a, e);
+    else if (sharc_fsdp_shard_device(e) == sharc_fsdp_device(e)) {
+        st = multi_table(a, e); /* note [adamw-multi] */
         if (st == SHARC_OK && a->nseg > 0)
             sharc_device_kernels(a->dev)->adamw_multi(sharc_device_stream(a->dev), a->segs_d, a->segs_h, a->nseg, &sc,
                                                       decay_mul);
