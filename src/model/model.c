@@ -1013,18 +1013,20 @@ static void mm_bwd(const sharc_model *m, float *dx, float *dw, float *db, const 
  * in one call, pre = x w^T + b kept for backward, y = gelu(pre) and its bf16
  * copy yh (NULL unless bf16 activations): the table's fused slot (the CPU's
  * is the unfused composition, the same bits as before), or with bf16
- * operands rounded from fp32 (k16) the unfused kernels. */
+ * operands rounded from fp32 (k16) the unfused kernels. The region counts
+ * the product's FLOPs and GELU's bytes only (profile.sh sums the matmul
+ * regions' FLOPs to 6 x weights x tokens). */
 static void mm_gelu_fwd(const sharc_model *m, float *pre, float *y, uint16_t *yh, const float *x, const uint16_t *xh,
                         const float *w, const uint16_t *wh, const float *b, int64_t n, int ic, int oc) {
     if (xh) {
-        PROF_COUNT(2.0 * n * ic * oc + 8.0 * n * oc, 2.0 * ((double)n * ic + (double)ic * oc) + 10.0 * n * oc);
+        PROF_COUNT(2.0 * n * ic * oc, 2.0 * ((double)n * ic + (double)ic * oc) + 10.0 * n * oc);
         m->kdev->matmul_gelu_forward_b16(m->s, pre, y, yh, xh, wh, b, n, ic, oc);
     } else if (m->k->matmul_gelu_forward) {
-        PROF_COUNT(2.0 * n * ic * oc + 8.0 * n * oc, 4.0 * ((double)n * ic + (double)ic * oc) + 8.0 * n * oc);
+        PROF_COUNT(2.0 * n * ic * oc, 4.0 * ((double)n * ic + (double)ic * oc) + 8.0 * n * oc);
         m->k->matmul_gelu_forward(m->s, pre, y, x, w, b, n, ic, oc);
     } else {
         mm_fwd(m, pre, x, NULL, w, NULL, b, n, ic, oc);
-        PROF_COUNT(8.0 * n * oc, 8.0 * n * oc);
+        PROF_COUNT(0, 8.0 * n * oc);
         m->k->gelu_forward(m->s, y, pre, n * oc);
         keep16(m, yh, y, n * oc);
     }
@@ -1034,7 +1036,7 @@ static void mm_gelu_fwd(const sharc_model *m, float *pre, float *y, uint16_t *yh
 static void mm_bwd_dgelu(const sharc_model *m, float *dx, float *dw, float *db, const float *dy, const float *x,
                          const uint16_t *xh, const float *w, const uint16_t *wh, const float *pre, int64_t n, int ic,
                          int oc) {
-    PROF_COUNT(12.0 * n * ic, 12.0 * n * ic); /* gelu' */
+    PROF_COUNT(0, 12.0 * n * ic); /* gelu''s bytes (its FLOPs are not the region's matmul work) */
     if (xh || m->k->matmul_backward_dgelu) mm_bwd_count(xh != NULL, dx != NULL, dw != NULL, n, ic, oc);
     if (xh) {
         m->kdev->matmul_backward_dgelu_b16(m->s, dx, dw, db, dy, xh, wh, pre, n, ic, oc);

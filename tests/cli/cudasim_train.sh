@@ -14,7 +14,8 @@
 #  - fsdp.param_dtype bf16 on cuda against the CPU's emulated bf16 (1e-3);
 #  - GPT-2's fc + GELU runs in cuBLASLt's GELU epilogues (note [gemm-gelu]):
 #    one GELU_AUX_BIAS and one DGELU product per layer and micro-batch, fp32
-#    and bf16, counted by the simulated cuBLASLt;
+#    and bf16, and with the tiled MLP and activation checkpointing (cuda =
+#    cpu within 1e-4), counted by the simulated cuBLASLt;
 #  - (2 ranks sharing the one GPU through MPI, note [comm-staging], against
 #    1 rank: tests/gpu/run.sh step 5, which tests/cli/cudasim.sh runs here);
 #  - 2 ranks over NCCL, each its own simulated GPU (build/libfake_nccl.so as
@@ -212,6 +213,22 @@ ga=$(lt 4 ag1.log) gb=$(lt 4 ag3.log)
 [ -n "$ga" ] && [ $(((gb - ga) / 2)) -eq 12 ] ||
   die "grad_accum 3: $(((${gb:-0} - ${ga:-0}) / 2)) cuBLASLt GELU epilogues a step ('$ga', '$gb'), expected 12"
 echo "grad_accum 3: cuda = cpu within 1e-4, $(((b - a) / 2)) host sync a step, 12 GELU epilogues a step"
+
+# note [gemm-gelu] with GPT-2's tiled MLP (3 chunks) and activation
+# checkpointing: cuda = cpu within 1e-4 over 2 steps, and a step's GELU
+# epilogues are 2 layers x 3 chunks x (forward, backward's chunk recompute,
+# DGELU) = 18 (the checkpointed block's recompute stops before the MLP)
+TL="$M --fsdp.apply_tiled_mlp=true --fsdp.tiled_num_shards=3 --fsdp.activation_checkpointing=true --ckpt.every=0"
+"$CPU" train $TL --train.max_steps=2 --train.out_dir=tc > tc.log 2>&1 || { cat tc.log; die "cpu tiled run"; }
+for s in 1 2; do
+  CUDASIM_SYNC_STATS=1 "$SIM" train $TL --train.max_steps=$s --train.out_dir=tg$s --train.device=cuda > tg$s.log 2>&1 ||
+    { tail -20 tg$s.log; die "cuda tiled run ($s steps)"; }
+done
+for k in loss_metrics/global_avg_loss grad_norm; do near "$(col tg2 1 $k)" "$(col tc 1 $k)" "tiled MLP $k" || exit 1; done
+ta=$(lt 4 tg1.log) tb=$(lt 4 tg2.log)
+[ -n "$ta" ] && [ $((tb - ta)) -eq 18 ] ||
+  die "tiled MLP: $((${tb:-0} - ${ta:-0})) cuBLASLt GELU epilogues a step ('$ta', '$tb'), expected 18"
+echo "tiled MLP + activation checkpointing: cuda = cpu within 1e-4, 18 GELU epilogues a step"
 
 # note [gpu-of-rank] (sharc/launch.h): local rank 3 of a node with 2 GPUs
 # (CUDASIM_DEVICES) trains on GPU 1, as torch.cuda.set_device(LOCAL_RANK % 2)
