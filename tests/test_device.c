@@ -231,6 +231,42 @@ TEST(kernel_table_fallbacks_and_required_slots) {
 
 /* note [rank-order]: sum_ranks against the plain loop, bit for bit, fp32
  * (written and added) and 16-bit, at sizes that split into several chunks */
+/* note [gemm-gelu]: the CPU's fused linear + GELU slots are the dispatcher's
+ * fallbacks, bit for bit the unfused kernels (the model's old path), with
+ * the backward's gelu' applied in place; a backend giving one of the fp32
+ * pair gets both fallbacks. */
+TEST(kernel_gelu_fusion_fallbacks_are_the_unfused_path) {
+    const int64_t N = 13;
+    const int IC = 19, OC = 11;
+    float *x = randn(N * IC, 3, 1.0f), *w = randn((int64_t)OC * IC, 4, 0.3f), *b = randn(OC, 5, 1.0f);
+    float *pre = zeros(N * OC), *y = zeros(N * OC), *rpre = zeros(N * OC), *ry = zeros(N * OC);
+    kt()->matmul_gelu_forward(ks(), pre, y, x, w, b, N, IC, OC);
+    kt()->matmul_forward(ks(), rpre, x, w, b, N, IC, OC);
+    kt()->gelu_forward(ks(), ry, rpre, N * OC);
+    ASSERT_TRUE(memcmp(pre, rpre, sizeof(float) * (size_t)(N * OC)) == 0);
+    ASSERT_TRUE(memcmp(y, ry, sizeof(float) * (size_t)(N * OC)) == 0);
+    float *dy = randn(N * OC, 6, 1.0f), *p = randn(N * IC, 7, 1.5f);
+    float *dx = zeros(N * IC), *dw = zeros((int64_t)OC * IC), *db = zeros(OC);
+    float *t = zeros(N * IC), *rdx = zeros(N * IC), *rdw = zeros((int64_t)OC * IC), *rdb = zeros(OC);
+    kt()->matmul_backward_dgelu(ks(), dx, dw, db, dy, x, w, p, N, IC, OC);
+    kt()->matmul_backward(ks(), t, rdw, rdb, dy, x, w, N, IC, OC);
+    kt()->gelu_backward(ks(), rdx, t, p, N * IC);
+    ASSERT_TRUE(memcmp(dx, rdx, sizeof(float) * (size_t)(N * IC)) == 0);
+    ASSERT_TRUE(memcmp(dw, rdw, sizeof(float) * (size_t)OC * IC) == 0);
+    ASSERT_TRUE(memcmp(db, rdb, sizeof(float) * (size_t)OC) == 0);
+    sharc_kernels half = *kt();
+    half.matmul_gelu_forward = NULL;
+    ASSERT_OK(sharc_device_kernels_complete("test", &half));
+    ASSERT_TRUE(half.matmul_gelu_forward == kt()->matmul_gelu_forward &&
+                half.matmul_backward_dgelu == kt()->matmul_backward_dgelu);
+    sharc_kernels no16 = *kt();
+    no16.matmul_forward_b16 = NULL;
+    ASSERT_OK(sharc_device_kernels_complete("test", &no16));
+    ASSERT_TRUE(no16.matmul_gelu_forward_b16 == NULL && no16.matmul_backward_dgelu_b16 == NULL);
+    float *all[] = {x, w, b, pre, y, rpre, ry, dy, p, dx, dw, db, t, rdx, rdw, rdb};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) free(all[i]);
+}
+
 TEST(kernel_sum_ranks_is_the_rank_ordered_loop) {
     sharc_threads_set(2);
     const int64_t n = 3 * 32768 + 77;

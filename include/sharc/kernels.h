@@ -300,6 +300,28 @@ typedef struct sharc_kernels {
     void (*attention_backward_bf16)(sharc_stream *s, float *dqkv, const float *dout, const float *qkv, const float *out,
                                     const float *lse, const int32_t *lo, int B, int T, int NH, int NKV, int hd,
                                     float *ws);
+
+    /* ---- the linear layer with GELU fused (note [gemm-gelu] in
+     * src/device/cuda/cuda.cu), GPT-2's MLP fc ----
+     * Forward: pre(N,OC) = x w^T + b (b nullable), kept for backward, and
+     * y(N,OC) = gelu(pre) (the tanh form of gelu_forward). Backward: the
+     * product that reads y, dx(N,IC) = (dy @ w) * gelu'(pre) with pre (N,IC),
+     * dw, db accumulated as matmul_backward (each skipped if NULL). The _b16
+     * forms take x and w in bf16 as matmul_forward_b16 / _backward_b16 do, and
+     * the forward also writes yh (nullable), y rounded to bf16 (the model's
+     * bf16 copy, note [bf16-acts]). (optional: the unfused composition of
+     * matmul_forward(_b16), gelu_forward and cast, and of
+     * matmul_backward(_b16) and gelu_backward; the _b16 forms NULL without
+     * matmul_forward_b16) */
+    void (*matmul_gelu_forward)(sharc_stream *s, float *pre, float *y, const float *x, const float *w, const float *b,
+                                int64_t N, int IC, int OC);
+    void (*matmul_backward_dgelu)(sharc_stream *s, float *dx, float *dw, float *db, const float *dy, const float *x,
+                                  const float *w, const float *pre, int64_t N, int IC, int OC);
+    void (*matmul_gelu_forward_b16)(sharc_stream *s, float *pre, float *y, uint16_t *yh, const uint16_t *x,
+                                    const uint16_t *w, const float *b, int64_t N, int IC, int OC);
+    void (*matmul_backward_dgelu_b16)(sharc_stream *s, float *dx, float *dw, float *db, const float *dy,
+                                      const uint16_t *x, const uint16_t *w, const float *pre, int64_t N, int IC,
+                                      int OC);
 } sharc_kernels;
 
 #ifdef __cplusplus

@@ -399,6 +399,38 @@ static void add_rmsnorm_by_add(sharc_stream *s, float *sum, float *y, float *rst
     s->dev->kernels.rmsnorm_forward(s, y, rstd, sum, w, N, C, eps);
 }
 
+/* note [gemm-gelu]: the fused linear + GELU slots' fallbacks, the model's
+ * unfused path (gelu_backward runs in place: it is element-wise) */
+static void matmul_gelu_forward_unfused(sharc_stream *s, float *pre, float *y, const float *x, const float *w,
+                                        const float *b, int64_t N, int IC, int OC) {
+    const sharc_kernels *k = &s->dev->kernels;
+    k->matmul_forward(s, pre, x, w, b, N, IC, OC);
+    k->gelu_forward(s, y, pre, N * OC);
+}
+
+static void matmul_backward_dgelu_unfused(sharc_stream *s, float *dx, float *dw, float *db, const float *dy,
+                                          const float *x, const float *w, const float *pre, int64_t N, int IC, int OC) {
+    const sharc_kernels *k = &s->dev->kernels;
+    k->matmul_backward(s, dx, dw, db, dy, x, w, N, IC, OC);
+    if (dx) k->gelu_backward(s, dx, dx, pre, N * IC);
+}
+
+static void matmul_gelu_forward_b16_unfused(sharc_stream *s, float *pre, float *y, uint16_t *yh, const uint16_t *x,
+                                            const uint16_t *w, const float *b, int64_t N, int IC, int OC) {
+    const sharc_kernels *k = &s->dev->kernels;
+    k->matmul_forward_b16(s, pre, x, w, b, N, IC, OC);
+    k->gelu_forward(s, y, pre, N * OC);
+    if (yh) k->cast(s, yh, SHARC_DT_BF16, y, SHARC_DT_F32, N * OC);
+}
+
+static void matmul_backward_dgelu_b16_unfused(sharc_stream *s, float *dx, float *dw, float *db, const float *dy,
+                                              const uint16_t *x, const uint16_t *w, const float *pre, int64_t N, int IC,
+                                              int OC) {
+    const sharc_kernels *k = &s->dev->kernels;
+    k->matmul_backward_b16(s, dx, dw, db, dy, x, w, N, IC, OC);
+    if (dx) k->gelu_backward(s, dx, dx, pre, N * IC);
+}
+
 /* Every slot: whether a backend must provide it. Kept in the order of the
  * struct; the static assertion below catches a slot added to sharc_kernels
  * and not here. */
@@ -457,7 +489,11 @@ static void add_rmsnorm_by_add(sharc_stream *s, float *sum, float *y, float *rst
     X(matmul_forward_b16, 0) \
     X(matmul_backward_b16, 0) \
     X(attention_forward_bf16, 0) \
-    X(attention_backward_bf16, 0)
+    X(attention_backward_bf16, 0) \
+    X(matmul_gelu_forward, 0) \
+    X(matmul_backward_dgelu, 0) \
+    X(matmul_gelu_forward_b16, 0) \
+    X(matmul_backward_dgelu_b16, 0)
 // clang-format on
 
 #define COUNT_SLOT(name, required) +1
@@ -486,5 +522,13 @@ sharc_status sharc_device_kernels_complete(const char *backend, sharc_kernels *k
     if (!k->lmhead_xent_bf16) k->lmhead_xent_bf16 = k->lmhead_xent;
     if (!k->attention_forward_bf16 || !k->attention_backward_bf16) /* both or neither */
         k->attention_forward_bf16 = k->attention_forward, k->attention_backward_bf16 = k->attention_backward;
+    if (!k->matmul_gelu_forward || !k->matmul_backward_dgelu) /* both or neither */
+        k->matmul_gelu_forward = matmul_gelu_forward_unfused, k->matmul_backward_dgelu = matmul_backward_dgelu_unfused;
+    if (!k->matmul_forward_b16) {
+        k->matmul_gelu_forward_b16 = NULL, k->matmul_backward_dgelu_b16 = NULL;
+    } else if (!k->matmul_gelu_forward_b16 || !k->matmul_backward_dgelu_b16) {
+        k->matmul_gelu_forward_b16 = matmul_gelu_forward_b16_unfused;
+        k->matmul_backward_dgelu_b16 = matmul_backward_dgelu_b16_unfused;
+    }
     return SHARC_OK;
 }

@@ -344,6 +344,8 @@ sharc_status sharc_model_init(sharc_model **out, const sharc_model_config *cfg, 
     m->k16.lmhead_xent = m->kdev->lmhead_xent_bf16;
     m->k16.attention_forward = m->kdev->attention_forward_bf16;
     m->k16.attention_backward = m->kdev->attention_backward_bf16;
+    m->k16.matmul_gelu_forward = NULL; /* note [gemm-gelu]: fp32 operands only; mm_gelu_fwd composes for k16 */
+    m->k16.matmul_backward_dgelu = NULL;
     m->tp = 1;
     set_dims(m, 1);
     sharc_status st = build_units(m);
@@ -1004,14 +1006,56 @@ static void mm_fwd(const sharc_model *m, float *y, const float *x, const uint16_
     else m->k->matmul_forward(m->s, y, x, w, b, n, ic, oc);
 }
 
+static void mm_bwd_count(bool b16, bool dx, bool dw, int64_t n, int ic, int oc) {
+    const double e = b16 ? 2.0 : 4.0;
+    PROF_COUNT(2.0 * n * ic * oc * (dx + dw), 4.0 * n * oc + e * ((double)n * ic + (double)ic * oc) +
+                                                  (dx ? 4.0 * n * ic : 0) + (dw ? 8.0 * ic * oc : 0));
+}
+
 static void mm_bwd(const sharc_model *m, float *dx, float *dw, float *db, const float *dy, const float *x,
                    const uint16_t *xh, const float *w, const uint16_t *wh, int64_t n, int ic, int oc) {
-    const double e = xh ? 2.0 : 4.0;
-    PROF_COUNT(2.0 * n * ic * oc * ((dx != NULL) + (dw != NULL)),
-               4.0 * n * oc + e * ((double)n * ic + (double)ic * oc) + (dx ? 4.0 * n * ic : 0) +
-                   (dw ? 8.0 * ic * oc : 0));
+    mm_bwd_count(xh != NULL, dx != NULL, dw != NULL, n, ic, oc);
     if (xh) m->kdev->matmul_backward_b16(m->s, dx, dw, db, dy, xh, wh, n, ic, oc);
     else m->k->matmul_backward(m->s, dx, dw, db, dy, x, w, n, ic, oc);
+}
+
+/* Note [gemm-gelu] (src/device/cuda/cuda.cu): GPT-2's fc product and GELU
+ * in one call, pre = x w^T + b kept for backward, y = gelu(pre) and its bf16
+ * copy yh (NULL unless bf16 activations): the table's fused slot (the CPU's
+ * is the unfused composition, the same bits as before), or with bf16
+ * operands rounded from fp32 (k16) the unfused kernels. The region counts
+ * the product's FLOPs and GELU's bytes only (profile.sh sums the matmul
+ * regions' FLOPs to 6 x weights x tokens). */
+static void mm_gelu_fwd(const sharc_model *m, float *pre, float *y, uint16_t *yh, const float *x, const uint16_t *xh,
+                        const float *w, const uint16_t *wh, const float *b, int64_t n, int ic, int oc) {
+    if (xh) {
+        PROF_COUNT(2.0 * n * ic * oc, 2.0 * ((double)n * ic + (double)ic * oc) + 10.0 * n * oc);
+        m->kdev->matmul_gelu_forward_b16(m->s, pre, y, yh, xh, wh, b, n, ic, oc);
+    } else if (m->k->matmul_gelu_forward) {
+        PROF_COUNT(2.0 * n * ic * oc, 4.0 * ((double)n * ic + (double)ic * oc) + 8.0 * n * oc);
+        m->k->matmul_gelu_forward(m->s, pre, y, x, w, b, n, ic, oc);
+    } else {
+        mm_fwd(m, pre, x, NULL, w, NULL, b, n, ic, oc);
+        PROF_COUNT(0, 8.0 * n * oc);
+        m->k->gelu_forward(m->s, y, pre, n * oc);
+        keep16(m, yh, y, n * oc);
+    }
+}
+
+/* the product that reads gelu(pre): dx = (dy w) * gelu'(pre), dw, db as mm_bwd */
+static void mm_bwd_dgelu(const sharc_model *m, float *dx, float *dw, float *db, const float *dy, const float *x,
+                         const uint16_t *xh, const float *w, const uint16_t *wh, const float *pre, int64_t n, int ic,
+                         int oc) {
+    PROF_COUNT(0, 12.0 * n * ic); /* gelu''s bytes (its FLOPs are not the region's matmul work) */
+    if (xh || m->k->matmul_backward_dgelu) mm_bwd_count(xh != NULL, dx != NULL, dw != NULL, n, ic, oc);
+    if (xh) {
+        m->kdev->matmul_backward_dgelu_b16(m->s, dx, dw, db, dy, xh, wh, pre, n, ic, oc);
+    } else if (m->k->matmul_backward_dgelu) {
+        m->k->matmul_backward_dgelu(m->s, dx, dw, db, dy, x, w, pre, n, ic, oc);
+    } else {
+        mm_bwd(m, dx, dw, db, dy, x, NULL, w, NULL, n, ic, oc);
+        m->k->gelu_backward(m->s, dx, dx, pre, n * ic);
+    }
 }
 
 /* Block l gathered: its pointers into the engine's buffer, or under bf16
@@ -1051,10 +1095,13 @@ static block_ptrs gathered_block(sharc_model *m, sharc_fsdp *e, int l) {
  * shared chunk buffers tfc, tfca (and tfcah). */
 static void mlp_chunk_forward(sharc_model *m, const block_ptrs *w, const float *ln2, const uint16_t *ln2h, int64_t n) {
     const sharc_kernels *k = m->k;
+    if (m->cfg.family != SHARC_FAMILY_LLAMA) { /* note [gemm-gelu] */
+        SHARC_PROF("fwd.matmul.fc", mm_gelu_fwd(m, m->tfc, m->tfca, ln2h ? m->tfcah : NULL, ln2, ln2h, w->wfc, m->w16fc,
+                                                w->bfc, n, m->C, m->F));
+        return;
+    }
     SHARC_PROF("fwd.matmul.fc", mm_fwd(m, m->tfc, ln2, ln2h, w->wfc, m->w16fc, w->bfc, n, m->C, m->F));
-    if (m->cfg.family == SHARC_FAMILY_LLAMA)
-        SHARC_PROF_WORK("fwd.act", 0, 12.0 * n * m->Fa, k->swiglu_forward(m->s, m->tfca, m->tfc, n, m->Fa));
-    else SHARC_PROF_WORK("fwd.act", 0, 8.0 * n * m->Fa, k->gelu_forward(m->s, m->tfca, m->tfc, n * m->Fa));
+    SHARC_PROF_WORK("fwd.act", 0, 12.0 * n * m->Fa, k->swiglu_forward(m->s, m->tfca, m->tfc, n, m->Fa));
     if (ln2h) SHARC_PROF("fwd.act", keep16(m, m->tfcah, m->tfca, n * m->Fa));
 }
 
@@ -1178,10 +1225,14 @@ static void block_forward(sharc_model *m, const block_ptrs *w, block_acts *a, co
         SHARC_PROF_WORK("fwd.residual", 0, 12.0 * N * m->C, k->add(s, y, a->xmid, m->tmp, N * m->C));
         return;
     }
-    SHARC_PROF("fwd.matmul.fc", mm_fwd(m, a->fc, a->ln2, a->ln2h, w->wfc, m->w16fc, w->bfc, N, m->C, m->F));
-    if (llama) SHARC_PROF_WORK("fwd.act", 0, 12.0 * N * m->Fa, k->swiglu_forward(s, a->fca, a->fc, N, m->Fa));
-    else SHARC_PROF_WORK("fwd.act", 0, 8.0 * N * m->Fa, k->gelu_forward(s, a->fca, a->fc, N * m->Fa));
-    SHARC_PROF("fwd.act", keep16(m, a->fcah, a->fca, N * m->Fa));
+    if (llama) {
+        SHARC_PROF("fwd.matmul.fc", mm_fwd(m, a->fc, a->ln2, a->ln2h, w->wfc, m->w16fc, w->bfc, N, m->C, m->F));
+        SHARC_PROF_WORK("fwd.act", 0, 12.0 * N * m->Fa, k->swiglu_forward(s, a->fca, a->fc, N, m->Fa));
+        SHARC_PROF("fwd.act", keep16(m, a->fcah, a->fca, N * m->Fa));
+    } else { /* note [gemm-gelu] */
+        SHARC_PROF("fwd.matmul.fc",
+                   mm_gelu_fwd(m, a->fc, a->fca, a->fcah, a->ln2, a->ln2h, w->wfc, m->w16fc, w->bfc, N, m->C, m->F));
+    }
     if (!y) return; /* recomputing for backward: the block output is not needed */
     SHARC_PROF("fwd.matmul.fcproj", mm_fwd(m, m->tmp, a->fca, a->fcah, w->wproj, m->w16proj, w->bproj, N, m->Fa, m->C));
     SHARC_PROF("fwd.tp", sharc_tp_all_reduce(&m->tpl, m->s, m->tmp, N * m->C));
@@ -1247,11 +1298,14 @@ static void block_backward(sharc_model *m, const block_ptrs *w, const block_ptrs
             fca = m->tfca;
             fcah = m->tfcah;
         }
-        SHARC_PROF("bwd.matmul.fcproj", mm_bwd(m, m->dfca, g->wproj, g->bproj, dres + r0 * m->C, fca, fcah, w->wproj,
-                                               m->w16proj, n, m->Fa, m->C));
-        if (llama)
+        if (llama) {
+            SHARC_PROF("bwd.matmul.fcproj", mm_bwd(m, m->dfca, g->wproj, g->bproj, dres + r0 * m->C, fca, fcah,
+                                                   w->wproj, m->w16proj, n, m->Fa, m->C));
             SHARC_PROF_WORK("bwd.act", 0, 20.0 * n * m->Fa, k->swiglu_backward(s, m->dfc, m->dfca, fc, n, m->Fa));
-        else SHARC_PROF_WORK("bwd.act", 0, 12.0 * n * m->Fa, k->gelu_backward(s, m->dfc, m->dfca, fc, n * m->Fa));
+        } else { /* note [gemm-gelu]: dfc = (dres wproj) * gelu'(fc) */
+            SHARC_PROF("bwd.matmul.fcproj", mm_bwd_dgelu(m, m->dfc, g->wproj, g->bproj, dres + r0 * m->C, fca, fcah,
+                                                         w->wproj, m->w16proj, fc, n, m->Fa, m->C));
+        }
         SHARC_PROF("bwd.matmul.fc", mm_bwd(m, m->dtmp + r0 * m->C, g->wfc, g->bfc, m->dfc, a->ln2 + r0 * m->C, ln2h,
                                            w->wfc, m->w16fc, n, m->C, m->F));
     }
@@ -1696,10 +1750,13 @@ static void block_forward_cached(sharc_model *m, int l, const block_ptrs *w, con
     if (w->is_moe) { /* note [moe] */
         moe_mlp_forward(m, w, 0, m->tmp, a->ln2, n, false);
     } else if (a->fc) {
-        mm_fwd(m, a->fc, a->ln2, a->ln2h, w->wfc, m->w16fc, w->bfc, n, m->C, m->F);
-        if (llama) k->swiglu_forward(s, a->fca, a->fc, n, m->Fa);
-        else k->gelu_forward(s, a->fca, a->fc, (int64_t)n * m->Fa);
-        keep16(m, a->fcah, a->fca, (int64_t)n * m->Fa);
+        if (llama) {
+            mm_fwd(m, a->fc, a->ln2, a->ln2h, w->wfc, m->w16fc, w->bfc, n, m->C, m->F);
+            k->swiglu_forward(s, a->fca, a->fc, n, m->Fa);
+            keep16(m, a->fcah, a->fca, (int64_t)n * m->Fa);
+        } else {
+            mm_gelu_fwd(m, a->fc, a->fca, a->fcah, a->ln2, a->ln2h, w->wfc, m->w16fc, w->bfc, n, m->C, m->F);
+        }
         mm_fwd(m, m->tmp, a->fca, a->fcah, w->wproj, m->w16proj, w->bproj, n, m->Fa, m->C);
     } else { /* a tiled MLP (note [tiled-mlp]): its chunk buffers, tile_rows rows at a time */
         for (int64_t r0 = 0; r0 < n; r0 += m->tile_rows) {

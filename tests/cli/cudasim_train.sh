@@ -12,6 +12,10 @@
 #    eval) to the CPU run's validation loss within 1e-4;
 #  - evaluation during training (log.eval_every) on cuda matches the CPU's;
 #  - fsdp.param_dtype bf16 on cuda against the CPU's emulated bf16 (1e-3);
+#  - GPT-2's fc + GELU runs in cuBLASLt's GELU epilogues (note [gemm-gelu]):
+#    one GELU_AUX_BIAS and one DGELU product per layer and micro-batch, fp32
+#    and bf16, and with the tiled MLP and activation checkpointing (cuda =
+#    cpu within 1e-4), counted by the simulated cuBLASLt;
 #  - (2 ranks sharing the one GPU through MPI, note [comm-staging], against
 #    1 rank: tests/gpu/run.sh step 5, which tests/cli/cudasim.sh runs here);
 #  - 2 ranks over NCCL, each its own simulated GPU (build/libfake_nccl.so as
@@ -33,6 +37,9 @@
 #  - what is not supported on cuda yet is one line naming the key, exit 2.
 set -uo pipefail
 source "$SHARC_ROOT/tests/cli/cudasim_lib.inc"
+# field $1 (1 matmuls, 2 heuristic queries, 3 bias epilogues, 4 gelu
+# epilogues) of the simulated cuBLASLt's CUDASIM_SYNC_STATS lines in log $2
+lt() { sed -n "s/^cudasim cuBLASLt: \([0-9]*\) matmuls, \([0-9]*\) heuristic queries, \([0-9]*\) bias epilogues, \([0-9]*\) gelu epilogues$/\\$1/p" "$2" | sort -n | tr '\n' ' '; }
 NEAR_TOL=1e-4 # cuda against the CPU (a 2-rank nccl check below asks 1e-5)
 for i in $(seq 1 300); do echo "the quick brown fox jumps over the lazy dog $((i % 13))"; done > text.txt
 head -40 text.txt > val.txt
@@ -83,10 +90,14 @@ near "$(col vg 1 loss_metrics/val_loss)" "$(col ve 1 loss_metrics/val_loss)" "va
 # bf16 on tensor cores on cuda (note [cuda-attention-tc]), in fp32 on the CPU
 B16="$M --fsdp.param_dtype=bf16 --train.max_steps=3 --ckpt.every=0"
 SHARC_BF16=emulate "$CPU" train $B16 --train.out_dir=bc > bc.log 2>&1 || { cat bc.log; die "cpu bf16 run"; }
-"$SIM" train $B16 --train.out_dir=bg --train.device=cuda > bg.log 2>&1 || { tail -20 bg.log; die "cuda bf16 run"; }
+CUDASIM_SYNC_STATS=1 "$SIM" train $B16 --train.out_dir=bg --train.device=cuda > bg.log 2>&1 || { tail -20 bg.log; die "cuda bf16 run"; }
 grep -q "matrix products in bf16" bg.log || die "the cuda bf16 run does not compute in bf16: $(grep bf16 bg.log)"
 for k in loss_metrics/global_avg_loss grad_norm; do near "$(col bg 1 $k)" "$(col bc 1 $k)" "bf16 $k" 1e-3 || exit 1; done
-echo "bf16: cuda = cpu (emulated bf16) within 1e-3"
+# note [gemm-gelu]: each layer's fc + GELU is one product with the
+# GELU_AUX_BIAS epilogue, its backward one with DGELU: 2 layers x 2 x 3 steps
+read -r gb16 _ <<< "$(lt 4 bg.log)"
+[ "${gb16:-0}" -eq 12 ] || die "bf16: ${gb16:-no} cuBLASLt GELU epilogues in 3 GPT-2 steps of 2 layers, expected 12"
+echo "bf16: cuda = cpu (emulated bf16) within 1e-3; 12 GELU epilogues in 3 steps"
 
 # telemetry on cuda: MFU's peak is the GPU's (note [cuda-peak]: the
 # simulator answers as an H100 SXM, 132 SMs at 1980 MHz, sm_90), NVIDIA's
@@ -158,7 +169,6 @@ if command -v mpirun > /dev/null && [ -f "$FAKE" ]; then
   # note [gemm-plans]: a product's cuBLASLt plan is built once per shape, so
   # the heuristic is asked only in the first step (3 steps ask as often as
   # 1), while the products run every step
-  lt() { sed -n "s/^cudasim cuBLASLt: \([0-9]*\) matmuls, \([0-9]*\) heuristic queries, \([0-9]*\) bias epilogues$/\\$1/p" "$2" | sort -n | tr '\n' ' '; }
   read -r q1 _ <<< "$(lt 2 n2s1.log)"
   read -r q3 _ <<< "$(lt 2 n2.log)"
   read -r m1 _ <<< "$(lt 1 n2s1.log)"
@@ -204,7 +214,27 @@ hs() { sed -n 's/^cudasim: host syncs \([0-9]*\)$/\1/p' "$1"; }
 a=$(hs ag1.log) b=$(hs ag3.log)
 [ -n "$a" ] && [ -n "$b" ] || die "grad_accum: no cudasim host sync counts ('$a', '$b')"
 [ $((b - a)) -le 2 ] || die "grad_accum 3: $((b - a)) host synchronizations over 2 steps, expected at most 2 (1 a step)"
-echo "grad_accum 3: cuda = cpu within 1e-4, $(((b - a) / 2)) host sync a step"
+# note [gemm-gelu]: fp32 GPT-2, 2 layers x 3 micro-batches x (forward GELU_AUX_BIAS + backward DGELU) a step
+ga=$(lt 4 ag1.log) gb=$(lt 4 ag3.log)
+[ -n "$ga" ] && [ $(((gb - ga) / 2)) -eq 12 ] ||
+  die "grad_accum 3: $(((${gb:-0} - ${ga:-0}) / 2)) cuBLASLt GELU epilogues a step ('$ga', '$gb'), expected 12"
+echo "grad_accum 3: cuda = cpu within 1e-4, $(((b - a) / 2)) host sync a step, 12 GELU epilogues a step"
+
+# note [gemm-gelu] with GPT-2's tiled MLP (3 chunks) and activation
+# checkpointing: cuda = cpu within 1e-4 over 2 steps, and a step's GELU
+# epilogues are 2 layers x 3 chunks x (forward, backward's chunk recompute,
+# DGELU) = 18 (the checkpointed block's recompute stops before the MLP)
+TL="$M --fsdp.apply_tiled_mlp=true --fsdp.tiled_num_shards=3 --fsdp.activation_checkpointing=true --ckpt.every=0"
+"$CPU" train $TL --train.max_steps=2 --train.out_dir=tc > tc.log 2>&1 || { cat tc.log; die "cpu tiled run"; }
+for s in 1 2; do
+  CUDASIM_SYNC_STATS=1 "$SIM" train $TL --train.max_steps=$s --train.out_dir=tg$s --train.device=cuda > tg$s.log 2>&1 ||
+    { tail -20 tg$s.log; die "cuda tiled run ($s steps)"; }
+done
+for k in loss_metrics/global_avg_loss grad_norm; do near "$(col tg2 1 $k)" "$(col tc 1 $k)" "tiled MLP $k" || exit 1; done
+ta=$(lt 4 tg1.log) tb=$(lt 4 tg2.log)
+[ -n "$ta" ] && [ $((tb - ta)) -eq 18 ] ||
+  die "tiled MLP: $((${tb:-0} - ${ta:-0})) cuBLASLt GELU epilogues a step ('$ta', '$tb'), expected 18"
+echo "tiled MLP + activation checkpointing: cuda = cpu within 1e-4, 18 GELU epilogues a step"
 
 # note [gpu-of-rank] (sharc/launch.h): local rank 3 of a node with 2 GPUs
 # (CUDASIM_DEVICES) trains on GPU 1, as torch.cuda.set_device(LOCAL_RANK % 2)

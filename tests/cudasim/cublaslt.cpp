@@ -3,17 +3,22 @@
  * SHARC_CUBLASLT_LIB, as the real libcublasLt.so.13 is on a GPU machine.
  * It does what cuBLASLt's documentation says of the calls sharc makes, and
  * refuses what sharc does not use (an attribute it does not know, another
- * compute type, an epilogue other than BIAS) so that new use is simulated
+ * compute type, an epilogue other than BIAS, GELU_AUX(_BIAS), DGELU) so that new use is simulated
  * on purpose:
  * D = alpha op(A) op(B) + beta C, column-major, op(A) m x k and op(B) k x n
  * from each layout's stored rows, columns and leading dimension; fp32 or
  * bf16 A and B, fp32 C and D, fp32 accumulation in k order; C is not read
  * when beta is 0; the BIAS epilogue adds bias[i] to row i of D (after
- * alpha op(A) op(B) + beta C, before the store). Checks the real library makes or leaves to a crash: the
+ * alpha op(A) op(B) + beta C, before the store); GELU_AUX(_BIAS) stores that
+ * sum (after the bias) in the aux matrix (D's type, fp32; leading dimension
+ * AUX_LD) and gelu of it, the tanh form, in D; DGELU stores alpha op(A)
+ * op(B) times gelu'(aux) in D (cublasLt.h's descriptions; the formula is
+ * sharc's gelu_backward, note [gemm-gelu]). Checks the real library makes or leaves to a crash: the
  * layouts' shapes agree, every matrix lies inside one device allocation, the
  * pointers are as aligned as the preference promised the heuristic, the
  * workspace is at least what the chosen algorithm needs. */
 #include <cublasLt.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -30,8 +35,10 @@ struct desc {
     cublasComputeType_t compute;
     cudaDataType_t scale;
     int32_t ta, tb;
-    uint32_t epilogue; /* CUBLASLT_EPILOGUE_DEFAULT or _BIAS */
+    uint32_t epilogue; /* CUBLASLT_EPILOGUE_DEFAULT, _BIAS, _GELU_AUX, _GELU_AUX_BIAS or _DGELU */
     const float *bias; /* with _BIAS: m fp32 values (D's type), one per row of D */
+    float *aux;        /* with the GELU epilogues: (m, n) fp32 at leading dimension aux_ld */
+    int64_t aux_ld;
 };
 struct layout {
     cudaDataType_t type;
@@ -46,6 +53,7 @@ struct pref {
 struct algo {
     uint32_t magic;
     uint32_t align[4];
+    uint32_t aux_align; /* the aux pointer's at the query (the heuristic reads it, cublasLt.h says) */
 };
 
 cublasStatus_t bad(cublasStatus_t st, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -61,13 +69,14 @@ cublasStatus_t bad(cublasStatus_t st, const char *fmt, ...) {
 
 /* calls counted for CUDASIM_SYNC_STATS=1 (printed at exit): a product's
  * plan is built once per shape (note [gemm-plans] in src/device/cuda/cuda.cu) */
-long n_heuristic, n_matmul, n_bias;
+long n_heuristic, n_matmul, n_bias, n_gelu;
 
 __attribute__((destructor)) void print_stats(void) {
     const char *e = getenv("CUDASIM_SYNC_STATS");
     if (e && e[0] == '1')
-        fprintf(stderr, "cudasim cuBLASLt: %ld matmuls, %ld heuristic queries, %ld bias epilogues\n", n_matmul,
-                n_heuristic, n_bias);
+        fprintf(stderr,
+                "cudasim cuBLASLt: %ld matmuls, %ld heuristic queries, %ld bias epilogues, %ld gelu epilogues\n",
+                n_matmul, n_heuristic, n_bias, n_gelu);
 }
 
 size_t dt_size(cudaDataType_t t) { return t == CUDA_R_32F ? 4 : t == CUDA_R_16BF ? 2 : 0; }
@@ -78,6 +87,19 @@ float load(const void *p, cudaDataType_t t, size_t i) {
     float f;
     memcpy(&f, &u, 4);
     return f;
+}
+
+bool is_gelu(uint32_t e) {
+    return e == CUBLASLT_EPILOGUE_GELU_AUX || e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS || e == CUBLASLT_EPILOGUE_DGELU;
+}
+bool has_bias(uint32_t e) { return e == CUBLASLT_EPILOGUE_BIAS || e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS; }
+
+/* the tanh form, as sharc's gelu_forward / gelu_backward */
+const float GK = 0.7978845608028654f, GC = 0.044715f;
+float gelu(float v) { return 0.5f * v * (1.0f + tanhf(GK * (v + GC * v * v * v))); }
+float dgelu(float v) {
+    float t = tanhf(GK * (v + GC * v * v * v));
+    return 0.5f * (1.0f + t) + 0.5f * v * (GK * (1.0f + 3.0f * GC * v * v) * (1.0f - t * t));
 }
 
 /* op(X)'s shape from a stored layout */
@@ -105,6 +127,11 @@ cublasStatus_t check(const desc *d, const layout *a, const layout *b, const layo
     if (ak != bk || c->rows != am || c->cols != bn || dd->rows != c->rows || dd->cols != c->cols || dd->ld != c->ld)
         return bad(CUBLAS_STATUS_INVALID_VALUE, "shapes disagree: op(A) %lld x %lld, op(B) %lld x %lld, C %lld x %lld",
                    (long long)am, (long long)ak, (long long)bk, (long long)bn, (long long)c->rows, (long long)c->cols);
+    if (is_gelu(d->epilogue) && (!d->aux || d->aux_ld % 8 != 0 || d->aux_ld < (int64_t)dd->rows))
+        return bad(
+            CUBLAS_STATUS_INVALID_VALUE,
+            "GELU epilogue %u: aux pointer %p, AUX_LD %lld (must be set, a multiple of 8, at least D's %llu rows)",
+            d->epilogue, (void *)d->aux, (long long)d->aux_ld, (unsigned long long)dd->rows);
     return CUBLAS_STATUS_SUCCESS;
 }
 
@@ -143,7 +170,14 @@ void run_job(void *arg) {
             }
             float v = j->alpha * acc;
             if (j->beta != 0.0f) v += j->beta * cin[i + col * (size_t)j->c.ld];
-            if (j->d.epilogue == CUBLASLT_EPILOGUE_BIAS) v += j->d.bias[i];
+            if (has_bias(j->d.epilogue)) v += j->d.bias[i];
+            float *aux = j->d.aux ? j->d.aux + i + col * (size_t)j->d.aux_ld : NULL;
+            if (j->d.epilogue == CUBLASLT_EPILOGUE_GELU_AUX || j->d.epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS) {
+                *aux = v;
+                v = gelu(v);
+            } else if (j->d.epilogue == CUBLASLT_EPILOGUE_DGELU) {
+                v *= dgelu(*aux);
+            }
             out[i + col * (size_t)j->dl.ld] = v;
         }
     delete j;
@@ -187,9 +221,18 @@ cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t dp, cublasLtM
     if (attr == CUBLASLT_MATMUL_DESC_EPILOGUE && size == sizeof(uint32_t)) {
         uint32_t e;
         memcpy(&e, buf, 4);
-        if (e != CUBLASLT_EPILOGUE_DEFAULT && e != CUBLASLT_EPILOGUE_BIAS)
-            return bad(CUBLAS_STATUS_NOT_SUPPORTED, "epilogue %u is not simulated (DEFAULT and BIAS are)", e);
+        if (e != CUBLASLT_EPILOGUE_DEFAULT && e != CUBLASLT_EPILOGUE_BIAS && !is_gelu(e))
+            return bad(CUBLAS_STATUS_NOT_SUPPORTED,
+                       "epilogue %u is not simulated (DEFAULT, BIAS, GELU_AUX, GELU_AUX_BIAS and DGELU are)", e);
         d->epilogue = e;
+        return CUBLAS_STATUS_SUCCESS;
+    }
+    if (attr == CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER && size == sizeof(void *)) {
+        memcpy(&d->aux, buf, sizeof(void *));
+        return CUBLAS_STATUS_SUCCESS;
+    }
+    if (attr == CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD && size == sizeof(int64_t)) {
+        memcpy(&d->aux_ld, buf, sizeof(int64_t));
         return CUBLAS_STATUS_SUCCESS;
     }
     if (attr == CUBLASLT_MATMUL_DESC_BIAS_POINTER && size == sizeof(void *)) {
@@ -261,6 +304,7 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t h, cublasLtMatmul
     memset(&al, 0, sizeof al);
     al.magic = 0xa190;
     memcpy(al.align, ((pref *)pp)->align, sizeof al.align);
+    al.aux_align = is_gelu(((desc *)d)->epilogue) ? align_of(((desc *)d)->aux) : 0;
     memcpy(&res[0].algo, &al, sizeof al);
     res[0].workspaceSize = 0;
     res[0].state = CUBLAS_STATUS_SUCCESS;
@@ -296,7 +340,18 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t dp, const
             return bad(CUBLAS_STATUS_INVALID_VALUE, "matrix %c (%lld bytes) is not inside one device allocation",
                        "ABCD"[i], (long long)extent(ls[i]));
     }
-    if (d->epilogue == CUBLASLT_EPILOGUE_BIAS) {
+    if (is_gelu(d->epilogue)) {
+        if (align_of(d->aux) < al.aux_align)
+            return bad(
+                CUBLAS_STATUS_INVALID_VALUE,
+                "the GELU aux is %u-byte aligned, but was %u-byte aligned when the heuristic chose the algorithm",
+                align_of(d->aux), al.aux_align);
+        layout ax = {CUDA_R_32F, dl->rows, dl->cols, d->aux_ld};
+        if (!cudasim_device_range(d->aux, extent(&ax)))
+            return bad(CUBLAS_STATUS_INVALID_VALUE, "the GELU aux (%lld bytes) is not inside one device allocation",
+                       (long long)extent(&ax));
+    }
+    if (has_bias(d->epilogue)) {
         uint64_t m, k;
         op_shape(a, d->ta, &m, &k);
         if (!d->bias) return bad(CUBLAS_STATUS_INVALID_VALUE, "the BIAS epilogue without a bias pointer");
@@ -306,6 +361,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t dp, const
     }
     n_matmul++;
     n_bias += d->epilogue == CUBLASLT_EPILOGUE_BIAS;
+    n_gelu += is_gelu(d->epilogue);
     job *jb = new job{*d, *a, *b, *c, *dl, A, B, C, D, alpha, beta};
     cudasim_enqueue(stream, "cublasLtMatmul", run_job, jb);
     return CUBLAS_STATUS_SUCCESS;

@@ -23,6 +23,9 @@
 /* src/device/cuda/cuda.h (C++ header): the cuBLASLt GEMM, for the bf16 path */
 void sharc_cuda_gemm(sharc_stream *s, bool ta, bool tb, int m, int n, int k, float alpha, const void *A, int lda,
                      const void *B, int ldb, float beta, float *C, int ldc, sharc_dtype ab);
+bool sharc_cuda_gemm_gelu(sharc_stream *s, bool gelu_fwd, bool ta, bool tb, int m, int n, int k, const void *A, int lda,
+                          const void *B, int ldb, float *C, int ldc, sharc_dtype ab, const float *bias, float *aux,
+                          int ldaux);
 
 static sharc_device *cpu, *gpu;
 static const sharc_kernels *kc, *kg;
@@ -1287,6 +1290,122 @@ static void test_memory_streams(void) {
     free(hb);
 }
 
+/* bf16 words widened to fp32 (exact) */
+static float *h_widen(const uint16_t *h, int64_t n) {
+    float *f = malloc((size_t)(n ? n : 1) * 4);
+    kc->cast(sc, f, SHARC_DT_F32, h, SHARC_DT_BF16, n);
+    return f;
+}
+
+/* The fused linear + GELU slots (note [gemm-gelu]) against the unfused
+ * composition of the CPU's slots: case 0 with IC, OC multiples of 8 (cuBLASLt's
+ * GELU epilogues: the aux leading dimension), case 1 odd IC, OC and case 2
+ * the aux (pre) 4 bytes past an aligned address (both the unfused
+ * fallback); fp32 and the bf16 forms (check16's rule). */
+static void test_gelu_epilogue(int kase) {
+    int64_t N = 37;
+    int IC = kase == 1 ? 67 : 72, OC = kase == 1 ? 45 : 48, off = kase == 2 ? 1 : 0;
+    if (!kc->bf16_compute()) sharc_bf16_mode_set(SHARC_BF16_EMULATED);
+    char tag[40], nm[160];
+    snprintf(tag, sizeof tag, kase == 0 ? "(epilogue)" : kase == 1 ? "(odd sizes: unfused)" : "(misaligned: unfused)");
+    float *x = h_rand(N * IC, 1), *w = h_rand((int64_t)OC * IC, 0.2f), *b = h_rand(OC, 1);
+    uint16_t *xh = h_bf16(x, N * IC), *wh = h_bf16(w, (int64_t)OC * IC);
+    float *gx = d_up(x, N * IC * 4), *gw = d_up(w, OC * IC * 4), *gb = d_up(b, OC * 4);
+    uint16_t *gxh = d_up(xh, N * IC * 2), *gwh = d_up(wh, OC * IC * 2);
+    /* forward: pre and y, fp32 then bf16 (with the bf16 copy of y) */
+    float *pre32 = malloc(N * OC * 4), *y32 = malloc(N * OC * 4);
+    kc->matmul_forward(sc, pre32, x, w, b, N, IC, OC);
+    kc->gelu_forward(sc, y32, pre32, N * OC);
+    for (int form = 0; form < 2; form++) {
+        float *pre = malloc(N * OC * 4), *y = malloc(N * OC * 4);
+        float *gpre = d_poison(N * OC + off), *gy = d_poison(N * OC);
+        uint16_t *gyh = NULL;
+        if (form == 0) {
+            memcpy(pre, pre32, N * OC * 4), memcpy(y, y32, N * OC * 4);
+            kg->matmul_gelu_forward(sg, gpre + off, gy, gx, gw, gb, N, IC, OC);
+        } else {
+            kc->matmul_forward_b16(sc, pre, xh, wh, b, N, IC, OC);
+            kc->gelu_forward(sc, y, pre, N * OC);
+            uint16_t *nan16 = malloc(N * OC * 2);
+            for (int64_t i = 0; i < N * OC; i++) nan16[i] = 0x7fc0; /* bf16 NaN */
+            gyh = d_up(nan16, N * OC * 2);
+            free(nan16);
+            kg->matmul_gelu_forward_b16(sg, gpre + off, gy, gyh, gxh, gwh, gb, N, IC, OC);
+        }
+        float *hpre = down(gpre, N * OC + off);
+        snprintf(nm, sizeof nm, "matmul_gelu_forward%s pre %s", form ? "_b16" : "", tag);
+        if (form == 0) compare(nm, hpre + off, pre, N * OC, F32);
+        else {
+            float *g = d_up(hpre + off, N * OC * 4);
+            check16(nm, g, h_copy(pre, N * OC), pre32, N * OC);
+        }
+        snprintf(nm, sizeof nm, "matmul_gelu_forward%s y %s", form ? "_b16" : "", tag);
+        if (form == 0) check(nm, gy, h_copy(y, N * OC), N * OC, F32);
+        else {
+            float *hy = down(gy, N * OC);
+            uint16_t *hyh = malloc(N * OC * 2);
+            if (sharc_device_copy(gpu, hyh, gyh, N * OC * 2, SHARC_COPY_DEVICE_TO_HOST, sg) != SHARC_OK ||
+                sharc_device_synchronize(sg) != SHARC_OK)
+                die("copy out");
+            uint16_t *ryh = h_bf16(hy, N * OC);
+            float *wy = h_widen(hyh, N * OC), *ry = h_widen(ryh, N * OC);
+            free(ryh);
+            check16(nm, gy, h_copy(y, N * OC), y32, N * OC);
+            snprintf(nm, sizeof nm, "matmul_gelu_forward_b16 yh is y rounded to bf16 %s", tag);
+            compare(nm, wy, ry, N * OC, 0);
+            free(hy), free(hyh), free(wy), free(ry);
+            sharc_device_free(gpu, gyh);
+        }
+        free(hpre), free(pre), free(y);
+        sharc_device_free(gpu, gpre);
+    }
+    /* backward: the layer (IC -> OC) whose input x was gelu(pre), pre (N, IC) */
+    float *pre = h_rand(N * IC, 1.5f), *dy = h_rand(N * OC, 1), *dw0 = h_rand((int64_t)OC * IC, 1);
+    float *db0 = h_rand(OC, 1);
+    float *gpre = d_poison(N * IC + off), *gdy = d_up(dy, N * OC * 4);
+    if (sharc_device_copy(gpu, gpre + off, pre, N * IC * 4, SHARC_COPY_HOST_TO_DEVICE, sg) != SHARC_OK) die("copy");
+    float *rx32 = malloc(N * IC * 4), *rw32 = h_copy(dw0, (int64_t)OC * IC), *rb32 = h_copy(db0, OC);
+    kc->matmul_backward(sc, rx32, rw32, rb32, dy, x, w, N, IC, OC);
+    kc->gelu_backward(sc, rx32, rx32, pre, N * IC);
+    for (int form = 0; form < 2; form++) {
+        float *rx = malloc(N * IC * 4), *rw = h_copy(dw0, (int64_t)OC * IC), *rb = h_copy(db0, OC);
+        float *gdx = d_poison(N * IC), *gdw = d_up(dw0, OC * IC * 4), *gdb = d_up(db0, OC * 4);
+        if (form == 0) {
+            memcpy(rx, rx32, N * IC * 4), memcpy(rw, rw32, (size_t)OC * IC * 4), memcpy(rb, rb32, OC * 4);
+            kg->matmul_backward_dgelu(sg, gdx, gdw, gdb, gdy, gx, gw, gpre + off, N, IC, OC);
+        } else {
+            kc->matmul_backward_b16(sc, rx, rw, rb, dy, xh, wh, N, IC, OC);
+            kc->gelu_backward(sc, rx, rx, pre, N * IC);
+            kg->matmul_backward_dgelu_b16(sg, gdx, gdw, gdb, gdy, gxh, gwh, gpre + off, N, IC, OC);
+        }
+        const char *f = form ? "matmul_backward_dgelu_b16" : "matmul_backward_dgelu";
+        snprintf(nm, sizeof nm, "%s dx %s", f, tag);
+        if (form == 0) check(nm, gdx, rx, N * IC, F32);
+        else check16(nm, gdx, rx, rx32, N * IC);
+        snprintf(nm, sizeof nm, "%s dw (+=) %s", f, tag);
+        check(nm, gdw, rw, (int64_t)OC * IC, form ? 1e-2 : F32);
+        snprintf(nm, sizeof nm, "%s db (+=, fp32) %s", f, tag);
+        check(nm, gdb, rb, OC, F32);
+    }
+    /* whether cuBLASLt's epilogue ran: asked directly, aligned shapes only */
+    if (kase == 0) {
+        float *gy = d_poison(N * OC), *gp = d_poison(N * OC);
+        bool fwd = sharc_cuda_gemm_gelu(sg, true, true, false, OC, (int)N, IC, gw, IC, gx, IC, gy, OC, SHARC_DT_F32, gb,
+                                        gp, OC);
+        bool misal = sharc_cuda_gemm_gelu(sg, true, true, false, OC, (int)N, IC, gw, IC, gx, IC, gy, OC, SHARC_DT_F32,
+                                          gb, gp + 1, OC);
+        result("cuBLASLt's GELU_AUX_BIAS epilogue is used for aligned operands, refused for a misaligned aux",
+               fwd && !misal, "");
+        check("sharc_cuda_gemm_gelu y", gy, h_copy(y32, N * OC), N * OC, F32);
+        check("sharc_cuda_gemm_gelu aux (pre)", gp, h_copy(pre32, N * OC), N * OC, F32);
+    }
+    sharc_device_free(gpu, gpre), sharc_device_free(gpu, gdy);
+    sharc_device_free(gpu, gx), sharc_device_free(gpu, gw), sharc_device_free(gpu, gb);
+    sharc_device_free(gpu, gxh), sharc_device_free(gpu, gwh);
+    free(x), free(w), free(b), free(xh), free(wh), free(pre32), free(y32), free(pre), free(dy), free(dw0), free(db0);
+    free(rx32), free(rw32), free(rb32);
+}
+
 int main(int argc, char **argv) {
     cpu = sharc_device_cpu();
     if (sharc_device_open("cuda", 0, &gpu) != SHARC_OK) {
@@ -1320,6 +1439,9 @@ int main(int argc, char **argv) {
     RUN("kvcache", test_kvcache(1, 20, 4, 4, 64, false));
     RUN("kvcache", test_kvcache(9, 0, 8, 1, 40, true));
     RUN("bf16", test_bf16());
+    RUN("gelu_epilogue", test_gelu_epilogue(0));
+    RUN("gelu_epilogue", test_gelu_epilogue(1));
+    RUN("gelu_epilogue", test_gelu_epilogue(2));
     RUN("moe", test_moe());
     RUN("attn16", test_attn16(2, 100, 4, 2, 32, 0));
     RUN("attn16", test_attn16(1, 150, 4, 2, 32, 20));

@@ -51,7 +51,7 @@ nm -D --defined-only "$bin/sharc" 2> /dev/null | grep ' _ZN7cudasim' > /dev/null
 
 # one process per group of kernels: an abort (note [cuda-errors]) loses one group, not the suite
 first=1
-for group in memory elem matmul norms fused qknorm activations embedding rope attention kvcache xent bf16 moe attn16 vocab copy_block; do
+for group in memory elem matmul norms fused qknorm activations embedding rope attention kvcache xent bf16 gelu_epilogue moe attn16 vocab copy_block; do
   "$bin/gpu_kernels" "$group" > "$tmp/k.log" 2>&1; rc=$?
   if [ $first = 1 ] && [ $rc -eq 77 ]; then
     grep -m1 '^no GPU' "$tmp/k.log" || echo "no GPU"

@@ -123,16 +123,21 @@ static uint32_t ptr_align(const void *p) {
  * meanwhile). A product runs with its key's plan only: the pointers of a
  * later call are at least as aligned as the key says, since the alignment is
  * part of the key. */
+/* the epilogue a key asks for (notes [gemm-bias], [gemm-gelu]) */
+enum { EPI_NONE, EPI_BIAS, EPI_GELU_AUX, EPI_GELU_AUX_BIAS, EPI_DGELU };
+
 typedef struct {
     int ta, tb, m, n, k, lda, ldb, ldc;
     sharc_dtype ab;
-    uint32_t al[3]; /* A, B, C (= D): the largest power of two up to 256 dividing each address */
-    int bias;       /* asks for the BIAS epilogue (note [gemm-bias]) */
+    uint32_t al[4]; /* A, B, C (= D), the GELU aux: the largest power of two up to 256 dividing each address */
+    int epi;        /* EPI_*: what the caller asks for */
+    int ldaux;      /* the GELU aux's leading dimension (0 without) */
 } gemm_key;
 
 typedef struct {
     bool used;
-    bool fused; /* the BIAS epilogue is in desc: the bias pointer is set per call */
+    bool built; /* desc, layouts and algo exist (false: a GELU epilogue the heuristic refused) */
+    int epi;    /* the epilogue in desc: the key's, or EPI_NONE where it was refused */
     gemm_key key;
     cublasLtMatmulDesc_t desc;
     cublasLtMatrixLayout_t la, lb, lc;
@@ -144,7 +149,13 @@ static gemm_plan plans[GEMM_PLANS];
 static int plans_next;
 static pthread_mutex_t plan_lock = PTHREAD_MUTEX_INITIALIZER;
 
-static bool gemm_plan_try(gemm_plan *p, const gemm_key *q, bool fused) {
+static const cublasLtEpilogue_t epi_lt[] = {CUBLASLT_EPILOGUE_DEFAULT, CUBLASLT_EPILOGUE_BIAS,
+                                            CUBLASLT_EPILOGUE_GELU_AUX, CUBLASLT_EPILOGUE_GELU_AUX_BIAS,
+                                            CUBLASLT_EPILOGUE_DGELU};
+
+/* aux: the GELU aux pointer of the call that builds the plan (the heuristic
+ * reads its alignment from it, cublasLt.h says) */
+static bool gemm_plan_try(gemm_plan *p, const gemm_key *q, int epi, const void *aux) {
     cudaDataType_t dt = q->ab == SHARC_DT_BF16 ? CUDA_R_16BF : CUDA_R_32F;
     const int m = q->m, n = q->n, k = q->k;
     /* CUBLAS_COMPUTE_32F: no TF32 (the parity mode); bf16 inputs accumulate in fp32 */
@@ -152,9 +163,14 @@ static bool gemm_plan_try(gemm_plan *p, const gemm_key *q, bool fused) {
     cublasOperation_t opa = q->ta ? CUBLAS_OP_T : CUBLAS_OP_N, opb = q->tb ? CUBLAS_OP_T : CUBLAS_OP_N;
     LT_CHECK(lt.desc_set(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa));
     LT_CHECK(lt.desc_set(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb));
-    if (fused) {
-        cublasLtEpilogue_t ep = CUBLASLT_EPILOGUE_BIAS;
+    if (epi != EPI_NONE) {
+        cublasLtEpilogue_t ep = epi_lt[epi];
         LT_CHECK(lt.desc_set(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep, sizeof ep));
+    }
+    if (epi >= EPI_GELU_AUX) {
+        int64_t ld = q->ldaux;
+        LT_CHECK(lt.desc_set(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux));
+        LT_CHECK(lt.desc_set(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof ld));
     }
     /* stored shapes: op(A) is m x k, op(B) is k x n */
     LT_CHECK(lt.layout_create(&p->la, dt, q->ta ? k : m, q->ta ? m : k, q->lda));
@@ -179,36 +195,85 @@ static bool gemm_plan_try(gemm_plan *p, const gemm_key *q, bool fused) {
         lt.layout_destroy(p->lb);
         lt.layout_destroy(p->lc);
         lt.desc_destroy(p->desc);
-        if (fused) return false; /* the caller adds the bias itself */
+        if (epi != EPI_NONE) return false; /* the caller does the epilogue's work itself */
         sharc_fatal(__FILE__, __LINE__, "cuda gemm: cuBLASLt has no algorithm for m=%d n=%d k=%d %s (status %d)", m, n,
                     k, sharc_dtype_st_name(q->ab), (int)hs);
     }
     p->algo = heur.algo;
     p->key = *q;
-    p->fused = fused;
-    p->used = true;
+    p->epi = epi;
+    p->used = p->built = true;
     return true;
 }
 
-static void gemm_plan_build(gemm_plan *p, const gemm_key *q) {
-    if (!(q->bias && gemm_plan_try(p, q, true))) gemm_plan_try(p, q, false);
+static void gemm_plan_build(gemm_plan *p, const gemm_key *q, const void *aux) {
+    if (q->epi != EPI_NONE && gemm_plan_try(p, q, q->epi, aux)) return;
+    if (q->epi <= EPI_BIAS) {
+        gemm_plan_try(p, q, EPI_NONE, NULL);
+        return;
+    }
+    p->key = *q; /* a refused GELU epilogue: remembered, so the heuristic is asked once */
+    p->epi = EPI_NONE;
+    p->used = true;
+    p->built = false;
 }
 
 /* The plan of key q (plan_lock held). */
-static const gemm_plan *gemm_plan_for(const gemm_key *q) {
+static const gemm_plan *gemm_plan_for(const gemm_key *q, const void *aux) {
     for (int i = 0; i < GEMM_PLANS; i++)
         if (plans[i].used && memcmp(&plans[i].key, q, sizeof *q) == 0) return &plans[i];
     gemm_plan *p = &plans[plans_next];
     plans_next = (plans_next + 1) % GEMM_PLANS;
-    if (p->used) {
+    if (p->used && p->built) {
         lt.layout_destroy(p->la);
         lt.layout_destroy(p->lb);
         lt.layout_destroy(p->lc);
         lt.desc_destroy(p->desc);
-        p->used = false;
     }
-    gemm_plan_build(p, q);
+    p->used = p->built = false;
+    gemm_plan_build(p, q, aux);
     return p;
+}
+
+/* C = beta C for k = 0 (cuBLASLt rejects it) */
+static void gemm_k0(sharc_stream *s, int m, int n, float beta, float *C, int ldc) {
+    if (beta == 0.0f) {
+        SHARC_CUDA_CHECK(cudaMemset2DAsync(C, (size_t)ldc * sizeof(float), 0, (size_t)m * sizeof(float), (size_t)n,
+                                           sharc_cuda_cs(s)));
+    } else if (beta != 1.0f) {
+        sharc_fatal(__FILE__, __LINE__, "cuda gemm: k = 0 with beta %g", (double)beta);
+    }
+}
+
+/* One product through its key's plan: the epilogue's pointers set per call.
+ * Returns the plan's epilogue, or -1 for a refused GELU one (nothing ran). */
+static int gemm_run(sharc_stream *s, bool ta, bool tb, int m, int n, int k, float alpha, const void *A, int lda,
+                    const void *B, int ldb, float beta, float *C, int ldc, sharc_dtype ab, int epi, const float *bias,
+                    const float *aux, int ldaux) {
+    if (ab != SHARC_DT_F32 && ab != SHARC_DT_BF16)
+        sharc_fatal(__FILE__, __LINE__, "cuda gemm: inputs of dtype %s", sharc_dtype_st_name(ab));
+    void *ws = gemm_ws(s);
+    gemm_key key;
+    memset(&key, 0, sizeof key); /* the padding too: keys are compared as bytes */
+    key.ta = ta, key.tb = tb, key.m = m, key.n = n, key.k = k, key.lda = lda, key.ldb = ldb, key.ldc = ldc;
+    key.ab = ab, key.al[0] = ptr_align(A), key.al[1] = ptr_align(B), key.al[2] = ptr_align(C);
+    key.epi = epi;
+    if (epi >= EPI_GELU_AUX) key.al[3] = ptr_align(aux), key.ldaux = ldaux;
+    pthread_mutex_lock(&plan_lock);
+    const gemm_plan *p = gemm_plan_for(&key, aux);
+    if (!p->built) {
+        pthread_mutex_unlock(&plan_lock);
+        return -1;
+    }
+    if (p->epi == EPI_BIAS || p->epi == EPI_GELU_AUX_BIAS)
+        LT_CHECK(lt.desc_set(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
+    if (p->epi >= EPI_GELU_AUX)
+        LT_CHECK(lt.desc_set(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux));
+    LT_CHECK(lt.matmul(lt.handle, p->desc, &alpha, A, p->la, B, p->lb, &beta, C, p->lc, C, p->lc, &p->algo, ws,
+                       GEMM_WS_BYTES, sharc_cuda_cs(s)));
+    int done = p->epi;
+    pthread_mutex_unlock(&plan_lock);
+    return done;
 }
 
 /* Note [gemm-bias]. y = op(A) op(B) (+ bias[i] on row i of the column-major
@@ -222,31 +287,39 @@ extern "C" bool sharc_cuda_gemm_bias(sharc_stream *s, bool ta, bool tb, int m, i
                                      int lda, const void *B, int ldb, float beta, float *C, int ldc, sharc_dtype ab,
                                      const float *bias) {
     if (m <= 0 || n <= 0) return true;
-    if (k <= 0) { /* C = beta C: cuBLASLt rejects k = 0 */
-        if (beta == 0.0f) {
-            SHARC_CUDA_CHECK(cudaMemset2DAsync(C, (size_t)ldc * sizeof(float), 0, (size_t)m * sizeof(float), (size_t)n,
-                                               sharc_cuda_cs(s)));
-        } else if (beta != 1.0f) {
-            sharc_fatal(__FILE__, __LINE__, "cuda gemm: k = 0 with beta %g", (double)beta);
-        }
+    if (k <= 0) {
+        gemm_k0(s, m, n, beta, C, ldc);
         return bias == NULL;
     }
-    if (ab != SHARC_DT_F32 && ab != SHARC_DT_BF16)
-        sharc_fatal(__FILE__, __LINE__, "cuda gemm: inputs of dtype %s", sharc_dtype_st_name(ab));
-    void *ws = gemm_ws(s);
-    gemm_key key;
-    memset(&key, 0, sizeof key); /* the padding too: keys are compared as bytes */
-    key.ta = ta, key.tb = tb, key.m = m, key.n = n, key.k = k, key.lda = lda, key.ldb = ldb, key.ldc = ldc;
-    key.ab = ab, key.al[0] = ptr_align(A), key.al[1] = ptr_align(B), key.al[2] = ptr_align(C);
-    key.bias = bias && ptr_align(bias) >= 16;
-    pthread_mutex_lock(&plan_lock);
-    const gemm_plan *p = gemm_plan_for(&key);
-    if (p->fused) LT_CHECK(lt.desc_set(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
-    LT_CHECK(lt.matmul(lt.handle, p->desc, &alpha, A, p->la, B, p->lb, &beta, C, p->lc, C, p->lc, &p->algo, ws,
-                       GEMM_WS_BYTES, sharc_cuda_cs(s)));
-    bool added = p->fused || !bias;
-    pthread_mutex_unlock(&plan_lock);
-    return added;
+    int epi = bias && ptr_align(bias) >= 16 ? EPI_BIAS : EPI_NONE;
+    return gemm_run(s, ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc, ab, epi, bias, NULL, 0) == EPI_BIAS ||
+           !bias;
+}
+
+/* Note [gemm-gelu]. GPT-2's MLP: fc = x wfc^T + bfc and fca = gelu(fc) in
+ * one cuBLASLt call with the GELU_AUX_BIAS epilogue (GELU_AUX without a
+ * bias): D is fca, the aux output fc (backward reads it); and in backward
+ * dfc = (dres wproj) * gelu'(fc) in the proj product's dx with the DGELU
+ * epilogue, fc as its aux input. The BGRAD variants are not used: they
+ * overwrite the bias gradient, sharc accumulates it. Both are fp32 D (the
+ * aux takes D's type, cublasLt.h's EPILOGUE_AUX_DATA_TYPE, and the model
+ * keeps fc in fp32), so the bf16 copy of fca is a cast after the product.
+ * cublasLt.h's rules, checked before asking: the aux's leading dimension a
+ * multiple of 8 and at least m; the aux and bias pointers 16-byte aligned
+ * (our rule, as for the bias; the heuristic reads the aux pointer's
+ * alignment, so it is part of the plan's key). Where they fail or the
+ * heuristic has no algorithm, false and nothing computed: the caller runs
+ * the unfused kernels (the same formulas). cuBLASLt's GELU is documented as
+ * "GELU" only; that it is the tanh form of gelu_forward is checked by
+ * tests/gpu/kernels.c against the CPU's on a GPU (not yet run on one), and
+ * its speed is unmeasured. */
+extern "C" bool sharc_cuda_gemm_gelu(sharc_stream *s, bool gelu_fwd, bool ta, bool tb, int m, int n, int k,
+                                     const void *A, int lda, const void *B, int ldb, float *C, int ldc, sharc_dtype ab,
+                                     const float *bias, float *aux, int ldaux) {
+    if (m <= 0 || n <= 0 || k <= 0) return false;
+    if (ldaux % 8 != 0 || ldaux < m || ptr_align(aux) < 16 || (bias && ptr_align(bias) < 16)) return false;
+    int epi = !gelu_fwd ? EPI_DGELU : bias ? EPI_GELU_AUX_BIAS : EPI_GELU_AUX;
+    return gemm_run(s, ta, tb, m, n, k, 1.0f, A, lda, B, ldb, 0.0f, C, ldc, ab, epi, bias, aux, ldaux) == epi;
 }
 
 extern "C" void sharc_cuda_gemm(sharc_stream *s, bool ta, bool tb, int m, int n, int k, float alpha, const void *A,
@@ -535,6 +608,10 @@ static sharc_kernels make_kernels(void) {
     k.attention_backward_bf16 = sharc_cuda_attention_backward_bf16;
     k.matmul_forward_b16 = sharc_cuda_matmul_forward_b16;
     k.matmul_backward_b16 = sharc_cuda_matmul_backward_b16;
+    k.matmul_gelu_forward = sharc_cuda_matmul_gelu_forward;
+    k.matmul_backward_dgelu = sharc_cuda_matmul_backward_dgelu;
+    k.matmul_gelu_forward_b16 = sharc_cuda_matmul_gelu_forward_b16;
+    k.matmul_backward_dgelu_b16 = sharc_cuda_matmul_backward_dgelu_b16;
     return k;
 }
 

@@ -64,6 +64,14 @@ void sharc_cuda_gemm(sharc_stream *s, bool ta, bool tb, int m, int n, int k, flo
  * added, and the caller adds it. */
 bool sharc_cuda_gemm_bias(sharc_stream *s, bool ta, bool tb, int m, int n, int k, float alpha, const void *A, int lda,
                           const void *B, int ldb, float beta, float *C, int ldc, sharc_dtype ab, const float *bias);
+/* The product with GELU in its epilogue (note [gemm-gelu]), C = D fp32,
+ * beta 0: gelu_fwd, C = gelu(op(A) op(B) + bias) (bias nullable) and aux(m,
+ * n; leading dimension ldaux) = the GELU input; otherwise C = (op(A) op(B))
+ * * gelu'(aux). false: cuBLASLt cannot here (alignment, no algorithm) and
+ * NOTHING was computed: the caller takes the unfused path. */
+bool sharc_cuda_gemm_gelu(sharc_stream *s, bool gelu_fwd, bool ta, bool tb, int m, int n, int k, const void *A, int lda,
+                          const void *B, int ldb, float *C, int ldc, sharc_dtype ab, const float *bias, float *aux,
+                          int ldaux);
 
 /* elem.cu */
 void sharc_cuda_add(sharc_stream *s, float *y, const float *a, const float *b, int64_t n);
@@ -116,6 +124,15 @@ void sharc_cuda_head_rmsnorm_forward(sharc_stream *s, float *y, float *rstd, con
                                      int H, int hd, int64_t ld, float eps);
 void sharc_cuda_head_rmsnorm_backward(sharc_stream *s, float *dx, float *dw, const float *dy, const float *x,
                                       const float *w, const float *rstd, int64_t N, int H, int hd, int64_t ld);
+void sharc_cuda_matmul_gelu_forward(sharc_stream *s, float *pre, float *y, const float *x, const float *w,
+                                    const float *b, int64_t N, int IC, int OC);
+void sharc_cuda_matmul_backward_dgelu(sharc_stream *s, float *dx, float *dw, float *db, const float *dy, const float *x,
+                                      const float *w, const float *pre, int64_t N, int IC, int OC);
+void sharc_cuda_matmul_gelu_forward_b16(sharc_stream *s, float *pre, float *y, uint16_t *yh, const uint16_t *x,
+                                        const uint16_t *w, const float *b, int64_t N, int IC, int OC);
+void sharc_cuda_matmul_backward_dgelu_b16(sharc_stream *s, float *dx, float *dw, float *db, const float *dy,
+                                          const uint16_t *x, const uint16_t *w, const float *pre, int64_t N, int IC,
+                                          int OC);
 void sharc_cuda_gelu_forward(sharc_stream *s, float *y, const float *x, int64_t n);
 void sharc_cuda_gelu_backward(sharc_stream *s, float *dx, const float *dy, const float *x, int64_t n);
 void sharc_cuda_swiglu_forward(sharc_stream *s, float *y, const float *x, int64_t N, int I);

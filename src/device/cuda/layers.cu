@@ -110,6 +110,57 @@ extern "C" void sharc_cuda_matmul_backward_bf16(sharc_stream *s, float *dx, floa
     backward_products16(s, dx, dw, dyh, xh, wh, n, IC, OC);
 }
 
+/* note [gemm-gelu]: the linear layer with GELU in cuBLASLt's epilogue
+ * where it can, else the unfused kernels */
+extern "C" void sharc_cuda_matmul_gelu_forward(sharc_stream *s, float *pre, float *y, const float *x, const float *w,
+                                               const float *b, int64_t N, int IC, int OC) {
+    int n = rows_int(N, "matmul_gelu_forward");
+    if (sharc_cuda_gemm_gelu(s, true, true, false, OC, n, IC, w, IC, x, IC, y, OC, SHARC_DT_F32, b, pre, OC)) return;
+    sharc_cuda_matmul_forward(s, pre, x, w, b, N, IC, OC);
+    sharc_cuda_gelu_forward(s, y, pre, N * OC);
+}
+
+extern "C" void sharc_cuda_matmul_gelu_forward_b16(sharc_stream *s, float *pre, float *y, uint16_t *yh,
+                                                   const uint16_t *x, const uint16_t *w, const float *b, int64_t N,
+                                                   int IC, int OC) {
+    int n = rows_int(N, "matmul_gelu_forward_b16");
+    if (!sharc_cuda_gemm_gelu(s, true, true, false, OC, n, IC, w, IC, x, IC, y, OC, SHARC_DT_BF16, b, pre, OC)) {
+        sharc_cuda_matmul_forward_b16(s, pre, x, w, b, N, IC, OC);
+        sharc_cuda_gelu_forward(s, y, pre, N * OC);
+    }
+    if (yh) round16(s, yh, y, N * OC);
+}
+
+/* dx^T(IC,N) = (w^T dy^T) * gelu'(pre^T): the DGELU epilogue, else the plain
+ * product and gelu_backward in place */
+static void dx_dgelu(sharc_stream *s, float *dx, const void *dy, const void *w, const float *pre, int n, int IC, int OC,
+                     sharc_dtype ab) {
+    if (sharc_cuda_gemm_gelu(s, false, false, false, IC, n, OC, w, IC, dy, OC, dx, IC, ab, NULL, (float *)pre, IC))
+        return;
+    sharc_cuda_gemm(s, false, false, IC, n, OC, 1.0f, w, IC, dy, OC, 0.0f, dx, IC, ab);
+    sharc_cuda_gelu_backward(s, dx, dx, pre, (int64_t)n * IC);
+}
+
+extern "C" void sharc_cuda_matmul_backward_dgelu(sharc_stream *s, float *dx, float *dw, float *db, const float *dy,
+                                                 const float *x, const float *w, const float *pre, int64_t N, int IC,
+                                                 int OC) {
+    int n = rows_int(N, "matmul_backward_dgelu");
+    if (dx) dx_dgelu(s, dx, dy, w, pre, n, IC, OC, SHARC_DT_F32);
+    if (dw) sharc_cuda_gemm(s, false, true, IC, OC, n, 1.0f, x, IC, dy, OC, 1.0f, dw, IC, SHARC_DT_F32);
+    if (db) sharc_cuda_colsum_add(s, db, dy, N, OC);
+}
+
+extern "C" void sharc_cuda_matmul_backward_dgelu_b16(sharc_stream *s, float *dx, float *dw, float *db, const float *dy,
+                                                     const uint16_t *x, const uint16_t *w, const float *pre, int64_t N,
+                                                     int IC, int OC) {
+    int n = rows_int(N, "matmul_backward_dgelu_b16");
+    if (db) sharc_cuda_colsum_add(s, db, dy, N, OC); /* the fp32 dy, as in fp32 */
+    if (!dx && !dw) return;
+    uint16_t *dyh = round16(s, (uint16_t *)sharc_cuda_scratch(s, (size_t)N * OC * 2), dy, N * OC);
+    if (dx) dx_dgelu(s, dx, dyh, w, pre, n, IC, OC, SHARC_DT_BF16);
+    if (dw) sharc_cuda_gemm(s, false, true, IC, OC, n, 1.0f, x, IC, dyh, OC, 1.0f, dw, IC, SHARC_DT_BF16);
+}
+
 /* ----------------------------------------------------- LayerNorm, RMSNorm */
 
 /* one warp per row, 8 rows per block */
