@@ -220,6 +220,7 @@ int64_t sharc_fsdp_coll_stage_bytes(const sharc_fsdp *e) {
  * queued host -> device copy reads a shard the optimizer is writing. */
 static const float *shard_to_compute(sharc_fsdp *e, sharc_fsdp_unit *t, float *dst, sharc_stream *s) {
     if (!sharc_fsdp_offloaded(e)) return t->param_shard;
+    sharc_fsdp_shard_wait_unit(e, t->index); /* note [offload-overlap] (overlap.c): the optimizer's update of t */
     if (sharc_device_copy(e->dev, dst, t->param_shard, (size_t)t->numel_shard * sizeof(float),
                           SHARC_COPY_HOST_TO_DEVICE, s) != SHARC_OK)
         SHARC_FSDP_COMM_FATAL();
@@ -236,6 +237,7 @@ static void reduced_to_shard(sharc_fsdp *e, sharc_fsdp_unit *t, const float *red
                           SHARC_COPY_DEVICE_TO_HOST, s) != SHARC_OK ||
         sharc_device_synchronize(s) != SHARC_OK)
         SHARC_FSDP_COMM_FATAL();
+    sharc_fsdp_shard_wait_unit(e, t->index); /* note [offload-overlap]: its update (and zeroing) are done */
     e->sk->accumulate(e->sstream, t->grad_shard, e->hreduced, t->numel_shard);
 }
 
@@ -450,6 +452,7 @@ sharc_status sharc_fsdp_coll_all_reduce_replicas(sharc_fsdp *e) {
 
 sharc_status sharc_fsdp_gather_master(sharc_fsdp *e, int u, float *dst) {
     sharc_fsdp_unit *t = sharc_fsdp_unit_at(e, u);
+    SHARC_TRY(sharc_fsdp_shard_sync(e)); /* note [offload-overlap] (overlap.c) */
     if (e->S == 1 || e->pglobal) {
         sharc_fsdp_shm_sync_params(e);
         SHARC_TRY(sharc_device_copy(e->sdev, dst, e->pglobal ? e->pglobal + t->global_off : t->param_shard,

@@ -143,6 +143,8 @@ struct sharc_fsdp {
     float *stage_shard;      /* (max numel_shard) fp32 reduce-scatter result */
     double *scalar;          /* (2) device scalars: the local sums of squares (not split, split over tp) */
     char *hstage;            /* note [comm-staging]: host bytes for a collective's send and receive; NULL: none */
+    struct sharc_fsdp_overlap
+        *ovl; /* note [offload-overlap] (overlap.c): the host worker, or NULL before the first queue */
     sharc_fsdp_stats stats;
 };
 
@@ -208,6 +210,18 @@ int64_t sharc_fsdp_coll_mark(sharc_fsdp *e, sharc_event *ev);
 void sharc_fsdp_coll_wait(sharc_fsdp *e, sharc_event *ev, int64_t seq);
 /* The replicate group's all-reduce of every grad shard (HYBRID_SHARD, NO_SHARD). */
 sharc_status sharc_fsdp_coll_all_reduce_replicas(sharc_fsdp *e);
+
+/* overlap.c: note [offload-overlap] */
+typedef struct sharc_fsdp_overlap sharc_fsdp_overlap;
+/* Offloaded, and SHARC_OFFLOAD_OVERLAP is not 0. */
+bool sharc_fsdp_overlap_on(const sharc_fsdp *e);
+/* Unit u's queued update done. */
+void sharc_fsdp_shard_wait_unit(const sharc_fsdp *e, int u);
+/* True (and the worker zeroes unit u's gradient shard after its update) if
+ * the update is still queued; false: the caller zeroes it. */
+bool sharc_fsdp_shard_zero_later(sharc_fsdp *e, int u);
+/* Join the worker (after its queue ran). */
+void sharc_fsdp_overlap_free(sharc_fsdp *e);
 
 /* shm.c: note [shared-params] */
 bool sharc_fsdp_shm_eligible(const sharc_fsdp *e);

@@ -288,6 +288,7 @@ fail:
 
 void sharc_fsdp_free(sharc_fsdp *e) {
     if (!e) return;
+    sharc_fsdp_overlap_free(e); /* note [offload-overlap]: its queued updates run first */
     sharc_progress_clear(e);
     if (e->cstream) sharc_device_synchronize(e->cstream); /* note [comm-stream]: before its buffers go */
     for (int u = 0; u < e->nunits && e->units; u++) {
@@ -435,8 +436,10 @@ void sharc_fsdp_zero_grad(sharc_fsdp *e) {
     for (int u = 0; u < e->nunits; u++) {
         sharc_fsdp_unit *t = &e->units[u];
         sharc_fsdp_unit_expect(t, "zero_grad", P(SHARDED) | P(GATHERING) | P(GATHERED) | P(POST_FORWARD), G(NONE));
-        if (t->trainable && sharc_device_memset0(e->sdev, t->grad_shard, (size_t)t->numel_shard * sizeof(float),
-                                                 e->sstream) != SHARC_OK)
+        /* note [offload-overlap]: a unit still queued is zeroed by the worker after its update */
+        if (t->trainable && !sharc_fsdp_shard_zero_later(e, u) &&
+            sharc_device_memset0(e->sdev, t->grad_shard, (size_t)t->numel_shard * sizeof(float), e->sstream) !=
+                SHARC_OK)
             SHARC_FSDP_COMM_FATAL();
     }
 }
@@ -449,6 +452,7 @@ void sharc_fsdp_begin_microbatch(sharc_fsdp *e, bool last) {
 sharc_status sharc_fsdp_finish_grads(sharc_fsdp *e) {
     sharc_activity_phase("finishing gradients", -1, NULL);
     e->in_backward = false;
+    SHARC_TRY(sharc_fsdp_shard_sync(e)); /* note [offload-overlap]: a failed update of the last step ends this one */
     for (int u = 0; u < e->nunits; u++) {
         sharc_fsdp_unit *t = &e->units[u];
         sharc_fsdp_unit_expect(t, "finish_grads", t->spec.root ? P(SHARDED) | P(GATHERED) : P(SHARDED),
@@ -471,6 +475,7 @@ sharc_status sharc_fsdp_finish_grads(sharc_fsdp *e) {
  * scalar of the shard device (note [shard-device] in collectives.c) in the
  * order of units and segments, on its stream. */
 static sharc_status sumsq_on_shard_device(const sharc_fsdp *e, double *acc) {
+    SHARC_TRY(sharc_fsdp_shard_sync(e)); /* note [offload-overlap] */
     SHARC_TRY(sharc_device_memset0(e->sdev, acc, 2 * sizeof(double), e->sstream));
     for (int u = 0; u < e->nunits; u++) {
         const sharc_fsdp_unit *t = &e->units[u];
@@ -540,8 +545,15 @@ const uint16_t *sharc_fsdp_gather16(const sharc_fsdp *e, int u) {
 }
 const sharc_unit_spec *sharc_fsdp_unit_spec(const sharc_fsdp *e, int u) { return &sharc_fsdp_unit_at(e, u)->spec; }
 int64_t sharc_fsdp_shard_numel(const sharc_fsdp *e, int u) { return sharc_fsdp_unit_at(e, u)->numel_shard; }
-const float *sharc_fsdp_shard_params(const sharc_fsdp *e, int u) { return sharc_fsdp_unit_at(e, u)->param_shard; }
-float *sharc_fsdp_shard_grads(sharc_fsdp *e, int u) { return sharc_fsdp_unit_at(e, u)->grad_shard; }
+/* note [offload-overlap] (overlap.c): a shard is read only after the queued updates */
+const float *sharc_fsdp_shard_params(const sharc_fsdp *e, int u) {
+    sharc_fsdp_shard_wait(e);
+    return sharc_fsdp_unit_at(e, u)->param_shard;
+}
+float *sharc_fsdp_shard_grads(sharc_fsdp *e, int u) {
+    sharc_fsdp_shard_wait(e);
+    return sharc_fsdp_unit_at(e, u)->grad_shard;
+}
 
 int sharc_fsdp_shard_segments(const sharc_fsdp *e, int u, const sharc_segment **out) {
     const sharc_fsdp_unit *t = sharc_fsdp_unit_at(e, u);
