@@ -181,6 +181,15 @@ void sharc_fsdp_shard_wait_unit(const sharc_fsdp *e, int u) {
     pthread_mutex_unlock(&o->mu);
 }
 
+bool sharc_fsdp_shard_unit_done(const sharc_fsdp *e, int u) {
+    sharc_fsdp_overlap *o = e->ovl;
+    if (!o) return true;
+    pthread_mutex_lock(&o->mu);
+    bool done = o->done[u] >= o->queued;
+    pthread_mutex_unlock(&o->mu);
+    return done;
+}
+
 bool sharc_fsdp_shard_zero_later(sharc_fsdp *e, int u) {
     sharc_fsdp_overlap *o = e->ovl;
     if (!o) return false;
