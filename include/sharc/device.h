@@ -12,7 +12,8 @@
  *
  * Conventions: every call that takes a stream puts its work on that stream
  * (NULL: the device's default stream); the host waits only in
- * sharc_device_synchronize and sharc_device_event_synchronize. Copies and
+ * sharc_device_synchronize and sharc_device_event_synchronize (and
+ * sharc_device_host_func on a backend without host functions). Copies and
  * memsets are asynchronous with respect to the host on devices with real
  * streams; memory handed to them must stay valid until the stream reaches them. */
 #ifndef SHARC_DEVICE_H
