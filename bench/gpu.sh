@@ -29,6 +29,16 @@
 # region's GFLOP, GB, TFLOP/s and GB/s against the ceilings (PEAK_TFLOPS; the
 # GPU's DRAM bandwidth from its attributes). Printed before the table and
 # written to $OUT/profile_<model>.txt.
+# Then (with sharc among SYSTEMS) the largest Llama: the family of the
+# bench's Llama scaled by j (embed_dim 512 j, 4 j layers, head dim 64, 4
+# query heads per KV head, SwiGLU width 2.75 d rounded up to 256, V=32000;
+# j = 4 is the 0.85B), T=2048, B=1, activation checkpointing, bf16: the
+# largest j whose device memory as `sharc plan --ranks 1` plans it fits in
+# MEM_GIB (default nvidia-smi's total of GPU 0) less 2 GiB, without and with
+# fsdp.cpu_offload; each trained LARGEST_STEPS steps (default 4, the first
+# LARGEST_WARMUP = 2 left out), tokens/s the median of the rest. Printed
+# after the table, and in $OUT/largest_llama.json. TINY=1: toys (embed_dim
+# 32 j, j layers, V=512, T=32) against MEM_GIB (default 0.004) on the CPU.
 # Before anything runs, `sharc config` checks every sharc command line, so a
 # wrong key is found here, not after GPU time is spent.
 #
@@ -42,6 +52,7 @@
 #   SYSTEMS   which to run (default "sharc eager compile fsdp2")
 #   SHARC_DEVICE  sharc's train.device (default cuda; TINY=1: cpu)
 #   PEAK_TFLOPS, DEADLINE, STEPS_GPT2 (20), STEPS_LLAMA (10), WARMUP (3)
+#   MEM_GIB, LARGEST_STEPS (4), LARGEST_WARMUP (2)   the largest Llama's search and run
 set -uo pipefail
 bin=${1:-build}
 here=$(cd "$(dirname "$0")" && pwd)
@@ -176,6 +187,70 @@ EOF
   done
 done
 
+# the largest Llama that plans within the GPU's memory, without and with offload
+largest() { # j offload: the sharc arguments of the family's member j
+  local j=$1 d L H
+  if [ "$tiny" = 1 ]; then d=$((32 * j)) L=$j; else d=$((512 * j)) L=$((4 * j)); fi
+  H=$((d / 64 > 0 ? d / 64 : 1))
+  [ "$tiny" = 1 ] && H=$((d / 16))
+  echo "--model.family=llama --model.num_layers=$L --model.embed_dim=$d --model.num_heads=$H" \
+    "--model.num_kv_heads=$((H / 4 > 0 ? H / 4 : 1)) --model.ff_hidden_dim=$(((d * 11 / 4 + 255) / 256 * 256))" \
+    "--model.vocab_size=$([ "$tiny" = 1 ] && echo 512 || echo 32000) --model.max_seq_len=$T_large" \
+    "--model.tie_embeddings=false --train.seq_len=$T_large --train.batch_size=1 --fsdp.param_dtype=bf16" \
+    "--fsdp.activation_checkpointing=true --fsdp.cpu_offload=$2"
+}
+if [[ " $systems " == *" sharc "* ]] && ! late; then
+  T_large=$([ "$tiny" = 1 ] && echo 32 || echo 2048)
+  mem=${MEM_GIB:-}
+  [ -z "$mem" ] && [ "$tiny" = 1 ] && mem=0.004
+  [ -z "$mem" ] && mem=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits -i 0 2> /dev/null |
+    awk '{ printf "%.2f", $1 / 1024 }')
+  lsteps=${LARGEST_STEPS:-4} lwarm=${LARGEST_WARMUP:-2} reserve=2
+  [ "$tiny" = 1 ] && lsteps=2 lwarm=1 reserve=0
+  : > "$tmp/largest.jsonl"
+  for off in false true; do
+    if [ -z "$mem" ]; then
+      echo "{\"offload\": $off, \"error\": \"no GPU memory figure (nvidia-smi failed; set MEM_GIB)\"}" >> "$tmp/largest.jsonl"
+      continue
+    fi
+    best=0 best_gib="" best_params=""
+    for j in $(seq 1 64); do
+      # shellcheck disable=SC2046
+      p=$("$bin/sharc" plan --ranks 1 --train.device=cuda $(largest "$j" "$off") 2>&1) || break
+      gib=$(awk '$1 == "total" { print $2 }' <<< "$p")
+      awk -v g="$gib" -v m="$mem" -v r="$reserve" 'BEGIN { exit !(g != "" && g <= m - r) }' || break
+      best=$j best_gib=$gib best_params=$(sed -n '1s/.*llama, \([0-9.e+]*\) parameters.*/\1/p' <<< "$p")
+    done
+    if [ "$best" = 0 ]; then
+      echo "{\"offload\": $off, \"mem_gib\": $mem, \"error\": \"not even j = 1 plans within the memory\"}" >> "$tmp/largest.jsonl"
+      continue
+    fi
+    d=$tmp/largest-$off
+    echo "== sharc largest llama, offload $off: j=$best, $best_params parameters, planned $best_gib GiB of $mem" >&2
+    # shellcheck disable=SC2046
+    o=$(cd "$tmp" && timeout 300 "$bin/sharc" train $(largest "$best" "$off") --train.device="$sharc_device" \
+      --train.max_steps="$lsteps" --log.peak_tflops="$peak" --data.format=u16 --data.path="$tmp/llama.u16" \
+      --train.out_dir="$d" 2>&1 < /dev/null); rc=$?
+    err=""
+    [ $rc -ne 0 ] && err="$([ $rc -eq 2 ] && echo refused || echo "exit $rc"): $(grep -m1 -E 'error|refused' <<< "$o" || tail -n1 <<< "$o")"
+    "$py" - "$d/metrics.jsonl" "$off" "$best" "$best_params" "$best_gib" "$mem" "$lwarm" "$err" \
+      >> "$tmp/largest.jsonl" << 'PY'
+import json, os, statistics, sys
+path, off, j, params, gib, mem, warm, err = sys.argv[1:]
+r = {"offload": off == "true", "j": int(j), "params": float(params), "planned_gib": float(gib), "mem_gib": float(mem)}
+m = [json.loads(l) for l in open(path) if l.strip()] if os.path.exists(path) else []
+m = [x for x in m if "throughput/global(tps)" in x]
+if m and not err:
+    t = [x for x in m if x["step"] > int(warm)] or m
+    r["tokens_per_s"] = statistics.median(x["throughput/global(tps)"] for x in t)
+    r["peak_gib"] = max(x.get("memory/max_active(GiB)", 0) for x in m)
+else:
+    r["error"] = err or "no metrics"
+print(json.dumps(r))
+PY
+  done
+fi
+
 "$py" - "$results" "${OUT:-}" "$((SECONDS - t_start))" "$peak" "$tmp" << 'EOF'
 import glob, json, os, sys
 path, out, secs, peak, tmp = sys.argv[1:]
@@ -198,11 +273,26 @@ lines.append(f"MFU against {peak} TFLOP/s (bf16 dense peak); {secs} s in all")
 profiles = {}
 for f in sorted(glob.glob(os.path.join(tmp, "profile-*.txt"))):
     profiles[os.path.basename(f)[8:-4]] = open(f).read().rstrip("\n")
-text = "\n\n".join(list(profiles.values()) + ["\n".join(lines)])
+large = []
+lp = os.path.join(tmp, "largest.jsonl")
+if os.path.exists(lp):
+    large = [json.loads(l) for l in open(lp) if l.strip()]
+ll = []
+for r in large:
+    head = "largest llama, offload %-3s: " % ("on" if r["offload"] else "off")
+    if "j" not in r:
+        ll.append(head + r["error"])
+        continue
+    head += "j=%d, %.3g parameters, device memory planned %.3g GiB of %.3g" % (r["j"], r["params"], r["planned_gib"], r["mem_gib"])
+    ll.append(head + (": %.0f tokens/s, peak %.2f GiB" % (r["tokens_per_s"], r["peak_gib"]) if "tokens_per_s" in r
+                      else ": " + r["error"][:160]))
+text = "\n\n".join(list(profiles.values()) + ["\n".join(lines)] + (["\n".join(ll)] if ll else []))
 print(text)
 if out:
     os.makedirs(out, exist_ok=True)
     json.dump(rows, open(os.path.join(out, "gpu_bench.json"), "w"), indent=1)
+    if large:
+        json.dump(large, open(os.path.join(out, "largest_llama.json"), "w"), indent=1)
     open(os.path.join(out, "gpu_bench.txt"), "w").write(text + "\n")
     for m, p in profiles.items():
         open(os.path.join(out, f"profile_{m}.txt"), "w").write(p + "\n")

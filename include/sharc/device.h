@@ -12,7 +12,8 @@
  *
  * Conventions: every call that takes a stream puts its work on that stream
  * (NULL: the device's default stream); the host waits only in
- * sharc_device_synchronize and sharc_device_event_synchronize. Copies and
+ * sharc_device_synchronize and sharc_device_event_synchronize (and
+ * sharc_device_host_func on a backend without host functions). Copies and
  * memsets are asynchronous with respect to the host on devices with real
  * streams; memory handed to them must stay valid until the stream reaches them. */
 #ifndef SHARC_DEVICE_H
@@ -127,6 +128,11 @@ sharc_status sharc_device_event_record(sharc_event *ev, sharc_stream *s);
 sharc_status sharc_device_event_wait(sharc_event *ev, sharc_stream *s);
 /* The host waits until the recorded point is reached. */
 sharc_status sharc_device_event_synchronize(sharc_event *ev);
+/* Queue fn(arg) on stream s: the host runs it once the stream has reached
+ * it, in stream order, on a thread of the driver's (the CPU: at once, here).
+ * fn must make no device call and must not wait for the stream's later
+ * work (CUDA's rule for cudaLaunchHostFunc). */
+sharc_status sharc_device_host_func(sharc_stream *s, void (*fn)(void *), void *arg);
 /* An event that can also be timed (sharc_device_event_elapsed); plain events
  * skip the timestamp (cudaEventDisableTiming), which keeps waits cheap. */
 sharc_status sharc_device_event_new_timed(sharc_device *d, sharc_event **out);

@@ -17,6 +17,10 @@
  *                                      (site "offload:truncate")
  *   SHARC_TEST_OFFLOAD_KILL=RANK:STEP  the rank SIGKILLs itself in the middle of the step's writes of the
  *                                      offloaded moments (site "offload:write")
+ *   SHARC_TEST_OFFLOAD_UPDATE_FAIL=RANK:STEP  the AdamW update of an offloaded shard (fsdp.cpu_offload on a
+ *                                      device) fails at that step (site "offload:update")
+ *   SHARC_TEST_OFFLOAD_SLOW=MS         the offloaded optimizer's host thread sleeps MS ms before each unit's
+ *                                      update (sharc_fault_offload_delay_ms; note [offload-overlap])
  *   SHARC_TEST_MOE_RIG=G               every rank r routes its tokens to the experts e with e % G == r % G
  *                                      alone (sharc_fault_route_groups; note [moe-rig] in src/model/moe.c)
  *   SHARC_CKPT_KILL_AT=STAGE           the process ends (exit 86) at that stage of a checkpoint save,
@@ -41,6 +45,8 @@ typedef enum {
 /* The fault asked for at `site` of step `step` (0 outside the steps) on this
  * rank. A hang, a kill and a fatal error happen in here and do not return. */
 sharc_fault sharc_fault_at(const char *site, int64_t step);
+/* SHARC_TEST_OFFLOAD_SLOW's MS (0: off). */
+int sharc_fault_offload_delay_ms(void);
 /* SHARC_TEST_MOE_RIG's G, the groups the experts are split in (0: off). */
 int sharc_fault_route_groups(void);
 

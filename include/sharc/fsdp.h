@@ -188,6 +188,23 @@ float *sharc_fsdp_shard_grads(sharc_fsdp *e, int unit);
 /* The pieces of parameters this rank's shard of `unit` holds (padding excluded). */
 int sharc_fsdp_shard_segments(const sharc_fsdp *e, int unit, const sharc_segment **out);
 
+/* Note [offload-overlap] (src/fsdp/overlap.c). A task updates unit u's
+ * shard: params and grads are its shards (the shard device's memory). */
+typedef sharc_status (*sharc_fsdp_shard_task)(void *ctx, int unit, float *params, float *grads);
+/* Run fn(ctx, u, ...) for every unit in forward order. Under fsdp.cpu_offload
+ * on a device (and SHARC_OFFLOAD_OVERLAP not 0) the calls are queued to the
+ * engine's host thread and this returns at once: the next gather of unit u
+ * waits for u's, every other access to shards waits for all; fn must make no
+ * device call and ctx must live until sharc_fsdp_shard_sync. Otherwise the
+ * calls run here. Call it inside the write bracket. Returns the failure of a
+ * previous queue not yet returned, or this one's when run here. */
+sharc_status sharc_fsdp_shard_update(sharc_fsdp *e, sharc_fsdp_shard_task fn, void *ctx);
+/* Wait for every queued update; their first failure, once. */
+sharc_status sharc_fsdp_shard_sync(const sharc_fsdp *e);
+/* The same wait for a caller that returns no status: a failure stays kept
+ * for the next sharc_fsdp_shard_sync. */
+void sharc_fsdp_shard_wait(const sharc_fsdp *e);
+
 /* Sum of squares of this rank's shard gradients (padding excluded). */
 double sharc_fsdp_grad_sumsq_local(const sharc_fsdp *e);
 /* The global gradient norm over every shard, padding excluded: one

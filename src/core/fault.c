@@ -78,11 +78,19 @@ sharc_fault sharc_fault_at(const char *site, int64_t step) {
         fflush(stderr);
         raise(SIGKILL);
     }
+    if (!strcmp(site, "offload:update")) /* note [offload-overlap]: the update of a unit's offloaded shard fails */
+        return (rest = for_this_rank("SHARC_TEST_OFFLOAD_UPDATE_FAIL")) && lists_step(rest, step) ? SHARC_FAULT_FAIL
+                                                                                                  : SHARC_FAULT_NONE;
     if (!strcmp(site, "grads"))
         return (rest = for_this_rank("SHARC_TEST_NAN")) && lists_step(rest, step) ? SHARC_FAULT_NAN : SHARC_FAULT_NONE;
     /* a named place outside the steps: init, finalize, eval, generate, export */
     if ((rest = for_this_rank("SHARC_TEST_HANG")) && !strcmp(rest, site)) hang();
     return SHARC_FAULT_NONE;
+}
+
+int sharc_fault_offload_delay_ms(void) {
+    const char *v = getenv("SHARC_TEST_OFFLOAD_SLOW");
+    return v && *v ? atoi(v) : 0;
 }
 
 int sharc_fault_route_groups(void) {

@@ -337,6 +337,13 @@ sharc_status sharc_device_event_wait(sharc_event *ev, sharc_stream *s) {
     return ev->dev->i->event_wait(ev, s);
 }
 
+sharc_status sharc_device_host_func(sharc_stream *s, void (*fn)(void *), void *arg) {
+    if (s->dev->i->host_func) return s->dev->i->host_func(s, fn, arg);
+    SHARC_TRY(s->dev->i->synchronize(s));
+    fn(arg);
+    return SHARC_OK;
+}
+
 sharc_status sharc_device_event_synchronize(sharc_event *ev) {
     if (!ev->dev->i->event_synchronize) return SHARC_OK;
     return ev->dev->i->event_synchronize(ev);

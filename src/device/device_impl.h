@@ -52,6 +52,10 @@ typedef struct sharc_device_i {
     /* (optional, with event_record) device seconds between two reached
      * records of timed events (ev->timed, set before event_new) */
     sharc_status (*event_elapsed)(sharc_event *start, sharc_event *end, double *seconds);
+    /* (optional) queue fn(arg) on stream s, run on the host when the stream
+     * reaches it (cudaLaunchHostFunc); fn makes no device call. NULL: the
+     * host waits for s, then calls fn at once */
+    sharc_status (*host_func)(sharc_stream *s, void (*fn)(void *), void *arg);
     /* (optional) memory bandwidth in bytes/s (sharc_device_peak_bandwidth); NULL: unknown (0) */
     double (*peak_bandwidth)(sharc_device *d, char *how, size_t n);
     /* (optional) dense peak FLOP/s for products of dt operands and how it

@@ -200,30 +200,61 @@ int64_t sharc_fsdp_coll_stage_bytes(const sharc_fsdp *e) {
  *                             at one process; the gather then reads that;
  *   reduced shard to shard    a reduction's result (e->stage_shard after
  *   device                    the reduce-scatter, or the slot at one process)
- *                             is copied device -> host into e->hreduced, the
- *                             host waits, and the CPU's kernel adds it into
- *                             the gradient shard.
+ *                             is copied device -> host into a slot of
+ *                             e->hreduced, and the CPU's kernel adds it into
+ *                             the gradient shard as a host function queued
+ *                             behind the copy (note [offload-reduce]).
  * So every unit needs a slot for its gathered parameters and its gradient
  * (the plan's in-place cases are off), and a gather under offload is
  * blocking (the staging buffer serves every unit; a prefetch then gathers at
  * once). The host shards and the landing buffer are page-locked host memory
  * of the compute device (sharc_device_host_alloc, fsdp.c shard_alloc), so
  * the copies run without the driver's staging and a copy back does not make
- * the host wait by itself. The host waits once per unit's reduction.
+ * the host wait by itself.
  * Each copy runs on the stream of the collective next to it: with a comm
  * stream (note [comm-stream]) the copy to the compute device, the gather and
  * the reduce-scatter and its copy back are all queued there, so e->stage_shard
  * is used by that one stream in order (a copy queued on the compute stream
- * instead raced the comm stream's reductions into the same buffer); the host
- * then waits for the comm stream before the CPU adds a reduced shard in.
+ * instead raced the comm stream's reductions into the same buffer).
  * A shard write bracket (param_io.c) first waits for both streams, so no
  * queued host -> device copy reads a shard the optimizer is writing. */
 static const float *shard_to_compute(sharc_fsdp *e, sharc_fsdp_unit *t, float *dst, sharc_stream *s) {
     if (!sharc_fsdp_offloaded(e)) return t->param_shard;
+    sharc_fsdp_shard_wait_unit(e, t->index); /* note [offload-overlap] (overlap.c): the optimizer's update of t */
     if (sharc_device_copy(e->dev, dst, t->param_shard, (size_t)t->numel_shard * sizeof(float),
                           SHARC_COPY_HOST_TO_DEVICE, s) != SHARC_OK)
         SHARC_FSDP_COMM_FATAL();
     return dst;
+}
+
+/* Note [offload-reduce]. Under offload a reduced shard reaches its host
+ * gradient shard without the host waiting: the device -> host copy into a
+ * slot of the landing ring (e->hslot, SHARC_FSDP_HREDUCED_SLOTS slots at
+ * most, each the largest shard, page-locked) is queued on the reduction's
+ * stream, the CPU's accumulate behind it as a host function
+ * (sharc_device_host_func: cudaLaunchHostFunc; on the simulator it runs when
+ * the stream is drained to it), and an event behind that. A slot is reused
+ * only once its accumulate ran: its flag, set by the host function, else
+ * the host waits for its event (on a GPU the copy and the addition are long
+ * done by then; a ring of 4 makes the simulator's 1-rank, 4-unit step wait
+ * once). Everything that reads gradient shards on the host waits for the
+ * ring first (sharc_fsdp_coll_reduced_wait): finish_grads, once a step,
+ * and the shard accessors. The host function makes no device call and
+ * writes only the unit's gradient shard, which nothing else touches until
+ * that wait; the optimizer's update of the unit (note [offload-overlap])
+ * is done before: the unit's gather in this step's forward waited for it,
+ * and a reduction that finds it not done is a broken invariant. */
+static void hslot_run(void *arg) {
+    sharc_fsdp_hslot *h = arg;
+    h->sk->accumulate(h->ss, h->dst, h->buf, h->n);
+    h->ran = 1;
+}
+
+void sharc_fsdp_coll_reduced_wait(const sharc_fsdp *e) {
+    for (int k = 1; k <= e->hslots; k++) { /* the newest first: its wait drains the older on its stream */
+        sharc_fsdp_hslot *h = &e->hslot[(e->hnext - k + e->hslots) % e->hslots];
+        if (!h->ran && sharc_device_event_synchronize(h->ev) != SHARC_OK) SHARC_FSDP_COMM_FATAL();
+    }
 }
 
 /* On stream s, where the reduction that wrote `reduced` was queued. */
@@ -232,11 +263,21 @@ static void reduced_to_shard(sharc_fsdp *e, sharc_fsdp_unit *t, const float *red
         e->k->accumulate(s, t->grad_shard, reduced, t->numel_shard);
         return;
     }
-    if (sharc_device_copy(e->dev, e->hreduced, reduced, (size_t)t->numel_shard * sizeof(float),
-                          SHARC_COPY_DEVICE_TO_HOST, s) != SHARC_OK ||
-        sharc_device_synchronize(s) != SHARC_OK)
+    if (!sharc_fsdp_shard_unit_done(e, t->index))
+        sharc_fatal(__FILE__, __LINE__,
+                    "fsdp: unit %d '%s' reduced before the optimizer's queued update of it finished (its gather did "
+                    "not wait: note [offload-overlap])",
+                    t->index, t->spec.name);
+    sharc_fsdp_hslot *h = &e->hslot[e->hnext];
+    e->hnext = (e->hnext + 1) % e->hslots;
+    if (!h->ran && sharc_device_event_synchronize(h->ev) != SHARC_OK) SHARC_FSDP_COMM_FATAL();
+    h->dst = t->grad_shard;
+    h->n = t->numel_shard;
+    h->ran = 0;
+    if (sharc_device_copy(e->dev, h->buf, reduced, (size_t)t->numel_shard * sizeof(float), SHARC_COPY_DEVICE_TO_HOST,
+                          s) != SHARC_OK ||
+        sharc_device_host_func(s, hslot_run, h) != SHARC_OK || sharc_device_event_record(h->ev, s) != SHARC_OK)
         SHARC_FSDP_COMM_FATAL();
-    e->sk->accumulate(e->sstream, t->grad_shard, e->hreduced, t->numel_shard);
 }
 
 static void gather_direct(sharc_fsdp *e, sharc_fsdp_unit *t, bool blocking) { t->param_full = t->param_shard; }
@@ -450,6 +491,7 @@ sharc_status sharc_fsdp_coll_all_reduce_replicas(sharc_fsdp *e) {
 
 sharc_status sharc_fsdp_gather_master(sharc_fsdp *e, int u, float *dst) {
     sharc_fsdp_unit *t = sharc_fsdp_unit_at(e, u);
+    SHARC_TRY(sharc_fsdp_shard_sync(e)); /* note [offload-overlap] (overlap.c) */
     if (e->S == 1 || e->pglobal) {
         sharc_fsdp_shm_sync_params(e);
         SHARC_TRY(sharc_device_copy(e->sdev, dst, e->pglobal ? e->pglobal + t->global_off : t->param_shard,

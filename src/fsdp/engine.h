@@ -95,6 +95,17 @@ typedef struct {
     void (*reduce)(sharc_fsdp *e, sharc_fsdp_unit *t);
 } sharc_fsdp_reduce_i;
 
+/* Note [offload-reduce] (collectives.c): one slot of the landing ring. */
+typedef struct {
+    float *buf;              /* (max numel_shard) page-locked host memory, a part of hreduced */
+    float *dst;              /* the unit's gradient shard its accumulate adds into */
+    int64_t n;               /* its numel_shard */
+    const sharc_kernels *sk; /* the shard device's (the CPU's) */
+    sharc_stream *ss;        /* and its stream */
+    sharc_event *ev;         /* recorded after the accumulate, on the reduction's stream */
+    _Atomic int ran;         /* the accumulate has run (1 before the first use) */
+} sharc_fsdp_hslot;
+
 struct sharc_fsdp {
     sharc_fsdp_config cfg;
     sharc_device *dev;       /* the compute device: slots, staging, the model's activations */
@@ -102,7 +113,9 @@ struct sharc_fsdp {
     sharc_device *sdev;      /* note [shard-device] (collectives.c): shards, grad shards, the optimizer */
     sharc_stream *sstream;   /* sdev's default stream (stream itself when sdev is dev) */
     const sharc_kernels *sk; /* sdev's kernel table */
-    float *hreduced;         /* note [shard-device]: (max numel_shard) a reduced shard on sdev, or NULL */
+    float *hreduced;         /* note [offload-reduce]: (hslots x max numel_shard) reduced shards on sdev, or NULL */
+    sharc_fsdp_hslot *hslot; /* (hslots) the landing ring */
+    int hslots, hnext;       /* its size, and the slot the next reduction lands in */
     sharc_stream *cstream;   /* note [comm-stream] (collectives.c): a device group's collectives, or NULL */
     sharc_event *computed;   /* recorded on stream before each collective queued on cstream */
     sharc_event *reduced;    /* recorded on cstream at the end of a step's gradients */
@@ -143,6 +156,8 @@ struct sharc_fsdp {
     float *stage_shard;      /* (max numel_shard) fp32 reduce-scatter result */
     double *scalar;          /* (2) device scalars: the local sums of squares (not split, split over tp) */
     char *hstage;            /* note [comm-staging]: host bytes for a collective's send and receive; NULL: none */
+    struct sharc_fsdp_overlap
+        *ovl; /* note [offload-overlap] (overlap.c): the host worker, or NULL before the first queue */
     sharc_fsdp_stats stats;
 };
 
@@ -206,8 +221,24 @@ extern const sharc_fsdp_gather_i sharc_fsdp_gather_post_forward;
  * (nothing when it already waited for a later one; counted in stats). */
 int64_t sharc_fsdp_coll_mark(sharc_fsdp *e, sharc_event *ev);
 void sharc_fsdp_coll_wait(sharc_fsdp *e, sharc_event *ev, int64_t seq);
+/* Note [offload-reduce]: every queued accumulate of a reduced shard has run (the host waits). */
+void sharc_fsdp_coll_reduced_wait(const sharc_fsdp *e);
 /* The replicate group's all-reduce of every grad shard (HYBRID_SHARD, NO_SHARD). */
 sharc_status sharc_fsdp_coll_all_reduce_replicas(sharc_fsdp *e);
+
+/* overlap.c: note [offload-overlap] */
+typedef struct sharc_fsdp_overlap sharc_fsdp_overlap;
+/* Offloaded, and SHARC_OFFLOAD_OVERLAP is not 0. */
+bool sharc_fsdp_overlap_on(const sharc_fsdp *e);
+/* Unit u's queued update done. */
+void sharc_fsdp_shard_wait_unit(const sharc_fsdp *e, int u);
+/* Unit u's queued update is done (no wait). */
+bool sharc_fsdp_shard_unit_done(const sharc_fsdp *e, int u);
+/* True (and the worker zeroes unit u's gradient shard after its update) if
+ * the update is still queued; false: the caller zeroes it. */
+bool sharc_fsdp_shard_zero_later(sharc_fsdp *e, int u);
+/* Join the worker (after its queue ran). */
+void sharc_fsdp_overlap_free(sharc_fsdp *e);
 
 /* shm.c: note [shared-params] */
 bool sharc_fsdp_shm_eligible(const sharc_fsdp *e);

@@ -251,10 +251,22 @@ sharc_status sharc_fsdp_init(sharc_fsdp **out, const sharc_unit_spec *units, int
         }
     }
     e->scalar = sharc_device_alloc(e->sdev, 2 * sizeof(double), SHARC_MEM_OTHER);
-    if (pl->hreduced > 0) e->hreduced = shard_alloc(e, (size_t)pl->hreduced * sizeof(float), SHARC_MEM_COMM);
-    if (!e->scalar || (pl->hreduced > 0 && !e->hreduced)) {
+    if (pl->hreduced > 0) {
+        e->hreduced = shard_alloc(e, (size_t)pl->hreduced * sizeof(float), SHARC_MEM_COMM);
+        e->hslot = calloc((size_t)pl->hslots, sizeof *e->hslot);
+    }
+    if (!e->scalar || (pl->hreduced > 0 && (!e->hreduced || !e->hslot))) {
         st = sharc_error(SHARC_ERR_NOMEM, "fsdp: out of memory");
         goto fail;
+    }
+    for (int k = 0; e->hslot && k < pl->hslots; k++) { /* note [offload-reduce] (collectives.c) */
+        sharc_fsdp_hslot *h = &e->hslot[k];
+        h->buf = e->hreduced + (int64_t)k * (pl->hreduced / pl->hslots);
+        h->sk = e->sk;
+        h->ss = e->sstream;
+        h->ran = 1;
+        e->hslots = k + 1;
+        if ((st = sharc_device_event_new(e->dev, &h->ev)) != SHARC_OK) goto fail;
     }
     /* note [comm-staging]: a device's buffers, a group that reads host memory
      * (asked of every group in the same order on every rank: collective) */
@@ -288,6 +300,7 @@ fail:
 
 void sharc_fsdp_free(sharc_fsdp *e) {
     if (!e) return;
+    sharc_fsdp_overlap_free(e); /* note [offload-overlap]: its queued updates run first */
     sharc_progress_clear(e);
     if (e->cstream) sharc_device_synchronize(e->cstream); /* note [comm-stream]: before its buffers go */
     for (int u = 0; u < e->nunits && e->units; u++) {
@@ -307,6 +320,11 @@ void sharc_fsdp_free(sharc_fsdp *e) {
     sharc_device_free(e->dev, e->stage16_full);
     sharc_device_free(e->dev, e->stage_shard);
     sharc_device_free(e->sdev, e->scalar);
+    for (int k = 0; k < e->hslots; k++) {
+        if (!e->hslot[k].ran && e->hslot[k].ev) sharc_device_event_synchronize(e->hslot[k].ev);
+        if (e->hslot[k].ev) sharc_device_event_free(e->hslot[k].ev);
+    }
+    free(e->hslot);
     shard_free(e, e->hreduced);
     sharc_device_host_free(e->dev, e->hstage);
     if (e->computed) sharc_device_event_free(e->computed);
@@ -435,8 +453,10 @@ void sharc_fsdp_zero_grad(sharc_fsdp *e) {
     for (int u = 0; u < e->nunits; u++) {
         sharc_fsdp_unit *t = &e->units[u];
         sharc_fsdp_unit_expect(t, "zero_grad", P(SHARDED) | P(GATHERING) | P(GATHERED) | P(POST_FORWARD), G(NONE));
-        if (t->trainable && sharc_device_memset0(e->sdev, t->grad_shard, (size_t)t->numel_shard * sizeof(float),
-                                                 e->sstream) != SHARC_OK)
+        /* note [offload-overlap]: a unit still queued is zeroed by the worker after its update */
+        if (t->trainable && !sharc_fsdp_shard_zero_later(e, u) &&
+            sharc_device_memset0(e->sdev, t->grad_shard, (size_t)t->numel_shard * sizeof(float), e->sstream) !=
+                SHARC_OK)
             SHARC_FSDP_COMM_FATAL();
     }
 }
@@ -449,6 +469,7 @@ void sharc_fsdp_begin_microbatch(sharc_fsdp *e, bool last) {
 sharc_status sharc_fsdp_finish_grads(sharc_fsdp *e) {
     sharc_activity_phase("finishing gradients", -1, NULL);
     e->in_backward = false;
+    SHARC_TRY(sharc_fsdp_shard_sync(e)); /* note [offload-overlap]: a failed update of the last step ends this one */
     for (int u = 0; u < e->nunits; u++) {
         sharc_fsdp_unit *t = &e->units[u];
         sharc_fsdp_unit_expect(t, "finish_grads", t->spec.root ? P(SHARDED) | P(GATHERED) : P(SHARDED),
@@ -460,6 +481,8 @@ sharc_status sharc_fsdp_finish_grads(sharc_fsdp *e) {
     /* note [comm-stream]: the one wait for the step's reductions, before
      * anything on the compute stream reads or writes a grad shard */
     if (e->cstream) sharc_fsdp_coll_wait(e, e->reduced, sharc_fsdp_coll_mark(e, e->reduced));
+    /* note [offload-reduce] (collectives.c): the host's accumulates, before the host reads a grad shard */
+    sharc_fsdp_coll_reduced_wait(e);
     e->reduce_now = true;
     return SHARC_OK;
 }
@@ -471,6 +494,8 @@ sharc_status sharc_fsdp_finish_grads(sharc_fsdp *e) {
  * scalar of the shard device (note [shard-device] in collectives.c) in the
  * order of units and segments, on its stream. */
 static sharc_status sumsq_on_shard_device(const sharc_fsdp *e, double *acc) {
+    SHARC_TRY(sharc_fsdp_shard_sync(e)); /* note [offload-overlap] */
+    sharc_fsdp_coll_reduced_wait(e);     /* note [offload-reduce] */
     SHARC_TRY(sharc_device_memset0(e->sdev, acc, 2 * sizeof(double), e->sstream));
     for (int u = 0; u < e->nunits; u++) {
         const sharc_fsdp_unit *t = &e->units[u];
@@ -540,8 +565,16 @@ const uint16_t *sharc_fsdp_gather16(const sharc_fsdp *e, int u) {
 }
 const sharc_unit_spec *sharc_fsdp_unit_spec(const sharc_fsdp *e, int u) { return &sharc_fsdp_unit_at(e, u)->spec; }
 int64_t sharc_fsdp_shard_numel(const sharc_fsdp *e, int u) { return sharc_fsdp_unit_at(e, u)->numel_shard; }
-const float *sharc_fsdp_shard_params(const sharc_fsdp *e, int u) { return sharc_fsdp_unit_at(e, u)->param_shard; }
-float *sharc_fsdp_shard_grads(sharc_fsdp *e, int u) { return sharc_fsdp_unit_at(e, u)->grad_shard; }
+/* note [offload-overlap] (overlap.c): a shard is read only after the queued updates */
+const float *sharc_fsdp_shard_params(const sharc_fsdp *e, int u) {
+    sharc_fsdp_shard_wait(e);
+    return sharc_fsdp_unit_at(e, u)->param_shard;
+}
+float *sharc_fsdp_shard_grads(sharc_fsdp *e, int u) {
+    sharc_fsdp_shard_wait(e);
+    sharc_fsdp_coll_reduced_wait(e); /* note [offload-reduce] (collectives.c) */
+    return sharc_fsdp_unit_at(e, u)->grad_shard;
+}
 
 int sharc_fsdp_shard_segments(const sharc_fsdp *e, int u, const sharc_segment **out) {
     const sharc_fsdp_unit *t = sharc_fsdp_unit_at(e, u);

@@ -8,6 +8,7 @@
 
 void sharc_fsdp_shard_write_begin(sharc_fsdp *e) {
     if (e->writing++ > 0) return; /* nested: the outermost bracket checks and marks */
+    sharc_fsdp_shard_wait(e);     /* note [offload-overlap] (overlap.c): the last step's queued updates */
     /* note [shard-device] (collectives.c): no queued copy to the compute device still reads a host shard */
     if (sharc_fsdp_offloaded(e) && (sharc_device_synchronize(e->stream) != SHARC_OK ||
                                     (e->cstream && sharc_device_synchronize(e->cstream) != SHARC_OK)))
@@ -35,6 +36,7 @@ float *sharc_fsdp_shard_write(sharc_fsdp *e, int u) {
 sharc_status sharc_fsdp_shard_copy_in(sharc_fsdp *e, int u, int64_t shard_off, const float *src, int64_t n) {
     sharc_fsdp_unit *t = sharc_fsdp_unit_at(e, u);
     SHARC_CHECK(shard_off >= 0 && n >= 0 && shard_off + n <= t->numel_shard);
+    SHARC_TRY(sharc_fsdp_shard_sync(e)); /* note [offload-overlap] (overlap.c) */
     SHARC_TRY(sharc_device_copy(e->sdev, sharc_fsdp_shard_write(e, u) + shard_off, src, (size_t)n * sizeof(float),
                                 SHARC_COPY_HOST_TO_DEVICE, e->sstream));
     return sharc_device_synchronize(e->sstream);
@@ -43,6 +45,7 @@ sharc_status sharc_fsdp_shard_copy_in(sharc_fsdp *e, int u, int64_t shard_off, c
 sharc_status sharc_fsdp_shard_copy_out(const sharc_fsdp *e, int u, int64_t shard_off, float *dst, int64_t n) {
     const sharc_fsdp_unit *t = sharc_fsdp_unit_at(e, u);
     SHARC_CHECK(shard_off >= 0 && n >= 0 && shard_off + n <= t->numel_shard);
+    SHARC_TRY(sharc_fsdp_shard_sync(e)); /* note [offload-overlap] (overlap.c) */
     SHARC_TRY(sharc_device_copy(e->sdev, dst, t->param_shard + shard_off, (size_t)n * sizeof(float),
                                 SHARC_COPY_DEVICE_TO_HOST, e->sstream));
     return sharc_device_synchronize(e->sstream);
@@ -119,6 +122,7 @@ sharc_status sharc_fsdp_param_write_local(sharc_fsdp *e, const char *name, const
 sharc_status sharc_fsdp_param_read_local(const sharc_fsdp *e, const char *name, float *dst, int64_t numel) {
     int u, p;
     SHARC_TRY(find_sized(e, name, numel, &u, &p));
+    SHARC_TRY(sharc_fsdp_shard_sync(e)); /* note [offload-overlap] (overlap.c) */
     const sharc_fsdp_unit *t = &e->units[u];
     for (int s = 0; s < t->nseg; s++)
         if (t->segs[s].param == p)

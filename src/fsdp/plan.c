@@ -120,6 +120,7 @@ sharc_status sharc_fsdp_plan_make(sharc_fsdp_plan *p, const sharc_unit_spec *uni
     }
     const int S = in->S;
     int64_t max_plain = 0, max_shard = 0, max_padded = 0, shards = 0, grad_shards = 0, max_plain_grad = 0;
+    int grad_units = 0;
     for (int u = 0; u < nunits; u++) {
         sharc_fsdp_unit_plan *t = &p->units[u];
         t->numel_shard = sharc_layout_numel_shard(units[u].numel, S);
@@ -134,6 +135,7 @@ sharc_status sharc_fsdp_plan_make(sharc_fsdp_plan *p, const sharc_unit_spec *uni
         if (!units[u].root && t->slot_numel > max_plain) max_plain = t->slot_numel;
         if (sharc_unit_trainable(&units[u])) {
             grad_shards += t->numel_shard;
+            grad_units++;
             if (!units[u].root && t->numel_padded > max_plain_grad) max_plain_grad = t->numel_padded;
         }
         if (t->numel_shard > max_shard) max_shard = t->numel_shard;
@@ -209,7 +211,11 @@ sharc_status sharc_fsdp_plan_make(sharc_fsdp_plan *p, const sharc_unit_spec *uni
     for (int i = 0; i < p->n_param_slots; i++) gathered += p->param_slot_numel[i];
     /* note [shard-device]: the shards, the norm's scalars and a reduced shard's landing place on the host */
     int64_t *sb = in->offload ? p->host_bytes : p->bytes;
-    if (in->offload && grad_shards > 0) p->hreduced = max_shard;
+    /* note [offload-reduce] (collectives.c): a ring of landing slots */
+    if (in->offload && grad_shards > 0) {
+        p->hslots = grad_units < SHARC_FSDP_HREDUCED_SLOTS ? grad_units : SHARC_FSDP_HREDUCED_SLOTS;
+        p->hreduced = max_shard * p->hslots;
+    }
     sb[SHARC_MEM_PARAMS] = shards * (int64_t)sizeof(float);
     sb[SHARC_MEM_GRADS] = grad_shards * (int64_t)sizeof(float);
     p->bytes[SHARC_MEM_GATHERED] = gathered * (int64_t)sizeof(float) + p->post_bytes;

@@ -11,6 +11,9 @@
 #include "sharc/alloc.h"
 #include "sharc/fsdp.h"
 
+/* Note [offload-reduce] (collectives.c): the landing ring's slots at most. */
+#define SHARC_FSDP_HREDUCED_SLOTS 4
+
 typedef struct {
     int64_t numel_shard;  /* padded shard (note [flat-layout]) */
     int64_t numel_padded; /* numel_shard x S: the unit's gathered size */
@@ -48,7 +51,8 @@ typedef struct {
     int *param_slot_owner, *grad_slot_owner;
     int64_t grad_slots_numel; /* sum of grad_slot_numel: the shared gradient window's part per rank */
     int64_t stage16_shard, stage16_full, stage_shard; /* staging elements (0: none) */
-    int64_t hreduced;                                 /* note [shard-device]: host floats for a reduced shard */
+    int64_t hreduced;                                 /* note [offload-reduce]: host floats of the landing ring */
+    int hslots;                                       /* its slots, each the largest shard's (0: none) */
     int64_t bytes[SHARC_MEM_NCAT];      /* this rank's allocations per category (shared windows included) on the
                                       compute device: with offload, without the shards' */
     int64_t host_bytes[SHARC_MEM_NCAT]; /* with offload: what lives on the shard device (host memory), else 0 */

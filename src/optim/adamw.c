@@ -108,6 +108,11 @@ int sharc_offload_buffers(const sharc_optim_config *c) { return c->offload_pipel
 struct sharc_adamw {
     sharc_optim_config cfg;
     sharc_device *dev; /* the engine's */
+    sharc_fsdp *e;     /* borrowed: outlives the optimizer */
+    /* note [offload-overlap] (src/fsdp/overlap.c): the step's scalars the
+     * engine's host worker reads; written only after its queue ran */
+    sharc_adamw_scalars sc;
+    float decay_mul;
     int nunits;
     float **m, **v; /* (nunits) each (numel_shard), device memory; NULL entries when offloaded */
     int64_t t;
@@ -311,6 +316,7 @@ sharc_status sharc_adamw_moment_view(sharc_adamw *a, int u, int kind, int64_t of
     SHARC_CHECK(off >= 0 && want >= 0);
     *p = NULL;
     *n = 0;
+    SHARC_TRY(sharc_fsdp_shard_sync(a->e)); /* note [offload-overlap] */
     if (a->fd < 0) {
         if (!a->m[u]) return SHARC_OK;
         *p = (kind ? a->v[u] : a->m[u]) + off;
@@ -341,6 +347,7 @@ sharc_status sharc_adamw_init(sharc_adamw **out, sharc_fsdp *e, const sharc_opti
     if (!a) return sharc_error(SHARC_ERR_NOMEM, "adamw: out of memory");
     a->cfg = *c;
     a->dev = sharc_fsdp_shard_device(e);
+    a->e = e;
     a->nunits = sharc_fsdp_num_units(e);
     a->fd = -1;
     a->cache_u = -1;
@@ -372,6 +379,7 @@ sharc_status sharc_adamw_init(sharc_adamw **out, sharc_fsdp *e, const sharc_opti
 
 void sharc_adamw_free(sharc_adamw *a) {
     if (!a) return;
+    if (a->e) sharc_fsdp_shard_wait(a->e); /* note [offload-overlap]: no queued update reads the moments */
     for (int u = 0; u < a->nunits; u++) {
         if (a->m) sharc_device_free(a->dev, a->m[u]);
         if (a->v) sharc_device_free(a->dev, a->v[u]);
@@ -395,11 +403,10 @@ void sharc_adamw_free(sharc_adamw *a) {
 
 /* The update of elements [lo, lo + n) of unit u's shard, m and v those
  * elements' moments: the kernel on each trainable segment's part of them. */
-static void update_range(sharc_adamw *a, sharc_fsdp *e, int u, int64_t lo, int64_t n, float *m, float *v,
-                         sharc_adamw_scalars *sc, float decay_mul) {
+static void update_segments(sharc_adamw *a, sharc_fsdp *e, int u, float *p, const float *g, int64_t lo, int64_t n,
+                            float *m, float *v, sharc_adamw_scalars *sc, float decay_mul) {
     const sharc_kernels *k = sharc_device_kernels(a->dev);
     sharc_stream *stream = sharc_device_stream(a->dev);
-    float *p = sharc_fsdp_shard_write(e, u), *g = sharc_fsdp_shard_grads(e, u);
     const sharc_unit_spec *spec = sharc_fsdp_unit_spec(e, u);
     const sharc_segment *segs;
     int nseg = sharc_fsdp_shard_segments(e, u, &segs);
@@ -476,6 +483,27 @@ static sharc_status multi_table(sharc_adamw *a, sharc_fsdp *e) {
     return sharc_device_synchronize(stream); /* segs_h may be freed by a rebuild before the copy ran */
 }
 
+static void update_range(sharc_adamw *a, sharc_fsdp *e, int u, int64_t lo, int64_t n, float *m, float *v,
+                         sharc_adamw_scalars *sc, float decay_mul) {
+    update_segments(a, e, u, sharc_fsdp_shard_write(e, u), sharc_fsdp_shard_grads(e, u), lo, n, m, v, sc, decay_mul);
+}
+
+/* Note [offload-overlap] (src/fsdp/overlap.c): unit u's whole update, on
+ * the engine's host worker (shards in host memory, the CPU's kernel) or at
+ * the call (SHARC_OFFLOAD_OVERLAP=0); p and g its shards. */
+static sharc_status update_unit(void *ctx, int u, float *p, float *g) {
+    sharc_adamw *a = ctx;
+    if (!a->m[u]) return SHARC_OK;
+    if (sharc_fault_at("offload:update", a->t) == SHARC_FAULT_FAIL)
+        return sharc_error(SHARC_ERR_INTERNAL,
+                           "fsdp.cpu_offload: the AdamW update of unit %d failed at step %lld (the test hook "
+                           "SHARC_TEST_OFFLOAD_UPDATE_FAIL)",
+                           u, (long long)a->t);
+    sharc_adamw_scalars sc = a->sc;
+    update_segments(a, a->e, u, p, g, 0, sharc_fsdp_shard_numel(a->e, u), a->m[u], a->v[u], &sc, a->decay_mul);
+    return SHARC_OK;
+}
+
 /* The offloaded pass: every chunk of every trainable unit read, updated and
  * written, with nbuf == 3 chunk k+1 read and k-1 written while k updates. */
 static sharc_status step_offloaded(sharc_adamw *a, sharc_fsdp *e, sharc_adamw_scalars *sc, float decay_mul) {
@@ -521,6 +549,7 @@ static sharc_status step_offloaded(sharc_adamw *a, sharc_fsdp *e, sharc_adamw_sc
 }
 
 sharc_status sharc_adamw_step(sharc_adamw *a, sharc_fsdp *e, float lr, float grad_scale) {
+    SHARC_TRY(sharc_fsdp_shard_sync(e)); /* note [offload-overlap]: the last step's updates read a->sc and a->t */
     a->t++;
     const sharc_optim_config *c = &a->cfg;
     /* scalars in double, as PyTorch computes them in Python */
@@ -536,19 +565,30 @@ sharc_status sharc_adamw_step(sharc_adamw *a, sharc_fsdp *e, float lr, float gra
     sharc_status st = SHARC_OK;
     sharc_fsdp_shard_write_begin(e);
     if (a->fd >= 0) st = step_offloaded(a, e, &sc, decay_mul);
-    else if (sharc_fsdp_shard_device(e) == sharc_fsdp_device(e)) {
+    else if (sharc_fsdp_shard_device(e) != sharc_fsdp_device(e)) { /* fsdp.cpu_offload: note [offload-overlap] */
+        a->sc = sc;
+        a->decay_mul = decay_mul;
+        st = sharc_fsdp_shard_update(e, update_unit, a);
+    } else {
         st = multi_table(a, e); /* note [adamw-multi] */
         if (st == SHARC_OK && a->nseg > 0)
             sharc_device_kernels(a->dev)->adamw_multi(sharc_device_stream(a->dev), a->segs_d, a->segs_h, a->nseg, &sc,
                                                       decay_mul);
-    } else
-        for (int u = 0; u < a->nunits; u++)
-            if (a->m[u]) update_range(a, e, u, 0, sharc_fsdp_shard_numel(e, u), a->m[u], a->v[u], &sc, decay_mul);
+    }
     sharc_fsdp_shard_write_end(e);
     return st;
 }
 
 int64_t sharc_adamw_steps(const sharc_adamw *a) { return a->t; }
-void sharc_adamw_set_steps(sharc_adamw *a, int64_t t) { a->t = t; }
-float *sharc_adamw_m(sharc_adamw *a, int u) { return a->m[u]; }
-float *sharc_adamw_v(sharc_adamw *a, int u) { return a->v[u]; }
+void sharc_adamw_set_steps(sharc_adamw *a, int64_t t) {
+    sharc_fsdp_shard_wait(a->e); /* note [offload-overlap]: a queued update reads a->t */
+    a->t = t;
+}
+float *sharc_adamw_m(sharc_adamw *a, int u) {
+    sharc_fsdp_shard_wait(a->e);
+    return a->m[u];
+}
+float *sharc_adamw_v(sharc_adamw *a, int u) {
+    sharc_fsdp_shard_wait(a->e);
+    return a->v[u];
+}

@@ -851,6 +851,10 @@ sharc_status sharc_train_run(const sharc_config *cfg, sharc_comm *world) {
         sharc_watchdog_stop();
         return st;
     }
+    /* note [offload-overlap] (src/fsdp/overlap.c): the last step's queued updates, their failure agreed */
+    if (st == SHARC_OK)
+        st = sharc_comm_agree(t->world, sharc_fsdp_shard_sync(t->engine), SHARC_ERR_INTERNAL,
+                              "train: rank %d failed its last optimizer update (see its message)");
     sharc_status cst = sharc_jsonl_close(metrics);
     sharc_status dst = sharc_jsonl_close(debug);
     if (st == SHARC_OK) st = agree(t->world, cst != SHARC_OK ? cst : dst);

@@ -11,6 +11,9 @@
 #     weights, fresh tokens for each config), a finite last loss;
 #   - torch.compile and FSDP2 run, or say "unavailable" where this torch
 #     (1.13) lacks them;
+#   - the largest Llama section (`sharc plan` against MEM_GIB, default 0.004
+#     GiB in TINY) finds a larger toy with fsdp.cpu_offload than without,
+#     both planned within the memory, and both train (tokens/s > 0);
 #   - the profiled sharc run per model prints its table (SHARC_PROFILE=1,
 #     note [prof]) and leaves it in $OUT/profile_<model>.txt;
 # and the JSON under $OUT holds every row. Without a python that imports
@@ -61,6 +64,17 @@ fi
 out=$(OUT="$TMPDIR/c" TINY=1 SYSTEMS=sharc PYTHON="${py:-python3}" timeout 60 "$b/gpu.sh" "$SHARC_BIN" 2>&1) || fail "gpu.sh: $out"
 sed -i 's/"system": "sharc"/"system": "sharc-cpu"/' c/gpu_bench.json
 check c/gpu_bench.json sharc-cpu || fail "$out"
+# the largest Llama (TINY: toys against 0.004 GiB): the plan's search finds a
+# larger member with offload than without, each within the memory, and both train
+"${py:-python3}" - c/largest_llama.json << 'PY' || fail "largest llama: $(cat c/largest_llama.json 2>&1)"
+import json, sys
+r = {x["offload"]: x for x in json.load(open(sys.argv[1]))}
+assert set(r) == {False, True}, r
+for x in r.values():
+    assert x["j"] >= 1 and 0 < x["planned_gib"] <= x["mem_gib"] and x.get("tokens_per_s", 0) > 0, x
+assert r[True]["j"] > r[False]["j"] and r[True]["params"] > r[False]["params"], r
+PY
+grep -q '^largest llama, offload on : j=' <<< "$out" || fail "gpu.sh did not print the largest llama: $out"
 # the profiled run per model (note [prof]): its table in the output and in $OUT
 for m in gpt2 llama; do
   grep -q '^# sharc profile: 2 step(s)' c/profile_$m.txt && grep -q '^fwd.matmul.fc ' c/profile_$m.txt ||

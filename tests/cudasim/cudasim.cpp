@@ -922,6 +922,15 @@ cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
     pthread_mutex_unlock(&lock);
     return cudaSuccess;
 }
+/* A host function runs when its stream is drained to it, in order, as host
+ * code (the arena closed) under the simulator's lock: a CUDA call from it
+ * deadlocks, as CUDA forbids it. */
+cudaError_t cudaLaunchHostFunc(cudaStream_t s, cudaHostFn_t fn, void *arg) {
+    pthread_mutex_lock(&lock);
+    enqueue(stream_of(s), [fn, arg]() { fn(arg); });
+    pthread_mutex_unlock(&lock);
+    return cudaSuccess;
+}
 cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned int flags) {
     pthread_mutex_lock(&lock);
     sim_event *ev = event_of(e);

@@ -14,7 +14,9 @@
 #      tests/test_torch_parity.c's tolerances
 #   4. sharc train --train.device=cuda trains (note [cuda-train]): 3 steps of a tiny GPT-2 and Llama,
 #      losses within 1e-4 of the CPU's, with SHARC_PROFILE=1's report timed by CUDA events (note [prof]);
-#      fsdp.cpu_offload (note [shard-device]) within 1e-5 of the GPU run without it
+#      fsdp.cpu_offload (note [shard-device]) within 1e-5 of the GPU run without it, and its
+#      overlapped optimizer (note [offload-overlap]) = SHARC_OFFLOAD_OVERLAP=0 bit for bit (not under
+#      the simulator: tests/cli/cudasim_offload.sh)
 #   5. 2 and 3 ranks on the one GPU (MPI, staged) = 1 rank within 1e-5 (losses and gradient norms),
 #      every strategy: FULL_SHARD (prefetch as default, all on, all off), SHARD_GRAD_OP, NO_SHARD;
 #      fsdp.cpu_offload at 2 ranks (MPI, staged) within 1e-5 of 1 rank without it;
@@ -112,6 +114,16 @@ if [ -x "$bin/sharc" ]; then
   out=$("$bin/sharc" train $M --fsdp.cpu_offload=true --train.out_dir="$tmp/o1" --train.device=cuda 2>&1); rc=$?
   [ $rc -eq 0 ] && near "$tmp/o1" "$tmp/ggpt2" 1e-5
   one "fsdp.cpu_offload on cuda (gpt2): losses within 1e-5 of cuda without it" $? "exit $rc: $(tail -3 <<< "$out")"
+  # note [offload-overlap]: the optimizer on its host thread = at the step's end, bit for bit (the
+  # tensor bytes); under the simulator tests/cli/cudasim_offload.sh checks it
+  if [ $sim = 0 ]; then
+    out=$(SHARC_OFFLOAD_OVERLAP=0 "$bin/sharc" train $M --fsdp.cpu_offload=true --train.out_dir="$tmp/o0" \
+      --train.device=cuda 2>&1); rc=$?
+    tb() { tail -c +$((9 + $(od -An -tu8 -N8 "$1"))) "$1"; }
+    [ $rc -eq 0 ] && cmp -s <(tb "$tmp/o1/model.safetensors") <(tb "$tmp/o0/model.safetensors")
+    one "fsdp.cpu_offload: the overlapped optimizer = SHARC_OFFLOAD_OVERLAP=0, final weights bit for bit" $? \
+      "exit $rc: $(tail -3 <<< "$out")"
+  fi
   # the loss and gradient norm of STEPS steps from FIRST on (default 1) of a run against a reference's
   same() { # run ref tol steps [first]
     local f=${5:-1}

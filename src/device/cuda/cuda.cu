@@ -463,6 +463,10 @@ static sharc_status cuda_event_synchronize(sharc_event *ev) {
     return cuda_status(cudaEventSynchronize((cudaEvent_t)ev->impl), "event synchronize");
 }
 
+static sharc_status cuda_host_func(sharc_stream *s, void (*fn)(void *), void *arg) {
+    return cuda_status(cudaLaunchHostFunc(sharc_cuda_cs(s), fn, arg), "launch host function");
+}
+
 static sharc_status cuda_event_elapsed(sharc_event *start, sharc_event *end, double *seconds) {
     float ms = 0.0f;
     sharc_status st =
@@ -640,6 +644,7 @@ static sharc_device_i make_iface(void) {
     i.event_record = cuda_event_record;
     i.event_wait = cuda_event_wait;
     i.event_synchronize = cuda_event_synchronize;
+    i.host_func = cuda_host_func;
     i.event_elapsed = cuda_event_elapsed;
     i.peak_flops = cuda_peak_flops;
     i.peak_bandwidth = cuda_peak_bandwidth;
