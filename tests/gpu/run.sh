@@ -50,9 +50,19 @@ sim=0
 nm -D --defined-only "$bin/sharc" 2> /dev/null | grep ' _ZN7cudasim' > /dev/null && sim=1 # (no -q: pipefail)
 
 # one process per group of kernels: an abort (note [cuda-errors]) loses one group, not the suite
+groups="memory elem matmul norms qknorm activations embedding rope attention kvcache xent bf16 moe attn16 vocab copy_block"
+if [ $sim = 1 ]; then # the simulator: one thread a process, so two groups at a time (read back in order below)
+  for group in $groups; do
+    [ "$(jobs -rp | wc -l)" -lt 2 ] || wait -n
+    (OMP_NUM_THREADS=1 "$bin/gpu_kernels" "$group" > "$tmp/k-$group.log" 2>&1; echo $? > "$tmp/k-$group.rc") &
+  done
+  wait
+fi
 first=1
-for group in memory elem matmul norms qknorm activations embedding rope attention kvcache xent bf16 moe attn16 vocab copy_block; do
-  "$bin/gpu_kernels" "$group" > "$tmp/k.log" 2>&1; rc=$?
+for group in $groups; do
+  if [ $sim = 1 ]; then mv "$tmp/k-$group.log" "$tmp/k.log"; rc=$(cat "$tmp/k-$group.rc"); else
+    "$bin/gpu_kernels" "$group" > "$tmp/k.log" 2>&1; rc=$?
+  fi
   if [ $first = 1 ] && [ $rc -eq 77 ]; then
     grep -m1 '^no GPU' "$tmp/k.log" || echo "no GPU"
     exit 0
@@ -65,7 +75,12 @@ for group in memory elem matmul norms qknorm activations embedding rope attentio
 done
 
 # whole model, both families, GPU against CPU (its own process: see tests/gpu/model.c)
+fixtures=${SHARC_FIXTURES:-$(cd "$(dirname "$0")/.." && pwd)/fixtures}
 if [ -x "$bin/gpu_model" ]; then
+  fsteps=""
+  [ $sim = 1 ] && fsteps=2 && echo "(the CUDA simulator: 2 steps of each PyTorch fixture, not 20)"
+  # the simulator: the fixtures' process beside the next one (one thread each), read back below
+  [ $sim = 1 ] && { OMP_NUM_THREADS=1 "$bin/gpu_model" torch "$fixtures" $fsteps > "$tmp/torch.log" 2>&1; echo $? > "$tmp/torch.rc"; } &
   "$bin/gpu_model" > "$tmp/model.log" 2>&1; rc=$?
   grep -v ' passed, .* failed$' "$tmp/model.log"
   count "$tmp/model.log"
@@ -75,11 +90,8 @@ else
 fi
 
 # the PyTorch fixture trajectories on the GPU (gpu_model torch: see tests/gpu/model.c)
-fixtures=${SHARC_FIXTURES:-$(cd "$(dirname "$0")/.." && pwd)/fixtures}
 if [ -x "$bin/gpu_model" ]; then
-  fsteps=""
-  [ $sim = 1 ] && fsteps=2 && echo "(the CUDA simulator: 2 steps of each PyTorch fixture, not 20)"
-  "$bin/gpu_model" torch "$fixtures" $fsteps > "$tmp/torch.log" 2>&1; rc=$?
+  if [ $sim = 1 ]; then wait; rc=$(cat "$tmp/torch.rc"); else "$bin/gpu_model" torch "$fixtures" $fsteps > "$tmp/torch.log" 2>&1; rc=$?; fi
   grep -v ' passed, .* failed$' "$tmp/torch.log"
   count "$tmp/torch.log"
   if [ $rc -ne 0 ] && ! grep -q '^FAIL ' "$tmp/torch.log"; then one "gpu_model torch exit status" 1 "exit $rc"; fi
