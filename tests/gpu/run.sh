@@ -34,6 +34,9 @@
 # (no final weights), 5 2 steps of 2 strategies and shapes (NO_SHARD with all prefetch on at 2
 # ranks, FULL_SHARD at 3), 6 a 2-layer stand-in for 6 steps (the same 2% bound); 7 is left to
 # tests/cli/cudasim_overlap.sh and cudasim_train.sh (2 ranks over the fake NCCL); 8 is skipped.
+# There, for the suite's time, the single-threaded simulated runs go two at a time (kernel groups,
+# gpu_model beside its torch fixtures, 6's fp32 and bf16 runs), and 5's 2-rank GPU run that saves
+# the checkpoint stops right after that save (SHARC_CKPT_KILL_AT=after-latest).
 set -uo pipefail
 bin=${1:-build}
 [ -x "$bin/gpu_kernels" ] || { echo "tests/gpu/run.sh: $bin/gpu_kernels is missing: build with nvcc present (make)"; exit 1; }
@@ -198,7 +201,13 @@ if [ -x "$bin/sharc" ]; then
     # other orders, as in tests/cli/cudasim_train.sh's resumes across devices)
     C="$M --train.max_steps=4 --ckpt.every=2 --ckpt.keep=2"
     "$bin/sharc" train $C --train.batch_size=6 --train.out_dir="$tmp/cc1" > "$tmp/cc1.log" 2>&1
-    mpi 2 cg2 $C --train.batch_size=3 --train.device=cuda; rc=$?
+    if [ $sim = 1 ]; then # the simulator: cg2 stops at the checkpoint resumed below (exit 86, SHARC_CKPT_KILL_AT)
+      SHARC_CKPT_KILL_AT=after-latest SHARC_CKPT_KILL_STEP=2 MPIX="-x SHARC_CKPT_KILL_AT -x SHARC_CKPT_KILL_STEP" \
+        mpi 2 cg2 $C --train.batch_size=3 --train.device=cuda; rc=$?
+      [ $rc -eq 86 ] && grep -q "killed at 'after-latest' of step 2" "$tmp/cg2.log" && rc=0
+    else
+      mpi 2 cg2 $C --train.batch_size=3 --train.device=cuda; rc=$?
+    fi
     mpi 3 cr3 $C --train.batch_size=2 --ckpt.resume="$tmp/cg2/checkpoints/step-00000002"; rc2=$?
     why=$(same "$tmp/cr3" "$tmp/cc1" 1e-4 2 3); ok=$?
     [ $rc -eq 0 ] && [ $rc2 -eq 0 ] || ok=1
@@ -229,10 +238,16 @@ if [ -x "$bin/sharc" ]; then
     what="make run's model (the default config)"
   fi
   for dt in fp32 bf16; do
+    if [ $sim = 1 ]; then # the simulator: one thread a run, so both at once
+      (timeout 600 "$bin/sharc" train $R --train.device=cuda --fsdp.param_dtype=$dt --train.out_dir="$tmp/r$dt" \
+        > "$tmp/r$dt.log" 2>&1; echo $? > "$tmp/r$dt.rc") &
+      continue
+    fi
     timeout 600 "$bin/sharc" train $R --train.device=cuda --fsdp.param_dtype=$dt --train.out_dir="$tmp/r$dt" \
       > "$tmp/r$dt.log" 2>&1; rc=$?
     [ $rc -eq 0 ] || break
   done
+  [ $sim = 1 ] && wait && rc=$(( $(cat "$tmp/rfp32.rc") | $(cat "$tmp/rbf16.rc") ))
   loss() { jq -r '."loss_metrics/global_avg_loss" // empty' "$1" 2> /dev/null; }
   lf=$(loss "$tmp/rfp32/metrics.jsonl" | tail -1) lb=$(loss "$tmp/rbf16/metrics.jsonl" | tail -1)
   l0=$(loss "$tmp/rfp32/metrics.jsonl" | head -1)
