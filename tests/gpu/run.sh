@@ -63,7 +63,7 @@ if [ $sim = 1 ]; then # the simulator: one thread a process, so two groups at a 
 fi
 first=1
 for group in $groups; do
-  if [ $sim = 1 ]; then mv "$tmp/k-$group.log" "$tmp/k.log"; rc=$(cat "$tmp/k-$group.rc"); else
+  if [ $sim = 1 ]; then mv "$tmp/k-$group.log" "$tmp/k.log"; rc=$(cat "$tmp/k-$group.rc" 2> /dev/null || echo 1); else
     "$bin/gpu_kernels" "$group" > "$tmp/k.log" 2>&1; rc=$?
   fi
   if [ $first = 1 ] && [ $rc -eq 77 ]; then
@@ -94,7 +94,7 @@ fi
 
 # the PyTorch fixture trajectories on the GPU (gpu_model torch: see tests/gpu/model.c)
 if [ -x "$bin/gpu_model" ]; then
-  if [ $sim = 1 ]; then wait; rc=$(cat "$tmp/torch.rc"); else "$bin/gpu_model" torch "$fixtures" $fsteps > "$tmp/torch.log" 2>&1; rc=$?; fi
+  if [ $sim = 1 ]; then wait; rc=$(cat "$tmp/torch.rc" 2> /dev/null || echo 1); else "$bin/gpu_model" torch "$fixtures" $fsteps > "$tmp/torch.log" 2>&1; rc=$?; fi
   grep -v ' passed, .* failed$' "$tmp/torch.log"
   count "$tmp/torch.log"
   if [ $rc -ne 0 ] && ! grep -q '^FAIL ' "$tmp/torch.log"; then one "gpu_model torch exit status" 1 "exit $rc"; fi
@@ -247,7 +247,7 @@ if [ -x "$bin/sharc" ]; then
       > "$tmp/r$dt.log" 2>&1; rc=$?
     [ $rc -eq 0 ] || break
   done
-  [ $sim = 1 ] && wait && rc=$(( $(cat "$tmp/rfp32.rc") | $(cat "$tmp/rbf16.rc") ))
+  [ $sim = 1 ] && wait && rc=$(( $(cat "$tmp/rfp32.rc" 2> /dev/null || echo 1) | $(cat "$tmp/rbf16.rc" 2> /dev/null || echo 1) ))
   loss() { jq -r '."loss_metrics/global_avg_loss" // empty' "$1" 2> /dev/null; }
   lf=$(loss "$tmp/rfp32/metrics.jsonl" | tail -1) lb=$(loss "$tmp/rbf16/metrics.jsonl" | tail -1)
   l0=$(loss "$tmp/rfp32/metrics.jsonl" | head -1)
