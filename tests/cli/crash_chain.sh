@@ -43,20 +43,30 @@ if command -v strace >/dev/null && strace -f -qq -o /dev/null -e trace=getpid tr
   rm -rf w && cp -a mid w
   strace -f -qq -c -o counts.txt -e trace=rename,unlink,rmdir,fsync,mkdir,write \
     "$S" train $M --train.out_dir=w --ckpt.resume=auto >/dev/null 2>&1 || die "counting calls"
+  crash_point() { # SC K: SIGKILL at the K-th SC call of a resume of mid, then resume again
+    local w=w-$1-$2 out
+    rm -rf "$w" && cp -a mid "$w"
+    { strace -f -qq -o /dev/null -e trace=$1 -e inject=$1:signal=KILL:when=$2 \
+        "$S" train $M --train.out_dir="$w" --ckpt.resume=auto >/dev/null 2>&1; } 2>/dev/null # no "Killed" line
+    out=$("$S" train $M --train.out_dir="$w" --ckpt.resume=auto 2>&1) || die "$1 #$2: the resume failed: $out"
+    check "$w" ref 8
+    rm -rf "$w"
+    : > "ok-$1-$2" # counted below: a point that ended any other way fails the test
+  }
   points=0
   for sc in rename unlink rmdir fsync mkdir write; do
     calls=$(awk -v s=$sc '$NF == s { print $4 }' counts.txt); calls=${calls:-0}
     [ "$calls" -gt 0 ] || continue
     stride=1; [ $sc = write ] && stride=25 # writes: the metrics lines, shard and manifest data, console
     for ((k = 1; k <= calls; k += stride)); do
-      rm -rf w && cp -a mid w
-      { strace -f -qq -o /dev/null -e trace=$sc -e inject=$sc:signal=KILL:when=$k \
-          "$S" train $M --train.out_dir=w --ckpt.resume=auto >/dev/null 2>&1; } 2>/dev/null # no "Killed" line
-      out=$("$S" train $M --train.out_dir=w --ckpt.resume=auto 2>&1) || die "$sc #$k: the resume failed: $out"
-      check w ref 8
+      # two crash points at a time (each run is one thread), each in its own copy
+      [ "$(jobs -rp | wc -l)" -lt 2 ] || wait -n || die "a crash point failed"
+      crash_point $sc $k &
       points=$((points + 1))
     done
   done
+  wait
+  [ "$(ls ok-* 2>/dev/null | wc -l)" -eq $points ] || die "$(ls ok-* 2>/dev/null | wc -l) of $points crash points passed"
   [ $points -ge 45 ] || die "only $points crash points: $(cat counts.txt)"
   echo "SIGKILL at $points file-system calls: each resumed to the reference, nothing left behind"
 else
@@ -68,21 +78,34 @@ B="--data.path=text.txt --model.num_layers=2 --model.embed_dim=96 --model.num_he
    --train.seq_len=64 --train.batch_size=4 --train.max_steps=30 --train.threads=1 --optim.warmup_steps=2
    --ckpt.every=3 --log.peak_tflops=1"
 "$S" train $B --train.out_dir=refb >/dev/null 2>&1 || die "reference run (kill -9)"
-RANDOM=9
-for mode in sync async; do
-  rm -rf kb
-  for i in $(seq 1 6); do
-    "$S" train $B --train.out_dir=kb --ckpt.resume=auto --ckpt.async=$([ $mode = async ] && echo true || echo false) \
+# the delays, drawn in order from one seed (reproducible): 6 + 6 ms in [0, 1200) for the
+# single-process chains, 4 in [800, 3000) for the 2-rank one
+RANDOM=9 d1=() d2=()
+for i in $(seq 1 12); do d1+=($((RANDOM % 1200))); done
+for i in $(seq 1 4); do d2+=($((800 + RANDOM % 2200))); done
+ms() { echo "$(($1 / 1000)).$(printf %03d $(($1 % 1000)))"; }
+kill_chain() { # sync|async FIRST-DELAY: 6 kills of one process, then the last resume
+  local mode=$1 first=$2 dir=kb-$1 i pid out
+  for i in $(seq 0 5); do
+    "$S" train $B --train.out_dir=$dir --ckpt.resume=auto --ckpt.async=$([ $mode = async ] && echo true || echo false) \
       >/dev/null 2>&1 &
     pid=$!
-    d=$((RANDOM % 1200)); sleep "$((d / 1000)).$(printf %03d $((d % 1000)))"
+    sleep "$(ms "${d1[$((first + i))]}")"
     kill -9 $pid 2>/dev/null
     wait $pid 2>/dev/null
   done
-  out=$("$S" train $B --train.out_dir=kb --ckpt.resume=auto 2>&1) || die "$mode: the last resume failed: $out"
-  check kb refb 30
+  out=$("$S" train $B --train.out_dir=$dir --ckpt.resume=auto 2>&1) || die "$mode: the last resume failed: $out"
+  check $dir refb 30
   echo "kill -9 x 6 ($mode saves): resumed to the reference, nothing left behind"
-done
+}
+# the two chains at once (one thread each), each one's lines after both end
+kill_chain sync 0 > chain-sync.log 2>&1 &
+p1=$!
+kill_chain async 6 > chain-async.log 2>&1
+r2=$?
+wait $p1; r1=$?
+cat chain-sync.log chain-async.log
+[ $r1 = 0 ] && [ $r2 = 0 ] || exit 1
 
 # 2 ranks: kill -9 the whole job or one of its ranks
 mpi 2 "$S" train $B --train.out_dir=ref2 >/dev/null 2>&1 || die "2-rank reference run"
@@ -90,7 +113,7 @@ rm -rf k2
 for i in $(seq 1 4); do
   timeout 60 mpirun --oversubscribe --bind-to none -n 2 "$S" train $B --train.out_dir=k2 --ckpt.resume=auto >/dev/null 2>&1 &
   pid=$!
-  d=$((800 + RANDOM % 2200)); sleep "$((d / 1000)).$(printf %03d $((d % 1000)))"
+  sleep "$(ms "${d2[$((i - 1))]}")"
   ranks=$(pgrep -P "$(pgrep -P $pid | head -1)" 2>/dev/null | tr '\n' ' ')
   if [ $((i % 2)) -eq 0 ]; then victims=$ranks; else victims=$(echo $ranks | cut -d' ' -f1); fi
   [ -n "$victims" ] && kill -9 $victims 2>/dev/null

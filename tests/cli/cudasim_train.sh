@@ -49,8 +49,9 @@ M="--data.path=text.txt --model.num_layers=2 --model.embed_dim=32 --model.num_he
 LLAMA="--model.family=llama --model.num_kv_heads=1 --model.tie_embeddings=false --model.ff_hidden_dim=48"
 
 
-for fam in gpt2 llama; do
-  X=""; [ $fam = llama ] && X="$LLAMA"
+fam_check() { # gpt2|llama (a subshell: exits on a failure)
+  local fam=$1
+  local X=""; [ $fam = llama ] && X="$LLAMA"
   "$CPU" train $M $X --train.out_dir=c$fam > c$fam.log 2>&1 || { cat c$fam.log; die "$fam: cpu run"; }
   CUDASIM_LAUNCH_STATS=1 "$SIM" train $M $X --train.out_dir=g$fam --train.device=cuda > g$fam.log 2>&1 ||
     { tail -20 g$fam.log; die "$fam: cuda run"; }
@@ -75,7 +76,14 @@ for fam in gpt2 llama; do
   ec=$("$CPU" eval --checkpoint c$fam/model.safetensors --data.path val.txt --threads 1 2>&1) || die "$fam eval: $ec"
   eg=$("$CPU" eval --checkpoint g$fam/model.safetensors --data.path val.txt --threads 1 2>&1) || die "$fam eval: $eg"
   near "$(jq -r .val_loss <<< "$eg")" "$(jq -r .val_loss <<< "$ec")" "$fam eval of the final weights" || exit 1
-done
+}
+# the two families at once (each simulated run one thread), each one's lines after both end
+(fam_check gpt2) > fam-gpt2.log 2>&1 &
+p=$!
+(fam_check llama) > fam-llama.log 2>&1; r2=$?
+wait $p; r1=$?
+cat fam-gpt2.log fam-llama.log
+[ $r1 = 0 ] && [ $r2 = 0 ] || exit 1
 echo "gpt2, llama: cuda = cpu within 1e-4 (6 steps, resume across devices both ways, final weights)"
 
 # validation during training on cuda (batches staged in by sharc_eval_dataset)

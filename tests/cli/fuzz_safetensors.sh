@@ -2,8 +2,9 @@
 # timeout: 120
 # A short libFuzzer run of the safetensors reader (tests/fuzz), built with
 # Debian's clang under AddressSanitizer + UBSan: any crash, sanitizer report
-# or broken reader invariant fails the test. `make fuzz FUZZ_SECONDS=N` runs
-# it longer.
+# or broken reader invariant fails the test. Every seed of the corpus runs
+# first, then FUZZ_SECONDS (default 5, to keep the suite in its budget) of
+# fuzzing; `FUZZ_SECONDS=60` here, or `make fuzz FUZZ_SECONDS=N`, runs it longer.
 set -euo pipefail
 cd "$SHARC_ROOT"
 command -v clang >/dev/null || { echo "clang is missing: scripts/deps.sh test installs clang and libclang-rt-14-dev"; exit 1; }
@@ -11,7 +12,7 @@ src="tests/fuzz/fuzz_safetensors.c src/io/safetensors.c src/core/fileio.c src/co
 clang -std=c11 -D_GNU_SOURCE -g -O1 -Iinclude -fno-omit-frame-pointer \
     -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined $src -o "$TMPDIR/fuzz_safetensors" -ljson-c -lm
 mkdir -p "$TMPDIR/corpus"
-"$TMPDIR/fuzz_safetensors" -max_total_time=15 -seed=1 -dict=tests/fuzz/safetensors.dict \
+"$TMPDIR/fuzz_safetensors" -max_total_time="${FUZZ_SECONDS:-5}" -seed=1 -dict=tests/fuzz/safetensors.dict \
     -artifact_prefix="$TMPDIR/" -print_final_stats=1 "$TMPDIR/corpus" tests/fuzz/corpus 2>&1 | tail -6
 ls "$TMPDIR"/crash-* "$TMPDIR"/leak-* "$TMPDIR"/timeout-* 2>/dev/null && { echo "fuzzer found a failing input"; exit 1; }
 echo ok

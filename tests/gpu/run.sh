@@ -36,6 +36,9 @@
 # (no final weights), 5 2 steps of 2 strategies and shapes (NO_SHARD with all prefetch on at 2
 # ranks, FULL_SHARD at 3), 6 a 2-layer stand-in for 6 steps (the same 2% bound); 7 is left to
 # tests/cli/cudasim_overlap.sh and cudasim_train.sh (2 ranks over the fake NCCL); 8 is skipped.
+# There, for the suite's time, the single-threaded simulated runs go two at a time (kernel groups,
+# gpu_model beside its torch fixtures, 6's fp32 and bf16 runs), and 5's 2-rank GPU run that saves
+# the checkpoint stops right after that save (SHARC_CKPT_KILL_AT=after-latest).
 set -uo pipefail
 bin=${1:-build}
 [ -x "$bin/gpu_kernels" ] || { echo "tests/gpu/run.sh: $bin/gpu_kernels is missing: build with nvcc present (make)"; exit 1; }
@@ -52,9 +55,19 @@ sim=0
 nm -D --defined-only "$bin/sharc" 2> /dev/null | grep ' _ZN7cudasim' > /dev/null && sim=1 # (no -q: pipefail)
 
 # one process per group of kernels: an abort (note [cuda-errors]) loses one group, not the suite
+groups="memory elem matmul norms fused qknorm activations embedding rope attention kvcache xent bf16 gelu_epilogue moe attn16 vocab copy_block"
+if [ $sim = 1 ]; then # the simulator: one thread a process, so two groups at a time (read back in order below)
+  for group in $groups; do
+    [ "$(jobs -rp | wc -l)" -lt 2 ] || wait -n
+    (OMP_NUM_THREADS=1 "$bin/gpu_kernels" "$group" > "$tmp/k-$group.log" 2>&1; echo $? > "$tmp/k-$group.rc") &
+  done
+  wait
+fi
 first=1
-for group in memory elem matmul norms fused qknorm activations embedding rope attention kvcache xent bf16 gelu_epilogue moe attn16 vocab copy_block; do
-  "$bin/gpu_kernels" "$group" > "$tmp/k.log" 2>&1; rc=$?
+for group in $groups; do
+  if [ $sim = 1 ]; then mv "$tmp/k-$group.log" "$tmp/k.log"; rc=$(cat "$tmp/k-$group.rc" 2> /dev/null || echo 1); else
+    "$bin/gpu_kernels" "$group" > "$tmp/k.log" 2>&1; rc=$?
+  fi
   if [ $first = 1 ] && [ $rc -eq 77 ]; then
     grep -m1 '^no GPU' "$tmp/k.log" || echo "no GPU"
     exit 0
@@ -67,7 +80,12 @@ for group in memory elem matmul norms fused qknorm activations embedding rope at
 done
 
 # whole model, both families, GPU against CPU (its own process: see tests/gpu/model.c)
+fixtures=${SHARC_FIXTURES:-$(cd "$(dirname "$0")/.." && pwd)/fixtures}
 if [ -x "$bin/gpu_model" ]; then
+  fsteps=""
+  [ $sim = 1 ] && fsteps=2 && echo "(the CUDA simulator: 2 steps of each PyTorch fixture, not 20)"
+  # the simulator: the fixtures' process beside the next one (one thread each), read back below
+  [ $sim = 1 ] && { OMP_NUM_THREADS=1 "$bin/gpu_model" torch "$fixtures" $fsteps > "$tmp/torch.log" 2>&1; echo $? > "$tmp/torch.rc"; } &
   "$bin/gpu_model" > "$tmp/model.log" 2>&1; rc=$?
   grep -v ' passed, .* failed$' "$tmp/model.log"
   count "$tmp/model.log"
@@ -77,11 +95,8 @@ else
 fi
 
 # the PyTorch fixture trajectories on the GPU (gpu_model torch: see tests/gpu/model.c)
-fixtures=${SHARC_FIXTURES:-$(cd "$(dirname "$0")/.." && pwd)/fixtures}
 if [ -x "$bin/gpu_model" ]; then
-  fsteps=""
-  [ $sim = 1 ] && fsteps=2 && echo "(the CUDA simulator: 2 steps of each PyTorch fixture, not 20)"
-  "$bin/gpu_model" torch "$fixtures" $fsteps > "$tmp/torch.log" 2>&1; rc=$?
+  if [ $sim = 1 ]; then wait; rc=$(cat "$tmp/torch.rc" 2> /dev/null || echo 1); else "$bin/gpu_model" torch "$fixtures" $fsteps > "$tmp/torch.log" 2>&1; rc=$?; fi
   grep -v ' passed, .* failed$' "$tmp/torch.log"
   count "$tmp/torch.log"
   if [ $rc -ne 0 ] && ! grep -q '^FAIL ' "$tmp/torch.log"; then one "gpu_model torch exit status" 1 "exit $rc"; fi
@@ -198,7 +213,13 @@ if [ -x "$bin/sharc" ]; then
     # other orders, as in tests/cli/cudasim_train.sh's resumes across devices)
     C="$M --train.max_steps=4 --ckpt.every=2 --ckpt.keep=2"
     "$bin/sharc" train $C --train.batch_size=6 --train.out_dir="$tmp/cc1" > "$tmp/cc1.log" 2>&1
-    mpi 2 cg2 $C --train.batch_size=3 --train.device=cuda; rc=$?
+    if [ $sim = 1 ]; then # the simulator: cg2 stops at the checkpoint resumed below (exit 86, SHARC_CKPT_KILL_AT)
+      SHARC_CKPT_KILL_AT=after-latest SHARC_CKPT_KILL_STEP=2 MPIX="-x SHARC_CKPT_KILL_AT -x SHARC_CKPT_KILL_STEP" \
+        mpi 2 cg2 $C --train.batch_size=3 --train.device=cuda; rc=$?
+      [ $rc -eq 86 ] && grep -q "killed at 'after-latest' of step 2" "$tmp/cg2.log" && rc=0
+    else
+      mpi 2 cg2 $C --train.batch_size=3 --train.device=cuda; rc=$?
+    fi
     mpi 3 cr3 $C --train.batch_size=2 --ckpt.resume="$tmp/cg2/checkpoints/step-00000002"; rc2=$?
     why=$(same "$tmp/cr3" "$tmp/cc1" 1e-4 2 3); ok=$?
     [ $rc -eq 0 ] && [ $rc2 -eq 0 ] || ok=1
@@ -229,10 +250,16 @@ if [ -x "$bin/sharc" ]; then
     what="make run's model (the default config)"
   fi
   for dt in fp32 bf16; do
+    if [ $sim = 1 ]; then # the simulator: one thread a run, so both at once
+      (timeout 600 "$bin/sharc" train $R --train.device=cuda --fsdp.param_dtype=$dt --train.out_dir="$tmp/r$dt" \
+        > "$tmp/r$dt.log" 2>&1; echo $? > "$tmp/r$dt.rc") &
+      continue
+    fi
     timeout 600 "$bin/sharc" train $R --train.device=cuda --fsdp.param_dtype=$dt --train.out_dir="$tmp/r$dt" \
       > "$tmp/r$dt.log" 2>&1; rc=$?
     [ $rc -eq 0 ] || break
   done
+  [ $sim = 1 ] && wait && rc=$(( $(cat "$tmp/rfp32.rc" 2> /dev/null || echo 1) | $(cat "$tmp/rbf16.rc" 2> /dev/null || echo 1) ))
   loss() { jq -r '."loss_metrics/global_avg_loss" // empty' "$1" 2> /dev/null; }
   lf=$(loss "$tmp/rfp32/metrics.jsonl" | tail -1) lb=$(loss "$tmp/rbf16/metrics.jsonl" | tail -1)
   l0=$(loss "$tmp/rfp32/metrics.jsonl" | head -1)
