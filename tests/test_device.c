@@ -4,7 +4,7 @@
  * conversions of sharc/dtype.h and the generator of sharc/rng.h, AdamW's
  * formula in double, and the kernels themselves called without the new
  * options (a NULL weight gradient, a position offset) on the equivalent
- * inputs; the fused slots (adamw_multi, add_*norm_forward) against the
+ * inputs; the fused slots (adamw_multi, sumsq_multi, add_*norm_forward) against the
  * unfused calls they replace, bit for bit. */
 #include "../src/device/device_impl.h"
 #include "grad_check.h"
@@ -495,6 +495,34 @@ TEST(kernel_adamw_multi_is_adamw_per_segment) {
     ASSERT_TRUE(rp[1][3] == p[1][3] && rm[1][3] == m[1][3]);
     ASSERT_TRUE(rp[0][5] != p[0][5]); /* and the reference did update */
     for (int t = 0; t < 2; t++) free(p[t]), free(g[t]), free(m[t]), free(v[t]), free(rp[t]), free(rm[t]), free(rv[t]);
+}
+
+/* Note [sumsq-multi]: the CPU's sumsq_multi (the dispatcher's fallback: the
+ * CPU has no kernel of its own) over odd-length entries into two sums that
+ * already hold values, bit for bit sumsq per entry, at 1 and 2 threads;
+ * a region in no entry is NaN (read, it would show). */
+TEST(kernel_sumsq_multi_is_sumsq_per_entry) {
+    const int64_t n = 20 * 4096 + 40;
+    float *g = randn(n, 7, 0.5f);
+    const int64_t lay[][3] = {{0, 1, 0}, {1, 4096, 1}, {4097, 17 * 4096 + 3, 0}, {4097 + 17 * 4096 + 3, 9, 1}};
+    const int nseg = (int)(sizeof lay / sizeof lay[0]);
+    for (int64_t i = lay[3][0] + lay[3][1]; i < n; i++) g[i] = NAN;
+    sharc_sumsq_seg tab[4];
+    int64_t blk = 0;
+    for (int i = 0; i < nseg; i++) {
+        tab[i] = (sharc_sumsq_seg){.x = g + lay[i][0], .n = lay[i][1], .blk = blk, .which = (int32_t)lay[i][2]};
+        blk += (lay[i][1] + 4095) / 4096;
+    }
+    ASSERT_TRUE(kt()->sumsq_multi != NULL);
+    for (int run = 0; run < 2; run++) {
+        sharc_threads_set(run + 1);
+        double acc[2] = {0.5, 2.0}, ref[2] = {0.5, 2.0};
+        for (int i = 0; i < nseg; i++) kt()->sumsq(ks(), ref + lay[i][2], g + lay[i][0], lay[i][1]);
+        kt()->sumsq_multi(ks(), acc, tab, tab, nseg);
+        ASSERT_TRUE(memcmp(acc, ref, sizeof acc) == 0 && isfinite(acc[0]) && isfinite(acc[1]));
+    }
+    sharc_threads_set(1);
+    free(g);
 }
 
 /* Note [add-norm]: add_layernorm_forward (with and without a bias) and

@@ -65,6 +65,16 @@ typedef struct {
     int32_t decay, pad_;
 } sharc_adamw_seg;
 
+/* One entry of sumsq_multi's table (note [sumsq-multi] in docs/ARCHITECTURE.md):
+ * n > 0 floats at x (device memory) whose squares are added into acc[which]
+ * (which 0 or 1); `blk` the number of 4096-element blocks of the entries
+ * before it, sum of (n + 4095) / 4096. The same layout in host and device memory. */
+typedef struct {
+    const float *x; /* (n) */
+    int64_t n, blk;
+    int32_t which, pad_;
+} sharc_sumsq_seg;
+
 typedef struct sharc_kernels {
     /* ---- linear: y(N,OC) = x(N,IC) @ w(OC,IC)^T + b(OC); b may be NULL ---- */
     void (*matmul_forward)(sharc_stream *s, float *y, const float *x, const float *w, const float *b, int64_t N, int IC,
@@ -258,6 +268,12 @@ typedef struct sharc_kernels {
      * when segs[i].decay, else by 1. (optional: adamw per entry) */
     void (*adamw_multi)(sharc_stream *s, const sharc_adamw_seg *segs, const sharc_adamw_seg *host, int nseg,
                         const sharc_adamw_scalars *k, float decay_mul);
+    /* sumsq(acc + which, x, n) of every entry of a table of nseg segments, in
+     * entry order, in one or two launches (segs in device memory, host its
+     * host copy, as adamw_multi's): the doubles sumsq per entry gives, bit
+     * for bit. (optional: sumsq per entry) */
+    void (*sumsq_multi)(sharc_stream *s, double *acc, const sharc_sumsq_seg *segs, const sharc_sumsq_seg *host,
+                        int nseg);
     /* A residual add and the norm of its result: sum(N,C) = x + r (sum may
      * alias x or r), then layernorm_forward / rmsnorm_forward of sum into y,
      * mean, rstd. (optional: add, then the norm) */

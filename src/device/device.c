@@ -394,6 +394,12 @@ static void adamw_multi_by_adamw(sharc_stream *s, const sharc_adamw_seg *segs, c
     }
 }
 
+/* note [sumsq-multi]: the table's entries one sumsq call each, from its host copy */
+static void sumsq_multi_by_sumsq(sharc_stream *s, double *acc, const sharc_sumsq_seg *segs, const sharc_sumsq_seg *host,
+                                 int nseg) {
+    for (int i = 0; i < nseg; i++) s->dev->kernels.sumsq(s, acc + host[i].which, host[i].x, host[i].n);
+}
+
 /* note [add-norm]: the add, then the norm of its result */
 static void add_layernorm_by_add(sharc_stream *s, float *sum, float *y, float *mean, float *rstd, const float *x,
                                  const float *r, const float *w, const float *b, int64_t N, int C, float eps) {
@@ -487,6 +493,7 @@ static void matmul_backward_dgelu_b16_unfused(sharc_stream *s, float *dx, float 
     X(fill, 1) \
     X(init_normal, 1) \
     X(adamw_multi, 0) \
+    X(sumsq_multi, 0) \
     X(add_layernorm_forward, 0) \
     X(add_rmsnorm_forward, 0) \
     X(bf16_compute, 0) \
@@ -517,6 +524,7 @@ sharc_status sharc_device_kernels_complete(const char *backend, sharc_kernels *k
     if (!k->add) k->add = add_by_sum_ranks;
     if (!k->accumulate) k->accumulate = accumulate_by_sum_ranks;
     if (!k->adamw_multi) k->adamw_multi = adamw_multi_by_adamw;
+    if (!k->sumsq_multi) k->sumsq_multi = sumsq_multi_by_sumsq;
     if (!k->add_layernorm_forward) k->add_layernorm_forward = add_layernorm_by_add;
     if (!k->add_rmsnorm_forward) k->add_rmsnorm_forward = add_rmsnorm_by_add;
     /* without bf16 kernels a device computes in fp32 (and says so: bf16_compute false) */

@@ -106,6 +106,14 @@ typedef struct {
     _Atomic int ran;         /* the accumulate has run (1 before the first use) */
 } sharc_fsdp_hslot;
 
+/* note [sumsq-multi] (fsdp.c): the gradient norm's segment table */
+struct sharc_fsdp_sumsq_tab {
+    sharc_sumsq_seg *segs_h, *segs_d; /* (nseg) host table, its device copy */
+    int nseg;
+    const float **grad; /* (nunits) the grad shards the table was built from */
+    bool built;
+};
+
 struct sharc_fsdp {
     sharc_fsdp_config cfg;
     sharc_device *dev;       /* the compute device: slots, staging, the model's activations */
@@ -151,11 +159,12 @@ struct sharc_fsdp {
     sharc_fsdp_pool gathered, grads;
     int npending; /* prefetches in flight (note [progress], unit.c) */
     /* communication staging (SHARC_MEM_COMM) */
-    uint16_t *stage16_shard; /* (max numel_shard) 16-bit send/recv */
-    uint16_t *stage16_full;  /* (max numel_padded) 16-bit full unit */
-    float *stage_shard;      /* (max numel_shard) fp32 reduce-scatter result */
-    double *scalar;          /* (2) device scalars: the local sums of squares (not split, split over tp) */
-    char *hstage;            /* note [comm-staging]: host bytes for a collective's send and receive; NULL: none */
+    uint16_t *stage16_shard;         /* (max numel_shard) 16-bit send/recv */
+    uint16_t *stage16_full;          /* (max numel_padded) 16-bit full unit */
+    float *stage_shard;              /* (max numel_shard) fp32 reduce-scatter result */
+    double *scalar;                  /* (2) device scalars: the local sums of squares (not split, split over tp) */
+    struct sharc_fsdp_sumsq_tab *sq; /* note [sumsq-multi] (fsdp.c): the norm's segment table */
+    char *hstage; /* note [comm-staging]: host bytes for a collective's send and receive; NULL: none */
     struct sharc_fsdp_overlap
         *ovl; /* note [offload-overlap] (overlap.c): the host worker, or NULL before the first queue */
     sharc_fsdp_stats stats;

@@ -251,6 +251,12 @@ sharc_status sharc_fsdp_init(sharc_fsdp **out, const sharc_unit_spec *units, int
         }
     }
     e->scalar = sharc_device_alloc(e->sdev, 2 * sizeof(double), SHARC_MEM_OTHER);
+    e->sq = calloc(1, sizeof *e->sq);
+    if (e->sq) e->sq->grad = calloc((size_t)e->nunits + 1, sizeof *e->sq->grad);
+    if (!e->sq || !e->sq->grad) {
+        st = sharc_error(SHARC_ERR_NOMEM, "fsdp: out of memory");
+        goto fail;
+    }
     if (pl->hreduced > 0) {
         e->hreduced = shard_alloc(e, (size_t)pl->hreduced * sizeof(float), SHARC_MEM_COMM);
         e->hslot = calloc((size_t)pl->hslots, sizeof *e->hslot);
@@ -320,6 +326,12 @@ void sharc_fsdp_free(sharc_fsdp *e) {
     sharc_device_free(e->dev, e->stage16_full);
     sharc_device_free(e->dev, e->stage_shard);
     sharc_device_free(e->sdev, e->scalar);
+    if (e->sq) {
+        sharc_device_free(e->sdev, e->sq->segs_d);
+        free(e->sq->segs_h);
+        free(e->sq->grad);
+        free(e->sq);
+    }
     for (int k = 0; k < e->hslots; k++) {
         if (!e->hslot[k].ran && e->hslot[k].ev) sharc_device_event_synchronize(e->hslot[k].ev);
         if (e->hslot[k].ev) sharc_device_event_free(e->hslot[k].ev);
@@ -489,22 +501,59 @@ sharc_status sharc_fsdp_finish_grads(sharc_fsdp *e) {
 
 /* ------------------------------------------------------------------ norm */
 
-/* The squared gradients of this rank's segments whose parameters are not
- * split over tp (acc[0]) and split (acc[1]): each summed into its own
- * scalar of the shard device (note [shard-device] in collectives.c) in the
- * order of units and segments, on its stream. */
+/* Note [sumsq-multi]. The squared gradients of this rank's segments whose
+ * parameters are not split over tp (acc[0]) and split (acc[1]), each summed
+ * into its own scalar of the shard device (note [shard-device] in
+ * collectives.c) in the order of units and segments, on its stream: one
+ * sumsq_multi call over a table of those segments (frozen parameters and
+ * empty segments in no entry), built at the first call and uploaded to the
+ * shard device once. Each call compares the units' grad shard pointers with
+ * those the table was built from and rebuilds it if one moved (they are
+ * allocated at init and never move: a guard, as adamw.c's table). */
+static sharc_status sumsq_table(const sharc_fsdp *e) {
+    struct sharc_fsdp_sumsq_tab *q = e->sq;
+    bool same = q->built;
+    for (int u = 0; u < e->nunits && same; u++) same = q->grad[u] == e->units[u].grad_shard;
+    if (same) return SHARC_OK;
+    SHARC_TRY(sharc_device_synchronize(e->sstream)); /* the old table may still be read by queued work */
+    sharc_device_free(e->sdev, q->segs_d);
+    free(q->segs_h);
+    q->segs_d = q->segs_h = NULL;
+    q->nseg = 0;
+    q->built = false;
+    int cap = 0;
+    for (int u = 0; u < e->nunits; u++) cap += e->units[u].nseg;
+    q->segs_h = calloc(cap > 0 ? (size_t)cap : 1, sizeof *q->segs_h);
+    if (!q->segs_h) return sharc_error(SHARC_ERR_NOMEM, "fsdp: out of memory (gradient norm table)");
+    int64_t blk = 0;
+    for (int u = 0; u < e->nunits; u++) {
+        const sharc_fsdp_unit *t = &e->units[u];
+        q->grad[u] = t->grad_shard;
+        for (int s = 0; s < t->nseg; s++) {
+            const sharc_param_spec *p = &t->spec.params[t->segs[s].param];
+            if (p->frozen || t->segs[s].len <= 0) continue;
+            q->segs_h[q->nseg++] = (sharc_sumsq_seg){
+                .x = t->grad_shard + t->segs[s].shard_off, .n = t->segs[s].len, .blk = blk, .which = p->tp_dim >= 0};
+            blk += (t->segs[s].len + 4095) / 4096;
+        }
+    }
+    if (q->nseg > 0) {
+        size_t bytes = (size_t)q->nseg * sizeof *q->segs_h;
+        q->segs_d = sharc_device_alloc(e->sdev, bytes, SHARC_MEM_OTHER); /* metadata, unplanned */
+        if (!q->segs_d)
+            return sharc_error(SHARC_ERR_NOMEM, "fsdp: cannot allocate the gradient norm table (%zu bytes)", bytes);
+        SHARC_TRY(sharc_device_copy(e->sdev, q->segs_d, q->segs_h, bytes, SHARC_COPY_HOST_TO_DEVICE, e->sstream));
+    }
+    q->built = true;
+    return SHARC_OK;
+}
+
 static sharc_status sumsq_on_shard_device(const sharc_fsdp *e, double *acc) {
     SHARC_TRY(sharc_fsdp_shard_sync(e)); /* note [offload-overlap] */
     sharc_fsdp_coll_reduced_wait(e);     /* note [offload-reduce] */
+    SHARC_TRY(sumsq_table(e));
     SHARC_TRY(sharc_device_memset0(e->sdev, acc, 2 * sizeof(double), e->sstream));
-    for (int u = 0; u < e->nunits; u++) {
-        const sharc_fsdp_unit *t = &e->units[u];
-        for (int s = 0; s < t->nseg; s++) {
-            const sharc_param_spec *p = &t->spec.params[t->segs[s].param];
-            if (!p->frozen)
-                e->sk->sumsq(e->sstream, acc + (p->tp_dim >= 0), t->grad_shard + t->segs[s].shard_off, t->segs[s].len);
-        }
-    }
+    if (e->sq->nseg > 0) e->sk->sumsq_multi(e->sstream, acc, e->sq->segs_d, e->sq->segs_h, e->sq->nseg);
     return SHARC_OK;
 }
 

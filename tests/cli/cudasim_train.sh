@@ -33,7 +33,8 @@
 #    CPU's within 1e-4, one host wait a step whatever the micro-batch count
 #    (note [loss-on-device] in src/model/model.c);
 #  - the optimizer step is one kernel launch (note [adamw-multi]: the
-#    simulator's launch counts, CUDASIM_LAUNCH_STATS);
+#    simulator's launch counts, CUDASIM_LAUNCH_STATS), the gradient norm's
+#    sums two (note [sumsq-multi]);
 #  - what is not supported on cuda yet is one line naming the key, exit 2.
 set -uo pipefail
 source "$SHARC_ROOT/tests/cli/cudasim_lib.inc"
@@ -59,6 +60,11 @@ fam_check() { # gpt2|llama (a subshell: exits on a failure)
   # note [adamw-multi]: one optimizer launch a step, none per segment
   [ "$(sed -n 's/^cudasim: launches k_adamw_multi //p' g$fam.log)" = 6 ] && ! grep -q '^cudasim: launches k_adamw ' g$fam.log ||
     { grep '^cudasim: launches' g$fam.log; die "$fam: not one k_adamw_multi launch per step"; }
+  # note [sumsq-multi]: the gradient norm's sums two launches a step, none per segment
+  [ "$(sed -n 's/^cudasim: launches k_sumsq_multi_blocks //p' g$fam.log)" = 6 ] &&
+    [ "$(sed -n 's/^cudasim: launches k_sumsq_multi_sum //p' g$fam.log)" = 6 ] &&
+    ! grep -q '^cudasim: launches k_sumsq_blocks ' g$fam.log ||
+    { grep '^cudasim: launches' g$fam.log; die "$fam: the norm's sums not two launches per step"; }
   for k in loss_metrics/global_avg_loss grad_norm; do
     [ "$(col c$fam 1 $k | wc -l)" -eq 6 ] || die "$fam: the cpu run has not 6 steps of $k"
     near "$(col g$fam 1 $k)" "$(col c$fam 1 $k)" "$fam cuda vs cpu $k" || exit 1

@@ -1406,6 +1406,61 @@ static void test_gelu_epilogue(int kase) {
     free(rx32), free(rw32), free(rb32);
 }
 
+/* Note [sumsq-multi]: sumsq_multi over a table of odd-length segments (one
+ * element, under, at and over a 4096-element block, several blocks) of one
+ * tensor whose regions in no entry are NaN (a read outside an entry shows),
+ * into two sums that already hold values: bit for bit cuda's sumsq per
+ * entry, and within 1e-5 of the CPU's sumsq_multi (as sumsq: each 4096-element
+ * block is summed in fp32, the CPU's lanes in another order than cuda's tree,
+ * so the two differ near fp32's rounding, ~1e-8, not double's). */
+static void test_sumsq_multi(void) {
+    const int64_t lay[][3] = {{0, 1, 0},       {3, 4095, 1},     {4100, 4096, 0},
+                              {8200, 4097, 0}, {12300, 9001, 1}, {21302, 12289, 0}};
+    const int nseg = (int)(sizeof lay / sizeof lay[0]);
+    const int64_t n = 21302 + 12289 + 5;
+    float *h = h_rand(n, 1);
+    for (int64_t i = 0, s = 0; i < n; i++) { /* NaN where no entry reads */
+        while (s < nseg && i >= lay[s][0] + lay[s][1]) s++;
+        if (s == nseg || i < lay[s][0]) h[i] = NAN;
+    }
+    float *d = d_up(h, n * 4);
+    sharc_sumsq_seg ht[6], hc[6];
+    int64_t blk = 0;
+    double ref[2] = {1.5, 0.25}, cpu_acc[2] = {1.5, 0.25};
+    double *dacc = d_up(ref, sizeof ref), *dref = d_up(ref, sizeof ref);
+    for (int i = 0; i < nseg; i++) {
+        const int64_t o = lay[i][0], len = lay[i][1];
+        ht[i] = (sharc_sumsq_seg){.x = d + o, .n = len, .blk = blk, .which = (int32_t)lay[i][2]};
+        hc[i] = ht[i];
+        hc[i].x = h + o;
+        blk += (len + 4095) / 4096;
+        kg->sumsq(sg, dref + lay[i][2], d + o, len);
+    }
+    sharc_sumsq_seg *dt = d_up(ht, sizeof ht);
+    kg->sumsq_multi(sg, dacc, dt, ht, nseg);
+    kc->sumsq_multi(sc, cpu_acc, hc, hc, nseg);
+    double got[2], want[2];
+    if (sharc_device_copy(gpu, got, dacc, sizeof got, SHARC_COPY_DEVICE_TO_HOST, sg) != SHARC_OK ||
+        sharc_device_copy(gpu, want, dref, sizeof want, SHARC_COPY_DEVICE_TO_HOST, sg) != SHARC_OK ||
+        sharc_device_synchronize(sg) != SHARC_OK)
+        die("copy out");
+    for (int k = 0; k < 2; k++) {
+        char name[80], msg[160];
+        snprintf(name, sizeof name, "sumsq_multi acc[%d] (bits of sumsq per entry)", k);
+        snprintf(msg, sizeof msg, "%.17g vs %.17g", got[k], want[k]);
+        result(name, memcmp(&got[k], &want[k], sizeof got[k]) == 0 && isfinite(got[k]), msg);
+        double rel = fabs(got[k] - cpu_acc[k]) / fabs(cpu_acc[k]);
+        snprintf(name, sizeof name, "sumsq_multi acc[%d]", k);
+        snprintf(msg, sizeof msg, "%.17g vs CPU %.17g, rel %.3g", got[k], cpu_acc[k], rel);
+        result(name, isfinite(got[k]) && rel <= F32, msg);
+    }
+    sharc_device_free(gpu, dt);
+    sharc_device_free(gpu, dacc);
+    sharc_device_free(gpu, dref);
+    sharc_device_free(gpu, d);
+    free(h);
+}
+
 int main(int argc, char **argv) {
     cpu = sharc_device_cpu();
     if (sharc_device_open("cuda", 0, &gpu) != SHARC_OK) {
@@ -1424,6 +1479,7 @@ int main(int argc, char **argv) {
     RUN("matmul", test_matmul());
     RUN("norms", test_norms());
     RUN("fused", test_fused());
+    RUN("fused", test_sumsq_multi());
     RUN("activations", test_activations());
     RUN("embedding", test_embedding());
     RUN("rope", test_rope());

@@ -587,6 +587,7 @@ static sharc_kernels make_kernels(void) {
     k.accumulate = sharc_cuda_accumulate;
     k.sum_ranks = sharc_cuda_sum_ranks;
     k.sumsq = sharc_cuda_sumsq;
+    k.sumsq_multi = sharc_cuda_sumsq_multi;
     k.loss_add = sharc_cuda_loss_add;
     k.adamw = sharc_cuda_adamw;
     k.copy_block = sharc_cuda_copy_block;

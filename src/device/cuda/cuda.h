@@ -81,6 +81,8 @@ void sharc_cuda_accumulate(sharc_stream *s, float *dst, const float *src, int64_
 void sharc_cuda_sum_ranks(sharc_stream *s, void *dst, const void *const *src, int S, int64_t n, sharc_dtype dt,
                           bool add);
 void sharc_cuda_sumsq(sharc_stream *s, double *acc, const float *x, int64_t n);
+void sharc_cuda_sumsq_multi(sharc_stream *s, double *acc, const sharc_sumsq_seg *segs, const sharc_sumsq_seg *host,
+                            int nseg);
 void sharc_cuda_loss_add(sharc_stream *s, double *sums, const double *loss, double add, double weight);
 void sharc_cuda_adamw(sharc_stream *s, float *p, const float *g, float *m, float *v, int64_t n,
                       const sharc_adamw_scalars *k);

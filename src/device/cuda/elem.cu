@@ -1,4 +1,4 @@
-/* elem.cu: sharc_cuda_{add,cast,round,accumulate,sum_ranks,sumsq,loss_add,adamw,adamw_multi,copy_block,
+/* elem.cu: sharc_cuda_{add,cast,round,accumulate,sum_ranks,sumsq,sumsq_multi,loss_add,adamw,adamw_multi,copy_block,
  * fill,init_normal,colsum_add}, the element work of the engine, the optimizer and
  * the collectives on a CUDA device. Each element is computed with the CPU
  * kernel's operations in the same order (src/device/cpu/elem.c, dtype.c);
@@ -146,10 +146,10 @@ extern "C" void sharc_cuda_sum_ranks(sharc_stream *s, void *dst, const void *con
 }
 
 /* sumsq: one block of 256 threads per 4096-element block (fp32, a fixed tree),
- * then one block adds the blocks' sums in double, in a fixed tree, to *acc. */
-__global__ static void k_sumsq_blocks(double *part, const float *x, int64_t n) {
-    __shared__ float sh[THREADS];
-    int64_t lo = (int64_t)blockIdx.x * 4096;
+ * then one block adds the blocks' sums in double, in a fixed tree, to *acc.
+ * The block's sum and the tree over the blocks are functions shared with
+ * sumsq_multi (note [sumsq-multi]), so both give the same bits. */
+__device__ static double block_sumsq(float *sh, const float *x, int64_t lo, int64_t n) {
     float a = 0.0f;
     for (int64_t i = lo + threadIdx.x; i < lo + 4096 && i < n; i += THREADS) a += x[i] * x[i];
     sh[threadIdx.x] = a;
@@ -158,10 +158,10 @@ __global__ static void k_sumsq_blocks(double *part, const float *x, int64_t n) {
         if ((int)threadIdx.x < w) sh[threadIdx.x] += sh[threadIdx.x + w];
         __syncthreads();
     }
-    if (threadIdx.x == 0) part[blockIdx.x] = (double)sh[0];
+    return (double)sh[0];
 }
-__global__ static void k_sum_doubles(double *acc, const double *part, int64_t nb, bool add) {
-    __shared__ double sh[1024];
+/* the sum of nb doubles by a block of blockDim.x threads, valid in thread 0 */
+__device__ static double block_sum_doubles(double *sh, const double *part, int64_t nb) {
     double a = 0.0;
     for (int64_t i = threadIdx.x; i < nb; i += blockDim.x) a += part[i];
     sh[threadIdx.x] = a;
@@ -170,7 +170,17 @@ __global__ static void k_sum_doubles(double *acc, const double *part, int64_t nb
         if ((int)threadIdx.x < w) sh[threadIdx.x] += sh[threadIdx.x + w];
         __syncthreads();
     }
-    if (threadIdx.x == 0) *acc = add ? *acc + sh[0] : sh[0];
+    return sh[0];
+}
+__global__ static void k_sumsq_blocks(double *part, const float *x, int64_t n) {
+    __shared__ float sh[THREADS];
+    double v = block_sumsq(sh, x, (int64_t)blockIdx.x * 4096, n);
+    if (threadIdx.x == 0) part[blockIdx.x] = v;
+}
+__global__ static void k_sum_doubles(double *acc, const double *part, int64_t nb, bool add) {
+    __shared__ double sh[1024];
+    double v = block_sum_doubles(sh, part, nb);
+    if (threadIdx.x == 0) *acc = add ? *acc + v : v;
 }
 
 /* *acc (+)= sum of nb doubles of device memory, fixed order (also used by xent.cu) */
@@ -187,6 +197,48 @@ extern "C" void sharc_cuda_sumsq(sharc_stream *s, double *acc, const float *x, i
     k_sumsq_blocks<<<(unsigned)nb, THREADS, 0, sharc_cuda_cs(s)>>>(part, x, n);
     SHARC_CUDA_LAUNCHED();
     sharc_cuda_sum_doubles(s, acc, part, nb, true);
+}
+
+/* Note [sumsq-multi]: every 4096-element block of every entry is one block
+ * of the first launch (its entry found by a binary search over the blocks
+ * before each), writing its partial where the blocks of all entries lie end
+ * to end; the second launch is ONE block of 1024 threads that goes through
+ * the entries in order, summing each entry's partials with sumsq's tree and
+ * adding the result to acc[which] as sumsq's second kernel does. */
+__global__ static void k_sumsq_multi_blocks(double *part, const sharc_sumsq_seg *segs, int nseg) {
+    __shared__ float sh[THREADS];
+    int64_t b = blockIdx.x;
+    int lo = 0, hi = nseg - 1; /* the last entry whose blk <= b */
+    while (lo < hi) {
+        int mid = (lo + hi + 1) / 2;
+        if (segs[mid].blk <= b) lo = mid;
+        else hi = mid - 1;
+    }
+    const sharc_sumsq_seg &e = segs[lo];
+    double v = block_sumsq(sh, e.x, (b - e.blk) * 4096, e.n);
+    if (threadIdx.x == 0) part[b] = v;
+}
+__global__ static void k_sumsq_multi_sum(double *acc, const double *part, const sharc_sumsq_seg *segs, int nseg) {
+    __shared__ double sh[1024];
+    for (int i = 0; i < nseg; i++) {
+        const sharc_sumsq_seg &e = segs[i];
+        double v = block_sum_doubles(sh, part + e.blk, (e.n + 4095) / 4096);
+        if (threadIdx.x == 0) acc[e.which] = acc[e.which] + v;
+        __syncthreads(); /* sh[0] read before the next entry writes sh */
+    }
+}
+
+extern "C" void sharc_cuda_sumsq_multi(sharc_stream *s, double *acc, const sharc_sumsq_seg *segs,
+                                       const sharc_sumsq_seg *host, int nseg) {
+    if (nseg <= 0) return;
+    int64_t nb = host[nseg - 1].blk + (host[nseg - 1].n + 4095) / 4096;
+    if (nb > 0x7fffffff) sharc_fatal(__FILE__, __LINE__, "sumsq_multi: %lld blocks", (long long)nb);
+    double *part = (double *)sharc_cuda_scratch(s, (size_t)nb * sizeof(double));
+    cudaStream_t cs = sharc_cuda_cs(s);
+    k_sumsq_multi_blocks<<<(unsigned)nb, THREADS, 0, cs>>>(part, segs, nseg);
+    SHARC_CUDA_LAUNCHED();
+    k_sumsq_multi_sum<<<1, 1024, 0, cs>>>(acc, part, segs, nseg);
+    SHARC_CUDA_LAUNCHED();
 }
 
 /* note [loss-on-device]: one thread; __dadd_rn / __dmul_rn are never fused */
