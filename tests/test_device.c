@@ -529,9 +529,7 @@ TEST(kernel_sumsq_multi_is_sumsq_per_entry) {
  * add_rmsnorm_forward, the CPU's and the fallback, bit for bit add then
  * the norm, at odd sizes over several chunks of rows (2 threads), the sum
  * written over x itself too (the alias the kernel allows). */
-TEST(kernel_add_norm_is_add_then_norm) {
-    const int64_t N = 37;
-    const int C = 83;
+static void add_norm_case(int64_t N, int C) {
     const int64_t nc = N * C;
     float *x = randn(nc, 1, 1.5f), *r = randn(nc, 2, 1.0f), *w = randn(C, 3, 1.0f), *b = randn(C, 4, 1.0f);
     sharc_kernels fb = *kt();
@@ -562,6 +560,14 @@ TEST(kernel_add_norm_is_add_then_norm) {
     }
     sharc_threads_set(1);
     free(x), free(r), free(w), free(b);
+}
+
+/* the CPU adds a block of rows (8192 floats) before its norm: one block a
+ * chunk, several with a short last one (301 rows of 83), one row a block (C 9001) */
+TEST(kernel_add_norm_is_add_then_norm) {
+    add_norm_case(37, 83);
+    add_norm_case(301, 83);
+    add_norm_case(5, 9001);
 }
 
 /* A NULL weight gradient (a frozen parameter) computes nothing for it and

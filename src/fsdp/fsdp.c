@@ -515,7 +515,7 @@ static sharc_status sumsq_table(const sharc_fsdp *e) {
     bool same = q->built;
     for (int u = 0; u < e->nunits && same; u++) same = q->grad[u] == e->units[u].grad_shard;
     if (same) return SHARC_OK;
-    SHARC_TRY(sharc_device_synchronize(e->sstream)); /* the old table may still be read by queued work */
+    if (q->segs_d) SHARC_TRY(sharc_device_synchronize(e->sstream)); /* queued work may still read the old table */
     sharc_device_free(e->sdev, q->segs_d);
     free(q->segs_h);
     q->segs_d = q->segs_h = NULL;

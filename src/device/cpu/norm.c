@@ -40,22 +40,28 @@ void sharc_cpu_layernorm_forward(sharc_stream *s, float *y, float *mean, float *
     for (int64_t c = 0; c < nc; c++) layernorm_rows(y, mean, rstd, x, w, b, c * N / nc, (c + 1) * N / nc, C, eps);
 }
 
-/* sum row r = x + res, row by row just before that row's norm (it is still
- * in cache); the same float adds as sharc_cpu_add, so the same bits */
-SHARC_VEC static void add_row(float *sum, const float *x, const float *res, int64_t r, int C) {
-    float *sr = sum + r * C;
-    const float *xr = x + r * C, *rr = res + r * C;
-    for (int i = 0; i < C; i++) sr[i] = xr[i] + rr[i];
+/* Note [add-norm]: sum = x + res over rows [r0, r1), a block of rows at a
+ * time just before their norm (still in cache); the same float adds as
+ * sharc_cpu_add, and the norm of each row is the plain norm's, so the same
+ * bits. A block is ADD_NORM_FLOATS floats of sum (at least a row), so the
+ * row function (a target_clones dispatch per call) is called once a block,
+ * not once a row. */
+#define ADD_NORM_FLOATS 8192
+SHARC_VEC static void add_rows(float *sum, const float *x, const float *res, int64_t r0, int64_t r1, int C) {
+    for (int64_t i = r0 * C; i < r1 * C; i++) sum[i] = x[i] + res[i];
 }
+
+static int64_t add_norm_block(int C) { return C >= ADD_NORM_FLOATS ? 1 : ADD_NORM_FLOATS / C; }
 
 void sharc_cpu_add_layernorm_forward(sharc_stream *s, float *sum, float *y, float *mean, float *rstd, const float *x,
                                      const float *r, const float *w, const float *b, int64_t N, int C, float eps) {
-    int64_t nc = sharc_par_chunks(N, C, sharc_threads_get());
+    int64_t nc = sharc_par_chunks(N, C, sharc_threads_get()), blk = add_norm_block(C);
 #pragma omp parallel for schedule(static) if (nc > 1)
     for (int64_t c = 0; c < nc; c++)
-        for (int64_t row = c * N / nc; row < (c + 1) * N / nc; row++) {
-            add_row(sum, x, r, row, C);
-            layernorm_rows(y, mean, rstd, sum, w, b, row, row + 1, C, eps);
+        for (int64_t r0 = c * N / nc, end = (c + 1) * N / nc; r0 < end; r0 += blk) {
+            int64_t r1 = r0 + blk < end ? r0 + blk : end;
+            add_rows(sum, x, r, r0, r1, C);
+            layernorm_rows(y, mean, rstd, sum, w, b, r0, r1, C, eps);
         }
 }
 
@@ -138,12 +144,13 @@ void sharc_cpu_rmsnorm_forward(sharc_stream *s, float *y, float *rstd, const flo
 
 void sharc_cpu_add_rmsnorm_forward(sharc_stream *s, float *sum, float *y, float *rstd, const float *x, const float *r,
                                    const float *w, int64_t N, int C, float eps) {
-    int64_t nc = sharc_par_chunks(N, C, sharc_threads_get());
+    int64_t nc = sharc_par_chunks(N, C, sharc_threads_get()), blk = add_norm_block(C);
 #pragma omp parallel for schedule(static) if (nc > 1)
     for (int64_t c = 0; c < nc; c++)
-        for (int64_t row = c * N / nc; row < (c + 1) * N / nc; row++) {
-            add_row(sum, x, r, row, C);
-            rmsnorm_rows(y, rstd, sum, w, row, row + 1, C, eps);
+        for (int64_t r0 = c * N / nc, end = (c + 1) * N / nc; r0 < end; r0 += blk) {
+            int64_t r1 = r0 + blk < end ? r0 + blk : end;
+            add_rows(sum, x, r, r0, r1, C);
+            rmsnorm_rows(y, rstd, sum, w, r0, r1, C, eps);
         }
 }
 
