@@ -478,11 +478,13 @@ static void tiled_vs_untiled(sharc_family f, bool ac) {
                                  shards[i], u, (long long)k, g[k], gr[k], scale);
         }
         /* what the MLP no longer keeps: per block (without checkpointing) or once, its (N, F + Fa)
-         * intermediates, and the (N, F + Fa) gradient buffers; one chunk of each remains */
+         * intermediates, and the gradient buffers, (N, F + Fa) for Llama, (N, F) for GPT-2 (no dfca:
+         * the fused DGELU backward, note [gemm-gelu]); one chunk of each remains */
         const sharc_model_config *c = sharc_model_get_config(x.m);
         int64_t F = f == SHARC_FAMILY_LLAMA ? 2 * c->ff_hidden_dim : c->ff_hidden_dim, Fa = c->ff_hidden_dim;
         int64_t N = (int64_t)B * T, rows = (N + shards[i] - 1) / shards[i], sets = ac ? 1 : c->num_layers;
-        int64_t saved = shards[i] == 1 ? 0 : 4 * ((sets + 1) * N * (F + Fa) - 2 * rows * (F + Fa));
+        int64_t G = f == SHARC_FAMILY_LLAMA ? F + Fa : F; /* dfc (and dfca) */
+        int64_t saved = shards[i] == 1 ? 0 : 4 * ((sets * N - rows) * (F + Fa) + (N - rows) * G);
         ASSERT_EQ(untiled_bytes - bytes, saved);
         ASSERT_EQ(bytes, sharc_model_activation_bytes(x.m, B, T, ac));
         teardown(&x);

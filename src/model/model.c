@@ -143,7 +143,7 @@ struct sharc_model {
     float *x;         /* (L+1, N, C) residual stream: x[l] is block l's input */
     block_acts *sets; /* nsets */
     float *lnf, *lnf_mean, *lnf_rstd;
-    float *tmp, *dres, *dxmid, *dtmp, *dqkv, *dfc, *dfca;
+    float *tmp, *dres, *dxmid, *dtmp, *dqkv, *dfc, *dfca; /* dfca NULL where unused (plans_dfca) */
     float *att_ws, *head_ws;
     float *head_red; /* (3 head_chunk) note [tp-vocab]: row statistics; NULL when Vl = V */
     int64_t head_chunk;
@@ -678,6 +678,16 @@ static int64_t att32_own_numel(const sharc_model *m, int64_t N, int64_t R) {
     return m->AD <= m->C || R * m->Fa >= N * m->AD ? 0 : N * m->AD;
 }
 
+/* dfca (R, Fa), the MLP hidden's gradient: SwiGLU's backward input (the
+ * Llama family), and under bf16 activations the shared fp32 fca of an
+ * untiled MLP and maybe att32 (note [bf16-acts]). GPT-2 in fp32 activations
+ * never touches it: the fused DGELU backward writes dfc from dres directly
+ * (note [gemm-gelu]; its fallback runs gelu's backward in place on dfc). */
+static bool plans_dfca(const sharc_model *m, bool a16, int64_t N, int64_t R) {
+    if (m->cfg.family == SHARC_FAMILY_LLAMA) return true;
+    return a16 && (R == N || (m->AD > m->C && att32_own_numel(m, N, R) == 0));
+}
+
 void sharc_model_set_param_dtype(sharc_model *m, sharc_dtype dt) {
     m->pdt = dt;
     mark_gathered16(m);
@@ -709,10 +719,10 @@ int64_t sharc_model_activation_bytes(const sharc_model *m, int B, int T, bool ac
     else f += R * m->F + R * m->Fa;                                      /* tfc, tfca */
     if (a16) h += tiled ? R * m->Fa : sets * N * m->Fa;                  /* tfcah or fcah */
     if (a16) f += att32_own_numel(m, N, R);
-    if (a16 && m->Vl < m->V) h += ((int64_t)m->Vl + N) * C; /* head16 (note [bf16-head]) */
-    f += 2 * N + N * C;                                     /* lnf, mean, rstd */
-    f += 3 * N * C + N * (AD > C ? AD : C) + N * m->QKV + R * m->F +
-         R * m->Fa;                            /* tmp, dres, dxmid, dtmp, dqkv, dfc, dfca */
+    if (a16 && m->Vl < m->V) h += ((int64_t)m->Vl + N) * C;         /* head16 (note [bf16-head]) */
+    f += 2 * N + N * C;                                             /* lnf, mean, rstd */
+    f += 3 * N * C + N * (AD > C ? AD : C) + N * m->QKV + R * m->F; /* tmp, dres, dxmid, dtmp, dqkv, dfc */
+    if (plans_dfca(m, a16, N, R)) f += R * m->Fa;                   /* dfca */
     f += m->k->attention_workspace(T * m->sp); /* sp > 1 (Ulysses buffers) is not planned: note [memory-plan] */
     int64_t chunk = HEAD_CHUNK_BYTES / ((int64_t)m->Vl * (int64_t)sizeof(float));
     if (chunk < 16) chunk = 16;
@@ -799,7 +809,7 @@ sharc_status sharc_model_plan(sharc_model *m, int B, int T, bool activation_chec
     m->dtmp = act(m, N * (m->AD > C ? m->AD : C), &ok);
     m->dqkv = act(m, N * m->QKV, &ok);
     m->dfc = act(m, m->tile_rows * m->F, &ok);
-    m->dfca = act(m, m->tile_rows * m->Fa, &ok);
+    if (plans_dfca(m, m->a16, N, m->tile_rows)) m->dfca = act(m, m->tile_rows * m->Fa, &ok);
     m->att_ws = act(m, m->k->attention_workspace(T * m->sp), &ok);
     if (m->a16) { /* note [bf16-acts] */
         for (int s = 0; s < m->nsets; s++) {
