@@ -408,12 +408,11 @@ sharc_status sharc_prof_trace_config(const char *path, const char *steps, int ra
         snprintf(p, n, "%s", path);
     }
     sharc_afile probe; /* an unwritable place is said now, not after the run */
-    sharc_status st = sharc_afile_open(&probe, p);
-    if (st != SHARC_OK) {
+    if (sharc_afile_open(&probe, p) != SHARC_OK) {
         char msg[4096];
         snprintf(msg, sizeof msg, "%s", sharc_last_error());
         free(p);
-        return sharc_error(st, "SHARC_PROFILE_TRACE: cannot write the trace '%s': %s", path, msg);
+        return sharc_error(SHARC_ERR_INVALID, "SHARC_PROFILE_TRACE: cannot write the trace '%s': %s", path, msg);
     }
     sharc_afile_abort(&probe);
     free(trace_path);
