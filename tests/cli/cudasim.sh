@@ -22,6 +22,7 @@ while IFS='|' read -r case want; do
   grep -qF -- "$want" <<< "$out" || fail "$case: exit $rc without '$want': $out"
 done <<'CASES'
 host_reads_device|host code touched device memory
+host_func_reads_device|host code touched device memory
 host_pointer_argument|pointer argument 1
 out_of_bounds|0 bytes past the end of a 256-byte allocation
 split_barrier|threads wait at two different __syncthreads

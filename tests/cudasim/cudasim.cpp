@@ -141,6 +141,20 @@ static void device_leave(void) {
     if (top > arena && mprotect(arena, (size_t)(top - arena), PROT_NONE) != 0) die("mprotect: %s", strerror(errno));
 }
 
+/* a host function queued on a stream (cudaLaunchHostFunc) runs as host code: the arena unreadable */
+static void as_host(cudaHostFn_t fn, void *arg) {
+    const int depth = device_depth;
+    if (depth > 0) {
+        device_depth = 1;
+        device_leave();
+    }
+    fn(arg);
+    if (depth > 0) {
+        device_enter();
+        device_depth = depth;
+    }
+}
+
 static void describe(uintptr_t a, char *buf, size_t n) {
     auto it = allocs.upper_bound(a);
     if (it != allocs.begin()) {
@@ -466,6 +480,8 @@ static void drain_event(sim_event *e);
 static void drain(sim_stream *st, size_t n = (size_t)-1) {
     if (st->draining) die("streams wait on each other's events in a cycle: a GPU would hang");
     st->draining = true;
+    device_enter(); /* once for the whole run of operations, not per kernel: mprotect of every allocation was
+                       most of a small run's time (host functions protect it again: as_host) */
     while (!st->q.empty() && n-- > 0) {
         op &front = st->q.front();
         if (front.wait && front.wait->done < front.wait_gen) drain_event(front.wait);
@@ -473,6 +489,7 @@ static void drain(sim_stream *st, size_t n = (size_t)-1) {
         st->q.pop_front();
         exec(o);
     }
+    device_leave();
     st->draining = false;
 }
 
@@ -927,7 +944,7 @@ cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
  * deadlocks, as CUDA forbids it. */
 cudaError_t cudaLaunchHostFunc(cudaStream_t s, cudaHostFn_t fn, void *arg) {
     pthread_mutex_lock(&lock);
-    enqueue(stream_of(s), [fn, arg]() { fn(arg); });
+    enqueue(stream_of(s), [fn, arg]() { as_host(fn, arg); });
     pthread_mutex_unlock(&lock);
     return cudaSuccess;
 }

@@ -11,7 +11,9 @@
  * against the product worked out on the host, an elementwise scale of an
  * accumulator, and kernels that assume an element-to-lane map (row-major by
  * lane, or one shared by matrix_a and the accumulator) getting it wrong.
- * Every other case is a bug the simulator must stop with its message:
+ * Every other case is a bug the simulator must stop with its message (a
+ * host function, cudaLaunchHostFunc, is host code though the stream's queue
+ * runs it between kernels):
  * cudasim.sh runs each and checks that it aborts saying so. */
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -305,6 +307,8 @@ static void values(void) {
     cudaFree(dd);
 }
 
+static void host_reads(void *p) { printf("%d\n", ((int *)p)[3]); }
+
 int main(int argc, char **argv) {
     const char *c = argc > 1 ? argv[1] : "values";
     if (!strcmp(c, "values")) {
@@ -324,6 +328,14 @@ int main(int argc, char **argv) {
     if (!strcmp(c, "shuffle_with_exited_lane")) k_shfl_exited<<<1, 32>>>(d);
     if (!strcmp(c, "wmma_divergent")) k_wmma_divergent<<<1, 32>>>((float *)dev_ints(512));
     if (!strcmp(c, "wmma_misaligned")) k_wmma_misaligned<<<1, 32>>>((float *)dev_ints(512));
+    if (!strcmp(c, "host_func_reads_device")) { /* runs while the queue drains, kernels before and after it */
+        cudaStream_t s;
+        cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+        k_write<<<1, 1, 0, s>>>((float *)d, 4);
+        cudaLaunchHostFunc(s, host_reads, d);
+        k_write<<<1, 1, 0, s>>>((float *)d, 4);
+        cudaStreamSynchronize(s);
+    }
     if (!strcmp(c, "double_free")) {
         cudaFree(d);
         cudaFree(d);
