@@ -28,7 +28,9 @@
 # docs/ARCHITECTURE.md), exclusive and inclusive, % of the step, and each
 # region's GFLOP, GB, TFLOP/s and GB/s against the ceilings (PEAK_TFLOPS; the
 # GPU's DRAM bandwidth from its attributes). Printed before the table and
-# written to $OUT/profile_<model>.txt.
+# written to $OUT/profile_<model>.txt; its timeline (SHARC_PROFILE_TRACE,
+# note [trace]: compute and comm streams and the host, steps 2-3) to
+# $OUT/trace_<model>.json, for chrome://tracing or ui.perfetto.dev.
 # Then (with sharc among SYSTEMS) the largest Llama: the family of the
 # bench's Llama scaled by j (embed_dim 512 j, 4 j layers, head dim 64, 4
 # query heads per KV head, SwiGLU width 2.75 d rounded up to 256, V=32000;
@@ -156,7 +158,9 @@ EOF
       if ! late; then
         echo "== sharc $model B=$b ac=$ac, profiled" >&2
         # shellcheck disable=SC2046
-        (cd "$tmp" && SHARC_PROFILE=1 timeout 300 "$bin/sharc" train $(sharc_args "$model" "$b" "$ac" $((1 + prof_steps))) \
+        tdir=$tmp # note [trace]: the timeline of steps 2-3 of this run, into $OUT
+        [ -n "${OUT:-}" ] && mkdir -p "$OUT" && tdir=$(cd "$OUT" && pwd)
+        (cd "$tmp" && SHARC_PROFILE=1 SHARC_PROFILE_TRACE="$tdir/trace_$model.json" timeout 300 "$bin/sharc" train $(sharc_args "$model" "$b" "$ac" $((1 + prof_steps))) \
           --train.out_dir="$tmp/prof-$model" > /dev/null 2> "$tmp/prof-$model.err")
         { echo "profile: sharc $model B=$b ac=$ac, $prof_steps step(s) after 1 left out"
           sed -n '/^# sharc profile/,$p' "$tmp/prof-$model.err"; } > "$tmp/profile-$model.txt"

@@ -15,6 +15,7 @@
 #define SHARC_PROF_H
 
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 
 #include "sharc/clock.h"
@@ -54,6 +55,42 @@ void sharc_prof_count(double flops, double bytes);
 /* Print the regions sorted by exclusive time, per step over `steps` (the
  * bracketed steps if any were), and reset. */
 void sharc_prof_report(FILE *f, int steps);
+
+/* ---- The timeline (note [trace]): SHARC_PROFILE_TRACE writes the events of
+ * a window of profiled steps as a Chrome trace-event file (chrome://tracing,
+ * Perfetto), one track (tid) per stream and one for the host. ---- */
+enum { SHARC_PROF_TRACK_COMPUTE = 0, SHARC_PROF_TRACK_COMM = 1, SHARC_PROF_TRACK_HOST = 2 };
+/* Trace profiled steps a..b of `steps` ("a:b", NULL: 2:3) into `path` (rank
+ * r of a world of more than one: .rank<r> before the extension). Checks the
+ * window and that the file can be written: SHARC_ERR_INVALID / _IO naming it. */
+sharc_status sharc_prof_trace_config(const char *path, const char *steps, int rank, int world);
+/* The number of the step the next sharc_prof_step_begin brackets. */
+void sharc_prof_set_step(int64_t step);
+/* Inside the window (spans are recorded). */
+bool sharc_prof_tracing(void);
+/* A span on track `tid`: begin returns a handle (-1 when not tracing); on a
+ * device stream s its times are timed events recorded on s (read when the
+ * window closes), else (s NULL, or no device) the host clock. end names it
+ * (printf) and records its end on the same stream; unit: an FSDP unit, -1 none. */
+int sharc_prof_span_begin(sharc_stream *s);
+void sharc_prof_span_end(int h, sharc_stream *s, int tid, int unit, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+/* A host-track span from t0 (sharc_clock_now) to now. */
+void sharc_prof_host_span(const char *name, double t0);
+/* Close an open window now (the end of the run) and write the file. */
+void sharc_prof_trace_finish(void);
+
+/* SHARC_PROF_HOST("name", statement): a span on the host track while tracing */
+#define SHARC_PROF_HOST(name, stmt)                                                                                    \
+    do {                                                                                                               \
+        if (sharc_prof_tracing()) {                                                                                    \
+            double sharc_prof_t0_ = sharc_clock_now();                                                                 \
+            stmt;                                                                                                      \
+            sharc_prof_host_span(name, sharc_prof_t0_);                                                                \
+        } else {                                                                                                       \
+            stmt;                                                                                                      \
+        }                                                                                                              \
+    } while (0)
 
 /* SHARC_PROF_WORK("name", flops, bytes, statement); the counts are evaluated
  * only when profiling is on. */

@@ -40,6 +40,7 @@
  * device memory and needs none. */
 #include "engine.h"
 #include "sharc/clock.h"
+#include "sharc/prof.h"
 
 typedef enum { STAGE_ALL_GATHER, STAGE_REDUCE_SCATTER, STAGE_ALL_REDUCE } stage_kind;
 
@@ -149,6 +150,16 @@ static void q_all_reduce(sharc_fsdp *e, sharc_comm *c, void *buf, size_t n, shar
 static void gathered_on_comm(sharc_fsdp *e, sharc_fsdp_unit *t, bool blocking) {
     t->ready_seq = sharc_fsdp_coll_mark(e, t->ready);
     if (blocking) sharc_fsdp_coll_wait(e, t->ready, t->ready_seq);
+}
+
+/* Note [trace] (src/core/prof.c): while a timeline is traced, each unit's
+ * gather, reduction and all-reduce is a span on the comm track, recorded on
+ * the comm stream after its wait for the compute stream (else the host clock
+ * around the calls); off: one branch. */
+static void traced(sharc_fsdp *e, int h, const char *what, const sharc_fsdp_unit *t) {
+    if (h >= 0)
+        sharc_prof_span_end(h, e->cstream, SHARC_PROF_TRACK_COMM, t->index, "%s unit %d (%s)", what, t->index,
+                            t->spec.name);
 }
 
 /* The CPU's and note [comm-staging]'s collectives (no comm stream). */
@@ -293,16 +304,20 @@ static void gather_f32(sharc_fsdp *e, sharc_fsdp_unit *t, bool blocking) {
     size_t n = (size_t)t->numel_shard;
     if (e->cstream) {
         comm_after_compute(e);
+        int h = sharc_prof_span_begin(e->cstream);
         const float *src = shard_to_compute(e, t, e->stage_shard, e->cstream);
         q_all_gather(e, e->shard, src, t->param_full, n, SHARC_DT_F32);
+        traced(e, h, "all_gather", t);
         gathered_on_comm(e, t, blocking);
         return;
     }
+    int h = sharc_prof_span_begin(NULL);
     const float *src = shard_to_compute(e, t, e->stage_shard, e->stream);
     sharc_status st = blocking || e->hstage || sharc_fsdp_offloaded(e)
                           ? all_gather(e, e->shard, src, t->param_full, n, SHARC_DT_F32)
                           : iall_gather(e, e->shard, src, t->param_full, n, SHARC_DT_F32, &t->pending);
     if (st != SHARC_OK) SHARC_FSDP_COMM_FATAL();
+    traced(e, h, "all_gather", t);
 }
 
 /* Note [gathered16]. A unit whose spec says gathered16 (the model's blocks
@@ -337,19 +352,23 @@ static void gather_16(sharc_fsdp *e, sharc_fsdp_unit *t, bool blocking) {
     }
     if (e->cstream) {
         comm_after_compute(e);
+        int h = sharc_prof_span_begin(e->cstream);
         const float *src = shard_to_compute(e, t, e->stage_shard, e->cstream);
         e->k->cast(e->cstream, e->stage16_shard, dt, src, SHARC_DT_F32, t->numel_shard);
         q_all_gather(e, e->shard, e->stage16_shard, t->g16 ? full16(t) : e->stage16_full, (size_t)t->numel_shard, dt);
         if (!t->g16) e->k->cast(e->cstream, t->param_full, SHARC_DT_F32, e->stage16_full, dt, t->numel_padded);
+        traced(e, h, "all_gather", t);
         gathered_on_comm(e, t, blocking);
         return;
     }
+    int h = sharc_prof_span_begin(NULL);
     const float *src = shard_to_compute(e, t, e->stage_shard, e->stream);
     e->k->cast(e->stream, e->stage16_shard, dt, src, SHARC_DT_F32, t->numel_shard);
     if (all_gather(e, e->shard, e->stage16_shard, t->g16 ? full16(t) : e->stage16_full, (size_t)t->numel_shard, dt) !=
         SHARC_OK)
         SHARC_FSDP_COMM_FATAL();
     if (!t->g16) e->k->cast(e->stream, t->param_full, SHARC_DT_F32, e->stage16_full, dt, t->numel_padded);
+    traced(e, h, "all_gather", t);
 }
 
 static const sharc_fsdp_gather_i gather_direct_i = {.name = "direct", .slot = false, .start = gather_direct};
@@ -363,30 +382,38 @@ static const sharc_fsdp_gather_i gather_copy_i = {.name = "copy to device", .slo
 static void reduce_f32(sharc_fsdp *e, sharc_fsdp_unit *t) {
     if (e->cstream) {
         comm_after_compute(e);
+        int h = sharc_prof_span_begin(e->cstream);
         q_reduce_scatter(e, e->shard, t->grad_full, e->stage_shard, (size_t)t->numel_shard, SHARC_DT_F32);
         reduced_to_shard(e, t, e->stage_shard, e->cstream);
+        traced(e, h, "reduce_scatter", t);
         return;
     }
+    int h = sharc_prof_span_begin(NULL);
     if (reduce_scatter(e, e->shard, t->grad_full, e->stage_shard, (size_t)t->numel_shard, SHARC_DT_F32) != SHARC_OK)
         SHARC_FSDP_COMM_FATAL();
     reduced_to_shard(e, t, e->stage_shard, e->stream);
+    traced(e, h, "reduce_scatter", t);
 }
 
 static void reduce_16(sharc_fsdp *e, sharc_fsdp_unit *t) {
     sharc_dtype dt = e->cfg.reduce_dtype;
     if (e->cstream) {
         comm_after_compute(e);
+        int h = sharc_prof_span_begin(e->cstream);
         e->k->cast(e->cstream, e->stage16_full, dt, t->grad_full, SHARC_DT_F32, t->numel_padded);
         q_reduce_scatter(e, e->shard, e->stage16_full, e->stage16_shard, (size_t)t->numel_shard, dt);
         e->k->cast(e->cstream, e->stage_shard, SHARC_DT_F32, e->stage16_shard, dt, t->numel_shard);
         reduced_to_shard(e, t, e->stage_shard, e->cstream);
+        traced(e, h, "reduce_scatter", t);
         return;
     }
+    int h = sharc_prof_span_begin(NULL);
     e->k->cast(e->stream, e->stage16_full, dt, t->grad_full, SHARC_DT_F32, t->numel_padded);
     if (reduce_scatter(e, e->shard, e->stage16_full, e->stage16_shard, (size_t)t->numel_shard, dt) != SHARC_OK)
         SHARC_FSDP_COMM_FATAL();
     e->k->cast(e->stream, e->stage_shard, SHARC_DT_F32, e->stage16_shard, dt, t->numel_shard);
     reduced_to_shard(e, t, e->stage_shard, e->stream);
+    traced(e, h, "reduce_scatter", t);
 }
 
 /* Note [shard-device], one process: the model accumulated into the slot, which is the whole unit. */
@@ -423,13 +450,16 @@ static void gather_post_forward(sharc_fsdp *e, sharc_fsdp_unit *t, bool blocking
     sharc_status st;
     if (e->cstream) { /* note [comm-stream] */
         comm_after_compute(e);
+        int h = sharc_prof_span_begin(e->cstream);
         void *dst = dt == SHARC_DT_F32 ? (void *)t->param_full : t->g16 ? (void *)full16(t) : (void *)e->stage16_full;
         q_all_gather(e, e->post_comm, t->post_shard, dst, n, dt);
         if (dt != SHARC_DT_F32 && !t->g16)
             e->k->cast(e->cstream, t->param_full, SHARC_DT_F32, e->stage16_full, dt, t->numel_padded);
+        traced(e, h, "all_gather", t);
         gathered_on_comm(e, t, blocking);
         return;
     }
+    int h = sharc_prof_span_begin(NULL);
     if (dt == SHARC_DT_F32) {
         st = blocking || e->hstage ? all_gather(e, e->post_comm, t->post_shard, t->param_full, n, dt)
                                    : iall_gather(e, e->post_comm, t->post_shard, t->param_full, n, dt, &t->pending);
@@ -440,6 +470,7 @@ static void gather_post_forward(sharc_fsdp *e, sharc_fsdp_unit *t, bool blocking
         if (st == SHARC_OK) e->k->cast(e->stream, t->param_full, SHARC_DT_F32, e->stage16_full, dt, t->numel_padded);
     }
     if (st != SHARC_OK) SHARC_FSDP_COMM_FATAL();
+    traced(e, h, "all_gather", t);
 }
 
 const sharc_fsdp_gather_i sharc_fsdp_gather_post_forward = {
@@ -470,10 +501,12 @@ sharc_status sharc_fsdp_coll_all_reduce_replicas(sharc_fsdp *e) {
         sharc_fsdp_unit *t = &e->units[u];
         int64_t n = t->numel_shard;
         if (!t->trainable) continue; /* note [frozen-params] */
-        if (e->cstream) {            /* note [comm-stream]: finish_grads waits once, after all of them */
+        int h = sharc_prof_span_begin(e->cstream);
+        if (e->cstream) { /* note [comm-stream]: finish_grads waits once, after all of them */
             if (dt != SHARC_DT_F32) e->k->cast(e->cstream, e->stage16_shard, dt, t->grad_shard, SHARC_DT_F32, n);
             q_all_reduce(e, e->replicate, dt == SHARC_DT_F32 ? (void *)t->grad_shard : e->stage16_shard, (size_t)n, dt);
             if (dt != SHARC_DT_F32) e->k->cast(e->cstream, t->grad_shard, SHARC_DT_F32, e->stage16_shard, dt, n);
+            traced(e, h, "all_reduce", t);
             continue;
         }
         if (dt == SHARC_DT_F32) {
@@ -484,6 +517,7 @@ sharc_status sharc_fsdp_coll_all_reduce_replicas(sharc_fsdp *e) {
             SHARC_TRY(all_reduce(e, e->replicate, e->stage16_shard, (size_t)n, dt));
             e->k->cast(e->stream, t->grad_shard, SHARC_DT_F32, e->stage16_shard, dt, n);
         }
+        traced(e, h, "all_reduce", t);
     }
     e->stats.wait_s += sharc_clock_now() - t0;
     return SHARC_OK;

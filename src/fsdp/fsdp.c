@@ -21,6 +21,7 @@
  * which is the same sum as reducing every micro-batch and moves
  * grad_accum times fewer bytes. */
 #include "engine.h"
+#include "sharc/prof.h"
 #include "sharc/activity.h"
 #include "sharc/clock.h"
 #include "sharc/mesh.h"
@@ -407,6 +408,11 @@ const float *sharc_fsdp_gather(sharc_fsdp *e, int u) {
         if (slot) e->stats.wait_s += sharc_clock_now() - t0;
     } else {
         sharc_fsdp_unit_wait(e, t);
+    }
+    if (sharc_prof_tracing()) { /* note [trace]: a mark on the compute stream where it has the unit */
+        int h = sharc_prof_span_begin(e->stream);
+        sharc_prof_span_end(h, e->stream, SHARC_PROF_TRACK_COMPUTE, u, "%s unit %d (%s)",
+                            e->in_backward ? "backward" : "forward", u, t->spec.name);
     }
     /* forward prefetch: the next unit's gather travels behind this unit's
      * compute (PyTorch FSDP's forward_prefetch, issued before the current

@@ -88,10 +88,11 @@ sharc_status sharc_train_step_run(const sharc_train_step_ctx *x, const sharc_tra
     double sums[SHARC_MODEL_SUMS];
     SHARC_PROF("step.grad_norm", st = sharc_fsdp_grad_sumsq_queue(x->engine, sharc_model_sums(x->model) + 2));
     SHARC_TRY(st);
-    SHARC_PROF("step.grad_norm", st = sharc_model_sums_read(x->model, sums));
+    SHARC_PROF("step.grad_norm", SHARC_PROF_HOST("loss read", st = sharc_model_sums_read(x->model, sums)));
     SHARC_TRY(st);
     double loss_sum = sums[0], local_loss_sum = sums[1];
-    SHARC_PROF("step.grad_norm", st = sharc_fsdp_grad_norm_reduce(x->engine, sums + 2, &norm, &loss_sum));
+    SHARC_PROF("step.grad_norm", SHARC_PROF_HOST("grad norm all-reduce", st = sharc_fsdp_grad_norm_reduce(
+                                                                             x->engine, sums + 2, &norm, &loss_sum)));
     SHARC_TRY(st);
     loss_sum /= tp; /* every tp rank of a group returned the group's loss */
     double t3 = sharc_clock_now();
@@ -100,7 +101,8 @@ sharc_status sharc_train_step_run(const sharc_train_step_ctx *x, const sharc_tra
     bool bad = !isfinite(norm) || !isfinite(loss_sum);
     sharc_activity_phase("optimizer", -1, NULL);
     if (!bad) {
-        SHARC_PROF("step.adamw", st = sharc_adamw_step(x->opt, x->engine, lr, sharc_clip_coef(x->optim, norm)));
+        SHARC_PROF("step.adamw", SHARC_PROF_HOST("optimizer", st = sharc_adamw_step(x->opt, x->engine, lr,
+                                                                                    sharc_clip_coef(x->optim, norm))));
         SHARC_TRY(st);
     }
     double t4 = sharc_clock_now();

@@ -752,8 +752,12 @@ sharc_status sharc_train_run(const sharc_config *cfg, sharc_comm *world) {
         sharc_memplan_print(stdout, &plan, c, NULL);
         fflush(stdout);
     }
-    const bool profile = getenv("SHARC_PROFILE") != NULL;
+    const char *trace = getenv("SHARC_PROFILE_TRACE"); /* note [trace]: implies the profile */
+    const bool profile = getenv("SHARC_PROFILE") != NULL || (trace && *trace);
     const int64_t first = t->step;
+    if (st == SHARC_OK && trace && *trace)
+        st = agree(t->world, sharc_prof_trace_config(trace, getenv("SHARC_PROFILE_TRACE_STEPS"), rank,
+                                                     sharc_comm_size(t->world)));
     if (profile) { /* note [prof] in docs/ARCHITECTURE.md */
         sharc_device *pd = sharc_model_device(t->model);
         char how[160];
@@ -780,6 +784,7 @@ sharc_status sharc_train_run(const sharc_config *cfg, sharc_comm *world) {
         sharc_step_global g;
         /* the first step (allocations, library warm-up) is left out of the profile unless it is the only one */
         sharc_prof_enable(profile && (i > first || c->train.max_steps - first == 1));
+        sharc_prof_set_step(i + 1);
         sharc_prof_step_begin();
         st = sharc_trainer_step(t, &s);
         sharc_prof_step_end();
@@ -840,7 +845,7 @@ sharc_status sharc_train_run(const sharc_config *cfg, sharc_comm *world) {
         }
         st = sharc_comm_agree(t->world, out, SHARC_ERR_IO, "train: rank %d cannot write its metrics (see its message)");
         if (st == SHARC_OK && c->ckpt.every > 0 && s.step % c->ckpt.every == 0 && s.step < c->train.max_steps)
-            st = sharc_ckpt_save(ck, t->step);
+            SHARC_PROF_HOST("checkpoint save", st = sharc_ckpt_save(ck, t->step));
         reset_comm_stats(t);
     }
     /* note [job-end]: a rank that failed alone must not free what its peers
@@ -858,6 +863,7 @@ sharc_status sharc_train_run(const sharc_config *cfg, sharc_comm *world) {
     sharc_status cst = sharc_jsonl_close(metrics);
     sharc_status dst = sharc_jsonl_close(debug);
     if (st == SHARC_OK) st = agree(t->world, cst != SHARC_OK ? cst : dst);
+    sharc_prof_trace_finish();
     if (profile && lead) sharc_prof_report(stderr, (int)(c->train.max_steps > 0 ? c->train.max_steps : 1));
     sharc_prof_set_device(NULL, NULL);                     /* its events, before the device goes */
     if (st == SHARC_OK) st = sharc_ckpt_save(ck, t->step); /* the last step; waits for an async one */

@@ -15,7 +15,8 @@
 #     GiB in TINY) finds a larger toy with fsdp.cpu_offload than without,
 #     both planned within the memory, and both train (tokens/s > 0);
 #   - the profiled sharc run per model prints its table (SHARC_PROFILE=1,
-#     note [prof]) and leaves it in $OUT/profile_<model>.txt;
+#     note [prof]) and leaves it in $OUT/profile_<model>.txt, and its
+#     timeline (note [trace]) in $OUT/trace_<model>.json, which parses;
 # and the JSON under $OUT holds every row. Without a python that imports
 # torch, the PyTorch rows are not checked (the sharc rows still are).
 set -uo pipefail
@@ -80,5 +81,13 @@ for m in gpt2 llama; do
   grep -q '^# sharc profile: 2 step(s)' c/profile_$m.txt && grep -q '^fwd.matmul.fc ' c/profile_$m.txt ||
     fail "no profile of $m: $(cat c/profile_$m.txt)"
   grep -q "^profile: sharc $m B=2" <<< "$out" || fail "gpu.sh did not print the $m profile: $out"
+  # its timeline (note [trace]): parses, steps 2 and 3, compute and host tracks
+  python3 - c/trace_$m.json << 'PY' || fail "no usable trace of $m in \$OUT"
+import json, sys
+ev = json.load(open(sys.argv[1]))["traceEvents"]
+steps = sorted(e["name"] for e in ev if e.get("cat") == "step")
+tids = {e["tid"] for e in ev if e.get("ph") == "X"}
+assert steps == ["step 2", "step 3"] and {0, 2} <= tids, (steps, tids)
+PY
 done
 echo "ok"
