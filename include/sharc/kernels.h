@@ -196,6 +196,10 @@ typedef struct sharc_kernels {
     /* out[i] = dot(a row rows[i], b(n, C) row i). */
     void (*moe_row_dot)(sharc_stream *s, float *out, const float *a, const int32_t *rows, const float *b, int64_t n,
                         int C);
+    /* psum[e] (E doubles) = sum over t = 0 .. N-1, in that order, of probs
+     * (N, E)[t, e], accumulated in double: the auxiliary loss's router sums,
+     * bit-identical on every device (note [moe-waits] in src/model/moe.c). */
+    void (*moe_prob_sum)(sharc_stream *s, double *psum, const float *probs, int64_t N, int E);
 
     /* ---- the vocabulary-parallel embedding and LM head of tensor
      * parallelism (note [tp-vocab] in src/model/tp.h): this rank holds rows

@@ -478,6 +478,7 @@ static void matmul_backward_dgelu_b16_unfused(sharc_stream *s, float *dx, float 
     X(moe_gather, 0) \
     X(moe_scatter_add, 0) \
     X(moe_row_dot, 0) \
+    X(moe_prob_sum, 0) \
     X(vocab_embedding_forward, 1) \
     X(vocab_embedding_backward, 1) \
     X(vocab_xent_stats, 1) \

@@ -39,7 +39,35 @@
  * tokens (N * loss_scale, so one micro-batch on one rank is HF's loss
  * exactly), its gradient through P only (f counts, as in HF). forward_backward
  * adds coef * aux * N to its loss sum so the trainer's mean reports it;
- * evaluation (forward_loss) reports the language-model loss alone. */
+ * evaluation (forward_loss) reports the language-model loss alone.
+ *
+ * Note [moe-waits]. A sparse layer's forward makes the host wait once: for
+ * its (N, K) routing indices, which the host's counting sort turns into the
+ * per-expert row counts that size the expert matmuls (and into count[l] for
+ * the aux loss's f). Nothing else in routing or backward waits:
+ *  - h_idx is pinned (sharc_device_host_alloc), so its copy queues like a
+ *    kernel and the one synchronize after it is the wait;
+ *  - the router sums P: the moe_prob_sum slot writes layer l's E sums into
+ *    d_psum (device doubles; one thread per expert walks t ascending with a
+ *    double accumulator, the loop the host ran on the copied probabilities,
+ *    so the sums, the aux loss and its gradient are bit-identical to the
+ *    host's). The last MoE layer queues the copy of all L E sums into the
+ *    pinned psum just before its indices, so the same wait brings them: no
+ *    read of its own, and psum is whole once the forward is done (an
+ *    activation-checkpointing recompute rewrites it with the same bits);
+ *  - perm and rows are copied in from pageable host arrays (malloc): the
+ *    device layer's copy from pageable memory takes the bytes at the call
+ *    (CUDA stages them before cudaMemcpyAsync returns; the CPU copies at
+ *    once), so rewriting them in the next layer cannot race. Were they
+ *    pinned, it still could not: every rewrite follows the next route's
+ *    synchronize of the same stream, which drains these copies first;
+ *  - backward_begin's daux (E floats) comes from h_daux, pageable too and
+ *    written again only at the next micro-batch's backward_begin;
+ *  - note [moe-rig]'s test hook is a bias on the router matmul, copied in
+ *    once at plan time.
+ * The buffers new here (psum, d_psum, h_idx, the rig bias) count under
+ * SHARC_MEM_OTHER, outside the activation plan, like the model's loss sums.
+ * tests/cli/cudasim_options.sh asserts the count on the simulator. */
 #include "moe.h"
 #include "sharc/fault.h"
 #include "sharc/log.h"
@@ -59,8 +87,11 @@ struct sharc_moe {
     sharc_model_config cfg;
     sharc_device *dev;
     int L, E, K, I, C, M; /* M: MoE layers */
+    int l_last;           /* the last MoE layer: its routing reads every layer's psum back */
     int64_t *count;       /* host (L, E): assignments per expert in the last forward */
-    double *psum;         /* host (L, E): router probabilities summed over tokens */
+    double *psum;         /* pinned host (L, E): router probabilities summed over tokens (note [moe-waits]) */
+    double *d_psum;       /* device (L, E): the same, written by the moe_prob_sum slot */
+    float *h_daux;        /* host (E): the aux loss's dp, the source of an unsynchronized copy */
     int64_t n_last;       /* rows of the last forward */
     float wa;             /* the aux loss's gradient weight this backward (0: none) */
     /* plan */
@@ -68,9 +99,10 @@ struct sharc_moe {
     int nsets;
     moe_set *sets;
     float *logits, *dos, *da, *dh, *dxs, *dwsel, *dwts, *dxr, *daux;
-    int32_t *h_idx, *h_perm, *h_rows; /* host scratch */
-    float *h_probs;                   /* host (N, E) */
-    float **views;                    /* (4E) gate_up and down pointers of the two views handed out */
+    float *rig;               /* device (E): note [moe-rig]'s router bias; NULL unless the hook is on */
+    int32_t *h_idx;           /* pinned host (N K): the routing indices read back */
+    int32_t *h_perm, *h_rows; /* host (N K): the dispatch plan, copied in (note [moe-waits]) */
+    float **views;            /* (4E) gate_up and down pointers of the two views handed out */
     int nview;
 };
 
@@ -124,7 +156,8 @@ sharc_status sharc_moe_init(sharc_moe **out, const sharc_model_config *c, sharc_
     for (int l = 0; l < c->num_layers; l++) M += sharc_model_layer_is_moe(c, l);
     if (M == 0) return SHARC_OK;
     const sharc_kernels *k = sharc_device_kernels(dev);
-    if (!k->moe_route_forward || !k->moe_route_backward || !k->moe_gather || !k->moe_scatter_add || !k->moe_row_dot)
+    if (!k->moe_route_forward || !k->moe_route_backward || !k->moe_gather || !k->moe_scatter_add || !k->moe_row_dot ||
+        !k->moe_prob_sum)
         return sharc_error(SHARC_ERR_UNSUPPORTED,
                            "model.num_experts: device %s has no Mixture-of-Experts kernels yet; use train.device cpu",
                            sharc_device_name(dev));
@@ -138,10 +171,18 @@ sharc_status sharc_moe_init(sharc_moe **out, const sharc_model_config *c, sharc_
     moe->I = c->moe_intermediate_size;
     moe->C = c->embed_dim;
     moe->M = M;
-    moe->count = calloc((size_t)moe->L * moe->E, sizeof(int64_t));
-    moe->psum = calloc((size_t)moe->L * moe->E, sizeof(double));
+    for (int l = 0; l < c->num_layers; l++)
+        if (sharc_model_layer_is_moe(c, l)) moe->l_last = l;
+    size_t LE = (size_t)moe->L * moe->E;
+    moe->count = calloc(LE, sizeof(int64_t));
+    /* not activations (not in the plan), like the model's loss sums */
+    moe->psum = sharc_device_host_alloc(dev, LE * sizeof(double), SHARC_MEM_OTHER);
+    moe->d_psum = sharc_device_alloc(dev, LE * sizeof(double), SHARC_MEM_OTHER);
+    moe->h_daux = malloc(sizeof(float) * (size_t)moe->E);
     moe->views = calloc((size_t)4 * moe->E, sizeof(float *));
-    if (!moe->count || !moe->psum || !moe->views) {
+    if (moe->psum) memset(moe->psum, 0, LE * sizeof(double));
+    if (!moe->count || !moe->psum || !moe->d_psum || !moe->h_daux || !moe->views ||
+        sharc_device_memset0(dev, moe->d_psum, LE * sizeof(double), sharc_device_stream(dev)) != SHARC_OK) {
         sharc_moe_free(moe);
         return sharc_error(SHARC_ERR_NOMEM, "model: out of memory");
     }
@@ -160,15 +201,15 @@ void sharc_moe_unplan(sharc_moe *moe) {
     free(moe->sets);
     moe->sets = NULL;
     moe->nsets = 0;
-    void *b[] = {moe->logits, moe->dos, moe->da, moe->dh, moe->dxs, moe->dwsel, moe->dwts, moe->dxr, moe->daux};
+    void *b[] = {moe->logits, moe->dos,  moe->da,  moe->dh,   moe->dxs,
+                 moe->dwsel,  moe->dwts, moe->dxr, moe->daux, moe->rig};
     for (size_t j = 0; j < sizeof b / sizeof b[0]; j++) sharc_device_free(moe->dev, b[j]);
     moe->logits = moe->dos = moe->da = moe->dh = moe->dxs = moe->dwsel = moe->dwts = moe->dxr = moe->daux = NULL;
-    free(moe->h_idx);
+    moe->rig = NULL;
+    sharc_device_host_free(moe->dev, moe->h_idx);
     free(moe->h_perm);
     free(moe->h_rows);
-    free(moe->h_probs);
     moe->h_idx = moe->h_perm = moe->h_rows = NULL;
-    moe->h_probs = NULL;
     moe->N = 0;
 }
 
@@ -176,7 +217,9 @@ void sharc_moe_free(sharc_moe *moe) {
     if (!moe) return;
     sharc_moe_unplan(moe);
     free(moe->count);
-    free(moe->psum);
+    sharc_device_host_free(moe->dev, moe->psum);
+    sharc_device_free(moe->dev, moe->d_psum);
+    free(moe->h_daux);
     free(moe->views);
     free(moe);
 }
@@ -200,6 +243,28 @@ static void *dalloc(sharc_moe *m, int64_t n, bool *ok) {
     void *p = sharc_device_alloc(m->dev, (size_t)n * sizeof(float), SHARC_MEM_ACTIVATIONS);
     if (!p) *ok = false;
     return p;
+}
+
+/* Note [moe-rig]: the test hook SHARC_TEST_MOE_RIG=G (sharc/fault.h) adds
+ * -1e4 to the logits of every expert e with e % G != rank % G, so each
+ * rank's tokens go to a disjoint set of experts. It is the router matmul's
+ * bias (E floats copied in once, here): 0 leaves a logit's bits as they
+ * are, and exp(-1e4) is 0 in fp32 whichever way the -1e4 was rounded in. The
+ * constant has no gradient, so backward is the same code. */
+static sharc_status rig_plan(sharc_moe *moe) {
+    int G = sharc_fault_route_groups(), r = sharc_log_rank();
+    if (G <= 1) return SHARC_OK;
+    float *h = malloc(sizeof(float) * (size_t)moe->E);
+    moe->rig = sharc_device_alloc(moe->dev, sizeof(float) * (size_t)moe->E, SHARC_MEM_OTHER);
+    sharc_status st = h && moe->rig ? SHARC_OK : SHARC_ERR_NOMEM;
+    if (st == SHARC_OK) {
+        for (int e = 0; e < moe->E; e++) h[e] = e % G != r % G ? -1e4f : 0.0f;
+        st = sharc_device_copy(moe->dev, moe->rig, h, sizeof(float) * (size_t)moe->E, SHARC_COPY_HOST_TO_DEVICE,
+                               sharc_device_stream(moe->dev));
+        if (st == SHARC_OK) st = sharc_device_synchronize(sharc_device_stream(moe->dev));
+    }
+    free(h);
+    return st;
 }
 
 sharc_status sharc_moe_plan(sharc_moe *moe, int64_t N, int nsets) {
@@ -235,11 +300,12 @@ sharc_status sharc_moe_plan(sharc_moe *moe, int64_t N, int nsets) {
     moe->dwts = dalloc(moe, NK, &ok);
     moe->dxr = dalloc(moe, N * C, &ok);
     moe->daux = dalloc(moe, E, &ok);
-    moe->h_idx = malloc(sizeof(int32_t) * (size_t)NK);
+    moe->h_idx = sharc_device_host_alloc(moe->dev, sizeof(int32_t) * (size_t)NK, SHARC_MEM_OTHER);
     moe->h_perm = malloc(sizeof(int32_t) * (size_t)NK);
     moe->h_rows = malloc(sizeof(int32_t) * (size_t)NK);
-    moe->h_probs = malloc(sizeof(float) * (size_t)(N * E));
-    if (!ok || !moe->h_idx || !moe->h_perm || !moe->h_rows || !moe->h_probs) {
+    if (ok && !moe->h_idx) ok = false;
+    if (ok && rig_plan(moe) != SHARC_OK) ok = false;
+    if (!ok || !moe->h_perm || !moe->h_rows) {
         sharc_moe_unplan(moe);
         return sharc_error(SHARC_ERR_NOMEM, "model: cannot allocate the experts' activations for %lld tokens",
                            (long long)N);
@@ -267,24 +333,10 @@ sharc_moe_view sharc_moe_view_of(sharc_moe *moe, const sharc_unit_spec *u, const
     return w;
 }
 
+/* A copy on the step's stream that does not wait (note [moe-waits]). */
 static void copy_or_die(sharc_moe *m, void *dst, const void *src, size_t bytes, sharc_copy_kind kind, sharc_stream *s) {
-    if (sharc_device_copy(m->dev, dst, src, bytes, kind, s) != SHARC_OK || sharc_device_synchronize(s) != SHARC_OK)
+    if (sharc_device_copy(m->dev, dst, src, bytes, kind, s) != SHARC_OK)
         sharc_fatal(__FILE__, __LINE__, "model: experts' routing copy: %s", sharc_last_error());
-}
-
-/* Note [moe-rig]: the test hook SHARC_TEST_MOE_RIG=G (sharc/fault.h) adds
- * -1e4 to the logits of every expert e with e % G != rank % G, so each
- * rank's tokens go to a disjoint set of experts; the constant has no
- * gradient, so backward is the same code. */
-static void rig_logits(sharc_moe *moe, sharc_stream *s, int64_t N) {
-    int G = sharc_fault_route_groups(), r = sharc_log_rank();
-    if (G <= 1) return;
-    const int E = moe->E;
-    copy_or_die(moe, moe->h_probs, moe->logits, sizeof(float) * (size_t)(N * E), SHARC_COPY_DEVICE_TO_HOST, s);
-    for (int64_t t = 0; t < N; t++)
-        for (int e = 0; e < E; e++)
-            if (e % G != r % G) moe->h_probs[t * E + e] -= 1e4f;
-    copy_or_die(moe, moe->logits, moe->h_probs, sizeof(float) * (size_t)(N * E), SHARC_COPY_HOST_TO_DEVICE, s);
 }
 
 void sharc_moe_route(sharc_moe *moe, const sharc_kernels *k, sharc_stream *s, int set, int l, const float *router,
@@ -293,11 +345,19 @@ void sharc_moe_route(sharc_moe *moe, const sharc_kernels *k, sharc_stream *s, in
     moe_set *st = &moe->sets[set];
     const int E = moe->E, K = moe->K, C = moe->C;
     const int64_t NK = N * K;
-    k->matmul_forward(s, moe->logits, x, router, NULL, N, C, E);
-    rig_logits(moe, s, N);
+    k->matmul_forward(s, moe->logits, x, router, moe->rig, N, C, E); /* rig: NULL unless note [moe-rig] */
     k->moe_route_forward(s, st->probs, st->idx, st->wts, moe->logits, N, E, K, moe->cfg.norm_topk_prob);
-    /* the dispatch plan, on the host: a stable counting sort of the slots by expert */
+    /* the router's statistics for the auxiliary loss, on the device; the
+     * last MoE layer reads every layer's back with its indices */
+    k->moe_prob_sum(s, moe->d_psum + (int64_t)l * E, st->probs, N, E);
+    if (l == moe->l_last)
+        copy_or_die(moe, moe->psum, moe->d_psum, sizeof(double) * (size_t)moe->L * (size_t)E, SHARC_COPY_DEVICE_TO_HOST,
+                    s);
+    /* the dispatch plan, on the host: a stable counting sort of the slots by
+     * expert. The layer's one host wait (note [moe-waits]). */
     copy_or_die(moe, moe->h_idx, st->idx, sizeof(int32_t) * (size_t)NK, SHARC_COPY_DEVICE_TO_HOST, s);
+    if (sharc_device_synchronize(s) != SHARC_OK)
+        sharc_fatal(__FILE__, __LINE__, "model: experts' routing indices: %s", sharc_last_error());
     int64_t *offs = st->offs;
     memset(offs, 0, sizeof(int64_t) * (size_t)(E + 1));
     for (int64_t i = 0; i < NK; i++) {
@@ -317,16 +377,11 @@ void sharc_moe_route(sharc_moe *moe, const sharc_kernels *k, sharc_stream *s, in
         moe->h_rows[at] = (int32_t)(i / K);
     }
     free(next);
+    /* from pageable memory: the bytes are taken at the call (note [moe-waits]) */
     copy_or_die(moe, st->perm, moe->h_perm, sizeof(int32_t) * (size_t)NK, SHARC_COPY_HOST_TO_DEVICE, s);
     copy_or_die(moe, st->rows, moe->h_rows, sizeof(int32_t) * (size_t)NK, SHARC_COPY_HOST_TO_DEVICE, s);
     k->moe_gather(s, st->wsel, st->wts, st->perm, NULL, NK, 1);
     k->moe_gather(s, st->xs, x, st->rows, NULL, NK, C);
-    /* the router's statistics for the auxiliary loss */
-    copy_or_die(moe, moe->h_probs, st->probs, sizeof(float) * (size_t)(N * E), SHARC_COPY_DEVICE_TO_HOST, s);
-    double *ps = moe->psum + (int64_t)l * E;
-    for (int e = 0; e < E; e++) ps[e] = 0.0;
-    for (int64_t t = 0; t < N; t++)
-        for (int e = 0; e < E; e++) ps[e] += moe->h_probs[t * E + e];
     moe->n_last = N;
 }
 
@@ -400,8 +455,8 @@ void sharc_moe_backward_begin(sharc_moe *moe, sharc_stream *s, float loss_scale)
     if (!moe) return;
     moe->wa = moe->cfg.output_router_logits ? moe->cfg.router_aux_loss_coef * (float)moe->n_last * loss_scale : 0.0f;
     if (moe->wa == 0.0f) return;
-    /* d (wa aux) / d p_{l,t,e} = wa E f_e / (M N) */
-    float *h = moe->h_probs; /* E floats of host scratch */
+    /* d (wa aux) / d p_{l,t,e} = wa E f_e / (M N); h lives with moe (note [moe-waits]) */
+    float *h = moe->h_daux;
     for (int e = 0; e < moe->E; e++) {
         double f, P;
         pooled(moe, e, &f, &P);

@@ -15,6 +15,10 @@
 # Loss and gradient norm at every step within 1e-4 relative; the final
 # weights: frozen tensors bit-identical to the CPU run's (both still the
 # initial ones), the rest within 1e-4 (relative norm of the difference).
+# Host waits a step (3 steps less 1 step, over 2; note [moe-waits] in
+# src/model/moe.c): at most 4 = the sparse layer's routing indices 1, the
+# step's read of its sums 1, packing's positions 2 (10 when the routing
+# waited after each of its copies and the aux loss's gradient was copied in).
 set -uo pipefail
 source "$SHARC_ROOT/tests/cli/cudasim_lib.inc"
 python3 - <<'PY'
@@ -37,7 +41,9 @@ X="--data.path=sft.jsonl --model.tokenizer=$SHARC_ROOT/tests/fixtures/tokenizer/
    --fsdp.apply_tiled_mlp=true --fsdp.tiled_num_shards=3 --model.freeze_module_prefix=$FROZEN
    --train.seq_len=16 --train.batch_size=2 --train.max_steps=3 --train.threads=1 --optim.warmup_steps=2 --ckpt.every=0"
 "$CPU" train $X --train.out_dir=c > c.log 2>&1 || { cat c.log; die "cpu run"; }
-"$SIM" train $X --train.out_dir=g --train.device=cuda > g.log 2>&1 || { tail -20 g.log; die "cuda run"; }
+CUDASIM_SYNC_STATS=1 "$SIM" train $X --train.out_dir=g --train.device=cuda > g.log 2>&1 || { tail -20 g.log; die "cuda run"; }
+CUDASIM_SYNC_STATS=1 "$SIM" train $X --train.out_dir=g1 --train.device=cuda --train.max_steps=1 > g1.log 2>&1 ||
+  { tail -20 g1.log; die "cuda run (1 step)"; }
 grep -q "device: cuda" g.log || die "the cuda run's config does not say cuda"
 grep -q "(2.00 samples a row)" g.log || die "packing did not put 2 samples a row: $(grep packing: g.log)"
 col() { jq -r "select(.\"$2\" != null) | .\"$2\"" "$1/metrics.jsonl"; }
@@ -66,5 +72,9 @@ for k in c:
 assert nf == 7, f"{nf} frozen tensors, want 7"  # q/k/v/o of layer 1's attention, expert 3's 3 matrices
 print(f"final weights: {nf} frozen tensors bit-identical, {len(c) - nf} trained within 1e-4")
 PY
-echo "Qwen3-MoE + packing + tiled MLP + frozen params: cuda = cpu within 1e-4 (3 steps)"
+hs() { sed -n 's/^cudasim: host syncs \([0-9]*\)$/\1/p' "$1"; }
+a=$(hs g1.log) b=$(hs g.log)
+[ -n "$a" ] && [ -n "$b" ] || die "no cudasim host sync counts ('$a', '$b')"
+[ $((b - a)) -le 8 ] || die "$((b - a)) host synchronizations over 2 steps, expected at most 8 (4 a step)"
+echo "Qwen3-MoE + packing + tiled MLP + frozen params: cuda = cpu within 1e-4 (3 steps), $(((b - a) / 2)) host waits a step"
 exit 0

@@ -1194,6 +1194,27 @@ static void test_moe(void) {
         sharc_device_free(gpu, gic);
         free(probs), free(wts), free(idx), free(hidx), free(dwts), free(daux);
     }
+    /* the router's per-expert sums (note [moe-waits]): bit for bit, over
+     * 1 and 2 blocks of experts and no tokens, into poisoned doubles */
+    const int64_t pn[] = {N, 5, 0};
+    const int pe[] = {E, 67, 3};
+    for (int i = 0; i < 3; i++) {
+        char nm[96];
+        float *p = h_rand(pn[i] * pe[i], 1);
+        float *gp = d_up(p, (size_t)(pn[i] * pe[i]) * 4);
+        double *ps = malloc(sizeof(double) * (size_t)pe[i]), *hs = malloc(sizeof(double) * (size_t)pe[i]);
+        double *gs = (double *)d_poison(2 * pe[i]); /* NaN float pairs: NaN doubles */
+        kc->moe_prob_sum(sc, ps, p, pn[i], pe[i]);
+        kg->moe_prob_sum(sg, gs, gp, pn[i], pe[i]);
+        if (sharc_device_copy(gpu, hs, gs, sizeof(double) * (size_t)pe[i], SHARC_COPY_DEVICE_TO_HOST, sg) != SHARC_OK ||
+            sharc_device_synchronize(sg) != SHARC_OK)
+            die("copy out");
+        snprintf(nm, sizeof nm, "moe_prob_sum N %lld E %d (bit-identical)", (long long)pn[i], pe[i]);
+        result(nm, memcmp(hs, ps, sizeof(double) * (size_t)pe[i]) == 0 && (pn[i] > 0 || ps[0] == 0.0), "");
+        sharc_device_free(gpu, gp);
+        sharc_device_free(gpu, gs);
+        free(p), free(ps), free(hs);
+    }
     /* tokens to expert rows and back: each of N rows appears K times, sorted by a pseudo-expert */
     int64_t n = N * K;
     int32_t *rows = malloc(n * 4);

@@ -63,6 +63,7 @@ static const sharc_kernels cpu_kernels = {
     .moe_gather = sharc_cpu_moe_gather,
     .moe_scatter_add = sharc_cpu_moe_scatter_add,
     .moe_row_dot = sharc_cpu_moe_row_dot,
+    .moe_prob_sum = sharc_cpu_moe_prob_sum,
     .vocab_embedding_forward = sharc_cpu_vocab_embedding_forward,
     .vocab_embedding_backward = sharc_cpu_vocab_embedding_backward,
     .vocab_xent_stats = sharc_cpu_vocab_xent_stats,

@@ -58,3 +58,10 @@ void sharc_cpu_moe_row_dot(sharc_stream *s, float *out, const float *a, const in
         out[i] = d;
     }
 }
+
+void sharc_cpu_moe_prob_sum(sharc_stream *s, double *psum, const float *probs, int64_t N, int E) {
+    (void)s;
+    for (int e = 0; e < E; e++) psum[e] = 0.0;
+    for (int64_t t = 0; t < N; t++)
+        for (int e = 0; e < E; e++) psum[e] += probs[t * E + e];
+}

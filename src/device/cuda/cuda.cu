@@ -601,6 +601,7 @@ static sharc_kernels make_kernels(void) {
     k.moe_gather = sharc_cuda_moe_gather;
     k.moe_scatter_add = sharc_cuda_moe_scatter_add;
     k.moe_row_dot = sharc_cuda_moe_row_dot;
+    k.moe_prob_sum = sharc_cuda_moe_prob_sum;
     k.vocab_embedding_forward = sharc_cuda_vocab_embedding_forward;
     k.vocab_embedding_backward = sharc_cuda_vocab_embedding_backward;
     k.vocab_xent_stats = sharc_cuda_vocab_xent_stats;

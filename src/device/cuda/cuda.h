@@ -187,6 +187,7 @@ void sharc_cuda_moe_scatter_add(sharc_stream *s, float *y, const float *x, const
                                 int64_t n, int C);
 void sharc_cuda_moe_row_dot(sharc_stream *s, float *out, const float *a, const int32_t *rows, const float *b, int64_t n,
                             int C);
+void sharc_cuda_moe_prob_sum(sharc_stream *s, double *psum, const float *probs, int64_t N, int E);
 
 void sharc_cuda_copy_block(sharc_stream *s, float *dst, int64_t ldd, const float *src, int64_t lds, int64_t rows,
                            int64_t cols, bool add);

@@ -15,7 +15,8 @@
  * though a token's row appears K times (once per expert it is routed to).
  * Every thread reads every index (a broadcast load per warp): O(n) per
  * thread, the price of determinism without a sort. The row dot products
- * take a warp per row. */
+ * take a warp per row; the router's per-expert probability sums a thread
+ * per expert walking the tokens in order (note [moe-waits] in moe.c). */
 #include "cuda.h"
 #include "../moe_route.h"
 
@@ -72,6 +73,18 @@ __global__ static void k_row_dot(float *out, const float *a, const int32_t *rows
     if (lane == 0) out[i] = d;
 }
 
+/* One thread per expert walks the tokens in order, accumulating in double:
+ * the CPU's additions in the CPU's order, so the sums are bit-identical
+ * (note [moe-waits] in src/model/moe.c). N E is a layer's router output:
+ * small, and read once. */
+__global__ static void k_prob_sum(double *psum, const float *probs, int64_t N, int E) {
+    int e = blockIdx.x * blockDim.x + threadIdx.x;
+    if (e >= E) return;
+    double a = 0.0;
+    for (int64_t t = 0; t < N; t++) a += probs[t * E + e];
+    psum[e] = a;
+}
+
 extern "C" void sharc_cuda_moe_route_forward(sharc_stream *s, float *probs, int32_t *idx, float *wts,
                                              const float *logits, int64_t N, int E, int K, bool norm_topk) {
     if (N <= 0) return;
@@ -111,5 +124,11 @@ extern "C" void sharc_cuda_moe_row_dot(sharc_stream *s, float *out, const float 
     int64_t g = (n + ROW_BLOCK - 1) / ROW_BLOCK;
     if (g > INT_MAX) sharc_fatal(__FILE__, __LINE__, "moe_row_dot on cuda: %lld rows", (long long)n);
     k_row_dot<<<(unsigned)g, 32 * ROW_BLOCK, 0, sharc_cuda_cs(s)>>>(out, a, rows, b, n, C);
+    SHARC_CUDA_LAUNCHED();
+}
+
+extern "C" void sharc_cuda_moe_prob_sum(sharc_stream *s, double *psum, const float *probs, int64_t N, int E) {
+    if (E <= 0) return;
+    k_prob_sum<<<(unsigned)((E + 63) / 64), 64, 0, sharc_cuda_cs(s)>>>(psum, probs, N, E);
     SHARC_CUDA_LAUNCHED();
 }
