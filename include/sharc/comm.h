@@ -127,6 +127,12 @@ sharc_status sharc_comm_ireduce_scatter(sharc_comm *c, const void *send, void *r
  * agreements: sharc_comm_world_settle). */
 sharc_status sharc_comm_iall_reduce(sharc_comm *c, const void *send, void *recv, size_t count, sharc_dtype dt,
                                     sharc_reduce_op op, sharc_stream *after, sharc_comm_request **req);
+/* sharc_comm_all_to_all, non-blocking: with NCCL queued on `after` (one
+ * ncclSend/ncclRecv pair per peer in a group), so that a wait_on(req, s)
+ * orders s behind it without the host; with MPI after `after` is
+ * synchronized (MPI_Ialltoall). */
+sharc_status sharc_comm_iall_to_all(sharc_comm *c, const void *send, void *recv, size_t count, sharc_dtype dt,
+                                    sharc_stream *after, sharc_comm_request **req);
 /* The host waits until the request is complete. */
 sharc_status sharc_comm_wait(sharc_comm_request *req);
 /* Work queued on `s` after this call sees the request's result. A backend

@@ -188,17 +188,30 @@ sharc_status sharc_comm_iall_reduce(sharc_comm *c, const void *send, void *recv,
     return do_all_reduce(c, send, recv, count, dt, op, after, req);
 }
 
-sharc_status sharc_comm_all_to_all(sharc_comm *c, const void *send, void *recv, size_t count, sharc_dtype dt) {
+static sharc_status do_all_to_all(sharc_comm *c, const void *send, void *recv, size_t count, sharc_dtype dt,
+                                  sharc_stream *after, sharc_comm_request **req) {
     SHARC_TRY(check_buffers("all-to-all", send, recv, count, dt));
     size_t bytes = count * sharc_dtype_size(dt) * (size_t)c->size;
     if (overlap(send, bytes, recv, bytes))
         return sharc_error(SHARC_ERR_INVALID, "comm: all-to-all buffers overlap (collectives are out of place)");
+    SHARC_TRY(after_stream(c, after));
     double t0 = sharc_clock_now();
-    uint64_t fl = flight_begin(c, sharc_coll_kind_name(SHARC_COLL_ALL_TO_ALL), (int64_t)bytes, false);
+    void *h = NULL;
+    uint64_t fl = flight_begin(c, sharc_coll_kind_name(SHARC_COLL_ALL_TO_ALL), (int64_t)bytes, req != NULL);
     sharc_activity_coll_begin(sharc_coll_kind_name(SHARC_COLL_ALL_TO_ALL), c->size);
-    sharc_status st = c->vt->all_to_all(c, send, recv, count, dt);
+    sharc_status st = c->vt->all_to_all(c, send, recv, count, dt, after, req ? &h : NULL);
     sharc_activity_coll_end();
-    return finish(c, SHARC_COLL_ALL_TO_ALL, (int64_t)bytes, t0, st, NULL, NULL, fl);
+    return finish(c, SHARC_COLL_ALL_TO_ALL, (int64_t)bytes, t0, st, h, req, fl);
+}
+
+sharc_status sharc_comm_all_to_all(sharc_comm *c, const void *send, void *recv, size_t count, sharc_dtype dt) {
+    return do_all_to_all(c, send, recv, count, dt, NULL, NULL);
+}
+
+sharc_status sharc_comm_iall_to_all(sharc_comm *c, const void *send, void *recv, size_t count, sharc_dtype dt,
+                                    sharc_stream *after, sharc_comm_request **req) {
+    *req = NULL;
+    return do_all_to_all(c, send, recv, count, dt, after, req);
 }
 
 sharc_status sharc_comm_iall_gather(sharc_comm *c, const void *send, void *recv, size_t count, sharc_dtype dt,

@@ -30,7 +30,8 @@ typedef struct sharc_comm_vtable {
                                    sharc_reduce_op op, sharc_stream *s, void **req);
     sharc_status (*all_reduce)(sharc_comm *c, const void *send, void *recv, size_t count, sharc_dtype dt,
                                sharc_reduce_op op, sharc_stream *s, void **req);
-    sharc_status (*all_to_all)(sharc_comm *c, const void *send, void *recv, size_t count, sharc_dtype dt);
+    sharc_status (*all_to_all)(sharc_comm *c, const void *send, void *recv, size_t count, sharc_dtype dt,
+                               sharc_stream *s, void **req);
     sharc_status (*broadcast)(sharc_comm *c, void *buf, size_t count, sharc_dtype dt, int root);
     sharc_status (*barrier)(sharc_comm *c);
     sharc_status (*split)(sharc_comm *c, int color, int key, sharc_comm **out);

@@ -231,9 +231,18 @@ static sharc_status mpi_all_reduce(sharc_comm *c, const void *send, void *recv, 
     return SHARC_OK;
 }
 
-static sharc_status mpi_all_to_all(sharc_comm *c, const void *send, void *recv, size_t count, sharc_dtype dt) {
+static sharc_status mpi_all_to_all(sharc_comm *c, const void *send, void *recv, size_t count, sharc_dtype dt,
+                                   sharc_stream *s, void **req) {
     SHARC_TRY(check_count(count, c->size, "all-to-all"));
-    MPI_TRY(MPI_Alltoall(send, (int)count, move_type(dt), recv, (int)count, move_type(dt), comm_of(c)), "MPI_Alltoall");
+    if (!req) {
+        MPI_TRY(MPI_Alltoall(send, (int)count, move_type(dt), recv, (int)count, move_type(dt), comm_of(c)),
+                "MPI_Alltoall");
+        return SHARC_OK;
+    }
+    mpi_req *r = NULL;
+    SHARC_TRY(new_req(c->impl, req, &r));
+    MPI_TRY(MPI_Ialltoall(send, (int)count, move_type(dt), recv, (int)count, move_type(dt), comm_of(c), &r->req),
+            "MPI_Ialltoall");
     return SHARC_OK;
 }
 

@@ -455,24 +455,33 @@ static sharc_status nc_all_reduce(sharc_comm *c, const void *send, void *recv, s
     return nccl_done(n, st, req);
 }
 
-/* recv slice q = rank q's slice r: one send and one receive per peer in a
- * group (NCCL has no all-to-all of its own); blocking. */
-static sharc_status nc_all_to_all(sharc_comm *c, const void *send, void *recv, size_t count, sharc_dtype dt) {
+/* recv slice q = rank q's slice r: NCCL has no all-to-all of its own, so
+ * one ncclSend and one ncclRecv of `count` elements per peer (itself
+ * included) in one ncclGroupStart/End, NCCL's documented recipe, queued on
+ * the caller's stream like the other collectives (NULL: the legacy one). */
+static sharc_status nc_all_to_all(sharc_comm *c, const void *send, void *recv, size_t count, sharc_dtype dt,
+                                  sharc_stream *s, void **req) {
     nccl_impl *n = c->impl;
     bool gpu;
     SHARC_TRY(route(c, "all-to-all", send, recv, count, &gpu));
-    if (!gpu) return n->host->vt->all_to_all(n->host, send, recv, count, dt);
+    if (!gpu) {
+        SHARC_TRY(host_after(s));
+        void *h = NULL;
+        sharc_status st = n->host->vt->all_to_all(n->host, send, recv, count, dt, NULL, req ? &h : NULL);
+        return host_req(n, st, h, req);
+    }
     size_t b = count * sharc_dtype_size(dt);
+    cu_stream_t st = s ? sharc_device_stream_native(s) : NULL;
     NCCL_TRY(api.group_start(), n->nc, "ncclGroupStart");
     int rc = NCCL_SUCCESS;
     for (int q = 0; q < c->size && rc == NCCL_SUCCESS; q++) {
-        rc = api.send((const char *)send + (size_t)q * b, b, NCCL_UINT8, q, n->nc, NULL);
-        if (rc == NCCL_SUCCESS) rc = api.recv((char *)recv + (size_t)q * b, b, NCCL_UINT8, q, n->nc, NULL);
+        rc = api.send((const char *)send + (size_t)q * b, b, NCCL_UINT8, q, n->nc, st);
+        if (rc == NCCL_SUCCESS) rc = api.recv((char *)recv + (size_t)q * b, b, NCCL_UINT8, q, n->nc, st);
     }
     int end = api.group_end(); /* always closes the group */
     if (rc != NCCL_SUCCESS) return nccl_fail(rc, n->nc, "ncclSend/ncclRecv");
     if (end != NCCL_SUCCESS) return nccl_fail(end, n->nc, "ncclGroupEnd");
-    return nccl_done(n, NULL, NULL);
+    return nccl_done(n, st, req);
 }
 
 static sharc_status nc_broadcast(sharc_comm *c, void *buf, size_t count, sharc_dtype dt, int root) {

@@ -71,8 +71,8 @@
  * buffer, grown to the largest all-reduce on first use, with
  * sharc_comm_staged (note [comm-staging]): the same bytes reach MPI as on
  * the CPU, at two host waits per all-reduce. Sequence parallelism's group
- * (ulysses.c) goes through a link of its own the same way: its all-to-all
- * is blocking, so on device memory the stream is synchronized first. */
+ * (ulysses.c) goes through a link of its own the same way: on device
+ * memory sharc_comm_iall_to_all after the stream, waited on by it. */
 typedef struct {
     sharc_comm *group; /* NULL: no tensor parallelism */
     sharc_device *dev; /* the model's */

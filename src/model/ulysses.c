@@ -75,16 +75,21 @@ static void seq_split(const sharc_ulysses *u, float *slices, const float *full, 
                             u->B, row, false);
 }
 
-/* note [tp-device] (src/model/tp.h), for sp's group: the all-to-all on
- * device memory after the stream's work (a blocking call: the stream is
- * synchronized first), or staged through host memory */
+/* note [tp-device] (src/model/tp.h), for sp's group: on device memory the
+ * all-to-all is queued after the stream's work and the stream waits for it
+ * (no host wait, note [blocking-on-stream]); on the host (MPI, self) the
+ * same calls run it at once; staged through host memory otherwise */
 static void exchange(sharc_ulysses *u, int64_t count) {
     if (!u->group) sharc_fatal(__FILE__, __LINE__, "ulysses: no sequence-parallel group set");
     sharc_stream *s = strm(u);
-    sharc_status st = sharc_device_synchronize(s);
-    if (st == SHARC_OK && (!u->link || u->link->direct))
-        st = sharc_comm_all_to_all(u->group, u->send, u->recv, (size_t)count, SHARC_DT_F32);
-    else if (st == SHARC_OK) st = sharc_tp_link_staged(u->link, s, SHARC_COLL_ALL_TO_ALL, u->send, u->recv, count);
+    sharc_status st;
+    if (!u->link || u->link->direct) {
+        sharc_comm_request *req = NULL;
+        st = sharc_comm_iall_to_all(u->group, u->send, u->recv, (size_t)count, SHARC_DT_F32, s, &req);
+        if (st == SHARC_OK) st = sharc_comm_wait_on(req, s);
+    } else {
+        st = sharc_tp_link_staged(u->link, s, SHARC_COLL_ALL_TO_ALL, u->send, u->recv, count);
+    }
     if (st != SHARC_OK)
         sharc_fatal(__FILE__, __LINE__, "ulysses: all-to-all over %d ranks failed: %s", u->sp, sharc_last_error());
 }

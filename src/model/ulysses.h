@@ -24,8 +24,9 @@
  * order, so query head h still uses key/value head h / (NH / NKV). Packing
  * is strided block copies, the kernel table's copy_block on the model's
  * stream (a kernel on a GPU); the all-to-all gets device memory when the
- * group takes it and is staged through host memory otherwise (note
- * [tp-device] in tp.h, whose link sp's group uses too). */
+ * group takes it, queued after that stream and waited on by it (no host
+ * wait), and is staged through host memory otherwise (note [tp-device] in
+ * tp.h, whose link sp's group uses too). */
 #ifndef SHARC_MODEL_ULYSSES_H
 #define SHARC_MODEL_ULYSSES_H
 

@@ -16,7 +16,17 @@
 #    NCCL on device memory, counted by the fake;
 #  - Ulysses (mesh.sp=2, note [ulysses]: the copy_block layout changes and
 #    the all-to-all): GPT-2 over MPI (staged), Llama with 1 key/value head
-#    (replicated on both sp ranks, its gradients summed) over NCCL.
+#    (replicated on both sp ranks, its gradients summed) over NCCL, where
+#    the 4 all-to-alls of a block a step (8) are send/receive groups queued
+#    on the model's stream, counted by the fake, and a step waits on the
+#    host once (the loss read, note [loss-on-device]): a 2-step run minus a
+#    1-step run, per rank (17 a step when each exchange synchronized the
+#    stream and then waited for a blocking all-to-all).
+# The rest of a run's host waits (CUDASIM_SYNC_STATS=1: ~730 a rank in the
+# tp=2 Llama run) are outside the steps: ~570 when the final checkpoint is
+# saved (src/ckpt/writer.c stages each parameter segment's shard and
+# moments with a synchronous copy apiece) and ~125 at start-up (every
+# device allocation is zero-filled and then waited for, src/device/cuda).
 set -uo pipefail
 source "$SHARC_ROOT/tests/cli/cudasim_lib.inc"
 NEAR_TOL=1e-4 NEAR_N=2 # tp and sp against the CPU, 2 steps
@@ -63,10 +73,23 @@ SHARC_COMM=mpi $MPI -x SHARC_COMM -x SHARC_CUBLASLT_LIB "$SIM" train $M --mesh.s
 same gs cs "gpt2 sp=2 cuda (MPI, staged) vs cpu"
 L1="--model.family=llama --model.num_kv_heads=1 --model.tie_embeddings=false --model.ff_hidden_dim=48"
 $MPI "$CPU" train $M --mesh.sp=2 $L1 --train.out_dir=csl > csl.log 2>&1 || { tail -20 csl.log; die "llama: cpu sp run"; }
-SHARC_COMM=nccl SHARC_NCCL_LIB="$FAKE" SHARC_CUDA_DRIVER_LIB="$FAKE" \
-  $MPI -x SHARC_COMM -x SHARC_NCCL_LIB -x SHARC_CUDA_DRIVER_LIB -x SHARC_CUBLASLT_LIB \
-  "$SIM" train $M --mesh.sp=2 $L1 --train.out_dir=gsl --train.device=cuda > gsl.log 2>&1 ||
-  { tail -20 gsl.log; die "llama: cuda sp run over nccl"; }
-same gsl csl "llama sp=2 (1 kv head) cuda (NCCL) vs cpu"
-echo "sp=2: cuda = cpu within 1e-4 (gpt2 over MPI staged, llama with a replicated kv head over NCCL)"
+for n in 1 2; do # each rank's output to its own file: the exit counts are per process
+  SHARC_COMM=nccl SHARC_NCCL_LIB="$FAKE" SHARC_CUDA_DRIVER_LIB="$FAKE" FAKE_NCCL_STATS=1 CUDASIM_SYNC_STATS=1 \
+    $MPI -x SHARC_COMM -x SHARC_NCCL_LIB -x SHARC_CUDA_DRIVER_LIB -x FAKE_NCCL_STATS -x CUDASIM_SYNC_STATS \
+    -x SHARC_CUBLASLT_LIB bash -c "exec \"\$0\" \"\$@\" > gsl$n.\$OMPI_COMM_WORLD_RANK.log 2>&1" \
+    "$SIM" train $M --mesh.sp=2 $L1 --train.out_dir=gsl$n --train.max_steps=$n --train.device=cuda ||
+    { tail -20 gsl$n.*.log; die "llama: cuda sp run over nccl ($n steps)"; }
+done
+same gsl2 csl "llama sp=2 (1 kv head) cuda (NCCL) vs cpu"
+hs() { sed -n 's/^cudasim: host syncs \([0-9]*\)$/\1/p' "$1"; }
+for r in 0 1; do
+  line=$(grep "^fake_nccl: rank $r:" gsl2.$r.log) || die "no fake_nccl line in gsl2.$r.log"
+  g=$(sed -n 's/.* \([0-9]*\) send\/receive groups.*/\1/p' <<< "$line")
+  [ "${g:-0}" -eq 16 ] || die "rank $r: expected the 16 sp all-to-alls of 2 steps as NCCL send/receive groups: $line"
+  a=$(hs gsl1.$r.log) b=$(hs gsl2.$r.log)
+  [ -n "$a" ] && [ -n "$b" ] || die "rank $r: no cudasim host sync counts ('$a', '$b')"
+  [ $((b - a)) -le 1 ] || die "sp=2 over nccl, rank $r: $((b - a)) host waits in the second step, expected at most 1"
+done
+echo "sp=2: cuda = cpu within 1e-4 (gpt2 over MPI staged, llama with a replicated kv head over NCCL: 16" \
+  "all-to-alls queued on the stream in 2 steps, 1 host wait a step)"
 exit 0

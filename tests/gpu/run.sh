@@ -27,7 +27,8 @@
 #      within 2% of the fp32 run's loss after the same steps
 #   7. with 2 or more GPUs (nvidia-smi -L): 2 ranks over NCCL, a GPU each (the trainer takes GPU
 #      local rank % GPUs, note [gpu-of-rank]) = 1 rank within 1e-5, and the compute stream
-#      waits for the comm stream once per gather plus once a step (note [comm-stream])
+#      waits for the comm stream once per gather plus once a step (note [comm-stream]); mesh.sp 2
+#      (Llama, 1 key/value head) over NCCL = the CPU's mesh.sp 2 within 1e-4 (note [ulysses])
 #   8. compute-sanitizer (on PATH or in /usr/local/cuda/bin): memcheck over gpu_kernels and over a
 #      2-step sharc train on cuda; racecheck and synccheck over the kernel groups with shared
 #      memory or barriers (elem, norms, qknorm, attention, xent, attn16, vocab)
@@ -289,6 +290,14 @@ if [ -x "$bin/sharc" ]; then
       awk -v ns=$ns '{ n++; if ($1 < 4 || $2 != $1 + 1) bad = 1 } END { exit n != ns || bad }'
     one "NCCL over $where: comm-stream waits = gathers + 1 at every step" $? \
       "$(jq -c '[."fsdp/gathers", ."fsdp/comm_stream_waits"]' "$tmp/ng2/metrics.jsonl" 2> /dev/null | tr '\n' ' ')"
+    # Ulysses (note [ulysses]): its all-to-alls queued on the model's stream over NCCL, against the CPU's sp 2
+    L1="--model.family=llama --model.num_kv_heads=1 --model.tie_embeddings=false --model.ff_hidden_dim=48"
+    mpi 2 sc2 $M $SS $L1 --mesh.sp=2; rc=$?
+    COMM=nccl mpi 2 sg2 $M $SS $L1 --mesh.sp=2 --train.device=cuda; rc2=$?
+    why=$(same "$tmp/sg2" "$tmp/sc2" 1e-4 $ns); ok=$?
+    [ $rc -eq 0 ] && [ $rc2 -eq 0 ] && ! grep -q 'go through MPI' "$tmp/sg2.log" || ok=1
+    one "NCCL over $where: mesh.sp 2 (all-to-alls on the stream) = the CPU's mesh.sp 2 within 1e-4" $ok \
+      "exit $rc/$rc2, $why: $(grep -m2 'MPI\|error' "$tmp/sg2.log" | tr '\n' ' ')"
   else
     echo "SKIP 2 ranks over NCCL on 2 GPUs: $ngpu GPU(s) here$(command -v mpirun > /dev/null || echo ', no mpirun')"
   fi

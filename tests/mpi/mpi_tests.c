@@ -170,6 +170,21 @@ static void test_comm(void) {
     for (int q = 0; q < R; q++)
         for (size_t i = 0; i < n; i++) ASSERT_EQ(r16[(size_t)q * n + i], q * 4096 + r * 256 + (int)(i % 256));
     ASSERT_TRUE(sharc_comm_all_to_all(world, send, send, n, SHARC_DT_F32) == SHARC_ERR_INVALID);
+    /* non-blocking all-to-all (MPI_Ialltoall): after a stream and before it, and completed by test */
+    for (int q = 0; q < R; q++)
+        for (size_t i = 0; i < n; i++) send[(size_t)q * n + i] = val(r, 2000 * (size_t)q + i);
+    memset(recv, 0, n * R * sizeof *recv);
+    ASSERT_OK(sharc_comm_iall_to_all(world, send, recv, n, SHARC_DT_F32, stream, &req));
+    ASSERT_OK(sharc_comm_wait_on(req, stream));
+    for (int q = 0; q < R; q++)
+        for (size_t i = 0; i < n; i++) ASSERT_TRUE(recv[(size_t)q * n + i] == val(q, 2000 * (size_t)r + i));
+    memset(recv, 0, n * R * sizeof *recv);
+    ASSERT_OK(sharc_comm_iall_to_all(world, send, recv, n, SHARC_DT_F32, NULL, &req));
+    for (done = false; !done;) ASSERT_OK(sharc_comm_test(req, &done));
+    for (int q = 0; q < R; q++) ASSERT_TRUE(recv[(size_t)q * n + 3] == val(q, 2000 * (size_t)r + 3));
+    req = (sharc_comm_request *)&req; /* set to NULL by a refused call */
+    ASSERT_TRUE(sharc_comm_iall_to_all(world, send, send, n, SHARC_DT_F32, NULL, &req) == SHARC_ERR_INVALID);
+    ASSERT_TRUE(req == NULL);
     /* sub-groups: evens and odds */
     sharc_comm *half;
     ASSERT_OK(sharc_comm_split(world, r % 2, r, &half));
@@ -184,8 +199,8 @@ static void test_comm(void) {
     sharc_comm_stats_get(world, &s);
     ASSERT_EQ(s.calls[SHARC_COLL_ALL_GATHER], 3);
     ASSERT_EQ(s.bytes[SHARC_COLL_ALL_GATHER], 3 * (int64_t)n * 4);
-    ASSERT_EQ(s.calls[SHARC_COLL_ALL_TO_ALL], 2);
-    ASSERT_EQ(s.bytes[SHARC_COLL_ALL_TO_ALL], (int64_t)n * R * (4 + 2));
+    ASSERT_EQ(s.calls[SHARC_COLL_ALL_TO_ALL], 4); /* 2 blocking, 2 non-blocking */
+    ASSERT_EQ(s.bytes[SHARC_COLL_ALL_TO_ALL], (int64_t)n * R * (4 + 2 + 4 + 4));
     /* shared memory: each rank writes its segment, every rank reads all */
     sharc_comm_shared *sh;
     sharc_status st = sharc_comm_shared_alloc(world, 4096 + sizeof(float) * n * R, &sh);

@@ -22,7 +22,9 @@
  * - ncclSend/ncclRecv inside ncclGroupStart/End are posted together at the
  *   outermost ncclGroupEnd; outside a group each blocks until matched.
  * - Errors: ncclInvalidArgument for a NULL comm or buffer, a bad type, op,
- *   peer or root; ncclInvalidUsage for ncclGroupEnd without a start.
+ *   peer or root; ncclInvalidUsage for ncclGroupEnd without a start and for
+ *   a collective inside a group (said on stderr: real NCCL fuses those, the
+ *   fake groups only sends and receives, the all-to-all of comm_nccl.c).
  * The device: cuCtxGetDevice returns FAKE_CUDA_DEVICE, else the launcher's
  * local rank (each rank its own GPU, so its own PCI bus id).
  * FAKE_NCCL_FAIL=NAME makes that NCCL call fail (ncclInternalError).
@@ -394,6 +396,8 @@ static void reduce(void *dst, const char *src, int S, size_t n, int t, int op) {
 
 /* ------------------------------------------------------- collectives */
 
+static int group_depth; /* ncclGroupStart calls not yet ended */
+
 /* The arguments of a collective whose buffers a (na bytes) and b (nb bytes)
  * are its send and receive buffers; counts it under kind. */
 static ncclResult_t check(ncclComm_t c, const void *a, size_t na, const void *b, size_t nb, size_t n, int t,
@@ -405,6 +409,10 @@ static ncclResult_t check(ncclComm_t c, const void *a, size_t na, const void *b,
     if (n && (!on_device(a, na) || !on_device(b, nb))) /* as NCCL checks with cudaPointerGetAttributes */
         return fail(c, ncclInvalidArgument, "a buffer is not (wholly) device memory");
     if (failing(name)) return fail(c, ncclInternalError, "failing as FAKE_NCCL_FAIL asks");
+    if (group_depth && kind != 4) { /* NCCL would fuse it into the group: this fake runs only sends/receives there */
+        fprintf(stderr, "fake_nccl: %s inside ncclGroupStart/End: only ncclSend/ncclRecv are grouped here\n", name);
+        return fail(c, ncclInvalidUsage, "a collective inside a group (the fake groups only ncclSend/ncclRecv)");
+    }
     n_collectives++;
     n_kind[kind]++;
     return ncclSuccess;
@@ -480,17 +488,18 @@ typedef struct {
     void *stream;
 } p2p_op;
 
-static int group_depth;
 static p2p_op *queued;
 static int nqueued, capqueued;
 
 static ncclResult_t post(p2p_op *ops, int n) {
     MPI_Request *rq = calloc((size_t)n + 1, sizeof *rq);
     if (!rq) return ncclSystemError;
+    /* every op's stream has run what was queued before it (a group on one
+     * stream drains it once: a drained stream is empty) */
     const sim_api *s = sim();
     for (int i = 0; s && i < n; i++) s->drain(ops[i].stream);
-    sim_enter(NULL, "ncclSend/ncclRecv"); /* the legacy stream: synchronized above if any op is on it */
-    for (int i = 0; i < n; i++)           /* receives first, so that sends to self match */
+    if (s) s->begin("ncclSend/ncclRecv");
+    for (int i = 0; i < n; i++) /* receives first, so that sends to self match */
         if (!ops[i].send) MPI_Irecv(ops[i].buf, (int)ops[i].bytes, MPI_BYTE, ops[i].peer, 7, ops[i].comm->comm, &rq[i]);
     for (int i = 0; i < n; i++)
         if (ops[i].send) MPI_Isend(ops[i].buf, (int)ops[i].bytes, MPI_BYTE, ops[i].peer, 7, ops[i].comm->comm, &rq[i]);
