@@ -209,8 +209,7 @@ static void reset_comm_stats(sharc_trainer *t) {
  * staged, note [tp-device] in src/model/tp.h) and sequence parallelism
  * (mesh.sp: Ulysses' copy_block layout changes, its all-to-all on device
  * memory or staged; tests/cli/cudasim_tp.sh). Refused here with a line
- * naming the key, until they are done on a device: the moments
- * on disk (optim.offload_dir), and fsdp.param_dtype bf16/fp16 on a device
+ * naming the key, until it is done on a device: fsdp.param_dtype bf16/fp16 on a device
  * whose table has no bf16 matrix products (bf16_compute false; CUDA's has
  * them). */
 static sharc_status train_device(const sharc_config *c, sharc_device **out) {
@@ -229,15 +228,19 @@ static sharc_status train_device(const sharc_config *c, sharc_device **out) {
     if (!sharc_device_is_host(d)) {
         const char *key = NULL;
         char val[64] = "";
-        if (c->optim.offload_dir[0])
-            key = "optim.offload_dir", snprintf(val, sizeof val, "%.60s", c->optim.offload_dir);
-        else if (c->fsdp.engine.param_dtype != SHARC_DT_F32 && !sharc_device_kernels(d)->bf16_compute())
+        if (c->fsdp.engine.param_dtype != SHARC_DT_F32 && !sharc_device_kernels(d)->bf16_compute())
             key = "fsdp.param_dtype", snprintf(val, sizeof val, "%s", sharc_dtype_st_name(c->fsdp.engine.param_dtype));
         if (key)
             return sharc_error(SHARC_ERR_INVALID,
                                "%s: %s is not supported with train.device cuda yet (note [cuda-train]); use "
                                "train.device cpu or drop %s",
                                key, val, key);
+        /* note [optim-offload-overlap] in src/optim/adamw.c */
+        if (c->optim.offload_dir[0] && !c->fsdp.cpu_offload && sharc_log_rank() == 0)
+            sharc_info("optim.offload_dir on train.device cuda implies fsdp.cpu_offload: the fp32 master shards, "
+                       "gradient shards and the AdamW update in host memory, the moments in '%s' (as DeepSpeed's "
+                       "offload_optimizer nvme_path runs the optimizer on the CPU)",
+                       c->optim.offload_dir);
     }
     *out = d;
     return SHARC_OK;
