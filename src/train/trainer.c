@@ -119,8 +119,9 @@ static sharc_status disagree_text(sharc_comm *world, const sharc_config_agreed *
 
 /* All ranks compare their fingerprints; every rank returns the same verdict. */
 static sharc_status check_agreement(sharc_comm *world, const sharc_config *c, int64_t ntokens, int64_t val_tokens) {
-    /* the keys the table marks, then what the data files hold (their paths may differ between nodes) */
-    int n = sharc_config_agreed_values(c, NULL, 0) + 2, size = sharc_comm_size(world);
+    /* the keys the table marks, then what the data files hold (their paths may differ between nodes), and
+     * the engine's offload, which optim.offload_dir (a key each rank may set its own way) implies on a device */
+    int n = sharc_config_agreed_values(c, NULL, 0) + 3, size = sharc_comm_size(world);
     sharc_config_agreed *it = malloc(sizeof *it * (size_t)n);
     int64_t *mine = malloc(sizeof(int64_t) * (size_t)n), *all = malloc(sizeof(int64_t) * (size_t)n * (size_t)size);
     if (!it || !mine || !all) {
@@ -129,9 +130,11 @@ static sharc_status check_agreement(sharc_comm *world, const sharc_config *c, in
         free(all);
         return sharc_error(SHARC_ERR_NOMEM, "train: out of memory");
     }
-    sharc_config_agreed_values(c, it, n - 2);
-    it[n - 2] = (sharc_config_agreed){"data.path (token count)", ntokens, NULL};
-    it[n - 1] = (sharc_config_agreed){"data.val_path (token count)", val_tokens, NULL};
+    sharc_config_agreed_values(c, it, n - 3);
+    it[n - 3] = (sharc_config_agreed){"data.path (token count)", ntokens, NULL};
+    it[n - 2] = (sharc_config_agreed){"data.val_path (token count)", val_tokens, NULL};
+    it[n - 1] = (sharc_config_agreed){"fsdp.cpu_offload (or optim.offload_dir, which implies it on a device)",
+                                      c->fsdp.engine.cpu_offload, NULL};
     for (int i = 0; i < n; i++) mine[i] = it[i].value;
     sharc_status st = sharc_comm_all_gather(world, mine, all, (size_t)n, SHARC_DT_I64);
     /* every rank sees the same table, so every rank names the same item */
