@@ -574,6 +574,7 @@ static sharc_kernels make_kernels(void) {
     k.embedding_forward = sharc_cuda_embedding_forward;
     k.embedding_backward = sharc_cuda_embedding_backward;
     k.rope_table = sharc_cuda_rope_table;
+    k.rope_table_pos = sharc_cuda_rope_table_pos;
     k.rope_forward = sharc_cuda_rope_forward;
     k.rope_backward = sharc_cuda_rope_backward;
     k.attention_workspace = sharc_cuda_attention_workspace;

@@ -578,6 +578,24 @@ extern "C" void sharc_cuda_rope_table(sharc_stream *s, float *cos_t, float *sin_
     SHARC_CUDA_LAUNCHED();
 }
 
+/* note [packing]: cosf / sinf here are CUDA's (within 2 ulp of glibc's, not bit-equal) */
+__global__ static void k_rope_table_pos(float *cos_t, float *sin_t, const int32_t *pos, const float *inv_freq,
+                                        int64_t N, int half) {
+    GRID_STRIDE(j, N * half) {
+        float a = (float)pos[j / half] * inv_freq[j % half];
+        cos_t[j] = cosf(a);
+        sin_t[j] = sinf(a);
+    }
+}
+
+extern "C" void sharc_cuda_rope_table_pos(sharc_stream *s, float *cos_t, float *sin_t, const int32_t *pos,
+                                          const float *inv_freq, int64_t N, int half) {
+    if (N <= 0 || half < 1) return;
+    k_rope_table_pos<<<sharc_cuda_blocks(N * half, THREADS), THREADS, 0, sharc_cuda_cs(s)>>>(cos_t, sin_t, pos,
+                                                                                             inv_freq, N, half);
+    SHARC_CUDA_LAUNCHED();
+}
+
 static void rope_apply(sharc_stream *s, float *qkv, const float *cos_t, const float *sin_t, int B, int T, int NH,
                        int NKV, int hd, float sign) {
     int64_t N = (int64_t)B * T;
