@@ -42,12 +42,16 @@ sharc_status sharc_fsdp_shard_copy_in(sharc_fsdp *e, int u, int64_t shard_off, c
     return sharc_device_synchronize(e->sstream);
 }
 
-sharc_status sharc_fsdp_shard_copy_out(const sharc_fsdp *e, int u, int64_t shard_off, float *dst, int64_t n) {
+sharc_status sharc_fsdp_shard_queue_out(const sharc_fsdp *e, int u, int64_t shard_off, float *dst, int64_t n) {
     const sharc_fsdp_unit *t = sharc_fsdp_unit_at(e, u);
     SHARC_CHECK(shard_off >= 0 && n >= 0 && shard_off + n <= t->numel_shard);
     SHARC_TRY(sharc_fsdp_shard_sync(e)); /* note [offload-overlap] (overlap.c) */
-    SHARC_TRY(sharc_device_copy(e->sdev, dst, t->param_shard + shard_off, (size_t)n * sizeof(float),
-                                SHARC_COPY_DEVICE_TO_HOST, e->sstream));
+    return sharc_device_copy(e->sdev, dst, t->param_shard + shard_off, (size_t)n * sizeof(float),
+                             SHARC_COPY_DEVICE_TO_HOST, e->sstream);
+}
+
+sharc_status sharc_fsdp_shard_copy_out(const sharc_fsdp *e, int u, int64_t shard_off, float *dst, int64_t n) {
+    SHARC_TRY(sharc_fsdp_shard_queue_out(e, u, shard_off, dst, n));
     return sharc_device_synchronize(e->sstream);
 }
 
