@@ -95,6 +95,7 @@ typedef struct {
      * copies out of pin[i] queued so far on dev's stream */
     sharc_device *dev;
     char *pin[2];
+    int64_t win; /* their bytes (SHARC_CKPT_PIN_WINDOW) */
     struct sharc_event *ev[2];
     bool used[2]; /* copies from pin[i] were queued (ev[i] recorded when it was left) */
     int cur;

@@ -24,6 +24,7 @@
 #include "internal.h"
 #include "sharc/activity.h"
 #include "sharc/device.h"
+#include "sharc/fault.h"
 #include "sharc/fileio.h"
 
 #include <errno.h>
@@ -98,11 +99,12 @@ static sharc_status reader_pin(sharc_ckpt_reader *r, sharc_device *dev) {
     r->dev = dev; /* what reader_finish frees, whatever was allocated */
     r->cur = 0;
     r->fill = 0;
+    r->win = sharc_fault_ckpt_pin_window() ? sharc_fault_ckpt_pin_window() : SHARC_CKPT_PIN_WINDOW;
     for (int i = 0; i < 2; i++) {
-        r->pin[i] = sharc_device_host_alloc(dev, (size_t)SHARC_CKPT_PIN_WINDOW, SHARC_MEM_OTHER);
+        r->pin[i] = sharc_device_host_alloc(dev, (size_t)r->win, SHARC_MEM_OTHER);
         if (!r->pin[i])
             return sharc_error(SHARC_ERR_NOMEM, "ckpt: cannot pin %lld bytes of host memory for a load",
-                               (long long)SHARC_CKPT_PIN_WINDOW);
+                               (long long)r->win);
         SHARC_TRY(sharc_device_event_new(dev, &r->ev[i]));
     }
     return SHARC_OK;
@@ -136,7 +138,7 @@ static sharc_status reader_read_device(sharc_ckpt_reader *r, sharc_device *dev, 
     const int64_t cb = r->m->chunk_bytes;
     char *out = dst;
     while (n > 0) {
-        if (r->fill == SHARC_CKPT_PIN_WINDOW) { /* this window is full: record it, move to the other */
+        if (r->fill == r->win) { /* this window is full: record it, move to the other */
             SHARC_TRY(sharc_device_event_record(r->ev[r->cur], s));
             r->used[r->cur] = true;
             r->cur ^= 1;
@@ -147,7 +149,7 @@ static sharc_status reader_read_device(sharc_ckpt_reader *r, sharc_device *dev, 
             }
         }
         int64_t c = pos / cb, in = pos - c * cb, take = cb - in < n ? cb - in : n;
-        if (take > SHARC_CKPT_PIN_WINDOW - r->fill) take = SHARC_CKPT_PIN_WINDOW - r->fill;
+        if (take > r->win - r->fill) take = r->win - r->fill;
         SHARC_TRY(reader_chunk(r, fi, c));
         char *w = r->pin[r->cur] + r->fill;
         memcpy(w, r->buf + in, (size_t)take);
