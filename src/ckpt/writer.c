@@ -2,7 +2,18 @@
  * the pieces of the file in the order of the range plan (note
  * [ckpt-layout]), on the live shards, or under ckpt.async on a copy staged
  * in memory, written by a background thread while training goes on (note
- * [ckpt-async]). The file itself is shard_file.c's. */
+ * [ckpt-async]). The file itself is shard_file.c's.
+ *
+ * Note [ckpt-pinned]. On a device whose memory is not the host's, a save
+ * always stages, into pinned host memory of that device (the file's bytes,
+ * allocated at the first save, kept for the next, freed with the writer at
+ * the end of training): each parameter segment and moment chunk is a
+ * device-to-host copy queued on the shard device's stream, asynchronous
+ * because the destination is pinned, and job_prepare waits once for all of
+ * them; the writer (the background thread under ckpt.async) then reads host
+ * memory only. A pageable destination would make every copy a host wait
+ * (113 for the tiny test model's save). The load side is in shard_file.c
+ * (reader_read_device). */
 #include "internal.h"
 #include "sharc/alloc.h"
 #include "sharc/device.h"
