@@ -151,6 +151,10 @@ sharc_status sharc_fsdp_shard_copy_out(const sharc_fsdp *e, int u, int64_t shard
  * only after synchronizing that stream (note [ckpt-pinned] in
  * src/ckpt/writer.c); on the CPU device a memcpy, done on return. */
 sharc_status sharc_fsdp_shard_queue_out(const sharc_fsdp *e, int u, int64_t shard_off, float *dst, int64_t n);
+/* The copy in, queued on the same stream and not waited for: src must stay
+ * valid and unchanged until that stream is synchronized (importers read a
+ * unit's segments into one host buffer and wait once per unit). */
+sharc_status sharc_fsdp_shard_queue_in(sharc_fsdp *e, int u, int64_t shard_off, const float *src, int64_t n);
 void sharc_fsdp_shard_write_end(sharc_fsdp *e);
 /* True when the shard group reads each other's parameter shards in place
  * from one shared-memory window, so gathers copy nothing (note [shared-params]). */

@@ -40,7 +40,8 @@
 #    a load once per pinned window beyond the first two plus once (84 times,
 #    per chunk), here with 64 KiB windows so the load crosses several, and
 #    no allocation waits (note [cuda-zero-alloc]: 131 waits at start-up);
-#    counted in the simulator's backtrace of each host wait;
+#    counted in the simulator's backtrace of each host wait; an import
+#    (model.init_from) on cuda = cpu, waiting once per unit;
 #  - what is not supported on cuda yet is one line naming the key, exit 2.
 set -uo pipefail
 source "$SHARC_ROOT/tests/cli/cudasim_lib.inc"
@@ -112,6 +113,18 @@ cat fam-gpt2.log fam-llama.log
 [ $r1 = 0 ] && [ $r2 = 0 ] || exit 1
 echo "gpt2, llama: cuda = cpu within 1e-4 (6 steps, resume across devices both ways, final weights);" \
   "1 host wait a save, 1 per 64 KiB load window, none per allocation"
+
+# model.init_from on cuda (note [shard-host-io]): the CPU run's final
+# weights as the start of a 1-step run, cuda = cpu within 1e-4, the import
+# waiting for the device once per unit (GPT-2 at 2 layers: 4 units; it
+# waited once per parameter segment, 28 times)
+I="$M --model.init_from=cgpt2/model.safetensors --train.max_steps=1 --ckpt.every=0"
+"$CPU" train $I --train.out_dir=ic > ic.log 2>&1 || { cat ic.log; die "cpu init_from run"; }
+CUDASIM_SYNC_TRACE=1 "$SIM" train $I --train.out_dir=ig --train.device=cuda > ig.log 2>&1 ||
+  { tail -20 ig.log; die "cuda init_from run"; }
+near "$(col ig 1 loss_metrics/global_avg_loss)" "$(col ic 1 loss_metrics/global_avg_loss)" "init_from on cuda" || exit 1
+[ "$(tw ig.log sharc_weights_load)" = 4 ] || die "init_from: $(tw ig.log sharc_weights_load) host waits importing 4 units"
+echo "init_from on cuda: = cpu within 1e-4, 1 host wait per unit"
 
 # validation during training on cuda (batches staged in by sharc_eval_dataset)
 V="--log.eval_every=2 --data.val_path=val.txt --log.eval_batches=2 --train.max_steps=2 --ckpt.every=0"
