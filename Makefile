@@ -66,9 +66,13 @@ $(BUILD)/%.o: %.c $(wildcard include/sharc/*.h) $(wildcard src/*/*.h src/*/*/*.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
 
+# ptxas's report of each kernel's registers, spills and shared memory is kept
+# beside the object (X.ptxas; tests/cli/cuda_resources.sh reads it, note
+# [cuda-resources]); the rest of nvcc's messages are shown as usual
 $(BUILD)/src/device/cuda/%.o: src/device/cuda/%.cu $(wildcard include/sharc/*.h) $(wildcard src/device/*.h src/device/cuda/*.h)
 	@mkdir -p $(dir $@)
-	$(NVCC) $(NVCCFLAGS) -c $< -o $@
+	$(NVCC) $(NVCCFLAGS) -Xptxas -v -c $< -o $@ 2> $@.ptxas; rc=$$?; \
+	  grep -v -e '^ptxas info' -e '^    [0-9]* bytes stack frame' $@.ptxas >&2; exit $$rc
 
 # tests/gpu/*.c: gpu_kernels (each CUDA kernel against the CPU one), gpu_model
 # (whole-model forward + backward); tests/gpu/run.sh runs them on a GPU machine

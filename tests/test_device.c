@@ -10,6 +10,7 @@
 #include "grad_check.h"
 #include "kernel_table.h"
 #include "sharc/blas.h"
+#include "sharc/model.h"
 #include "sharc/prof.h"
 
 #include <string.h>
@@ -601,6 +602,29 @@ TEST(kernel_null_weight_gradient_is_frozen) {
     kt()->embedding_backward(ks(), dte, dpe1, de, tok, 2, 3, 4, 0);
     kt()->embedding_backward(ks(), NULL, dpe2, de, tok, 2, 3, 4, 0);
     ASSERT_TRUE(memcmp(dpe1, dpe2, sizeof(float) * 12) == 0);
+}
+
+/* Note [packing]: the per-token RoPE rows at packed positions (restarting
+ * at 0 where a sample starts) are, bit for bit, the rows of rope_table at
+ * those positions, given the frequencies sharc_model_rope_inv_freq computes. */
+TEST(kernel_rope_table_pos) {
+    const int T = 9, hd = 8, half = hd / 2, N = 2 * T;
+    const int32_t pos[2 * 9] = {0, 1, 2, 3, 0, 1, 2, 0, 1, 0, 1, 2, 3, 4, 5, 6, 7, 8};
+    sharc_model_config cfg;
+    sharc_model_config_default(&cfg, SHARC_FAMILY_LLAMA);
+    cfg.embed_dim = 16, cfg.num_heads = 2;
+    float inv[4];
+    sharc_model_rope_inv_freq(&cfg, inv);
+    float *ct = zeros(T * half), *st = zeros(T * half), *cp = zeros(N * half), *sp = zeros(N * half);
+    kt()->rope_table(ks(), ct, st, T, hd, cfg.rope_theta, 0);
+    ASSERT_TRUE(kt()->rope_table_pos != NULL);
+    kt()->rope_table_pos(ks(), cp, sp, pos, inv, N, half);
+    for (int r = 0; r < N; r++) {
+        ASSERT_TRUE(memcmp(cp + r * half, ct + pos[r] * half, sizeof(float) * half) == 0);
+        ASSERT_TRUE(memcmp(sp + r * half, st + pos[r] * half, sizeof(float) * half) == 0);
+    }
+    ASSERT_TRUE(cp[4 * half + 1] == 1.0f && sp[4 * half + 1] == 0.0f); /* a sample's first token: angle 0 */
+    free(ct), free(st), free(cp), free(sp);
 }
 
 /* Position offsets (a sequence split over ranks): positions t0.. of the

@@ -126,6 +126,12 @@ typedef struct sharc_kernels {
      * rotated in place; values untouched. Backward applies the inverse
      * rotation to dqkv in place. */
     void (*rope_table)(sharc_stream *s, float *cos_t, float *sin_t, int T, int hd, float theta, int t0);
+    /* Per-token tables (note [packing] in src/model/model.c): cos, sin (N, half)
+     * row r, column i = cosf / sinf of (float)pos[r] * inv_freq[i] in fp32, pos
+     * (N) and inv_freq (half) in device memory. (optional: the model then
+     * computes the rows on the host and copies them in) */
+    void (*rope_table_pos)(sharc_stream *s, float *cos_t, float *sin_t, const int32_t *pos, const float *inv_freq,
+                           int64_t N, int half);
     void (*rope_forward)(sharc_stream *s, float *qkv, const float *cos_t, const float *sin_t, int B, int T, int NH,
                          int NKV, int hd);
     void (*rope_backward)(sharc_stream *s, float *dqkv, const float *cos_t, const float *sin_t, int B, int T, int NH,

@@ -465,6 +465,7 @@ static void matmul_backward_dgelu_b16_unfused(sharc_stream *s, float *dx, float 
     X(embedding_forward, 1) \
     X(embedding_backward, 1) \
     X(rope_table, 1) \
+    X(rope_table_pos, 0) \
     X(rope_forward, 1) \
     X(rope_backward, 1) \
     X(attention_workspace, 1) \

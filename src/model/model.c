@@ -61,12 +61,20 @@
  * gets the per-query first visible key lo = max(t - p, t - W + 1) (note
  * [attention-mask] in sharc/kernels.h; W the sliding window, 0: none), over
  * whole sequences (sp T tokens under Ulysses, so each rank is given every
- * token's position). RoPE takes per-token cos/sin rows computed on the host
- * from the positions (the same fp32 formula as the rope_table kernel), and
- * GPT-2's learned positions are gathered by position with the embedding
- * kernels (wpe[pos] added to the token embedding; the backward scatters by
- * position). Without positions (NULL) every row is one sequence 0, 1, ...,
- * and only a window (if any) narrows the mask. */
+ * token's position). RoPE takes per-token cos/sin rows computed on the
+ * device from the positions (the rope_table_pos slot: the same fp32
+ * formula as the rope_table kernel, with sharc_model_rope_inv_freq's
+ * frequencies copied in once per plan; a device without the slot gets them
+ * from the host), and GPT-2's learned positions are gathered by position
+ * with the embedding kernels (wpe[pos] added to the token embedding; the
+ * backward scatters by position). Without positions (NULL) every row is one
+ * sequence 0, 1, ..., and only a window (if any) narrows the mask.
+ * The host never waits for this in the steady state: lo and the positions
+ * are written into a slot of a ring of POS_SLOTS page-locked buffers and
+ * copied in on the model's stream (after the previous micro-batch's work
+ * that reads att_lo, pos_local and pk_cos / pk_sin: one stream, in order);
+ * a slot is reused once a host function queued after its copies ran, else
+ * after its event (the host more than POS_SLOTS micro-batches ahead). */
 #include "sharc/model.h"
 #include "sharc/blas.h"
 #include "sharc/clock.h"
@@ -79,6 +87,7 @@
 #include "ulysses.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -107,6 +116,19 @@ typedef struct {
      * ln1, att, ln2 then point at the shared dtmp and fca at dfca */
     uint16_t *ln1h, *atth, *ln2h, *fcah; /* (N,C), (N,AD), (N,C), (N,Fa) (fcah NULL with a tiled MLP) */
 } block_acts;
+
+/* Note [packing]: one slot of the ring sharc_model_set_positions stages a
+ * micro-batch's positions in, page-locked host memory the device copies
+ * from; reused once its copies ran (`ran`, set by a host function queued
+ * after them; else the host waits for `ev`, recorded after that). */
+#define POS_SLOTS 8
+typedef struct {
+    int32_t *lo;     /* (B, sp T) each query's first visible key */
+    int32_t *pl;     /* (B, T) this rank's tokens' positions */
+    float *c, *sn;   /* (B*T, hd/2) RoPE rows, only where the device has no rope_table_pos slot */
+    sharc_event *ev; /* recorded after the slot's copies */
+    _Atomic int ran; /* the copies have run (1 before the first use) */
+} pos_slot;
 
 struct sharc_model {
     sharc_model_config cfg;
@@ -154,6 +176,9 @@ struct sharc_model {
     int32_t *att_lo;              /* (B, sp T) device: each query's first visible key */
     int32_t *pos_local;           /* (B, T) device: this rank's tokens' positions (GPT-2's wpe rows) */
     float *pk_cos, *pk_sin;       /* (B*T, hd/2) device: per-token RoPE rows when packed */
+    float *rope_inv;              /* (hd/2) device: the RoPE frequencies (sharc_model_rope_inv_freq) */
+    pos_slot pslot[POS_SLOTS];    /* note [packing]: the ring the positions reach the device through */
+    int pnext;                    /* the next slot of pslot to fill */
     int32_t *kv_lo;               /* (T) device: the cached path's window bounds */
     double *loss;                 /* (1) device scalar: the loss sum of the last head */
     double *sums, *hsums;         /* (4) note [loss-on-device]: a step's sums, device and pinned host */
@@ -392,6 +417,19 @@ static void free_plan(sharc_model *m) {
     m->wsm = NULL;
     m->att32 = NULL;
     m->att32_own = m->a16 = false;
+    for (int k = 0; k < POS_SLOTS; k++) { /* note [packing] */
+        pos_slot *h = &m->pslot[k];
+        if (h->ev && !h->ran) (void)sharc_device_event_synchronize(h->ev); /* its copies read the slot */
+        sharc_device_event_free(h->ev);
+        sharc_device_host_free(m->dev, h->lo);
+        sharc_device_host_free(m->dev, h->pl);
+        sharc_device_host_free(m->dev, h->c);
+        sharc_device_host_free(m->dev, h->sn);
+        memset(h, 0, sizeof *h);
+    }
+    m->pnext = 0;
+    sharc_device_free(m->dev, m->rope_inv);
+    m->rope_inv = NULL;
     sharc_device_free(m->dev, m->pk_cos);
     sharc_device_free(m->dev, m->pk_sin);
     sharc_device_free(m->dev, m->att_lo);
@@ -554,6 +592,19 @@ static sharc_status rope_table_scaled(sharc_model *m, int T, int t0) {
     free(inv);
     free(c);
     free(sn);
+    return st;
+}
+
+/* Note [packing]: the frequencies rope_table_pos takes, into m->rope_inv (once per plan). */
+static sharc_status rope_inv_upload(sharc_model *m) {
+    int half = m->hd / 2;
+    float *inv = malloc(sizeof(float) * (size_t)(half > 0 ? half : 1));
+    if (!inv) return sharc_error(SHARC_ERR_NOMEM, "model: out of memory for the RoPE frequencies");
+    sharc_model_rope_inv_freq(&m->cfg, inv);
+    sharc_status st =
+        sharc_device_copy(m->dev, m->rope_inv, inv, sizeof(float) * (size_t)half, SHARC_COPY_HOST_TO_DEVICE, m->s);
+    if (st == SHARC_OK) st = sharc_device_synchronize(m->s);
+    free(inv);
     return st;
 }
 
@@ -731,6 +782,7 @@ int64_t sharc_model_activation_bytes(const sharc_model *m, int B, int T, bool ac
     if (m->Vl < m->V) f += 3 * chunk;                      /* head_red */
     f += 2 * (int64_t)T * (m->hd / 2 > 0 ? m->hd / 2 : 1); /* rope tables */
     f += 2 * N * (m->hd / 2 > 0 ? m->hd / 2 : 1);          /* note [packing]: per-token rope rows */
+    f += m->hd / 2 > 0 ? m->hd / 2 : 1;                    /* rope_inv */
     f += (int64_t)B * T * m->sp + N;                       /* att_lo, pos_local (int32) */
     if (!sharc_device_is_host(m->dev)) f += sharc_model_device_batch_bytes(B, T) / (int64_t)sizeof(float);
     return f * (int64_t)sizeof(float) + h * (int64_t)sizeof(uint16_t) + (int64_t)sizeof(double) +
@@ -835,6 +887,20 @@ sharc_status sharc_model_plan(sharc_model *m, int B, int T, bool activation_chec
     m->pk_sin = act(m, N * (m->hd / 2 > 0 ? m->hd / 2 : 1), &ok);
     m->att_lo = (int32_t *)act(m, (int64_t)B * T * m->sp, &ok);
     m->pos_local = (int32_t *)act(m, N, &ok);
+    m->rope_inv = act(m, m->hd / 2 > 0 ? m->hd / 2 : 1, &ok);
+    for (int k = 0; ok && k < POS_SLOTS; k++) { /* note [packing] */
+        pos_slot *h = &m->pslot[k];
+        size_t rows = sizeof(float) * (size_t)N * (m->hd / 2 > 0 ? m->hd / 2 : 1);
+        bool host_rope = m->cfg.family == SHARC_FAMILY_LLAMA && !m->kdev->rope_table_pos;
+        h->ran = 1;
+        h->lo = sharc_device_host_alloc(m->dev, sizeof(int32_t) * (size_t)B * T * m->sp, SHARC_MEM_OTHER);
+        h->pl = sharc_device_host_alloc(m->dev, sizeof(int32_t) * (size_t)N, SHARC_MEM_OTHER);
+        if (host_rope) {
+            h->c = sharc_device_host_alloc(m->dev, rows, SHARC_MEM_OTHER);
+            h->sn = sharc_device_host_alloc(m->dev, rows, SHARC_MEM_OTHER);
+        }
+        ok = h->lo && h->pl && (!host_rope || (h->c && h->sn)) && sharc_device_event_new(m->dev, &h->ev) == SHARC_OK;
+    }
     m->loss = sharc_device_alloc(m->dev, sizeof(double), SHARC_MEM_ACTIVATIONS);
     /* note [loss-on-device]: not activations (not in the plan), like the engine's norm scalars */
     m->sums = sharc_device_alloc(m->dev, SHARC_MODEL_SUMS * sizeof(double), SHARC_MEM_OTHER);
@@ -852,6 +918,13 @@ sharc_status sharc_model_plan(sharc_model *m, int B, int T, bool activation_chec
                            "train.batch_size or set fsdp.activation_checkpointing: true",
                            B, T);
     }
+    if (m->cfg.family == SHARC_FAMILY_LLAMA && m->kdev->rope_table_pos) { /* note [packing] */
+        sharc_status st = rope_inv_upload(m);
+        if (st != SHARC_OK) {
+            free_plan(m);
+            return st;
+        }
+    }
     if (m->cfg.family == SHARC_FAMILY_LLAMA) {
         if (m->cfg.rope_factor == 0.0f) {
             m->k->rope_table(m->s, m->rope_cos, m->rope_sin, T, m->hd, m->cfg.rope_theta, m->sp_rank * T);
@@ -867,6 +940,8 @@ sharc_status sharc_model_plan(sharc_model *m, int B, int T, bool activation_chec
     if (st != SHARC_OK) free_plan(m);
     return st;
 }
+
+static void pos_slot_ran(void *arg) { ((pos_slot *)arg)->ran = 1; }
 
 /* note [packing] */
 sharc_status sharc_model_set_positions(sharc_model *m, const int32_t *pos) {
@@ -884,51 +959,57 @@ sharc_status sharc_model_set_positions(sharc_model *m, const int32_t *pos) {
                                        p, t, b, prev + 1);
                 packed |= p != t;
             }
-    int32_t *lo = malloc(sizeof(int32_t) * (size_t)B * Tf), *pl = malloc(sizeof(int32_t) * (size_t)N);
-    float *c = packed ? malloc(sizeof(float) * (size_t)N * half) : NULL;
-    float *sn = packed ? malloc(sizeof(float) * (size_t)N * half) : NULL, *inv = malloc(sizeof(float) * (size_t)half);
-    sharc_status st = SHARC_OK;
-    if (!lo || !pl || !inv || (packed && (!c || !sn))) st = sharc_error(SHARC_ERR_NOMEM, "model: out of memory");
-    bool masked = packed || (W > 0 && W < Tf);
-    if (st == SHARC_OK && masked) {
-        for (int b = 0; b < B; b++)
-            for (int t = 0; t < Tf; t++) {
-                int start = pos ? t - pos[(int64_t)b * Tf + t] : 0, win = W > 0 ? t - W + 1 : 0;
-                lo[(int64_t)b * Tf + t] = start > win ? start : win;
-            }
-        st =
-            sharc_device_copy(m->dev, m->att_lo, lo, sizeof(int32_t) * (size_t)B * Tf, SHARC_COPY_HOST_TO_DEVICE, m->s);
-    }
-    if (st == SHARC_OK && packed) {
-        sharc_model_rope_inv_freq(&m->cfg, inv);
-        for (int b = 0; b < B; b++)
-            for (int t = 0; t < T; t++) {
-                int64_t r = (int64_t)b * T + t;
-                pl[r] = pos[(int64_t)b * Tf + (int64_t)m->sp_rank * T + t];
-                for (int i = 0; i < m->hd / 2; i++) {
-                    float a = (float)pl[r] * inv[i]; /* as the rope_table kernel */
-                    c[r * half + i] = cosf(a);
-                    sn[r * half + i] = sinf(a);
-                }
-            }
-        st = sharc_device_copy(m->dev, m->pos_local, pl, sizeof(int32_t) * (size_t)N, SHARC_COPY_HOST_TO_DEVICE, m->s);
-        if (st == SHARC_OK && m->cfg.family == SHARC_FAMILY_LLAMA)
-            st = sharc_device_copy(m->dev, m->pk_cos, c, sizeof(float) * (size_t)N * half, SHARC_COPY_HOST_TO_DEVICE,
-                                   m->s);
-        if (st == SHARC_OK && m->cfg.family == SHARC_FAMILY_LLAMA)
-            st = sharc_device_copy(m->dev, m->pk_sin, sn, sizeof(float) * (size_t)N * half, SHARC_COPY_HOST_TO_DEVICE,
-                                   m->s);
-    }
-    if (st == SHARC_OK) st = sharc_device_synchronize(m->s);
-    free(lo);
-    free(pl);
-    free(c);
-    free(sn);
-    free(inv);
-    if (st != SHARC_OK) return st;
+    const bool masked = packed || (W > 0 && W < Tf);
     m->packed = packed;
     m->masked = masked;
-    return SHARC_OK;
+    if (!masked) return SHARC_OK; /* nothing to copy: att_lo and the per-token rows go unread */
+    pos_slot *h = &m->pslot[m->pnext];
+    m->pnext = (m->pnext + 1) % POS_SLOTS;
+    SHARC_TRY(h->ran ? SHARC_OK : sharc_device_event_synchronize(h->ev)); /* its copies still read it */
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < Tf; t++) {
+            int start = pos ? t - pos[(int64_t)b * Tf + t] : 0, win = W > 0 ? t - W + 1 : 0;
+            h->lo[(int64_t)b * Tf + t] = start > win ? start : win;
+        }
+    h->ran = 0;
+    sharc_status st =
+        sharc_device_copy(m->dev, m->att_lo, h->lo, sizeof(int32_t) * (size_t)B * Tf, SHARC_COPY_HOST_TO_DEVICE, m->s);
+    if (st == SHARC_OK && packed) {
+        for (int b = 0; b < B; b++)
+            for (int t = 0; t < T; t++) h->pl[(int64_t)b * T + t] = pos[(int64_t)b * Tf + (int64_t)m->sp_rank * T + t];
+        st = sharc_device_copy(m->dev, m->pos_local, h->pl, sizeof(int32_t) * (size_t)N, SHARC_COPY_HOST_TO_DEVICE,
+                               m->s);
+        if (st == SHARC_OK && m->cfg.family == SHARC_FAMILY_LLAMA) {
+            if (m->kdev->rope_table_pos) {
+                m->kdev->rope_table_pos(m->s, m->pk_cos, m->pk_sin, m->pos_local, m->rope_inv, N, m->hd / 2);
+            } else { /* the host computes the rows (the same expression as the CPU's slot) */
+                float *inv = malloc(sizeof(float) * (size_t)half);
+                if (!inv) st = sharc_error(SHARC_ERR_NOMEM, "model: out of memory for the RoPE frequencies");
+                if (inv) {
+                    sharc_model_rope_inv_freq(&m->cfg, inv);
+                    for (int64_t r = 0; r < N; r++)
+                        for (int i = 0; i < m->hd / 2; i++) {
+                            float a = (float)h->pl[r] * inv[i];
+                            h->c[r * half + i] = cosf(a);
+                            h->sn[r * half + i] = sinf(a);
+                        }
+                    free(inv);
+                    size_t bytes = sizeof(float) * (size_t)N * half;
+                    st = sharc_device_copy(m->dev, m->pk_cos, h->c, bytes, SHARC_COPY_HOST_TO_DEVICE, m->s);
+                    if (st == SHARC_OK)
+                        st = sharc_device_copy(m->dev, m->pk_sin, h->sn, bytes, SHARC_COPY_HOST_TO_DEVICE, m->s);
+                }
+            }
+        }
+    }
+    if (st == SHARC_OK) st = sharc_device_host_func(m->s, pos_slot_ran, h);
+    if (st == SHARC_OK) st = sharc_device_event_record(h->ev, m->s);
+    if (st != SHARC_OK) { /* the slot's state is unknown: wait for the stream before it is reused */
+        (void)sharc_device_synchronize(m->s);
+        h->ran = 1;
+        m->packed = m->masked = false;
+    }
+    return st;
 }
 
 /* ---------------------------------------------------------------- blocks */

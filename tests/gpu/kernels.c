@@ -564,6 +564,21 @@ static void test_rope(void) {
     compare("rope_table sin", hs, sn, T * half, F32);
     free(hc);
     free(hs);
+    /* note [packing]: per-token rows at packed positions; CUDA's cosf / sinf
+     * are not glibc's to the last bit, hence the tolerance */
+    int32_t pos[2 * 19];
+    for (int r = 0; r < 2 * T; r++) pos[r] = r < 7 ? r : r < 20 ? r - 7 : r - 20 + t0;
+    float inv[7];
+    for (int i = 0; i < half; i++) inv[i] = 1.0f / powf(10000.0f, (float)(2 * i) / (float)hd);
+    float *pc = malloc(2 * T * half * 4), *ps = malloc(2 * T * half * 4);
+    int32_t *dpos = d_up(pos, sizeof pos);
+    float *dinv = d_up(inv, sizeof inv), *gpc = d_poison(2 * T * half), *gps = d_poison(2 * T * half);
+    kc->rope_table_pos(sc, pc, ps, pos, inv, 2 * T, half);
+    kg->rope_table_pos(sg, gpc, gps, dpos, dinv, 2 * T, half);
+    check("rope_table_pos cos", gpc, pc, 2 * T * half, F32);
+    check("rope_table_pos sin", gps, ps, 2 * T * half, F32);
+    sharc_device_free(gpu, dpos);
+    sharc_device_free(gpu, dinv);
     int64_t n = (int64_t)B * T * (NH + 2 * NKV) * hd;
     float *q = h_rand(n, 1), *dq = d_up(q, n * 4), *dcs = d_up(cs, T * half * 4), *dsn = d_up(sn, T * half * 4);
     kc->rope_forward(sc, q, cs, sn, B, T, NH, NKV, hd);
@@ -630,6 +645,29 @@ static void test_xent(void) {
     }
     sharc_device_free(gpu, dt);
     free(t);
+    { /* note [online-softmax] in xent.cu: rows where each thread's max grows at every element (ascending), never
+       * (descending), masked -inf logits, equal logits, and a late spike that rescales the sum by ~e^-80 */
+        const int64_t R = 5;
+        const int W = 700; /* not a multiple of the 256 threads: threads fold 2 or 3 elements */
+        float *lg = malloc(R * W * 4);
+        int32_t tr[5] = {W - 1, 3, 2, 650, 17};
+        for (int j = 0; j < W; j++) {
+            lg[0 * W + j] = 0.05f * (float)j;
+            lg[1 * W + j] = -0.05f * (float)j;
+            lg[2 * W + j] = j % 2 ? -INFINITY : 0.01f * (float)(j % 37);
+            lg[3 * W + j] = 1.5f;
+            lg[4 * W + j] = j == W - 3 ? 80.0f : 0.001f * (float)(j % 101);
+        }
+        float *dlg = d_up(lg, R * W * 4), *loss = malloc(R * 4), *dloss = d_poison(R);
+        int32_t *dtr = d_up(tr, sizeof tr);
+        double sum = 0, *dsum = d_up(&sum, 8);
+        kc->xent_forward_backward(sc, &sum, lg, loss, tr, R, W, 0.5f, true);
+        kg->xent_forward_backward(sg, dsum, dlg, dloss, dtr, R, W, 0.5f, true);
+        check("xent losses (online-softmax rows)", dloss, loss, R, F32);
+        check_double("xent loss_sum (online-softmax rows)", dsum, sum, F32);
+        check("xent dlogits (online-softmax rows)", dlg, lg, R * W, F32);
+        sharc_device_free(gpu, dtr);
+    }
     /* fused head, chunk 7 of 23 rows */
     int C = 33;
     V = 517;
@@ -1526,6 +1564,10 @@ int main(int argc, char **argv) {
     RUN("attn16", test_attn16(2, 70, 2, 2, 128, 9));
     RUN("attn16", test_attn16(1, 45, 3, 1, 48, 0));
     RUN("attn16", test_attn16(2, 29, 4, 2, 24, 5));
+    /* head dimensions 80, 96, 112: the instances ptxas spills in (note [cuda-resources]) */
+    RUN("attn16", test_attn16(1, 70, 2, 1, 96, 0));
+    RUN("attn16", test_attn16(1, 20, 2, 2, 80, 0));
+    RUN("attn16", test_attn16(1, 20, 2, 2, 112, 0));
     printf("%d passed, %d failed\n", passed, failed);
     return failed ? 1 : 0;
 }

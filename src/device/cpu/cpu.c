@@ -50,6 +50,7 @@ static const sharc_kernels cpu_kernels = {
     .embedding_forward = sharc_cpu_embedding_forward,
     .embedding_backward = sharc_cpu_embedding_backward,
     .rope_table = sharc_cpu_rope_table,
+    .rope_table_pos = sharc_cpu_rope_table_pos,
     .rope_forward = sharc_cpu_rope_forward,
     .rope_backward = sharc_cpu_rope_backward,
     .attention_workspace = sharc_cpu_attention_workspace,

@@ -55,6 +55,8 @@ void sharc_cpu_embedding_backward(sharc_stream *s, float *dwte, float *dwpe, con
                                   int B, int T, int C, int t0);
 /* rope.c */
 void sharc_cpu_rope_table(sharc_stream *s, float *cos_t, float *sin_t, int T, int hd, float theta, int t0);
+void sharc_cpu_rope_table_pos(sharc_stream *s, float *cos_t, float *sin_t, const int32_t *pos, const float *inv_freq,
+                              int64_t N, int half);
 void sharc_cpu_rope_forward(sharc_stream *s, float *qkv, const float *cos_t, const float *sin_t, int B, int T, int NH,
                             int NKV, int hd);
 void sharc_cpu_rope_backward(sharc_stream *s, float *dqkv, const float *cos_t, const float *sin_t, int B, int T, int NH,

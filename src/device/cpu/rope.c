@@ -24,6 +24,17 @@ void sharc_cpu_rope_table(sharc_stream *s, float *cos_t, float *sin_t, int T, in
     }
 }
 
+/* note [packing]: the model's host formula before this slot existed, so the CPU's bits did not change */
+void sharc_cpu_rope_table_pos(sharc_stream *s, float *cos_t, float *sin_t, const int32_t *pos, const float *inv_freq,
+                              int64_t N, int half) {
+    for (int64_t r = 0; r < N; r++)
+        for (int i = 0; i < half; i++) {
+            float a = (float)pos[r] * inv_freq[i];
+            cos_t[r * half + i] = cosf(a);
+            sin_t[r * half + i] = sinf(a);
+        }
+}
+
 /* sign = +1 rotates forward, -1 applies the inverse (transpose) rotation. */
 SHARC_VEC static void rope_rows(float *qkv, const float *cos_t, const float *sin_t, int64_t r0, int64_t r1, int T,
                                 int nheads, int stride, int hd, float sign) {

@@ -23,10 +23,21 @@ typedef struct {
     cudaStream_t cs;
     void *scratch; /* grow-only, device memory of sharc_device_alloc (counted as OTHER) */
     size_t scratch_bytes;
-    void *gemm_ws; /* the cuBLASLt workspace of this stream */
+    void *gemm_ws;           /* the cuBLASLt workspace of this stream */
+    unsigned long zero_seen; /* note [cuda-zero-alloc]: the allocations this stream is ordered after */
 } sharc_cuda_stream;
 
-static inline cudaStream_t sharc_cuda_cs(sharc_stream *s) { return ((sharc_cuda_stream *)s->impl)->cs; }
+/* Note [cuda-zero-alloc] (cuda.cu): allocations so far, each zeroed on its
+ * device's default stream; a stream that has not yet waited for the latest
+ * zeroing does so (a stream-side event wait, no host wait) before anything
+ * more is queued on it. Every queueing goes through sharc_cuda_cs. */
+extern unsigned long sharc_cuda_zero_gen;
+void sharc_cuda_zero_order(sharc_cuda_stream *cs);
+static inline cudaStream_t sharc_cuda_cs(sharc_stream *s) {
+    sharc_cuda_stream *cs = (sharc_cuda_stream *)s->impl;
+    if (cs->zero_seen != __atomic_load_n(&sharc_cuda_zero_gen, __ATOMIC_ACQUIRE)) sharc_cuda_zero_order(cs);
+    return cs->cs;
+}
 
 
 /* note [cuda-errors] */
@@ -144,6 +155,8 @@ void sharc_cuda_embedding_forward(sharc_stream *s, float *x, const int32_t *toke
 void sharc_cuda_embedding_backward(sharc_stream *s, float *dwte, float *dwpe, const float *dx, const int32_t *tokens,
                                    int B, int T, int C, int t0);
 void sharc_cuda_rope_table(sharc_stream *s, float *cos_t, float *sin_t, int T, int hd, float theta, int t0);
+void sharc_cuda_rope_table_pos(sharc_stream *s, float *cos_t, float *sin_t, const int32_t *pos, const float *inv_freq,
+                               int64_t N, int half);
 void sharc_cuda_rope_forward(sharc_stream *s, float *qkv, const float *cos_t, const float *sin_t, int B, int T, int NH,
                              int NKV, int hd);
 void sharc_cuda_rope_backward(sharc_stream *s, float *dqkv, const float *cos_t, const float *sin_t, int B, int T,

@@ -1,7 +1,8 @@
 /* xent.cu: sharc_cuda_xent_forward_backward, sharc_cuda_lmhead_xent and sharc_cuda_vocab_xent_*, the
  * softmax cross-entropy with its loss mask and the LM head fused with it,
  * chunked over rows (note [fused-head] in src/device/cpu/xent.c: only `chunk`
- * rows of logits exist at once), in fp32 and in bf16 (lmhead_xent_bf16). One block per row; the rows' losses go to
+ * rows of logits exist at once), in fp32 and in bf16 (lmhead_xent_bf16). One block per row, reading it twice
+ * (note [online-softmax] in docs/ARCHITECTURE.md); the rows' losses go to
  * scratch as doubles and are summed in a fixed order into the device scalar. */
 #include "cuda.h"
 
@@ -28,8 +29,37 @@ __device__ static float block_reduce(float v, bool is_max) {
     return r;
 }
 
-__global__ static void k_xent(double *row_loss, float *logits, float *losses, const int32_t *targets, int V,
-                              float scale, bool want_grad) {
+/* Note [online-softmax]: the (max, sum of exp(x - max)) pair of a set of
+ * logits, folded in one read (Milakov & Gimelshein, "Online normalizer
+ * calculation for softmax", 2018): a larger max rescales the sum. Pairs of
+ * an empty set are (-inf, 0) and combine to the other pair. */
+__device__ static inline void ms_combine(float &m, float &s, float m2, float s2) {
+    if (m2 > m) {
+        s = s * expf(m - m2) + s2; /* m may be -inf (s 0): expf(-inf) = 0 */
+        m = m2;
+    } else if (s2 != 0.0f) { /* an empty pair adds 0 (m2 may be -inf with m); a NaN sum still spreads */
+        s += s2 * expf(m2 - m);
+    }
+}
+
+/* every thread's (m, s) combined in a fixed order; all threads get the result */
+__device__ static void block_reduce_ms(float &m, float &s) {
+    __shared__ float shm[THREADS / 32], shs[THREADS / 32];
+    for (int o = 16; o > 0; o /= 2) {
+        float m2 = __shfl_xor_sync(0xffffffffu, m, o), s2 = __shfl_xor_sync(0xffffffffu, s, o);
+        ms_combine(m, s, m2, s2);
+    }
+    int w = threadIdx.x / 32, lane = threadIdx.x % 32;
+    __syncthreads(); /* shm, shs may still be read by a previous call */
+    if (lane == 0) shm[w] = m, shs[w] = s;
+    __syncthreads();
+    m = shm[0], s = shs[0];
+    for (int k = 1; k < THREADS / 32; k++) ms_combine(m, s, shm[k], shs[k]);
+}
+
+/* note [online-softmax]: one read of the row for (max, sum), one for the gradient */
+__global__ static void __launch_bounds__(THREADS)
+    k_xent(double *row_loss, float *logits, float *losses, const int32_t *targets, int V, float scale, bool want_grad) {
     int64_t r = blockIdx.x;
     float *row = logits + r * V;
     int32_t t = targets[r];
@@ -42,12 +72,17 @@ __global__ static void k_xent(double *row_loss, float *logits, float *losses, co
             for (int j = threadIdx.x; j < V; j += THREADS) row[j] = 0.0f;
         return;
     }
-    float mx = -INFINITY;
-    for (int j = threadIdx.x; j < V; j += THREADS) mx = fmaxf(mx, row[j]);
-    mx = block_reduce(mx, true);
-    float sum = 0.0f;
-    for (int j = threadIdx.x; j < V; j += THREADS) sum += expf(row[j] - mx);
-    sum = block_reduce(sum, false);
+    float mx = -INFINITY, sum = 0.0f;
+    for (int j = threadIdx.x; j < V; j += THREADS) {
+        float x = row[j];
+        if (x > mx) {
+            sum = sum * expf(mx - x) + 1.0f;
+            mx = x;
+        } else if (x != -INFINITY) { /* -inf adds 0 (and -inf - -inf is NaN); a NaN still spreads */
+            sum += expf(x - mx);
+        }
+    }
+    block_reduce_ms(mx, sum);
     float lse = mx + logf(sum);
     float loss = lse - row[t];
     __syncthreads(); /* row[t] is read by every thread before it is overwritten */
@@ -138,8 +173,8 @@ extern "C" void sharc_cuda_lmhead_xent_bf16(sharc_stream *s, double *loss_sum, f
 /* ---------------------------------------- note [tp-vocab]'s statistics */
 
 /* one block per row of this rank's logits (m, Vl) */
-__global__ static void k_vocab_stats(float *red, const float *lg, const int32_t *targets, int64_t m, int v0, int Vl,
-                                     bool sums) {
+__global__ static void __launch_bounds__(THREADS)
+    k_vocab_stats(float *red, const float *lg, const int32_t *targets, int64_t m, int v0, int Vl, bool sums) {
     int64_t r = blockIdx.x;
     const float *row = lg + r * Vl;
     if (!sums) {
@@ -161,7 +196,8 @@ __global__ static void k_vocab_stats(float *red, const float *lg, const int32_t 
 }
 
 /* the loss in row order by one thread (m is one chunk's rows), in double as on the CPU */
-__global__ static void k_vocab_loss(double *loss_sum, bool add, const float *red, const int32_t *targets, int64_t m) {
+__global__ static void __launch_bounds__(1)
+    k_vocab_loss(double *loss_sum, bool add, const float *red, const int32_t *targets, int64_t m) {
     double total = add ? *loss_sum : 0.0;
     for (int64_t r = 0; r < m; r++)
         if (targets[r] >= 0) {
@@ -171,8 +207,8 @@ __global__ static void k_vocab_loss(double *loss_sum, bool add, const float *red
     *loss_sum = total;
 }
 
-__global__ static void k_vocab_grads(float *lg, const float *red, const int32_t *targets, int64_t m, int v0, int Vl,
-                                     float scale) {
+__global__ static void __launch_bounds__(THREADS)
+    k_vocab_grads(float *lg, const float *red, const int32_t *targets, int64_t m, int v0, int Vl, float scale) {
     int64_t r = blockIdx.x;
     float *row = lg + r * Vl;
     if (targets[r] < 0) {
