@@ -3,7 +3,8 @@
 # [sanitizers] in docs/ARCHITECTURE.md). Not in the suite (a TSan build of
 # everything takes minutes): tests/tsan/run.sh BUILD, BUILD built with
 # SAN=-fsanitize=thread. One process each (Open MPI's own threads under TSan
-# are noise, not sharc's) and train.threads=1 (Debian's libgomp is not built
+# are noise, not sharc's; one 2-rank pair, tests/tsan/suppressions.txt
+# naming what Open MPI reports) and train.threads=1 (Debian's libgomp is not built
 # for TSan: its barriers are invisible to it, so every parallel region after
 # the first reports races that are not there); every run checked against a
 # reference run of the same build, and any ThreadSanitizer report fails it:
@@ -11,7 +12,9 @@
 #  - CPU, 6 steps, the watchdog's thread running (train.timeout): ckpt.async
 #    (the writer thread) gives the same checkpoint files as a synchronous
 #    save, with SHARC_PROFILE_TRACE's timeline written around it, and with
-#    the moments offloaded to a file (optim.offload_dir, io_uring);
+#    the moments offloaded to a file (optim.offload_dir, io_uring); at 2
+#    ranks (the liveness tables set while the watchdog's thread watches,
+#    note [liveness]) ckpt.async against a synchronous save;
 #  - the watchdog firing on a hung step (SHARC_TEST_HANG): exit 3, its line;
 #  - the CUDA simulator (when built), fsdp.cpu_offload's optimizer thread
 #    (note [offload-overlap], slowed by the test hook so gathers wait for it)
@@ -21,12 +24,14 @@
 set -uo pipefail
 B=$(cd "${1:?usage: tests/tsan/run.sh BUILD_DIR}" && pwd)
 S="$B/sharc"
+HERE=$(cd "$(dirname "$0")" && pwd)
 W=$(mktemp -d)
 trap 'rm -rf "$W"' EXIT
 cd "$W" || exit 1
 # exitcode 66 on a report; the simulator's 4 TiB device arena does not fit
 # in TSan's address-space layout: 64 GiB of it does (tests/cudasim/cudasim.cpp)
-export TSAN_OPTIONS="${TSAN_OPTIONS:+$TSAN_OPTIONS:}halt_on_error=1:exitcode=66"
+export TSAN_OPTIONS="${TSAN_OPTIONS:+$TSAN_OPTIONS:}halt_on_error=1:exitcode=66:suppressions=$HERE/suppressions.txt"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_base_warn_component_unused=0
 export CUDASIM_ARENA=$((1 << 36))
 die() { echo "FAIL: $*"; exit 1; }
 clean() { # LOG: no ThreadSanitizer report in it
@@ -73,7 +78,18 @@ for d in async spill_async; do
   same_ckpt sync $d 3
   same_ckpt sync $d 6
 done
-echo "tsan: ckpt.async (in memory, offloaded moments) = synchronous save; watchdog, trace: no reports"
+if command -v mpirun > /dev/null; then
+  mpi2() { timeout 200 mpirun --allow-run-as-root --oversubscribe --bind-to none -n 2 -x TSAN_OPTIONS "$@"; }
+  # shellcheck disable=SC2086
+  {
+    run sync2 mpi2 "$S" train $M --train.out_dir=sync2
+    run async2 mpi2 "$S" train $M --train.out_dir=async2 --ckpt.async=true
+  }
+  [ "$(losses sync2)" = "$(losses async2)" ] && [ "$(losses sync2 | wc -l)" -eq 6 ] || die "losses: 2 ranks"
+  same_ckpt sync2 async2 3
+  same_ckpt sync2 async2 6
+fi
+echo "tsan: ckpt.async (in memory, offloaded moments, 2 ranks) = synchronous save; watchdog, trace: no reports"
 
 # shellcheck disable=SC2086
 SHARC_TEST_HANG=0:2 timeout 60 "$S" train $M --train.out_dir=hang --train.timeout=2 > hang.log 2>&1
