@@ -68,7 +68,7 @@ TEST(eval_matches_window_by_window_forward) {
     ASSERT_OK(sharc_comm_self(&self));
 
     sharc_eval_result all, some;
-    ASSERT_OK(sharc_eval_dataset(m, e, self, d, B, T, 0, &all));
+    ASSERT_OK(sharc_eval_dataset(m, e, self, NULL, d, B, T, 0, &all));
     ASSERT_EQ(all.windows, W);
     ASSERT_EQ(all.targets, W * T);
     double ref_all = reference(&c, e, d, W);
@@ -77,7 +77,7 @@ TEST(eval_matches_window_by_window_forward) {
     /* an untrained model is near ln(256) = 5.55 per byte */
     ASSERT_TRUE(all.loss > 4.0 && all.loss < 7.0);
 
-    ASSERT_OK(sharc_eval_dataset(m, e, self, d, B, T, 2, &some));
+    ASSERT_OK(sharc_eval_dataset(m, e, self, NULL, d, B, T, 2, &some));
     ASSERT_EQ(some.windows, 2 * B);
     double ref_some = reference(&c, e, d, 2 * B);
     ASSERT_NEAR(some.loss, ref_some, 1e-5, 0);

@@ -12,7 +12,19 @@
  * mean over every target of the windows evaluated, whatever R is (up to the
  * order of the fp32/double sums). An SFT validation set (samples) is read the
  * same way with sample k in place of window k (sharc_dataset_item): only its
- * trained targets count. */
+ * trained targets count.
+ *
+ * Under a mesh (note [mesh-fsdp] in docs/ARCHITECTURE.md) the R above is the
+ * number of data streams dp and r the rank's stream (dp_rank): the ranks of
+ * one tensor-parallel group and of one sequence-parallel group evaluate the
+ * same micro-batch, so the collectives inside the forward (tp all-reduces,
+ * sp all-to-alls, FSDP gathers) pair up. A sequence rank takes columns
+ * [sp_rank T/sp, (sp_rank + 1) T/sp) of every row, as training does (targets
+ * shifted before the split), and counts its own slice's targets: the sp
+ * ranks' sums add up to the rows'. Every tp rank of a group returns the
+ * group's loss and counts the same targets, so both all-reduced sums are
+ * divided by tp (note [loss-normalization] in src/train/step.c). The loss is
+ * then the one-process loss whatever dp x sp x tp is. */
 #ifndef SHARC_EVAL_H
 #define SHARC_EVAL_H
 
@@ -39,11 +51,19 @@ typedef struct {
     double seconds;
 } sharc_eval_result;
 
-/* Evaluate `d` with model m (planned for B x T) and engine e; max_batches
- * micro-batches at most (0: every window). Collective over `world`, which
- * must hold every rank of e's mesh. */
-sharc_status sharc_eval_dataset(sharc_model *m, sharc_fsdp *e, sharc_comm *world, const sharc_dataset *d, int B, int T,
-                                int64_t max_batches, sharc_eval_result *out);
+/* Where a rank sits in the mesh, for note [eval-windows]. */
+typedef struct {
+    int streams, stream; /* data streams (dp) and this rank's (dp_rank) */
+    int sp, sp_rank;     /* sequence-parallel degree and this rank's slice of a row */
+    int tp;              /* tensor-parallel degree: a group's ranks see the same rows */
+} sharc_eval_mesh;
+
+/* Evaluate `d` with model m (planned for B x T/sp) and engine e; T is the
+ * whole row's length; max_batches micro-batches at most (0: every window).
+ * mesh NULL: every rank of `world` its own stream, no sp or tp. Collective
+ * over `world`, which must hold every rank of e's mesh. */
+sharc_status sharc_eval_dataset(sharc_model *m, sharc_fsdp *e, sharc_comm *world, const sharc_eval_mesh *mesh,
+                                const sharc_dataset *d, int B, int T, int64_t max_batches, sharc_eval_result *out);
 
 typedef struct {
     const char *weights; /* a sharc weights file, or a run directory holding model.safetensors */

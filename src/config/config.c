@@ -1009,11 +1009,6 @@ sharc_status sharc_config_validate(sharc_config *c) {
     if (c->train.out_dir[0] == 0) return sharc_error(SHARC_ERR_INVALID, "train.out_dir: empty; set a run directory");
     st = sharc_mesh_check_model(&c->mesh, &c->model, c->train.seq_len);
     if (st != SHARC_OK) return st;
-    if (c->mesh.sp > 1 && c->log.eval_every > 0)
-        return sharc_error(SHARC_ERR_INVALID,
-                           "log.eval_every: %d with mesh.sp %d: validation under sequence "
-                           "parallelism is not implemented yet; set log.eval_every to 0 or mesh.sp to 1",
-                           c->log.eval_every, c->mesh.sp);
     if (c->model.family == SHARC_FAMILY_GPT2 && c->train.seq_len > c->model.max_seq_len)
         return sharc_error(SHARC_ERR_INVALID, "train.seq_len: %d exceeds model.max_seq_len %d (gpt2's position table)",
                            c->train.seq_len, c->model.max_seq_len);

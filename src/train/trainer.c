@@ -279,11 +279,6 @@ sharc_status sharc_trainer_init(sharc_trainer **out, const sharc_config *cfg, sh
         t->cfg.model = *sharc_model_get_config(t->model); /* with derived defaults */
         st = sharc_mesh_check_model(&t->cfg.mesh, &t->cfg.model, tc->seq_len);
     }
-    if (st == SHARC_OK && (sp > 1 || tp > 1) && t->cfg.log.eval_every > 0)
-        st = sharc_error(SHARC_ERR_INVALID,
-                         "log.eval_every: %d with mesh.%s %d: validation under sequence or tensor "
-                         "parallelism is not implemented yet; set log.eval_every to 0",
-                         t->cfg.log.eval_every, sp > 1 ? "sp" : "tp", sp > 1 ? sp : tp);
     if (st == SHARC_OK && sp > 1) st = sharc_model_set_sequence_parallel(t->model, sp, t->sp_rank);
     if (st == SHARC_OK && tp > 1) {
         /* note [tp] in src/model/tp.h: this rank's part of every block, before freezing */
@@ -584,7 +579,14 @@ static sharc_status run_eval(sharc_trainer *t, int64_t step, char **line) {
     const sharc_config *c = &t->cfg;
     sharc_eval_result r;
     *line = NULL;
-    SHARC_TRY(sharc_eval_dataset(t->model, t->engine, t->world, t->val, c->train.batch_size, c->train.seq_len,
+    /* note [eval-windows]: the data streams are the mesh's (note [mesh-fsdp]) */
+    const int sp = t->dims.sp > 0 ? t->dims.sp : 1, tp = t->dims.tp > 0 ? t->dims.tp : 1;
+    const sharc_eval_mesh mesh = {.streams = sharc_comm_size(t->world) / (sp * tp),
+                                  .stream = t->dp_rank,
+                                  .sp = sp,
+                                  .sp_rank = t->sp_rank,
+                                  .tp = tp};
+    SHARC_TRY(sharc_eval_dataset(t->model, t->engine, t->world, &mesh, t->val, c->train.batch_size, c->train.seq_len,
                                  c->log.eval_batches, &r));
     if (sharc_comm_rank(t->world) == 0) {
         if (asprintf(line,

@@ -8,7 +8,7 @@
 #  - GPT-2 (tied embedding and head split by vocabulary rows, V = 256: the
 #    vocab_* kernels of note [tp-vocab]) with the ranks sharing the one GPU
 #    through MPI: every tp all-reduce staged through host memory (note
-#    [comm-staging]);
+#    [comm-staging]); its validation loss after step 2 too (also under sp);
 #  - Llama (untied, 2 key/value heads, Qwen3's q/k norms: note
 #    [tp-qknorm]'s device copies) over NCCL, each rank its own simulated GPU
 #    (build/libfake_nccl.so, as in cudasim_train.sh): the 14 tp all-reduces
@@ -41,13 +41,18 @@ MPI="timeout 120 env $NOLEAK mpirun --allow-run-as-root --oversubscribe -n 2"
 same() {
   for k in loss_metrics/global_avg_loss grad_norm; do near "$(col "$1" 0 $k)" "$(col "$2" 0 $k)" "$3: $k" || exit 1; done
 }
+# the GPT-2 runs over MPI also validate after step 2 (note [eval-windows]): one micro-batch
+for i in $(seq 1 20); do echo "pack my box with five dozen liquor jugs $((i * 7))"; done > val.txt
+V="--data.val_path=val.txt --log.eval_every=2 --log.eval_batches=1"
+val() { NEAR_N=1 near "$(col "$1" 0 loss_metrics/val_loss)" "$(col "$2" 0 loss_metrics/val_loss)" "$3: val_loss" || exit 1; }
 
 # GPT-2, MPI: staged through host memory
-$MPI "$CPU" train $M --mesh.tp=2 --train.out_dir=cg > cg.log 2>&1 || { tail -20 cg.log; die "gpt2: cpu tp run"; }
-SHARC_COMM=mpi $MPI -x SHARC_COMM -x SHARC_CUBLASLT_LIB "$SIM" train $M --mesh.tp=2 --train.out_dir=gg --train.device=cuda \
-  > gg.log 2>&1 || { tail -20 gg.log; die "gpt2: cuda tp run over MPI"; }
+$MPI "$CPU" train $M $V --mesh.tp=2 --train.out_dir=cg > cg.log 2>&1 || { tail -20 cg.log; die "gpt2: cpu tp run"; }
+SHARC_COMM=mpi $MPI -x SHARC_COMM -x SHARC_CUBLASLT_LIB "$SIM" train $M $V --mesh.tp=2 --train.out_dir=gg \
+  --train.device=cuda > gg.log 2>&1 || { tail -20 gg.log; die "gpt2: cuda tp run over MPI"; }
 same gg cg "gpt2 tp=2 cuda (MPI, staged) vs cpu"
-echo "gpt2 tp=2: cuda over MPI (staged) = cpu within 1e-4"
+val gg cg "gpt2 tp=2 cuda (MPI, staged) vs cpu"
+echo "gpt2 tp=2: cuda over MPI (staged) = cpu within 1e-4, validation too"
 
 # Llama, NCCL on device memory
 FAKE="$SHARC_BIN/libfake_nccl.so"
@@ -67,10 +72,11 @@ done
 echo "llama tp=2: cuda over NCCL (28 device all-reduces a rank) = cpu within 1e-4"
 
 # sequence parallelism: GPT-2 staged over MPI, Llama (kv heads replicated) over NCCL
-$MPI "$CPU" train $M --mesh.sp=2 --train.out_dir=cs > cs.log 2>&1 || { tail -20 cs.log; die "gpt2: cpu sp run"; }
-SHARC_COMM=mpi $MPI -x SHARC_COMM -x SHARC_CUBLASLT_LIB "$SIM" train $M --mesh.sp=2 --train.out_dir=gs \
+$MPI "$CPU" train $M $V --mesh.sp=2 --train.out_dir=cs > cs.log 2>&1 || { tail -20 cs.log; die "gpt2: cpu sp run"; }
+SHARC_COMM=mpi $MPI -x SHARC_COMM -x SHARC_CUBLASLT_LIB "$SIM" train $M $V --mesh.sp=2 --train.out_dir=gs \
   --train.device=cuda > gs.log 2>&1 || { tail -20 gs.log; die "gpt2: cuda sp run over MPI"; }
 same gs cs "gpt2 sp=2 cuda (MPI, staged) vs cpu"
+val gs cs "gpt2 sp=2 cuda (MPI, staged) vs cpu"
 L1="--model.family=llama --model.num_kv_heads=1 --model.tie_embeddings=false --model.ff_hidden_dim=48"
 $MPI "$CPU" train $M --mesh.sp=2 $L1 --train.out_dir=csl > csl.log 2>&1 || { tail -20 csl.log; die "llama: cpu sp run"; }
 for n in 1 2; do # each rank's output to its own file: the exit counts are per process

@@ -11,6 +11,7 @@
 # 5e-3; a lost token or wrong scale moves the loss by far more than 1e-6).
 # sp 2 and 4, FULL_SHARD, SHARD_GRAD_OP (sp 2), NO_SHARD, 2x2 dp_shard x sp and HYBRID_SHARD, both families,
 # key/value heads split (llama 4 kv heads), grouped (2) and replicated (1);
+# validation at sp 2 and 2x2 against one process (val_parity, mpi_lib.inc);
 # then bad meshes refused at start with the arithmetic, exit status 2.
 set -euo pipefail
 source "$SHARC_ROOT/tests/cli/mpi_lib.inc"
@@ -36,6 +37,20 @@ done
 # the seeds' names for the degree
 check 2 model.ulysses_size=2
 
+# validation (log.eval_every, note [eval-windows] in sharc/eval.h): sp 2 and
+# 2x2 dp x sp against one process on the same global batches (Llama: the
+# rotary positions of each rank's slice), as in mpi_tp.sh: windows and
+# targets exactly (each sp rank counts its slice's), the loss after steps 1
+# and 2 within 1e-5 relative (observed: equal to the line's 6 decimals)
+make_val val.txt
+VAL_ARGS="--data.path=text.txt --train.max_steps=2 --model.family=llama --model.tie_embeddings=false --model.ff_hidden_dim=70 --model.num_layers=1 --model.embed_dim=48 --model.num_heads=4 --train.seq_len=12 --train.batch_size=2 --log.peak_tflops=1 --data.val_path=val.txt --log.eval_every=1 --log.eval_batches=3 --ckpt.every=0 --train.threads=1"
+val_run 1 v1 --train.grad_accum=2
+val_run 2 vsp --train.grad_accum=2 --mesh.sp=2
+val_parity v1 vsp 1e-5
+val_run 4 vspdp --mesh.sp=2
+val_parity v1 vspdp 1e-5
+grep -h '"loss_metrics/val_loss"' v1/metrics.jsonl vsp/metrics.jsonl vspdp/metrics.jsonl | jq -c '[.step, .["loss_metrics/val_loss"], .["val/targets"]]' | tr '\n' ' '; echo
+
 # bad meshes: refused at start with the arithmetic, exit 2, on every rank
 common="--data.path=text.txt --train.out_dir=$TMPDIR/run --train.max_steps=1 --model.num_layers=1 --model.embed_dim=48 --model.num_heads=4 --train.seq_len=12 --train.batch_size=1"
 bad() { mpi_refused "$common" "$@"; }
@@ -46,4 +61,4 @@ bad "mesh.sp: 8 does not divide model.num_heads 4 (4 / 8 = 0.50 heads per rank)"
 bad "mesh.sp: 4 and model.num_kv_heads 3: neither divides the other" 1 --model.family=llama --model.num_heads=12 --model.num_kv_heads=3 --mesh.sp=4
 bad "mesh: fsdp.fsdp_size 2 is not a multiple of mesh.sp 4" 4 --mesh.sp=4 --fsdp.sharding_strategy=HYBRID_SHARD --fsdp.fsdp_size=2
 set -e
-echo "$runs sequence-parallel parity runs passed, 5 bad meshes refused"
+echo "$runs sequence-parallel parity runs and 2 validations passed, 5 bad meshes refused"

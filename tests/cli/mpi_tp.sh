@@ -25,6 +25,7 @@
 # micro-batches), a tiled MLP;
 # checkpoints both ways (a one-process checkpoint resumed at 2x2 exactly; a
 # 2x2 run's checkpoint read at one process equal to its gathered weights);
+# validation at tp 2 and 2x2 against one process (val_parity, mpi_lib.inc);
 # then bad meshes refused at start with the arithmetic, exit status 2.
 set -euo pipefail
 source "$SHARC_ROOT/tests/cli/mpi_lib.inc"
@@ -58,6 +59,21 @@ mpi 4 "$SHARC_BIN/sharc" train $common --train.out_dir=run --tensor_parallel_siz
 "$SHARC_BIN/sharc" export --checkpoint run/model.safetensors --out hf2 > /dev/null
 cmp hf1/model.safetensors hf2/model.safetensors || { echo "checkpoint and gathered weights differ"; exit 1; }
 
+# validation (log.eval_every, note [eval-windows] in sharc/eval.h): tp 2 and
+# 2x2 FSDP x TP against one process on the same global batches (2
+# micro-batches at one rank and at tp 2, one a stream at 2x2): windows and
+# targets exactly, the loss after steps 1 and 2 within the training loss's
+# 1e-5 relative (the weights carry the same drift); 3 micro-batches of 2
+# windows, so at 2x2 the second stream's second forward is fully masked
+make_val val.txt
+VAL_ARGS="${common/--train.batch_size=1/--train.batch_size=2} --data.val_path=val.txt --log.eval_every=1 --log.eval_batches=3 --ckpt.every=0 --train.threads=1"
+val_run 1 v1 --train.grad_accum=2
+val_run 2 vtp --train.grad_accum=2 --mesh.tp=2
+val_parity v1 vtp 1e-5
+val_run 4 vtpdp --mesh.tp=2
+val_parity v1 vtpdp 1e-5
+grep -h '"loss_metrics/val_loss"' v1/metrics.jsonl vtp/metrics.jsonl vtpdp/metrics.jsonl | jq -c '[.step, .["loss_metrics/val_loss"], .["val/targets"]]' | tr '\n' ' '; echo
+
 # bad meshes: refused at start with the arithmetic, exit 2, on every rank
 common="$common --train.out_dir=$TMPDIR/bad"
 bad() { mpi_refused "$common" "$@"; }
@@ -69,4 +85,4 @@ bad "mesh.tp: 2 does not divide model.ff_hidden_dim 65 (65 / 2 = 32.50 per rank)
 bad "mesh.tp: 2 with mesh.sp 2: tensor and sequence parallelism together are not implemented yet" 4 --mesh.tp=2 --mesh.sp=2
 bad "mesh.tp: 2 with model.num_experts 4 (MoE)" 2 --mesh.tp=2 --model.family=llama --model.num_experts=4 --model.num_experts_per_tok=2 --model.moe_intermediate_size=16
 set -e
-echo "$runs tensor-parallel parity runs and 2 checkpoint round trips passed, 6 bad meshes refused"
+echo "$runs tensor-parallel parity runs, 2 checkpoint round trips and 2 validations passed, 6 bad meshes refused"

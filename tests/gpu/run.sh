@@ -28,7 +28,8 @@
 #   7. with 2 or more GPUs (nvidia-smi -L): 2 ranks over NCCL, a GPU each (the trainer takes GPU
 #      local rank % GPUs, note [gpu-of-rank]) = 1 rank within 1e-5, and the compute stream
 #      waits for the comm stream once per gather plus once a step (note [comm-stream]); mesh.sp 2
-#      (Llama, 1 key/value head) over NCCL = the CPU's mesh.sp 2 within 1e-4 (note [ulysses])
+#      (Llama, 1 key/value head) over NCCL = the CPU's mesh.sp 2 within 1e-4 (note [ulysses]),
+#      its validation loss too (note [eval-windows])
 #   8. compute-sanitizer (on PATH or in /usr/local/cuda/bin): memcheck over gpu_kernels and over a
 #      2-step sharc train on cuda; racecheck and synccheck over the kernel groups with shared
 #      memory or barriers (elem, norms, qknorm, attention, xent, attn16, vocab)
@@ -292,12 +293,18 @@ if [ -x "$bin/sharc" ]; then
       "$(jq -c '[."fsdp/gathers", ."fsdp/comm_stream_waits"]' "$tmp/ng2/metrics.jsonl" 2> /dev/null | tr '\n' ' ')"
     # Ulysses (note [ulysses]): its all-to-alls queued on the model's stream over NCCL, against the CPU's sp 2
     L1="--model.family=llama --model.num_kv_heads=1 --model.tie_embeddings=false --model.ff_hidden_dim=48"
-    mpi 2 sc2 $M $SS $L1 --mesh.sp=2; rc=$?
-    COMM=nccl mpi 2 sg2 $M $SS $L1 --mesh.sp=2 --train.device=cuda; rc2=$?
+    VV="--data.val_path=$tmp/t.txt --log.eval_every=$ns --log.eval_batches=2" # note [eval-windows]
+    mpi 2 sc2 $M $SS $L1 --mesh.sp=2 $VV; rc=$?
+    COMM=nccl mpi 2 sg2 $M $SS $L1 --mesh.sp=2 --train.device=cuda $VV; rc2=$?
     why=$(same "$tmp/sg2" "$tmp/sc2" 1e-4 $ns); ok=$?
     [ $rc -eq 0 ] && [ $rc2 -eq 0 ] && ! grep -q 'go through MPI' "$tmp/sg2.log" || ok=1
     one "NCCL over $where: mesh.sp 2 (all-to-alls on the stream) = the CPU's mesh.sp 2 within 1e-4" $ok \
       "exit $rc/$rc2, $why: $(grep -m2 'MPI\|error' "$tmp/sg2.log" | tr '\n' ' ')"
+    vq='select(."loss_metrics/val_loss" != null) | ."loss_metrics/val_loss"'
+    paste <(jq -r "$vq" "$tmp/sg2/metrics.jsonl" 2> /dev/null) <(jq -r "$vq" "$tmp/sc2/metrics.jsonl" 2> /dev/null) |
+      awk '{ d = $1 - $2; if (d < 0) d = -d; if (NF != 2 || !(d <= 1e-4 * $2)) bad = 1; n++ } END { exit n != 1 || bad }'
+    one "NCCL over $where: mesh.sp 2 validation loss = the CPU's mesh.sp 2 within 1e-4" $? \
+      "$(grep -h val_loss "$tmp/sg2/metrics.jsonl" "$tmp/sc2/metrics.jsonl" 2> /dev/null | tr '\n' ' ')"
   else
     echo "SKIP 2 ranks over NCCL on 2 GPUs: $ngpu GPU(s) here$(command -v mpirun > /dev/null || echo ', no mpirun')"
   fi
