@@ -2,13 +2,18 @@
  * src/core/liveness.c) against sockets and processes made here: a listening
  * port connects (alive), a closed port is refused (gone), a port whose
  * full accept queue drops SYNs is unreachable (as a cut-off host), a reaped
- * child's pid is gone; and the lines sharc_liveness_probe prints for a made-up world. */
+ * child's pid is gone; and the lines sharc_liveness_probe prints for a made-up world.
+ * The tables set at start-up while the watchdog's thread already watches:
+ * the probe after them right (and, under make tsan, no data race). */
 #include "sharc/liveness.h"
 #include "test.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -128,6 +133,26 @@ TEST(liveness_drain_empties_the_accept_queue) {
     ASSERT_EQ(sharc_liveness_drain(), 1);
 }
 
+/* sharc_liveness_probe with this process's stderr captured into the test
+ * directory's file NAME and read back into text (n bytes): the ranks lost,
+ * or -2 when the capture itself failed */
+static int probe_captured(const char *name, bool *fresh, char *text, size_t n) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s", sharc_test_tmpdir(), name);
+    fflush(stderr);
+    const int saved = dup(STDERR_FILENO), fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (saved < 0 || fd < 0 || dup2(fd, STDERR_FILENO) < 0) return -2;
+    const int lost = sharc_liveness_probe(300, fresh);
+    dup2(saved, STDERR_FILENO);
+    close(fd);
+    close(saved);
+    memset(text, 0, n);
+    FILE *f = fopen(path, "r");
+    const size_t got = f ? fread(text, 1, n - 1, f) : 0;
+    if (f) fclose(f);
+    return got > 0 ? lost : -2;
+}
+
 TEST(liveness_probe_names_the_lost_ranks) {
     /* a world of 4: rank 0 is this process; rank 1 on this host, dead; rank
      * 2 elsewhere, alive; rank 3 elsewhere, its port refused */
@@ -138,23 +163,11 @@ TEST(liveness_probe_names_the_lost_ranks) {
     w[3] = card(closed_port(), "127.0.0.1", NULL), snprintf(w[3].host, sizeof w[3].host, "node3");
     w[3].pid = 4242;
     ASSERT_OK(sharc_liveness_set_peers(w, 4, 0));
-    char path[512];
-    snprintf(path, sizeof path, "%s/liveness-err.txt", sharc_test_tmpdir());
-    fflush(stderr);
-    const int saved = dup(STDERR_FILENO), fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    ASSERT_TRUE(saved >= 0 && fd >= 0 && dup2(fd, STDERR_FILENO) >= 0);
     bool fresh;
-    const int lost = sharc_liveness_probe(300, &fresh);
-    dup2(saved, STDERR_FILENO);
-    close(fd);
-    close(saved);
-    ASSERT_EQ(lost, 2);
+    char text[2048], want[512];
+    ASSERT_EQ(probe_captured("liveness-err.txt", &fresh, text, sizeof text), 2);
     ASSERT_TRUE(fresh);
     ASSERT_EQ(sharc_liveness_probe(300, &fresh), -1); /* once per process */
-    char text[2048] = "", want[512];
-    FILE *f = fopen(path, "r");
-    ASSERT_TRUE(f && fread(text, 1, sizeof text - 1, f) > 0);
-    fclose(f);
     snprintf(want, sizeof want,
              "[rank 0] rank 1 (host %s, pid %d) is gone: its process no longer exists (this rank's host)\n"
              "[rank 0] rank 3 (host node3, pid 4242) is gone: its host answers but its process does not\n",
@@ -166,5 +179,39 @@ TEST(liveness_probe_names_the_lost_ranks) {
              w[0].host, (int)w[1].pid);
     ASSERT_TRUE(sharc_liveness_json() != NULL);
     if (strcmp(sharc_liveness_json(), want) != 0) TEST_FAIL_AT("json %s\nexpected %s", sharc_liveness_json(), want);
+    sharc_liveness_close();
+}
+
+/* the watchdog thread's calls during a stall, until told to stop */
+static atomic_bool watch_stop;
+static atomic_int watch_calls;
+static void *watch_loop(void *arg) {
+    (void)arg;
+    for (uint64_t seq = 1; !atomic_load(&watch_stop); seq++) {
+        sharc_liveness_watch(seq, 1.0);
+        atomic_fetch_add(&watch_calls, 1);
+    }
+    return NULL;
+}
+
+TEST(liveness_peers_set_while_the_watchdog_watches) {
+    /* note [liveness]: sharc_liveness_set_peers runs after MPI_Init, when
+     * the watchdog's thread (started before it) may already call
+     * sharc_liveness_watch; a world of 2, rank 1 this process itself */
+    sharc_liveness_card w[2];
+    sharc_liveness_card_make(&w[0]);
+    w[1] = w[0];
+    pthread_t t;
+    ASSERT_EQ(pthread_create(&t, NULL, watch_loop, NULL), 0);
+    while (atomic_load(&watch_calls) < 100) sched_yield();
+    ASSERT_OK(sharc_liveness_set_peers(w, 2, 0));
+    for (int seen = atomic_load(&watch_calls); atomic_load(&watch_calls) < seen + 100;) sched_yield();
+    atomic_store(&watch_stop, true);
+    ASSERT_EQ(pthread_join(t, NULL), 0);
+    bool fresh;
+    char text[512];
+    ASSERT_EQ(probe_captured("liveness-watch.txt", &fresh, text, sizeof text), 0);
+    const char *want = "[rank 0] liveness probe: the 1 other rank checked is alive\n";
+    if (strcmp(text, want) != 0) TEST_FAIL_AT("lines:\n%s\nexpected:\n%s", text, want);
     sharc_liveness_close();
 }

@@ -177,7 +177,7 @@ if command -v mpirun > /dev/null && [ -f "$FAKE" ]; then
   for s in 1 3; do # n2s1: 1 step, for the host waits per step below
     out=n2; [ $s = 1 ] && out=n2s1
     SHARC_COMM=nccl SHARC_NCCL_LIB="$FAKE" SHARC_CUDA_DRIVER_LIB="$FAKE" FAKE_NCCL_STATS=1 CUDASIM_SYNC_STATS=1 \
-      timeout 120 mpirun --allow-run-as-root --oversubscribe -n 2 -x SHARC_COMM -x SHARC_NCCL_LIB \
+      timeout 120 env "$NOLEAK" mpirun --allow-run-as-root --oversubscribe -n 2 -x SHARC_COMM -x SHARC_NCCL_LIB \
       -x SHARC_CUDA_DRIVER_LIB -x FAKE_NCCL_STATS -x CUDASIM_SYNC_STATS -x SHARC_CUBLASLT_LIB "$SIM" train $N \
       --train.max_steps=$s --train.batch_size=2 --train.out_dir=$out --train.device=cuda > $out.log 2>&1 ||
       { tail -20 $out.log; die "2 ranks over nccl on cuda ($s steps)"; }

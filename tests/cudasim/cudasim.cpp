@@ -242,7 +242,9 @@ struct sim_thread {
     const char *coll;   /* at AT_WARP: the warp collective it waits in (NULL: a shuffle) */
     uint64_t coll_key;  /* ... and the arguments every lane must agree on */
 };
-static std::vector<sim_thread *> threads;
+/* never destroyed: the pool lives as long as the process, and a vector
+ * destroyed at exit would leave LeakSanitizer (make asan) its threads unreachable */
+static std::vector<sim_thread *> &threads = *new std::vector<sim_thread *>;
 static jmp_buf sched_jb;
 static ucontext_t builder_uc;
 static sim_thread *creating;
