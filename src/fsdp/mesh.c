@@ -53,11 +53,6 @@ sharc_status sharc_mesh_check_model(const sharc_mesh_config *mc, const sharc_mod
                                    "mesh.tp: %d does not divide %s %d (%d / %d = %.2f per rank); set mesh.tp "
                                    "(fsdp_tensor_parallel_size) to a divisor of %d",
                                    tp, dims[i].key, dims[i].n, dims[i].n, tp, (double)dims[i].n / tp, dims[i].n);
-        if (sp > 1)
-            return sharc_error(SHARC_ERR_INVALID,
-                               "mesh.tp: %d with mesh.sp %d: tensor and sequence parallelism together are not "
-                               "implemented yet; set one of them to 1",
-                               tp, sp);
         if (model->num_experts > 0)
             return sharc_error(SHARC_ERR_INVALID,
                                "mesh.tp: %d with model.num_experts %d (MoE): experts under tensor parallelism are "
@@ -71,17 +66,30 @@ sharc_status sharc_mesh_check_model(const sharc_mesh_config *mc, const sharc_mod
                            "mesh.sp: %d does not divide train.seq_len %d (%d / %d = %.2f tokens per rank); set "
                            "train.seq_len to a multiple of %d",
                            sp, seq_len, seq_len, sp, (double)seq_len / sp, sp);
-    if (nh % sp != 0)
+    if (tp == 1 && nh % sp != 0)
         return sharc_error(SHARC_ERR_INVALID,
                            "mesh.sp: %d does not divide model.num_heads %d (%d / %d = %.2f heads per rank); set "
                            "mesh.sp to a divisor of %d",
                            sp, nh, nh, sp, (double)nh / sp, nh);
-    if (nkv % sp != 0 && sp % nkv != 0)
+    if (tp == 1 && nkv % sp != 0 && sp % nkv != 0)
         return sharc_error(SHARC_ERR_INVALID,
                            "mesh.sp: %d and model.num_kv_heads %d: neither divides the other (%d %% %d = %d, %d %% %d "
                            "= %d); key/value heads are split over sp ranks or replicated to them, so set mesh.sp to "
                            "a divisor or a multiple of %d",
                            sp, nkv, nkv, sp, nkv % sp, sp, nkv, sp % nkv, nkv);
+    /* note [tp-sp]: Ulysses splits each tp rank's heads, the rule above on the local counts */
+    const int nhl = nh / tp, nkvl = nkv / tp;
+    if (tp > 1 && nhl % sp != 0)
+        return sharc_error(SHARC_ERR_INVALID,
+                           "mesh.sp: %d does not divide the query heads of a tp rank (model.num_heads %d / mesh.tp %d "
+                           "= %d; %d / %d = %.2f heads per rank); set mesh.sp to a divisor of %d",
+                           sp, nh, tp, nhl, nhl, sp, (double)nhl / sp, nhl);
+    if (tp > 1 && nkvl % sp != 0 && sp % nkvl != 0)
+        return sharc_error(SHARC_ERR_INVALID,
+                           "mesh.sp: %d and the key/value heads of a tp rank (model.num_kv_heads %d / mesh.tp %d = "
+                           "%d): neither divides the other (%d %% %d = %d, %d %% %d = %d); set mesh.sp to a divisor "
+                           "or a multiple of %d",
+                           sp, nkv, tp, nkvl, nkvl, sp, nkvl % sp, sp, nkvl, sp % nkvl, nkvl);
     return SHARC_OK;
 }
 

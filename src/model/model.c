@@ -487,9 +487,13 @@ sharc_status sharc_model_set_tensor_parallel(sharc_model *m, int tp, int rank) {
                            "mesh.tp: %d does not divide model.num_heads %d, model.num_kv_heads %d and "
                            "model.ff_hidden_dim %d",
                            tp, c->num_heads, c->num_kv_heads, c->ff_hidden_dim);
-    if (tp > 1 && m->sp > 1)
-        return sharc_error(SHARC_ERR_INVALID, "mesh.tp: %d with mesh.sp > 1: not implemented yet; set mesh.tp to 1",
-                           tp);
+    /* note [tp-sp] in tp.h: Ulysses splits this rank's heads */
+    const int nhl = c->num_heads / tp, nkvl = c->num_kv_heads / tp;
+    if (m->sp > 1 && (nhl % m->sp != 0 || (nkvl % m->sp != 0 && m->sp % nkvl != 0)))
+        return sharc_error(SHARC_ERR_INVALID,
+                           "mesh.sp: %d does not fit the %d query and %d key/value heads of a tp rank (mesh.tp %d; sp "
+                           "must divide the heads, and divide or be a multiple of the key/value heads)",
+                           m->sp, nhl, nkvl, tp);
     bool frozen = false;
     for (int u = 0; u < m->nunits; u++)
         for (int i = 0; i < m->units[u].nparams; i++) frozen |= m->units[u].params[i].frozen;
@@ -1580,8 +1584,10 @@ static void forward_body(sharc_model *m, sharc_fsdp *e, const int32_t *inputs, i
     const float *ep = sharc_fsdp_gather(e, 0);
     const float *wpe = weight_at(m, 0, SHARC_ROLE_WPE, ep); /* GPT-2's learned positions */
     if (m->Vl < m->V) { /* note [tp-vocab]: this rank's rows, zero elsewhere, summed over tp */
+        /* under sp (note [tp-sp]) the slice's positions start at sp_rank T: the table from that row */
+        const float *wp = wpe && !m->packed ? wpe + (int64_t)m->sp_rank * T * m->C : wpe;
         SHARC_PROF("fwd.embedding",
-                   m->k->vocab_embedding_forward(m->s, xl(m, 0), inputs, m->packed ? m->pos_local : NULL, ep, wpe, N, T,
+                   m->k->vocab_embedding_forward(m->s, xl(m, 0), inputs, m->packed ? m->pos_local : NULL, ep, wp, N, T,
                                                  m->C, m->v0, m->Vl));
         SHARC_PROF("fwd.tp", sharc_tp_all_reduce(&m->tpl, m->s, xl(m, 0), N * m->C));
     } else if (wpe && m->packed) { /* note [packing]: wpe rows by position, added */
@@ -1672,7 +1678,8 @@ static void forward_backward(sharc_model *m, sharc_fsdp *e, const int32_t *input
             SHARC_PROF("bwd.embedding",
                        m->k->embedding_backward(m->s, gwpe, NULL, m->dres, m->pos_local, B, T, m->C, 0));
         else if (gwpe)
-            SHARC_PROF("bwd.embedding", m->k->embedding_backward(m->s, NULL, gwpe, m->dres, inputs, B, T, m->C, 0));
+            SHARC_PROF("bwd.embedding",
+                       m->k->embedding_backward(m->s, NULL, gwpe, m->dres, inputs, B, T, m->C, m->sp_rank * T));
     } else if (gwpe && m->packed) { /* note [packing]: scattered by position */
         if (gwte)
             SHARC_PROF("bwd.embedding", m->k->embedding_backward(m->s, gwte, NULL, m->dres, inputs, B, T, m->C, 0));
