@@ -22,7 +22,9 @@
  * parameters over the tp ranks of a group, so FSDP's groups above are taken
  * per tp rank: the shard group is the ranks with the same r / (dp_shard*sp*tp)
  * and the same tp_rank, each FSDP group sharding its tp part. The tp ranks
- * of a group see the same tokens. */
+ * of a group see the same tokens. With sp too, the sp group is the ranks
+ * of equal dp_rank and tp_rank, the tp group those of equal dp_rank and
+ * sp_rank (note [tp-sp] in src/model/tp.h). */
 #ifndef SHARC_MESH_H
 #define SHARC_MESH_H
 
@@ -72,8 +74,10 @@ sharc_status sharc_mesh_dims_resolve(const sharc_fsdp_config *cfg, const sharc_m
 /* The world-independent checks of mesh.sp and mesh.tp against the model and
  * train.seq_len: sp divides seq_len and num_heads, and num_kv_heads and sp
  * divide one or the other (key/value heads are replicated when sp exceeds
- * them); tp divides num_heads, num_kv_heads and ff_hidden_dim; sp and tp
- * together, and tp with qk_norm, are refused (not implemented yet). */
+ * them); tp divides num_heads, num_kv_heads and ff_hidden_dim; with both,
+ * the sp rule holds for each tp rank's heads (num_heads / tp and
+ * num_kv_heads / tp: note [tp-sp] in src/model/tp.h); tp with MoE is
+ * refused (not implemented yet). */
 sharc_status sharc_mesh_check_model(const sharc_mesh_config *mc, const sharc_model_config *model, int seq_len);
 /* Collective over `world` (splits): the groups of note [mesh-fsdp]. */
 sharc_status sharc_mesh_init_dims(sharc_mesh *m, sharc_comm *world, const sharc_mesh_dims *d, sharc_sharding strategy);

@@ -30,6 +30,27 @@
  * note [tp-params] in sharc/units.h; which parameter splits how is its
  * row's `tp` in the family's table (note [param-table] in params.c). The all-reduces run on the model's
  * device (note [tp-device]). */
+/* Note [tp-sp]. tp with Ulysses sequence parallelism (note [ulysses] in
+ * ulysses.h), torchtitan's dp x cp x tp and DeepSpeed-Ulysses with Megatron
+ * tp: a rank of mesh coordinates (dp_rank, sp_rank, tp_rank) holds its tp
+ * part of every block and the tokens [sp_rank Tl, (sp_rank + 1) Tl) of its
+ * stream's sequences. Its qkv product gives its NH/tp query and NKV/tp
+ * key/value heads for its Tl tokens; Ulysses then exchanges those LOCAL
+ * heads over the sp group (the ranks of equal dp_rank and tp_rank) exactly
+ * as without tp, with NH/tp and NKV/tp in place of NH and NKV (so sp divides
+ * NH/tp, and NKV/tp and sp divide one or the other: replicated key/value
+ * heads as before), and the output comes back to the rank's Tl tokens and
+ * its NH/tp heads' columns, where the row-parallel out projection and its
+ * all-reduce over the tp group (equal dp_rank and sp_rank) run unchanged;
+ * the MLP and the vocabulary-parallel head likewise run on the Tl tokens
+ * (GPT-2's learned positions of the slice: the position table from row
+ * sp_rank Tl). Nothing in a layer changes: the model's sizes are local
+ * (set_dims), the sp exchanges and the tp all-reduces touch different
+ * groups at different points of the block. The tp ranks of an sp slice see
+ * the same tokens, so the step counts the loss and targets once per tp
+ * group and sums the sp slices (note [loss-normalization]); FSDP shards
+ * each tp part over dp_shard x sp (note [mesh-fsdp]), whose reduce-scatter
+ * sums the sp slices' partial gradients. */
 #ifndef SHARC_MODEL_TP_H
 #define SHARC_MODEL_TP_H
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # timeout: 240
 # Tensor and sequence parallelism on train.device cuda (note [tp-device] in
-# src/model/tp.h), 2 ranks mesh.tp=2 or mesh.sp=2 on the CUDA simulator
+# src/model/tp.h), 2 ranks mesh.tp=2 or mesh.sp=2, and 4 ranks of both (last
+# below), on the CUDA simulator
 # against the CPU's run of the same mesh, losses and gradient norms within
 # 1e-4 relative at each of 2 steps (the kernels sum in another order: not
 # bit-exact):
@@ -98,4 +99,26 @@ for r in 0 1; do
 done
 echo "sp=2: cuda = cpu within 1e-4 (gpt2 over MPI staged, llama with a replicated kv head over NCCL: 16" \
   "all-to-alls queued on the stream in 2 steps, 1 host wait a step)"
+
+# tp 2 x sp 2 (note [tp-sp] in src/model/tp.h), 4 ranks over NCCL: the
+# Llama above with 4 heads (a tp rank's 2 query and 1 key/value heads split
+# and replicated over sp), against the CPU's 2x2; each rank's tp group and
+# sp group both on device memory: tp alone's 28 all-reduces and sp alone's
+# 16 all-to-alls in 2 steps
+MPI4="timeout 120 env $NOLEAK mpirun --allow-run-as-root --oversubscribe -n 4"
+TS="--mesh.tp=2 --mesh.sp=2 --model.num_heads=4"
+$MPI4 "$CPU" train $M $LLAMA $TS --train.out_dir=cts > cts.log 2>&1 || { tail -20 cts.log; die "llama: cpu tp x sp run"; }
+SHARC_COMM=nccl SHARC_NCCL_LIB="$FAKE" SHARC_CUDA_DRIVER_LIB="$FAKE" FAKE_NCCL_STATS=1 \
+  $MPI4 -x SHARC_COMM -x SHARC_NCCL_LIB -x SHARC_CUDA_DRIVER_LIB -x FAKE_NCCL_STATS -x SHARC_CUBLASLT_LIB \
+  "$SIM" train $M $LLAMA $TS --train.out_dir=gts --train.device=cuda > gts.log 2>&1 ||
+  { tail -20 gts.log; die "llama: cuda tp x sp run over nccl"; }
+same gts cts "llama tp=2 x sp=2 cuda (NCCL) vs cpu"
+for r in 0 1 2 3; do
+  line=$(grep "^fake_nccl: rank $r:" gts.log | head -1) || die "no fake_nccl line for rank $r"
+  ar=$(sed -n 's/.* \([0-9]*\) all-reduces.*/\1/p' <<< "$line")
+  g=$(sed -n 's/.* \([0-9]*\) send\/receive groups.*/\1/p' <<< "$line")
+  [ "${ar:-0}" -eq 28 ] && [ "${g:-0}" -eq 16 ] ||
+    die "rank $r: expected 28 tp all-reduces and 16 sp all-to-alls on NCCL in 2 steps: $line"
+done
+echo "tp=2 x sp=2: cuda over NCCL (28 all-reduces and 16 all-to-alls a rank on device memory) = cpu within 1e-4"
 exit 0
