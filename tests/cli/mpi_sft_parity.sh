@@ -9,7 +9,7 @@
 # micro-batches: global_tokens does not depend on it (REF_SPLIT=1: the
 # reference takes micro-batches of one sample), micro_batch does (the same
 # comparison must fail), which shows each mode is wired. data.packing
-# (note [packing-rule]): packed rows at 2 and 3 ranks equal one process.
+# (note [packing-rule]): packed rows at 2 and 3 ranks (and tp 2 x sp 2) equal one process.
 set -euo pipefail
 source "$SHARC_ROOT/tests/cli/mpi_lib.inc"
 cd "$TMPDIR"
@@ -47,6 +47,8 @@ for fam in "model.family=gpt2" "model.family=llama model.num_kv_heads=1"; do
 done
 check 3 $pk fsdp.sharding_strategy=SHARD_GRAD_OP
 check 2 $pk mesh.sp=2 model.family=llama model.num_heads=2 model.num_kv_heads=1 # Ulysses: every rank holds the whole rows' positions
+# tp 2 x sp 2 (note [tp-sp]): GPT-2's vocabulary-parallel embedding with the packed rows' learned positions
+check 4 $pk mesh.tp=2 mesh.sp=2 model.family=gpt2 model.num_heads=4
 # the global batch split into micro-batches of one sample in the reference
 REF_SPLIT=1 check 2 train.loss_normalization=global_tokens
 if REF_SPLIT=1 mpi 2 "$SHARC_BIN/mpi_tests" parity sft.jsonl $sft train.loss_normalization=micro_batch > split.log 2>&1; then
