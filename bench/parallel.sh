@@ -4,7 +4,9 @@
 # (L layers, C wide, NH heads, NKV key/value heads, vocabulary V) on
 # sequences of T tokens, one sequence per data stream per micro-batch, RANKS
 # ranks (4) as FSDP 4 and FSDP 2 x TP 2 (each with activation checkpointing
-# off and on), SP 2 and SP 4.
+# off and on), SP 2, SP 4 and TP 2 x SP 2 (note [tp-sp]: the comm bytes are
+# the all-reduce plus the all-to-all bytes, each formula below with T/sp
+# tokens and NH/tp, NKV/tp heads).
 #
 #   bench/parallel.sh build                  # the table
 #   LONG=1 bench/parallel.sh build           # and the long-context run
@@ -46,7 +48,7 @@ EXTRA=
 printf "%-10s %8s %8s %8s %9s %9s %7s %9s %14s %14s %6s\n" mesh params grads optim gathered act "vs fsdp" total \
   "comm bytes" formula equal
 for cfg in "fsdp" "fsdp-ac --fsdp.activation_checkpointing=true" "tp2 --mesh.tp=2" "tp2-ac --mesh.tp=2 --fsdp.activation_checkpointing=true" \
-           "sp2 --mesh.sp=2" "sp4 --mesh.sp=4"; do
+           "sp2 --mesh.sp=2" "sp4 --mesh.sp=4" "tp2sp2 --mesh.tp=2 --mesh.sp=2"; do
   set -- $cfg
   name=$1; shift
   EXTRA="$*" train "$name" $T || { tail -20 "$work/log.$name"; exit 1; }
@@ -59,14 +61,19 @@ def last(name):
 mib = lambda d, k: d["memory/%s_peak(GiB)" % k] * 1024
 base = last("fsdp")
 hd = C // NH
-for name, tp, sp, ac in [("fsdp", 1, 1, 0), ("fsdp-ac", 1, 1, 1), ("tp2", 2, 1, 0), ("tp2-ac", 2, 1, 1), ("sp2", 1, 2, 0), ("sp4", 1, 4, 0)]:
+for name, tp, sp, ac in [("fsdp", 1, 1, 0), ("fsdp-ac", 1, 1, 1), ("tp2", 2, 1, 0), ("tp2-ac", 2, 1, 1), ("sp2", 1, 2, 0),
+                         ("sp4", 1, 4, 0), ("tp2sp2", 2, 2, 0)]:
     d = last(name)
-    if tp > 1:
-        got = d["comm/all_reduce_bytes"] - base["comm/all_reduce_bytes"]
-        formula = (L * (5 if ac else 4) + 2) * T * C * 4 + 3 * T * 4  # note [tp-vocab]: V % tp == 0
+    Tl = T // sp  # note [tp-sp]: each dimension's formula on the other's local sizes
+    ar = d["comm/all_reduce_bytes"] - base["comm/all_reduce_bytes"]
+    ar_f = (L * (5 if ac else 4) + 2) * Tl * C * 4 + 3 * Tl * 4  # note [tp-vocab]: V % tp == 0
+    a2a, a2a_f = d["comm/all_to_all_bytes"], L * 2 * Tl * hd * (2 * NH // tp + 2 * max(NKV // tp, sp)) * 4
+    if tp > 1 and sp > 1:  # both: the sums, equal only when each is
+        got, formula = (ar + a2a, ar_f + a2a_f) if (ar, a2a) == (ar_f, a2a_f) else (ar + a2a, -1)
+    elif tp > 1:
+        got, formula = ar, ar_f
     elif sp > 1:
-        got = d["comm/all_to_all_bytes"]
-        formula = L * 2 * (T // sp) * hd * (2 * NH + 2 * max(NKV, sp)) * 4
+        got, formula = a2a, a2a_f
     else:
         got = formula = 0
     print("%-10s %8.2f %8.2f %8.2f %9.2f %9.2f %7.3f %9.2f %14d %14d %6s" % (
