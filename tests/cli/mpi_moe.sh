@@ -13,8 +13,9 @@
 # mpi_tp.sh's tolerances and optim.eps (the loss 1e-5 relative, the norm 2e-4,
 # the first step's gradients 1e-5 of each tensor's scale, each rank's slices
 # against one process's; the router replicated, bit for bit equal on the tp
-# ranks): tp 2 at 2 ranks (experts in the block unit), 2x2 dp x tp at 4 ranks
-# (each expert its own unit, two micro-batches); a checkpoint written at tp 2
+# ranks): tp 2 at 2 ranks (experts in the block unit; each its own unit with
+# SHARD_GRAD_OP and activation checkpointing's recompute), 2x2 dp x tp at 4
+# ranks (each expert its own unit, two micro-batches); a checkpoint written at tp 2
 # resumed at one process continues the tp run's steps (loss 1e-5 relative,
 # norm 2e-4) and its HF export equals the run's gathered weights; a tp that does not divide moe_intermediate_size is refused.
 set -euo pipefail
@@ -32,6 +33,7 @@ check 4 fsdp.sharding_strategy=SHARD_GRAD_OP train.grad_accum=2
 check 3 fsdp.sharding_strategy=FULL_SHARD fsdp.moe_experts=true fsdp.forward_prefetch=true fsdp.backward_prefetch_depth=2
 tp="model.num_heads=4 model.num_kv_heads=2 tol.grad=1e-5 tol.param=2e-3 optim.eps=1e-6 tol.loss=1e-5 tol.norm=2e-4"
 check 2 $tp mesh.tp=2
+check 2 $tp mesh.tp=2 fsdp.sharding_strategy=SHARD_GRAD_OP fsdp.moe_experts=true fsdp.activation_checkpointing=true
 check 4 $tp mesh.tp=2 fsdp.moe_experts=true train.grad_accum=2
 # tp 2 -> one process: the checkpoint of step 2 continues the tp run's steps 3 and 4
 T="--data.path=text.txt --model.family=llama --model.num_layers=2 --model.embed_dim=32 --model.num_heads=4
