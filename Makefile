@@ -55,7 +55,7 @@ TEST_SRC := $(wildcard tests/*.c)
 TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/%.o)
 BENCH_SRC := $(wildcard bench/*.c)
 
-.PHONY: all deps test run asan clean fixtures bench format fuzz hf-fixtures tokenizer-fixtures
+.PHONY: all deps test run asan tsan clean fixtures bench format fuzz hf-fixtures tokenizer-fixtures
 all: $(BUILD)/libsharc.a $(BUILD)/libsharc.so $(BUILD)/sharc $(BUILD)/sharc_tests $(BUILD)/mpi_tests \
      $(BUILD)/mpi_nccl $(BUILD)/libfake_nccl.so \
      $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%) $(if $(filter 1,$(CUDA)),$(BUILD)/gpu_kernels $(BUILD)/gpu_model) \
@@ -66,9 +66,13 @@ $(BUILD)/%.o: %.c $(wildcard include/sharc/*.h) $(wildcard src/*/*.h src/*/*/*.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
 
+# ptxas's report of each kernel's registers, spills and shared memory is kept
+# beside the object (X.ptxas; tests/cli/cuda_resources.sh reads it, note
+# [cuda-resources]); the rest of nvcc's messages are shown as usual
 $(BUILD)/src/device/cuda/%.o: src/device/cuda/%.cu $(wildcard include/sharc/*.h) $(wildcard src/device/*.h src/device/cuda/*.h)
 	@mkdir -p $(dir $@)
-	$(NVCC) $(NVCCFLAGS) -c $< -o $@
+	$(NVCC) $(NVCCFLAGS) -Xptxas -v -c $< -o $@ 2> $@.ptxas; rc=$$?; \
+	  grep -v -e '^ptxas info' -e '^    [0-9]* bytes stack frame' $@.ptxas >&2; exit $$rc
 
 # tests/gpu/*.c: gpu_kernels (each CUDA kernel against the CPU one), gpu_model
 # (whole-model forward + backward); tests/gpu/run.sh runs them on a GPU machine
@@ -158,6 +162,13 @@ asan: deps
 	ASAN_OPTIONS=detect_leaks=1 build-asan/sharc_tests --scripts tests/cli --bin build-asan \
 	    --timeout-scale 4
 
+# The threaded paths (the optimizer's offload thread, the async checkpoint
+# writer, the watchdog) under ThreadSanitizer: tests/tsan/run.sh, ~1 min
+# after a build of its own (note [sanitizers] in docs/ARCHITECTURE.md).
+tsan: deps
+	@$(MAKE) --no-print-directory all BUILD=build-tsan OPT=-O1 SAN="-fsanitize=thread"
+	tests/tsan/run.sh build-tsan
+
 # Regenerate the PyTorch fixtures under tests/fixtures (needs python3-torch).
 fixtures:
 	@scripts/deps.sh dev
@@ -225,7 +236,7 @@ bench: all
 	bench/run.sh $(BUILD)
 
 clean:
-	rm -rf build build-asan
+	rm -rf build build-asan build-tsan
 
 # The house style (.clang-format; tests/cli/format.sh checks it in the suite).
 format:

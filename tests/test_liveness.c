@@ -2,13 +2,18 @@
  * src/core/liveness.c) against sockets and processes made here: a listening
  * port connects (alive), a closed port is refused (gone), a port whose
  * full accept queue drops SYNs is unreachable (as a cut-off host), a reaped
- * child's pid is gone; and the lines sharc_liveness_probe prints for a made-up world. */
+ * child's pid is gone; and the lines sharc_liveness_probe prints for a made-up world.
+ * The tables set at start-up while the watchdog's thread already watches:
+ * the probe after them right (and, under make tsan, no data race). */
 #include "sharc/liveness.h"
 #include "test.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -166,5 +171,51 @@ TEST(liveness_probe_names_the_lost_ranks) {
              w[0].host, (int)w[1].pid);
     ASSERT_TRUE(sharc_liveness_json() != NULL);
     if (strcmp(sharc_liveness_json(), want) != 0) TEST_FAIL_AT("json %s\nexpected %s", sharc_liveness_json(), want);
+    sharc_liveness_close();
+}
+
+/* the watchdog thread's calls during a stall, until told to stop */
+static atomic_bool watch_stop;
+static atomic_int watch_calls;
+static void *watch_loop(void *arg) {
+    (void)arg;
+    for (uint64_t seq = 1; !atomic_load(&watch_stop); seq++) {
+        sharc_liveness_watch(seq, 1.0);
+        atomic_fetch_add(&watch_calls, 1);
+    }
+    return NULL;
+}
+
+TEST(liveness_peers_set_while_the_watchdog_watches) {
+    /* note [liveness]: sharc_liveness_set_peers runs after MPI_Init, when
+     * the watchdog's thread (started before it) may already call
+     * sharc_liveness_watch; a world of 2, rank 1 this process itself */
+    sharc_liveness_card w[2];
+    sharc_liveness_card_make(&w[0]);
+    w[1] = w[0];
+    pthread_t t;
+    ASSERT_EQ(pthread_create(&t, NULL, watch_loop, NULL), 0);
+    while (atomic_load(&watch_calls) < 100) sched_yield();
+    ASSERT_OK(sharc_liveness_set_peers(w, 2, 0));
+    for (int seen = atomic_load(&watch_calls); atomic_load(&watch_calls) < seen + 100;) sched_yield();
+    atomic_store(&watch_stop, true);
+    ASSERT_EQ(pthread_join(t, NULL), 0);
+    char path[512];
+    snprintf(path, sizeof path, "%s/liveness-watch.txt", sharc_test_tmpdir());
+    fflush(stderr);
+    const int saved = dup(STDERR_FILENO), fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    ASSERT_TRUE(saved >= 0 && fd >= 0 && dup2(fd, STDERR_FILENO) >= 0);
+    bool fresh;
+    const int lost = sharc_liveness_probe(300, &fresh);
+    dup2(saved, STDERR_FILENO);
+    close(fd);
+    close(saved);
+    ASSERT_EQ(lost, 0);
+    char text[512] = "";
+    FILE *f = fopen(path, "r");
+    ASSERT_TRUE(f && fread(text, 1, sizeof text - 1, f) > 0);
+    fclose(f);
+    const char *want = "[rank 0] liveness probe: the 1 other rank checked is alive\n";
+    if (strcmp(text, want) != 0) TEST_FAIL_AT("lines:\n%s\nexpected:\n%s", text, want);
     sharc_liveness_close();
 }

@@ -23,6 +23,8 @@
  *                                      update (sharc_fault_offload_delay_ms; note [offload-overlap])
  *   SHARC_TEST_MOE_RIG=G               every rank r routes its tokens to the experts e with e % G == r % G
  *                                      alone (sharc_fault_route_groups; note [moe-rig] in src/model/moe.c)
+ *   SHARC_TEST_CKPT_PIN_WINDOW=BYTES   a checkpoint load onto a device goes through pinned windows of BYTES
+ *                                      instead of 4 MiB (sharc_fault_ckpt_pin_window; note [ckpt-pinned])
  *   SHARC_CKPT_KILL_AT=STAGE           the process ends (exit 86) at that stage of a checkpoint save,
  *   [SHARC_CKPT_KILL_STEP=STEP]        any rank that reaches it, as a crash would (sites "ckpt:STAGE")
  *
@@ -49,6 +51,8 @@ sharc_fault sharc_fault_at(const char *site, int64_t step);
 int sharc_fault_offload_delay_ms(void);
 /* SHARC_TEST_MOE_RIG's G, the groups the experts are split in (0: off). */
 int sharc_fault_route_groups(void);
+/* SHARC_TEST_CKPT_PIN_WINDOW's BYTES (0: off). */
+long long sharc_fault_ckpt_pin_window(void);
 
 #ifdef __cplusplus
 }

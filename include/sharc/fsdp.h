@@ -145,6 +145,16 @@ float *sharc_fsdp_shard_write(sharc_fsdp *e, int unit);
  * host (file readers read into a host buffer, then copy it in). */
 sharc_status sharc_fsdp_shard_copy_in(sharc_fsdp *e, int u, int64_t shard_off, const float *src, int64_t n);
 sharc_status sharc_fsdp_shard_copy_out(const sharc_fsdp *e, int u, int64_t shard_off, float *dst, int64_t n);
+/* The same copy out, queued on the shard device's stream
+ * (sharc_device_stream(sharc_fsdp_shard_device(e))) and not waited for: dst
+ * is pinned host memory of that device (sharc_device_host_alloc) and is read
+ * only after synchronizing that stream (note [ckpt-pinned] in
+ * src/ckpt/writer.c); on the CPU device a memcpy, done on return. */
+sharc_status sharc_fsdp_shard_queue_out(const sharc_fsdp *e, int u, int64_t shard_off, float *dst, int64_t n);
+/* The copy in, queued on the same stream and not waited for: src must stay
+ * valid and unchanged until that stream is synchronized (importers read a
+ * unit's segments into one host buffer and wait once per unit). */
+sharc_status sharc_fsdp_shard_queue_in(sharc_fsdp *e, int u, int64_t shard_off, const float *src, int64_t n);
 void sharc_fsdp_shard_write_end(sharc_fsdp *e);
 /* True when the shard group reads each other's parameter shards in place
  * from one shared-memory window, so gathers copy nothing (note [shared-params]). */

@@ -82,11 +82,25 @@ typedef struct {
 
 /* ----------------------------------------------------- shard_file.c */
 
+/* Bytes of each of the two pinned host buffers through which a load reaches
+ * a device's memory (note [ckpt-pinned] in writer.c). */
+#define SHARC_CKPT_PIN_WINDOW ((int64_t)4 << 20)
+
 typedef struct {
     sharc_ckpt_manifest *m;
     unsigned char *buf; /* (chunk_bytes) the last verified chunk */
     int file;
     int64_t chunk;
+    /* a device's load: two pinned windows, filled in turn; ev[i] marks the
+     * copies out of pin[i] queued so far on dev's stream */
+    sharc_device *dev;
+    char *pin[2];
+    int64_t win; /* their bytes (SHARC_CKPT_PIN_WINDOW) */
+    struct sharc_event *ev[2];
+    bool used[2]; /* copies from pin[i] were queued (ev[i] recorded when it was left) */
+    int cur;
+    int64_t fill; /* bytes of pin[cur] taken */
+    int waits;    /* host waits for a window to come free */
 } sharc_ckpt_reader;
 
 /* ----------------------------------------------------------- plan.c */
@@ -139,6 +153,8 @@ typedef struct {
     bool running; /* the background thread holds `job` */
     pthread_t thread;
     float *stage; /* ckpt.async: (file_bytes / 4) the staged copy, kept from one save to the next (SHARC_MEM_OTHER) */
+    int64_t stage_bytes;     /* its size */
+    sharc_device *stage_dev; /* a device's pinned host memory (note [ckpt-pinned]); NULL: sharc_alloc */
 } sharc_ckpt_writer;
 
 /* --------------------------------------------------------- manifest.c */

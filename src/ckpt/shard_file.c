@@ -24,6 +24,7 @@
 #include "internal.h"
 #include "sharc/activity.h"
 #include "sharc/device.h"
+#include "sharc/fault.h"
 #include "sharc/fileio.h"
 
 #include <errno.h>
@@ -87,19 +88,73 @@ static sharc_status reader_read(sharc_ckpt_reader *r, int fi, int64_t pos, int64
     return SHARC_OK;
 }
 
+/* Note [ckpt-pinned], the load side: a device's bytes go from the verified
+ * chunk into one of two pinned windows (SHARC_CKPT_PIN_WINDOW each), and
+ * from there by a copy queued on the device's stream without a wait; when a
+ * window is full the reader moves to the other one, waiting (event
+ * synchronize) only for the copies still reading it, so the host fills one
+ * window while the device copies the other, and a load waits once per
+ * window filled beyond the first two plus once at the end (reader_finish). */
+static sharc_status reader_pin(sharc_ckpt_reader *r, sharc_device *dev) {
+    r->dev = dev; /* what reader_finish frees, whatever was allocated */
+    r->cur = 0;
+    r->fill = 0;
+    r->win = sharc_fault_ckpt_pin_window() ? sharc_fault_ckpt_pin_window() : SHARC_CKPT_PIN_WINDOW;
+    for (int i = 0; i < 2; i++) {
+        r->pin[i] = sharc_device_host_alloc(dev, (size_t)r->win, SHARC_MEM_OTHER);
+        if (!r->pin[i])
+            return sharc_error(SHARC_ERR_NOMEM, "ckpt: cannot pin %lld bytes of host memory for a load",
+                               (long long)r->win);
+        SHARC_TRY(sharc_device_event_new(dev, &r->ev[i]));
+    }
+    return SHARC_OK;
+}
+
+/* Wait for the device's copies out of the pinned windows (status of the
+ * wait), then free them; st: the load's status so far. */
+static sharc_status reader_finish(sharc_ckpt_reader *r, sharc_status st) {
+    sharc_device *dev = r->dev;
+    if (!dev) return st;
+    sharc_status w = sharc_device_synchronize(sharc_device_stream(dev));
+    if (st == SHARC_OK) st = w;
+    for (int i = 0; i < 2; i++) {
+        if (r->ev[i]) sharc_device_event_free(r->ev[i]);
+        if (r->pin[i]) sharc_device_host_free(dev, r->pin[i]);
+        r->ev[i] = NULL;
+        r->pin[i] = NULL;
+    }
+    r->dev = NULL;
+    return st;
+}
+
 /* Bytes [pos, pos + n) of file fi into dst, device memory of dev (note
- * [shard-host-io]): chunk by chunk through the reader's host buffer, each
- * copy waited for before the buffer is refilled. */
+ * [shard-host-io]), through the pinned windows: done once reader_finish
+ * returns. */
 static sharc_status reader_read_device(sharc_ckpt_reader *r, sharc_device *dev, int fi, int64_t pos, int64_t n,
                                        void *dst) {
     if (sharc_device_is_host(dev)) return reader_read(r, fi, pos, n, dst);
+    if (!r->dev) SHARC_TRY(reader_pin(r, dev)); /* freed by reader_finish, even on failure */
+    sharc_stream *s = sharc_device_stream(dev);
     const int64_t cb = r->m->chunk_bytes;
     char *out = dst;
     while (n > 0) {
+        if (r->fill == r->win) { /* this window is full: record it, move to the other */
+            SHARC_TRY(sharc_device_event_record(r->ev[r->cur], s));
+            r->used[r->cur] = true;
+            r->cur ^= 1;
+            r->fill = 0;
+            if (r->used[r->cur]) {
+                SHARC_TRY(sharc_device_event_synchronize(r->ev[r->cur]));
+                r->waits++;
+            }
+        }
         int64_t c = pos / cb, in = pos - c * cb, take = cb - in < n ? cb - in : n;
+        if (take > r->win - r->fill) take = r->win - r->fill;
         SHARC_TRY(reader_chunk(r, fi, c));
-        SHARC_TRY(sharc_device_copy(dev, out, r->buf + in, (size_t)take, SHARC_COPY_HOST_TO_DEVICE, NULL));
-        SHARC_TRY(sharc_device_synchronize(sharc_device_stream(dev)));
+        char *w = r->pin[r->cur] + r->fill;
+        memcpy(w, r->buf + in, (size_t)take);
+        SHARC_TRY(sharc_device_copy(dev, out, w, (size_t)take, SHARC_COPY_HOST_TO_DEVICE, s));
+        r->fill += take;
         out += take;
         pos += take;
         n -= take;
@@ -231,6 +286,7 @@ sharc_status sharc_ckpt_shard_read(sharc_ckpt_manifest *m, sharc_fsdp *e, sharc_
             }
         }
     }
+    st = reader_finish(&rd, st); /* the load's one wait for the device's copies */
     if (a && st == SHARC_OK) st = sharc_adamw_flush(a);
     free(rd.buf);
     return st;

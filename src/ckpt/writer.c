@@ -2,13 +2,32 @@
  * the pieces of the file in the order of the range plan (note
  * [ckpt-layout]), on the live shards, or under ckpt.async on a copy staged
  * in memory, written by a background thread while training goes on (note
- * [ckpt-async]). The file itself is shard_file.c's. */
+ * [ckpt-async]). The file itself is shard_file.c's.
+ *
+ * Note [ckpt-pinned]. On a device whose memory is not the host's, a save
+ * always stages, into pinned host memory of that device (the file's bytes,
+ * allocated at the first save, kept for the next, freed with the writer at
+ * the end of training): each parameter segment and moment chunk is a
+ * device-to-host copy queued on the shard device's stream, asynchronous
+ * because the destination is pinned, and job_prepare waits once for all of
+ * them; the writer (the background thread under ckpt.async) then reads host
+ * memory only. A pageable destination would make every copy a host wait
+ * (113 for the tiny test model's save). The load side is in shard_file.c
+ * (reader_read_device). */
 #include "internal.h"
 #include "sharc/alloc.h"
 #include "sharc/device.h"
 
 #include <stdlib.h>
 #include <string.h>
+
+static void writer_stage_free(sharc_ckpt_writer *w) {
+    if (w->stage_dev) sharc_device_host_free(w->stage_dev, w->stage);
+    else sharc_free(w->stage);
+    w->stage = NULL;
+    w->stage_dev = NULL;
+    w->stage_bytes = 0;
+}
 
 static void job_clear(sharc_ckpt_job *j) {
     free(j->pieces);
@@ -28,18 +47,26 @@ static sharc_status job_prepare(sharc_ckpt_writer *w, const sharc_ckpt_plan *p, 
     j->chunk_crc = calloc((size_t)j->nchunks + 1, sizeof(uint32_t));
     if (!j->pieces || !j->chunk_crc) return sharc_error(SHARC_ERR_NOMEM, "ckpt: out of memory");
     float *dst = NULL;
-    /* note [shard-host-io]: a device's shards and moments reach the file
-     * through a staged host copy, made here with device-to-host copies */
+    /* note [ckpt-pinned]: a device's shards and moments reach the file
+     * through a staged copy in pinned host memory, every device-to-host copy
+     * queued on the shard device's stream and waited for once, below */
     sharc_device *dev = sharc_fsdp_shard_device(e);
     const bool host = sharc_device_is_host(dev);
     if (!host) stage = true;
     if (stage && j->bytes > 0) {
-        if (!w->stage) w->stage = sharc_alloc((size_t)j->bytes, SHARC_MEM_OTHER);
+        if (w->stage && w->stage_bytes < j->bytes) writer_stage_free(w);
+        if (!w->stage) {
+            w->stage = host ? sharc_alloc((size_t)j->bytes, SHARC_MEM_OTHER)
+                            : sharc_device_host_alloc(dev, (size_t)j->bytes, SHARC_MEM_OTHER);
+            w->stage_dev = w->stage && !host ? dev : NULL;
+            w->stage_bytes = w->stage ? j->bytes : 0;
+        }
         dst = w->stage;
         if (!dst)
             return sharc_error(SHARC_ERR_NOMEM,
-                               "ckpt: cannot stage %lld bytes for ckpt.async (turn it off to save "
-                               "without a copy)",
+                               host ? "ckpt: cannot stage %lld bytes for ckpt.async (turn it off to save "
+                                      "without a copy)"
+                                    : "ckpt: cannot pin %lld bytes of host memory to stage the device's shards",
                                (long long)j->bytes);
     }
     int r = 0;
@@ -72,11 +99,11 @@ static sharc_status job_prepare(sharc_ckpt_writer *w, const sharc_ckpt_plan *p, 
                             float *mv;
                             SHARC_TRY(sharc_adamw_moment_view(a, u, kind - 1, off + done, len - done, &mv, &got));
                             if (host) memcpy(dst + done, mv, (size_t)got * sizeof(float));
-                            else
+                            else /* queued into pinned memory: no host wait */
                                 SHARC_TRY(sharc_device_copy(dev, dst + done, mv, (size_t)got * sizeof(float),
                                                             SHARC_COPY_DEVICE_TO_HOST, NULL));
                         }
-                    else if (q && !host) SHARC_TRY(sharc_fsdp_shard_copy_out(e, u, off, dst, len));
+                    else if (q && !host) SHARC_TRY(sharc_fsdp_shard_queue_out(e, u, off, dst, len));
                     else if (q) memcpy(dst, q, (size_t)len * sizeof(float));
                     else memset(dst, 0, (size_t)len * sizeof(float));
                     q = dst;
@@ -86,6 +113,8 @@ static sharc_status job_prepare(sharc_ckpt_writer *w, const sharc_ckpt_plan *p, 
             }
     }
     j->npieces = r;
+    /* the one host wait of a save on a device: every copy above was queued
+     * on this stream (sharc_fsdp_shard_queue_out's, and the moments' NULL) */
     return host ? SHARC_OK : sharc_device_synchronize(sharc_device_stream(dev));
 }
 
@@ -114,6 +143,5 @@ void sharc_ckpt_writer_join(sharc_ckpt_writer *w) {
 void sharc_ckpt_writer_free(sharc_ckpt_writer *w) {
     sharc_ckpt_writer_join(w);
     job_clear(&w->job);
-    sharc_free(w->stage);
-    w->stage = NULL;
+    writer_stage_free(w);
 }

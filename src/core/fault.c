@@ -93,6 +93,12 @@ int sharc_fault_offload_delay_ms(void) {
     return v && *v ? atoi(v) : 0;
 }
 
+long long sharc_fault_ckpt_pin_window(void) {
+    const char *v = getenv("SHARC_TEST_CKPT_PIN_WINDOW");
+    long long b = v && *v ? atoll(v) : 0;
+    return b > 0 ? b : 0;
+}
+
 int sharc_fault_route_groups(void) {
     const char *v = getenv("SHARC_TEST_MOE_RIG");
     return v && *v ? atoi(v) : 0;

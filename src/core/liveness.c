@@ -75,7 +75,11 @@ static sharc_liveness_card me;
 static sharc_liveness_card probe_card[SHARC_LIVENESS_PROBED];
 static bool probe_local[SHARC_LIVENESS_PROBED];
 static int probe_rank[SHARC_LIVENESS_PROBED];
-static int nprobe, world_size = 0, self_rank, tcp_off_rank = -1;
+static int nprobe, self_rank, tcp_off_rank = -1;
+/* written last by sharc_liveness_set_peers: the watchdog thread, which may
+ * already run (it starts before MPI_Init), reads the tables above only after
+ * it reads this >= 2 */
+static atomic_int world_size;
 static atomic_flag probing = ATOMIC_FLAG_INIT; /* the report: once per process */
 static atomic_bool busy;                       /* a probe runs (the watchdog thread or the report) */
 static sharc_liveness verdict[SHARC_LIVENESS_PROBED];
@@ -177,13 +181,13 @@ sharc_status sharc_liveness_set_peers(const sharc_liveness_card *cards, int worl
     }
     me = cards[self];
     self_rank = self;
-    world_size = world;
+    atomic_store(&world_size, world);
     atomic_store(&have_json, false);
     return SHARC_OK;
 }
 
 void sharc_liveness_close(void) {
-    world_size = 0;
+    atomic_store(&world_size, 0);
     nprobe = 0;
     int s = atomic_exchange(&listener, -1);
     if (s >= 0) close(s);
@@ -291,7 +295,7 @@ static bool any_lost(const sharc_liveness *v) {
 void sharc_liveness_watch(uint64_t seq, double stalled_s) {
     static uint64_t cur = 0;
     static double next = 0;
-    if (world_size < 2) return;
+    if (atomic_load(&world_size) < 2) return;
     if (seq != cur) cur = seq, next = 0, atomic_store(&stall_found, false);
     if (stalled_s < 0.5 || stalled_s < next || atomic_load(&stall_found) || atomic_exchange(&busy, true)) return;
     sharc_liveness_probe_cards(probe_card, probe_local, nprobe, &me, 300, stall_verdict);
@@ -305,7 +309,8 @@ void sharc_liveness_watch(uint64_t seq, double stalled_s) {
 
 int sharc_liveness_probe(int timeout_ms, bool *fresh) {
     *fresh = false;
-    if (world_size < 2 || atomic_flag_test_and_set(&probing)) return -1;
+    const int world = atomic_load(&world_size);
+    if (world < 2 || atomic_flag_test_and_set(&probing)) return -1;
     const int saved_errno = errno;
     /* a probe of the watchdog thread running now: its result, if it finds one */
     for (int waited = 0; atomic_load(&busy) && waited < timeout_ms; waited += 10) poll(NULL, 0, 10);
@@ -320,7 +325,7 @@ int sharc_liveness_probe(int timeout_ms, bool *fresh) {
     const int r = self_rank;
     int lost = 0, len;
     size_t jl = 0;
-    ADD("{\"probed\": %d, \"of\": %d, \"lost\": [", nprobe, world_size - 1);
+    ADD("{\"probed\": %d, \"of\": %d, \"lost\": [", nprobe, world - 1);
     for (int i = 0; i < nprobe; i++) {
         const sharc_liveness_card *c = &probe_card[i];
         if (v[i] == SHARC_LIVE_GONE)
@@ -347,7 +352,7 @@ int sharc_liveness_probe(int timeout_ms, bool *fresh) {
                        nprobe == 1 ? "" : "s", nprobe == 1 ? "is" : "are");
         say(line, len < (int)sizeof line ? len : (int)sizeof line - 1);
     }
-    if (nprobe < world_size - 1) {
+    if (nprobe < world - 1) {
         char why[160] = "";
         if (tcp_off_rank >= 0)
             snprintf(why, sizeof why, "; other hosts not probed: rank %d did not answer the check at start-up",
@@ -355,7 +360,7 @@ int sharc_liveness_probe(int timeout_ms, bool *fresh) {
         len = snprintf(line, sizeof line,
                        "[rank %d] liveness probe: checked %d of the %d other ranks (this host's, then the nearest "
                        "by rank, at most %d%s)\n",
-                       r, nprobe, world_size - 1, SHARC_LIVENESS_PROBED, why);
+                       r, nprobe, world - 1, SHARC_LIVENESS_PROBED, why);
         say(line, len < (int)sizeof line ? len : (int)sizeof line - 1);
     }
     errno = saved_errno;

@@ -5,13 +5,17 @@
  * uses the widest vectors the CPU has. OpenMP outlines the body of a
  * parallel region into a separate function that does not inherit the clones,
  * so the pattern is: a plain function opens the parallel loop over chunks of
- * rows and calls a SHARC_VEC function on each chunk. */
+ * rows and calls a SHARC_VEC function on each chunk. Under ThreadSanitizer
+ * (make tsan) the clones are off: GCC instruments the clones' resolver, an
+ * ifunc the dynamic loader runs before TSan's runtime has started, and the
+ * program dies at load. */
 #ifndef SHARC_PARALLEL_H
 #define SHARC_PARALLEL_H
 
 #include <stdint.h>
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(SHARC_NO_CLONES)
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(SHARC_NO_CLONES) &&                    \
+    !defined(__SANITIZE_THREAD__)
 #define SHARC_VEC __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else
 #define SHARC_VEC

@@ -31,23 +31,33 @@ float *sharc_fsdp_shard_write(sharc_fsdp *e, int u) {
 }
 
 /* Note [shard-host-io]. Copies between host memory and a shard go through
- * the device on the engine's stream and are waited for, so file readers and
- * writers keep their one host buffer; on the CPU device they are memcpy. */
-sharc_status sharc_fsdp_shard_copy_in(sharc_fsdp *e, int u, int64_t shard_off, const float *src, int64_t n) {
+ * the device on the engine's shard stream; _copy_in/_out wait for theirs, so
+ * a caller may reuse its host buffer at once, _queue_in/_out do not, so a
+ * caller batches a unit's or a file's copies behind one wait (the
+ * importers, note [ckpt-pinned]); on the CPU device they are memcpy. */
+sharc_status sharc_fsdp_shard_queue_in(sharc_fsdp *e, int u, int64_t shard_off, const float *src, int64_t n) {
     sharc_fsdp_unit *t = sharc_fsdp_unit_at(e, u);
     SHARC_CHECK(shard_off >= 0 && n >= 0 && shard_off + n <= t->numel_shard);
     SHARC_TRY(sharc_fsdp_shard_sync(e)); /* note [offload-overlap] (overlap.c) */
-    SHARC_TRY(sharc_device_copy(e->sdev, sharc_fsdp_shard_write(e, u) + shard_off, src, (size_t)n * sizeof(float),
-                                SHARC_COPY_HOST_TO_DEVICE, e->sstream));
+    return sharc_device_copy(e->sdev, sharc_fsdp_shard_write(e, u) + shard_off, src, (size_t)n * sizeof(float),
+                             SHARC_COPY_HOST_TO_DEVICE, e->sstream);
+}
+
+sharc_status sharc_fsdp_shard_copy_in(sharc_fsdp *e, int u, int64_t shard_off, const float *src, int64_t n) {
+    SHARC_TRY(sharc_fsdp_shard_queue_in(e, u, shard_off, src, n));
     return sharc_device_synchronize(e->sstream);
 }
 
-sharc_status sharc_fsdp_shard_copy_out(const sharc_fsdp *e, int u, int64_t shard_off, float *dst, int64_t n) {
+sharc_status sharc_fsdp_shard_queue_out(const sharc_fsdp *e, int u, int64_t shard_off, float *dst, int64_t n) {
     const sharc_fsdp_unit *t = sharc_fsdp_unit_at(e, u);
     SHARC_CHECK(shard_off >= 0 && n >= 0 && shard_off + n <= t->numel_shard);
     SHARC_TRY(sharc_fsdp_shard_sync(e)); /* note [offload-overlap] (overlap.c) */
-    SHARC_TRY(sharc_device_copy(e->sdev, dst, t->param_shard + shard_off, (size_t)n * sizeof(float),
-                                SHARC_COPY_DEVICE_TO_HOST, e->sstream));
+    return sharc_device_copy(e->sdev, dst, t->param_shard + shard_off, (size_t)n * sizeof(float),
+                             SHARC_COPY_DEVICE_TO_HOST, e->sstream);
+}
+
+sharc_status sharc_fsdp_shard_copy_out(const sharc_fsdp *e, int u, int64_t shard_off, float *dst, int64_t n) {
+    SHARC_TRY(sharc_fsdp_shard_queue_out(e, u, shard_off, dst, n));
     return sharc_device_synchronize(e->sstream);
 }
 

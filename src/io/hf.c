@@ -1075,19 +1075,28 @@ static sharc_status load_shards(sharc_fsdp *e, const char *dir) {
         const sharc_segment *segs;
         int nseg = sharc_fsdp_shard_segments(e, u, &segs);
         float *shard = sharc_fsdp_shard_write(e, u);
+        /* note [shard-host-io]: a device's shard is read into one host
+         * buffer per unit, copied in by queued copies, waited for once */
+        int64_t need = 1;
+        for (int k = 0; k < nseg; k++)
+            if (segs[k].shard_off + segs[k].len > need) need = segs[k].shard_off + segs[k].len;
+        float *tmp = host ? NULL : malloc((size_t)need * sizeof(float));
+        if (!host && !tmp)
+            st = sharc_error(SHARC_ERR_NOMEM, "hf '%s': out of memory for a unit of %lld floats", dir, (long long)need);
         for (int k = 0; k < nseg && st == SHARC_OK; k++) {
             const sharc_param_spec *ps = &s->params[segs[k].param];
             hf_name(hname, sizeof hname, prefix, ps->name);
             const sharc_st_file *f;
             const sharc_st_tensor *t = sharc_st_set_find(set, hname, &f);
-            /* note [shard-host-io]: a device's shard is read into host memory first */
-            float *tmp = host ? NULL : malloc((size_t)(segs[k].len > 0 ? segs[k].len : 1) * sizeof(float));
-            float *dst = tmp ? tmp : shard + segs[k].shard_off;
-            if (!host && !tmp) st = sharc_error(SHARC_ERR_NOMEM, "hf '%s': out of memory", sharc_st_path(f));
-            else if (is_transposed(fam, ps->name))
+            float *dst = (tmp ? tmp : shard) + segs[k].shard_off;
+            if (is_transposed(fam, ps->name))
                 st = read_transposed(f, t, ps->shape[0], ps->shape[1], segs[k].param_off, segs[k].len, dst);
             else st = sharc_st_read_f32(f, t, segs[k].param_off, segs[k].len, dst);
-            if (st == SHARC_OK && tmp) st = sharc_fsdp_shard_copy_in(e, u, segs[k].shard_off, tmp, segs[k].len);
+            if (st == SHARC_OK && tmp) st = sharc_fsdp_shard_queue_in(e, u, segs[k].shard_off, dst, segs[k].len);
+        }
+        if (tmp) { /* the unit's one wait, also after a failure: queued copies read tmp */
+            sharc_status w = sharc_device_synchronize(sharc_device_stream(sharc_fsdp_shard_device(e)));
+            if (st == SHARC_OK) st = w;
             free(tmp);
         }
     }

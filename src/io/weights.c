@@ -142,14 +142,24 @@ static sharc_status load_shards(sharc_fsdp *e, const char *path) {
         const sharc_segment *segs;
         int nseg = sharc_fsdp_shard_segments(e, u, &segs);
         float *shard = sharc_fsdp_shard_write(e, u);
+        /* note [shard-host-io]: a device's shard is read into one host
+         * buffer per unit, copied in by queued copies, waited for once */
+        int64_t need = 1;
+        for (int k = 0; k < nseg; k++)
+            if (segs[k].shard_off + segs[k].len > need) need = segs[k].shard_off + segs[k].len;
+        float *tmp = host ? NULL : malloc((size_t)need * sizeof(float));
+        if (!host && !tmp)
+            st = sharc_error(SHARC_ERR_NOMEM, "weights '%s': out of memory for a unit of %lld floats", path,
+                             (long long)need);
         for (int k = 0; k < nseg && st == SHARC_OK; k++) {
             const sharc_st_tensor *t = sharc_st_find(f, s->params[segs[k].param].name);
-            /* note [shard-host-io]: a device's shard is read into host memory first */
-            float *tmp = host ? NULL : malloc((size_t)(segs[k].len > 0 ? segs[k].len : 1) * sizeof(float));
-            if (!host && !tmp) st = sharc_error(SHARC_ERR_NOMEM, "weights '%s': out of memory", path);
-            if (st == SHARC_OK)
-                st = sharc_st_read_f32(f, t, segs[k].param_off, segs[k].len, tmp ? tmp : shard + segs[k].shard_off);
-            if (st == SHARC_OK && tmp) st = sharc_fsdp_shard_copy_in(e, u, segs[k].shard_off, tmp, segs[k].len);
+            st = sharc_st_read_f32(f, t, segs[k].param_off, segs[k].len, (tmp ? tmp : shard) + segs[k].shard_off);
+            if (st == SHARC_OK && tmp)
+                st = sharc_fsdp_shard_queue_in(e, u, segs[k].shard_off, tmp + segs[k].shard_off, segs[k].len);
+        }
+        if (tmp) { /* the unit's one wait, also after a failure: queued copies read tmp */
+            sharc_status w = sharc_device_synchronize(sharc_device_stream(sharc_fsdp_shard_device(e)));
+            if (st == SHARC_OK) st = w;
             free(tmp);
         }
     }

@@ -188,7 +188,10 @@ sharc_status sharc_telemetry_reduce(sharc_comm *world, const sharc_step_stats *l
 
 /* ---------------------------------------------------------------- peak */
 
-static volatile float fma_sink;
+/* where each loop leaves its result, so the compiler keeps the loop; one a
+ * thread: the loops run on every OpenMP thread at once (a shared sink is a
+ * data race, which make tsan reports) */
+static _Thread_local volatile float fma_sink;
 
 /* Note [peak-fma]: 12 independent accumulators hide the FMA latency
  * (4 cycles x 2 pipes on current cores need 8); each iteration is 12 FMAs

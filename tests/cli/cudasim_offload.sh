@@ -128,7 +128,7 @@ if command -v mpirun > /dev/null && [ -f "$FAKE" ]; then
   for x in "$OFF" "--fsdp.cpu_offload=false"; do
     out=n2; [ "$x" = "$OFF" ] || out=p2
     SHARC_COMM=nccl SHARC_NCCL_LIB="$FAKE" SHARC_CUDA_DRIVER_LIB="$FAKE" FAKE_NCCL_STATS=1 \
-      timeout 100 mpirun --allow-run-as-root --oversubscribe -n 2 -x SHARC_COMM -x SHARC_NCCL_LIB \
+      timeout 100 env "$NOLEAK" mpirun --allow-run-as-root --oversubscribe -n 2 -x SHARC_COMM -x SHARC_NCCL_LIB \
       -x SHARC_CUDA_DRIVER_LIB -x FAKE_NCCL_STATS -x SHARC_CUBLASLT_LIB "$SIM" train $M $x --ckpt.every=0 --log.eval_every=0 \
       --train.batch_size=2 --train.out_dir=$out --train.device=cuda > $out.log 2>&1 ||
       { tail -20 $out.log; die "2 ranks over nccl ($out)"; }
@@ -141,7 +141,7 @@ if command -v mpirun > /dev/null && [ -f "$FAKE" ]; then
   echo "nccl: 2 ranks = 1 rank within 1e-5, with offload and without"
   # rank 1's update of the last step fails: agreed after the steps, a line on each rank
   SHARC_COMM=nccl SHARC_NCCL_LIB="$FAKE" SHARC_CUDA_DRIVER_LIB="$FAKE" SHARC_TEST_OFFLOAD_UPDATE_FAIL=1:2 \
-    timeout 100 mpirun --allow-run-as-root --oversubscribe -n 2 -x SHARC_COMM -x SHARC_NCCL_LIB -x SHARC_CUDA_DRIVER_LIB \
+    timeout 100 env "$NOLEAK" mpirun --allow-run-as-root --oversubscribe -n 2 -x SHARC_COMM -x SHARC_NCCL_LIB -x SHARC_CUDA_DRIVER_LIB \
     -x SHARC_TEST_OFFLOAD_UPDATE_FAIL -x SHARC_CUBLASLT_LIB "$SIM" train $M $OFF --ckpt.every=0 --log.eval_every=0 \
     --train.batch_size=2 --train.max_steps=2 --train.out_dir=f2 --train.device=cuda > f2.log 2>&1; rc=$?
   [ $rc -eq 1 ] && grep -q '^\[rank 1\] error: fsdp.cpu_offload: the AdamW update of unit .* failed at step 2' f2.log &&

@@ -27,7 +27,7 @@ T="--data.path=text.txt --model.num_layers=2 --model.embed_dim=32 --model.num_he
 two() { # two COMM OUT ARGS...: 2 ranks, 2 sequences each
   local comm=$1 out=$2; shift 2
   SHARC_COMM=$comm SHARC_NCCL_LIB="$FAKE" SHARC_CUDA_DRIVER_LIB="$FAKE" FAKE_NCCL_STATS=1 \
-    timeout 100 mpirun --allow-run-as-root --oversubscribe -n 2 -x SHARC_COMM -x SHARC_NCCL_LIB \
+    timeout 100 env "$NOLEAK" mpirun --allow-run-as-root --oversubscribe -n 2 -x SHARC_COMM -x SHARC_NCCL_LIB \
     -x SHARC_CUDA_DRIVER_LIB -x FAKE_NCCL_STATS -x SHARC_CUBLASLT_LIB "$SIM" train $T --train.batch_size=2 \
     --train.out_dir=$out "$@" > $out.log 2>&1 || { tail -20 $out.log; die "$out: 2 ranks over $comm"; }
 }

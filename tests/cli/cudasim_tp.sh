@@ -40,7 +40,7 @@ M="--data.path=text.txt --model.num_layers=2 --model.embed_dim=32 --model.num_he
    --ckpt.every=0"
 LLAMA="--model.family=llama --model.num_kv_heads=2 --model.tie_embeddings=false --model.ff_hidden_dim=48
        --model.qk_norm=true"
-MPI="timeout 120 mpirun --allow-run-as-root --oversubscribe -n 2"
+MPI="timeout 120 env $NOLEAK mpirun --allow-run-as-root --oversubscribe -n 2"
 same() {
   for k in loss_metrics/global_avg_loss grad_norm; do near "$(col "$1" 0 $k)" "$(col "$2" 0 $k)" "$3: $k" || exit 1; done
 }

@@ -35,6 +35,13 @@
 #  - the optimizer step is one kernel launch (note [adamw-multi]: the
 #    simulator's launch counts, CUDASIM_LAUNCH_STATS), the gradient norm's
 #    sums two (note [sumsq-multi]);
+#  - note [ckpt-pinned]: a checkpoint save waits for the device once (it
+#    waited 113 times, per segment and moment chunk, into pageable memory),
+#    a load once per pinned window beyond the first two plus once (84 times,
+#    per chunk), here with 64 KiB windows so the load crosses several, and
+#    no allocation waits (note [cuda-zero-alloc]: 131 waits at start-up);
+#    counted in the simulator's backtrace of each host wait; an import
+#    (model.init_from) on cuda = cpu, waiting once per unit;
 #  - what is not supported on cuda yet is one line naming the key, exit 2.
 set -uo pipefail
 source "$SHARC_ROOT/tests/cli/cudasim_lib.inc"
@@ -42,6 +49,8 @@ source "$SHARC_ROOT/tests/cli/cudasim_lib.inc"
 # epilogues) of the simulated cuBLASLt's CUDASIM_SYNC_STATS lines in log $2
 lt() { sed -n "s/^cudasim cuBLASLt: \([0-9]*\) matmuls, \([0-9]*\) heuristic queries, \([0-9]*\) bias epilogues, \([0-9]*\) gelu epilogues$/\\$1/p" "$2" | sort -n | tr '\n' ' '; }
 NEAR_TOL=1e-4 # cuda against the CPU (a 2-rank nccl check below asks 1e-5)
+# host waits in CUDASIM_SYNC_TRACE log $1 with a frame of function $2
+tw() { awk -v f="($2+" '/^cudasim: host sync [0-9]+$/ { n += hit; hit = 0; next } index($0, f) { hit = 1 } END { print n + hit }' "$1"; }
 for i in $(seq 1 300); do echo "the quick brown fox jumps over the lazy dog $((i % 13))"; done > text.txt
 head -40 text.txt > val.txt
 M="--data.path=text.txt --model.num_layers=2 --model.embed_dim=32 --model.num_heads=2 --model.max_seq_len=16
@@ -54,7 +63,7 @@ fam_check() { # gpt2|llama (a subshell: exits on a failure)
   local fam=$1
   local X=""; [ $fam = llama ] && X="$LLAMA"
   "$CPU" train $M $X --train.out_dir=c$fam > c$fam.log 2>&1 || { cat c$fam.log; die "$fam: cpu run"; }
-  CUDASIM_LAUNCH_STATS=1 "$SIM" train $M $X --train.out_dir=g$fam --train.device=cuda > g$fam.log 2>&1 ||
+  CUDASIM_LAUNCH_STATS=1 CUDASIM_SYNC_TRACE=1 "$SIM" train $M $X --train.out_dir=g$fam --train.device=cuda > g$fam.log 2>&1 ||
     { tail -20 g$fam.log; die "$fam: cuda run"; }
   grep -q "device: cuda" g$fam.log || die "$fam: the cuda run's config does not say cuda"
   # note [adamw-multi]: one optimizer launch a step, none per segment
@@ -72,8 +81,20 @@ fam_check() { # gpt2|llama (a subshell: exits on a failure)
   # a cuda checkpoint resumed on the CPU, a CPU checkpoint resumed on cuda
   "$CPU" train $M $X --train.out_dir=r$fam --ckpt.resume=g$fam/checkpoints/step-00000003 > r$fam.log 2>&1 ||
     { cat r$fam.log; die "$fam: cpu resume of the cuda checkpoint"; }
-  "$SIM" train $M $X --train.out_dir=s$fam --train.device=cuda --ckpt.resume=c$fam/checkpoints/step-00000003 \
-    > s$fam.log 2>&1 || { tail -20 s$fam.log; die "$fam: cuda resume of the cpu checkpoint"; }
+  SHARC_TEST_CKPT_PIN_WINDOW=65536 CUDASIM_SYNC_TRACE=1 "$SIM" train $M $X --train.out_dir=s$fam --train.device=cuda \
+    --ckpt.resume=c$fam/checkpoints/step-00000003 > s$fam.log 2>&1 ||
+    { tail -20 s$fam.log; die "$fam: cuda resume of the cpu checkpoint"; }
+  # note [ckpt-pinned]: 2 saves (step 3, the last step) wait once each; the
+  # load of a B-byte file through 64 KiB windows once per window after the
+  # first two plus once at the end; note [cuda-zero-alloc]: no allocation waits
+  local b w
+  b=$(stat -c %s c$fam/checkpoints/step-00000003/shard-00000-of-00001.bin)
+  w=$(((b + 65535) / 65536))
+  [ $w -ge 3 ] || die "$fam: a $b-byte checkpoint fills $w 64 KiB windows: the load does not cross windows"
+  [ "$(tw g$fam.log sharc_ckpt_save)" = 2 ] && [ "$(tw s$fam.log sharc_ckpt_resume)" = $((w - 1)) ] &&
+    [ "$(tw g$fam.log sharc_device_alloc)" = 0 ] && [ "$(tw s$fam.log sharc_device_alloc)" = 0 ] ||
+    die "$fam: host waits: $(tw g$fam.log sharc_ckpt_save) in 2 saves (want 2), $(tw s$fam.log sharc_ckpt_resume)" \
+      "in a load of $b bytes (want $((w - 1))), $(tw g$fam.log sharc_device_alloc) in allocations (want 0)"
   for run in r$fam s$fam; do
     [ "$(col $run 1 loss_metrics/global_avg_loss | wc -l)" -eq 3 ] || die "$run: not 3 steps after the resume"
     near "$(col $run 4 loss_metrics/global_avg_loss)" "$(col c$fam 4 loss_metrics/global_avg_loss)" "$run resumed" || exit 1
@@ -90,7 +111,20 @@ p=$!
 wait $p; r1=$?
 cat fam-gpt2.log fam-llama.log
 [ $r1 = 0 ] && [ $r2 = 0 ] || exit 1
-echo "gpt2, llama: cuda = cpu within 1e-4 (6 steps, resume across devices both ways, final weights)"
+echo "gpt2, llama: cuda = cpu within 1e-4 (6 steps, resume across devices both ways, final weights);" \
+  "1 host wait a save, 1 per 64 KiB load window, none per allocation"
+
+# model.init_from on cuda (note [shard-host-io]): the CPU run's final
+# weights as the start of a 1-step run, cuda = cpu within 1e-4, the import
+# waiting for the device once per unit (GPT-2 at 2 layers: 4 units; it
+# waited once per parameter segment, 28 times)
+I="$M --model.init_from=cgpt2/model.safetensors --train.max_steps=1 --ckpt.every=0"
+"$CPU" train $I --train.out_dir=ic > ic.log 2>&1 || { cat ic.log; die "cpu init_from run"; }
+CUDASIM_SYNC_TRACE=1 "$SIM" train $I --train.out_dir=ig --train.device=cuda > ig.log 2>&1 ||
+  { tail -20 ig.log; die "cuda init_from run"; }
+near "$(col ig 1 loss_metrics/global_avg_loss)" "$(col ic 1 loss_metrics/global_avg_loss)" "init_from on cuda" || exit 1
+[ "$(tw ig.log sharc_weights_load)" = 4 ] || die "init_from: $(tw ig.log sharc_weights_load) host waits importing 4 units"
+echo "init_from on cuda: = cpu within 1e-4, 1 host wait per unit"
 
 # validation during training on cuda (batches staged in by sharc_eval_dataset)
 V="--log.eval_every=2 --data.val_path=val.txt --log.eval_batches=2 --train.max_steps=2 --ckpt.every=0"
@@ -143,7 +177,7 @@ if command -v mpirun > /dev/null && [ -f "$FAKE" ]; then
   for s in 1 3; do # n2s1: 1 step, for the host waits per step below
     out=n2; [ $s = 1 ] && out=n2s1
     SHARC_COMM=nccl SHARC_NCCL_LIB="$FAKE" SHARC_CUDA_DRIVER_LIB="$FAKE" FAKE_NCCL_STATS=1 CUDASIM_SYNC_STATS=1 \
-      timeout 120 mpirun --allow-run-as-root --oversubscribe -n 2 -x SHARC_COMM -x SHARC_NCCL_LIB \
+      timeout 120 env "$NOLEAK" mpirun --allow-run-as-root --oversubscribe -n 2 -x SHARC_COMM -x SHARC_NCCL_LIB \
       -x SHARC_CUDA_DRIVER_LIB -x FAKE_NCCL_STATS -x CUDASIM_SYNC_STATS -x SHARC_CUBLASLT_LIB "$SIM" train $N \
       --train.max_steps=$s --train.batch_size=2 --train.out_dir=$out --train.device=cuda > $out.log 2>&1 ||
       { tail -20 $out.log; die "2 ranks over nccl on cuda ($s steps)"; }

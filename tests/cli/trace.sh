@@ -20,11 +20,14 @@
 set -uo pipefail
 CHECK="$SHARC_ROOT/tests/cli/trace_check.py"
 cd "$TMPDIR" || exit 1
+# under make asan: no leak check of the 2-rank runs (Open MPI leaks at
+# finalize, see mpi_lib.inc); the 1-rank runs keep it
+NOLEAK="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
 die() { echo "FAIL: $*"; exit 1; }
 for i in $(seq 1 300); do echo "the quick brown fox jumps over the lazy dog $((i % 13))"; done > text.txt
 T="--data.path=text.txt --model.num_layers=2 --model.embed_dim=32 --model.num_heads=2 --model.max_seq_len=16
    --train.seq_len=16 --train.threads=1 --optim.warmup_steps=2 --train.max_steps=3 --ckpt.every=0"
-SHARC_COMM_SHM=0 SHARC_PROFILE_TRACE=$PWD/cpu.json timeout 60 mpirun --allow-run-as-root --oversubscribe -n 2 \
+ASAN_OPTIONS=$NOLEAK SHARC_COMM_SHM=0 SHARC_PROFILE_TRACE=$PWD/cpu.json timeout 60 mpirun --allow-run-as-root --oversubscribe -n 2 \
   -x SHARC_COMM_SHM -x SHARC_PROFILE_TRACE "$SHARC_BIN/sharc" train $T --train.batch_size=2 --train.out_dir=c2 \
   > c2.log 2>&1 || { tail -20 c2.log; die "CPU, 2 ranks"; }
 [ ! -e cpu.json ] || die "2 ranks wrote cpu.json (want cpu.rank<r>.json)"
@@ -57,7 +60,7 @@ if [ ! -x "$SIM" ] || [ ! -f "$FAKE" ]; then
   exit 0
 fi
 export SHARC_CUBLASLT_LIB="$SHARC_BIN/sim/libcudasim_cublaslt.so"
-SHARC_PROFILE_TRACE=$PWD/sim.json SHARC_COMM=nccl SHARC_NCCL_LIB="$FAKE" SHARC_CUDA_DRIVER_LIB="$FAKE" \
+ASAN_OPTIONS=$NOLEAK SHARC_PROFILE_TRACE=$PWD/sim.json SHARC_COMM=nccl SHARC_NCCL_LIB="$FAKE" SHARC_CUDA_DRIVER_LIB="$FAKE" \
   timeout 100 mpirun --allow-run-as-root --oversubscribe -n 2 -x SHARC_PROFILE_TRACE -x SHARC_COMM -x SHARC_NCCL_LIB \
   -x SHARC_CUDA_DRIVER_LIB -x SHARC_CUBLASLT_LIB "$SIM" train $T --train.device=cuda --fsdp.param_dtype=bf16 \
   --train.batch_size=2 --train.out_dir=s2 > s2.log 2>&1 || { tail -20 s2.log; die "cuda simulator, 2 ranks"; }

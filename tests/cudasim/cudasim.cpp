@@ -26,7 +26,10 @@
  * runs ahead because a different stream was drained. So work that reads
  * what another stream writes without an event between them reads stale
  * data, as it may on a GPU. CUDASIM_SYNC=1 runs everything when queued.
- * CUDASIM_LAUNCH_STATS=1 prints the launches queued, by kernel, at exit. */
+ * CUDASIM_LAUNCH_STATS=1 prints the launches queued, by kernel, at exit.
+ * CUDASIM_ORDER=forward|reverse|shuffle[:seed]: the order threads and
+ * blocks are resumed in (order_init below); CUDASIM_DIGEST=1 prints a hash
+ * of every device-to-host copy (copy_now). */
 
 #include "cudasim.h"
 
@@ -38,6 +41,7 @@
 #include <deque>
 #include <functional>
 #include <map>
+#include <numeric>
 #include <memory>
 #include <string>
 #include <setjmp.h>
@@ -238,7 +242,9 @@ struct sim_thread {
     const char *coll;   /* at AT_WARP: the warp collective it waits in (NULL: a shuffle) */
     uint64_t coll_key;  /* ... and the arguments every lane must agree on */
 };
-static std::vector<sim_thread *> threads;
+/* never destroyed: the pool lives as long as the process, and a vector
+ * destroyed at exit would leave LeakSanitizer (make asan) its threads unreachable */
+static std::vector<sim_thread *> &threads = *new std::vector<sim_thread *>;
 static jmp_buf sched_jb;
 static ucontext_t builder_uc;
 static sim_thread *creating;
@@ -377,7 +383,60 @@ static bool release_warps(void) {
     return any;
 }
 
+/* CUDASIM_ORDER (note [cudasim]): the order in which a block's threads
+ * (and so its warps) are resumed between synchronization points, and the
+ * order of a launch's blocks. forward (the default): thread 0 first, block
+ * 0 first; reverse: the last first; shuffle[:seed]: a permutation drawn
+ * anew for every round of every block (and a permuted block order) from a
+ * generator seeded once (seed 1 unless given), so a run is repeatable. A
+ * thread that reads what another thread of its block wrote, or overwrites
+ * what another reads, with no __syncthreads/__syncwarp/shuffle between
+ * them, gets the right value in forward order only by luck; reverse and
+ * shuffle give it the other order, as a GPU (Volta's independent thread
+ * scheduling included) may. */
+enum order_kind { ORDER_FORWARD, ORDER_REVERSE, ORDER_SHUFFLE };
+static order_kind order_mode;
+static uint64_t order_state; /* splitmix64 */
+static std::vector<int> order;
+
+static void order_init(void) {
+    static bool done;
+    if (done) return;
+    done = true;
+    const char *e = getenv("CUDASIM_ORDER");
+    if (!e || !e[0] || !strcmp(e, "forward")) order_mode = ORDER_FORWARD;
+    else if (!strcmp(e, "reverse")) order_mode = ORDER_REVERSE;
+    else if (!strncmp(e, "shuffle", 7) && (e[7] == 0 || e[7] == ':')) {
+        order_mode = ORDER_SHUFFLE;
+        order_state = 1;
+        if (e[7] == ':') {
+            char *end;
+            order_state = strtoull(e + 8, &end, 10);
+            if (e[8] == 0 || *end) die("CUDASIM_ORDER=%s: expected shuffle:SEED with a decimal seed", e);
+        }
+    } else die("CUDASIM_ORDER=%s: expected forward, reverse or shuffle[:seed]", e);
+}
+
+static uint64_t order_next(void) {
+    uint64_t z = (order_state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+/* the resume order of the next round over the block's n threads */
+static void order_round(int n) {
+    if ((int)order.size() != n || order_mode == ORDER_SHUFFLE) {
+        order.resize((size_t)n);
+        for (int i = 0; i < n; i++) order[(size_t)i] = order_mode == ORDER_REVERSE ? n - 1 - i : i;
+        if (order_mode == ORDER_SHUFFLE)
+            for (int i = n - 1; i > 0; i--)
+                std::swap(order[(size_t)i], order[(size_t)(order_next() % (uint64_t)(i + 1))]);
+    }
+}
+
 static void run_block(void) {
+    order.clear();
     for (int i = 0; i < nthreads; i++) {
         sim_thread &t = *threads[i];
         t.state = RUN;
@@ -386,7 +445,9 @@ static void run_block(void) {
         t.tid.z = (unsigned)(i / (cur_block_dim.x * cur_block_dim.y));
     }
     for (;;) {
-        for (int i = 0; i < nthreads; i++) {
+        order_round(nthreads);
+        for (int k = 0; k < nthreads; k++) {
+            int i = order[(size_t)k];
             if (threads[i]->state != RUN) continue;
             cur = threads[i];
             cur_index = i;
@@ -529,22 +590,30 @@ static void launch_now(const char *kernel, const launch_cfg &cfg, body_fn body, 
     cur_block_dim = cfg.block;
     cur_grid_dim = cfg.grid;
     device_enter();
-    for (unsigned z = 0; z < cfg.grid.z; z++)
-        for (unsigned y = 0; y < cfg.grid.y; y++)
-            for (unsigned x = 0; x < cfg.grid.x; x++) {
-                cur_block.x = x;
-                cur_block.y = y;
-                cur_block.z = z;
-                run_block();
-            }
+    /* blocks in CUDASIM_ORDER too: reverse, or shuffled as b -> (a b + c)
+     * mod nb with a prime to nb (a permutation needing no table) */
+    uint64_t nb = (uint64_t)cfg.grid.x * cfg.grid.y * cfg.grid.z, a = 1, c = 0;
+    if (order_mode == ORDER_SHUFFLE && nb > 1) {
+        c = order_next() % nb;
+        do a = order_next() % nb;
+        while (std::gcd(a, nb) != 1);
+    }
+    for (uint64_t k = 0; k < nb; k++) {
+        uint64_t b = order_mode == ORDER_REVERSE ? nb - 1 - k : (uint64_t)(((unsigned __int128)a * k + c) % nb);
+        cur_block.x = (unsigned)(b % cfg.grid.x);
+        cur_block.y = (unsigned)(b / cfg.grid.x % cfg.grid.y);
+        cur_block.z = (unsigned)(b / ((uint64_t)cfg.grid.x * cfg.grid.y));
+        run_block();
+    }
     device_leave();
     cur_kernel = NULL;
 }
 
 void run(const char *kernel, const launch_cfg &cfg, body_fn body, void *arg, body_fn drop, const void *const *ptrs,
-         int nptr) {
+         const size_t *align, int nptr) {
     pthread_mutex_lock(&lock);
     init_once();
+    order_init();
     int nt = (int)(cfg.block.x * cfg.block.y * cfg.block.z);
     unsigned long long nb = (unsigned long long)cfg.grid.x * cfg.grid.y * cfg.grid.z;
     if (nt < 1 || nt > 1024 || cfg.block.z > 64 || nb < 1 || cfg.grid.y > 65535 || cfg.grid.z > 65535 ||
@@ -565,6 +634,10 @@ void run(const char *kernel, const launch_cfg &cfg, body_fn body, void *arg, bod
             die("%s: pointer argument %d (%p) is not device memory (%s)", kernel, i + 1, ptrs[i],
                 in_arena(ptrs[i]) ? what : "a host address");
         }
+        if ((uintptr_t)ptrs[i] % align[i])
+            die("%s: pointer argument %d (%p) is not aligned to the %zu bytes of its type: a GPU faults (misaligned "
+                "address)",
+                kernel, i + 1, ptrs[i], align[i]);
     }
     count_launch(kernel);
     launch_cfg c = cfg;
@@ -795,12 +868,26 @@ static bool pinned(const void *p, size_t n) {
     return r && r->pinned_host;
 }
 
-static void copy_now(void *dst, const void *src, size_t n) {
+/* CUDASIM_DIGEST=1: every device-to-host copy prints "cudasim: d2h BYTES
+ * HASH" (FNV-1a of the bytes) as it runs, so two runs (CUDASIM_ORDER
+ * forward and reverse) can be compared bit for bit by diffing their logs. */
+static bool digest_on(void) {
+    static int v = -1;
+    if (v < 0) v = getenv("CUDASIM_DIGEST") && getenv("CUDASIM_DIGEST")[0] == '1';
+    return v;
+}
+
+static void copy_now(void *dst, const void *src, size_t n, bool to_host = false) {
     cur_kernel = "a copy";
     device_enter();
     memmove(dst, src, n);
     device_leave();
     cur_kernel = NULL;
+    if (to_host && digest_on()) {
+        uint64_t h = 0xcbf29ce484222325ull;
+        for (size_t i = 0; i < n; i++) h = (h ^ ((const unsigned char *)dst)[i]) * 0x100000001b3ull;
+        fprintf(stderr, "cudasim: d2h %zu %016llx\n", n, (unsigned long long)h);
+    }
 }
 
 /* CUDA's rules for a copy on a stream: from pageable host memory, the bytes
@@ -819,7 +906,8 @@ static cudaError_t copy_on(sim_stream *st, void *dst, const void *src, size_t n,
                 std::make_shared<std::vector<char>>((const char *)src, (const char *)src + n);
             enqueue(st, [dst, snap, n]() { copy_now(dst, snap->data(), n); });
         } else {
-            enqueue(st, [dst, src, n]() { copy_now(dst, src, n); });
+            bool to_host = d == 0 && s == 1;
+            enqueue(st, [dst, src, n, to_host]() { copy_now(dst, src, n, to_host); });
         }
         if (sync || (d == 0 && !pinned(dst, n))) {
             count_sync();

@@ -46,10 +46,11 @@ extern dim3 cur_block_dim, cur_grid_dim;
 /* Queue a launch on cfg.stream: body(arg) once per thread of every block
  * (kernel names the kernel in errors), then drop(arg). ptrs/nptr: the
  * kernel's pointer arguments, checked now to lie in device (or pinned host)
- * memory. */
+ * memory and to be aligned to align[i] bytes (their pointee type's: a GPU
+ * faults on a misaligned access, x86 does not). */
 typedef void (*body_fn)(void *arg);
 void run(const char *kernel, const launch_cfg &cfg, body_fn body, void *arg, body_fn drop, const void *const *ptrs,
-         int nptr);
+         const size_t *align, int nptr);
 
 /* Warp-level exchange: this thread's 8-byte value in, the value of lane src
  * (of this thread's warp) out; every lane named in mask must take part. */
@@ -66,9 +67,15 @@ float *warp_buf(void);
 /* abort naming the running kernel, block and thread */
 [[noreturn]] void kernel_fail(const char *what);
 
-/* Pointer arguments: collected by type (a pointer argument, or not). */
-template <class T> inline void collect_ptr(const void **out, int *n, const T &v) {
-    if constexpr (std::is_pointer<T>::value) out[(*n)++] = (const void *)v;
+/* Pointer arguments: collected by type (a pointer argument, or not), each
+ * with the alignment its pointee type needs (void: 1). */
+template <class T> inline void collect_ptr(const void **out, size_t *align, int *n, const T &v) {
+    if constexpr (std::is_pointer<T>::value) {
+        typedef typename std::remove_cv<typename std::remove_pointer<T>::type>::type U;
+        if constexpr (std::is_void<U>::value) align[*n] = 1;
+        else align[*n] = alignof(U);
+        out[(*n)++] = (const void *)v;
+    }
 }
 
 template <class... P> struct launch_box {
@@ -116,9 +123,19 @@ static void cudasim_launch_(const char *name, void (*k)(P...), const cudasim::la
     auto *box =
         new cudasim::launch_box<P...>{k, std::tuple<typename std::decay<P>::type...>(cudasim::convert_arg<P>(a)...)};
     const void *ptrs[sizeof...(P) + 1];
+    size_t align[sizeof...(P) + 1];
     int n = 0;
-    std::apply([&](const auto &...v) { (cudasim::collect_ptr(ptrs, &n, v), ...); }, box->args);
-    cudasim::run(name, cfg, cudasim::call_box<P...>, box, cudasim::drop_box<P...>, ptrs, n);
+    std::apply([&](const auto &...v) { (cudasim::collect_ptr(ptrs, align, &n, v), ...); }, box->args);
+    cudasim::run(name, cfg, cudasim::call_box<P...>, box, cudasim::drop_box<P...>, ptrs, align, n);
+}
+
+/* A kernel's __launch_bounds__(N) (moved into its body by rewrite.sh): a
+ * launch of more threads per block than N fails on a GPU; here it stops,
+ * naming the kernel. */
+#define cudasim_bounds(...) cudasim_bounds_(__VA_ARGS__)
+static inline void cudasim_bounds_(unsigned max_threads, unsigned min_blocks = 0, unsigned max_cluster = 0) {
+    if (cudasim::cur_block_dim.x * cudasim::cur_block_dim.y * cudasim::cur_block_dim.z > max_threads)
+        cudasim::kernel_fail("more threads per block than the kernel's __launch_bounds__");
 }
 
 /* a macro, so that the simulator sees each call site (threads waiting at

@@ -11,6 +11,10 @@
  * against the product worked out on the host, an elementwise scale of an
  * accumulator, and kernels that assume an element-to-lane map (row-major by
  * lane, or one shared by matrix_a and the accumulator) getting it wrong.
+ * `cudasim_selftest order`: a race on shared memory (a missing barrier)
+ * that forward order hides and CUDASIM_ORDER=reverse/shuffle exposes.
+ * `over_launch_bounds`: a launch over a kernel's __launch_bounds__;
+ * `misaligned_argument`: a double * argument 4 bytes off its alignment.
  * Every other case is a bug the simulator must stop with its message (a
  * host function, cudaLaunchHostFunc, is host code though the stream's queue
  * runs it between kernels):
@@ -58,6 +62,23 @@ __global__ static void k_tree(int *out, bool barriers) {
     }
     if (t == 0) out[blockIdx.x] = sh[0];
 }
+
+/* each thread writes its slot, then reads its left neighbour's (thread t
+ * - 1 of its warp; lane 0 reads nothing): sync 0 no barrier between (a
+ * race: right only if t - 1 ran first), 1 __syncwarp, 2 __syncthreads */
+__global__ static void k_neighbour(int *out, int sync) {
+    __shared__ int sh[64];
+    int t = threadIdx.x;
+    sh[t] = t + 1;
+    if (sync == 1) __syncwarp();
+    if (sync == 2) __syncthreads();
+    out[t] = t % 32 ? sh[t - 1] : t;
+}
+
+/* at most 32 threads a block: a launch of 64 fails on a GPU */
+__global__ static void __launch_bounds__(32) k_bounded(int *out) { out[threadIdx.x] = 1; }
+
+__global__ static void k_double(double *out) { out[0] = 1.0; }
 
 __global__ static void k_index(int *out) {
     int x = blockIdx.x * blockDim.x + threadIdx.x, y = blockIdx.y * blockDim.y + threadIdx.y,
@@ -307,6 +328,28 @@ static void values(void) {
     cudaFree(dd);
 }
 
+/* `cudasim_selftest order`: the neighbour kernel with each barrier (always
+ * right: PASS lines) and without one (its result printed, "right" or
+ * "wrong": tests/cli/cudasim.sh wants right in forward order and wrong in
+ * reverse and shuffle order, CUDASIM_ORDER, so the order knob is proven to
+ * expose a missing barrier) */
+static int order_case(void) {
+    int *d = dev_ints(64), h[64];
+    bool right[3];
+    for (int sync = 0; sync < 3; sync++) {
+        cudaMemset(d, 0, sizeof h);
+        k_neighbour<<<1, 64>>>(d, sync);
+        cudaMemcpy(h, d, sizeof h, cudaMemcpyDeviceToHost);
+        right[sync] = true;
+        for (int t = 0; t < 64; t++) right[sync] &= h[t] == t;
+    }
+    expect("a lane reads its neighbour's shared write after __syncwarp", right[1]);
+    expect("a thread reads its neighbour's shared write after __syncthreads", right[2]);
+    printf("without a barrier: %s\n", right[0] ? "right" : "wrong");
+    cudaFree(d);
+    return failed ? 1 : 0;
+}
+
 static void host_reads(void *p) { printf("%d\n", ((int *)p)[3]); }
 
 int main(int argc, char **argv) {
@@ -317,6 +360,7 @@ int main(int argc, char **argv) {
         printf("%d failed\n", failed);
         return failed ? 1 : 0;
     }
+    if (!strcmp(c, "order")) return order_case();
     int *d = dev_ints(64);
     if (!strcmp(c, "host_reads_device")) printf("%d\n", d[3]);
     if (!strcmp(c, "host_pointer_argument")) {
@@ -324,6 +368,16 @@ int main(int argc, char **argv) {
         k_split_sync<<<1, 32>>>(h);
     }
     if (!strcmp(c, "out_of_bounds")) k_write<<<1, 128>>>((float *)d, 64);
+    if (!strcmp(c, "over_launch_bounds")) {
+        k_bounded<<<1, 32>>>(d); /* within its bound: runs */
+        cudaDeviceSynchronize();
+        k_bounded<<<1, 64>>>(d);
+    }
+    if (!strcmp(c, "misaligned_argument")) {
+        k_double<<<1, 1>>>((double *)(d + 2)); /* 8 bytes in: aligned, runs */
+        cudaDeviceSynchronize();
+        k_double<<<1, 1>>>((double *)(d + 1)); /* 4 bytes in */
+    }
     if (!strcmp(c, "split_barrier")) k_split_sync<<<1, 32>>>(d);
     if (!strcmp(c, "shuffle_with_exited_lane")) k_shfl_exited<<<1, 32>>>(d);
     if (!strcmp(c, "wmma_divergent")) k_wmma_divergent<<<1, 32>>>((float *)dev_ints(512));

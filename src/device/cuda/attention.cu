@@ -98,8 +98,9 @@ __device__ static inline bool head_row_at(head_row *r, const float *qkv, int B, 
 }
 
 /* one warp per (b, h, i) */
-__global__ static void k_attn_fwd(float *out, float *lse, const float *qkv, const int32_t *lo, int B, int T, int NH,
-                                  int NKV, int hd, float scale) {
+__global__ static void __launch_bounds__(32 * WARPS)
+    k_attn_fwd(float *out, float *lse, const float *qkv, const int32_t *lo, int B, int T, int NH, int NKV, int hd,
+               float scale) {
     head_row r;
     if (!head_row_at(&r, qkv, B, T, NH, NKV, hd)) return;
     const int lane = threadIdx.x % 32, i = r.i, h = r.h, b = r.b, kvh = r.kvh;
@@ -113,8 +114,9 @@ __global__ static void k_attn_fwd(float *out, float *lse, const float *qkv, cons
 }
 
 /* dQ: one warp per (b, h, i) */
-__global__ static void k_attn_dq(float *dqkv, const float *dout, const float *qkv, const float *out, const float *lse,
-                                 const int32_t *lo, int B, int T, int NH, int NKV, int hd, float scale) {
+__global__ static void __launch_bounds__(32 * WARPS)
+    k_attn_dq(float *dqkv, const float *dout, const float *qkv, const float *out, const float *lse, const int32_t *lo,
+              int B, int T, int NH, int NKV, int hd, float scale) {
     head_row r;
     if (!head_row_at(&r, qkv, B, T, NH, NKV, hd)) return;
     const int lane = threadIdx.x % 32, i = r.i, h = r.h, b = r.b, kvh = r.kvh;
@@ -149,8 +151,9 @@ __global__ static void k_attn_dq(float *dqkv, const float *dout, const float *qk
 }
 
 /* dK, dV: one warp per (b, kv head, j), over the query heads of its group */
-__global__ static void k_attn_dkv(float *dqkv, const float *dout, const float *qkv, const float *out, const float *lse,
-                                  const int32_t *lo, int B, int T, int NH, int NKV, int hd, float scale) {
+__global__ static void __launch_bounds__(32 * WARPS)
+    k_attn_dkv(float *dqkv, const float *dout, const float *qkv, const float *out, const float *lse, const int32_t *lo,
+               int B, int T, int NH, int NKV, int hd, float scale) {
     int64_t row = (int64_t)blockIdx.x * WARPS + threadIdx.x / 32;
     int lane = threadIdx.x % 32;
     if (row >= (int64_t)B * NKV * T) return;
@@ -205,8 +208,9 @@ __global__ static void k_attn_dkv(float *dqkv, const float *dout, const float *q
 }
 
 /* generation: one warp per (i, h) of n new queries against the cache */
-__global__ static void k_attn_cached(float *out, const float *q, int64_t ldq, const float *kc, const float *vc,
-                                     const int32_t *lo, int n, int t0, int NH, int NKV, int hd, float scale) {
+__global__ static void __launch_bounds__(32 * WARPS)
+    k_attn_cached(float *out, const float *q, int64_t ldq, const float *kc, const float *vc, const int32_t *lo, int n,
+                  int t0, int NH, int NKV, int hd, float scale) {
     int64_t row = (int64_t)blockIdx.x * WARPS + threadIdx.x / 32;
     int lane = threadIdx.x % 32;
     if (row >= (int64_t)n * NH) return;

@@ -95,8 +95,8 @@ __device__ static inline int warp_min(int v) {
  * longest rows start first). Lane pair (2 l, 2 l + 1) of warp w owns the
  * softmax of tile row 16 w + l, each lane 32 of the 64 columns. */
 template <int NF>
-__global__ static void k_fa_fwd(float *out, float *lse, const float *qkv, const int32_t *lo, int T, int NH, int NKV,
-                                float scale) {
+__global__ static void __launch_bounds__(NWARP * 32, 1)
+    k_fa_fwd(float *out, float *lse, const float *qkv, const int32_t *lo, int T, int NH, int NKV, float scale) {
     const int hd = NF * 16;
     __shared__ __align__(32) bf16 kv[TILE][LDH];  /* Q (staging), then each K tile, then each V tile */
     __shared__ __align__(32) float sc[TILE][LDS]; /* scores of the tile; the output's staging */
@@ -230,8 +230,9 @@ __device__ static inline int row_state(float *Lr, float *Dr, int *lor, const flo
 
 /* dQ: block (query tile, b * NH + h), over the key tiles of its rows */
 template <int NF>
-__global__ static void k_fa_dq(float *dqkv, const float *dout, const float *qkv, const float *out, const float *lse,
-                               const int32_t *lo, int T, int NH, int NKV, float scale) {
+__global__ static void __launch_bounds__(NWARP * 32, 1)
+    k_fa_dq(float *dqkv, const float *dout, const float *qkv, const float *out, const float *lse, const int32_t *lo,
+            int T, int NH, int NKV, float scale) {
     const int hd = NF * 16;
     __shared__ __align__(32) bf16 ks[TILE][LDH];        /* Q (staging), then K tiles */
     __shared__ __align__(32) bf16 vs[TILE][LDH];        /* dO (staging), then V tiles */
@@ -318,8 +319,9 @@ __global__ static void k_fa_dq(float *dqkv, const float *dout, const float *qkv,
  * group and the query tiles at or after the key tile; warp w owns keys
  * 16 w .. 16 w + 15 of the tile */
 template <int NF>
-__global__ static void k_fa_dkv(float *dqkv, const float *dout, const float *qkv, const float *out, const float *lse,
-                                const int32_t *lo, int T, int NH, int NKV, float scale) {
+__global__ static void __launch_bounds__(NWARP * 32, 1)
+    k_fa_dkv(float *dqkv, const float *dout, const float *qkv, const float *out, const float *lse, const int32_t *lo,
+             int T, int NH, int NKV, float scale) {
     const int hd = NF * 16;
     __shared__ __align__(32) bf16 qs[TILE][LDH];       /* K (staging), then Q tiles */
     __shared__ __align__(32) bf16 dos[TILE][LDH];      /* V (staging), then dO tiles */

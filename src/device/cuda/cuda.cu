@@ -368,14 +368,49 @@ static sharc_status cuda_open(sharc_device *d, int index) {
     return SHARC_OK;
 }
 
+/* Note [cuda-zero-alloc]. A new device buffer reads as zeros on every
+ * stream (the CPU's calloc promise), without a host wait per buffer. All of
+ * sharc's streams are cudaStreamNonBlocking (cuda_stream_new), the default
+ * one included, so a cudaMemset on the legacy stream would be ordered before
+ * none of them: each allocation queues cudaMemsetAsync on the device's
+ * default stream instead, records one event there (zero_ev) and bumps
+ * sharc_cuda_zero_gen; any other stream, the next time work is queued on it
+ * (sharc_cuda_cs, the one way to a cudaStream_t), waits for that event on
+ * the device first, once per batch of allocations. cudaFree waits for the
+ * device, so a freed block's queued memset cannot outlive it. Not ordered:
+ * work on the legacy stream (NCCL given a NULL stream), which sharc queues
+ * only after synchronizing the streams that wrote what it reads. One GPU per
+ * process (note [gpu-of-rank]), so one event serves. */
+unsigned long sharc_cuda_zero_gen;
+static cudaEvent_t zero_ev;
+static pthread_mutex_t zero_lock = PTHREAD_MUTEX_INITIALIZER;
+
+void sharc_cuda_zero_order(sharc_cuda_stream *cs) {
+    pthread_mutex_lock(&zero_lock);
+    unsigned long g = sharc_cuda_zero_gen;
+    if (cs->zero_seen != g) {
+        SHARC_CUDA_CHECK(cudaStreamWaitEvent(cs->cs, zero_ev, 0));
+        cs->zero_seen = g;
+    }
+    pthread_mutex_unlock(&zero_lock);
+}
+
 static void *cuda_alloc(sharc_device *d, size_t bytes) {
     void *p = NULL;
     if (cudaMalloc(&p, bytes ? bytes : 256) != cudaSuccess) {
         (void)cudaGetLastError(); /* an out-of-memory error is not sticky: clear it */
         return NULL;
     }
-    /* zero-filled before anyone can use it, whatever stream they use */
-    if (cudaMemset(p, 0, bytes) != cudaSuccess || cudaDeviceSynchronize() != cudaSuccess) {
+    sharc_cuda_stream *c0 = (sharc_cuda_stream *)sharc_device_stream(d)->impl;
+    pthread_mutex_lock(&zero_lock);
+    cudaError_t e = zero_ev ? cudaSuccess : cudaEventCreateWithFlags(&zero_ev, cudaEventDisableTiming);
+    if (e == cudaSuccess && c0->zero_seen != sharc_cuda_zero_gen) e = cudaStreamWaitEvent(c0->cs, zero_ev, 0);
+    if (e == cudaSuccess) e = cudaMemsetAsync(p, 0, bytes, c0->cs);
+    if (e == cudaSuccess) e = cudaEventRecord(zero_ev, c0->cs);
+    if (e == cudaSuccess) c0->zero_seen = __atomic_add_fetch(&sharc_cuda_zero_gen, 1, __ATOMIC_RELEASE);
+    pthread_mutex_unlock(&zero_lock);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
         cudaFree(p);
         return NULL;
     }

@@ -23,10 +23,21 @@ typedef struct {
     cudaStream_t cs;
     void *scratch; /* grow-only, device memory of sharc_device_alloc (counted as OTHER) */
     size_t scratch_bytes;
-    void *gemm_ws; /* the cuBLASLt workspace of this stream */
+    void *gemm_ws;           /* the cuBLASLt workspace of this stream */
+    unsigned long zero_seen; /* note [cuda-zero-alloc]: the allocations this stream is ordered after */
 } sharc_cuda_stream;
 
-static inline cudaStream_t sharc_cuda_cs(sharc_stream *s) { return ((sharc_cuda_stream *)s->impl)->cs; }
+/* Note [cuda-zero-alloc] (cuda.cu): allocations so far, each zeroed on its
+ * device's default stream; a stream that has not yet waited for the latest
+ * zeroing does so (a stream-side event wait, no host wait) before anything
+ * more is queued on it. Every queueing goes through sharc_cuda_cs. */
+extern unsigned long sharc_cuda_zero_gen;
+void sharc_cuda_zero_order(sharc_cuda_stream *cs);
+static inline cudaStream_t sharc_cuda_cs(sharc_stream *s) {
+    sharc_cuda_stream *cs = (sharc_cuda_stream *)s->impl;
+    if (cs->zero_seen != __atomic_load_n(&sharc_cuda_zero_gen, __ATOMIC_ACQUIRE)) sharc_cuda_zero_order(cs);
+    return cs->cs;
+}
 
 
 /* note [cuda-errors] */

@@ -49,20 +49,24 @@ __device__ static inline float to_f32(uint16_t h, int dt) {
 
 /* ---- kernels ---- */
 
-__global__ static void k_add(float *y, const float *a, const float *b, int64_t n) {
+__global__ static void __launch_bounds__(THREADS) k_add(float *y, const float *a, const float *b, int64_t n) {
     GRID_STRIDE(i, n) y[i] = a[i] + b[i];
 }
-__global__ static void k_accumulate(float *y, const float *a, int64_t n) { GRID_STRIDE(i, n) y[i] += a[i]; }
-__global__ static void k_to16(uint16_t *dst, const float *src, int dt, int64_t n) {
+__global__ static void __launch_bounds__(THREADS) k_accumulate(float *y, const float *a, int64_t n) {
+    GRID_STRIDE(i, n) y[i] += a[i];
+}
+__global__ static void __launch_bounds__(THREADS) k_to16(uint16_t *dst, const float *src, int dt, int64_t n) {
     GRID_STRIDE(i, n) dst[i] = from_f32(src[i], dt);
 }
-__global__ static void k_from16(float *dst, const uint16_t *src, int dt, int64_t n) {
+__global__ static void __launch_bounds__(THREADS) k_from16(float *dst, const uint16_t *src, int dt, int64_t n) {
     GRID_STRIDE(i, n) dst[i] = to_f32(src[i], dt);
 }
-__global__ static void k_round(float *dst, const float *src, int dt, int64_t n) {
+__global__ static void __launch_bounds__(THREADS) k_round(float *dst, const float *src, int dt, int64_t n) {
     GRID_STRIDE(i, n) dst[i] = to_f32(from_f32(src[i], dt), dt);
 }
-__global__ static void k_fill(float *dst, float v, int64_t n) { GRID_STRIDE(i, n) dst[i] = v; }
+__global__ static void __launch_bounds__(THREADS) k_fill(float *dst, float v, int64_t n) {
+    GRID_STRIDE(i, n) dst[i] = v;
+}
 
 extern "C" void sharc_cuda_add(sharc_stream *s, float *y, const float *a, const float *b, int64_t n) {
     if (n <= 0) return;
@@ -114,14 +118,16 @@ struct rank_ptrs {
     const void *p[MAX_RANKS];
 };
 
-__global__ static void k_sum_f32(float *dst, const rank_ptrs src, int S, int64_t n, bool add) {
+__global__ static void __launch_bounds__(THREADS)
+    k_sum_f32(float *dst, const rank_ptrs src, int S, int64_t n, bool add) {
     GRID_STRIDE(i, n) {
         float acc = ((const float *)src.p[0])[i];
         for (int r = 1; r < S; r++) acc += ((const float *)src.p[r])[i];
         dst[i] = add ? dst[i] + acc : acc;
     }
 }
-__global__ static void k_sum_16(uint16_t *dst, const rank_ptrs src, int S, int64_t n, int dt) {
+__global__ static void __launch_bounds__(THREADS)
+    k_sum_16(uint16_t *dst, const rank_ptrs src, int S, int64_t n, int dt) {
     GRID_STRIDE(i, n) {
         float acc = to_f32(((const uint16_t *)src.p[0])[i], dt);
         for (int r = 1; r < S; r++) acc += to_f32(((const uint16_t *)src.p[r])[i], dt);
@@ -172,12 +178,12 @@ __device__ static double block_sum_doubles(double *sh, const double *part, int64
     }
     return sh[0];
 }
-__global__ static void k_sumsq_blocks(double *part, const float *x, int64_t n) {
+__global__ static void __launch_bounds__(THREADS) k_sumsq_blocks(double *part, const float *x, int64_t n) {
     __shared__ float sh[THREADS];
     double v = block_sumsq(sh, x, (int64_t)blockIdx.x * 4096, n);
     if (threadIdx.x == 0) part[blockIdx.x] = v;
 }
-__global__ static void k_sum_doubles(double *acc, const double *part, int64_t nb, bool add) {
+__global__ static void __launch_bounds__(1024) k_sum_doubles(double *acc, const double *part, int64_t nb, bool add) {
     __shared__ double sh[1024];
     double v = block_sum_doubles(sh, part, nb);
     if (threadIdx.x == 0) *acc = add ? *acc + v : v;
@@ -205,7 +211,8 @@ extern "C" void sharc_cuda_sumsq(sharc_stream *s, double *acc, const float *x, i
  * to end; the second launch is ONE block of 1024 threads that goes through
  * the entries in order, summing each entry's partials with sumsq's tree and
  * adding the result to acc[which] as sumsq's second kernel does. */
-__global__ static void k_sumsq_multi_blocks(double *part, const sharc_sumsq_seg *segs, int nseg) {
+__global__ static void __launch_bounds__(THREADS)
+    k_sumsq_multi_blocks(double *part, const sharc_sumsq_seg *segs, int nseg) {
     __shared__ float sh[THREADS];
     int64_t b = blockIdx.x;
     int lo = 0, hi = nseg - 1; /* the last entry whose blk <= b */
@@ -218,7 +225,8 @@ __global__ static void k_sumsq_multi_blocks(double *part, const sharc_sumsq_seg 
     double v = block_sumsq(sh, e.x, (b - e.blk) * 4096, e.n);
     if (threadIdx.x == 0) part[b] = v;
 }
-__global__ static void k_sumsq_multi_sum(double *acc, const double *part, const sharc_sumsq_seg *segs, int nseg) {
+__global__ static void __launch_bounds__(1024)
+    k_sumsq_multi_sum(double *acc, const double *part, const sharc_sumsq_seg *segs, int nseg) {
     __shared__ double sh[1024];
     for (int i = 0; i < nseg; i++) {
         const sharc_sumsq_seg &e = segs[i];
@@ -242,7 +250,7 @@ extern "C" void sharc_cuda_sumsq_multi(sharc_stream *s, double *acc, const sharc
 }
 
 /* note [loss-on-device]: one thread; __dadd_rn / __dmul_rn are never fused */
-__global__ static void k_loss_add(double *sums, const double *loss, double add, double weight) {
+__global__ static void __launch_bounds__(1) k_loss_add(double *sums, const double *loss, double add, double weight) {
     double l = __dadd_rn(*loss, add);
     sums[0] = __dadd_rn(sums[0], __dmul_rn(l, weight));
     sums[1] = __dadd_rn(sums[1], l);
@@ -265,7 +273,8 @@ __device__ static inline void adamw_at(float *p, const float *g, float *m, float
     p[i] = pi - k.step_size * mi / (sqrtf(vi) / k.sqrt_bc2 + k.eps);
 }
 
-__global__ static void k_adamw(float *p, const float *g, float *m, float *v, int64_t n, sharc_adamw_scalars k) {
+__global__ static void __launch_bounds__(THREADS)
+    k_adamw(float *p, const float *g, float *m, float *v, int64_t n, sharc_adamw_scalars k) {
     GRID_STRIDE(i, n) adamw_at(p, g, m, v, i, k.decay_mul, k);
 }
 
@@ -274,8 +283,8 @@ __global__ static void k_adamw(float *p, const float *g, float *m, float *v, int
  * search over `first` the first time and whenever its next element lies
  * past the entry it holds (a stride spans many small entries), then the
  * element is that entry's. */
-__global__ static void k_adamw_multi(const sharc_adamw_seg *segs, int nseg, int64_t total, sharc_adamw_scalars k,
-                                     float decay_mul) {
+__global__ static void __launch_bounds__(THREADS)
+    k_adamw_multi(const sharc_adamw_seg *segs, int nseg, int64_t total, sharc_adamw_scalars k, float decay_mul) {
     int cur = -1;
     int64_t lo = 0, hi = 0;
     GRID_STRIDE(i, total) {
@@ -311,8 +320,8 @@ extern "C" void sharc_cuda_adamw_multi(sharc_stream *s, const sharc_adamw_seg *s
     SHARC_CUDA_LAUNCHED();
 }
 
-__global__ static void k_copy_block(float *dst, int64_t ldd, const float *src, int64_t lds, int64_t cols, int64_t n,
-                                    bool add) {
+__global__ static void __launch_bounds__(THREADS)
+    k_copy_block(float *dst, int64_t ldd, const float *src, int64_t lds, int64_t cols, int64_t n, bool add) {
     GRID_STRIDE(i, n) {
         int64_t r = i / cols, c = i % cols;
         if (add) dst[r * ldd + c] += src[r * lds + c];
@@ -358,7 +367,8 @@ __device__ static float rng_normal(uint64_t seed, uint64_t stream, uint64_t inde
     return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
 }
 
-__global__ static void k_init_normal(float *dst, int64_t n, float std, uint64_t seed, uint64_t stream, uint64_t first) {
+__global__ static void __launch_bounds__(THREADS)
+    k_init_normal(float *dst, int64_t n, float std, uint64_t seed, uint64_t stream, uint64_t first) {
     GRID_STRIDE(i, n) dst[i] = std * rng_normal(seed, stream, first + (uint64_t)i);
 }
 
@@ -373,7 +383,8 @@ extern "C" void sharc_cuda_init_normal(sharc_stream *s, float *dst, int64_t n, f
  * its slice in row order into scratch, then a thread per column adds the
  * slices in slice order to out. */
 #define COL_SLICES 64
-__global__ static void k_colsum_part(float *part, const float *x, int64_t N, int C, int slices) {
+__global__ static void __launch_bounds__(THREADS)
+    k_colsum_part(float *part, const float *x, int64_t N, int C, int slices) {
     int c = blockIdx.x * blockDim.x + threadIdx.x, sl = blockIdx.y;
     if (c >= C) return;
     int64_t r0 = N * sl / slices, r1 = N * (sl + 1) / slices;
@@ -381,7 +392,7 @@ __global__ static void k_colsum_part(float *part, const float *x, int64_t N, int
     for (int64_t r = r0; r < r1; r++) a += x[r * C + c];
     part[(int64_t)sl * C + c] = a;
 }
-__global__ static void k_colsum_add(float *out, const float *part, int C, int slices) {
+__global__ static void __launch_bounds__(THREADS) k_colsum_add(float *out, const float *part, int C, int slices) {
     int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= C) return;
     float a = 0.0f;

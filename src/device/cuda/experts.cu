@@ -28,19 +28,21 @@
 #define GRID_STRIDE(i, n)                                                                                              \
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < (n); i += (int64_t)gridDim.x * blockDim.x)
 
-__global__ static void k_route_fwd(float *probs, int32_t *idx, float *wts, const float *logits, int64_t N, int E, int K,
-                                   bool norm_topk) {
+__global__ static void __launch_bounds__(128)
+    k_route_fwd(float *probs, int32_t *idx, float *wts, const float *logits, int64_t N, int E, int K, bool norm_topk) {
     GRID_STRIDE(t, N) sharc_moe_route_token(probs + t * E, idx + t * K, wts + t * K, logits + t * E, E, K, norm_topk);
 }
 
-__global__ static void k_route_bwd(float *dlogits, const float *dwts, const float *probs, const int32_t *idx,
-                                   const float *wts, const float *daux, int64_t N, int E, int K, bool norm_topk) {
+__global__ static void __launch_bounds__(128)
+    k_route_bwd(float *dlogits, const float *dwts, const float *probs, const int32_t *idx, const float *wts,
+                const float *daux, int64_t N, int E, int K, bool norm_topk) {
     GRID_STRIDE(t, N)
     sharc_moe_route_token_backward(dlogits + t * E, dwts + t * K, probs + t * E, idx + t * K, wts + t * K, daux, E, K,
                                    norm_topk);
 }
 
-__global__ static void k_gather(float *y, const float *x, const int32_t *rows, const float *scale, int64_t n, int C) {
+__global__ static void __launch_bounds__(THREADS)
+    k_gather(float *y, const float *x, const int32_t *rows, const float *scale, int64_t n, int C) {
     GRID_STRIDE(j, n * C) {
         int64_t i = j / C;
         int c = (int)(j % C);
@@ -50,8 +52,8 @@ __global__ static void k_gather(float *y, const float *x, const int32_t *rows, c
 }
 
 /* note [cuda-moe]: thread (c, blockIdx.y) owns column c of the rows r % MOE_PARTS == blockIdx.y */
-__global__ static void k_scatter_add(float *y, const float *x, const int32_t *rows, const float *scale, int64_t n,
-                                     int C) {
+__global__ static void __launch_bounds__(128)
+    k_scatter_add(float *y, const float *x, const int32_t *rows, const float *scale, int64_t n, int C) {
     int c = blockIdx.x * blockDim.x + threadIdx.x, part = blockIdx.y;
     if (c >= C) return;
     for (int64_t i = 0; i < n; i++) {
@@ -62,7 +64,8 @@ __global__ static void k_scatter_add(float *y, const float *x, const int32_t *ro
     }
 }
 
-__global__ static void k_row_dot(float *out, const float *a, const int32_t *rows, const float *b, int64_t n, int C) {
+__global__ static void __launch_bounds__(32 * ROW_BLOCK)
+    k_row_dot(float *out, const float *a, const int32_t *rows, const float *b, int64_t n, int C) {
     int64_t i = (int64_t)blockIdx.x * ROW_BLOCK + threadIdx.x / 32;
     int lane = threadIdx.x % 32;
     if (i >= n) return;
@@ -77,7 +80,7 @@ __global__ static void k_row_dot(float *out, const float *a, const int32_t *rows
  * the CPU's additions in the CPU's order, so the sums are bit-identical
  * (note [moe-waits] in src/model/moe.c). N E is a layer's router output:
  * small, and read once. */
-__global__ static void k_prob_sum(double *psum, const float *probs, int64_t N, int E) {
+__global__ static void __launch_bounds__(64) k_prob_sum(double *psum, const float *probs, int64_t N, int E) {
     int e = blockIdx.x * blockDim.x + threadIdx.x;
     if (e >= E) return;
     double a = 0.0;

@@ -25,7 +25,9 @@ static int rows_int(int64_t N, const char *what) {
 
 /* ------------------------------------------------------------- linear */
 
-__global__ static void k_bias(float *y, const float *b, int64_t N, int OC) { GRID_STRIDE(i, N * OC) y[i] += b[i % OC]; }
+__global__ static void __launch_bounds__(THREADS) k_bias(float *y, const float *b, int64_t N, int OC) {
+    GRID_STRIDE(i, N * OC) y[i] += b[i % OC];
+}
 
 /* Row-major y(N,OC) = x(N,IC) w(OC,IC)^T is column-major y^T = op(w) x^T with
  * w read transposed: m = OC, n = N, k = IC. */
@@ -171,8 +173,9 @@ extern "C" void sharc_cuda_matmul_backward_dgelu_b16(sharc_stream *s, float *dx,
  * elements i = lane (mod 32) in every loop, so no other lane's write is
  * read); the sums run in the order of the plain norm, so the bits are
  * those of add then the norm. */
-__global__ static void k_layernorm(float *y, float *mean, float *rstd, const float *x, const float *w, const float *b,
-                                   int64_t N, int C, float eps, const float *res, float *xsum) {
+__global__ static void __launch_bounds__(32 * ROW_BLOCK)
+    k_layernorm(float *y, float *mean, float *rstd, const float *x, const float *w, const float *b, int64_t N, int C,
+                float eps, const float *res, float *xsum) {
     int64_t r = (int64_t)blockIdx.x * ROW_BLOCK + threadIdx.x / 32;
     int lane = threadIdx.x % 32;
     if (r >= N) return;
@@ -215,8 +218,9 @@ extern "C" void sharc_cuda_add_layernorm_forward(sharc_stream *s, float *sum, fl
     SHARC_CUDA_LAUNCHED();
 }
 
-__global__ static void k_layernorm_dx(float *dx, const float *dy, const float *dres, const float *x, const float *w,
-                                      const float *mean, const float *rstd, int64_t N, int C) {
+__global__ static void __launch_bounds__(32 * ROW_BLOCK)
+    k_layernorm_dx(float *dx, const float *dy, const float *dres, const float *x, const float *w, const float *mean,
+                   const float *rstd, int64_t N, int C) {
     int64_t r = (int64_t)blockIdx.x * ROW_BLOCK + threadIdx.x / 32;
     int lane = threadIdx.x % 32;
     if (r >= N) return;
@@ -244,8 +248,9 @@ __device__ static inline int64_t row_at(int64_t r, int H, int C, int64_t ld) {
 }
 
 /* partial dw, db (and RMSNorm's dw: mean == NULL, xhat = x * rstd) per slice of rows */
-__global__ static void k_norm_dw_part(float *pdw, float *pdb, const float *dy, const float *x, const float *mean,
-                                      const float *rstd, int64_t N, int C, int H, int64_t ld, int slices) {
+__global__ static void __launch_bounds__(THREADS)
+    k_norm_dw_part(float *pdw, float *pdb, const float *dy, const float *x, const float *mean, const float *rstd,
+                   int64_t N, int C, int H, int64_t ld, int slices) {
     int c = blockIdx.x * blockDim.x + threadIdx.x, sl = blockIdx.y;
     if (c >= C) return;
     int64_t r0 = N * sl / slices, r1 = N * (sl + 1) / slices;
@@ -261,7 +266,7 @@ __global__ static void k_norm_dw_part(float *pdw, float *pdb, const float *dy, c
     if (pdb) pdb[(int64_t)sl * C + c] = ab;
 }
 
-__global__ static void k_parts_add(float *out, const float *part, int C, int slices) {
+__global__ static void __launch_bounds__(THREADS) k_parts_add(float *out, const float *part, int C, int slices) {
     int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= C) return;
     float a = 0.0f;
@@ -298,8 +303,9 @@ extern "C" void sharc_cuda_layernorm_backward(sharc_stream *s, float *dx, float 
 
 /* N rows of C (row_at); the per-head form has N = tokens x H. With res
  * (H 1), x + res is normalised (note [add-norm], k_layernorm). */
-__global__ static void k_rmsnorm(float *y, float *rstd, const float *x, const float *w, int64_t N, int C, int H,
-                                 int64_t ld, float eps, const float *res, float *xsum) {
+__global__ static void __launch_bounds__(32 * ROW_BLOCK)
+    k_rmsnorm(float *y, float *rstd, const float *x, const float *w, int64_t N, int C, int H, int64_t ld, float eps,
+              const float *res, float *xsum) {
     int64_t r = (int64_t)blockIdx.x * ROW_BLOCK + threadIdx.x / 32;
     int lane = threadIdx.x % 32;
     if (r >= N) return;
@@ -334,8 +340,9 @@ extern "C" void sharc_cuda_add_rmsnorm_forward(sharc_stream *s, float *sum, floa
 
 /* dx may alias dy: a lane reads its elements of the row (and the warp's
  * sum is complete) before it writes them */
-__global__ static void k_rmsnorm_dx(float *dx, const float *dy, const float *dres, const float *x, const float *w,
-                                    const float *rstd, int64_t N, int C, int H, int64_t ld) {
+__global__ static void __launch_bounds__(32 * ROW_BLOCK)
+    k_rmsnorm_dx(float *dx, const float *dy, const float *dres, const float *x, const float *w, const float *rstd,
+                 int64_t N, int C, int H, int64_t ld) {
     int64_t r = (int64_t)blockIdx.x * ROW_BLOCK + threadIdx.x / 32;
     int lane = threadIdx.x % 32;
     if (r >= N) return;
@@ -387,14 +394,14 @@ extern "C" void sharc_cuda_head_rmsnorm_backward(sharc_stream *s, float *dx, flo
 #define GELU_K 0.7978845608028654f
 #define GELU_C 0.044715f
 
-__global__ static void k_gelu(float *y, const float *x, int64_t n) {
+__global__ static void __launch_bounds__(THREADS) k_gelu(float *y, const float *x, int64_t n) {
     GRID_STRIDE(i, n) {
         float v = x[i];
         float t = tanhf(GELU_K * (v + GELU_C * v * v * v));
         y[i] = 0.5f * v * (1.0f + t);
     }
 }
-__global__ static void k_gelu_back(float *dx, const float *dy, const float *x, int64_t n) {
+__global__ static void __launch_bounds__(THREADS) k_gelu_back(float *dx, const float *dy, const float *x, int64_t n) {
     GRID_STRIDE(i, n) {
         float v = x[i];
         float t = tanhf(GELU_K * (v + GELU_C * v * v * v));
@@ -414,7 +421,7 @@ extern "C" void sharc_cuda_gelu_backward(sharc_stream *s, float *dx, const float
     SHARC_CUDA_LAUNCHED();
 }
 
-__global__ static void k_swiglu(float *y, const float *x, int64_t N, int I) {
+__global__ static void __launch_bounds__(THREADS) k_swiglu(float *y, const float *x, int64_t N, int I) {
     GRID_STRIDE(j, N * I) {
         int64_t r = j / I;
         int i = (int)(j % I);
@@ -422,7 +429,8 @@ __global__ static void k_swiglu(float *y, const float *x, int64_t N, int I) {
         y[j] = g / (1.0f + expf(-g)) * u;
     }
 }
-__global__ static void k_swiglu_back(float *dx, const float *dy, const float *x, int64_t N, int I) {
+__global__ static void __launch_bounds__(THREADS)
+    k_swiglu_back(float *dx, const float *dy, const float *x, int64_t N, int I) {
     GRID_STRIDE(j, N * I) {
         int64_t r = j / I;
         int i = (int)(j % I);
@@ -447,8 +455,8 @@ extern "C" void sharc_cuda_swiglu_backward(sharc_stream *s, float *dx, const flo
 
 /* ----------------------------------------------------------- embeddings */
 
-__global__ static void k_embed(float *x, const int32_t *tokens, const float *wte, const float *wpe, int64_t N, int T,
-                               int C, int t0) {
+__global__ static void __launch_bounds__(THREADS)
+    k_embed(float *x, const int32_t *tokens, const float *wte, const float *wpe, int64_t N, int T, int C, int t0) {
     GRID_STRIDE(j, N * C) {
         int64_t r = j / C;
         int c = (int)(j % C);
@@ -463,7 +471,8 @@ __global__ static void k_embed(float *x, const int32_t *tokens, const float *wte
  * row order, as on the CPU, with no atomics (every thread of a warp reads the
  * same token: one broadcast load) */
 #define EMB_PARTS 64
-__global__ static void k_embed_back_wte(float *dwte, const float *dx, const int32_t *tokens, int64_t N, int C) {
+__global__ static void __launch_bounds__(128)
+    k_embed_back_wte(float *dwte, const float *dx, const int32_t *tokens, int64_t N, int C) {
     int c = blockIdx.x * blockDim.x + threadIdx.x, part = blockIdx.y;
     if (c >= C) return;
     for (int64_t r = 0; r < N; r++) {
@@ -472,7 +481,8 @@ __global__ static void k_embed_back_wte(float *dwte, const float *dx, const int3
     }
 }
 /* dwpe(t0 + t, c) += dx of each sequence, in batch order */
-__global__ static void k_embed_back_wpe(float *dwpe, const float *dx, int B, int T, int C, int t0) {
+__global__ static void __launch_bounds__(THREADS)
+    k_embed_back_wpe(float *dwpe, const float *dx, int B, int T, int C, int t0) {
     GRID_STRIDE(j, (int64_t)T * C) {
         int64_t t = j / C;
         int c = (int)(j % C);
@@ -503,8 +513,9 @@ extern "C" void sharc_cuda_embedding_backward(sharc_stream *s, float *dwte, floa
 /* Note [tp-vocab] (src/model/tp.h): this tp rank's rows [v0, v0 + Vl) of
  * the vocabulary. Forward: one thread per element; backward as
  * k_embed_back_wte, the rows walked in order by each column's thread. */
-__global__ static void k_vocab_embed(float *x, const int32_t *tokens, const int32_t *pos, const float *wte,
-                                     const float *wpe, int64_t N, int T, int C, int v0, int Vl) {
+__global__ static void __launch_bounds__(THREADS)
+    k_vocab_embed(float *x, const int32_t *tokens, const int32_t *pos, const float *wte, const float *wpe, int64_t N,
+                  int T, int C, int v0, int Vl) {
     GRID_STRIDE(j, N * C) {
         int64_t r = j / C, c = j % C, t = (int64_t)tokens[r] - v0;
         if (t < 0 || t >= Vl) {
@@ -516,8 +527,8 @@ __global__ static void k_vocab_embed(float *x, const int32_t *tokens, const int3
         x[j] = v;
     }
 }
-__global__ static void k_vocab_embed_back(float *dwte, const float *dx, const int32_t *tokens, int64_t N, int C, int v0,
-                                          int Vl) {
+__global__ static void __launch_bounds__(128)
+    k_vocab_embed_back(float *dwte, const float *dx, const int32_t *tokens, int64_t N, int C, int v0, int Vl) {
     int c = blockIdx.x * blockDim.x + threadIdx.x, part = blockIdx.y;
     if (c >= C) return;
     for (int64_t r = 0; r < N; r++) {
@@ -544,7 +555,8 @@ extern "C" void sharc_cuda_vocab_embedding_backward(sharc_stream *s, float *dwte
 
 /* ------------------------------------------------------------------ RoPE */
 
-__global__ static void k_rope_table(float *cos_t, float *sin_t, int T, int hd, float theta, int t0) {
+__global__ static void __launch_bounds__(THREADS)
+    k_rope_table(float *cos_t, float *sin_t, int T, int hd, float theta, int t0) {
     int half = hd / 2;
     GRID_STRIDE(j, (int64_t)T * half) {
         int t = (int)(j / half), i = (int)(j % half);
@@ -555,8 +567,8 @@ __global__ static void k_rope_table(float *cos_t, float *sin_t, int T, int hd, f
     }
 }
 
-__global__ static void k_rope(float *qkv, const float *cos_t, const float *sin_t, int64_t N, int T, int nheads,
-                              int stride, int hd, float sign) {
+__global__ static void __launch_bounds__(THREADS) k_rope(float *qkv, const float *cos_t, const float *sin_t, int64_t N,
+                                                         int T, int nheads, int stride, int hd, float sign) {
     int half = hd / 2;
     GRID_STRIDE(j, N * nheads * half) {
         int i = (int)(j % half);
@@ -579,8 +591,8 @@ extern "C" void sharc_cuda_rope_table(sharc_stream *s, float *cos_t, float *sin_
 }
 
 /* note [packing]: cosf / sinf here are CUDA's (within 2 ulp of glibc's, not bit-equal) */
-__global__ static void k_rope_table_pos(float *cos_t, float *sin_t, const int32_t *pos, const float *inv_freq,
-                                        int64_t N, int half) {
+__global__ static void __launch_bounds__(THREADS)
+    k_rope_table_pos(float *cos_t, float *sin_t, const int32_t *pos, const float *inv_freq, int64_t N, int half) {
     GRID_STRIDE(j, N * half) {
         float a = (float)pos[j / half] * inv_freq[j % half];
         cos_t[j] = cosf(a);

@@ -58,8 +58,8 @@ __device__ static void block_reduce_ms(float &m, float &s) {
 }
 
 /* note [online-softmax]: one read of the row for (max, sum), one for the gradient */
-__global__ static void k_xent(double *row_loss, float *logits, float *losses, const int32_t *targets, int V,
-                              float scale, bool want_grad) {
+__global__ static void __launch_bounds__(THREADS)
+    k_xent(double *row_loss, float *logits, float *losses, const int32_t *targets, int V, float scale, bool want_grad) {
     int64_t r = blockIdx.x;
     float *row = logits + r * V;
     int32_t t = targets[r];
@@ -173,8 +173,8 @@ extern "C" void sharc_cuda_lmhead_xent_bf16(sharc_stream *s, double *loss_sum, f
 /* ---------------------------------------- note [tp-vocab]'s statistics */
 
 /* one block per row of this rank's logits (m, Vl) */
-__global__ static void k_vocab_stats(float *red, const float *lg, const int32_t *targets, int64_t m, int v0, int Vl,
-                                     bool sums) {
+__global__ static void __launch_bounds__(THREADS)
+    k_vocab_stats(float *red, const float *lg, const int32_t *targets, int64_t m, int v0, int Vl, bool sums) {
     int64_t r = blockIdx.x;
     const float *row = lg + r * Vl;
     if (!sums) {
@@ -196,7 +196,8 @@ __global__ static void k_vocab_stats(float *red, const float *lg, const int32_t 
 }
 
 /* the loss in row order by one thread (m is one chunk's rows), in double as on the CPU */
-__global__ static void k_vocab_loss(double *loss_sum, bool add, const float *red, const int32_t *targets, int64_t m) {
+__global__ static void __launch_bounds__(1)
+    k_vocab_loss(double *loss_sum, bool add, const float *red, const int32_t *targets, int64_t m) {
     double total = add ? *loss_sum : 0.0;
     for (int64_t r = 0; r < m; r++)
         if (targets[r] >= 0) {
@@ -206,8 +207,8 @@ __global__ static void k_vocab_loss(double *loss_sum, bool add, const float *red
     *loss_sum = total;
 }
 
-__global__ static void k_vocab_grads(float *lg, const float *red, const int32_t *targets, int64_t m, int v0, int Vl,
-                                     float scale) {
+__global__ static void __launch_bounds__(THREADS)
+    k_vocab_grads(float *lg, const float *red, const int32_t *targets, int64_t m, int v0, int Vl, float scale) {
     int64_t r = blockIdx.x;
     float *row = lg + r * Vl;
     if (targets[r] < 0) {
