@@ -703,3 +703,33 @@ TEST(config_offload_sub_group_size) {
     ASSERT_TRUE(sharc_config_load_string(&c, "optim:\n  offload_sub_group_size: 0\n", "x") == SHARC_ERR_INVALID);
     ASSERT_TRUE(strstr(sharc_last_error(), "optim.offload_sub_group_size") != NULL);
 }
+
+/* note [optim-offload-overlap] (src/optim/adamw.c): the moments on disk on a
+ * device imply fsdp.cpu_offload for the engine (DeepSpeed's nvme_path runs
+ * the optimizer on the CPU), under DeepSpeed's key too; on the CPU device the
+ * engine's flag stays off, and every sharding strategy offloads on a device */
+TEST(config_offload_dir_implies_cpu_offload_on_device) {
+    sharc_config c;
+    sharc_config_default(&c);
+    ASSERT_OK(sharc_config_load_string(&c, "optim:\n  offload_dir: /tmp\n", "x"));
+    ASSERT_OK(sharc_config_validate(&c));
+    ASSERT_TRUE(!c.fsdp.engine.cpu_offload);
+    ASSERT_OK(sharc_config_load_string(&c, "train:\n  device: cuda\n", "x"));
+    ASSERT_OK(sharc_config_validate(&c));
+    ASSERT_TRUE(c.fsdp.engine.cpu_offload && !c.fsdp.cpu_offload);
+    sharc_config_default(&c);
+    ASSERT_OK(sharc_config_load_string(
+        &c, "train:\n  device: cuda\nzero_optimization:\n  offload_optimizer:\n    nvme_path: /tmp\n", "x"));
+    ASSERT_OK(sharc_config_validate(&c));
+    ASSERT_TRUE(c.fsdp.engine.cpu_offload);
+    const char *strategies[] = {"NO_SHARD", "HYBRID_SHARD", "FULL_SHARD", "SHARD_GRAD_OP"};
+    for (int i = 0; i < 4; i++) {
+        char y[128];
+        sharc_config_default(&c);
+        snprintf(y, sizeof y, "train:\n  device: cuda\nfsdp:\n  cpu_offload: true\n  sharding_strategy: %s\n",
+                 strategies[i]);
+        ASSERT_OK(sharc_config_load_string(&c, y, "x"));
+        ASSERT_OK(sharc_config_validate(&c));
+        ASSERT_TRUE(c.fsdp.engine.cpu_offload);
+    }
+}

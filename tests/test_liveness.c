@@ -133,6 +133,26 @@ TEST(liveness_drain_empties_the_accept_queue) {
     ASSERT_EQ(sharc_liveness_drain(), 1);
 }
 
+/* sharc_liveness_probe with this process's stderr captured into the test
+ * directory's file NAME and read back into text (n bytes): the ranks lost,
+ * or -2 when the capture itself failed */
+static int probe_captured(const char *name, bool *fresh, char *text, size_t n) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s", sharc_test_tmpdir(), name);
+    fflush(stderr);
+    const int saved = dup(STDERR_FILENO), fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (saved < 0 || fd < 0 || dup2(fd, STDERR_FILENO) < 0) return -2;
+    const int lost = sharc_liveness_probe(300, fresh);
+    dup2(saved, STDERR_FILENO);
+    close(fd);
+    close(saved);
+    memset(text, 0, n);
+    FILE *f = fopen(path, "r");
+    const size_t got = f ? fread(text, 1, n - 1, f) : 0;
+    if (f) fclose(f);
+    return got > 0 ? lost : -2;
+}
+
 TEST(liveness_probe_names_the_lost_ranks) {
     /* a world of 4: rank 0 is this process; rank 1 on this host, dead; rank
      * 2 elsewhere, alive; rank 3 elsewhere, its port refused */
@@ -143,23 +163,11 @@ TEST(liveness_probe_names_the_lost_ranks) {
     w[3] = card(closed_port(), "127.0.0.1", NULL), snprintf(w[3].host, sizeof w[3].host, "node3");
     w[3].pid = 4242;
     ASSERT_OK(sharc_liveness_set_peers(w, 4, 0));
-    char path[512];
-    snprintf(path, sizeof path, "%s/liveness-err.txt", sharc_test_tmpdir());
-    fflush(stderr);
-    const int saved = dup(STDERR_FILENO), fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    ASSERT_TRUE(saved >= 0 && fd >= 0 && dup2(fd, STDERR_FILENO) >= 0);
     bool fresh;
-    const int lost = sharc_liveness_probe(300, &fresh);
-    dup2(saved, STDERR_FILENO);
-    close(fd);
-    close(saved);
-    ASSERT_EQ(lost, 2);
+    char text[2048], want[512];
+    ASSERT_EQ(probe_captured("liveness-err.txt", &fresh, text, sizeof text), 2);
     ASSERT_TRUE(fresh);
     ASSERT_EQ(sharc_liveness_probe(300, &fresh), -1); /* once per process */
-    char text[2048] = "", want[512];
-    FILE *f = fopen(path, "r");
-    ASSERT_TRUE(f && fread(text, 1, sizeof text - 1, f) > 0);
-    fclose(f);
     snprintf(want, sizeof want,
              "[rank 0] rank 1 (host %s, pid %d) is gone: its process no longer exists (this rank's host)\n"
              "[rank 0] rank 3 (host node3, pid 4242) is gone: its host answers but its process does not\n",
@@ -200,21 +208,9 @@ TEST(liveness_peers_set_while_the_watchdog_watches) {
     for (int seen = atomic_load(&watch_calls); atomic_load(&watch_calls) < seen + 100;) sched_yield();
     atomic_store(&watch_stop, true);
     ASSERT_EQ(pthread_join(t, NULL), 0);
-    char path[512];
-    snprintf(path, sizeof path, "%s/liveness-watch.txt", sharc_test_tmpdir());
-    fflush(stderr);
-    const int saved = dup(STDERR_FILENO), fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    ASSERT_TRUE(saved >= 0 && fd >= 0 && dup2(fd, STDERR_FILENO) >= 0);
     bool fresh;
-    const int lost = sharc_liveness_probe(300, &fresh);
-    dup2(saved, STDERR_FILENO);
-    close(fd);
-    close(saved);
-    ASSERT_EQ(lost, 0);
-    char text[512] = "";
-    FILE *f = fopen(path, "r");
-    ASSERT_TRUE(f && fread(text, 1, sizeof text - 1, f) > 0);
-    fclose(f);
+    char text[512];
+    ASSERT_EQ(probe_captured("liveness-watch.txt", &fresh, text, sizeof text), 0);
     const char *want = "[rank 0] liveness probe: the 1 other rank checked is alive\n";
     if (strcmp(text, want) != 0) TEST_FAIL_AT("lines:\n%s\nexpected:\n%s", text, want);
     sharc_liveness_close();

@@ -152,7 +152,8 @@ static const key_def keys[] = {
      "clip the global gradient norm (0: off)"},
     {"optim.offload_dir", K_STR, OFF(optim.offload_dir), 0, 0, NULL, "", LOCAL,
      "an existing directory (local NVMe/disk) for each rank's file of AdamW moments, streamed through the step in "
-     "chunks (DeepSpeed offload_optimizer nvme_path; \"\": moments in memory)"},
+     "chunks (DeepSpeed offload_optimizer nvme_path; \"\": moments in memory); on train.device cuda implies "
+     "fsdp.cpu_offload (the update runs on the CPU)"},
     {"optim.offload_sub_group_size", K_INT64, OFF(optim.offload_chunk_numel), 1, BIG, NULL, "8388608", LOCAL,
      "with optim.offload_dir: parameters per chunk streamed through the step (DeepSpeed sub_group_size; rounded up "
      "to 1024, at most 134217728); each chunk buffer holds 8 bytes per parameter"},
@@ -235,7 +236,8 @@ static const key_def keys[] = {
      "none, auto (newest valid checkpoint) or a checkpoint path"},
     {"fsdp.cpu_offload", K_BOOL, OFF(fsdp.cpu_offload), 0, 0, NULL, "false", AGREE,
      "train.device cuda: fp32 master shards, gradient shards, AdamW moments and step in host memory "
-     "(FSDP2 CPUOffloadPolicy); train.device cpu: no effect (warns)"},
+     "(FSDP2 CPUOffloadPolicy), any sharding strategy; implied there by optim.offload_dir; train.device cpu: no "
+     "effect (warns)"},
     {"fsdp.use_orig_params", K_BOOL, OFF(fsdp.use_orig_params), 0, 0, NULL, "false", LOCAL,
      "accepted for FSDP1 configs; no effect (parameters keep their names and shapes)"},
     {"fsdp.wrap_policy", K_ENUM, OFF(fsdp.wrap_policy), 0, 0, wrap_policies, "transformer_block", LOCAL,
@@ -1017,15 +1019,12 @@ sharc_status sharc_config_validate(sharc_config *c) {
     if (c->optim.beta1 >= 1.0f || c->optim.beta2 >= 1.0f)
         return sharc_error(SHARC_ERR_INVALID, "optim.betas: [%g, %g], each must be in [0, 1)", (double)c->optim.beta1,
                            (double)c->optim.beta2);
-    /* note [shard-device] in src/fsdp/collectives.c: only a device whose memory is not the host's offloads */
-    c->fsdp.engine.cpu_offload = c->fsdp.cpu_offload && c->train.device != 0;
-    if (c->fsdp.engine.cpu_offload &&
-        (c->fsdp.engine.strategy == SHARC_SHARDING_NO_SHARD || c->fsdp.engine.strategy == SHARC_SHARDING_HYBRID_SHARD))
-        return sharc_error(SHARC_ERR_INVALID,
-                           "fsdp.cpu_offload: true with fsdp.sharding_strategy %s on train.device cuda is not "
-                           "supported yet (the replicate all-reduce of host gradient shards); use FULL_SHARD or "
-                           "SHARD_GRAD_OP, or turn fsdp.cpu_offload off",
-                           sharc_sharding_name(c->fsdp.engine.strategy));
+    /* note [shard-device] in src/fsdp/collectives.c: only a device whose
+     * memory is not the host's offloads; the moments on disk imply it there
+     * (note [optim-offload-overlap] in src/optim/adamw.c: DeepSpeed's
+     * offload_optimizer.nvme_path likewise runs the optimizer on the CPU
+     * over fp32 masters in host memory) */
+    c->fsdp.engine.cpu_offload = (c->fsdp.cpu_offload || c->optim.offload_dir[0]) && c->train.device != 0;
     return SHARC_OK;
 }
 

@@ -493,9 +493,53 @@ void sharc_fsdp_coll_choose(sharc_fsdp *e) {
     else e->reduce = &reduce_16_i;
 }
 
+/* Note [offload-replicas]. Under offload (note [shard-device]) with
+ * replicas (NO_SHARD, HYBRID_SHARD) the gradient shards the replicas
+ * all-reduce are host memory: after the landing ring's accumulates
+ * (sharc_fsdp_coll_reduced_wait, which finish_grads would do next anyway),
+ * each trainable unit's shard is all-reduced over the replicate group on
+ * the host, blocking, as the CPU device does: fp32 in place, or cast to
+ * reduce_dtype by the CPU's kernel into the landing ring's first slot (every
+ * slot is idle after that wait, and a slot holds the largest shard in fp32,
+ * twice the 16-bit bytes), summed by the backend and widened back. A group
+ * that takes device memory (NCCL) runs a collective on host buffers on its
+ * host group (MPI), so no byte is staged through the device: the same
+ * algorithm and bits as the CPU run of the strategy on the same gradients.
+ * The host waits here once a step; on a GPU the all-reduce then does not
+ * overlap the backward (it did not under the CPU's blocking calls either). */
+static sharc_status all_reduce_replicas_host(sharc_fsdp *e) {
+    const sharc_dtype dt = e->cfg.reduce_dtype;
+    sharc_fsdp_coll_reduced_wait(e);
+    for (int u = 0; u < e->nunits; u++) {
+        sharc_fsdp_unit *t = &e->units[u];
+        const int64_t n = t->numel_shard;
+        if (!t->trainable) continue; /* note [frozen-params] */
+        int h = sharc_prof_span_begin(NULL);
+        if (dt == SHARC_DT_F32) {
+            SHARC_TRY(
+                sharc_comm_all_reduce(e->replicate, t->grad_shard, t->grad_shard, (size_t)n, dt, SHARC_REDUCE_OP_SUM));
+        } else {
+            void *w = e->hreduced;
+            SHARC_CHECK(w != NULL);
+            e->sk->cast(e->sstream, w, dt, t->grad_shard, SHARC_DT_F32, n);
+            SHARC_TRY(sharc_comm_all_reduce(e->replicate, w, w, (size_t)n, dt, SHARC_REDUCE_OP_SUM));
+            e->sk->cast(e->sstream, t->grad_shard, SHARC_DT_F32, w, dt, n);
+        }
+        if (h >= 0)
+            sharc_prof_span_end(h, NULL, SHARC_PROF_TRACK_COMM, t->index, "all_reduce unit %d (%s, host)", t->index,
+                                t->spec.name);
+    }
+    return SHARC_OK;
+}
+
 sharc_status sharc_fsdp_coll_all_reduce_replicas(sharc_fsdp *e) {
     double t0 = sharc_clock_now();
     sharc_dtype dt = e->cfg.reduce_dtype;
+    if (sharc_fsdp_offloaded(e)) { /* note [offload-replicas] */
+        sharc_status st = all_reduce_replicas_host(e);
+        e->stats.wait_s += sharc_clock_now() - t0;
+        return st;
+    }
     if (e->cstream) comm_after_compute(e); /* S = 1: the model wrote the grad shards */
     for (int u = 0; u < e->nunits; u++) {
         sharc_fsdp_unit *t = &e->units[u];

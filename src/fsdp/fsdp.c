@@ -188,13 +188,6 @@ sharc_status sharc_fsdp_init(sharc_fsdp **out, const sharc_unit_spec *units, int
     e->reduce_now = true;
     e->units = calloc((size_t)nunits, sizeof(sharc_fsdp_unit));
     sharc_status st = SHARC_OK;
-    if (e->cfg.cpu_offload && e->R > 1) {
-        st = sharc_error(SHARC_ERR_UNSUPPORTED,
-                         "fsdp.cpu_offload with %s over %d replicas: the replicate all-reduce of host gradient "
-                         "shards is not implemented (use FULL_SHARD or SHARD_GRAD_OP, or turn cpu_offload off)",
-                         sharc_sharding_name(cfg->strategy), e->R);
-        goto fail;
-    }
     if (!e->units) {
         st = sharc_error(SHARC_ERR_NOMEM, "fsdp: out of memory");
         goto fail;

@@ -58,6 +58,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -132,18 +133,27 @@ struct sharc_adamw {
     int64_t cache_c;                      /* and chunk */
     bool cache_dirty;
     sharc_aio *io;
-    sharc_adamw_offload_stats st;
+    /* the counters: st is the pipeline's own (whoever runs it: the main
+     * thread, or the engine's host worker under fsdp.cpu_offload, note
+     * [offload-overlap]); pub the copy published after each pass under
+     * st_mu, which sharc_adamw_offload_stats_get reads */
+    sharc_adamw_offload_stats st, pub;
+    pthread_mutex_t st_mu;
     /* note [adamw-multi]: the table of every trainable segment, host and device copies */
     sharc_adamw_seg *segs_h, *segs_d; /* (nseg) */
     int nseg;
     float **tab_p, **tab_g; /* (nunits) the shard and gradient pointers the table was built from */
 };
 
+static void stats_publish(sharc_adamw *a);
+
 static sharc_status offload_open(sharc_adamw *a, sharc_fsdp *e) {
     const char *dir = a->cfg.offload_dir;
     if (!sharc_device_is_host(a->dev))
         return sharc_error(SHARC_ERR_UNSUPPORTED,
-                           "optim.offload_dir: '%s': offloading the moments to disk needs train.device cpu", dir);
+                           "optim.offload_dir: '%s': offloading the moments to disk needs the shards in host memory "
+                           "(train.device cpu, or fsdp.cpu_offload on a device)",
+                           dir);
     struct stat sb;
     if (stat(dir, &sb) != 0)
         return sharc_error(SHARC_ERR_INVALID, "optim.offload_dir: '%s': %s; expected an existing writable directory",
@@ -196,6 +206,7 @@ static sharc_status offload_open(sharc_adamw *a, sharc_fsdp *e) {
     if (sharc_log_rank() == 0)
         sharc_info("optim.offload_dir: chunks of %lld parameters, %d buffer%s, I/O by %s (SHARC_AIO)", (long long)cn,
                    a->nbuf, a->nbuf > 1 ? "s" : "", a->st.backend);
+    stats_publish(a);
     return SHARC_OK;
 }
 
@@ -301,9 +312,12 @@ static sharc_status chunk_write_end(sharc_adamw *a, int b, int u, int64_t c) {
 
 sharc_status sharc_adamw_flush(sharc_adamw *a) {
     if (a->fd < 0 || !a->cache_dirty) return SHARC_OK;
+    SHARC_TRY(sharc_fsdp_shard_sync(a->e)); /* note [offload-overlap]: the buffers are the main thread's */
     a->cache_dirty = false;
     chunk_write_start(a, 0, a->cache_u, a->cache_c);
-    return chunk_write_end(a, 0, a->cache_u, a->cache_c);
+    sharc_status st = chunk_write_end(a, 0, a->cache_u, a->cache_c);
+    stats_publish(a);
+    return st;
 }
 
 void sharc_adamw_moment_dirty(sharc_adamw *a) {
@@ -330,7 +344,9 @@ sharc_status sharc_adamw_moment_view(sharc_adamw *a, int u, int kind, int64_t of
         SHARC_TRY(sharc_adamw_flush(a));
         a->cache_u = -1;
         chunk_read_start(a, 0, u, c);
-        SHARC_TRY(chunk_read_end(a, 0, u, c));
+        sharc_status st = chunk_read_end(a, 0, u, c);
+        stats_publish(a);
+        SHARC_TRY(st);
         a->cache_u = u;
         a->cache_c = c;
     }
@@ -339,7 +355,18 @@ sharc_status sharc_adamw_moment_view(sharc_adamw *a, int u, int kind, int64_t of
     return SHARC_OK;
 }
 
-void sharc_adamw_offload_stats_get(const sharc_adamw *a, sharc_adamw_offload_stats *s) { *s = a->st; }
+static void stats_publish(sharc_adamw *a) {
+    pthread_mutex_lock(&a->st_mu);
+    a->pub = a->st;
+    pthread_mutex_unlock(&a->st_mu);
+}
+
+void sharc_adamw_offload_stats_get(const sharc_adamw *a, sharc_adamw_offload_stats *s) {
+    pthread_mutex_t *mu = (pthread_mutex_t *)&a->st_mu; /* a lock is no change to the optimizer */
+    pthread_mutex_lock(mu);
+    *s = a->pub;
+    pthread_mutex_unlock(mu);
+}
 
 sharc_status sharc_adamw_init(sharc_adamw **out, sharc_fsdp *e, const sharc_optim_config *c) {
     *out = NULL;
@@ -351,6 +378,7 @@ sharc_status sharc_adamw_init(sharc_adamw **out, sharc_fsdp *e, const sharc_opti
     a->nunits = sharc_fsdp_num_units(e);
     a->fd = -1;
     a->cache_u = -1;
+    pthread_mutex_init(&a->st_mu, NULL);
     a->m = calloc((size_t)a->nunits, sizeof(float *));
     a->v = calloc((size_t)a->nunits, sizeof(float *));
     if (!a->m || !a->v) {
@@ -398,6 +426,7 @@ void sharc_adamw_free(sharc_adamw *a) {
     free(a->chunk0);
     free(a->crc);
     free(a->stored);
+    pthread_mutex_destroy(&a->st_mu);
     free(a);
 }
 
@@ -424,7 +453,7 @@ static void update_segments(sharc_adamw *a, sharc_fsdp *e, int u, float *p, cons
  * optim.offload_dir, not fsdp.cpu_offload, whose shards live on another
  * device than the compute), a step is one adamw_multi call over a table of
  * every trainable segment of every unit (unit order, then segment order,
- * padding and frozen parameters left out, as update_range does). The table
+ * padding and frozen parameters left out, as update_segments does). The table
  * is built at the first step, inside the shard write bracket that hands out
  * the shard pointers, and uploaded to the device once; each step checks
  * the units' shard and gradient pointers against those it was built from
@@ -483,38 +512,56 @@ static sharc_status multi_table(sharc_adamw *a, sharc_fsdp *e) {
     return sharc_device_synchronize(stream); /* segs_h may be freed by a rebuild before the copy ran */
 }
 
-static void update_range(sharc_adamw *a, sharc_fsdp *e, int u, int64_t lo, int64_t n, float *m, float *v,
-                         sharc_adamw_scalars *sc, float decay_mul) {
-    update_segments(a, e, u, sharc_fsdp_shard_write(e, u), sharc_fsdp_shard_grads(e, u), lo, n, m, v, sc, decay_mul);
-}
+static sharc_status stream_chunks(sharc_adamw *a, sharc_fsdp *e, int only, float *p, float *g,
+                                  const sharc_adamw_scalars *sc, float decay_mul);
 
 /* Note [offload-overlap] (src/fsdp/overlap.c): unit u's whole update, on
  * the engine's host worker (shards in host memory, the CPU's kernel) or at
- * the call (SHARC_OFFLOAD_OVERLAP=0); p and g its shards. */
+ * the call (SHARC_OFFLOAD_OVERLAP=0); p and g its shards. With
+ * optim.offload_dir its moments stream through the chunk buffers (note
+ * [optim-offload-overlap] below). */
 static sharc_status update_unit(void *ctx, int u, float *p, float *g) {
     sharc_adamw *a = ctx;
-    if (!a->m[u]) return SHARC_OK;
+    if (!sharc_adamw_has_moments(a, u)) return SHARC_OK;
     if (sharc_fault_at("offload:update", a->t) == SHARC_FAULT_FAIL)
         return sharc_error(SHARC_ERR_INTERNAL,
                            "fsdp.cpu_offload: the AdamW update of unit %d failed at step %lld (the test hook "
                            "SHARC_TEST_OFFLOAD_UPDATE_FAIL)",
                            u, (long long)a->t);
+    if (a->fd >= 0) return stream_chunks(a, a->e, u, p, g, &a->sc, a->decay_mul);
     sharc_adamw_scalars sc = a->sc;
     update_segments(a, a->e, u, p, g, 0, sharc_fsdp_shard_numel(a->e, u), a->m[u], a->v[u], &sc, a->decay_mul);
     return SHARC_OK;
 }
 
-/* The offloaded pass: every chunk of every trainable unit read, updated and
- * written, with nbuf == 3 chunk k+1 read and k-1 written while k updates. */
-static sharc_status step_offloaded(sharc_adamw *a, sharc_fsdp *e, sharc_adamw_scalars *sc, float decay_mul) {
+/* The offloaded pass: every chunk of every trainable unit (only < 0), or of
+ * unit `only` alone with its shards p and g (the engine's host worker),
+ * read, updated and written, with nbuf == 3 chunk k+1 read and k-1 written
+ * while k updates. The caller has flushed the view's cache (the buffers are
+ * the pipeline's).
+ *
+ * Note [optim-offload-overlap]. optim.offload_dir on a device implies
+ * fsdp.cpu_offload (sharc_config_validate): the moments' file, the chunk
+ * buffers, the aio ring, the crcs and the counters are then used by the
+ * engine's host worker, one unit's chunks per queued update, in the order
+ * the next forward gathers the units. Nothing in them is shared with the
+ * main thread while a batch is queued: every main-thread user (the moment
+ * views and flush of checkpoints, set_steps, the next step, free) waits for
+ * the whole queue first (sharc_fsdp_shard_sync), the step flushes the view
+ * and drops its cache before queueing, and the only reader that does not
+ * wait, the telemetry's counters, reads the copy published under st_mu
+ * after each pass. The chunks are those of the in-memory order cut per
+ * unit (a unit's chunks start at its first element in either pass), and
+ * the kernel is elementwise: the same bits as the run without the file. */
+static sharc_status stream_chunks(sharc_adamw *a, sharc_fsdp *e, int only, float *p, float *g,
+                                  const sharc_adamw_scalars *sc0, float decay_mul) {
     double t0 = sharc_clock_now();
-    sharc_status st = sharc_adamw_flush(a);
-    a->cache_u = -1; /* the buffers are the pipeline's now */
+    sharc_status st = SHARC_OK;
     int nu = 0;
     int *cu = malloc((size_t)(a->nchunks + 1) * sizeof *cu);
     int64_t *cc = malloc((size_t)(a->nchunks + 1) * sizeof *cc);
     if (!cu || !cc) st = sharc_error(SHARC_ERR_NOMEM, "adamw: out of memory");
-    for (int u = 0; u < a->nunits && st == SHARC_OK; u++)
+    for (int u = only < 0 ? 0 : only; u < (only < 0 ? a->nunits : only + 1) && st == SHARC_OK; u++)
         for (int64_t c = 0; a->off[u] >= 0 && c * a->chunk < a->numel[u]; c++, nu++) cu[nu] = u, cc[nu] = c;
     const int64_t n = st == SHARC_OK ? nu : 0;
     if (n > 0) chunk_read_start(a, 0, cu[0], cc[0]);
@@ -527,7 +574,10 @@ static sharc_status step_offloaded(sharc_adamw *a, sharc_fsdp *e, sharc_adamw_sc
         }
         if ((st = chunk_read_end(a, b, cu[i], cc[i])) != SHARC_OK) break;
         const int64_t len = chunk_len(a, cu[i], cc[i]);
-        update_range(a, e, cu[i], cc[i] * a->chunk, len, a->buf[b], a->buf[b] + len, sc, decay_mul);
+        sharc_adamw_scalars sc = *sc0;
+        update_segments(a, e, cu[i], only < 0 ? sharc_fsdp_shard_write(e, cu[i]) : p,
+                        only < 0 ? sharc_fsdp_shard_grads(e, cu[i]) : g, cc[i] * a->chunk, len, a->buf[b],
+                        a->buf[b] + len, &sc, decay_mul);
         chunk_write_start(a, b, cu[i], cc[i]); /* a host device: the kernel has run */
         if (a->nbuf == 1 && i + 1 < n) {
             if ((st = chunk_write_end(a, b, cu[i], cc[i])) != SHARC_OK) break;
@@ -545,6 +595,7 @@ static sharc_status step_offloaded(sharc_adamw *a, sharc_fsdp *e, sharc_adamw_sc
     free(cu);
     free(cc);
     a->st.step_s += sharc_clock_now() - t0;
+    stats_publish(a);
     return st;
 }
 
@@ -563,12 +614,18 @@ sharc_status sharc_adamw_step(sharc_adamw *a, sharc_fsdp *e, float lr, float gra
                               .grad_scale = grad_scale};
     float decay_mul = (float)(1.0 - (double)lr * c->weight_decay);
     sharc_status st = SHARC_OK;
+    if (a->fd >= 0) { /* note [optim-offload]: the buffers are the pipeline's now */
+        st = sharc_adamw_flush(a);
+        a->cache_u = -1;
+        if (st != SHARC_OK) return st;
+    }
     sharc_fsdp_shard_write_begin(e);
-    if (a->fd >= 0) st = step_offloaded(a, e, &sc, decay_mul);
-    else if (sharc_fsdp_shard_device(e) != sharc_fsdp_device(e)) { /* fsdp.cpu_offload: note [offload-overlap] */
+    if (sharc_fsdp_shard_device(e) != sharc_fsdp_device(e)) { /* fsdp.cpu_offload: note [offload-overlap] */
         a->sc = sc;
         a->decay_mul = decay_mul;
         st = sharc_fsdp_shard_update(e, update_unit, a);
+    } else if (a->fd >= 0) {
+        st = stream_chunks(a, e, -1, NULL, NULL, &sc, decay_mul);
     } else {
         st = multi_table(a, e); /* note [adamw-multi] */
         if (st == SHARC_OK && a->nseg > 0)

@@ -80,7 +80,8 @@ sharc_status sharc_memplan_make(sharc_memplan *p, const sharc_config *cfg, int w
     p->dp_replicate = world / tp / S;
     p->threads = threads > 0 ? threads : 1;
     p->node_local = node_local;
-    p->shared = node_local && S > 1 && fc->param_dtype == SHARC_DT_F32 &&
+    /* the shared windows need host shards (sharc_fsdp_shm_eligible) */
+    p->shared = cfg->train.device == 0 && node_local && S > 1 && fc->param_dtype == SHARC_DT_F32 &&
                 !(getenv("SHARC_COMM_SHM") && !strcmp(getenv("SHARC_COMM_SHM"), "0"));
     /* the run's device sizes what its kernel table asks for (the attention
      * workspace); `sharc plan` for train.device cuda on a machine without one

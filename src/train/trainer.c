@@ -119,8 +119,9 @@ static sharc_status disagree_text(sharc_comm *world, const sharc_config_agreed *
 
 /* All ranks compare their fingerprints; every rank returns the same verdict. */
 static sharc_status check_agreement(sharc_comm *world, const sharc_config *c, int64_t ntokens, int64_t val_tokens) {
-    /* the keys the table marks, then what the data files hold (their paths may differ between nodes) */
-    int n = sharc_config_agreed_values(c, NULL, 0) + 2, size = sharc_comm_size(world);
+    /* the keys the table marks, then what the data files hold (their paths may differ between nodes), and
+     * the engine's offload, which optim.offload_dir (a key each rank may set its own way) implies on a device */
+    int n = sharc_config_agreed_values(c, NULL, 0) + 3, size = sharc_comm_size(world);
     sharc_config_agreed *it = malloc(sizeof *it * (size_t)n);
     int64_t *mine = malloc(sizeof(int64_t) * (size_t)n), *all = malloc(sizeof(int64_t) * (size_t)n * (size_t)size);
     if (!it || !mine || !all) {
@@ -129,9 +130,11 @@ static sharc_status check_agreement(sharc_comm *world, const sharc_config *c, in
         free(all);
         return sharc_error(SHARC_ERR_NOMEM, "train: out of memory");
     }
-    sharc_config_agreed_values(c, it, n - 2);
-    it[n - 2] = (sharc_config_agreed){"data.path (token count)", ntokens, NULL};
-    it[n - 1] = (sharc_config_agreed){"data.val_path (token count)", val_tokens, NULL};
+    sharc_config_agreed_values(c, it, n - 3);
+    it[n - 3] = (sharc_config_agreed){"data.path (token count)", ntokens, NULL};
+    it[n - 2] = (sharc_config_agreed){"data.val_path (token count)", val_tokens, NULL};
+    it[n - 1] = (sharc_config_agreed){"fsdp.cpu_offload (or optim.offload_dir, which implies it on a device)",
+                                      c->fsdp.engine.cpu_offload, NULL};
     for (int i = 0; i < n; i++) mine[i] = it[i].value;
     sharc_status st = sharc_comm_all_gather(world, mine, all, (size_t)n, SHARC_DT_I64);
     /* every rank sees the same table, so every rank names the same item */
@@ -209,8 +212,7 @@ static void reset_comm_stats(sharc_trainer *t) {
  * staged, note [tp-device] in src/model/tp.h) and sequence parallelism
  * (mesh.sp: Ulysses' copy_block layout changes, its all-to-all on device
  * memory or staged; tests/cli/cudasim_tp.sh). Refused here with a line
- * naming the key, until they are done on a device: the moments
- * on disk (optim.offload_dir), and fsdp.param_dtype bf16/fp16 on a device
+ * naming the key, until it is done on a device: fsdp.param_dtype bf16/fp16 on a device
  * whose table has no bf16 matrix products (bf16_compute false; CUDA's has
  * them). */
 static sharc_status train_device(const sharc_config *c, sharc_device **out) {
@@ -229,15 +231,19 @@ static sharc_status train_device(const sharc_config *c, sharc_device **out) {
     if (!sharc_device_is_host(d)) {
         const char *key = NULL;
         char val[64] = "";
-        if (c->optim.offload_dir[0])
-            key = "optim.offload_dir", snprintf(val, sizeof val, "%.60s", c->optim.offload_dir);
-        else if (c->fsdp.engine.param_dtype != SHARC_DT_F32 && !sharc_device_kernels(d)->bf16_compute())
+        if (c->fsdp.engine.param_dtype != SHARC_DT_F32 && !sharc_device_kernels(d)->bf16_compute())
             key = "fsdp.param_dtype", snprintf(val, sizeof val, "%s", sharc_dtype_st_name(c->fsdp.engine.param_dtype));
         if (key)
             return sharc_error(SHARC_ERR_INVALID,
                                "%s: %s is not supported with train.device cuda yet (note [cuda-train]); use "
                                "train.device cpu or drop %s",
                                key, val, key);
+        /* note [optim-offload-overlap] in src/optim/adamw.c */
+        if (c->optim.offload_dir[0] && !c->fsdp.cpu_offload && sharc_log_rank() == 0)
+            sharc_info("optim.offload_dir on train.device cuda implies fsdp.cpu_offload: the fp32 master shards, "
+                       "gradient shards and the AdamW update in host memory, the moments in '%s' (as DeepSpeed's "
+                       "offload_optimizer nvme_path runs the optimizer on the CPU)",
+                       c->optim.offload_dir);
     }
     *out = d;
     return SHARC_OK;

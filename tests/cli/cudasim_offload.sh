@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# timeout: 120
+# timeout: 180
 # fsdp.cpu_offload on train.device cuda (note [shard-device] in
 # src/fsdp/collectives.c: the fp32 master shards, gradient shards, AdamW's
 # moments and step in host memory, gathered units and activations on the
@@ -25,7 +25,6 @@
 #    difference is smaller by the gathered and gradient slots offload needs:
 #    without it the shard itself is the gathered unit); the memory plan
 #    says where they went;
-#  - refused with one line naming the keys, exit 2: offload with NO_SHARD;
 #  - note [offload-overlap] (src/fsdp/overlap.c): the optimizer's update on
 #    the engine's host thread, overlapped with the next forward. The
 #    offloaded run (its host thread slowed by 100 ms a unit, so a gather that
@@ -37,7 +36,13 @@
 #    ends on the same weights bit for bit; an update failing (the test hook
 #    SHARC_TEST_OFFLOAD_UPDATE_FAIL) ends the run with its one line, exit 1,
 #    no weights saved: at one rank in step 1 (returned by step 2), at 2
-#    ranks on rank 1 alone in the last step (agreed: a line on each rank).
+#    ranks on rank 1 alone in the last step (agreed: a line on each rank);
+#  - optim.offload_dir on cuda (implies cpu_offload; note
+#    [optim-offload-overlap] in src/optim/adamw.c): = the offloaded run
+#    without it bit for bit, = the CPU's offload_dir run within 1e-5, its
+#    save + resume = the uninterrupted run bit for bit;
+#  - NO_SHARD and HYBRID_SHARD with offload (note [offload-replicas] in
+#    src/fsdp/collectives.c) = the CPU run of the same strategy within 1e-5.
 set -uo pipefail
 source "$SHARC_ROOT/tests/cli/cudasim_lib.inc"
 for i in $(seq 1 300); do echo "the quick brown fox jumps over the lazy dog $((i % 13))"; done > text.txt
@@ -164,9 +169,65 @@ else
   echo "SKIP (nccl): no mpirun or no $FAKE"
 fi
 
-# refused: one line naming the keys, exit status 2
-out=$("$SIM" train $M $OFF --fsdp.sharding_strategy=NO_SHARD --train.out_dir=bad --train.device=cuda 2>&1); rc=$?
-[ $rc -eq 2 ] || die "offload with NO_SHARD: exit $rc, want 2: $out"
-grep -q "^error: fsdp.cpu_offload: .*NO_SHARD" <<< "$out" || die "offload with NO_SHARD: not one line naming the keys: $out"
-echo "refusal: offload with NO_SHARD"
+# note [optim-offload-overlap] (src/optim/adamw.c): optim.offload_dir on cuda
+# implies fsdp.cpu_offload (one line says so), and the host worker streams
+# each unit's moments through the chunk buffers (1024 parameters a chunk:
+# several a unit, the pipeline's read-ahead across them). The same update
+# code on the same values: the losses, grad norms, validation loss, step-2
+# checkpoint and final weights of the offloaded run without the file, bit for
+# bit; the CPU's offload_dir run within 1e-5; resumed from its step-2
+# checkpoint it ends on the same weights bit for bit (the moments read back
+# from the file for the save, written into it by the load)
+mkdir -p dsk dskc dskr
+OD="--optim.offload_dir=dsk --optim.offload_sub_group_size=1024"
+SHARC_TEST_OFFLOAD_SLOW=20 "$SIM" train $M $OD --train.out_dir=d --train.device=cuda > d.log 2>&1 ||
+  { tail -20 d.log; die "cuda offload_dir run"; }
+"$CPU" train $M --optim.offload_dir=dskc --optim.offload_sub_group_size=1024 --train.out_dir=dc > dc.log 2>&1 ||
+  { tail -20 dc.log; die "cpu offload_dir run"; }
+[ "$(grep -c 'optim.offload_dir on train.device cuda implies fsdp.cpu_offload' d.log)" -eq 1 ] ||
+  die "offload_dir on cuda: no one line saying cpu_offload is implied: $(grep -i offload d.log)"
+grep -q "fsdp.cpu_offload: params .* in host memory" d.log || die "offload_dir on cuda: the plan has no host line"
+for k in loss_metrics/global_avg_loss grad_norm loss_metrics/val_loss; do
+  [ "$(col d 1 $k)" = "$(col o 1 $k)" ] || die "offload_dir vs offload: $k differ: $(col d 1 $k | tr '\n' ' ') / $(col o 1 $k | tr '\n' ' ')"
+  near "$(col d 1 $k)" "$(col dc 1 $k)" "cuda offload_dir vs cpu offload_dir $k" || exit 1
+done
+# the moments went through the file: the I/O counted in the steps' windows (step 1's update in step 2's)
+[ "$(jq -s '[.[]."offload/write_bytes" // 0] | add' d/metrics.jsonl)" -gt 0 ] 2> /dev/null ||
+  die "offload_dir on cuda: no bytes written: $(jq -c '."offload/write_bytes"' d/metrics.jsonl | tr '\n' ' ')"
+cmp -s d/checkpoints/step-00000002/shard-00000-of-00001.bin o/checkpoints/step-00000002/shard-00000-of-00001.bin ||
+  die "offload_dir vs offload: the step-2 checkpoints' shards differ"
+cmp -s <(data d/model.safetensors) <(data o/model.safetensors) || die "offload_dir vs offload: the final weights differ"
+"$SIM" train $M $OD --optim.offload_dir=dskr --train.out_dir=dr --train.device=cuda --log.eval_every=0 --ckpt.every=0 \
+  --ckpt.resume=d/checkpoints/step-00000002 > dr.log 2>&1 || { tail -20 dr.log; die "offload_dir resuming its checkpoint"; }
+cmp -s <(data d/model.safetensors) <(data dr/model.safetensors) || die "offload_dir: resumed from step 2, other final weights"
+echo "offload_dir on cuda: = cpu_offload bit for bit (losses, norms, validation, checkpoint, weights), = cpu within 1e-5; resumed alike"
+
+# note [offload-replicas] (src/fsdp/collectives.c): NO_SHARD (2 ranks) and
+# HYBRID_SHARD (4 ranks, fsdp_size 2: 2 replicas of 2 shards) with offload,
+# the replicas' all-reduce of host gradient shards, against the CPU run of the
+# same strategy (losses and grad norms within 1e-5); the ranks stage through
+# MPI (several ranks on one simulated GPU), HYBRID_SHARD with bf16 reductions
+if command -v mpirun > /dev/null; then
+  for v in "2 ns --fsdp.sharding_strategy=NO_SHARD" \
+    "4 hy --fsdp.sharding_strategy=HYBRID_SHARD --fsdp.fsdp_size=2 --fsdp.reduce_dtype=bf16"; do
+    read -r np out x <<< "$v"
+    R="--ckpt.every=0 --log.eval_every=0 --train.max_steps=2 --train.batch_size=$((4 / np))"
+    timeout 100 mpirun --allow-run-as-root --oversubscribe -n $np "$CPU" train $M $R $x --train.out_dir=${out}c \
+      > ${out}c.log 2>&1 || { tail -20 ${out}c.log; die "cpu $out"; }
+    timeout 100 mpirun --allow-run-as-root --oversubscribe -n $np -x SHARC_CUBLASLT_LIB "$SIM" train $M $R $x $OFF \
+      --train.out_dir=$out --train.device=cuda > $out.log 2>&1 || { tail -20 $out.log; die "offload $out"; }
+    for k in loss_metrics/global_avg_loss grad_norm; do
+      NEAR_N=2 near "$(col $out 1 $k)" "$(col ${out}c 1 $k)" "$x with offload vs cpu: $k" || exit 1
+    done
+  done
+  echo "offload with NO_SHARD (fp32 reductions) and HYBRID_SHARD (bf16) = cpu within 1e-5"
+  # optim.offload_dir is a key each rank may set its own way: the offload it implies must agree
+  out=$(timeout 60 mpirun --allow-run-as-root --oversubscribe -x SHARC_CUBLASLT_LIB -n 1 "$SIM" train $M $R $OD \
+    --train.out_dir=ag --train.device=cuda : -n 1 "$SIM" train $M $R --train.out_dir=ag --train.device=cuda 2>&1); rc=$?
+  [ $rc -eq 2 ] && grep -q '^\[rank 1\] error: train: ranks disagree on fsdp.cpu_offload (or optim.offload_dir' <<< "$out" ||
+    die "offload_dir on one rank of two: exit $rc, want 2 and the disagreement named: $(grep error <<< "$out")"
+  echo "offload_dir on one rank of two: refused, naming the implied key"
+else
+  echo "SKIP (replicas): no mpirun"
+fi
 exit 0

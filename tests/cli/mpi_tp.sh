@@ -67,12 +67,7 @@ cmp hf1/model.safetensors hf2/model.safetensors || { echo "checkpoint and gather
 # windows, so at 2x2 the second stream's second forward is fully masked
 make_val val.txt
 VAL_ARGS="${common/--train.batch_size=1/--train.batch_size=2} --data.val_path=val.txt --log.eval_every=1 --log.eval_batches=3 --ckpt.every=0 --train.threads=1"
-val_run 1 v1 --train.grad_accum=2
-val_run 2 vtp --train.grad_accum=2 --mesh.tp=2
-val_parity v1 vtp 1e-5
-val_run 4 vtpdp --mesh.tp=2
-val_parity v1 vtpdp 1e-5
-grep -h '"loss_metrics/val_loss"' v1/metrics.jsonl vtp/metrics.jsonl vtpdp/metrics.jsonl | jq -c '[.step, .["loss_metrics/val_loss"], .["val/targets"]]' | tr '\n' ' '; echo
+val_mesh tp --mesh.tp=2
 
 # bad meshes: refused at start with the arithmetic, exit 2, on every rank
 common="$common --train.out_dir=$TMPDIR/bad"

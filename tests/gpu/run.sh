@@ -16,10 +16,12 @@
 #      losses within 1e-4 of the CPU's, with SHARC_PROFILE=1's report timed by CUDA events (note [prof]);
 #      fsdp.cpu_offload (note [shard-device]) within 1e-5 of the GPU run without it, and its
 #      overlapped optimizer (note [offload-overlap]) = SHARC_OFFLOAD_OVERLAP=0 bit for bit (not under
-#      the simulator: tests/cli/cudasim_offload.sh)
+#      the simulator: tests/cli/cudasim_offload.sh), and optim.offload_dir (the moments in a file) = it
+#      bit for bit (likewise)
 #   5. 2 and 3 ranks on the one GPU (MPI, staged) = 1 rank within 1e-5 (losses and gradient norms),
 #      every strategy: FULL_SHARD (prefetch as default, all on, all off), SHARD_GRAD_OP, NO_SHARD;
-#      fsdp.cpu_offload at 2 ranks (MPI, staged) within 1e-5 of 1 rank without it;
+#      fsdp.cpu_offload at 2 ranks (MPI, staged), FULL_SHARD and NO_SHARD (not under the simulator:
+#      tests/cli/cudasim_offload.sh), within 1e-5 of 1 rank without it;
 #      HYBRID_SHARD 2x2 at 4 ranks; NCCL (SHARC_COMM=nccl) at 1 rank = the default run; a
 #      checkpoint saved on the GPU at 2 ranks, resumed on the CPU at 3 ranks, continues within 1e-4
 #      of an uninterrupted CPU run
@@ -141,6 +143,13 @@ if [ -x "$bin/sharc" ]; then
     [ $rc -eq 0 ] && cmp -s <(tb "$tmp/o1/model.safetensors") <(tb "$tmp/o0/model.safetensors")
     one "fsdp.cpu_offload: the overlapped optimizer = SHARC_OFFLOAD_OVERLAP=0, final weights bit for bit" $? \
       "exit $rc: $(tail -3 <<< "$out")"
+    # note [optim-offload-overlap] (src/optim/adamw.c): the moments in a file, streamed by the host thread
+    mkdir -p "$tmp/od"
+    out=$("$bin/sharc" train $M --optim.offload_dir="$tmp/od" --optim.offload_sub_group_size=1024 \
+      --train.out_dir="$tmp/o3" --train.device=cuda 2>&1); rc=$?
+    [ $rc -eq 0 ] && cmp -s <(tb "$tmp/o1/model.safetensors") <(tb "$tmp/o3/model.safetensors")
+    one "optim.offload_dir on cuda (implies cpu_offload) = fsdp.cpu_offload, final weights bit for bit" $? \
+      "exit $rc: $(tail -3 <<< "$out")"
   fi
   # the loss and gradient norm of STEPS steps from FIRST on (default 1) of a run against a reference's
   same() { # run ref tol steps [first]
@@ -180,6 +189,16 @@ if [ -x "$bin/sharc" ]; then
           --fsdp.cpu_offload=true --train.batch_size=2 --train.out_dir="$tmp/o2" --train.device=cuda 2>&1); rc=$?
     [ $rc -eq 0 ] && near "$tmp/o2" "$tmp/p1" 1e-5
     one "2 ranks on one GPU with fsdp.cpu_offload (MPI, staged) = 1 rank without within 1e-5" $? "exit $rc: $(tail -3 <<< "$out")"
+    # note [offload-replicas] (src/fsdp/collectives.c): the replicas' all-reduce of host gradient shards
+    # (under the simulator tests/cli/cudasim_offload.sh checks it, against the CPU)
+    if [ $sim = 0 ]; then
+      out=$(SHARC_COMM=mpi timeout 300 mpirun --allow-run-as-root --oversubscribe -n 2 "$bin/sharc" train $M \
+            --fsdp.cpu_offload=true --fsdp.sharding_strategy=NO_SHARD --train.batch_size=2 --train.out_dir="$tmp/o4" \
+            --train.device=cuda 2>&1); rc=$?
+      [ $rc -eq 0 ] && near "$tmp/o4" "$tmp/p1" 1e-5
+      one "2 ranks NO_SHARD with fsdp.cpu_offload (MPI, staged) = 1 rank without within 1e-5" $? \
+        "exit $rc: $(tail -3 <<< "$out")"
+    fi
     # every strategy at 2 and 3 ranks (global batch 4 and 6), HYBRID_SHARD 2x2 at 4 ranks (global 4)
     STRATS="2:FULL_SHARD:--fsdp.forward_prefetch=true:--fsdp.backward_prefetch=BACKWARD_POST
       2:FULL_SHARD:--fsdp.backward_prefetch=NONE:--fsdp.reshard_after_forward=false 2:SHARD_GRAD_OP 2:NO_SHARD

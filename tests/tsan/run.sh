@@ -18,8 +18,10 @@
 #  - the watchdog firing on a hung step (SHARC_TEST_HANG): exit 3, its line;
 #  - the CUDA simulator (when built), fsdp.cpu_offload's optimizer thread
 #    (note [offload-overlap], slowed by the test hook so gathers wait for it)
-#    with ckpt.async: losses and the step-2 checkpoint equal, bit for bit, to
-#    the same run with SHARC_OFFLOAD_OVERLAP=0; an update failing on the
+#    with ckpt.async, its moments in memory and in a file (optim.offload_dir,
+#    streamed by that thread: note [optim-offload-overlap]): losses and the
+#    step-2 checkpoint equal, bit for bit, to the same run with
+#    SHARC_OFFLOAD_OVERLAP=0; an update failing on the
 #    thread ends the run with its one line, exit 1.
 set -uo pipefail
 B=$(cd "${1:?usage: tests/tsan/run.sh BUILD_DIR}" && pwd)
@@ -110,6 +112,9 @@ G="--data.path=text.txt --model.num_layers=2 --model.embed_dim=32 --model.num_he
 {
   SHARC_TEST_OFFLOAD_SLOW=20 run ovl "$B/sim/sharc" train $G --train.out_dir=ovl --ckpt.async=true
   SHARC_OFFLOAD_OVERLAP=0 run ovl0 "$B/sim/sharc" train $G --train.out_dir=ovl0
+  mkdir -p spillg
+  SHARC_TEST_OFFLOAD_SLOW=20 run ovld "$B/sim/sharc" train $G --train.out_dir=ovld --ckpt.async=true \
+    --optim.offload_dir=spillg --optim.offload_sub_group_size=1024
   SHARC_TEST_OFFLOAD_UPDATE_FAIL=0:1 "$B/sim/sharc" train $G --train.out_dir=fail --ckpt.every=0 > fail.log 2>&1
 }
 rc=$?
@@ -118,4 +123,7 @@ clean fail.log
   { tail fail.log; die "a failed update on the optimizer's thread: exit $rc"; }
 [ "$(losses ovl)" = "$(losses ovl0)" ] && [ "$(losses ovl | wc -l)" -eq 3 ] || die "losses: overlap on vs off"
 same_ckpt ovl ovl0 2
-echo "tsan: cpu_offload's optimizer thread on the simulator = no overlap, bit for bit; a failed update: its line"
+[ "$(losses ovld)" = "$(losses ovl0)" ] || die "losses: offload_dir's moments streamed on the thread vs no overlap"
+same_ckpt ovld ovl0 2
+echo "tsan: cpu_offload's optimizer thread on the simulator (moments in memory, and in a file: note"
+echo "  [optim-offload-overlap]) = no overlap, bit for bit; a failed update: its line"
