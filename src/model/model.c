@@ -497,6 +497,9 @@ sharc_status sharc_model_set_tensor_parallel(sharc_model *m, int tp, int rank) {
     if (tp > 1 && m->sp > 1)
         return sharc_error(SHARC_ERR_INVALID, "mesh.tp: %d with mesh.sp > 1: not implemented yet; set mesh.tp to 1",
                            tp);
+    if (m->moe && c->moe_intermediate_size % tp != 0) /* note [tp-moe] in moe.c */
+        return sharc_error(SHARC_ERR_INVALID, "mesh.tp: %d does not divide model.moe_intermediate_size %d", tp,
+                           c->moe_intermediate_size);
     bool frozen = false;
     for (int u = 0; u < m->nunits; u++)
         for (int i = 0; i < m->units[u].nparams; i++) frozen |= m->units[u].params[i].frozen;
@@ -523,6 +526,7 @@ sharc_status sharc_model_set_tensor_parallel(sharc_model *m, int tp, int rank) {
                    tp, c->vocab_size, tp);
     }
     set_dims(m, tp);
+    sharc_moe_set_tp(m->moe, tp, rank, &m->tpl); /* note [tp-moe] in moe.c: each expert's I / tp columns */
     return st;
 }
 
@@ -1300,6 +1304,7 @@ static void block_forward(sharc_model *m, const block_ptrs *w, block_acts *a, co
     SHARC_PROF("fwd.norm", keep16(m, a->ln2h, a->ln2, N * m->C));
     if (w->is_moe) { /* note [moe]: a recompute (y NULL) refills the set too */
         SHARC_PROF("fwd.moe", moe_mlp_forward(m, w, (int)(a - m->sets), m->tmp, a->ln2, N, y == NULL));
+        if (y) SHARC_PROF("fwd.tp", sharc_tp_all_reduce(&m->tpl, m->s, m->tmp, N * m->C)); /* note [tp-moe] */
         if (y) SHARC_PROF_WORK("fwd.residual", 0, 12.0 * N * m->C, k->add(s, y, a->xmid, m->tmp, N * m->C));
         return;
     }
@@ -1687,7 +1692,7 @@ static void forward_backward(sharc_model *m, sharc_fsdp *e, const int32_t *input
     int idle = 0; /* note [moe-units]: the cost of unused experts */
     sharc_model_moe_stats(m, NULL, &idle);
     m->timing.moe_idle_pairs += idle;
-    m->timing.moe_idle_params += (int64_t)idle * 3 * m->cfg.moe_intermediate_size * m->C;
+    m->timing.moe_idle_params += (int64_t)idle * 3 * (m->cfg.moe_intermediate_size / m->tp) * m->C;
     m->timing.backward_s += sharc_clock_now() - t1;
 }
 
