@@ -78,6 +78,5 @@ bad "mesh.tp: 3 does not divide model.num_heads 4 (4 / 3 = 1.33 per rank)" 3 --f
 bad "mesh.tp: 4 does not divide model.num_kv_heads 2 (2 / 4 = 0.50 per rank)" 4 --mesh.tp=4 --model.family=llama --model.num_kv_heads=2
 bad "mesh.tp: 2 does not divide model.ff_hidden_dim 65 (65 / 2 = 32.50 per rank)" 2 --mesh.tp=2 --model.family=llama --model.ff_hidden_dim=65
 bad "mesh.tp: 2 with mesh.sp 2: tensor and sequence parallelism together are not implemented yet" 4 --mesh.tp=2 --mesh.sp=2
-bad "mesh.tp: 2 with model.num_experts 4 (MoE)" 2 --mesh.tp=2 --model.family=llama --model.num_experts=4 --model.num_experts_per_tok=2 --model.moe_intermediate_size=16
 set -e
-echo "$runs tensor-parallel parity runs, 2 checkpoint round trips and 2 validations passed, 6 bad meshes refused"
+echo "$runs tensor-parallel parity runs, 2 checkpoint round trips and 2 validations passed, 5 bad meshes refused"
