@@ -6,7 +6,9 @@
  *   sharc_tests [--filter SUBSTR] [--list] [--one NAME] [--scripts DIR]
  *               [--bin DIR] [--timeout-scale K]
  *
- * A script may set its own timeout with a line "# timeout: SECONDS". A test
+ * A script may set its own timeout with a line "# timeout: SECONDS" (scaled
+ * by --timeout-scale, which scripts see as SHARC_TIMEOUT_SCALE: their inner
+ * `timeout N` is scaled by tests/cli/timeout_lib.inc). A test
  * or script that exits with status 77 (TEST_SKIP in test.h) is reported as
  * skipped, with the last line it printed. */
 
@@ -204,6 +206,9 @@ int main(int argc, char **argv) {
         }
     }
     setenv("SHARC_BIN", bin_dir, 1);
+    char scale_s[32]; /* the scripts' inner timeouts scale too (tests/cli/timeout_lib.inc) */
+    snprintf(scale_s, sizeof scale_s, "%g", scale > 0 ? scale : 1.0);
+    setenv("SHARC_TIMEOUT_SCALE", scale_s, 1);
     char cwd[PATH_MAX];
     if (getcwd(cwd, sizeof cwd)) setenv("SHARC_ROOT", cwd, 1);
     (void)tmp_dir;

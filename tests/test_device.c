@@ -82,7 +82,13 @@ TEST(device_copy_memset_streams_events) {
     ASSERT_OK(sharc_device_copy(d, y, x, sizeof host, SHARC_COPY_DEVICE_TO_DEVICE, NULL));
     sharc_event *ev;
     ASSERT_OK(sharc_device_event_new(d, &ev));
+    bool done = false;
+    ASSERT_OK(sharc_device_event_query(ev, &done)); /* never recorded: reached */
+    ASSERT_TRUE(done);
     ASSERT_OK(sharc_device_event_record(ev, s));
+    done = false;
+    ASSERT_OK(sharc_device_event_query(ev, &done)); /* the CPU's work ran when called */
+    ASSERT_TRUE(done);
     ASSERT_OK(sharc_device_event_wait(ev, sharc_device_stream(d)));
     ASSERT_OK(sharc_device_event_synchronize(ev));
     sharc_device_event_free(ev);

@@ -443,7 +443,7 @@ TEST(hf_config_every_key_round_trips) {
             ASSERT_OK(sharc_model_config_validate(&c));
             tiny t;
             tiny_build(&t, &c);
-            char name[16];
+            char name[32]; /* room for two whole ints */
             snprintf(name, sizeof name, "rt%d%d", fam, variant);
             const char *dir = tmp_path(name);
             ASSERT_OK(sharc_hf_export(t.e, NULL, &t.cfg, dir, SHARC_DT_BF16, 0));

@@ -137,7 +137,9 @@ static void dump_all(FILE *out) {
     dump(out, "qwen3-moe", &c, 0, 0, NULL);
     c.experts_as_units = true;
     dump(out, "qwen3-moe expert units", &c, 0, 0, NULL);
+    dump(out, "qwen3-moe expert units tp2", &c, 2, 1, NULL); /* note [tp-moe]: gate/up rows, down columns */
     c.experts_as_units = false;
+    dump(out, "qwen3-moe tp2", &c, 2, 1, NULL);
     c.qkv_bias = true; /* every variant at once, MoE every other layer */
     c.decoder_sparse_step = 2;
     c.mlp_only_layers[0] = 0;

@@ -128,6 +128,11 @@ sharc_status sharc_device_event_record(sharc_event *ev, sharc_stream *s);
 sharc_status sharc_device_event_wait(sharc_event *ev, sharc_stream *s);
 /* The host waits until the recorded point is reached. */
 sharc_status sharc_device_event_synchronize(sharc_event *ev);
+/* Whether the recorded point is reached (an event never recorded is), into
+ * *done, without waiting: a poll that lets the host reuse what the point's
+ * work read only when it must (sharc_device_event_synchronize when not
+ * done). On the CPU always done; a failed poll is an error. */
+sharc_status sharc_device_event_query(sharc_event *ev, bool *done);
 /* Queue fn(arg) on stream s: the host runs it once the stream has reached
  * it, in stream order, on a thread of the driver's (the CPU: at once, here).
  * fn must make no device call and must not wait for the stream's later

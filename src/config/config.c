@@ -877,7 +877,8 @@ static sharc_status parse_list(yaml_ctx *y, const char *key, const yaml_mark_t *
         }
         size_t have = strlen(joined), add = strlen((const char *)ev.data.scalar.value) + (have ? 1 : 0);
         if (have + add >= sizeof joined) { /* never a silently shorter list */
-            char what[160];
+            /* room for the whole key (parse_mapping's, at most 511 bytes) */
+            char what[640];
             snprintf(what, sizeof what, "the list for '%s' is longer than %zu bytes", key, sizeof joined - 1);
             sharc_status st = yaml_error(y, &ev.start_mark, what);
             yaml_event_delete(&ev);

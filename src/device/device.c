@@ -349,6 +349,13 @@ sharc_status sharc_device_event_synchronize(sharc_event *ev) {
     return ev->dev->i->event_synchronize(ev);
 }
 
+sharc_status sharc_device_event_query(sharc_event *ev, bool *done) {
+    *done = true;
+    if (!ev->dev->i->event_record) return SHARC_OK; /* record waited for the point */
+    if (!ev->dev->i->event_query) return sharc_device_event_synchronize(ev);
+    return ev->dev->i->event_query(ev, done);
+}
+
 sharc_status sharc_device_event_elapsed(sharc_event *start, sharc_event *end, double *seconds) {
     *seconds = 0.0;
     const char *name = start->dev->i->name;

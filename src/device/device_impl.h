@@ -49,6 +49,9 @@ typedef struct sharc_device_i {
     sharc_status (*event_record)(sharc_event *ev, sharc_stream *s);
     sharc_status (*event_wait)(sharc_event *ev, sharc_stream *s);
     sharc_status (*event_synchronize)(sharc_event *ev);
+    /* (optional, with event_record) whether the record is reached, no wait
+     * (cudaEventQuery); NULL: event_synchronize, then done */
+    sharc_status (*event_query)(sharc_event *ev, bool *done);
     /* (optional, with event_record) device seconds between two reached
      * records of timed events (ev->timed, set before event_new) */
     sharc_status (*event_elapsed)(sharc_event *start, sharc_event *end, double *seconds);

@@ -245,10 +245,10 @@ static const float *shard_to_compute(sharc_fsdp *e, sharc_fsdp_unit *t, float *d
  * stream, the CPU's accumulate behind it as a host function
  * (sharc_device_host_func: cudaLaunchHostFunc; on the simulator it runs when
  * the stream is drained to it), and an event behind that. A slot is reused
- * only once its accumulate ran: its flag, set by the host function, else
- * the host waits for its event (on a GPU the copy and the addition are long
- * done by then; a ring of 4 makes the simulator's 1-rank, 4-unit step wait
- * once). Everything that reads gradient shards on the host waits for the
+ * only once its accumulate ran: its event polled (sharc_device_event_query),
+ * and waited for only when not reached (on a GPU the copy and the addition
+ * are long done by then; a ring of 4 makes the simulator's 1-rank, 4-unit
+ * step wait once). Everything that reads gradient shards on the host waits for the
  * ring first (sharc_fsdp_coll_reduced_wait): finish_grads, once a step,
  * and the shard accessors. The host function makes no device call and
  * writes only the unit's gradient shard, which nothing else touches until
@@ -258,13 +258,18 @@ static const float *shard_to_compute(sharc_fsdp *e, sharc_fsdp_unit *t, float *d
 static void hslot_run(void *arg) {
     sharc_fsdp_hslot *h = arg;
     h->sk->accumulate(h->ss, h->dst, h->buf, h->n);
-    h->ran = 1;
+}
+
+sharc_status sharc_fsdp_hslot_wait(sharc_fsdp_hslot *h) {
+    bool done = true;
+    SHARC_TRY(sharc_device_event_query(h->ev, &done));
+    return done ? SHARC_OK : sharc_device_event_synchronize(h->ev);
 }
 
 void sharc_fsdp_coll_reduced_wait(const sharc_fsdp *e) {
     for (int k = 1; k <= e->hslots; k++) { /* the newest first: its wait drains the older on its stream */
         sharc_fsdp_hslot *h = &e->hslot[(e->hnext - k + e->hslots) % e->hslots];
-        if (!h->ran && sharc_device_event_synchronize(h->ev) != SHARC_OK) SHARC_FSDP_COMM_FATAL();
+        if (sharc_fsdp_hslot_wait(h) != SHARC_OK) SHARC_FSDP_COMM_FATAL();
     }
 }
 
@@ -281,10 +286,9 @@ static void reduced_to_shard(sharc_fsdp *e, sharc_fsdp_unit *t, const float *red
                     t->index, t->spec.name);
     sharc_fsdp_hslot *h = &e->hslot[e->hnext];
     e->hnext = (e->hnext + 1) % e->hslots;
-    if (!h->ran && sharc_device_event_synchronize(h->ev) != SHARC_OK) SHARC_FSDP_COMM_FATAL();
+    if (sharc_fsdp_hslot_wait(h) != SHARC_OK) SHARC_FSDP_COMM_FATAL();
     h->dst = t->grad_shard;
     h->n = t->numel_shard;
-    h->ran = 0;
     if (sharc_device_copy(e->dev, h->buf, reduced, (size_t)t->numel_shard * sizeof(float), SHARC_COPY_DEVICE_TO_HOST,
                           s) != SHARC_OK ||
         sharc_device_host_func(s, hslot_run, h) != SHARC_OK || sharc_device_event_record(h->ev, s) != SHARC_OK)

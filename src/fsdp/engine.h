@@ -102,8 +102,7 @@ typedef struct {
     int64_t n;               /* its numel_shard */
     const sharc_kernels *sk; /* the shard device's (the CPU's) */
     sharc_stream *ss;        /* and its stream */
-    sharc_event *ev;         /* recorded after the accumulate, on the reduction's stream */
-    _Atomic int ran;         /* the accumulate has run (1 before the first use) */
+    sharc_event *ev;         /* recorded after the accumulate, on the reduction's stream (never recorded: free) */
 } sharc_fsdp_hslot;
 
 /* note [sumsq-multi] (fsdp.c): the gradient norm's segment table */
@@ -232,6 +231,8 @@ int64_t sharc_fsdp_coll_mark(sharc_fsdp *e, sharc_event *ev);
 void sharc_fsdp_coll_wait(sharc_fsdp *e, sharc_event *ev, int64_t seq);
 /* Note [offload-reduce]: every queued accumulate of a reduced shard has run (the host waits). */
 void sharc_fsdp_coll_reduced_wait(const sharc_fsdp *e);
+/* Note [offload-reduce]: the host waits for one slot's accumulate, if its event is not reached yet. */
+sharc_status sharc_fsdp_hslot_wait(sharc_fsdp_hslot *h);
 /* The replicate group's all-reduce of every grad shard (HYBRID_SHARD, NO_SHARD). */
 sharc_status sharc_fsdp_coll_all_reduce_replicas(sharc_fsdp *e);
 

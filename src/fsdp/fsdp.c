@@ -264,7 +264,6 @@ sharc_status sharc_fsdp_init(sharc_fsdp **out, const sharc_unit_spec *units, int
         h->buf = e->hreduced + (int64_t)k * (pl->hreduced / pl->hslots);
         h->sk = e->sk;
         h->ss = e->sstream;
-        h->ran = 1;
         e->hslots = k + 1;
         if ((st = sharc_device_event_new(e->dev, &h->ev)) != SHARC_OK) goto fail;
     }
@@ -327,7 +326,7 @@ void sharc_fsdp_free(sharc_fsdp *e) {
         free(e->sq);
     }
     for (int k = 0; k < e->hslots; k++) {
-        if (!e->hslot[k].ran && e->hslot[k].ev) sharc_device_event_synchronize(e->hslot[k].ev);
+        if (e->hslot[k].ev) (void)sharc_fsdp_hslot_wait(&e->hslot[k]);
         if (e->hslot[k].ev) sharc_device_event_free(e->hslot[k].ev);
     }
     free(e->hslot);

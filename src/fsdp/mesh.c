@@ -53,11 +53,13 @@ sharc_status sharc_mesh_check_model(const sharc_mesh_config *mc, const sharc_mod
                                    "mesh.tp: %d does not divide %s %d (%d / %d = %.2f per rank); set mesh.tp "
                                    "(fsdp_tensor_parallel_size) to a divisor of %d",
                                    tp, dims[i].key, dims[i].n, dims[i].n, tp, (double)dims[i].n / tp, dims[i].n);
-        if (model->num_experts > 0)
+        /* note [tp-moe]: every expert's gate/up rows and down columns split as the dense MLP's */
+        if (model->num_experts > 0 && model->moe_intermediate_size % tp != 0)
             return sharc_error(SHARC_ERR_INVALID,
-                               "mesh.tp: %d with model.num_experts %d (MoE): experts under tensor parallelism are "
-                               "not implemented yet; set mesh.tp to 1",
-                               tp, model->num_experts);
+                               "mesh.tp: %d does not divide model.moe_intermediate_size %d (%d / %d = %.2f per rank); "
+                               "set mesh.tp (fsdp_tensor_parallel_size) to a divisor of %d",
+                               tp, model->moe_intermediate_size, model->moe_intermediate_size, tp,
+                               (double)model->moe_intermediate_size / tp, model->moe_intermediate_size);
     }
     if (sp < 1) return sharc_error(SHARC_ERR_INVALID, "mesh.sp: %d, expected >= 1", sp);
     if (sp == 1) return SHARC_OK;

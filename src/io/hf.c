@@ -1221,13 +1221,15 @@ static void remove_tmp_dir(const char *dir) {
  * [stale-tmp] in src/core/fileio.c), removed by the next export to DIR. */
 static void remove_stale_tmp_dirs(const char *dir) {
     char parent[4200], p[4600];
-    snprintf(parent, sizeof parent, "%s", dir);
+    if ((size_t)snprintf(parent, sizeof parent, "%s", dir) >= sizeof parent) return; /* longer than PATH_MAX */
     size_t n = strlen(parent);
     while (n > 1 && parent[n - 1] == '/') parent[--n] = 0;
     char *slash = strrchr(parent, '/');
     const char *base = slash ? slash + 1 : parent;
     char prefix[512];
-    snprintf(prefix, sizeof prefix, "%s.sharc-tmp-", base);
+    /* a shortened prefix would match other names: a base this long (over
+     * NAME_MAX) has no siblings of that name anyway */
+    if ((size_t)snprintf(prefix, sizeof prefix, "%s.sharc-tmp-", base) >= sizeof prefix) return;
     if (!slash) snprintf(parent, sizeof parent, ".");
     else if (slash == parent) parent[1] = 0;
     else *slash = 0;

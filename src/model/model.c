@@ -73,8 +73,10 @@
  * are written into a slot of a ring of POS_SLOTS page-locked buffers and
  * copied in on the model's stream (after the previous micro-batch's work
  * that reads att_lo, pos_local and pk_cos / pk_sin: one stream, in order);
- * a slot is reused once a host function queued after its copies ran, else
- * after its event (the host more than POS_SLOTS micro-batches ahead). */
+ * a slot is reused once the event recorded after its copies is reached:
+ * polled (sharc_device_event_query, no wait, no host callback stalling the
+ * stream), and waited for only when not (the host more than POS_SLOTS
+ * micro-batches ahead of the device). */
 #include "sharc/model.h"
 #include "sharc/blas.h"
 #include "sharc/clock.h"
@@ -87,7 +89,6 @@
 #include "ulysses.h"
 
 #include <math.h>
-#include <stdatomic.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -119,16 +120,22 @@ typedef struct {
 
 /* Note [packing]: one slot of the ring sharc_model_set_positions stages a
  * micro-batch's positions in, page-locked host memory the device copies
- * from; reused once its copies ran (`ran`, set by a host function queued
- * after them; else the host waits for `ev`, recorded after that). */
+ * from; reused once its copies ran: `ev`, recorded after them, is polled
+ * (sharc_device_event_query) and waited for only when not reached. */
 #define POS_SLOTS 8
 typedef struct {
     int32_t *lo;     /* (B, sp T) each query's first visible key */
     int32_t *pl;     /* (B, T) this rank's tokens' positions */
     float *c, *sn;   /* (B*T, hd/2) RoPE rows, only where the device has no rope_table_pos slot */
-    sharc_event *ev; /* recorded after the slot's copies */
-    _Atomic int ran; /* the copies have run (1 before the first use) */
+    sharc_event *ev; /* recorded after the slot's copies (never recorded: free) */
 } pos_slot;
+
+/* note [packing]: the host waits until slot h's copies ran, if they have not */
+static sharc_status pos_slot_wait(pos_slot *h) {
+    bool done = true;
+    SHARC_TRY(sharc_device_event_query(h->ev, &done));
+    return done ? SHARC_OK : sharc_device_event_synchronize(h->ev);
+}
 
 struct sharc_model {
     sharc_model_config cfg;
@@ -419,7 +426,7 @@ static void free_plan(sharc_model *m) {
     m->att32_own = m->a16 = false;
     for (int k = 0; k < POS_SLOTS; k++) { /* note [packing] */
         pos_slot *h = &m->pslot[k];
-        if (h->ev && !h->ran) (void)sharc_device_event_synchronize(h->ev); /* its copies read the slot */
+        if (h->ev) (void)pos_slot_wait(h); /* its copies read the slot */
         sharc_device_event_free(h->ev);
         sharc_device_host_free(m->dev, h->lo);
         sharc_device_host_free(m->dev, h->pl);
@@ -494,6 +501,9 @@ sharc_status sharc_model_set_tensor_parallel(sharc_model *m, int tp, int rank) {
                            "mesh.sp: %d does not fit the %d query and %d key/value heads of a tp rank (mesh.tp %d; sp "
                            "must divide the heads, and divide or be a multiple of the key/value heads)",
                            m->sp, nhl, nkvl, tp);
+    if (m->moe && c->moe_intermediate_size % tp != 0) /* note [tp-moe] in moe.c */
+        return sharc_error(SHARC_ERR_INVALID, "mesh.tp: %d does not divide model.moe_intermediate_size %d", tp,
+                           c->moe_intermediate_size);
     bool frozen = false;
     for (int u = 0; u < m->nunits; u++)
         for (int i = 0; i < m->units[u].nparams; i++) frozen |= m->units[u].params[i].frozen;
@@ -520,6 +530,7 @@ sharc_status sharc_model_set_tensor_parallel(sharc_model *m, int tp, int rank) {
                    tp, c->vocab_size, tp);
     }
     set_dims(m, tp);
+    sharc_moe_set_tp(m->moe, tp, rank, &m->tpl); /* note [tp-moe] in moe.c: each expert's I / tp columns */
     return st;
 }
 
@@ -896,7 +907,6 @@ sharc_status sharc_model_plan(sharc_model *m, int B, int T, bool activation_chec
         pos_slot *h = &m->pslot[k];
         size_t rows = sizeof(float) * (size_t)N * (m->hd / 2 > 0 ? m->hd / 2 : 1);
         bool host_rope = m->cfg.family == SHARC_FAMILY_LLAMA && !m->kdev->rope_table_pos;
-        h->ran = 1;
         h->lo = sharc_device_host_alloc(m->dev, sizeof(int32_t) * (size_t)B * T * m->sp, SHARC_MEM_OTHER);
         h->pl = sharc_device_host_alloc(m->dev, sizeof(int32_t) * (size_t)N, SHARC_MEM_OTHER);
         if (host_rope) {
@@ -945,8 +955,6 @@ sharc_status sharc_model_plan(sharc_model *m, int B, int T, bool activation_chec
     return st;
 }
 
-static void pos_slot_ran(void *arg) { ((pos_slot *)arg)->ran = 1; }
-
 /* note [packing] */
 sharc_status sharc_model_set_positions(sharc_model *m, const int32_t *pos) {
     if (!m->x) return sharc_error(SHARC_ERR_INVALID, "model: sharc_model_set_positions before sharc_model_plan");
@@ -969,13 +977,12 @@ sharc_status sharc_model_set_positions(sharc_model *m, const int32_t *pos) {
     if (!masked) return SHARC_OK; /* nothing to copy: att_lo and the per-token rows go unread */
     pos_slot *h = &m->pslot[m->pnext];
     m->pnext = (m->pnext + 1) % POS_SLOTS;
-    SHARC_TRY(h->ran ? SHARC_OK : sharc_device_event_synchronize(h->ev)); /* its copies still read it */
+    SHARC_TRY(pos_slot_wait(h)); /* its copies may still read it */
     for (int b = 0; b < B; b++)
         for (int t = 0; t < Tf; t++) {
             int start = pos ? t - pos[(int64_t)b * Tf + t] : 0, win = W > 0 ? t - W + 1 : 0;
             h->lo[(int64_t)b * Tf + t] = start > win ? start : win;
         }
-    h->ran = 0;
     sharc_status st =
         sharc_device_copy(m->dev, m->att_lo, h->lo, sizeof(int32_t) * (size_t)B * Tf, SHARC_COPY_HOST_TO_DEVICE, m->s);
     if (st == SHARC_OK && packed) {
@@ -1006,11 +1013,10 @@ sharc_status sharc_model_set_positions(sharc_model *m, const int32_t *pos) {
             }
         }
     }
-    if (st == SHARC_OK) st = sharc_device_host_func(m->s, pos_slot_ran, h);
     if (st == SHARC_OK) st = sharc_device_event_record(h->ev, m->s);
-    if (st != SHARC_OK) { /* the slot's state is unknown: wait for the stream before it is reused */
+    if (st != SHARC_OK) { /* the slot's state is unknown: wait for the stream before it is reused (a record that
+                             failed leaves the event at its last record, reached before this use) */
         (void)sharc_device_synchronize(m->s);
-        h->ran = 1;
         m->packed = m->masked = false;
     }
     return st;
@@ -1302,6 +1308,7 @@ static void block_forward(sharc_model *m, const block_ptrs *w, block_acts *a, co
     SHARC_PROF("fwd.norm", keep16(m, a->ln2h, a->ln2, N * m->C));
     if (w->is_moe) { /* note [moe]: a recompute (y NULL) refills the set too */
         SHARC_PROF("fwd.moe", moe_mlp_forward(m, w, (int)(a - m->sets), m->tmp, a->ln2, N, y == NULL));
+        if (y) SHARC_PROF("fwd.tp", sharc_tp_all_reduce(&m->tpl, m->s, m->tmp, N * m->C)); /* note [tp-moe] */
         if (y) SHARC_PROF_WORK("fwd.residual", 0, 12.0 * N * m->C, k->add(s, y, a->xmid, m->tmp, N * m->C));
         return;
     }
@@ -1692,7 +1699,7 @@ static void forward_backward(sharc_model *m, sharc_fsdp *e, const int32_t *input
     int idle = 0; /* note [moe-units]: the cost of unused experts */
     sharc_model_moe_stats(m, NULL, &idle);
     m->timing.moe_idle_pairs += idle;
-    m->timing.moe_idle_params += (int64_t)idle * 3 * m->cfg.moe_intermediate_size * m->C;
+    m->timing.moe_idle_params += (int64_t)idle * 3 * (m->cfg.moe_intermediate_size / m->tp) * m->C;
     m->timing.backward_s += sharc_clock_now() - t1;
 }
 

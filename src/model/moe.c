@@ -41,6 +41,33 @@
  * adds coef * aux * N to its loss sum so the trainer's mean reports it;
  * evaluation (forward_loss) reports the language-model loss alone.
  *
+ * Note [tp-moe]. Expert tensor parallelism (torchtitan's "expert tensor
+ * parallel", Megatron's plan of note [tp] in tp.h applied to every expert):
+ * under tp P, tp rank j holds rows [j I/P, (j+1) I/P) of each expert's
+ * gate_proj and up_proj (column-parallel; adjacent in the unit, so one
+ * (2 I/P, C) matmul as before) and the matching columns of its down_proj
+ * (row-parallel), I = moe_intermediate_size; the router stays replicated.
+ * Routing runs on every tp rank alike and gives the same bits there: its
+ * input is ln2 of the residual stream, which every earlier all-reduce left
+ * identical on the tp ranks (an all-reduce returns one result to all its
+ * ranks), the router's weights are replicated and stay equal (their
+ * gradient is, below), and the router's matmul, softmax, top-k and the
+ * host's counting sort are deterministic functions of those bits; so every
+ * tp rank dispatches the same rows to the same experts. Each rank's expert
+ * outputs o are partial sums over its I/P columns, so the combined y is a
+ * partial sum, all-reduced over tp once by the block (the "g" of the
+ * dense MLP). Backward: d(expert out) = w dy needs only the replicated dy;
+ * dw = dy . o is partial, so dwts (N K floats) is all-reduced over tp
+ * before the router's backward, which then computes the same d logits,
+ * router gradient (no reduction of its own, as the norms') and router dx on
+ * every tp rank; the experts' dx is partial, so the router's dx is added
+ * by tp rank 0 only and the block's "f" all-reduce sums the rest. The
+ * auxiliary loss reads counts and router sums, equal on the tp ranks, so
+ * every tp rank has the group's value and the trainer counts it once, as
+ * the language-model loss (note [loss-normalization]); its gradient enters
+ * through the replicated d logits, once. Per MoE block and micro-batch:
+ * N C floats forward, N C + N K backward.
+ *
  * Note [moe-waits]. A sparse layer's forward makes the host wait once: for
  * its (N, K) routing indices, which the host's counting sort turns into the
  * per-expert row counts that size the expert matmuls (and into count[l] for
@@ -86,7 +113,9 @@ typedef struct {
 struct sharc_moe {
     sharc_model_config cfg;
     sharc_device *dev;
-    int L, E, K, I, C, M; /* M: MoE layers */
+    int L, E, K, I, C, M; /* M: MoE layers; I: this tp rank's columns of each expert (note [tp-moe]) */
+    int tp_rank;          /* note [tp-moe] */
+    sharc_tp_link *tpl;   /* borrowed: the model's tp link; NULL without tp */
     int l_last;           /* the last MoE layer: its routing reads every layer's psum back */
     int64_t *count;       /* host (L, E): assignments per expert in the last forward */
     double *psum;         /* pinned host (L, E): router probabilities summed over tokens (note [moe-waits]) */
@@ -265,6 +294,14 @@ static sharc_status rig_plan(sharc_moe *moe) {
     }
     free(h);
     return st;
+}
+
+void sharc_moe_set_tp(sharc_moe *moe, int tp, int rank, sharc_tp_link *link) {
+    if (!moe) return;
+    SHARC_CHECK(tp >= 1 && moe->cfg.moe_intermediate_size % tp == 0 && !moe->sets);
+    moe->I = moe->cfg.moe_intermediate_size / tp;
+    moe->tp_rank = rank;
+    moe->tpl = tp > 1 ? link : NULL;
 }
 
 sharc_status sharc_moe_plan(sharc_moe *moe, int64_t N, int nsets) {
@@ -493,10 +530,11 @@ void sharc_moe_backward_router(sharc_moe *moe, const sharc_kernels *k, sharc_str
     k->moe_scatter_add(s, dx, moe->dxs, st->rows, NULL, NK, C);
     k->fill(s, moe->dwts, 0.0f, NK);
     k->moe_scatter_add(s, moe->dwts, moe->dwsel, st->perm, NULL, NK, 1);
+    if (moe->tpl) sharc_tp_all_reduce(moe->tpl, s, moe->dwts, NK); /* note [tp-moe]: dw from partial outputs */
     k->moe_route_backward(s, moe->logits, moe->dwts, st->probs, st->idx, st->wts, moe->wa != 0.0f ? moe->daux : NULL, N,
                           E, K, moe->cfg.norm_topk_prob);
     k->matmul_backward(s, moe->dxr, g_router, NULL, moe->logits, x, router, N, C, E);
-    k->add(s, dx, dx, moe->dxr, N * C);
+    if (moe->tp_rank == 0) k->add(s, dx, dx, moe->dxr, N * C); /* note [tp-moe]: once, before the f all-reduce */
 }
 
 void sharc_moe_backward(sharc_moe *moe, const sharc_kernels *k, sharc_stream *s, int set, int l,

@@ -10,6 +10,7 @@
 #include "sharc/status.h"
 #include "sharc/units.h"
 #include "params.h"
+#include "tp.h"
 
 #include <stdint.h>
 
@@ -24,6 +25,10 @@ sharc_status sharc_moe_config_check(const sharc_model_config *c, int base, int r
 /* NULL (and SHARC_OK) when the config has no MoE layer. */
 sharc_status sharc_moe_init(sharc_moe **out, const sharc_model_config *c, sharc_device *dev);
 void sharc_moe_free(sharc_moe *moe);
+/* Note [tp-moe] in moe.c: this rank's part `rank` of tp (each expert's
+ * moe_intermediate_size / tp columns) and the tp group's link (borrowed,
+ * the model's; its group may be set later). Before sharc_moe_plan. */
+void sharc_moe_set_tp(sharc_moe *moe, int tp, int rank, sharc_tp_link *link);
 /* Activations for nsets sets of N tokens (the block's sets); bytes without allocating. */
 int64_t sharc_moe_activation_bytes(const sharc_moe *moe, int64_t N, int nsets);
 sharc_status sharc_moe_plan(sharc_moe *moe, int64_t N, int nsets);

@@ -108,9 +108,9 @@ static const param_row llama_rows[] = {
     {U_BLOCK,  LL "self_attn.k_norm.weight",              D_HD, D_0,  I_ONES,       W_QK_NORM,  SHARC_ROLE_KNW,         1, M_NO,      T_NONE,  1, false},
     /* note [moe]: the router, then per expert gate, up, down (their own units under note [moe-units]) */
     {U_BLOCK,  LL "mlp.gate.weight",                      D_E,  D_C,  I_NORMAL,     W_MOE,      SHARC_ROLE_ROUTER,      1, M_YES,     T_NONE,  1, false},
-    {U_EXPERT, LL "mlp.experts.%d.gate_proj.weight",      D_I,  D_C,  I_NORMAL,     W_MOE,      SHARC_ROLE_EXPERT_GATE, 2, M_YES,     T_NONE,  1, false},
-    {U_EXPERT, LL "mlp.experts.%d.up_proj.weight",        D_I,  D_C,  I_NORMAL,     W_MOE,      SHARC_ROLE_EXPERT_UP,   1, M_YES,     T_NONE,  1, false},
-    {U_EXPERT, LL "mlp.experts.%d.down_proj.weight",      D_C,  D_I,  I_NORMAL_RES, W_MOE,      SHARC_ROLE_EXPERT_DOWN, 1, M_YES,     T_NONE,  1, false},
+    {U_EXPERT, LL "mlp.experts.%d.gate_proj.weight",      D_I,  D_C,  I_NORMAL,     W_MOE,      SHARC_ROLE_EXPERT_GATE, 2, M_YES,     T_ROWS,  1, false},
+    {U_EXPERT, LL "mlp.experts.%d.up_proj.weight",        D_I,  D_C,  I_NORMAL,     W_MOE,      SHARC_ROLE_EXPERT_UP,   1, M_YES,     T_ROWS,  1, false},
+    {U_EXPERT, LL "mlp.experts.%d.down_proj.weight",      D_C,  D_I,  I_NORMAL_RES, W_MOE,      SHARC_ROLE_EXPERT_DOWN, 1, M_YES,     T_COLS,  1, false},
     {U_HEAD,   "model.norm.weight",                       D_C,  D_0,  I_ONES,       W_ALWAYS,   SHARC_ROLE_LNFW,        1, M_NO,      T_NONE,  1, false},
     {U_HEAD,   "lm_head.weight",                          D_V,  D_C,  I_NORMAL,     W_UNTIED,   SHARC_ROLE_LM_HEAD,     1, M_YES,     T_VOCAB, 1, false},
 };

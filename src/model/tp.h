@@ -29,7 +29,8 @@
  * trainer counts them once). How the parts map onto the full tensors is
  * note [tp-params] in sharc/units.h; which parameter splits how is its
  * row's `tp` in the family's table (note [param-table] in params.c). The all-reduces run on the model's
- * device (note [tp-device]). */
+ * device (note [tp-device]). Qwen3-MoE's experts are split as the MLP, the
+ * router replicated: note [tp-moe] in moe.c. */
 /* Note [tp-sp]. tp with Ulysses sequence parallelism (note [ulysses] in
  * ulysses.h), torchtitan's dp x cp x tp and DeepSpeed-Ulysses with Megatron
  * tp: a rank of mesh coordinates (dp_rank, sp_rank, tp_rank) holds its tp

@@ -44,7 +44,25 @@
  * nodes reduce-scatters through the MPI path, whose scratch holds one full
  * unit in reduce_dtype, and a replicate group across nodes all-reduces
  * 16-bit gradients through (2 R + 1) padded pieces of a shard; both are
- * added to comm (and checked, with shared memory turned off). */
+ * added to comm (and checked, with shared memory turned off).
+ *
+ * Note [comm-plan]. Which comm path a run takes changes only host memory, so
+ * the device's table is the same for every path: on train.device cuda comm
+ * is the engine's staging on the device (stage16_shard, stage16_full,
+ * stage_shard: allocated at S > 1 or any 16-bit dtype, whether NCCL or MPI
+ * carries the collectives). Over NCCL the collectives read those device
+ * buffers (NCCL's own buffers are not planned, as Open MPI's are not); a
+ * group that stages through MPI (SHARC_COMM=mpi, or ranks sharing one GPU,
+ * note [comm-staging] in src/fsdp/collectives.c) adds a pinned host buffer
+ * and the MPI path's scratch, both host memory outside the device's table.
+ * So the MPI scratch terms above are the CPU's alone: a NCCL world allows
+ * no shared memory, the trainer passed 1 rank per node, and the scratch of
+ * a shard group "across nodes" planned one full unit in reduce_dtype that
+ * the NCCL path never allocates (comm peaked at 0.556 of its plan); on a
+ * device the trainer now passes the node's ranks (sharc_comm_split_node),
+ * which only name the groups. `sharc plan` needs no assumption about the path for the
+ * table; the host staging is not printed (checked: tests/cli/cudasim_train.sh
+ * n2 over NCCL, tests/cli/cudasim_overlap.sh bf16 over NCCL and through MPI). */
 #include "sharc/memplan.h"
 #include "sharc/blas.h"
 #include "sharc/fsdp.h"
@@ -135,10 +153,12 @@ sharc_status sharc_memplan_make(sharc_memplan *p, const sharc_config *cfg, int w
         /* the MPI path's scratch (one per group, grown to its largest call):
          * a shard group across nodes reduce-scatters by all-to-all, one full
          * unit in reduce_dtype; a replicate group across nodes all-reduces
-         * 16-bit gradients as padded pieces, (2 R + 1) pieces of a shard */
+         * 16-bit gradients as padded pieces, (2 R + 1) pieces of a shard.
+         * Host memory: in the table on the CPU only (note [comm-plan]) */
         const int64_t es = (int64_t)sharc_dtype_size(fc->reduce_dtype), Rr = world / S;
-        if (!node_local && S > 1) p->bytes[SHARC_MEM_COMM] += e.max_padded * es;
-        if (world > ranks_per_node && Rr > 1 && fc->reduce_dtype != SHARC_DT_F32) {
+        const bool host = cfg->train.device == 0;
+        if (host && !node_local && S > 1) p->bytes[SHARC_MEM_COMM] += e.max_padded * es;
+        if (host && world > ranks_per_node && Rr > 1 && fc->reduce_dtype != SHARC_DT_F32) {
             int64_t piece = (e.max_trainable_shard + Rr - 1) / Rr;
             p->bytes[SHARC_MEM_COMM] += (2 * Rr * piece + piece) * 2;
         }

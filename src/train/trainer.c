@@ -753,6 +753,15 @@ sharc_status sharc_train_run(const sharc_config *cfg, sharc_comm *world) {
         int rpn = sharc_comm_shared_memory_allowed(t->world)                 ? R
                   : S > 1 && sharc_comm_shared_memory_allowed(t->mesh.shard) ? S
                                                                              : 1;
+        /* note [comm-plan] (memplan.c): on a device the MPI path's scratch is
+         * host memory, not the table's, and a NCCL world allows no shared
+         * memory: the nodes only name the groups (collective) */
+        sharc_comm *node = NULL;
+        if (!sharc_device_is_host(sharc_model_device(t->model)) && sharc_comm_split_node(t->world, &node) == SHARC_OK &&
+            node) {
+            rpn = sharc_comm_size(node);
+            sharc_comm_free(node);
+        }
         planned = sharc_memplan_make(&plan, c, sharc_comm_size(t->world), rpn, sharc_threads_get()) == SHARC_OK;
     }
     if (lead) print_banner(t);

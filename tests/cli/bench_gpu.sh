@@ -20,6 +20,7 @@
 # and the JSON under $OUT holds every row. Without a python that imports
 # torch, the PyTorch rows are not checked (the sharc rows still are).
 set -uo pipefail
+source "$SHARC_ROOT/tests/cli/timeout_lib.inc" # inner timeouts follow --timeout-scale
 cd "$TMPDIR" || exit 1
 fail() { echo "$*"; exit 1; }
 b="$SHARC_ROOT/bench"

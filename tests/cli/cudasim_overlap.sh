@@ -14,7 +14,10 @@
 #  - NO_SHARD's 2 replicas (the replicas' all-reduce on the comm stream, no
 #    host wait) = 1 rank within 1e-5, the all-reduces carried by NCCL;
 #  - compute-stream waits for the comm stream = gathers + 1 at every step of
-#    the bf16 runs (1 rank: just the 1).
+#    the bf16 runs (1 rank: just the 1);
+#  - the memory plan = the measured peak per category for the 2-rank runs
+#    (note [comm-plan]: the same device staging over NCCL and MPI), and the
+#    NCCL run's 2 ranks planned on one node.
 set -uo pipefail
 source "$SHARC_ROOT/tests/cli/cudasim_lib.inc"
 NEAR_N=2 # each run is 2 steps
@@ -49,5 +52,10 @@ for run in one b2 bb2; do
         print "FAIL: " r ": " $1 " gathers, " $2 " comm-stream waits, want " want; bad = 1 } }
     END { if (n != 2) { print "FAIL: " r ": " n " steps"; bad = 1 } exit bad }' || exit 1
 done
-echo "overlap: bf16 over nccl = 1 rank, bf16 reduce = MPI's, NO_SHARD = 1 rank (1e-5); comm-stream waits = gathers + 1"
+# note [comm-plan] (src/train/memplan.c): 16-bit gathers at 2 ranks, over
+# NCCL and staged through MPI, every planned category peaks at its plan
+for run in b2 bb2 bbm ns2; do plan_is_peak $run || exit 1; done
+! grep -q '^memory plan per rank: .*groups across nodes' b2.log || die "b2: one node's 2 ranks planned across nodes"
+echo "overlap: bf16 over nccl = 1 rank, bf16 reduce = MPI's, NO_SHARD = 1 rank (1e-5); comm-stream waits = gathers + 1;"
+echo "  peak = plan per category over nccl and through MPI"
 exit 0

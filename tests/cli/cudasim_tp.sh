@@ -15,6 +15,9 @@
 #    (build/libfake_nccl.so, as in cudasim_train.sh): the 14 tp all-reduces
 #    of a step (embedding 1, 2 blocks x (4 + 1 q/k norm), head 3) carried by
 #    NCCL on device memory, counted by the fake;
+#  - Qwen3-MoE (one sparse layer, 4 experts, top-2, the auxiliary loss on;
+#    note [tp-moe] in src/model/moe.c: each expert split as the dense MLP,
+#    the router's dw all-reduced) over MPI, staged;
 #  - Ulysses (mesh.sp=2, note [ulysses]: the copy_block layout changes and
 #    the all-to-all): GPT-2 over MPI (staged), Llama with 1 key/value head
 #    (replicated on both sp ranks, its gradients summed) over NCCL, where
@@ -71,6 +74,17 @@ for r in 0 1; do
   [ "${ar:-0}" -eq 28 ] || die "rank $r: expected the 28 tp all-reduces of 2 steps on NCCL: $line"
 done
 echo "llama tp=2: cuda over NCCL (28 device all-reduces a rank) = cpu within 1e-4"
+
+# Qwen3-MoE experts under tp (note [tp-moe]), MPI: staged through host memory
+MOE="--model.family=llama --model.num_kv_heads=2 --model.tie_embeddings=false --model.ff_hidden_dim=48
+     --model.num_experts=4 --model.num_experts_per_tok=2 --model.moe_intermediate_size=16
+     --model.output_router_logits=true"
+$MPI "$CPU" train $M $MOE --model.num_layers=1 --mesh.tp=2 --train.out_dir=cm > cm.log 2>&1 ||
+  { tail -20 cm.log; die "moe: cpu tp run"; }
+SHARC_COMM=mpi $MPI -x SHARC_COMM -x SHARC_CUBLASLT_LIB "$SIM" train $M $MOE --model.num_layers=1 --mesh.tp=2 \
+  --train.out_dir=gm --train.device=cuda > gm.log 2>&1 || { tail -20 gm.log; die "moe: cuda tp run over MPI"; }
+same gm cm "qwen3-moe tp=2 cuda (MPI, staged) vs cpu"
+echo "qwen3-moe tp=2: cuda over MPI (staged) = cpu within 1e-4"
 
 # sequence parallelism: GPT-2 staged over MPI, Llama (kv heads replicated) over NCCL
 $MPI "$CPU" train $M $V --mesh.sp=2 --train.out_dir=cs > cs.log 2>&1 || { tail -20 cs.log; die "gpt2: cpu sp run"; }

@@ -15,6 +15,7 @@
 # Skipped without a CUDA build (nvcc) or
 # without mount namespaces (unshare -m).
 set -uo pipefail
+source "$SHARC_ROOT/tests/cli/timeout_lib.inc" # inner timeouts follow --timeout-scale
 cd "$TMPDIR" || exit 1
 fail() { echo "$*"; exit 1; }
 bin=$(cd "$SHARC_BIN" && pwd)

@@ -5,7 +5,8 @@
 #    HYBRID_SHARD, activation checkpointing off and on, frozen units, bf16
 #    parameters (and bf16 activations with the blocks gathered in bf16,
 #    emulated), the tiled MLP, prefetch depth, MPI collectives instead of
-#    shared memory, tensor parallelism (mesh.tp 2 at 2 and 4 ranks): every planned
+#    shared memory, tensor parallelism (mesh.tp 2 at 2 and 4 ranks; Qwen3-MoE's
+#    experts split over tp, note [tp-moe] in src/model/moe.c): every planned
 #    category's measured peak equals the plan (mpi_tests memplan);
 #  - `sharc plan` prints a 7B and a 70B Llama at 8-1024 ranks in a few MB of
 #    memory, params per rank = 4 x parameters / ranks (plus padding), and
@@ -38,6 +39,7 @@ SHARC_COMM_SHM=0 check 4 fsdp.reshard_after_forward=2
 check 4 mesh.tp=2 model.num_heads=4
 SHARC_BF16=emulate check 2 mesh.tp=2 model.num_heads=4 fsdp.param_dtype=bf16 # note [bf16-head]
 check 2 $L model.num_kv_heads=2 model.num_heads=4 mesh.tp=2
+check 2 $L model.num_kv_heads=2 model.num_heads=4 mesh.tp=2 model.num_experts=4 model.num_experts_per_tok=2 model.moe_intermediate_size=16 model.mlp_only_layers=1
 
 S="$SHARC_BIN/sharc"
 for cfg in llama-7b llama-70b; do

@@ -9,6 +9,15 @@
 # and the watchdog armed: the run ends, every rank issues the same
 # collectives each step, and the metrics line counts the idle experts and
 # the bytes gathered for them.
+# Expert tensor parallelism (mesh.tp; note [tp-moe] in src/model/moe.c) with
+# mpi_tp.sh's tolerances and optim.eps (the loss 1e-5 relative, the norm 2e-4,
+# the first step's gradients 1e-5 of each tensor's scale, each rank's slices
+# against one process's; the router replicated, bit for bit equal on the tp
+# ranks): tp 2 at 2 ranks (experts in the block unit; each its own unit with
+# SHARD_GRAD_OP and activation checkpointing's recompute), 2x2 dp x tp at 4
+# ranks (each expert its own unit, two micro-batches), tp 2 x sp 2 at 4 ranks; a checkpoint written at tp 2
+# resumed at one process continues the tp run's steps (loss 1e-5 relative,
+# norm 2e-4) and its HF export equals the run's gathered weights; a tp that does not divide moe_intermediate_size is refused.
 set -euo pipefail
 source "$SHARC_ROOT/tests/cli/mpi_lib.inc"
 cd "$TMPDIR"
@@ -22,6 +31,34 @@ check 4 fsdp.sharding_strategy=FULL_SHARD fsdp.moe_experts=true train.grad_accum
 check 2 fsdp.sharding_strategy=SHARD_GRAD_OP fsdp.moe_experts=true fsdp.activation_checkpointing=true
 check 4 fsdp.sharding_strategy=SHARD_GRAD_OP train.grad_accum=2
 check 3 fsdp.sharding_strategy=FULL_SHARD fsdp.moe_experts=true fsdp.forward_prefetch=true fsdp.backward_prefetch_depth=2
+tp="model.num_heads=4 model.num_kv_heads=2 tol.grad=1e-5 tol.param=2e-3 optim.eps=1e-6 tol.loss=1e-5 tol.norm=2e-4"
+check 2 $tp mesh.tp=2
+check 2 $tp mesh.tp=2 fsdp.sharding_strategy=SHARD_GRAD_OP fsdp.moe_experts=true fsdp.activation_checkpointing=true
+check 4 $tp mesh.tp=2 fsdp.moe_experts=true train.grad_accum=2
+# tp 2 x sp 2 (note [tp-sp]): the auxiliary loss off, it being each rank's slice's under sp (note [moe]'s
+# "Auxiliary loss"), and mpi_sp.sh's tol.param
+check 4 $tp mesh.tp=2 mesh.sp=2 train.seq_len=12 model.output_router_logits=false tol.param=5e-3 fsdp.moe_experts=true
+# tp 2 -> one process: the checkpoint of step 2 continues the tp run's steps 3 and 4
+T="--data.path=text.txt --model.family=llama --model.num_layers=2 --model.embed_dim=32 --model.num_heads=4
+   --model.num_kv_heads=2 --model.ff_hidden_dim=40 --model.num_experts=4 --model.num_experts_per_tok=2
+   --model.moe_intermediate_size=16 --model.output_router_logits=true --model.router_aux_loss_coef=0.05 --model.qk_norm=true
+   --train.seq_len=12 --train.batch_size=2 --train.max_steps=4 --train.threads=1 --ckpt.every=2 --optim.eps=1e-6"
+mpi 2 "$SHARC_BIN/sharc" train $T --mesh.tp=2 --train.out_dir=tp2 > tp2.log 2>&1 || { echo "tp 2 run failed"; tail -5 tp2.log; exit 1; }
+"$SHARC_BIN/sharc" train $T --train.out_dir=tp1 --ckpt.resume=tp2/checkpoints/step-00000002 > tp1.log 2>&1 ||
+  { echo "resume at one process failed"; tail -5 tp1.log; exit 1; }
+jq -s -e '(.[0:4] | map(select(.step > 2))) as $a | .[4:] as $b | ($a | length) == 2 and ($b | length) == 2 and
+  all(range(2); (($a[.]["loss_metrics/global_avg_loss"] - $b[.]["loss_metrics/global_avg_loss"]) | fabs) <= 1e-5 * ($b[.]["loss_metrics/global_avg_loss"] | fabs) and
+                 (($a[.].grad_norm - $b[.].grad_norm) | fabs) <= 2e-4)' tp2/metrics.jsonl tp1/metrics.jsonl > /dev/null ||
+  { echo "tp 2 checkpoint resumed at one process left the trajectory"; jq -c '[.step, .["loss_metrics/global_avg_loss"], .grad_norm]' tp2/metrics.jsonl tp1/metrics.jsonl; exit 1; }
+echo "tp 2 checkpoint resumed at one process: $(jq -c '[.step, .["loss_metrics/global_avg_loss"]]' tp1/metrics.jsonl | tr '\n' ' ')"
+# HF export of the tp 2 checkpoint (step 4) = the weights the tp run gathered at its end
+"$SHARC_BIN/sharc" export --checkpoint tp2/checkpoints --out hf1 > /dev/null
+"$SHARC_BIN/sharc" export --checkpoint tp2/model.safetensors --out hf2 > /dev/null
+cmp hf1/model.safetensors hf2/model.safetensors || { echo "tp 2: checkpoint and gathered weights differ"; exit 1; }
+set +e
+mpi_refused "$T --train.out_dir=bad" "mesh.tp: 2 does not divide model.moe_intermediate_size 15 (15 / 2 = 7.50 per rank)" 2 \
+  --mesh.tp=2 --model.moe_intermediate_size=15
+set -e
 
 # the rigged router: with E = K x N each rank's tokens go to exactly its K
 # experts, so every MoE layer leaves E - K experts idle on each rank

@@ -4,6 +4,7 @@
 # starts from stage 1's final weights (model.init_from), checked exactly:
 # stage 2 trains with lr 0, so its final weights are the ones it loaded.
 set -uo pipefail
+source "$SHARC_ROOT/tests/cli/timeout_lib.inc" # inner timeouts follow --timeout-scale
 cd "$TMPDIR"
 fail() { echo "$*"; exit 1; }
 for i in $(seq 1 300); do echo "the quick brown fox jumps over the lazy dog $((i % 13))"; done > text.txt

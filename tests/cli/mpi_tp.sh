@@ -114,6 +114,5 @@ bad "mesh.tp: 4 does not divide model.num_kv_heads 2 (2 / 4 = 0.50 per rank)" 4 
 bad "mesh.tp: 2 does not divide model.ff_hidden_dim 65 (65 / 2 = 32.50 per rank)" 2 --mesh.tp=2 --model.family=llama --model.ff_hidden_dim=65
 bad "mesh.sp: 2 does not divide the query heads of a tp rank (model.num_heads 6 / mesh.tp 2 = 3; 3 / 2 = 1.50 heads per rank)" 4 --mesh.tp=2 --mesh.sp=2 --model.num_heads=6
 bad "mesh.sp: 2 and the key/value heads of a tp rank (model.num_kv_heads 6 / mesh.tp 2 = 3): neither divides the other" 4 --mesh.tp=2 --mesh.sp=2 --model.family=llama --model.num_heads=12 --model.num_kv_heads=6
-bad "mesh.tp: 2 with model.num_experts 4 (MoE)" 2 --mesh.tp=2 --model.family=llama --model.num_experts=4 --model.num_experts_per_tok=2 --model.moe_intermediate_size=16
 set -e
-echo "$runs tensor-parallel parity runs, 3 checkpoint round trips and 3 validations passed, 7 bad meshes refused"
+echo "$runs tensor-parallel parity runs, 3 checkpoint round trips and 3 validations passed, 6 bad meshes refused"

@@ -20,6 +20,7 @@
 #  - on the CPU the fused head region (head.lm_xent) nests the CPU kernel's
 #    own regions: its inclusive time = its exclusive time + theirs.
 set -uo pipefail
+source "$SHARC_ROOT/tests/cli/timeout_lib.inc" # inner timeouts follow --timeout-scale
 cd "$TMPDIR" || exit 1
 die() { echo "FAIL: $*"; exit 1; }
 for i in $(seq 1 300); do echo "the quick brown fox jumps over the lazy dog $((i % 13))"; done > text.txt

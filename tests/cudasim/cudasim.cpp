@@ -58,6 +58,7 @@ namespace cudasim {
 
 uint3 cur_thread, cur_block;
 dim3 cur_block_dim, cur_grid_dim;
+uint64_t block_serial;
 
 /* ------------------------------------------------------------ memory */
 
@@ -603,6 +604,7 @@ static void launch_now(const char *kernel, const launch_cfg &cfg, body_fn body, 
         cur_block.x = (unsigned)(b % cfg.grid.x);
         cur_block.y = (unsigned)(b / cfg.grid.x % cfg.grid.y);
         cur_block.z = (unsigned)(b / ((uint64_t)cfg.grid.x * cfg.grid.y));
+        block_serial++; /* a fresh block: its shared memory is poisoned anew */
         run_block();
     }
     device_leave();
@@ -677,7 +679,8 @@ extern "C" size_t cudasim_peak_bytes(void) { return peak_bytes; }
 /* Host synchronizations: the calls where the host waits for the simulated
  * GPU (cudaDeviceSynchronize, cudaStreamSynchronize, cudaEventSynchronize,
  * cudaMemcpy/cudaMemset and an async copy into pageable host memory).
- * cudaEventQuery (a poll, no wait on a GPU) and the fake NCCL's own drain
+ * cudaEventQuery (a poll, no wait on a GPU; it drains nothing), the fake
+ * driver's cuEventQuery (cudasim_event_poll) and the fake NCCL's own drain
  * before it exchanges (cudasim_stream_drain: on a GPU NCCL queues its work)
  * are not counted. CUDASIM_SYNC_STATS=1 prints the count at exit. */
 extern "C" unsigned long cudasim_host_syncs(void) { return host_syncs; }
@@ -1072,9 +1075,24 @@ cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t end) 
     pthread_mutex_unlock(&lock);
     return r;
 }
+/* A poll: reached iff the record has run, no queue drained (the simulated
+ * GPU moves only when the host waits), so a caller that reuses what the
+ * record's work read must wait when told cudaErrorNotReady. Like the
+ * runtime, a not-ready answer is also left as the last error (callers
+ * clear it: cudaGetLastError). */
 cudaError_t cudaEventQuery(cudaEvent_t e) {
-    /* the simulated GPU makes progress when asked: the record is reached
-     * (a poll: not a host synchronization) */
+    pthread_mutex_lock(&lock);
+    sim_event *ev = event_of(e);
+    cudaError_t r = ev->done < ev->gen ? cudaErrorNotReady : cudaSuccess;
+    if (r != cudaSuccess) last_error = r;
+    pthread_mutex_unlock(&lock);
+    return r;
+}
+
+/* The fake driver's cuEventQuery (tests/support/fake_nccl.c): the GPU
+ * makes progress when asked, the record is reached (a poll: not a host
+ * synchronization), so a loop polling a collective ends. */
+extern "C" cudaError_t cudasim_event_poll(cudaEvent_t e) {
     pthread_mutex_lock(&lock);
     drain_event(event_of(e));
     pthread_mutex_unlock(&lock);

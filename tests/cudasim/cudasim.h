@@ -17,7 +17,10 @@
 
 /* Block-wide shared memory: one copy for the block's coroutines (blocks run
  * one after another; launches are serialized). Defined before the CUDA
- * headers so that they keep it. */
+ * headers so that they keep it. rewrite.sh follows each `__shared__`
+ * declaration with cudasim_shared(name) per variable, which fills it with
+ * 0xFF bytes (NaN floats, -1 ints) when the first thread of a block reaches
+ * it: a read before a write sees poison, not the previous block's values. */
 #define __shared__ static
 
 #include <cuda_bf16.h>
@@ -42,6 +45,10 @@ struct launch_cfg {
 /* the calling coroutine's indices (valid inside a kernel) */
 extern uint3 cur_thread, cur_block;
 extern dim3 cur_block_dim, cur_grid_dim;
+/* the running block's serial number: distinct for every block of every
+ * launch (never 0), so a shared variable poisoned at serial s is poisoned
+ * again by the next block */
+extern uint64_t block_serial;
 
 /* Queue a launch on cfg.stream: body(arg) once per thread of every block
  * (kernel names the kernel in errors), then drop(arg). ptrs/nptr: the
@@ -128,6 +135,17 @@ static void cudasim_launch_(const char *name, void (*k)(P...), const cudasim::la
     std::apply([&](const auto &...v) { (cudasim::collect_ptr(ptrs, align, &n, v), ...); }, box->args);
     cudasim::run(name, cfg, cudasim::call_box<P...>, box, cudasim::drop_box<P...>, ptrs, align, n);
 }
+
+/* Poison a __shared__ variable once per block (a static per declaration
+ * remembers the block that last did): only the bytes it declares. */
+#define cudasim_shared(v)                                                                                              \
+    do {                                                                                                               \
+        static uint64_t cudasim_seen_;                                                                                 \
+        if (cudasim_seen_ != cudasim::block_serial) {                                                                  \
+            memset((void *)&(v), 0xFF, sizeof(v));                                                                     \
+            cudasim_seen_ = cudasim::block_serial;                                                                     \
+        }                                                                                                              \
+    } while (0)
 
 /* A kernel's __launch_bounds__(N) (moved into its body by rewrite.sh): a
  * launch of more threads per block than N fails on a GPU; here it stops,

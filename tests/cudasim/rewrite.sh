@@ -5,7 +5,9 @@
 # becomes `cudasim_launch(k, cudasim_cfg(g, b, smem, stream), args)`; a
 # kernel's `__launch_bounds__(N)` is removed from its declaration and
 # becomes `cudasim_bounds(N);` at the top of its body (the simulator stops
-# a launch of more threads per block than N, which a GPU refuses); the
+# a launch of more threads per block than N, which a GPU refuses); a
+# one-line `__shared__ T a[N], b[M];` declaration is followed by
+# `cudasim_shared(a); cudasim_shared(b);` (poisoned once per block); the
 # rest is untouched, and #line keeps errors and backtraces on the .cu file.
 set -e
 {
@@ -20,6 +22,21 @@ set -e
       if (bound != "" && (i = index($0, "{")) > 0) {
         $0 = substr($0, 1, i) " cudasim_bounds(" bound ");" substr($0, i + 1)
         bound = ""
+      }
+      if ((i = index($0, "__shared__")) > 0 && $0 !~ /extern/ && (j = index($0, ";")) > i) {
+        decl = substr($0, i + 10, j - i - 10)
+        gsub(/__align__\([^()]*\)/, "", decl)
+        gsub(/\[[^]]*\]/, "", decl)
+        n = split(decl, part, ",")
+        calls = ""
+        for (k = 1; k <= n; k++) {
+          w = split(part[k], word, " ")
+          calls = calls " cudasim_shared(" word[w] ");"
+        }
+        $0 = substr($0, 1, j) calls substr($0, j + 1)
+      } else if (i > 0 && $0 !~ /extern/ && $0 !~ /^[ \t]*(\/\*|\*|\/\/)/) {
+        print FILENAME ":" NR ": a __shared__ declaration on more than one line (the simulator poisons one-line ones only)" > "/dev/stderr"
+        exit 1
       }
       print
     }'

@@ -63,6 +63,19 @@ __global__ static void k_tree(int *out, bool barriers) {
     if (t == 0) out[blockIdx.x] = sh[0];
 }
 
+/* each thread reads its shared slots before writing them: every block must
+ * see the poison (0xFF bytes), never the previous block's writes */
+__global__ static void k_poison(int *out, float *fout) {
+    __shared__ int si[64];
+    __shared__ float sf[64];
+    int t = threadIdx.x, i = blockIdx.x * 64 + t;
+    out[i] = si[t];
+    fout[i] = sf[t];
+    __syncthreads();
+    si[t] = (int)blockIdx.x + 1;
+    sf[t] = 1.0f;
+}
+
 /* each thread writes its slot, then reads its left neighbour's (thread t
  * - 1 of its warp; lane 0 reads nothing): sync 0 no barrier between (a
  * race: right only if t - 1 ran first), 1 __syncwarp, 2 __syncthreads */
@@ -274,6 +287,24 @@ static void values(void) {
     k_tree<<<3, 256>>>(t, false);
     cudaMemcpy(ht, t, sizeof ht, cudaMemcpyDeviceToHost);
     expect("the same reduction without its barriers is wrong", ht[0] != 32640);
+
+    float *pf, hf[3 * 64];
+    int hp[3 * 64];
+    int *pi = dev_ints(3 * 64);
+    if (cudaMalloc((void **)&pf, sizeof hf) != cudaSuccess) abort();
+    k_poison<<<3, 64>>>(pi, pf);
+    cudaMemcpy(hp, pi, sizeof hp, cudaMemcpyDeviceToHost);
+    cudaMemcpy(hf, pf, sizeof hf, cudaMemcpyDeviceToHost);
+    ok = true;
+    for (int i = 0; i < 3 * 64; i++) ok &= hp[i] == -1 && isnan(hf[i]);
+    expect("shared memory read before written holds poison in every block (-1 ints, NaN floats)", ok);
+    k_tree<<<3, 256>>>(t, true);
+    cudaMemcpy(ht, t, sizeof ht, cudaMemcpyDeviceToHost);
+    ok = true;
+    for (int b = 0; b < 3; b++) ok &= ht[b] == 32640 + 256 * 256 * b;
+    expect("a kernel that writes shared memory first is unaffected by the poison", ok);
+    cudaFree(pi);
+    cudaFree(pf);
     cudaFree(t);
 
     int W = 2 * 4, H = 3 * 2, D = 2 * 2, n = W * H * D;
@@ -312,6 +343,18 @@ static void values(void) {
         cudaDeviceSynchronize();
         cudaMemset(src, 0, 64 * sizeof(int));
     }
+    /* cudaEventQuery polls: reached iff the record ran, nothing drained; a
+     * not-ready answer is left as the last error, as the runtime does */
+    expect("an event's query after its record ran: reached", cudaEventQuery(ev) == cudaSuccess);
+    (void)cudaGetLastError();
+    k_index<<<1, 64, 0, s1>>>(src);
+    cudaEventRecord(ev, s1);
+    bool notready = cudaEventQuery(ev) == cudaErrorNotReady;
+    notready &= cudaGetLastError() == cudaErrorNotReady && cudaEventQuery(ev) == cudaErrorNotReady;
+    expect("an event's query before its stream ran: not ready (and the last error), nothing drained", notready);
+    cudaEventSynchronize(ev);
+    expect("an event's query after its synchronize: reached", cudaEventQuery(ev) == cudaSuccess);
+    (void)cudaGetLastError();
     cudaFree(src);
     cudaFree(dst);
     cudaEventDestroy(ev);

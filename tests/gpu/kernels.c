@@ -1326,7 +1326,16 @@ static void test_memory_streams(void) {
     kg->fill(sg, a, 3.0f, n);
     kg->init_normal(sg, a, n, 1.0f, 1, 1, 0); /* slow work before the value that counts */
     kg->fill(sg, a, 5.0f, n);
+    bool qdone = false;
+    ok = sharc_device_event_query(ev, &qdone) == SHARC_OK && qdone;
+    result("event_query: an event never recorded is reached", ok, "");
     sharc_device_event_record(ev, sg);
+    /* a poll, no wait: on a GPU done or not (the 16M-element work before it
+     * is likely still running), on the simulator not done (nothing drained);
+     * a not-ready answer must not be left as the runtime's last error for
+     * the next launch's check (kernels below would fail) */
+    ok = sharc_device_event_query(ev, &qdone) == SHARC_OK;
+    result("event_query before the wait: no error", ok, qdone ? "done" : "not done");
     sharc_device_event_wait(ev, s2);
     sharc_device_copy(gpu, b, a, n * 4, SHARC_COPY_DEVICE_TO_DEVICE, s2);
     float *hb = malloc(n * 4);
@@ -1337,6 +1346,8 @@ static void test_memory_streams(void) {
     result("event: stream 2 waits for stream 1 (D2D copy sees the fill)", ok, "");
     ok = sharc_device_event_synchronize(ev) == SHARC_OK;
     result("event_synchronize", ok, "");
+    ok = sharc_device_event_query(ev, &qdone) == SHARC_OK && qdone;
+    result("event_query after event_synchronize: done", ok, "");
     sharc_device_event_free(ev);
     sharc_device_stream_free(s2);
     sharc_device_free(gpu, a);

@@ -31,8 +31,9 @@
 #      local rank % GPUs, note [gpu-of-rank]) = 1 rank within 1e-5, and the compute stream
 #      waits for the comm stream once per gather plus once a step (note [comm-stream]); mesh.sp 2
 #      (Llama, 1 key/value head) over NCCL = the CPU's mesh.sp 2 within 1e-4 (note [ulysses]),
-#      its validation loss too (note [eval-windows]); with 4 GPUs mesh.tp 2 x mesh.sp 2 over NCCL
-#      = the CPU's 2x2 within 1e-4 (note [tp-sp])
+#      its validation loss too (note [eval-windows]); mesh.tp 2 with Qwen3-MoE's experts split over
+#      tp (note [tp-moe]) over NCCL = the CPU's mesh.tp 2 within 1e-4; with 4 GPUs mesh.tp 2 x
+#      mesh.sp 2 over NCCL = the CPU's 2x2 within 1e-4 (note [tp-sp])
 #   8. compute-sanitizer (on PATH or in /usr/local/cuda/bin): memcheck over gpu_kernels and over a
 #      2-step sharc train on cuda; racecheck and synccheck over the kernel groups with shared
 #      memory or barriers (elem, norms, qknorm, attention, xent, attn16, vocab)
@@ -325,6 +326,16 @@ if [ -x "$bin/sharc" ]; then
       awk '{ d = $1 - $2; if (d < 0) d = -d; if (NF != 2 || !(d <= 1e-4 * $2)) bad = 1; n++ } END { exit n != 1 || bad }'
     one "NCCL over $where: mesh.sp 2 validation loss = the CPU's mesh.sp 2 within 1e-4" $? \
       "$(grep -h val_loss "$tmp/sg2/metrics.jsonl" "$tmp/sc2/metrics.jsonl" 2> /dev/null | tr '\n' ' ')"
+    # Qwen3-MoE's experts under tp (note [tp-moe]): the tp all-reduces on the stream over NCCL, against the CPU's tp 2
+    MOE="--model.family=llama --model.num_kv_heads=2 --model.tie_embeddings=false --model.ff_hidden_dim=48
+         --model.num_experts=4 --model.num_experts_per_tok=2 --model.moe_intermediate_size=16
+         --model.output_router_logits=true"
+    mpi 2 mc2 $M $SS $MOE --mesh.tp=2; rc=$?
+    COMM=nccl mpi 2 mg2 $M $SS $MOE --mesh.tp=2 --train.device=cuda; rc2=$?
+    why=$(same "$tmp/mg2" "$tmp/mc2" 1e-4 $ns); ok=$?
+    [ $rc -eq 0 ] && [ $rc2 -eq 0 ] && ! grep -q 'go through MPI' "$tmp/mg2.log" || ok=1
+    one "NCCL over $where: mesh.tp 2 with Qwen3-MoE experts = the CPU's mesh.tp 2 within 1e-4" $ok \
+      "exit $rc/$rc2, $why: $(grep -m2 'MPI\|error' "$tmp/mg2.log" | tr '\n' ' ')"
     # tp 2 x sp 2 (note [tp-sp] in src/model/tp.h): 4 GPUs, both groups over NCCL, against the CPU's 2x2
     if [ "$ngpu" -ge 4 ]; then
       TS="--mesh.tp=2 --mesh.sp=2 --model.num_heads=4 --model.num_kv_heads=2"

@@ -127,7 +127,7 @@ static const sim_api *sim(void) {
     if (!dlsym(RTLD_DEFAULT, "cudasim_enqueue")) return NULL;
     const char *names[] = {"cudasim_device_range", "cudasim_device_begin",  "cudasim_device_end",
                            "cudasim_stream_drain", "cudaStreamSynchronize", "cudaEventCreateWithFlags",
-                           "cudaEventDestroy",     "cudaEventRecord",       "cudaEventQuery",
+                           "cudaEventDestroy",     "cudaEventRecord",       "cudasim_event_poll",
                            "cudaEventSynchronize", "cudaStreamWaitEvent"};
     void **slots[] = {(void **)&s.range,         (void **)&s.begin,        (void **)&s.end,
                       (void **)&s.drain,         (void **)&s.stream_sync,  (void **)&s.event_create,

@@ -498,6 +498,15 @@ static sharc_status cuda_event_synchronize(sharc_event *ev) {
     return cuda_status(cudaEventSynchronize((cudaEvent_t)ev->impl), "event synchronize");
 }
 
+/* cudaErrorNotReady: not reached yet (and not an error: cleared by the
+ * query, nothing sticky); any other error is one */
+static sharc_status cuda_event_query(sharc_event *ev, bool *done) {
+    cudaError_t e = cudaEventQuery((cudaEvent_t)ev->impl);
+    *done = e != cudaErrorNotReady;
+    if (!*done) (void)cudaGetLastError(); /* the runtime keeps not-ready as the last error: clear it */
+    return *done ? cuda_status(e, "event query") : SHARC_OK;
+}
+
 static sharc_status cuda_host_func(sharc_stream *s, void (*fn)(void *), void *arg) {
     return cuda_status(cudaLaunchHostFunc(sharc_cuda_cs(s), fn, arg), "launch host function");
 }
@@ -682,6 +691,7 @@ static sharc_device_i make_iface(void) {
     i.event_record = cuda_event_record;
     i.event_wait = cuda_event_wait;
     i.event_synchronize = cuda_event_synchronize;
+    i.event_query = cuda_event_query;
     i.host_func = cuda_host_func;
     i.event_elapsed = cuda_event_elapsed;
     i.peak_flops = cuda_peak_flops;
