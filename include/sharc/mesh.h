@@ -76,8 +76,8 @@ sharc_status sharc_mesh_dims_resolve(const sharc_fsdp_config *cfg, const sharc_m
  * divide one or the other (key/value heads are replicated when sp exceeds
  * them); tp divides num_heads, num_kv_heads and ff_hidden_dim; with both,
  * the sp rule holds for each tp rank's heads (num_heads / tp and
- * num_kv_heads / tp: note [tp-sp] in src/model/tp.h); tp with MoE is
- * refused (not implemented yet). */
+ * num_kv_heads / tp: note [tp-sp] in src/model/tp.h); with experts tp
+ * divides moe_intermediate_size too (note [tp-moe]). */
 sharc_status sharc_mesh_check_model(const sharc_mesh_config *mc, const sharc_model_config *model, int seq_len);
 /* Collective over `world` (splits): the groups of note [mesh-fsdp]. */
 sharc_status sharc_mesh_init_dims(sharc_mesh *m, sharc_comm *world, const sharc_mesh_dims *d, sharc_sharding strategy);

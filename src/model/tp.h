@@ -43,9 +43,9 @@
  * heads as before), and the output comes back to the rank's Tl tokens and
  * its NH/tp heads' columns, where the row-parallel out projection and its
  * all-reduce over the tp group (equal dp_rank and sp_rank) run unchanged;
- * the MLP and the vocabulary-parallel head likewise run on the Tl tokens
- * (GPT-2's learned positions of the slice: the position table from row
- * sp_rank Tl). Nothing in a layer changes: the model's sizes are local
+ * the MLP (or note [tp-moe]'s experts) and the vocabulary-parallel head
+ * likewise run on the Tl tokens (GPT-2's learned positions of the slice:
+ * the position table from row sp_rank Tl). Nothing in a layer changes: the model's sizes are local
  * (set_dims), the sp exchanges and the tp all-reduces touch different
  * groups at different points of the block. The tp ranks of an sp slice see
  * the same tokens, so the step counts the loss and targets once per tp
