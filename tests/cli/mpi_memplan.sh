@@ -46,9 +46,11 @@ check 2 $L model.num_kv_heads=2 model.num_heads=4 mesh.tp=2
 check 2 $L model.num_kv_heads=2 model.num_heads=4 mesh.tp=2 model.num_experts=4 model.num_experts_per_tok=2 model.moe_intermediate_size=16 model.mlp_only_layers=1
 # Ulysses sequence parallelism (note [ulysses]): T / sp tokens per rank, the
 # head-sharded q/k/v and output at T, the all-to-all buffers; GQA with the
-# key/value heads split (2 over sp 2) and replicated (1 under sp 2), and tp 2 x sp 2
+# key/value heads split (2 over sp 2) and replicated (1 under sp 2, with a
+# sliding window), Qwen3-MoE (q/k norms, experts), GPT-2, and tp 2 x sp 2
 check 2 $L model.num_kv_heads=2 model.num_heads=4 train.seq_len=12 mesh.sp=2
-check 2 $L model.num_heads=4 train.seq_len=12 mesh.sp=2
+check 2 $L model.num_heads=4 train.seq_len=12 mesh.sp=2 model.sliding_window=4
+check 2 $L model.num_kv_heads=2 model.num_heads=4 train.seq_len=12 mesh.sp=2 model.qk_norm=true model.num_experts=4 model.num_experts_per_tok=2 model.moe_intermediate_size=16 model.mlp_only_layers=1
 check 4 model.num_heads=4 train.seq_len=12 mesh.sp=2
 check 4 $L model.num_kv_heads=2 model.num_heads=4 train.seq_len=12 mesh.tp=2 mesh.sp=2
 
