@@ -502,19 +502,24 @@ TEST(model_tiled_mlp_matches_untiled) {
 /* The planner's activation bytes (sharc_model_activation_bytes) are exactly
  * what sharc_model_plan allocates: both families, checkpointing on and off,
  * a sequence that is not a multiple of the attention block, a head chunked
- * in several pieces (V large against HEAD_CHUNK_BYTES) and a short one. */
+ * in several pieces (V large against HEAD_CHUNK_BYTES) and a short one;
+ * each also as the last of 3 sequence-parallel ranks (note [ulysses]: the
+ * head-sharded sets at 3 T and the exchange buffers; Llama's one key/value
+ * head replicated). */
 TEST(model_activation_bytes_match_the_plan) {
     for (int fam = 0; fam < 2; fam++)
         for (int ac = 0; ac < 2; ac++)
-            for (int shape = 0; shape < 3; shape++) {
+            for (int shape = 0; shape < 6; shape++) {
+                const int sp = shape >= 3 ? 3 : 1;
                 sharc_model_config c;
                 small_config(&c, fam ? SHARC_FAMILY_LLAMA : SHARC_FAMILY_GPT2);
                 c.num_layers = 3;
                 c.max_seq_len = 200;
-                if (shape == 2) c.vocab_size = 300000; /* 16-row head chunks */
-                int B = shape == 1 ? 3 : 1, T = shape == 1 ? 131 : 16;
+                if (shape % 3 == 2) c.vocab_size = 300000; /* 16-row head chunks */
+                int B = shape % 3 == 1 ? 3 : 1, T = shape % 3 == 1 ? 131 : 16;
                 sharc_model *m;
                 ASSERT_OK(sharc_model_init(&m, &c, NULL));
+                ASSERT_OK(sharc_model_set_sequence_parallel(m, sp, sp - 1));
                 sharc_mem_stats s0, s1;
                 sharc_mem_get(&s0);
                 ASSERT_OK(sharc_model_plan(m, B, T, ac));

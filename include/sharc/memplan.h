@@ -21,8 +21,8 @@ extern "C" {
 #endif
 
 typedef struct {
-    int world, dp_shard, dp_replicate, tp, threads; /* dp_shard: FSDP's shard group (x sp), per tp rank */
-    bool node_local;                                /* every shard group on one node */
+    int world, dp_shard, dp_replicate, tp, sp, threads; /* dp_shard: FSDP's shard group (x sp), per tp rank */
+    bool node_local;                                    /* every shard group on one node */
     bool shared;                        /* parameters in one shared-memory window per group (note [shared-params]) */
     int64_t nparams, ntrainable;        /* parameter elements, and those not frozen */
     int64_t bytes[SHARC_MEM_NCAT];      /* per rank */

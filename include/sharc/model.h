@@ -148,7 +148,9 @@ void sharc_model_set_tiled_mlp(sharc_model *m, int tiles);
  * in bf16, and the model must then run with such an engine. */
 void sharc_model_set_param_dtype(sharc_model *m, sharc_dtype dt);
 /* The bytes sharc_model_plan(m, B, T, ac) allocates, without allocating
- * (the attention workspace at the current sharc_threads_get()). */
+ * (the attention workspace at the current sharc_threads_get()); under
+ * sequence parallelism T is the rank's tokens, and the Ulysses buffers are
+ * included (note [ulysses] in src/model/ulysses.h). */
 int64_t sharc_model_activation_bytes(const sharc_model *m, int B, int T, bool activation_checkpointing);
 /* The part of it that a model on a device with its own memory adds: the
  * micro-batch's token ids and targets copied in (note [device-batch]). */

@@ -772,11 +772,16 @@ int64_t sharc_model_activation_bytes(const sharc_model *m, int B, int T, bool ac
     int64_t sets = activation_checkpointing ? 1 : m->L;
     int64_t R = mlp_rows(m, N); /* note [tiled-mlp]: rows of MLP intermediates alive */
     bool tiled = R < N;
-    const bool a16 = plans_bf16_acts(m);                                 /* note [bf16-acts] */
-    int64_t h = 0;                                                       /* bf16 elements */
-    f += (int64_t)(m->L + 1) * N * C;                                    /* x */
-    const int64_t AD = m->AD;                                            /* attention width NH hd */
-    f += sets * (N * C + 4 * N + N * m->QKV + (int64_t)B * m->NH * T);   /* xmid, statistics, qkv, lse */
+    const bool a16 = plans_bf16_acts(m);                  /* note [bf16-acts] */
+    int64_t h = 0;                                        /* bf16 elements */
+    f += (int64_t)(m->L + 1) * N * C;                     /* x */
+    const int64_t AD = m->AD;                             /* attention width NH hd */
+    f += sets * (N * C + 4 * N + (int64_t)B * m->NH * T); /* xmid, statistics, lse */
+    if (m->sp == 1) f += sets * N * m->QKV;               /* qkv */
+    else { /* note [ulysses]: qkv and out head-sharded at sp T, its exchange buffers */
+        f += sets * sharc_ulysses_set_numel(m->sp, B, T, m->NH, m->NKV, m->hd);
+        f += sharc_ulysses_buffers_numel(m->sp, B, T, m->NH, m->NKV, m->hd);
+    }
     if (!a16) f += sets * (2 * N * C + N * AD);                          /* ln1, ln2, att */
     else h += sets * (2 * N * C + N * AD);                               /* ln1h, ln2h, atth */
     if (a16) f += block_small_numel(m);                                  /* wsm */
@@ -789,7 +794,7 @@ int64_t sharc_model_activation_bytes(const sharc_model *m, int B, int T, bool ac
     f += 2 * N + N * C;                                             /* lnf, mean, rstd */
     f += 3 * N * C + N * (AD > C ? AD : C) + N * m->QKV + R * m->F; /* tmp, dres, dxmid, dtmp, dqkv, dfc */
     if (plans_dfca(m, a16, N, R)) f += R * m->Fa;                   /* dfca */
-    f += m->k->attention_workspace(T * m->sp); /* sp > 1 (Ulysses buffers) is not planned: note [memory-plan] */
+    f += m->k->attention_workspace(T * m->sp);                      /* whole sequences under sp */
     int64_t chunk = HEAD_CHUNK_BYTES / ((int64_t)m->Vl * (int64_t)sizeof(float));
     if (chunk < 16) chunk = 16;
     if (chunk > N) chunk = N;

@@ -100,11 +100,9 @@ static float *buf(sharc_ulysses *u, int64_t n, bool *ok) {
     return p;
 }
 
-sharc_status sharc_ulysses_init(sharc_ulysses *u, sharc_device *dev, int sp, int rank, int B, int Tl, int NH, int NKV,
-                                int hd) {
+/* The sizes of note [ulysses], no buffers. */
+static void set_sizes(sharc_ulysses *u, int sp, int rank, int B, int Tl, int NH, int NKV, int hd) {
     memset(u, 0, sizeof *u);
-    if (sp < 2 || NH % sp != 0 || (NKV % sp != 0 && sp % NKV != 0) || rank < 0 || rank >= sp)
-        return sharc_error(SHARC_ERR_INVALID, "mesh.sp: %d does not fit %d heads and %d key/value heads", sp, NH, NKV);
     u->sp = sp;
     u->rank = rank;
     u->B = B;
@@ -117,11 +115,35 @@ sharc_status sharc_ulysses_init(sharc_ulysses *u, sharc_device *dev, int sp, int
     u->NKVl = NKV >= sp ? NKV / sp : 1;
     u->QKV = (NH + 2 * NKV) * hd;
     u->QKVl = (u->NHl + 2 * u->NKVl) * hd;
+}
+
+/* (sp, B, Tl, max(QKVl, NHl hd)): send and recv each */
+static int64_t exchange_numel(const sharc_ulysses *u) {
+    return (int64_t)u->sp * u->B * u->Tl * (u->QKVl > u->NHl * u->hd ? u->QKVl : u->NHl * u->hd);
+}
+
+int64_t sharc_ulysses_buffers_numel(int sp, int B, int Tl, int NH, int NKV, int hd) {
+    sharc_ulysses u;
+    set_sizes(&u, sp, 0, B, Tl, NH, NKV, hd);
+    return 2 * exchange_numel(&u) + (int64_t)B * Tl * u.QKV + sharc_ulysses_qkv_numel(&u) + sharc_ulysses_att_numel(&u);
+}
+
+int64_t sharc_ulysses_set_numel(int sp, int B, int Tl, int NH, int NKV, int hd) {
+    sharc_ulysses u;
+    set_sizes(&u, sp, 0, B, Tl, NH, NKV, hd);
+    return sharc_ulysses_qkv_numel(&u) + sharc_ulysses_att_numel(&u);
+}
+
+sharc_status sharc_ulysses_init(sharc_ulysses *u, sharc_device *dev, int sp, int rank, int B, int Tl, int NH, int NKV,
+                                int hd) {
+    memset(u, 0, sizeof *u);
+    if (sp < 2 || NH % sp != 0 || (NKV % sp != 0 && sp % NKV != 0) || rank < 0 || rank >= sp)
+        return sharc_error(SHARC_ERR_INVALID, "mesh.sp: %d does not fit %d heads and %d key/value heads", sp, NH, NKV);
+    set_sizes(u, sp, rank, B, Tl, NH, NKV, hd);
     u->dev = dev;
-    int64_t slice = (int64_t)B * Tl * (u->QKVl > u->NHl * hd ? u->QKVl : u->NHl * hd);
     bool ok = true;
-    u->send = buf(u, slice * sp, &ok);
-    u->recv = buf(u, slice * sp, &ok);
+    u->send = buf(u, exchange_numel(u), &ok);
+    u->recv = buf(u, exchange_numel(u), &ok);
     u->qkv_seq = buf(u, (int64_t)B * Tl * u->QKV, &ok);
     u->dqkv_h = buf(u, sharc_ulysses_qkv_numel(u), &ok);
     u->datt_h = buf(u, sharc_ulysses_att_numel(u), &ok);

@@ -56,6 +56,13 @@ typedef struct {
 sharc_status sharc_ulysses_init(sharc_ulysses *u, sharc_device *dev, int sp, int rank, int B, int Tl, int NH, int NKV,
                                 int hd);
 void sharc_ulysses_free(sharc_ulysses *u);
+/* Floats of the buffers sharc_ulysses_init allocates for these sizes (send,
+ * recv, qkv_seq, dqkv_h, datt_h: note [memory-plan] in src/train/memplan.c),
+ * and of the head-sharded qkv and out that each saved block set holds
+ * (sharc_ulysses_qkv_numel + sharc_ulysses_att_numel); sp >= 2 and the
+ * heads already checked. */
+int64_t sharc_ulysses_buffers_numel(int sp, int B, int Tl, int NH, int NKV, int hd);
+int64_t sharc_ulysses_set_numel(int sp, int B, int Tl, int NH, int NKV, int hd);
 /* Floats of the head-sharded tensors a block keeps: qkv (B, Tf, QKVl), out
  * (B, Tf, NHl hd); lse (B, NHl, Tf) has as many floats as (B, NH, Tl). */
 int64_t sharc_ulysses_qkv_numel(const sharc_ulysses *u);

@@ -21,7 +21,14 @@
  *                                  B x T, checkpointing on/off, the tiled MLP,
  *                                  attention workspace for the rank's threads
  *                                  or the device's kernels; on train.device
- *                                  cuda the batch's device copy)
+ *                                  cuda the batch's device copy; under mesh.sp
+ *                                  at T / sp tokens, with each block set's
+ *                                  head-sharded qkv and output at T and the
+ *                                  Ulysses buffers: the all-to-all's send and
+ *                                  receive, the rank's qkv before the
+ *                                  exchange, backward's d qkv and d out at T,
+ *                                  note [ulysses]; all activations, as
+ *                                  ulysses.c allocates them)
  *   other                          the step's token batch and the engine's scalar
  *
  * With fsdp.cpu_offload on a device (note [shard-device] in
@@ -35,11 +42,16 @@
  * the model is planned as tp rank 0's part (note [tp] in src/model/tp.h:
  * the blocks' split parameters are 1/tp, the norms, embedding and head
  * whole; the local heads and MLP width size the activations) and FSDP's
- * groups over the world / tp ranks of each tp rank. Not planned: the dataset (tokens
- * and the sampler's permutation depend on the file, "other"), transient
- * kernel scratch (norm partials, "other"), Open MPI's own buffers, and
- * sequence parallelism (mesh.sp > 1: the plan is refused, not guessed; a run
- * with it prints no table). Planned:
+ * groups over the world / tp ranks of each tp rank. Under mesh.sp the
+ * model is planned as sp rank 0's slice (every slice has the same sizes:
+ * T / sp tokens, NH / sp heads in attention) and FSDP's shard group is
+ * dp_shard x sp (note [mesh-fsdp]; NO_SHARD folds sp into the replicate
+ * group); checked equal at sp 2 (GQA with key/value heads split and
+ * replicated, GPT-2), tp 2 x sp 2, and against a run's own table
+ * (mpi_memplan.sh). Not planned: the dataset (tokens and the sampler's
+ * permutation depend on the file, "other"; so are the whole sequences a
+ * rank reads before its sp slice), transient kernel scratch (norm
+ * partials, "other"), and Open MPI's own buffers. Planned:
  * the scratch of collectives that leave the node: a shard group that spans
  * nodes reduce-scatters through the MPI path, whose scratch holds one full
  * unit in reduce_dtype, and a replicate group across nodes all-reduces
@@ -79,21 +91,19 @@ sharc_status sharc_memplan_make(sharc_memplan *p, const sharc_config *cfg, int w
     if (ranks_per_node < 1 || (world > ranks_per_node && world % ranks_per_node != 0))
         return sharc_error(SHARC_ERR_INVALID, "plan: %d ranks per node, expected a divisor of the %d ranks",
                            ranks_per_node, world);
-    if (cfg->mesh.sp > 1)
-        return sharc_error(SHARC_ERR_UNSUPPORTED,
-                           "plan: mesh.sp = %d: memory under sequence parallelism (its "
-                           "all-to-all buffers) is not planned yet",
-                           cfg->mesh.sp);
     const sharc_fsdp_config *fc = &cfg->fsdp.engine;
     /* the mesh as the trainer makes it (sharc/mesh.h): one set of FSDP
      * groups per tp rank, each sharding that rank's part */
     sharc_mesh_dims d;
     SHARC_TRY(sharc_mesh_dims_resolve(fc, &cfg->mesh, world, &d));
-    const int tp = d.tp, S = fc->strategy == SHARC_SHARDING_NO_SHARD ? 1 : d.dp_shard * d.sp;
+    const int tp = d.tp, sp = d.sp, S = fc->strategy == SHARC_SHARDING_NO_SHARD ? 1 : d.dp_shard * d.sp;
+    /* note [ulysses]: each rank holds seq_len / sp tokens of each sequence */
+    const int Tl = cfg->train.seq_len / sp;
     /* a shard group is S ranks tp apart, inside S tp consecutive ranks; nodes are consecutive blocks */
     const bool node_local = world <= ranks_per_node || ranks_per_node % (S * tp) == 0;
     p->world = world;
     p->tp = tp;
+    p->sp = sp;
     p->dp_shard = S;
     p->dp_replicate = world / tp / S;
     p->threads = threads > 0 ? threads : 1;
@@ -110,7 +120,9 @@ sharc_status sharc_memplan_make(sharc_memplan *p, const sharc_config *cfg, int w
     sharc_model *m = NULL;
     SHARC_TRY(sharc_model_init(&m, &cfg->model, dev));
     sharc_status st = sharc_mesh_check_model(&cfg->mesh, sharc_model_get_config(m), cfg->train.seq_len);
-    /* note [tp]: rank 0's part (every tp rank's parts have the same sizes) */
+    /* as the trainer: sp rank 0's slice, then (note [tp]) tp rank 0's part
+     * (every rank's slices and parts have the same sizes) */
+    if (st == SHARC_OK && sp > 1) st = sharc_model_set_sequence_parallel(m, sp, 0);
     if (st == SHARC_OK && tp > 1) st = sharc_model_set_tensor_parallel(m, tp, 0);
     if (st == SHARC_OK) st = sharc_model_freeze(m, cfg->freeze_module_prefix, cfg->trainable, NULL);
     /* note [bf16-acts]: before the engine's plan too (the blocks' gathered16, note [gathered16]) */
@@ -144,11 +156,10 @@ sharc_status sharc_memplan_make(sharc_memplan *p, const sharc_config *cfg, int w
         int old = sharc_threads_get();
         sharc_threads_set(p->threads);
         if (cfg->fsdp.apply_tiled_mlp) sharc_model_set_tiled_mlp(m, cfg->fsdp.tiled_num_shards);
-        p->bytes[SHARC_MEM_ACTIVATIONS] = sharc_model_activation_bytes(m, cfg->train.batch_size, cfg->train.seq_len,
-                                                                       cfg->fsdp.activation_checkpointing);
+        p->bytes[SHARC_MEM_ACTIVATIONS] =
+            sharc_model_activation_bytes(m, cfg->train.batch_size, Tl, cfg->fsdp.activation_checkpointing);
         if (cfg->train.device != 0 && !dev) /* note [device-batch] */
-            p->bytes[SHARC_MEM_ACTIVATIONS] +=
-                sharc_model_device_batch_bytes(cfg->train.batch_size, cfg->train.seq_len);
+            p->bytes[SHARC_MEM_ACTIVATIONS] += sharc_model_device_batch_bytes(cfg->train.batch_size, Tl);
         sharc_threads_set(old);
         /* the MPI path's scratch (one per group, grown to its largest call):
          * a shard group across nodes reduce-scatters by all-to-all, one full
@@ -162,7 +173,7 @@ sharc_status sharc_memplan_make(sharc_memplan *p, const sharc_config *cfg, int w
             int64_t piece = (e.max_trainable_shard + Rr - 1) / Rr;
             p->bytes[SHARC_MEM_COMM] += (2 * Rr * piece + piece) * 2;
         }
-        int64_t A = cfg->train.grad_accum, N = (int64_t)cfg->train.batch_size * cfg->train.seq_len;
+        int64_t A = cfg->train.grad_accum, N = (int64_t)cfg->train.batch_size * Tl;
         p->bytes[SHARC_MEM_OTHER] += 2 * A * N * (int64_t)sizeof(int32_t) + A * (int64_t)sizeof(int64_t);
         for (int c = 0; c < SHARC_MEM_NCAT; c++) p->total += p->bytes[c];
     }
@@ -186,6 +197,12 @@ void sharc_memplan_print(FILE *f, const sharc_memplan *p, const sharc_config *cf
                             : ", groups across nodes",
             cfg->train.batch_size, cfg->train.seq_len, cfg->fsdp.activation_checkpointing ? "on" : "off", p->threads,
             p->threads > 1 ? "s" : "");
+    if (p->sp > 1) /* note [ulysses] */
+        fprintf(f,
+                "  mesh.sp %d (its ranks inside FSDP's groups): each rank holds %d of the %d tokens of a sequence; "
+                "activations hold attention's head-sharded q/k/v and output at %d tokens and the all-to-all "
+                "buffers\n",
+                p->sp, cfg->train.seq_len / p->sp, cfg->train.seq_len, cfg->train.seq_len);
     /* note [post-forward] in src/fsdp/plan.c: the kept slices are gathered memory */
     int post = 1;
     if (sharc_fsdp_post_forward_size(&cfg->fsdp.engine, p->dp_shard, &post) == SHARC_OK && post > 1 &&

@@ -25,7 +25,8 @@
 #    on the model's stream, counted by the fake, and a step waits on the
 #    host once (the loss read, note [loss-on-device]): a 2-step run minus a
 #    1-step run, per rank (17 a step when each exchange synchronized the
-#    stream and then waited for a blocking all-to-all).
+#    stream and then waited for a blocking all-to-all); both runs' measured
+#    peaks equal the memory plan per category (note [memory-plan]).
 # The rest of a run's host waits (CUDASIM_SYNC_STATS=1: ~730 a rank in the
 # tp=2 Llama run) are outside the steps: ~570 when the final checkpoint is
 # saved (src/ckpt/writer.c stages each parameter segment's shard and
@@ -102,6 +103,14 @@ for n in 1 2; do # each rank's output to its own file: the exit counts are per p
     { tail -20 gsl$n.*.log; die "llama: cuda sp run over nccl ($n steps)"; }
 done
 same gsl2 csl "llama sp=2 (1 kv head) cuda (NCCL) vs cpu"
+# the memory plan under sp on the device (note [memory-plan]): every planned
+# category's measured peak at 1.000 of the plan, staged over MPI and over NCCL
+for f in gs.log gsl2.0.log; do
+  awk '/^  category .*peak\/plan/ { t = 1; next }
+       t && $1 == "total" { t = 0 }
+       t && $1 != "other" && NF >= 4 { if ($4 != "1.000") bad = 1; n++ }
+       END { exit bad || n != 6 }' "$f" || { sed -n '/^measured peaks/,$p' "$f"; die "sp=2 cuda: peak != plan in $f"; }
+done
 hs() { sed -n 's/^cudasim: host syncs \([0-9]*\)$/\1/p' "$1"; }
 for r in 0 1; do
   line=$(grep "^fake_nccl: rank $r:" gsl2.$r.log) || die "no fake_nccl line in gsl2.$r.log"

@@ -6,8 +6,12 @@
 #    parameters (and bf16 activations with the blocks gathered in bf16,
 #    emulated), the tiled MLP, prefetch depth, MPI collectives instead of
 #    shared memory, tensor parallelism (mesh.tp 2 at 2 and 4 ranks; Qwen3-MoE's
-#    experts split over tp, note [tp-moe] in src/model/moe.c): every planned
-#    category's measured peak equals the plan (mpi_tests memplan);
+#    experts split over tp, note [tp-moe] in src/model/moe.c), Ulysses
+#    sequence parallelism (sp 2 with key/value heads split and replicated,
+#    tp 2 x sp 2): every planned category's measured peak equals the plan
+#    (mpi_tests memplan);
+#  - under mesh.sp `sharc plan` prints the table of a training run's start,
+#    and that run's peaks are 1.000 of it;
 #  - `sharc plan` prints a 7B and a 70B Llama at 8-1024 ranks in a few MB of
 #    memory, params per rank = 4 x parameters / ranks (plus padding), and
 #    --memory-per-rank names the smallest change that fits; at mesh.tp=2 the
@@ -40,8 +44,34 @@ check 4 mesh.tp=2 model.num_heads=4
 SHARC_BF16=emulate check 2 mesh.tp=2 model.num_heads=4 fsdp.param_dtype=bf16 # note [bf16-head]
 check 2 $L model.num_kv_heads=2 model.num_heads=4 mesh.tp=2
 check 2 $L model.num_kv_heads=2 model.num_heads=4 mesh.tp=2 model.num_experts=4 model.num_experts_per_tok=2 model.moe_intermediate_size=16 model.mlp_only_layers=1
+# Ulysses sequence parallelism (note [ulysses]): T / sp tokens per rank, the
+# head-sharded q/k/v and output at T, the all-to-all buffers; GQA with the
+# key/value heads split (2 over sp 2) and replicated (1 under sp 2, with a
+# sliding window), Qwen3-MoE (q/k norms, experts), GPT-2, and tp 2 x sp 2
+check 2 $L model.num_kv_heads=2 model.num_heads=4 train.seq_len=12 mesh.sp=2
+check 2 $L model.num_heads=4 train.seq_len=12 mesh.sp=2 model.sliding_window=4
+check 2 $L model.num_kv_heads=2 model.num_heads=4 train.seq_len=12 mesh.sp=2 model.qk_norm=true model.num_experts=4 model.num_experts_per_tok=2 model.moe_intermediate_size=16 model.mlp_only_layers=1
+check 4 model.num_heads=4 train.seq_len=12 mesh.sp=2
+check 4 $L model.num_kv_heads=2 model.num_heads=4 train.seq_len=12 mesh.tp=2 mesh.sp=2
 
 S="$SHARC_BIN/sharc"
+# sharc plan under mesh.sp prints the table a training run prints at its
+# start (sp 2, GQA, sizes that show in GiB), and that run's measured peaks
+# equal it in every planned category
+A="--data.path=text.txt --train.max_steps=2 --model.family=llama --model.tie_embeddings=false --model.num_layers=2
+   --model.embed_dim=256 --model.num_heads=8 --model.num_kv_heads=2 --model.ff_hidden_dim=512 --model.max_seq_len=256
+   --train.seq_len=256 --train.batch_size=4 --log.peak_tflops=1 --ckpt.every=0 --train.threads=1 --mesh.sp=2"
+# shellcheck disable=SC2086 # $A is a list of words
+mpi 2 "$S" train $A --train.out_dir="$TMPDIR/sp" > sp.log 2>&1 || { tail -20 sp.log; exit 1; }
+# shellcheck disable=SC2086
+"$S" plan $A --ranks 2 > sp.plan
+sed -n '/^memory plan per rank/,/^  total/p' sp.log | head -n "$(wc -l < sp.plan)" > sp.train
+grep -q "^  mesh.sp 2 .* 128 of the 256 tokens" sp.plan && cmp -s sp.plan sp.train ||
+  { echo "sharc plan under mesh.sp differs from the run's plan:"; diff sp.plan sp.train; cat sp.plan; exit 1; }
+awk '/^  category .*peak\/plan/ { t = 1; next }
+     t && $1 == "total" { t = 0 }
+     t && $1 != "other" && NF >= 4 { if ($4 != "1.000") { print "sp 2:", $0; bad = 1 } n++ }
+     END { exit bad || n != 6 }' sp.log || { sed -n '/^measured peaks/,$p' sp.log; exit 1; }
 for cfg in llama-7b llama-70b; do
   for n in 8 64 1024; do
     out=$(/usr/bin/time -f "rss %M" "$S" plan --config "$SHARC_ROOT/configs/$cfg.yaml" --ranks $n --ranks-per-node 8 2>&1)
