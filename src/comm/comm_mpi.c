@@ -122,6 +122,23 @@ static void recycle_req(mpi_impl *m, mpi_req *r) {
     m->spare = r;
 }
 
+/* An all-gather or all-to-all (count elements to and from each rank):
+ * blocking when req is NULL, else started and its request handed back. */
+typedef int (*mpi_same_count_fn)(const void *, int, MPI_Datatype, void *, int, MPI_Datatype, MPI_Comm);
+typedef int (*mpi_same_count_ifn)(const void *, int, MPI_Datatype, void *, int, MPI_Datatype, MPI_Comm, MPI_Request *);
+static sharc_status same_count(sharc_comm *c, const void *send, void *recv, size_t count, sharc_dtype dt, void **req,
+                               mpi_same_count_fn fn, const char *fn_name, mpi_same_count_ifn ifn,
+                               const char *ifn_name) {
+    if (!req) {
+        MPI_TRY(fn(send, (int)count, move_type(dt), recv, (int)count, move_type(dt), comm_of(c)), fn_name);
+        return SHARC_OK;
+    }
+    mpi_req *r = NULL;
+    SHARC_TRY(new_req(c->impl, req, &r));
+    MPI_TRY(ifn(send, (int)count, move_type(dt), recv, (int)count, move_type(dt), comm_of(c), &r->req), ifn_name);
+    return SHARC_OK;
+}
+
 static sharc_status mpi_all_gather(sharc_comm *c, const void *send, void *recv, size_t count, sharc_dtype dt,
                                    sharc_stream *s, void **req) {
     /* MPI's own all-gather is used even where shared memory is available:
@@ -137,16 +154,7 @@ static sharc_status mpi_all_gather(sharc_comm *c, const void *send, void *recv, 
         }
     }
     SHARC_TRY(check_count(count, c->size, "all-gather"));
-    if (!req) {
-        MPI_TRY(MPI_Allgather(send, (int)count, move_type(dt), recv, (int)count, move_type(dt), comm_of(c)),
-                "MPI_Allgather");
-        return SHARC_OK;
-    }
-    mpi_req *r = NULL;
-    SHARC_TRY(new_req(c->impl, req, &r));
-    MPI_TRY(MPI_Iallgather(send, (int)count, move_type(dt), recv, (int)count, move_type(dt), comm_of(c), &r->req),
-            "MPI_Iallgather");
-    return SHARC_OK;
+    return same_count(c, send, recv, count, dt, req, MPI_Allgather, "MPI_Allgather", MPI_Iallgather, "MPI_Iallgather");
 }
 
 static sharc_status mpi_reduce_scatter(sharc_comm *c, const void *send, void *recv, size_t count, sharc_dtype dt,
@@ -234,16 +242,7 @@ static sharc_status mpi_all_reduce(sharc_comm *c, const void *send, void *recv, 
 static sharc_status mpi_all_to_all(sharc_comm *c, const void *send, void *recv, size_t count, sharc_dtype dt,
                                    sharc_stream *s, void **req) {
     SHARC_TRY(check_count(count, c->size, "all-to-all"));
-    if (!req) {
-        MPI_TRY(MPI_Alltoall(send, (int)count, move_type(dt), recv, (int)count, move_type(dt), comm_of(c)),
-                "MPI_Alltoall");
-        return SHARC_OK;
-    }
-    mpi_req *r = NULL;
-    SHARC_TRY(new_req(c->impl, req, &r));
-    MPI_TRY(MPI_Ialltoall(send, (int)count, move_type(dt), recv, (int)count, move_type(dt), comm_of(c), &r->req),
-            "MPI_Ialltoall");
-    return SHARC_OK;
+    return same_count(c, send, recv, count, dt, req, MPI_Alltoall, "MPI_Alltoall", MPI_Ialltoall, "MPI_Ialltoall");
 }
 
 static sharc_status mpi_broadcast(sharc_comm *c, void *buf, size_t count, sharc_dtype dt, int root) {
